@@ -1,0 +1,192 @@
+//! Codec traits and the codec chain. Implementations live in `zshard-codecs`; this module only fixes
+//! the contract so that readers, stages and writers agree on it.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::fill::FillValue;
+use crate::geometry::product;
+
+/// A codec as Zarr v3 metadata names it: `{"name": ..., "configuration": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CodecSpec {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<Map<String, Value>>,
+}
+
+impl CodecSpec {
+    pub fn new(name: impl Into<String>, configuration: Value) -> Self {
+        let configuration = match configuration {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        CodecSpec {
+            name: name.into(),
+            configuration,
+        }
+    }
+
+    /// A configuration member, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.configuration.as_ref().and_then(|c| c.get(key))
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl<'de> Deserialize<'de> for CodecSpec {
+    /// Accepts the object form and the short string form (`"crc32c"`) that v3 allows for codecs
+    /// without configuration.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Object {
+            name: String,
+            #[serde(default)]
+            configuration: Option<Map<String, Value>>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Name(String),
+            Object(Object),
+        }
+        Ok(match Form::deserialize(deserializer)? {
+            Form::Name(name) => CodecSpec {
+                name,
+                configuration: None,
+            },
+            Form::Object(o) => CodecSpec {
+                name: o.name,
+                configuration: o.configuration,
+            },
+        })
+    }
+}
+
+/// What a chunk is while it is an array: its shape, element type and fill value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkRepr {
+    pub shape: Vec<u64>,
+    pub data_type: DataType,
+    pub fill_value: FillValue,
+}
+
+impl ChunkRepr {
+    pub fn elements(&self) -> u64 {
+        product(&self.shape)
+    }
+
+    /// Bytes of the decoded chunk (little-endian, C order).
+    pub fn byte_len(&self) -> usize {
+        self.elements() as usize * self.data_type.size()
+    }
+}
+
+/// A codec from array to array (for example `transpose`).
+pub trait ArrayToArrayCodec: Send + Sync + Debug {
+    /// The representation after encoding a chunk of `decoded` representation.
+    fn encoded_repr(&self, decoded: &ChunkRepr) -> Result<ChunkRepr>;
+    fn encode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>>;
+    fn decode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>>;
+    fn spec(&self) -> CodecSpec;
+}
+
+/// The one codec from array to bytes in a chain (`bytes`, `sharding_indexed`).
+pub trait ArrayToBytesCodec: Send + Sync + Debug {
+    fn encode(&self, data: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>>;
+    /// Decodes into little-endian, C-order elements of `repr`; fails unless the size is exact.
+    fn decode(&self, encoded: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>>;
+    /// An upper bound on the encoded size, used to bound allocations of the decoders before it.
+    fn max_encoded_len(&self, repr: &ChunkRepr) -> usize;
+    fn spec(&self) -> CodecSpec;
+}
+
+/// A codec from bytes to bytes (compressors, checksums).
+pub trait BytesToBytesCodec: Send + Sync + Debug {
+    fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>>;
+    /// Decodes `encoded`; must fail rather than produce (or allocate) more than `max_decoded_len` bytes,
+    /// so that a chunk that lies about its size cannot exhaust memory.
+    fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>>;
+    /// An upper bound on the encoded size for a decoded size (used to bound the decoders before it).
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        // Generous default for compressors: incompressible data grows by a small header and framing.
+        decoded_len + decoded_len / 8 + 1024
+    }
+    fn spec(&self) -> CodecSpec;
+}
+
+/// A full chain: array→array codecs, one array→bytes codec, bytes→bytes codecs, applied in that order
+/// when encoding and in reverse when decoding.
+#[derive(Clone, Debug)]
+pub struct CodecChain {
+    pub array_to_array: Vec<Arc<dyn ArrayToArrayCodec>>,
+    pub array_to_bytes: Arc<dyn ArrayToBytesCodec>,
+    pub bytes_to_bytes: Vec<Arc<dyn BytesToBytesCodec>>,
+}
+
+impl CodecChain {
+    /// Encodes one chunk given as little-endian C-order elements of `repr`.
+    pub fn encode(&self, mut data: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>> {
+        if data.len() != repr.byte_len() {
+            return Err(Error::DecodedSize {
+                expected: repr.byte_len(),
+                actual: data.len(),
+            });
+        }
+        let mut repr = repr.clone();
+        for codec in &self.array_to_array {
+            let next = codec.encoded_repr(&repr)?;
+            data = codec.encode(data, &repr)?;
+            repr = next;
+        }
+        let mut bytes = self.array_to_bytes.encode(data, &repr)?;
+        for codec in &self.bytes_to_bytes {
+            bytes = codec.encode(&bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes one chunk into little-endian C-order elements of `repr`. Allocation is bounded by the
+    /// sizes that `repr` implies, whatever the encoded bytes claim.
+    pub fn decode(&self, encoded: &[u8], repr: &ChunkRepr) -> Result<Vec<u8>> {
+        let mut reprs = vec![repr.clone()];
+        for codec in &self.array_to_array {
+            let next = codec.encoded_repr(reprs.last().unwrap_or(repr))?;
+            reprs.push(next);
+        }
+        let bytes_repr = reprs.last().unwrap_or(repr).clone();
+        // Bounds for each bytes→bytes stage, innermost first.
+        let mut bounds = vec![self.array_to_bytes.max_encoded_len(&bytes_repr)];
+        for codec in &self.bytes_to_bytes {
+            let last = bounds.last().copied().unwrap_or(0);
+            bounds.push(codec.max_encoded_len(last));
+        }
+        let mut bytes: Option<Vec<u8>> = None;
+        for (i, codec) in self.bytes_to_bytes.iter().enumerate().rev() {
+            let input = bytes.as_deref().unwrap_or(encoded);
+            bytes = Some(codec.decode(input, bounds[i])?);
+        }
+        let bytes = bytes.unwrap_or_else(|| encoded.to_vec());
+        let mut data = self.array_to_bytes.decode(bytes, &bytes_repr)?;
+        for (codec, decoded_repr) in self.array_to_array.iter().zip(&reprs).rev() {
+            data = codec.decode(data, decoded_repr)?;
+        }
+        Ok(data)
+    }
+
+    /// The chain as Zarr v3 metadata.
+    pub fn specs(&self) -> Vec<CodecSpec> {
+        let mut out: Vec<CodecSpec> = self.array_to_array.iter().map(|c| c.spec()).collect();
+        out.push(self.array_to_bytes.spec());
+        out.extend(self.bytes_to_bytes.iter().map(|c| c.spec()));
+        out
+    }
+}

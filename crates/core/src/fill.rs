@@ -1,0 +1,266 @@
+use serde_json::Value;
+
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+
+/// The fill value of an array as the little-endian bytes of one element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FillValue {
+    bytes: Vec<u8>,
+}
+
+impl FillValue {
+    /// A fill value from the little-endian bytes of one element.
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        FillValue { bytes }
+    }
+
+    /// All-zero bytes: the fill value zarr-python assumes when a v2 array says `null`.
+    pub fn zero(dtype: DataType) -> Self {
+        FillValue {
+            bytes: vec![0; dtype.size()],
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Parses a Zarr v2 `.zarray` fill value: `null`, a number, a boolean, or one of "NaN", "Infinity",
+    /// "-Infinity".
+    pub fn from_v2_json(value: &Value, dtype: DataType) -> Result<Self> {
+        match value {
+            Value::Null => Ok(Self::zero(dtype)),
+            _ => Self::from_json(value, dtype),
+        }
+    }
+
+    /// Parses a Zarr v3 `zarr.json` fill value: a number, a boolean, "NaN", "Infinity", "-Infinity", a
+    /// hexadecimal bit pattern "0x...", or `[real, imag]` for complex types.
+    pub fn from_v3_json(value: &Value, dtype: DataType) -> Result<Self> {
+        Self::from_json(value, dtype)
+    }
+
+    fn from_json(value: &Value, dtype: DataType) -> Result<Self> {
+        let invalid = |reason: &str| Error::InvalidFillValue {
+            value: value.to_string(),
+            data_type: dtype.to_string(),
+            reason: reason.to_string(),
+        };
+        if dtype.is_complex() {
+            let half = if dtype == DataType::Complex64 {
+                DataType::Float32
+            } else {
+                DataType::Float64
+            };
+            let (re, im) = match value {
+                Value::Array(parts) if parts.len() == 2 => (&parts[0], &parts[1]),
+                Value::Array(_) => return Err(invalid("expected [real, imaginary]")),
+                // A plain number is the real part, as numpy would cast it.
+                other => (other, &Value::Null),
+            };
+            let mut bytes = Self::from_json(re, half)?.bytes;
+            let im = if im.is_null() {
+                Self::zero(half)
+            } else {
+                Self::from_json(im, half)?
+            };
+            bytes.extend_from_slice(&im.bytes);
+            return Ok(FillValue { bytes });
+        }
+        if let Some(hex) = value.as_str().and_then(|s| s.strip_prefix("0x")) {
+            let raw = u128::from_str_radix(hex, 16).map_err(|_| invalid("bad hexadecimal bit pattern"))?;
+            let size = dtype.size();
+            if hex.len() > size * 2 {
+                return Err(invalid("bit pattern is wider than the data type"));
+            }
+            return Ok(FillValue {
+                bytes: raw.to_le_bytes()[..size].to_vec(),
+            });
+        }
+        let bytes = match dtype {
+            DataType::Bool => match value {
+                Value::Bool(b) => Some(vec![u8::from(*b)]),
+                Value::Number(n) if n.as_u64() == Some(0) => Some(vec![0]),
+                Value::Number(n) if n.as_u64() == Some(1) => Some(vec![1]),
+                _ => return Err(invalid("expected true or false")),
+            },
+            DataType::Int8 => int::<i8>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Int16 => int::<i16>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Int32 => int::<i32>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Int64 => int::<i64>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::UInt8 => int::<u8>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::UInt16 => int::<u16>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::UInt32 => int::<u32>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::UInt64 => int::<u64>(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Float16 => float(value).map(|v| half::f16::from_f64(v).to_le_bytes().to_vec()),
+            // `as f32` rounds to nearest, as numpy does when casting a Python float.
+            DataType::Float32 => float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
+            DataType::Float64 => float(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Complex64 | DataType::Complex128 => None,
+        }
+        .ok_or_else(|| invalid("not representable in this data type"))?;
+        Ok(FillValue { bytes })
+    }
+
+    /// The fill value as Zarr v3 JSON: numbers where exact, "NaN"/"Infinity"/"-Infinity" for special
+    /// floats, and a hexadecimal bit pattern for NaNs with a non-default payload.
+    pub fn to_v3_json(&self, dtype: DataType) -> Value {
+        let b = &self.bytes;
+        let arr = |n: usize| -> [u8; 8] {
+            let mut a = [0u8; 8];
+            a[..n].copy_from_slice(&b[..n]);
+            a
+        };
+        match dtype {
+            DataType::Bool => Value::Bool(b[0] != 0),
+            DataType::Int8 => (b[0] as i8).into(),
+            DataType::UInt8 => b[0].into(),
+            DataType::Int16 => i16::from_le_bytes([b[0], b[1]]).into(),
+            DataType::UInt16 => u16::from_le_bytes([b[0], b[1]]).into(),
+            DataType::Int32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]).into(),
+            DataType::UInt32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]).into(),
+            DataType::Int64 => i64::from_le_bytes(arr(8)).into(),
+            DataType::UInt64 => u64::from_le_bytes(arr(8)).into(),
+            DataType::Float16 => {
+                let v = half::f16::from_le_bytes([b[0], b[1]]);
+                float_json(v.to_f64(), v.is_nan() && v.to_bits() != half::f16::NAN.to_bits(), b)
+            }
+            DataType::Float32 => {
+                let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                float_json(f64::from(v), v.is_nan() && v.to_bits() != f32::NAN.to_bits(), b)
+            }
+            DataType::Float64 => {
+                let v = f64::from_le_bytes(arr(8));
+                float_json(v, v.is_nan() && v.to_bits() != f64::NAN.to_bits(), b)
+            }
+            DataType::Complex64 => Value::Array(vec![
+                FillValue::from_bytes(b[..4].to_vec()).to_v3_json(DataType::Float32),
+                FillValue::from_bytes(b[4..8].to_vec()).to_v3_json(DataType::Float32),
+            ]),
+            DataType::Complex128 => Value::Array(vec![
+                FillValue::from_bytes(b[..8].to_vec()).to_v3_json(DataType::Float64),
+                FillValue::from_bytes(b[8..16].to_vec()).to_v3_json(DataType::Float64),
+            ]),
+        }
+    }
+
+    /// A buffer of `elements` copies of the fill value.
+    pub fn repeat(&self, elements: usize) -> Vec<u8> {
+        if self.bytes.iter().all(|&b| b == 0) {
+            return vec![0; elements * self.bytes.len()];
+        }
+        self.bytes.repeat(elements)
+    }
+
+    /// Whether every element of `data` equals the fill value bit for bit (so `-0.0` is not `0.0`, and
+    /// a NaN matches only the same NaN): an inner chunk for which this holds is stored as empty.
+    pub fn fills(&self, data: &[u8]) -> bool {
+        let unit = self.bytes.len();
+        if unit == 0 || data.len() % unit != 0 {
+            return false;
+        }
+        if let Some(&first) = self.bytes.first() {
+            if self.bytes.iter().all(|&b| b == first) {
+                return data.iter().all(|&b| b == first);
+            }
+        }
+        data.chunks_exact(unit).all(|element| element == self.bytes.as_slice())
+    }
+}
+
+fn int<T: TryFrom<i64> + TryFrom<u64>>(value: &Value) -> Option<T> {
+    let n = value.as_number()?;
+    if let Some(v) = n.as_i64() {
+        return T::try_from(v).ok();
+    }
+    if let Some(v) = n.as_u64() {
+        return T::try_from(v).ok();
+    }
+    // zarr-python writes integral floats such as 0.0 for some integer arrays.
+    let f = n.as_f64()?;
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        #[allow(clippy::cast_possible_truncation)]
+        return T::try_from(f as i64).ok();
+    }
+    None
+}
+
+fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn float_json(v: f64, odd_nan: bool, bytes: &[u8]) -> Value {
+    if odd_nan {
+        let hex: String = bytes.iter().rev().map(|b| format!("{b:02x}")).collect();
+        Value::String(format!("0x{hex}"))
+    } else if v.is_nan() {
+        Value::String("NaN".into())
+    } else if v == f64::INFINITY {
+        Value::String("Infinity".into())
+    } else if v == f64::NEG_INFINITY {
+        Value::String("-Infinity".into())
+    } else {
+        serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn v2_forms() {
+        let f = |v: Value, d| FillValue::from_v2_json(&v, d).map(|f| f.bytes).ok();
+        assert_eq!(f(json!(null), DataType::UInt16), Some(vec![0, 0]));
+        assert_eq!(f(json!(7), DataType::Int16), Some(vec![7, 0]));
+        assert_eq!(f(json!(-1), DataType::Int8), Some(vec![0xff]));
+        assert_eq!(f(json!(300), DataType::UInt8), None);
+        assert_eq!(f(json!("NaN"), DataType::Float32), Some(f32::NAN.to_le_bytes().to_vec()));
+        assert_eq!(
+            f(json!("-Infinity"), DataType::Float64),
+            Some(f64::NEG_INFINITY.to_le_bytes().to_vec())
+        );
+        assert_eq!(f(json!(0.5), DataType::Float16), Some(vec![0x00, 0x38]));
+        assert_eq!(f(json!(true), DataType::Bool), Some(vec![1]));
+    }
+
+    #[test]
+    fn v3_forms_round_trip() {
+        for (v, d) in [
+            (json!(0), DataType::UInt64),
+            (json!(-5), DataType::Int32),
+            (json!(1.5), DataType::Float32),
+            (json!("NaN"), DataType::Float64),
+            (json!("Infinity"), DataType::Float32),
+            (json!("0x7fc00001"), DataType::Float32),
+            (json!([1.0, "NaN"]), DataType::Complex128),
+            (json!(false), DataType::Bool),
+        ] {
+            let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
+            assert_eq!(fill.to_v3_json(d), v, "{d}");
+        }
+    }
+
+    #[test]
+    fn fills_is_bitwise() {
+        let zero = FillValue::from_v3_json(&json!(0.0), DataType::Float32).expect("fill");
+        assert!(zero.fills(&[0; 16]));
+        assert!(!zero.fills(&(-0.0f32).to_le_bytes()));
+        let seven = FillValue::from_v3_json(&json!(7), DataType::UInt16).expect("fill");
+        assert!(seven.fills(&seven.repeat(5)));
+        assert!(!seven.fills(&[7, 0, 7, 1]));
+        let nan = FillValue::from_v3_json(&json!("NaN"), DataType::Float64).expect("fill");
+        assert!(nan.fills(&nan.repeat(3)));
+    }
+}

@@ -1,0 +1,353 @@
+//! Chunk grids, shard geometry and n-dimensional copies between C-order buffers.
+
+use crate::error::{Error, Result};
+
+/// Product of a shape's extents (1 for a zero-dimensional shape).
+pub fn product(shape: &[u64]) -> u64 {
+    shape.iter().product()
+}
+
+/// Number of chunks along each dimension of a regular grid (the last ones may be partial).
+pub fn grid_shape(array_shape: &[u64], chunk_shape: &[u64]) -> Vec<u64> {
+    array_shape
+        .iter()
+        .zip(chunk_shape)
+        .map(|(&a, &c)| a.div_ceil(c.max(1)))
+        .collect()
+}
+
+/// Position of `coord` in the C-order enumeration of `shape`.
+pub fn linear_index(coord: &[u64], shape: &[u64]) -> u64 {
+    coord
+        .iter()
+        .zip(shape)
+        .fold(0, |acc, (&c, &s)| acc * s + c)
+}
+
+/// The coordinate at C-order position `index` of `shape`.
+pub fn unravel_index(mut index: u64, shape: &[u64]) -> Vec<u64> {
+    let mut coord = vec![0; shape.len()];
+    for (c, &s) in coord.iter_mut().zip(shape).rev() {
+        *c = index % s.max(1);
+        index /= s.max(1);
+    }
+    coord
+}
+
+/// Iterates every coordinate of `shape` in C order (one empty coordinate for a 0-d shape).
+pub fn c_order(shape: &[u64]) -> impl Iterator<Item = Vec<u64>> + '_ {
+    (0..product(shape)).map(move |i| unravel_index(i, shape))
+}
+
+/// An axis-aligned box of elements: a start coordinate and an extent per dimension.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: Vec<u64>,
+    pub shape: Vec<u64>,
+}
+
+impl Region {
+    pub fn end(&self) -> Vec<u64> {
+        self.start.iter().zip(&self.shape).map(|(s, n)| s + n).collect()
+    }
+
+    /// The overlap of two regions, or `None` when they do not overlap.
+    pub fn intersect(&self, other: &Region) -> Option<Region> {
+        let mut start = Vec::with_capacity(self.start.len());
+        let mut shape = Vec::with_capacity(self.start.len());
+        for d in 0..self.start.len() {
+            let lo = self.start[d].max(other.start[d]);
+            let hi = (self.start[d] + self.shape[d]).min(other.start[d] + other.shape[d]);
+            if hi <= lo {
+                return None;
+            }
+            start.push(lo);
+            shape.push(hi - lo);
+        }
+        Some(Region { start, shape })
+    }
+
+    /// The region of chunk `coord` in a regular grid, clipped to the array.
+    pub fn of_chunk(coord: &[u64], chunk_shape: &[u64], array_shape: &[u64]) -> Region {
+        let start: Vec<u64> = coord.iter().zip(chunk_shape).map(|(c, s)| c * s).collect();
+        let shape = start
+            .iter()
+            .zip(chunk_shape)
+            .zip(array_shape)
+            .map(|((&st, &cs), &a)| cs.min(a.saturating_sub(st)))
+            .collect();
+        Region { start, shape }
+    }
+
+    /// Coordinates of every chunk of a regular grid that overlaps this region, in C order.
+    pub fn chunks_overlapping(&self, chunk_shape: &[u64]) -> Vec<Vec<u64>> {
+        if self.shape.contains(&0) {
+            return Vec::new();
+        }
+        let first: Vec<u64> = self.start.iter().zip(chunk_shape).map(|(s, c)| s / c).collect();
+        let counts: Vec<u64> = self
+            .end()
+            .iter()
+            .zip(chunk_shape)
+            .zip(&first)
+            .map(|((e, c), f)| (e - 1) / c - f + 1)
+            .collect();
+        c_order(&counts)
+            .map(|offset| offset.iter().zip(&first).map(|(o, f)| o + f).collect())
+            .collect()
+    }
+}
+
+/// Copies the elements of `region` (in array coordinates) from one C-order buffer to another.
+/// `src_origin` and `dst_origin` are the array coordinates of each buffer's first element.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_region(
+    src: &[u8],
+    src_shape: &[u64],
+    src_origin: &[u64],
+    dst: &mut [u8],
+    dst_shape: &[u64],
+    dst_origin: &[u64],
+    region: &Region,
+    element_size: usize,
+) {
+    let ndim = region.shape.len();
+    if ndim == 0 {
+        dst[..element_size].copy_from_slice(&src[..element_size]);
+        return;
+    }
+    let src_strides = strides(src_shape, element_size);
+    let dst_strides = strides(dst_shape, element_size);
+    let row_bytes = region.shape[ndim - 1] as usize * element_size;
+    let outer = &region.shape[..ndim - 1];
+    for offset in c_order(outer) {
+        let mut s = 0usize;
+        let mut d = 0usize;
+        for dim in 0..ndim {
+            let at = region.start[dim] + offset.get(dim).copied().unwrap_or(0);
+            s += (at - src_origin[dim]) as usize * src_strides[dim];
+            d += (at - dst_origin[dim]) as usize * dst_strides[dim];
+        }
+        dst[d..d + row_bytes].copy_from_slice(&src[s..s + row_bytes]);
+    }
+}
+
+/// Byte strides of a C-order buffer.
+pub fn strides(shape: &[u64], element_size: usize) -> Vec<usize> {
+    let mut out = vec![element_size; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        out[d] = out[d + 1] * shape[d + 1] as usize;
+    }
+    out
+}
+
+/// Permutes the axes of a C-order buffer: output axis `i` is input axis `order[i]` (numpy's
+/// `transpose(order)`).
+pub fn transpose(src: &[u8], shape: &[u64], order: &[usize], element_size: usize) -> Vec<u8> {
+    let out_shape: Vec<u64> = order.iter().map(|&o| shape[o]).collect();
+    let src_strides = strides(shape, element_size);
+    let permuted: Vec<usize> = order.iter().map(|&o| src_strides[o]).collect();
+    let mut out = Vec::with_capacity(src.len());
+    for coord in c_order(&out_shape) {
+        let s: usize = coord.iter().zip(&permuted).map(|(&c, &st)| c as usize * st).sum();
+        out.extend_from_slice(&src[s..s + element_size]);
+    }
+    out
+}
+
+/// The inverse of a permutation.
+pub fn inverse_permutation(order: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; order.len()];
+    for (i, &o) in order.iter().enumerate() {
+        inv[o] = i;
+    }
+    inv
+}
+
+/// The layout of a sharded array: the array's chunk grid is the shard grid, and each shard holds a
+/// regular grid of inner chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardGeometry {
+    array_shape: Vec<u64>,
+    shard_shape: Vec<u64>,
+    inner_shape: Vec<u64>,
+}
+
+impl ShardGeometry {
+    /// Checks that all shapes have the array's rank, are positive, and that inner chunks divide shards.
+    pub fn new(array_shape: &[u64], shard_shape: &[u64], inner_shape: &[u64]) -> Result<Self> {
+        let ndim = array_shape.len();
+        let bad = |reason: String| Err(Error::InvalidGeometry { reason });
+        if shard_shape.len() != ndim {
+            return bad(format!(
+                "shard shape {shard_shape:?} has {} dimensions, the array has {ndim} (shape {array_shape:?})",
+                shard_shape.len()
+            ));
+        }
+        if inner_shape.len() != ndim {
+            return bad(format!(
+                "chunk shape {inner_shape:?} has {} dimensions, the array has {ndim} (shape {array_shape:?})",
+                inner_shape.len()
+            ));
+        }
+        if shard_shape.contains(&0) || inner_shape.contains(&0) {
+            return bad(format!(
+                "shard shape {shard_shape:?} and chunk shape {inner_shape:?} must be positive"
+            ));
+        }
+        if let Some(d) = (0..ndim).find(|&d| shard_shape[d] % inner_shape[d] != 0) {
+            return bad(format!(
+                "chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
+                shard_shape[d], inner_shape[d]
+            ));
+        }
+        Ok(ShardGeometry {
+            array_shape: array_shape.to_vec(),
+            shard_shape: shard_shape.to_vec(),
+            inner_shape: inner_shape.to_vec(),
+        })
+    }
+
+    pub fn array_shape(&self) -> &[u64] {
+        &self.array_shape
+    }
+    pub fn shard_shape(&self) -> &[u64] {
+        &self.shard_shape
+    }
+    pub fn inner_shape(&self) -> &[u64] {
+        &self.inner_shape
+    }
+
+    /// Number of shards along each dimension.
+    pub fn shard_grid(&self) -> Vec<u64> {
+        grid_shape(&self.array_shape, &self.shard_shape)
+    }
+
+    pub fn shard_count(&self) -> u64 {
+        product(&self.shard_grid())
+    }
+
+    /// Inner chunks per shard along each dimension.
+    pub fn chunks_per_shard(&self) -> Vec<u64> {
+        self.shard_shape
+            .iter()
+            .zip(&self.inner_shape)
+            .map(|(s, i)| s / i)
+            .collect()
+    }
+
+    /// The full (unclipped) region a shard covers in array coordinates.
+    pub fn shard_region(&self, shard: &[u64]) -> Region {
+        Region {
+            start: shard.iter().zip(&self.shard_shape).map(|(c, s)| c * s).collect(),
+            shape: self.shard_shape.clone(),
+        }
+    }
+
+    /// The full (unclipped) region of inner chunk `inner` (C-order index within the shard).
+    pub fn inner_region(&self, shard: &[u64], inner: u64) -> Region {
+        let local = unravel_index(inner, &self.chunks_per_shard());
+        Region {
+            start: shard
+                .iter()
+                .zip(&self.shard_shape)
+                .zip(local.iter().zip(&self.inner_shape))
+                .map(|((c, s), (l, i))| c * s + l * i)
+                .collect(),
+            shape: self.inner_shape.clone(),
+        }
+    }
+
+    /// The whole array as a region.
+    pub fn array_region(&self) -> Region {
+        Region {
+            start: vec![0; self.array_shape.len()],
+            shape: self.array_shape.clone(),
+        }
+    }
+}
+
+/// Raw shard size (bytes) that the automatic shard shape aims for.
+pub const AUTO_SHARD_TARGET_BYTES: u64 = 64 << 20;
+
+/// Picks a shard shape for `--shard-shape` when the user gives none: start from the inner chunk and
+/// double the dimension with the fewest inner chunks per shard (the last dimension on ties), as long as
+/// the shard's raw size stays within [`AUTO_SHARD_TARGET_BYTES`] and the shard does not grow past the
+/// array's extent rounded up to whole inner chunks.
+pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: usize) -> Vec<u64> {
+    let mut shard = inner_shape.to_vec();
+    let limit: Vec<u64> = array_shape
+        .iter()
+        .zip(inner_shape)
+        .map(|(&a, &i)| a.div_ceil(i).max(1) * i)
+        .collect();
+    loop {
+        let bytes = product(&shard).saturating_mul(element_size as u64);
+        let candidate = (0..shard.len())
+            .filter(|&d| shard[d] < limit[d])
+            .min_by_key(|&d| (shard[d] / inner_shape[d], std::cmp::Reverse(d)));
+        match candidate {
+            Some(d) if bytes.saturating_mul(2) <= AUTO_SHARD_TARGET_BYTES => {
+                shard[d] = (shard[d] * 2).min(limit[d]);
+            }
+            _ => return shard,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_and_regions() {
+        assert_eq!(grid_shape(&[10, 7], &[4, 7]), vec![3, 1]);
+        assert_eq!(linear_index(&[1, 2], &[3, 4]), 6);
+        assert_eq!(unravel_index(6, &[3, 4]), vec![1, 2]);
+        assert_eq!(c_order(&[]).count(), 1);
+        let r = Region::of_chunk(&[2, 0], &[4, 7], &[10, 7]);
+        assert_eq!(r, Region { start: vec![8, 0], shape: vec![2, 7] });
+        let q = Region { start: vec![3, 5], shape: vec![6, 4] };
+        assert_eq!(q.chunks_overlapping(&[4, 4]), vec![vec![0, 1], vec![0, 2], vec![1, 1], vec![1, 2], vec![2, 1], vec![2, 2]]);
+    }
+
+    #[test]
+    fn copy_between_buffers() {
+        // 4x4 source holding 0..16 at origin (0,0); copy the 2x2 block at (1,1) into a 3x3 buffer at (1,0).
+        let src: Vec<u8> = (0..16).collect();
+        let mut dst = vec![0u8; 9];
+        let region = Region { start: vec![1, 1], shape: vec![2, 2] };
+        copy_region(&src, &[4, 4], &[0, 0], &mut dst, &[3, 3], &[1, 0], &region, 1);
+        assert_eq!(dst, vec![0, 5, 6, 0, 9, 10, 0, 0, 0]);
+    }
+
+    #[test]
+    fn transpose_matches_numpy() {
+        // np.arange(6).reshape(2,3).T.ravel() == [0,3,1,4,2,5]
+        let src: Vec<u8> = (0..6).collect();
+        assert_eq!(transpose(&src, &[2, 3], &[1, 0], 1), vec![0, 3, 1, 4, 2, 5]);
+        // np.arange(24).reshape(2,3,4).transpose(2,0,1)[1,1,2] == arange[1,2,1] == 21
+        let src: Vec<u8> = (0..24).collect();
+        let t = transpose(&src, &[2, 3, 4], &[2, 0, 1], 1);
+        assert_eq!(t[linear_index(&[1, 1, 2], &[4, 2, 3]) as usize], 21);
+        assert_eq!(inverse_permutation(&[2, 0, 1]), vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn geometry_validation() {
+        assert!(ShardGeometry::new(&[100, 100], &[64], &[32, 32]).is_err());
+        assert!(ShardGeometry::new(&[100, 100], &[64, 64], &[32, 30]).is_err());
+        let g = ShardGeometry::new(&[100, 100], &[64, 64], &[32, 32]).expect("valid");
+        assert_eq!(g.shard_grid(), vec![2, 2]);
+        assert_eq!(g.inner_region(&[1, 0], 3).start, vec![96, 32]);
+    }
+
+    #[test]
+    fn auto_shard_stays_within_array_and_target() {
+        assert_eq!(auto_shard_shape(&[16384, 16384], &[256, 256], 2), vec![4096, 8192]);
+        assert_eq!(auto_shard_shape(&[100], &[10], 8), vec![100]);
+        assert_eq!(auto_shard_shape(&[1000, 7], &[64, 7], 1), vec![1024, 7]);
+        let s = auto_shard_shape(&[1 << 20, 1 << 20], &[1000, 1000], 8);
+        assert!(product(&s) * 8 <= AUTO_SHARD_TARGET_BYTES);
+    }
+}

@@ -1,0 +1,44 @@
+//! The core of zshard: the array model, data types, fill values, chunk and shard geometry, the codec
+//! traits and chain, the binary shard index format, and the reader/sink seams of the pipeline.
+//!
+//! Everything here is pure code over bytes: no I/O, so it is unit-testable and fuzzable.
+//!
+//! ```
+//! use zshard_core::{assemble_shard, IndexEncoding, IndexLocation, ShardGeometry, ShardReader};
+//!
+//! // A 100x100 array in 64x64 shards of 32x32 inner chunks: 2x2 shards of 2x2 inner chunks.
+//! let geometry = ShardGeometry::new(&[100, 100], &[64, 64], &[32, 32]).unwrap();
+//! assert_eq!(geometry.shard_grid(), vec![2, 2]);
+//!
+//! // A shard with two stored inner chunks and two empty ones, index at the end.
+//! let inner = vec![Some(vec![1u8, 2]), None, None, Some(vec![3u8])];
+//! let shard = assemble_shard(&inner, IndexLocation::End, IndexEncoding::default());
+//! let reader = ShardReader::new(&shard, 4, IndexLocation::End, IndexEncoding::default()).unwrap();
+//! assert_eq!(reader.chunk(3), Some(&[3u8][..]));
+//! assert_eq!(reader.chunk(1), None);
+//! ```
+
+mod codec;
+mod dtype;
+mod error;
+mod fill;
+mod geometry;
+mod io;
+mod meta;
+mod shard_index;
+
+pub use codec::{
+    ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
+};
+pub use dtype::{swap_byte_order, DataType, Endian};
+pub use error::{BoxError, Error, Result};
+pub use fill::FillValue;
+pub use geometry::{
+    auto_shard_shape, c_order, copy_region, grid_shape, inverse_permutation, linear_index, product,
+    strides, transpose, unravel_index, Region, ShardGeometry, AUTO_SHARD_TARGET_BYTES,
+};
+pub use io::{ChunkReader, ShardSink};
+pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind};
+pub use shard_index::{
+    assemble_shard, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex, ShardReader, EMPTY,
+};
