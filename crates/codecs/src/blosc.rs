@@ -1,0 +1,157 @@
+//! `blosc` (c-blosc 1.x through blosc-src). Reads every Blosc 1 frame numcodecs writes; writes with
+//! any of its compressors and shuffle modes.
+//!
+//! This is the one place that calls C. Each call uses the `_ctx` entry points, which need no global
+//! state, so they are safe to run from many threads at once.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use serde_json::json;
+use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
+
+use crate::config::{int, string};
+use crate::error::invalid;
+use crate::registry::Codec;
+
+/// Compressors blosc can use, as named in metadata.
+pub const CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
+/// Shuffle modes, as named in v3 metadata and on the command line.
+pub const SHUFFLES: [&str; 3] = ["noshuffle", "shuffle", "bitshuffle"];
+/// Bytes blosc may add to incompressible input.
+const MAX_OVERHEAD: usize = blosc_src::BLOSC_MAX_OVERHEAD as usize;
+
+#[derive(Debug)]
+pub struct BloscCodec {
+    cname: CString,
+    clevel: c_int,
+    shuffle: c_int,
+    typesize: usize,
+    blocksize: usize,
+}
+
+pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
+    let cname = string(spec, "cname").unwrap_or("lz4");
+    if !CNAMES.contains(&cname) {
+        return Err(invalid("blosc", format!("cname {cname:?} is not one of {CNAMES:?}")));
+    }
+    let clevel = int(spec, "clevel", Some(5))?;
+    if !(0..=9).contains(&clevel) {
+        return Err(invalid("blosc", format!("clevel {clevel} is not in 0..=9")));
+    }
+    let shuffle = match spec.get("shuffle") {
+        None => 1,
+        Some(v) => match (v.as_str(), v.as_i64()) {
+            (Some(s), _) => SHUFFLES
+                .iter()
+                .position(|&x| x == s)
+                .ok_or_else(|| invalid("blosc", format!("shuffle {s:?} is not one of {SHUFFLES:?}")))?
+                as c_int,
+            (None, Some(n @ 0..=2)) => n as c_int,
+            _ => return Err(invalid("blosc", format!("bad shuffle {v}"))),
+        },
+    };
+    let typesize = int(spec, "typesize", Some(repr.data_type.size() as i64))?;
+    let blocksize = int(spec, "blocksize", Some(0))?;
+    let (Ok(typesize), Ok(blocksize)) = (usize::try_from(typesize), usize::try_from(blocksize)) else {
+        return Err(invalid("blosc", "typesize and blocksize must not be negative"));
+    };
+    Ok(Codec::BytesToBytes(Arc::new(BloscCodec {
+        cname: CString::new(cname).map_err(|_| invalid("blosc", "bad cname"))?,
+        clevel: clevel as c_int,
+        shuffle,
+        typesize: typesize.max(1),
+        blocksize,
+    })))
+}
+
+impl BytesToBytesCodec for BloscCodec {
+    fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>> {
+        let capacity = decoded.len() + MAX_OVERHEAD;
+        let mut out = vec![0u8; capacity];
+        // SAFETY: `decoded` is valid for `decoded.len()` bytes, `out` is writable for `capacity`
+        // bytes and they do not overlap; blosc never writes past `destsize`. `cname` is a valid
+        // NUL-terminated string that outlives the call.
+        let written = unsafe {
+            blosc_src::blosc_compress_ctx(
+                self.clevel,
+                self.shuffle,
+                self.typesize,
+                decoded.len(),
+                decoded.as_ptr().cast::<c_void>(),
+                out.as_mut_ptr().cast::<c_void>(),
+                capacity,
+                self.cname.as_ptr(),
+                self.blocksize,
+                1,
+            )
+        };
+        if written <= 0 {
+            return Err(Error::codec("blosc", format!("compression failed (code {written})")));
+        }
+        out.truncate(written as usize);
+        Ok(out)
+    }
+
+    fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
+        decode(encoded, max_decoded_len)
+    }
+
+    fn max_encoded_len(&self, decoded_len: usize) -> usize {
+        decoded_len + MAX_OVERHEAD
+    }
+
+    fn spec(&self) -> CodecSpec {
+        CodecSpec::new(
+            "blosc",
+            json!({
+                "cname": self.cname.to_str().unwrap_or("lz4"),
+                "clevel": self.clevel,
+                "shuffle": SHUFFLES[self.shuffle as usize],
+                "typesize": self.typesize,
+                "blocksize": self.blocksize,
+            }),
+        )
+    }
+}
+
+/// Decompresses one Blosc frame after checking its header, refusing frames that claim more than
+/// `max_decoded_len` bytes.
+pub fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
+    let mut nbytes = 0usize;
+    // SAFETY: `encoded` is valid for `encoded.len()` bytes; the function reads at most that many and
+    // writes one usize through a valid pointer.
+    let status = unsafe {
+        blosc_src::blosc_cbuffer_validate(encoded.as_ptr().cast::<c_void>(), encoded.len(), &mut nbytes)
+    };
+    if status != 0 {
+        return Err(Error::codec("blosc", "not a valid blosc frame (bad header or truncated)"));
+    }
+    if nbytes > max_decoded_len {
+        return Err(Error::codec(
+            "blosc",
+            format!("frame claims {nbytes} decoded bytes, more than the expected {max_decoded_len}"),
+        ));
+    }
+    let mut out = vec![0u8; nbytes];
+    if nbytes == 0 {
+        return Ok(out);
+    }
+    // SAFETY: blosc_cbuffer_validate accepted the header against the buffer length, which makes the
+    // call safe to attempt; `out` is writable for `nbytes` bytes, the buffers do not overlap, and
+    // blosc never writes past `destsize`.
+    let got = unsafe {
+        blosc_src::blosc_decompress_ctx(
+            encoded.as_ptr().cast::<c_void>(),
+            out.as_mut_ptr().cast::<c_void>(),
+            nbytes,
+            1,
+        )
+    };
+    if got < 0 || got as usize != nbytes {
+        return Err(Error::codec("blosc", format!("decompression failed (code {got})")));
+    }
+    Ok(out)
+}

@@ -1,0 +1,85 @@
+//! Which codec names exist and how to build them. Adding a codec is a new module with a `build`
+//! function plus one line in [`REGISTRY`].
+
+use std::sync::Arc;
+
+use zshard_core::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec};
+
+use crate::error::{Error, Result};
+
+/// A built codec, by the kind of data it maps between.
+#[derive(Debug, Clone)]
+pub enum Codec {
+    ArrayToArray(Arc<dyn ArrayToArrayCodec>),
+    ArrayToBytes(Arc<dyn ArrayToBytesCodec>),
+    BytesToBytes(Arc<dyn BytesToBytesCodec>),
+}
+
+type Build = fn(&CodecSpec, &ChunkRepr) -> Result<Codec>;
+
+/// Every codec name zshard reads and writes, with v3 names and the `numcodecs.*` names zarr-python
+/// uses for numcodecs codecs.
+const REGISTRY: &[(&str, Build)] = &[
+    ("bytes", crate::bytes_codec::build),
+    ("transpose", crate::transpose::build),
+    ("sharding_indexed", crate::sharding::build),
+    ("blosc", crate::blosc::build),
+    ("numcodecs.blosc", crate::blosc::build),
+    ("zstd", crate::zstd_codec::build),
+    ("numcodecs.zstd", crate::zstd_codec::build),
+    ("gzip", crate::deflate::build_gzip),
+    ("numcodecs.gzip", crate::deflate::build_gzip),
+    ("numcodecs.zlib", crate::deflate::build_zlib),
+    ("crc32c", crate::crc32c_codec::build),
+];
+
+/// The codec names zshard supports, for error messages and `--help`.
+pub fn supported_codecs() -> Vec<&'static str> {
+    REGISTRY.iter().map(|(name, _)| *name).collect()
+}
+
+/// Builds one codec for chunks of representation `repr` (the representation it receives when encoding).
+pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
+    let build = REGISTRY
+        .iter()
+        .find(|(name, _)| *name == spec.name)
+        .map(|(_, build)| *build)
+        .ok_or_else(|| Error::UnknownCodec {
+            name: spec.name.clone(),
+            supported: supported_codecs().join(", "),
+        })?;
+    build(spec, repr)
+}
+
+/// Builds a chain from v3 codec metadata for chunks of representation `repr`, checking the order:
+/// array→array codecs, exactly one array→bytes codec, then bytes→bytes codecs.
+pub fn build_chain(specs: &[CodecSpec], repr: &ChunkRepr) -> Result<CodecChain> {
+    let mut array_to_array = Vec::new();
+    let mut array_to_bytes = None;
+    let mut bytes_to_bytes = Vec::new();
+    let mut current = repr.clone();
+    let names = || specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+    for spec in specs {
+        match build_codec(spec, &current)? {
+            Codec::ArrayToArray(c) if array_to_bytes.is_none() => {
+                current = c.encoded_repr(&current)?;
+                array_to_array.push(c);
+            }
+            Codec::ArrayToBytes(c) if array_to_bytes.is_none() => array_to_bytes = Some(c),
+            Codec::BytesToBytes(c) if array_to_bytes.is_some() => bytes_to_bytes.push(c),
+            _ => {
+                return Err(Error::InvalidChain {
+                    reason: format!("{} is out of place in [{}]", spec.name, names()),
+                })
+            }
+        }
+    }
+    let array_to_bytes = array_to_bytes.ok_or_else(|| Error::InvalidChain {
+        reason: format!("no array-to-bytes codec (such as bytes) in [{}]", names()),
+    })?;
+    Ok(CodecChain {
+        array_to_array,
+        array_to_bytes,
+        bytes_to_bytes,
+    })
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Python interop tests for zshard.
+#
+#   tests/interop/run.sh [extra pytest args...]
+#
+# Environment:
+#   ZSHARD_BIN    zshard binary under test (default: <repo>/target/release/zshard)
+#   ZSHARD_VENV   virtualenv to create/use (default: <repo>/target/venv)
+#   PYTHON        interpreter used to create the venv (default: python3)
+#
+# Needs only python3 (with its venv module) and access to PyPI. The pip install
+# is skipped when the venv already holds exactly this requirements.txt (stamp
+# file keyed on the requirements' hash and the interpreter version).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+VENV="${ZSHARD_VENV:-$REPO/target/venv}"
+PY="${PYTHON:-python3}"
+REQ="$HERE/requirements.txt"
+
+if ! command -v "$PY" >/dev/null 2>&1; then
+    echo "run.sh: $PY not found; install python3" >&2
+    exit 1
+fi
+
+make_venv() {
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PY" -m venv "$VENV"
+}
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    echo "run.sh: creating venv at $VENV" >&2
+    if ! make_venv; then
+        # Debian/Ubuntu ship ensurepip separately (python3-venv).
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            echo "run.sh: python3 -m venv failed; installing python3-venv" >&2
+            apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+            make_venv
+        else
+            echo "run.sh: '$PY -m venv' failed (install python3-venv)" >&2
+            exit 1
+        fi
+    fi
+fi
+
+# Fast path: skip pip when this exact requirements set is already installed.
+want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.zshard-interop-requirements"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "run.sh: installing requirements into $VENV" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+    echo "$want" >"$stamp"
+fi
+
+export PYTHONDONTWRITEBYTECODE=1
+export ZSHARD_BIN="${ZSHARD_BIN:-$REPO/target/release/zshard}"
+echo "run.sh: ZSHARD_BIN=$ZSHARD_BIN" >&2
+cd "$REPO"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/interop "$@"
