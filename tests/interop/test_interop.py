@@ -467,6 +467,23 @@ def test_unwritten_shard_not_created_2d(tmp_path: Path, zshard_bin: Path) -> Non
     assert_readback(dst, expected)
 
 
+def test_v2_zarray_without_dimension_separator(tmp_path: Path, zshard_bin: Path) -> None:
+    """Older (zarr 2.x) .zarray files have no dimension_separator key: '.' is implied."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    arr = zarr.create_array(store=str(src), shape=(23, 17), chunks=(5, 4), dtype="<i4", zarr_format=2,
+                            compressors=numcodecs.Zlib(level=1), fill_value=0)
+    expected = random_data("<i4", (23, 17), 21)
+    arr[...] = expected
+    zarray = load_json(src / ".zarray")
+    zarray.pop("dimension_separator", None)
+    (src / ".zarray").write_text(json.dumps(zarray))
+    assert (src / "1.2").is_file()
+    convert_ok(zshard_bin, src, dst, "--shard-shape", "10,8", "--quiet")
+    meta = check_array_metadata(dst, shape=(23, 17), dtype="<i4", inner=(5, 4), shard=(10, 8), fill_value=0)
+    check_layout(dst, expected, meta)
+    assert_readback(dst, expected)
+
+
 # --------------------------------------------------------------------------
 # groups
 # --------------------------------------------------------------------------
@@ -590,7 +607,6 @@ def _assert_no_shards(dst: Path) -> None:
         (["--chunk-shape", "4", "--shard-shape", "8,8"], ["chunk"]),
         (["--chunk-shape", "3,4", "--shard-shape", "8,8"], ["divid", "divis", "multiple"]),
         (["--chunk-shape", "4,4", "--shard-shape", "8,6"], ["divid", "divis", "multiple"]),
-        (["--compressor", "zstd"], ["compressor", "zstd"]),
         (["--compressor", "lz5:3"], ["compressor", "lz5"]),
         (["--compressor", "blosc:zstd:3:weird"], ["shuffle", "weird", "compressor"]),
         (["--index-location", "middle"], ["index", "middle"]),
@@ -602,7 +618,6 @@ def _assert_no_shards(dst: Path) -> None:
         "chunk-ndim",
         "inner-not-dividing-shard",
         "inner-not-dividing-shard-2",
-        "compressor-no-level",
         "compressor-unknown",
         "blosc-bad-shuffle",
         "bad-index-location",

@@ -1,1 +1,23 @@
-//! placeholder
+//! Storage for zshard. Every read and write goes through [`object_store`], so local directories and
+//! cloud buckets are the same code; requests run on a dedicated [`IoRuntime`] that is separate from
+//! the CPU workers.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use zshard_store::{IoRuntime, Store};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path().to_str().unwrap(), IoRuntime::new(1).unwrap(), false).unwrap();
+//! store.put("array/c/0/0", Bytes::from_static(b"shard")).unwrap();
+//! assert_eq!(store.get("array/c/0/0").unwrap().as_deref(), Some(&b"shard"[..]));
+//! assert_eq!(store.get("array/c/9/9").unwrap(), None);
+//! assert_eq!(store.list_children("").unwrap(), vec!["array".to_string()]);
+//! ```
+
+mod error;
+mod runtime;
+mod store;
+
+pub use error::{Error, Result};
+pub use runtime::IoRuntime;
+pub use store::{Store, DEFAULT_CONCURRENCY};

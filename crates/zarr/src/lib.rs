@@ -1,1 +1,29 @@
-//! placeholder
+//! Zarr v2 and v3 directory reader for zshard.
+//!
+//! [`open_hierarchy`] finds every group and array at a location (using consolidated metadata when
+//! present) and translates their metadata into [`zshard_core::ArrayMeta`]: Zarr v2 compressors, byte
+//! order and `order: "F"` become the equivalent v3 codecs, `_ARRAY_DIMENSIONS` becomes
+//! `dimension_names`. [`ZarrChunkReader`] then reads an array's stored chunks by grid position.
+//! Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code over bytes.
+//!
+//! ```
+//! use zshard_zarr::parse_v2_array;
+//!
+//! let zarray = br#"{"zarr_format": 2, "shape": [100], "chunks": [10], "dtype": "<u2",
+//!     "compressor": {"id": "zstd", "level": 3}, "fill_value": 0, "order": "C", "filters": null}"#;
+//! let meta = parse_v2_array("a/.zarray", zarray, None).unwrap();
+//! assert_eq!(meta.chunk_key_encoding.key(&[7]), "7");
+//! assert_eq!(meta.codecs.last().unwrap().name, "zstd");
+//! ```
+
+mod error;
+mod hierarchy;
+mod reader;
+mod v2;
+mod v3;
+
+pub use error::{Error, Result};
+pub use hierarchy::open_hierarchy;
+pub use reader::ZarrChunkReader;
+pub use v2::{parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS};
+pub use v3::{parse_node as parse_v3_node, ParsedNode};

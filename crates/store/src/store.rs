@@ -1,0 +1,227 @@
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::error::{Error, Result};
+use crate::runtime::IoRuntime;
+
+/// Requests in flight per batch unless configured otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 32;
+
+/// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
+/// that run on the shared [`IoRuntime`]. Keys are `/`-separated and relative to the location.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    root: Path,
+    display: String,
+    runtime: Arc<IoRuntime>,
+    concurrency: usize,
+}
+
+impl Store {
+    /// Opens a location: a local path, a `file://` URL, or a URL of an object store this build
+    /// supports. With `create`, a missing local directory is created.
+    pub fn open(location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
+        let invalid = |reason: String| Error::InvalidLocation {
+            location: location.to_string(),
+            reason,
+        };
+        let local = match location.split_once("://") {
+            None => Some(PathBuf::from(location)),
+            Some(("file", _)) => {
+                let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+                Some(url.to_file_path().map_err(|()| invalid("not a local file URL".into()))?)
+            }
+            Some(_) => None,
+        };
+        if let Some(path) = local {
+            return Self::open_local(&path, location, runtime, create);
+        }
+        let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+        let (inner, root) = object_store::parse_url(&url).map_err(|e| {
+            invalid(format!(
+                "{e} (this build reads and writes local paths and file:// URLs)"
+            ))
+        })?;
+        Ok(Store {
+            inner: Arc::from(inner),
+            root,
+            display: location.trim_end_matches('/').to_string(),
+            runtime,
+            concurrency: DEFAULT_CONCURRENCY,
+        })
+    }
+
+    fn open_local(path: &FsPath, location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
+        if create {
+            std::fs::create_dir_all(path).map_err(|source| Error::CreateDir {
+                location: location.to_string(),
+                source,
+            })?;
+        } else if !path.is_dir() {
+            return Err(Error::InvalidLocation {
+                location: location.to_string(),
+                reason: "no such directory".into(),
+            });
+        }
+        let fs = LocalFileSystem::new_with_prefix(path).map_err(|source| Error::Request {
+            operation: "open",
+            location: location.to_string(),
+            source,
+        })?;
+        Ok(Store {
+            inner: Arc::new(fs),
+            root: Path::default(),
+            display: location.trim_end_matches('/').to_string(),
+            runtime,
+            concurrency: DEFAULT_CONCURRENCY,
+        })
+    }
+
+    /// The same store limited to `subpath` below this location.
+    pub fn child(&self, subpath: &str) -> Store {
+        let mut root = self.root.clone();
+        for part in subpath.split('/').filter(|p| !p.is_empty()) {
+            root = root.clone().join(part);
+        }
+        Store {
+            root,
+            display: self.url(subpath),
+            ..self.clone()
+        }
+    }
+
+    /// Limits how many requests one batch keeps in flight.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Store {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// The full location of a key, for messages.
+    pub fn url(&self, key: &str) -> String {
+        let key = key.trim_matches('/');
+        if key.is_empty() {
+            self.display.clone()
+        } else {
+            format!("{}/{}", self.display, key)
+        }
+    }
+
+    fn path(&self, key: &str) -> Result<Path> {
+        let mut path = self.root.clone();
+        for part in key.split('/').filter(|p| !p.is_empty()) {
+            let segment = object_store::path::PathPart::parse(part).map_err(|e| Error::InvalidLocation {
+                location: self.url(key),
+                reason: e.to_string(),
+            })?;
+            path = path.clone().join(segment);
+        }
+        Ok(path)
+    }
+
+    async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
+        let path = self.path(key)?;
+        let fail = |source| Error::Request {
+            operation: "cannot read",
+            location: self.url(key),
+            source,
+        };
+        match self.inner.get(&path).await {
+            Ok(result) => result.bytes().await.map(Some).map_err(fail),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// Reads a whole object; `None` when it does not exist.
+    pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        self.runtime.block_on(self.get_async(key))
+    }
+
+    /// Reads several objects with up to the configured number of requests in flight; results are in
+    /// the order of `keys`.
+    pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        self.runtime.block_on(
+            futures::stream::iter(keys.iter().map(|k| self.get_async(k)))
+                .buffered(self.concurrency)
+                .collect(),
+        )
+    }
+
+    /// Writes an object. It becomes visible under its key only once complete: local files are
+    /// written under a temporary name and renamed; object stores publish a PUT atomically.
+    pub fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        let path = self.path(key)?;
+        self.runtime
+            .block_on(self.inner.put(&path, PutPayload::from_bytes(data)))
+            .map(|_| ())
+            .map_err(|source| Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source,
+            })
+    }
+
+    /// Removes an object if it exists.
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match self.runtime.block_on(self.inner.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(Error::Request {
+                operation: "cannot delete",
+                location: self.url(key),
+                source,
+            }),
+        }
+    }
+
+    /// Names of the immediate "subdirectories" of `prefix` (common prefixes of keys below it).
+    pub fn list_children(&self, prefix: &str) -> Result<Vec<String>> {
+        let path = self.path(prefix)?;
+        let listing = self
+            .runtime
+            .block_on(self.inner.list_with_delimiter(Some(&path)))
+            .map_err(|source| Error::Request {
+                operation: "cannot list",
+                location: self.url(prefix),
+                source,
+            })?;
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Every key below `prefix`, relative to this store (used by tests and checks, never on the hot path).
+    pub fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let path = self.path(prefix)?;
+        let root = self.root.clone();
+        let metas: Vec<_> = self
+            .runtime
+            .block_on(self.inner.list(Some(&path)).try_collect::<Vec<_>>())
+            .map_err(|source| Error::Request {
+                operation: "cannot list",
+                location: self.url(prefix),
+                source,
+            })?;
+        let mut keys: Vec<String> = metas
+            .into_iter()
+            .filter_map(|m| {
+                m.location
+                    .prefix_match(&root)
+                    .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+            })
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+}

@@ -1,0 +1,215 @@
+//! Zarr v2 metadata (`.zarray`, `.zattrs`), translated into the v3-style model.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue};
+
+use crate::error::{metadata, Error, Result};
+
+#[derive(Deserialize)]
+struct ZArray {
+    zarr_format: u8,
+    shape: Vec<u64>,
+    chunks: Vec<u64>,
+    dtype: Value,
+    compressor: Option<Value>,
+    #[serde(default)]
+    fill_value: Value,
+    #[serde(default = "default_order")]
+    order: String,
+    #[serde(default)]
+    filters: Option<Vec<Value>>,
+    #[serde(default)]
+    dimension_separator: Option<String>,
+}
+
+fn default_order() -> String {
+    "C".into()
+}
+
+/// The v2 compressors this build reads.
+pub const V2_COMPRESSORS: [&str; 4] = ["blosc", "zstd", "gzip", "zlib"];
+
+/// Parses a `.zarray` document (and the array's `.zattrs`, if any). `key` names the document in errors.
+pub fn parse_array(key: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<ArrayMeta> {
+    let z: ZArray = serde_json::from_slice(zarray).map_err(|source| Error::Json {
+        key: key.to_string(),
+        source,
+    })?;
+    array_from(key, z, zattrs.map(|a| parse_attributes(key, a)).transpose()?.unwrap_or_default())
+}
+
+/// Parses `.zattrs` (an object).
+pub fn parse_attributes(key: &str, bytes: &[u8]) -> Result<Map<String, Value>> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Json {
+        key: key.to_string(),
+        source,
+    })
+}
+
+/// Builds the model from an already parsed `.zarray` value (as found in `.zmetadata`).
+pub fn array_from_value(key: &str, zarray: Value, attributes: Map<String, Value>) -> Result<ArrayMeta> {
+    let z: ZArray = serde_json::from_value(zarray).map_err(|source| Error::Json {
+        key: key.to_string(),
+        source,
+    })?;
+    array_from(key, z, attributes)
+}
+
+fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Result<ArrayMeta> {
+    if z.zarr_format != 2 {
+        return Err(metadata(key, format!("zarr_format is {}, expected 2", z.zarr_format)));
+    }
+    if z.chunks.len() != z.shape.len() || z.chunks.contains(&0) {
+        return Err(metadata(
+            key,
+            format!("chunks {:?} do not fit shape {:?}", z.chunks, z.shape),
+        ));
+    }
+    let typestr = z
+        .dtype
+        .as_str()
+        .ok_or_else(|| metadata(key, format!("structured dtype {} is not supported", z.dtype)))?;
+    let core = |source| Error::Core {
+        key: key.to_string(),
+        source,
+    };
+    let (data_type, endian) = DataType::from_v2_typestr(typestr).map_err(core)?;
+    let fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
+
+    let mut codecs = Vec::new();
+    match z.order.as_str() {
+        "C" => {}
+        "F" if z.shape.len() > 1 => codecs.push(CodecSpec::new(
+            "transpose",
+            json!({"order": (0..z.shape.len()).rev().collect::<Vec<_>>()}),
+        )),
+        "F" => {}
+        other => return Err(metadata(key, format!("order {other:?} is not C or F"))),
+    }
+    codecs.push(match (endian, data_type.size()) {
+        (_, 1) => CodecSpec::new("bytes", json!({})),
+        (e, _) => CodecSpec::new("bytes", json!({"endian": e.as_str()})),
+    });
+    if let Some(filters) = z.filters.filter(|f| !f.is_empty()) {
+        let ids: Vec<String> = filters.iter().map(|f| f["id"].to_string()).collect();
+        return Err(metadata(
+            key,
+            format!("filters [{}] are not supported yet", ids.join(", ")),
+        ));
+    }
+    if let Some(compressor) = z.compressor.filter(|c| !c.is_null()) {
+        codecs.push(compressor_spec(key, &compressor, data_type)?);
+    }
+    let separator = match z.dimension_separator.as_deref() {
+        None | Some(".") => '.',
+        Some("/") => '/',
+        Some(other) => return Err(metadata(key, format!("dimension_separator {other:?} is not . or /"))),
+    };
+    let dimension_names = take_array_dimensions(&mut attributes, z.shape.len());
+    Ok(ArrayMeta {
+        shape: z.shape,
+        data_type,
+        fill_value,
+        chunk_shape: z.chunks,
+        codecs,
+        chunk_key_encoding: ChunkKeyEncoding::V2 { separator },
+        attributes,
+        dimension_names,
+    })
+}
+
+/// Moves xarray's `_ARRAY_DIMENSIONS` attribute into v3 `dimension_names` when it names every axis.
+fn take_array_dimensions(attributes: &mut Map<String, Value>, ndim: usize) -> Option<Vec<Option<String>>> {
+    let names: Vec<Option<String>> = attributes
+        .get("_ARRAY_DIMENSIONS")?
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_string))
+        .collect();
+    if names.len() != ndim || names.iter().any(Option::is_none) {
+        return None;
+    }
+    attributes.remove("_ARRAY_DIMENSIONS");
+    Some(names)
+}
+
+/// Translates a numcodecs compressor configuration into the v3 codec that decodes the same bytes.
+fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpec> {
+    let id = c["id"].as_str().unwrap_or_default();
+    let level = || c.get("level").cloned().unwrap_or(json!(1));
+    Ok(match id {
+        "blosc" => {
+            let shuffle = match c.get("shuffle").and_then(Value::as_i64).unwrap_or(1) {
+                0 => "noshuffle",
+                1 => "shuffle",
+                2 => "bitshuffle",
+                // numcodecs AUTOSHUFFLE: bit shuffle for single bytes, byte shuffle otherwise.
+                -1 if data_type.size() == 1 => "bitshuffle",
+                -1 => "shuffle",
+                other => return Err(metadata(key, format!("blosc shuffle {other} is not -1, 0, 1 or 2"))),
+            };
+            CodecSpec::new(
+                "blosc",
+                json!({
+                    "cname": c.get("cname").cloned().unwrap_or(json!("lz4")),
+                    "clevel": c.get("clevel").cloned().unwrap_or(json!(5)),
+                    "shuffle": shuffle,
+                    "typesize": data_type.size(),
+                    "blocksize": c.get("blocksize").cloned().unwrap_or(json!(0)),
+                }),
+            )
+        }
+        "zstd" => CodecSpec::new(
+            "zstd",
+            json!({"level": level(), "checksum": c.get("checksum").cloned().unwrap_or(json!(false))}),
+        ),
+        "gzip" => CodecSpec::new("gzip", json!({"level": level()})),
+        "zlib" => CodecSpec::new("numcodecs.zlib", json!({"level": level()})),
+        other => {
+            return Err(metadata(
+                key,
+                format!(
+                    "compressor {other:?} is not supported (supported: {})",
+                    V2_COMPRESSORS.join(", ")
+                ),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn translates_a_typical_v2_array() {
+        let zarray = br#"{"zarr_format":2,"shape":[10,20],"chunks":[5,5],"dtype":">f8",
+            "compressor":{"id":"blosc","cname":"zstd","clevel":5,"shuffle":1,"blocksize":0},
+            "fill_value":"NaN","order":"F","filters":null,"dimension_separator":"/"}"#;
+        let zattrs = br#"{"_ARRAY_DIMENSIONS":["y","x"],"units":"K"}"#;
+        let meta = parse_array("t/.zarray", zarray, Some(zattrs)).expect("parses");
+        assert_eq!(meta.data_type, DataType::Float64);
+        assert_eq!(meta.chunk_key_encoding.key(&[1, 2]), "1/2");
+        let names: Vec<&str> = meta.codecs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["transpose", "bytes", "blosc"]);
+        assert_eq!(meta.codecs[1].get("endian"), Some(&json!("big")));
+        assert_eq!(meta.codecs[2].get("typesize"), Some(&json!(8)));
+        assert_eq!(meta.dimension_names, Some(vec![Some("y".into()), Some("x".into())]));
+        assert!(!meta.attributes.contains_key("_ARRAY_DIMENSIONS"));
+        assert_eq!(meta.attributes["units"], json!("K"));
+    }
+
+    #[test]
+    fn rejects_unsupported_and_malformed() {
+        let bad = |s: &str| parse_array("a/.zarray", s.as_bytes(), None).is_err();
+        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#));
+        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
+        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<M8[ns]","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
+        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
+        assert!(bad("{not json"));
+        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#, None)
+            .expect_err("unsupported");
+        assert!(err.to_string().contains("a/.zarray") && err.to_string().contains("blosc"));
+    }
+}

@@ -1,0 +1,161 @@
+//! Zarr v3 metadata (`zarr.json`).
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue, NodeKind};
+
+use crate::error::{metadata, Error, Result};
+
+#[derive(Deserialize)]
+struct ZarrJson {
+    zarr_format: u8,
+    node_type: String,
+    #[serde(default)]
+    attributes: Map<String, Value>,
+    shape: Option<Vec<u64>>,
+    data_type: Option<Value>,
+    chunk_grid: Option<Value>,
+    chunk_key_encoding: Option<Value>,
+    fill_value: Option<Value>,
+    codecs: Option<Vec<CodecSpec>>,
+    dimension_names: Option<Vec<Option<String>>>,
+    #[serde(default)]
+    storage_transformers: Vec<Value>,
+    #[serde(default)]
+    consolidated_metadata: Option<Value>,
+}
+
+/// A parsed `zarr.json`: the node and, for groups written with consolidated metadata, the documents of
+/// the nodes below it by relative path.
+#[derive(Debug)]
+pub struct ParsedNode {
+    pub kind: NodeKind,
+    pub consolidated: Option<Map<String, Value>>,
+}
+
+pub fn parse_node(key: &str, bytes: &[u8]) -> Result<ParsedNode> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|source| Error::Json {
+        key: key.to_string(),
+        source,
+    })?;
+    parse_value(key, value)
+}
+
+pub fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
+    let z: ZarrJson = serde_json::from_value(value).map_err(|source| Error::Json {
+        key: key.to_string(),
+        source,
+    })?;
+    if z.zarr_format != 3 {
+        return Err(metadata(key, format!("zarr_format is {}, expected 3", z.zarr_format)));
+    }
+    let consolidated = z
+        .consolidated_metadata
+        .as_ref()
+        .and_then(|c| c.get("metadata"))
+        .and_then(Value::as_object)
+        .cloned();
+    match z.node_type.as_str() {
+        "group" => Ok(ParsedNode {
+            kind: NodeKind::Group {
+                attributes: z.attributes,
+            },
+            consolidated,
+        }),
+        "array" => Ok(ParsedNode {
+            kind: NodeKind::Array(Box::new(array(key, z)?)),
+            consolidated: None,
+        }),
+        other => Err(metadata(key, format!("node_type {other:?} is not array or group"))),
+    }
+}
+
+fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
+    let missing = |field: &str| metadata(key, format!("missing {field}"));
+    let shape = z.shape.ok_or_else(|| missing("shape"))?;
+    let core = |source| Error::Core {
+        key: key.to_string(),
+        source,
+    };
+    let data_type = match z.data_type.ok_or_else(|| missing("data_type"))? {
+        Value::String(name) => DataType::from_v3_name(&name).map_err(core)?,
+        other => return Err(metadata(key, format!("data_type {other} is not supported"))),
+    };
+    let fill_value = FillValue::from_v3_json(&z.fill_value.ok_or_else(|| missing("fill_value"))?, data_type)
+        .map_err(core)?;
+    let grid = z.chunk_grid.ok_or_else(|| missing("chunk_grid"))?;
+    if grid["name"] != "regular" {
+        return Err(metadata(key, format!("chunk_grid {} is not supported (regular)", grid["name"])));
+    }
+    let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
+        .as_array()
+        .and_then(|a| a.iter().map(Value::as_u64).collect())
+        .ok_or_else(|| metadata(key, "chunk_grid.configuration.chunk_shape must be a list of integers"))?;
+    if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
+        return Err(metadata(key, format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}")));
+    }
+    let encoding = z.chunk_key_encoding.ok_or_else(|| missing("chunk_key_encoding"))?;
+    let separator = |default: char| match encoding["configuration"]["separator"].as_str() {
+        None => Ok(default),
+        Some(".") => Ok('.'),
+        Some("/") => Ok('/'),
+        Some(other) => Err(metadata(key, format!("chunk key separator {other:?} is not . or /"))),
+    };
+    let chunk_key_encoding = match encoding["name"].as_str() {
+        Some("default") => ChunkKeyEncoding::Default { separator: separator('/')? },
+        Some("v2") => ChunkKeyEncoding::V2 { separator: separator('.')? },
+        _ => return Err(metadata(key, format!("chunk_key_encoding {} is not supported", encoding["name"]))),
+    };
+    if !z.storage_transformers.is_empty() {
+        return Err(metadata(key, "storage_transformers are not supported"));
+    }
+    if let Some(names) = &z.dimension_names {
+        if names.len() != shape.len() {
+            return Err(metadata(key, "dimension_names does not match the number of dimensions"));
+        }
+    }
+    Ok(ArrayMeta {
+        shape,
+        data_type,
+        fill_value,
+        chunk_shape,
+        codecs: z.codecs.ok_or_else(|| missing("codecs"))?,
+        chunk_key_encoding,
+        attributes: z.attributes,
+        dimension_names: z.dimension_names,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sharded_array() {
+        let doc = br#"{"zarr_format":3,"node_type":"array","shape":[100,50],"data_type":"float32",
+          "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[64,64]}},
+          "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+          "fill_value":"NaN","codecs":[{"name":"sharding_indexed","configuration":{"chunk_shape":[32,32],
+          "codecs":[{"name":"bytes","configuration":{"endian":"little"}}],
+          "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},"crc32c"],"index_location":"end"}}],
+          "attributes":{"a":1},"dimension_names":["y",null]}"#;
+        let node = parse_node("x/zarr.json", doc).expect("parses");
+        let NodeKind::Array(meta) = node.kind else { panic!("expected an array") };
+        assert_eq!(meta.chunk_shape, vec![64, 64]);
+        assert_eq!(meta.codecs[0].name, "sharding_indexed");
+        assert_eq!(meta.chunk_key_encoding.key(&[1, 0]), "c/1/0");
+        assert_eq!(meta.dimension_names, Some(vec![Some("y".into()), None]));
+    }
+
+    #[test]
+    fn rejects_bad_documents() {
+        assert!(parse_node("z", br#"{"zarr_format":2,"node_type":"group"}"#).is_err());
+        assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4]}"#).is_err());
+        assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
+            "chunk_grid":{"name":"rectilinear"},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[]}"#).is_err());
+        assert!(matches!(
+            parse_node("z", br#"{"zarr_format":3,"node_type":"group","attributes":{"k":"v"}}"#).map(|n| n.kind),
+            Ok(NodeKind::Group { .. })
+        ));
+    }
+}
