@@ -1,1 +1,27 @@
-//! placeholder
+//! The conversion stages of zshard, joined by bounded channels:
+//!
+//! fetch (I/O thread) → decode (rayon) → assemble (one thread, per shard) → encode (rayon) → write.
+//!
+//! A message is one shard of one array. Stages know nothing of formats or stores: a
+//! [`ChunkReader`](zshard_core::ChunkReader) yields encoded source chunks by grid position, codec
+//! chains decode and encode, and a [`ShardSink`](zshard_core::ShardSink) stores finished shards.
+//! Memory is bounded by the channel capacities (a few shards per stage), not by the array size, and the
+//! order of [`ShardTask`]s is the caller's: a subset of shards (one worker's part, the shards not done
+//! yet) is just a different iterator.
+//!
+//! ```no_run
+//! # fn jobs() -> Vec<zshard_pipeline::ArrayJob> { unimplemented!() }
+//! use zshard_pipeline::{run, Options, ShardTask};
+//!
+//! let jobs = jobs();
+//! let stats = run(&jobs, ShardTask::all(&jobs), &Options::with_threads(4), &|_outcome| {}).unwrap();
+//! println!("{} shards written", stats.shards_written);
+//! ```
+
+mod error;
+mod job;
+mod stages;
+
+pub use error::{Error, Result};
+pub use job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
+pub use stages::run;

@@ -1,0 +1,330 @@
+//! The stages and their wiring. Each message is one shard; errors travel inside messages to the
+//! writer, which keeps the first one and tells the fetcher to stop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use rayon::iter::{IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator};
+use zshard_core::{copy_region, Region};
+
+use crate::error::{Error, Result};
+use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
+
+/// Encoded source chunks of one shard, as read (`None` = missing chunk).
+struct Fetched {
+    task: ShardTask,
+    chunks: Vec<(Vec<u64>, Option<Bytes>)>,
+    read: ReadCounts,
+}
+
+/// Decoded source chunks of one shard.
+struct Decoded {
+    task: ShardTask,
+    chunks: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    read: ReadCounts,
+}
+
+/// Raw inner chunks of one shard, C order; `None` = empty (only fill value, or outside the array).
+struct Assembled {
+    task: ShardTask,
+    inner: Vec<Option<Vec<u8>>>,
+    read: ReadCounts,
+}
+
+/// Encoded inner chunks of one shard.
+struct Encoded {
+    task: ShardTask,
+    inner: Vec<Option<Bytes>>,
+    read: ReadCounts,
+}
+
+type Msg<T> = Result<T>;
+
+/// What reading one shard's source chunks took.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReadCounts {
+    bytes: u64,
+    chunks: u64,
+    missing: u64,
+}
+
+/// Converts every shard that `tasks` yields. Returns the totals, or the first error (after the shards
+/// already under way have drained; a shard with an error is never written).
+pub fn run(
+    jobs: &[ArrayJob],
+    tasks: impl Iterator<Item = ShardTask> + Send,
+    options: &Options,
+    progress: &(dyn Fn(&ShardOutcome) + Sync),
+) -> Result<Stats> {
+    let pool = |name: &'static str| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads.max(1))
+            .thread_name(move |i| format!("zshard-{name}-{i}"))
+            .build()
+            .map_err(|source| Error::ThreadPool { source })
+    };
+    // Two pools: a decode worker blocked on a full channel must never hold a thread the encoder needs.
+    let decode_pool = pool("decode")?;
+    let encode_pool = pool("encode")?;
+    let capacity = options.channel_capacity.max(1);
+    let cancel = AtomicBool::new(false);
+
+    let (fetched_tx, fetched_rx) = bounded::<Msg<Fetched>>(capacity);
+    let (decoded_tx, decoded_rx) = bounded::<Msg<Decoded>>(capacity);
+    let (assembled_tx, assembled_rx) = bounded::<Msg<Assembled>>(capacity);
+    let (encoded_tx, encoded_rx) = bounded::<Msg<Encoded>>(capacity);
+
+    std::thread::scope(|scope| {
+        let cancel = &cancel;
+        std::thread::Builder::new()
+            .name("zshard-fetch".into())
+            .spawn_scoped(scope, move || fetch_stage(jobs, tasks, cancel, fetched_tx))
+            .map_err(thread_error)?;
+        std::thread::Builder::new()
+            .name("zshard-decode".into())
+            .spawn_scoped(scope, move || {
+                decode_pool.install(|| map_stage(fetched_rx, &decoded_tx, cancel, |m| decode(jobs, m)))
+            })
+            .map_err(thread_error)?;
+        std::thread::Builder::new()
+            .name("zshard-assemble".into())
+            .spawn_scoped(scope, move || {
+                for msg in decoded_rx {
+                    if cancel.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let assembled = msg.map(|d| assemble(&jobs[d.task.array], d));
+                    if assembled_tx.send(assembled).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(thread_error)?;
+        std::thread::Builder::new()
+            .name("zshard-encode".into())
+            .spawn_scoped(scope, move || {
+                encode_pool.install(|| map_stage(assembled_rx, &encoded_tx, cancel, |m| encode(jobs, m)))
+            })
+            .map_err(thread_error)?;
+        Ok(write_stage(jobs, encoded_rx, cancel, progress))
+    })
+    .and_then(|r| r)
+}
+
+fn thread_error(source: std::io::Error) -> Error {
+    Error::SpawnThread { source }
+}
+
+fn fetch_stage(
+    jobs: &[ArrayJob],
+    tasks: impl Iterator<Item = ShardTask>,
+    cancel: &AtomicBool,
+    out: Sender<Msg<Fetched>>,
+) {
+    for task in tasks {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        if out.send(fetch(&jobs[task.array], task)).is_err() {
+            break;
+        }
+    }
+}
+
+/// A stateless stage: messages are taken by the pool's workers as they free up, so several shards are
+/// processed at once, and each shard's chunks are spread over the pool too.
+fn map_stage<I: Send, O: Send>(
+    input: Receiver<Msg<I>>,
+    output: &Sender<Msg<O>>,
+    cancel: &AtomicBool,
+    work: impl Fn(I) -> Msg<O> + Sync,
+) {
+    input.into_iter().par_bridge().for_each(|msg| {
+        if cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        // A closed output means the run is over; nothing to do with the message.
+        let _ = output.send(msg.and_then(&work));
+    });
+}
+
+fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
+    let region = job
+        .geometry
+        .shard_region(&task.shard)
+        .intersect(&job.geometry.array_region());
+    let coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
+    let results = job.reader.read_chunks(&coords);
+    let mut chunks = Vec::with_capacity(coords.len());
+    let mut read = ReadCounts::default();
+    for (coord, result) in coords.into_iter().zip(results) {
+        let bytes = result.map_err(|source| Error::Read {
+            array: job.name.clone(),
+            key: job.reader.chunk_key(&coord),
+            source,
+        })?;
+        read.chunks += 1;
+        match &bytes {
+            Some(b) => read.bytes += b.len() as u64,
+            None => read.missing += 1,
+        }
+        chunks.push((coord, bytes));
+    }
+    Ok(Fetched { task, chunks, read })
+}
+
+fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
+    let job = &jobs[fetched.task.array];
+    let chunks = fetched
+        .chunks
+        .into_par_iter()
+        .map(|(coord, bytes)| {
+            let decoded = match bytes {
+                None => None,
+                Some(b) => Some(job.source_chain.decode(&b, &job.source_repr).map_err(|source| {
+                    Error::Decode {
+                        array: job.name.clone(),
+                        key: job.reader.chunk_key(&coord),
+                        source,
+                    }
+                })?),
+            };
+            Ok((coord, decoded))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Decoded {
+        task: fetched.task,
+        chunks,
+        read: fetched.read,
+    })
+}
+
+/// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
+/// boundaries freely; what no source chunk covers keeps the fill value.
+fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
+    let geometry = &job.geometry;
+    let array_shape = geometry.array_shape();
+    let source_shape = &job.source_repr.shape;
+    let element = job.inner_repr.data_type.size();
+    let fill = &job.inner_repr.fill_value;
+    let by_coord: HashMap<&[u64], &Option<Vec<u8>>> =
+        decoded.chunks.iter().map(|(c, d)| (c.as_slice(), d)).collect();
+    let count = zshard_core::product(&geometry.chunks_per_shard());
+    let array = geometry.array_region();
+    let inner = (0..count)
+        .map(|i| {
+            let region = geometry.inner_region(&decoded.task.shard, i);
+            let covered = region.intersect(&array)?;
+            let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
+            for coord in covered.chunks_overlapping(source_shape) {
+                let Some(Some(data)) = by_coord.get(coord.as_slice()) else { continue };
+                let source = Region::of_chunk(&coord, source_shape, array_shape);
+                let Some(overlap) = covered.intersect(&source) else { continue };
+                copy_region(
+                    data,
+                    source_shape,
+                    &source.start,
+                    &mut buffer,
+                    &region.shape,
+                    &region.start,
+                    &overlap,
+                    element,
+                );
+            }
+            (!fill.fills(&buffer)).then_some(buffer)
+        })
+        .collect();
+    Assembled {
+        task: decoded.task,
+        inner,
+        read: decoded.read,
+    }
+}
+
+fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
+    let job = &jobs[assembled.task.array];
+    let shard = &assembled.task.shard;
+    let inner = assembled
+        .inner
+        .into_par_iter()
+        .enumerate()
+        .map(|(i, raw)| match raw {
+            None => Ok(None),
+            Some(raw) => job
+                .inner_chain
+                .encode(raw, &job.inner_repr)
+                .map(|b| Some(Bytes::from(b)))
+                .map_err(|source| Error::Encode {
+                    array: job.name.clone(),
+                    key: job.sink.shard_key(shard),
+                    inner: i,
+                    source,
+                }),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Encoded {
+        task: assembled.task,
+        inner,
+        read: assembled.read,
+    })
+}
+
+fn write_stage(
+    jobs: &[ArrayJob],
+    input: Receiver<Msg<Encoded>>,
+    cancel: &AtomicBool,
+    progress: &(dyn Fn(&ShardOutcome) + Sync),
+) -> Result<Stats> {
+    let mut stats = Stats::default();
+    let mut first_error = None;
+    for msg in input {
+        let outcome = msg.and_then(|encoded| write(&jobs[encoded.task.array], encoded));
+        match outcome {
+            Ok(outcome) => {
+                stats.bytes_read += outcome.bytes_read;
+                stats.chunks_read += outcome.chunks_read;
+                stats.chunks_missing += outcome.chunks_missing;
+                stats.bytes_written += outcome.bytes_written;
+                if outcome.written {
+                    stats.shards_written += 1;
+                } else {
+                    stats.shards_empty += 1;
+                }
+                progress(&outcome);
+            }
+            Err(e) => {
+                cancel.store(true, Ordering::Relaxed);
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
+}
+
+fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
+    let written = encoded.inner.iter().any(Option::is_some);
+    let bytes_written = if written {
+        job.sink
+            .write_shard(&encoded.task.shard, &encoded.inner)
+            .map_err(|source| Error::Write {
+                array: job.name.clone(),
+                key: job.sink.shard_key(&encoded.task.shard),
+                source,
+            })?
+    } else {
+        0
+    };
+    Ok(ShardOutcome {
+        array: encoded.task.array,
+        bytes_read: encoded.read.bytes,
+        chunks_read: encoded.read.chunks,
+        chunks_missing: encoded.read.missing,
+        bytes_written,
+        written,
+    })
+}
