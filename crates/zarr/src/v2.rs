@@ -130,7 +130,7 @@ fn take_array_dimensions(attributes: &mut Map<String, Value>, ndim: usize) -> Op
     if names.len() != ndim || names.iter().any(Option::is_none) {
         return None;
     }
-    attributes.remove("_ARRAY_DIMENSIONS");
+    attributes.shift_remove("_ARRAY_DIMENSIONS");
     Some(names)
 }
 

@@ -1,1 +1,135 @@
-fn main(){}
+//! The `zshard` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use zshard_core::IndexLocation;
+
+mod compressor;
+mod convert;
+mod demo;
+mod plan;
+mod progress;
+
+use compressor::Compressor;
+use convert::{parse_index_location, parse_shape, Conversion};
+use plan::Layout;
+
+const CONVERT_HELP: &str = "\
+Examples:
+  # A Zarr v2 array into 4096x4096 shards of 256x256 inner chunks, zstd level 3:
+  zshard convert input.zarr output.zarr --shard-shape 4096,4096 --chunk-shape 256,256 --compressor zstd:3
+
+  # A whole group (every array below it), index at the start of each shard, blosc:
+  zshard convert climate.zarr climate-sharded.zarr --index-location start --compressor blosc:zstd:5:bitshuffle
+
+Shapes:
+  --chunk-shape defaults to the source chunk shape (for an already sharded v3 source: its inner chunk
+  shape). --shard-shape defaults to an automatic choice: starting from the inner chunk shape, the
+  dimension with the fewest inner chunks per shard is doubled (the last one on ties) while the shard's
+  uncompressed size stays within 64 MiB and the shard does not extend past the array (rounded up to
+  whole inner chunks). Both must have one entry per array dimension, and every --chunk-shape entry must
+  divide the --shard-shape entry; otherwise nothing is written.
+
+Output:
+  Zarr v3, C order, little-endian `bytes` codec, inner chunks holding only the fill value are not
+  stored, and shards holding only such chunks are not written. Each shard appears under its key only
+  when complete; zarr.json documents are written after all data.";
+
+#[derive(Parser, Debug)]
+#[command(name = "zshard", version, about = "Convert chunked arrays into sharded Zarr v3 (sharding_indexed)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
+    #[command(after_help = CONVERT_HELP)]
+    Convert {
+        /// Source: a Zarr v2 or v3 array or group (a directory path or file:// URL).
+        src: String,
+        /// Destination of the sharded Zarr v3 array or group.
+        dst: String,
+        /// Shard shape, e.g. 4096,4096 (default: automatic, see below).
+        #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
+        shard_shape: Option<Vec<u64>>,
+        /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
+        #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
+        chunk_shape: Option<Vec<u64>>,
+        /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
+        /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none.
+        #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
+        compressor: Compressor,
+        /// Where each shard's index goes.
+        #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
+        index_location: IndexLocation,
+        /// Worker threads per CPU stage (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// No progress bar and no summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Build a small sample Zarr v2 dataset, convert it, and show how to open the result.
+    Demo {
+        /// Folder for the demo's source and output.
+        #[arg(long, default_value = "zshard-demo")]
+        dir: PathBuf,
+        /// Worker threads per CPU stage (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// No progress bar and no summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Convert {
+            src,
+            dst,
+            shard_shape,
+            chunk_shape,
+            compressor,
+            index_location,
+            threads,
+            quiet,
+        } => {
+            let conversion = Conversion {
+                source: src,
+                destination: dst,
+                layout: Layout {
+                    shard_shape,
+                    chunk_shape,
+                    compressor,
+                    index_location,
+                },
+                threads: threads.unwrap_or_else(default_threads),
+                quiet,
+            };
+            convert::convert(&conversion).map(|_| ())
+        }
+        Command::Demo { dir, threads, quiet } => {
+            demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the chain of causes, outermost first.
+            eprintln!("zshard: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! `--compressor` specifications: `zstd:LEVEL`, `gzip:LEVEL`, `blosc:CNAME:CLEVEL:SHUFFLE`, `none`.
+
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+use zshard_codecs::{BLOSC_CNAMES, BLOSC_SHUFFLES};
+use zshard_core::{CodecSpec, DataType};
+
+/// The compressor of the output's inner chunks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Compressor {
+    None,
+    Zstd { level: i32 },
+    Gzip { level: u32 },
+    Blosc { cname: String, clevel: u32, shuffle: String },
+}
+
+impl FromStr for Compressor {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let level = |text: &str| -> anyhow::Result<i64> {
+            text.parse().with_context(|| format!("{text:?} is not a compression level"))
+        };
+        Ok(match parts.as_slice() {
+            ["none"] => Compressor::None,
+            ["zstd"] => Compressor::Zstd { level: 3 },
+            ["zstd", l] => {
+                let level = level(l)?;
+                if !(-7..=22).contains(&level) {
+                    bail!("zstd level {level} is not in -7..=22");
+                }
+                Compressor::Zstd { level: level as i32 }
+            }
+            ["gzip"] => Compressor::Gzip { level: 5 },
+            ["gzip", l] => {
+                let level = level(l)?;
+                if !(0..=9).contains(&level) {
+                    bail!("gzip level {level} is not in 0..=9");
+                }
+                Compressor::Gzip { level: level as u32 }
+            }
+            ["blosc", cname, clevel, shuffle] => {
+                if !BLOSC_CNAMES.contains(cname) {
+                    bail!("blosc compressor {cname:?} is not one of {}", BLOSC_CNAMES.join(", "));
+                }
+                let clevel = level(clevel)?;
+                if !(0..=9).contains(&clevel) {
+                    bail!("blosc level {clevel} is not in 0..=9");
+                }
+                if !BLOSC_SHUFFLES.contains(shuffle) {
+                    bail!("blosc shuffle {shuffle:?} is not one of {}", BLOSC_SHUFFLES.join(", "));
+                }
+                Compressor::Blosc {
+                    cname: cname.to_string(),
+                    clevel: clevel as u32,
+                    shuffle: shuffle.to_string(),
+                }
+            }
+            _ => bail!(
+                "unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE or none"
+            ),
+        })
+    }
+}
+
+impl Compressor {
+    /// The inner codec chain: `bytes` (little endian) then the compressor.
+    pub fn inner_codecs(&self, data_type: DataType) -> Vec<CodecSpec> {
+        let mut codecs = vec![CodecSpec::new("bytes", json!({"endian": "little"}))];
+        match self {
+            Compressor::None => {}
+            Compressor::Zstd { level } => {
+                codecs.push(CodecSpec::new("zstd", json!({"level": level, "checksum": false})))
+            }
+            Compressor::Gzip { level } => codecs.push(CodecSpec::new("gzip", json!({"level": level}))),
+            Compressor::Blosc { cname, clevel, shuffle } => codecs.push(CodecSpec::new(
+                "blosc",
+                json!({"cname": cname, "clevel": clevel, "shuffle": shuffle,
+                       "typesize": data_type.size(), "blocksize": 0}),
+            )),
+        }
+        codecs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!("zstd:3".parse::<Compressor>().ok(), Some(Compressor::Zstd { level: 3 }));
+        assert_eq!("gzip:9".parse::<Compressor>().ok(), Some(Compressor::Gzip { level: 9 }));
+        assert_eq!("none".parse::<Compressor>().ok(), Some(Compressor::None));
+        assert_eq!(
+            "blosc:lz4:5:bitshuffle".parse::<Compressor>().ok(),
+            Some(Compressor::Blosc { cname: "lz4".into(), clevel: 5, shuffle: "bitshuffle".into() })
+        );
+        for bad in ["zstd:x", "zstd:99", "gzip:10", "blosc:snappy:5:shuffle", "blosc:lz4:5", "blosc:lz4:5:twice", "lzma:1", ""] {
+            assert!(bad.parse::<Compressor>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn blosc_records_the_type_size() {
+        let c: Compressor = "blosc:zstd:5:shuffle".parse().expect("valid");
+        let codecs = c.inner_codecs(DataType::Float64);
+        assert_eq!(codecs[1].get("typesize"), Some(&json!(8)));
+    }
+}

@@ -1,0 +1,164 @@
+//! Turning a source hierarchy and the command-line options into a checked plan. Everything `convert`
+//! can reject is rejected here, before anything is written.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{Map, Value};
+use zshard_codecs::build_chain;
+use zshard_core::{auto_shard_shape, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry};
+use zshard_pipeline::ArrayJob;
+use zshard_store::Store;
+use zshard_writer::{ShardWriter, ShardedArrayMetadata};
+use zshard_zarr::ZarrChunkReader;
+
+use crate::compressor::Compressor;
+
+/// Options of `convert` that shape the output.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub shard_shape: Option<Vec<u64>>,
+    pub chunk_shape: Option<Vec<u64>>,
+    pub compressor: Compressor,
+    pub index_location: IndexLocation,
+}
+
+/// One array to convert.
+#[derive(Debug)]
+pub struct PlannedArray {
+    pub path: String,
+    pub source: ArrayMeta,
+    pub geometry: ShardGeometry,
+    pub output: ShardedArrayMetadata,
+    job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
+}
+
+/// Everything a conversion will do.
+#[derive(Debug)]
+pub struct Plan {
+    pub arrays: Vec<PlannedArray>,
+    /// Groups by path, with their attributes.
+    pub groups: Vec<(String, Map<String, Value>)>,
+}
+
+/// A readable name of the node at `path` for messages.
+pub fn display_path(path: &str) -> String {
+    if path.is_empty() {
+        "/".to_string()
+    } else {
+        path.to_string()
+    }
+}
+
+impl Plan {
+    pub fn new(nodes: &[Node], layout: &Layout) -> anyhow::Result<Plan> {
+        let mut arrays = Vec::new();
+        let mut groups = Vec::new();
+        for node in nodes {
+            match &node.kind {
+                NodeKind::Group { attributes } => groups.push((node.path.clone(), attributes.clone())),
+                NodeKind::Array(meta) => arrays.push(
+                    plan_array(&node.path, meta, layout)
+                        .with_context(|| format!("array {}", display_path(&node.path)))?,
+                ),
+            }
+        }
+        Ok(Plan { arrays, groups })
+    }
+
+    pub fn shard_count(&self) -> u64 {
+        self.arrays.iter().map(|a| a.geometry.shard_count()).sum()
+    }
+
+    /// The pipeline jobs, reading from `source` and writing below `destination`.
+    pub fn jobs(&self, source: &Store, destination: &Store) -> Vec<ArrayJob> {
+        self.arrays
+            .iter()
+            .map(|a| {
+                let reader = ZarrChunkReader::new(source.child(&a.path), a.source.chunk_key_encoding);
+                let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
+                ArrayJob {
+                    name: display_path(&a.path),
+                    geometry: a.geometry.clone(),
+                    source_repr: a.source.chunk_repr(),
+                    source_chain: a.job_parts.0.clone(),
+                    inner_repr: ChunkRepr {
+                        shape: a.output.inner_shape.clone(),
+                        data_type: a.output.data_type,
+                        fill_value: a.output.fill_value.clone(),
+                    },
+                    inner_chain: a.job_parts.1.clone(),
+                    reader: Arc::new(reader),
+                    sink: Arc::new(writer),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The inner chunk shape of an already sharded source, which is the natural default for the output.
+fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
+    let sharding = meta.codecs.iter().find(|c| c.name == "sharding_indexed")?;
+    sharding
+        .get("chunk_shape")?
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect()
+}
+
+fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> anyhow::Result<()> {
+    if shape.len() != meta.shape.len() {
+        bail!(
+            "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?})",
+            shape.len(),
+            meta.shape.len(),
+            meta.shape
+        );
+    }
+    Ok(())
+}
+
+fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<PlannedArray> {
+    let inner_shape = match &layout.chunk_shape {
+        Some(shape) => {
+            check_rank("--chunk-shape", shape, meta)?;
+            shape.clone()
+        }
+        None => source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone()),
+    };
+    let shard_shape = match &layout.shard_shape {
+        Some(shape) => {
+            check_rank("--shard-shape", shape, meta)?;
+            shape.clone()
+        }
+        None => auto_shard_shape(&meta.shape, &inner_shape, meta.data_type.size()),
+    };
+    let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape).map_err(|e| anyhow!("{e}"))?;
+    let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).context("source codecs")?;
+    let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
+    let inner_repr = ChunkRepr {
+        shape: inner_shape.clone(),
+        data_type: meta.data_type,
+        fill_value: meta.fill_value.clone(),
+    };
+    let inner_chain = build_chain(&inner_codecs, &inner_repr).context("output codecs")?;
+    let output = ShardedArrayMetadata {
+        shape: meta.shape.clone(),
+        data_type: meta.data_type,
+        fill_value: meta.fill_value.clone(),
+        shard_shape,
+        inner_shape,
+        inner_codecs: inner_chain.specs(),
+        index_location: layout.index_location,
+        attributes: meta.attributes.clone(),
+        dimension_names: meta.dimension_names.clone(),
+    };
+    Ok(PlannedArray {
+        path: path.to_string(),
+        source: meta.clone(),
+        geometry,
+        output,
+        job_parts: (source_chain, inner_chain),
+    })
+}
