@@ -186,18 +186,18 @@ impl ShardGeometry {
         }
         if inner_shape.len() != ndim {
             return bad(format!(
-                "chunk shape {inner_shape:?} has {} dimensions, the array has {ndim} (shape {array_shape:?})",
+                "inner chunk shape {inner_shape:?} has {} dimensions, the array has {ndim} (shape {array_shape:?})",
                 inner_shape.len()
             ));
         }
         if shard_shape.contains(&0) || inner_shape.contains(&0) {
             return bad(format!(
-                "shard shape {shard_shape:?} and chunk shape {inner_shape:?} must be positive"
+                "shard shape {shard_shape:?} and inner chunk shape {inner_shape:?} must be positive"
             ));
         }
         if let Some(d) = (0..ndim).find(|&d| shard_shape[d] % inner_shape[d] != 0) {
             return bad(format!(
-                "chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
+                "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
                 shard_shape[d], inner_shape[d]
             ));
         }

@@ -79,8 +79,12 @@ pub fn parse_index_location(s: &str) -> Result<IndexLocation, String> {
     IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
 }
 
+/// A shape given on the command line as `a,b,c`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape(pub Vec<u64>);
+
 /// Parses `a,b,c` into a shape.
-pub fn parse_shape(s: &str) -> Result<Vec<u64>, String> {
+pub fn parse_shape(s: &str) -> Result<Shape, String> {
     s.split(',')
         .map(|part| {
             part.trim()
@@ -89,5 +93,6 @@ pub fn parse_shape(s: &str) -> Result<Vec<u64>, String> {
                 .filter(|&n| n > 0)
                 .ok_or_else(|| format!("{part:?} is not a positive integer (expected a,b,... e.g. 4096,4096)"))
         })
-        .collect()
+        .collect::<Result<Vec<u64>, String>>()
+        .map(Shape)
 }

@@ -13,7 +13,7 @@ mod plan;
 mod progress;
 
 use compressor::Compressor;
-use convert::{parse_index_location, parse_shape, Conversion};
+use convert::{parse_index_location, parse_shape, Conversion, Shape};
 use plan::Layout;
 
 const CONVERT_HELP: &str = "\
@@ -55,10 +55,10 @@ enum Command {
         dst: String,
         /// Shard shape, e.g. 4096,4096 (default: automatic, see below).
         #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-        shard_shape: Option<Vec<u64>>,
+        shard_shape: Option<Shape>,
         /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
         #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-        chunk_shape: Option<Vec<u64>>,
+        chunk_shape: Option<Shape>,
         /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
         /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none.
         #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
@@ -107,8 +107,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 source: src,
                 destination: dst,
                 layout: Layout {
-                    shard_shape,
-                    chunk_shape,
+                    shard_shape: shard_shape.map(|s| s.0),
+                    chunk_shape: chunk_shape.map(|s| s.0),
                     compressor,
                     index_location,
                 },

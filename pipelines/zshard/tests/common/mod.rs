@@ -1,0 +1,86 @@
+//! Helpers for the end-to-end tests: write Zarr v2 sources with zshard's codecs, run the binary, and
+//! read sharded output back through zshard's own shard decoder.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+use zshard_codecs::build_chain;
+use zshard_core::{c_order, copy_region, grid_shape, product, DataType, NodeKind, Region};
+use zshard_zarr::{parse_v2_array, parse_v3_node};
+
+/// A deterministic value for element `i` (C-order position), little-endian.
+pub fn element(dtype: DataType, i: u64) -> Vec<u8> {
+    match dtype {
+        DataType::UInt8 => vec![(i.wrapping_mul(7) + 3) as u8],
+        DataType::Int16 => ((i as i64 * 37 - 5000) as i16).to_le_bytes().to_vec(),
+        DataType::UInt16 => ((i.wrapping_mul(13)) as u16).to_le_bytes().to_vec(),
+        DataType::Float32 => ((i as f32) * 0.25 - 100.0).to_le_bytes().to_vec(),
+        DataType::Float64 => ((i as f64).sin() * 1e3).to_le_bytes().to_vec(),
+        other => panic!("no test values for {other}"),
+    }
+}
+
+/// The expected array: values everywhere except the first `zeros` elements, which hold 0 (the fill).
+pub fn expected(dtype: DataType, shape: &[u64], zeros: u64) -> Vec<u8> {
+    (0..product(shape))
+        .flat_map(|i| if i < zeros { vec![0; dtype.size()] } else { element(dtype, i) })
+        .collect()
+}
+
+/// Writes a Zarr v2 array at `dir` holding `data` (little-endian C order), skipping chunks that only
+/// hold zeros (the fill value), so they are missing in the source.
+pub fn write_v2(dir: &Path, dtype: DataType, shape: &[u64], chunks: &[u64], compressor: Value, data: &[u8]) {
+    let zarray = json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype.v2_typestr(),
+        "compressor": compressor, "fill_value": 0, "order": "C", "filters": null});
+    std::fs::create_dir_all(dir).expect("create source dir");
+    let text = serde_json::to_vec(&zarray).expect("json");
+    std::fs::write(dir.join(".zarray"), &text).expect("write .zarray");
+    let meta = parse_v2_array("test", &text, None).expect("valid .zarray");
+    let repr = meta.chunk_repr();
+    let chain = build_chain(&meta.codecs, &repr).expect("codecs");
+    let size = dtype.size();
+    let origin = vec![0; shape.len()];
+    for coord in c_order(&grid_shape(shape, chunks)) {
+        let region = Region::of_chunk(&coord, chunks, shape);
+        let mut raw = vec![0u8; repr.byte_len()];
+        copy_region(data, shape, &origin, &mut raw, chunks, &region.start, &region, size);
+        if raw.iter().all(|&b| b == 0) {
+            continue;
+        }
+        let encoded = chain.encode(raw, &repr).expect("encode");
+        std::fs::write(dir.join(meta.chunk_key_encoding.key(&coord)), encoded).expect("write chunk");
+    }
+}
+
+/// Runs the zshard binary.
+pub fn zshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zshard")).args(args).output().expect("run zshard")
+}
+
+/// Reads a sharded (or any) v3 array at `dir` back into little-endian C-order bytes, decoding every
+/// shard with zshard's `sharding_indexed` decoder. Returns the data and the parsed metadata document.
+pub fn read_v3(dir: &Path) -> (Vec<u8>, Value) {
+    let doc = std::fs::read(dir.join("zarr.json")).expect("zarr.json exists");
+    let json: Value = serde_json::from_slice(&doc).expect("json");
+    let NodeKind::Array(meta) = parse_v3_node("out", &doc).expect("valid zarr.json").kind else {
+        panic!("expected an array")
+    };
+    let repr = meta.chunk_repr();
+    let chain = build_chain(&meta.codecs, &repr).expect("output codecs");
+    let size = meta.data_type.size();
+    let mut out = meta.fill_value.repeat(product(&meta.shape) as usize);
+    let origin = vec![0; meta.shape.len()];
+    for coord in c_order(&grid_shape(&meta.shape, &meta.chunk_shape)) {
+        let Ok(bytes) = std::fs::read(dir.join(meta.chunk_key_encoding.key(&coord))) else { continue };
+        let decoded = chain.decode(&bytes, &repr).expect("shard decodes");
+        let region = Region::of_chunk(&coord, &meta.chunk_shape, &meta.shape);
+        copy_region(&decoded, &meta.chunk_shape, &region.start, &mut out, &meta.shape, &origin, &region, size);
+    }
+    (out, json)
+}
+
+pub fn shape_arg(shape: &[u64]) -> String {
+    shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
