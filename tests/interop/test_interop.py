@@ -593,6 +593,13 @@ def _small_v2(src: Path, shape=(16, 16), chunks=(4, 4)) -> None:
     arr[...] = random_data("int16", shape, 9)
 
 
+def assert_clean_failure(r) -> None:
+    """Non-zero exit by a handled error: not a Rust panic (exit 101 / 'panicked at')."""
+    assert r.returncode != 0, "expected failure\n" + r.describe()
+    assert r.returncode != 101 and "panicked at" not in r.stderr, "zshard panicked instead of reporting an error\n" + r.describe()
+    assert r.stderr.strip(), "no error message on stderr\n" + r.describe()
+
+
 def _assert_no_shards(dst: Path) -> None:
     if dst.exists():
         leftovers = sorted(data_files(dst))
@@ -628,17 +635,15 @@ def test_cli_error(opts: list[str], words: list[str], tmp_path: Path, zshard_bin
     src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
     _small_v2(src)
     r = run_zshard(zshard_bin, ["convert", src, dst, *opts])
-    assert r.returncode != 0, "expected failure\n" + r.describe()
+    assert_clean_failure(r)
     err = r.stderr.lower()
-    assert err.strip(), "no error message on stderr\n" + r.describe()
     assert any(w in err for w in words), f"stderr should mention one of {words}\n" + r.describe()
     _assert_no_shards(dst)
 
 
 def test_cli_error_missing_src(tmp_path: Path, zshard_bin: Path) -> None:
     r = run_zshard(zshard_bin, ["convert", tmp_path / "nope.zarr", tmp_path / "dst.zarr"])
-    assert r.returncode != 0, r.describe()
-    assert r.stderr.strip(), r.describe()
+    assert_clean_failure(r)
     _assert_no_shards(tmp_path / "dst.zarr")
 
 
@@ -673,6 +678,7 @@ def test_corrupt_chunk_v2_blosc(tmp_path: Path, zshard_bin: Path) -> None:
 
     r = run_zshard(zshard_bin, ["convert", src, dst, "--shard-shape", "8,8", "--quiet"])
     assert r.returncode != 0, "corrupt chunk was not detected\n" + r.describe()
+    assert_clean_failure(r)
     assert "1.2" in r.stderr, "stderr does not name chunk key 1.2\n" + r.describe()
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, "error should be one line on stderr\n" + r.describe()
@@ -696,6 +702,7 @@ def test_corrupt_chunk_in_group_names_array(tmp_path: Path, zshard_bin: Path) ->
 
     r = run_zshard(zshard_bin, ["convert", src, dst, "--shard-shape", "6,6", "--quiet"])
     assert r.returncode != 0, "corrupt chunk was not detected\n" + r.describe()
+    assert_clean_failure(r)
     assert "temperature" in r.stderr, "stderr does not name the array\n" + r.describe()
     assert "2.1" in r.stderr, "stderr does not name chunk key 2.1\n" + r.describe()
     out = dst / "sub" / "temperature"
@@ -713,5 +720,6 @@ def test_corrupt_chunk_v3_zstd(tmp_path: Path, zshard_bin: Path) -> None:
 
     r = run_zshard(zshard_bin, ["convert", src, dst, "--shard-shape", "10", "--threads", "2", "--quiet"])
     assert r.returncode != 0, "corrupt chunk was not detected\n" + r.describe()
+    assert_clean_failure(r)
     assert "c/5" in r.stderr or "c" + os.sep + "5" in r.stderr, "stderr does not name chunk key c/5\n" + r.describe()
     assert not (dst / "c" / "2").is_file(), "shard covering the corrupt chunk exists\n" + r.describe()

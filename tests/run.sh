@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The one command that runs every test of zshard on a fresh machine (and what .ci/run calls):
+#   1. cargo fmt --check and clippy with warnings as errors,
+#   2. the Rust unit, integration and doc tests (release build, shared with step 3),
+#   3. the interop suite: zarr-python writes inputs, zshard converts, zarr-python and tensorstore read back,
+#   4. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
+# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, -D warnings)"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+step "cargo test (release)"
+cargo test --workspace --release
+
+step "cargo build --release (the zshard binary)"
+cargo build --release -p zshard
+export ZSHARD_BIN="$PWD/target/release/zshard"
+
+step "interop tests (zarr-python, tensorstore)"
+tests/interop/run.sh
+
+if [ "${ZSHARD_SKIP_W1:-0}" != "1" ]; then
+  step "W1 acceptance: 16384^2 uint16, blosc zstd 5 -> shards 4096^2 of 256^2, zstd 3"
+  work="$PWD/target/w1"
+  "${ZSHARD_VENV:-$PWD/target/venv}/bin/python" benches/w1.py "$ZSHARD_BIN" "$work"
+  rm -rf "$work"
+fi
+
+step "all tests passed"
