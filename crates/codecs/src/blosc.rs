@@ -35,7 +35,10 @@ pub struct BloscCodec {
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
     let cname = string(spec, "cname").unwrap_or("lz4");
     if !CNAMES.contains(&cname) {
-        return Err(invalid("blosc", format!("cname {cname:?} is not one of {CNAMES:?}")));
+        return Err(invalid(
+            "blosc",
+            format!("cname {cname:?} is not one of {CNAMES:?}"),
+        ));
     }
     let clevel = int(spec, "clevel", Some(5))?;
     if !(0..=9).contains(&clevel) {
@@ -44,19 +47,21 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
     let shuffle = match spec.get("shuffle") {
         None => 1,
         Some(v) => match (v.as_str(), v.as_i64()) {
-            (Some(s), _) => SHUFFLES
-                .iter()
-                .position(|&x| x == s)
-                .ok_or_else(|| invalid("blosc", format!("shuffle {s:?} is not one of {SHUFFLES:?}")))?
-                as c_int,
+            (Some(s), _) => SHUFFLES.iter().position(|&x| x == s).ok_or_else(|| {
+                invalid("blosc", format!("shuffle {s:?} is not one of {SHUFFLES:?}"))
+            })? as c_int,
             (None, Some(n @ 0..=2)) => n as c_int,
             _ => return Err(invalid("blosc", format!("bad shuffle {v}"))),
         },
     };
     let typesize = int(spec, "typesize", Some(repr.data_type.size() as i64))?;
     let blocksize = int(spec, "blocksize", Some(0))?;
-    let (Ok(typesize), Ok(blocksize)) = (usize::try_from(typesize), usize::try_from(blocksize)) else {
-        return Err(invalid("blosc", "typesize and blocksize must not be negative"));
+    let (Ok(typesize), Ok(blocksize)) = (usize::try_from(typesize), usize::try_from(blocksize))
+    else {
+        return Err(invalid(
+            "blosc",
+            "typesize and blocksize must not be negative",
+        ));
     };
     Ok(Codec::BytesToBytes(Arc::new(BloscCodec {
         cname: CString::new(cname).map_err(|_| invalid("blosc", "bad cname"))?,
@@ -89,7 +94,10 @@ impl BytesToBytesCodec for BloscCodec {
             )
         };
         if written <= 0 {
-            return Err(Error::codec("blosc", format!("compression failed (code {written})")));
+            return Err(Error::codec(
+                "blosc",
+                format!("compression failed (code {written})"),
+            ));
         }
         out.truncate(written as usize);
         Ok(out)
@@ -124,15 +132,24 @@ pub fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
     // SAFETY: `encoded` is valid for `encoded.len()` bytes; the function reads at most that many and
     // writes one usize through a valid pointer.
     let status = unsafe {
-        blosc_src::blosc_cbuffer_validate(encoded.as_ptr().cast::<c_void>(), encoded.len(), &mut nbytes)
+        blosc_src::blosc_cbuffer_validate(
+            encoded.as_ptr().cast::<c_void>(),
+            encoded.len(),
+            &mut nbytes,
+        )
     };
     if status != 0 {
-        return Err(Error::codec("blosc", "not a valid blosc frame (bad header or truncated)"));
+        return Err(Error::codec(
+            "blosc",
+            "not a valid blosc frame (bad header or truncated)",
+        ));
     }
     if nbytes > max_decoded_len {
         return Err(Error::codec(
             "blosc",
-            format!("frame claims {nbytes} decoded bytes, more than the expected {max_decoded_len}"),
+            format!(
+                "frame claims {nbytes} decoded bytes, more than the expected {max_decoded_len}"
+            ),
         ));
     }
     let mut out = vec![0u8; nbytes];
@@ -151,7 +168,10 @@ pub fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
         )
     };
     if got < 0 || got as usize != nbytes {
-        return Err(Error::codec("blosc", format!("decompression failed (code {got})")));
+        return Err(Error::codec(
+            "blosc",
+            format!("decompression failed (code {got})"),
+        ));
     }
     Ok(out)
 }

@@ -1,7 +1,9 @@
 //! `bytes`: the array→bytes codec that lays elements out in a byte order.
 
 use serde_json::json;
-use zshard_core::{swap_byte_order, ArrayToBytesCodec, ChunkRepr, CodecSpec, Endian, Error, Result};
+use zshard_core::{
+    swap_byte_order, ArrayToBytesCodec, ChunkRepr, CodecSpec, Endian, Error, Result,
+};
 
 use crate::config::string;
 use crate::error::invalid;
@@ -25,10 +27,22 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
         Some("little") => Some(Endian::Little),
         Some("big") => Some(Endian::Big),
         None if repr.data_type.size() == 1 => None,
-        None => return Err(invalid(&spec.name, "missing endian for a multi-byte data type")),
-        Some(other) => return Err(invalid(&spec.name, format!("endian {other:?} is not little or big"))),
+        None => {
+            return Err(invalid(
+                &spec.name,
+                "missing endian for a multi-byte data type",
+            ))
+        }
+        Some(other) => {
+            return Err(invalid(
+                &spec.name,
+                format!("endian {other:?} is not little or big"),
+            ))
+        }
     };
-    Ok(Codec::ArrayToBytes(std::sync::Arc::new(BytesCodec { endian })))
+    Ok(Codec::ArrayToBytes(std::sync::Arc::new(BytesCodec {
+        endian,
+    })))
 }
 
 impl BytesCodec {

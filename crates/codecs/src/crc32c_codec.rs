@@ -23,10 +23,16 @@ impl BytesToBytesCodec for Crc32cCodec {
 
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
         let Some(split) = encoded.len().checked_sub(4) else {
-            return Err(Error::codec("crc32c", "input is shorter than its 4-byte checksum"));
+            return Err(Error::codec(
+                "crc32c",
+                "input is shorter than its 4-byte checksum",
+            ));
         };
         if split > max_decoded_len {
-            return Err(Error::codec("crc32c", format!("input is longer than the expected {max_decoded_len} bytes")));
+            return Err(Error::codec(
+                "crc32c",
+                format!("input is longer than the expected {max_decoded_len} bytes"),
+            ));
         }
         let (data, stored) = encoded.split_at(split);
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);

@@ -82,8 +82,16 @@ impl BytesToBytesCodec for DeflateCodec {
 
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
         match self.framing {
-            Framing::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(encoded), max_decoded_len, self.name()),
-            Framing::Zlib => read_bounded(flate2::read::ZlibDecoder::new(encoded), max_decoded_len, self.name()),
+            Framing::Gzip => read_bounded(
+                flate2::read::MultiGzDecoder::new(encoded),
+                max_decoded_len,
+                self.name(),
+            ),
+            Framing::Zlib => read_bounded(
+                flate2::read::ZlibDecoder::new(encoded),
+                max_decoded_len,
+                self.name(),
+            ),
         }
     }
 

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use zshard_core::{ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec};
+use zshard_core::{
+    ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
+};
 
 use crate::error::{Error, Result};
 
@@ -58,7 +60,13 @@ pub fn build_chain(specs: &[CodecSpec], repr: &ChunkRepr) -> Result<CodecChain> 
     let mut array_to_bytes = None;
     let mut bytes_to_bytes = Vec::new();
     let mut current = repr.clone();
-    let names = || specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+    let names = || {
+        specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     for spec in specs {
         match build_codec(spec, &current)? {
             Codec::ArrayToArray(c) if array_to_bytes.is_none() => {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use zshard_core::{
-    assemble_shard, copy_region, product, ArrayToBytesCodec, ChunkRepr, CodecChain, CodecSpec, Endian,
-    Error, IndexEncoding, IndexLocation, Region, Result, ShardReader,
+    assemble_shard, copy_region, product, ArrayToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
+    Endian, Error, IndexEncoding, IndexLocation, Region, Result, ShardReader,
 };
 
 use crate::error::invalid;
@@ -33,11 +33,17 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
     {
         return Err(invalid(
             name,
-            format!("chunk_shape {inner_shape:?} does not divide the shard shape {:?}", repr.shape),
+            format!(
+                "chunk_shape {inner_shape:?} does not divide the shard shape {:?}",
+                repr.shape
+            ),
         ));
     }
     let parse_list = |key: &str| -> crate::Result<Vec<CodecSpec>> {
-        let value = spec.get(key).cloned().ok_or_else(|| invalid(name, format!("missing {key}")))?;
+        let value = spec
+            .get(key)
+            .cloned()
+            .ok_or_else(|| invalid(name, format!("missing {key}")))?;
         serde_json::from_value(value).map_err(|e| invalid(name, format!("{key}: {e}")))
     };
     let inner_repr = ChunkRepr {
@@ -88,7 +94,11 @@ fn index_encoding(specs: &[CodecSpec]) -> crate::Result<IndexEncoding> {
 
 impl ShardingCodec {
     fn chunks_per_shard(&self, repr: &ChunkRepr) -> Vec<u64> {
-        repr.shape.iter().zip(&self.inner_shape).map(|(s, i)| s / i).collect()
+        repr.shape
+            .iter()
+            .zip(&self.inner_shape)
+            .map(|(s, i)| s / i)
+            .collect()
     }
 
     fn inner_repr(&self, repr: &ChunkRepr) -> ChunkRepr {
@@ -101,7 +111,11 @@ impl ShardingCodec {
     fn inner_region(&self, i: u64, cps: &[u64]) -> Region {
         let local = zshard_core::unravel_index(i, cps);
         Region {
-            start: local.iter().zip(&self.inner_shape).map(|(l, s)| l * s).collect(),
+            start: local
+                .iter()
+                .zip(&self.inner_shape)
+                .map(|(l, s)| l * s)
+                .collect(),
             shape: self.inner_shape.clone(),
         }
     }
@@ -117,14 +131,27 @@ impl ArrayToBytesCodec for ShardingCodec {
         for i in 0..product(&cps) {
             let region = self.inner_region(i, &cps);
             let mut buf = vec![0u8; inner_repr.byte_len()];
-            copy_region(&data, &repr.shape, &origin, &mut buf, &self.inner_shape, &region.start, &region, size);
+            copy_region(
+                &data,
+                &repr.shape,
+                &origin,
+                &mut buf,
+                &self.inner_shape,
+                &region.start,
+                &region,
+                size,
+            );
             inner.push(if repr.fill_value.fills(&buf) {
                 None
             } else {
                 Some(self.inner_chain.encode(buf, &inner_repr)?)
             });
         }
-        Ok(assemble_shard(&inner, self.index_location, self.index_encoding))
+        Ok(assemble_shard(
+            &inner,
+            self.index_location,
+            self.index_encoding,
+        ))
     }
 
     fn decode(&self, encoded: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>> {
@@ -136,13 +163,27 @@ impl ArrayToBytesCodec for ShardingCodec {
         let origin = vec![0; repr.shape.len()];
         let mut out = repr.fill_value.repeat(repr.elements() as usize);
         for i in 0..n {
-            let Some(bytes) = reader.chunk(i) else { continue };
-            let decoded = self.inner_chain.decode(bytes, &inner_repr).map_err(|e| Error::Codec {
-                codec: "sharding_indexed".into(),
-                reason: format!("inner chunk {i}: {e}"),
-            })?;
+            let Some(bytes) = reader.chunk(i) else {
+                continue;
+            };
+            let decoded =
+                self.inner_chain
+                    .decode(bytes, &inner_repr)
+                    .map_err(|e| Error::Codec {
+                        codec: "sharding_indexed".into(),
+                        reason: format!("inner chunk {i}: {e}"),
+                    })?;
             let region = self.inner_region(i as u64, &cps);
-            copy_region(&decoded, &self.inner_shape, &region.start, &mut out, &repr.shape, &origin, &region, size);
+            copy_region(
+                &decoded,
+                &self.inner_shape,
+                &region.start,
+                &mut out,
+                &repr.shape,
+                &origin,
+                &region,
+                size,
+            );
         }
         Ok(out)
     }

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use zshard_core::{inverse_permutation, transpose, ArrayToArrayCodec, ChunkRepr, CodecSpec, Result};
+use zshard_core::{
+    inverse_permutation, transpose, ArrayToArrayCodec, ChunkRepr, CodecSpec, Result,
+};
 
 use crate::error::invalid;
 use crate::registry::Codec;
@@ -54,7 +56,12 @@ impl ArrayToArrayCodec for TransposeCodec {
     }
 
     fn encode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>> {
-        Ok(transpose(&data, &decoded.shape, &self.order, decoded.data_type.size()))
+        Ok(transpose(
+            &data,
+            &decoded.shape,
+            &self.order,
+            decoded.data_type.size(),
+        ))
     }
 
     fn decode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>> {

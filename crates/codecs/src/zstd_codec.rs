@@ -19,9 +19,15 @@ pub(crate) fn build(spec: &CodecSpec, _repr: &ChunkRepr) -> crate::Result<Codec>
     let level = int(spec, "level", Some(0))?;
     let range = zstd::compression_level_range();
     if !range.contains(&(level as i32)) {
-        return Err(invalid("zstd", format!("level {level} is not in {range:?}")));
+        return Err(invalid(
+            "zstd",
+            format!("level {level} is not in {range:?}"),
+        ));
     }
-    let checksum = spec.get("checksum").and_then(|v| v.as_bool()).unwrap_or(false);
+    let checksum = spec
+        .get("checksum")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
     Ok(Codec::BytesToBytes(Arc::new(ZstdCodec {
         level: level as i32,
         checksum,
@@ -64,6 +70,9 @@ impl BytesToBytesCodec for ZstdCodec {
     }
 
     fn spec(&self) -> CodecSpec {
-        CodecSpec::new("zstd", json!({"level": self.level, "checksum": self.checksum}))
+        CodecSpec::new(
+            "zstd",
+            json!({"level": self.level, "checksum": self.checksum}),
+        )
     }
 }

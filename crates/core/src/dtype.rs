@@ -107,7 +107,10 @@ impl DataType {
     }
 
     fn supported() -> String {
-        ALL.iter().map(|d| d.v3_name()).collect::<Vec<_>>().join(", ")
+        ALL.iter()
+            .map(|d| d.v3_name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Parses a Zarr v3 `data_type` name.
@@ -212,7 +215,10 @@ mod tests {
         assert!(DataType::from_v2_typestr("<M8[ns]").is_err());
         for d in ALL {
             assert_eq!(DataType::from_v3_name(d.v3_name()).ok(), Some(d));
-            assert_eq!(DataType::from_v2_typestr(&d.v2_typestr()).ok().map(|x| x.0), Some(d));
+            assert_eq!(
+                DataType::from_v2_typestr(&d.v2_typestr()).ok().map(|x| x.0),
+                Some(d)
+            );
         }
     }
 

@@ -69,7 +69,8 @@ impl FillValue {
             return Ok(FillValue { bytes });
         }
         if let Some(hex) = value.as_str().and_then(|s| s.strip_prefix("0x")) {
-            let raw = u128::from_str_radix(hex, 16).map_err(|_| invalid("bad hexadecimal bit pattern"))?;
+            let raw = u128::from_str_radix(hex, 16)
+                .map_err(|_| invalid("bad hexadecimal bit pattern"))?;
             let size = dtype.size();
             if hex.len() > size * 2 {
                 return Err(invalid("bit pattern is wider than the data type"));
@@ -93,7 +94,9 @@ impl FillValue {
             DataType::UInt16 => int::<u16>(value).map(|v| v.to_le_bytes().to_vec()),
             DataType::UInt32 => int::<u32>(value).map(|v| v.to_le_bytes().to_vec()),
             DataType::UInt64 => int::<u64>(value).map(|v| v.to_le_bytes().to_vec()),
-            DataType::Float16 => float(value).map(|v| half::f16::from_f64(v).to_le_bytes().to_vec()),
+            DataType::Float16 => {
+                float(value).map(|v| half::f16::from_f64(v).to_le_bytes().to_vec())
+            }
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
             DataType::Float32 => float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
             DataType::Float64 => float(value).map(|v| v.to_le_bytes().to_vec()),
@@ -124,11 +127,19 @@ impl FillValue {
             DataType::UInt64 => u64::from_le_bytes(arr(8)).into(),
             DataType::Float16 => {
                 let v = half::f16::from_le_bytes([b[0], b[1]]);
-                float_json(v.to_f64(), v.is_nan() && v.to_bits() != half::f16::NAN.to_bits(), b)
+                float_json(
+                    v.to_f64(),
+                    v.is_nan() && v.to_bits() != half::f16::NAN.to_bits(),
+                    b,
+                )
             }
             DataType::Float32 => {
                 let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                float_json(f64::from(v), v.is_nan() && v.to_bits() != f32::NAN.to_bits(), b)
+                float_json(
+                    f64::from(v),
+                    v.is_nan() && v.to_bits() != f32::NAN.to_bits(),
+                    b,
+                )
             }
             DataType::Float64 => {
                 let v = f64::from_le_bytes(arr(8));
@@ -165,7 +176,8 @@ impl FillValue {
                 return data.iter().all(|&b| b == first);
             }
         }
-        data.chunks_exact(unit).all(|element| element == self.bytes.as_slice())
+        data.chunks_exact(unit)
+            .all(|element| element == self.bytes.as_slice())
     }
 }
 
@@ -226,7 +238,10 @@ mod tests {
         assert_eq!(f(json!(7), DataType::Int16), Some(vec![7, 0]));
         assert_eq!(f(json!(-1), DataType::Int8), Some(vec![0xff]));
         assert_eq!(f(json!(300), DataType::UInt8), None);
-        assert_eq!(f(json!("NaN"), DataType::Float32), Some(f32::NAN.to_le_bytes().to_vec()));
+        assert_eq!(
+            f(json!("NaN"), DataType::Float32),
+            Some(f32::NAN.to_le_bytes().to_vec())
+        );
         assert_eq!(
             f(json!("-Infinity"), DataType::Float64),
             Some(f64::NEG_INFINITY.to_le_bytes().to_vec())

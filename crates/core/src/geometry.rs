@@ -18,10 +18,7 @@ pub fn grid_shape(array_shape: &[u64], chunk_shape: &[u64]) -> Vec<u64> {
 
 /// Position of `coord` in the C-order enumeration of `shape`.
 pub fn linear_index(coord: &[u64], shape: &[u64]) -> u64 {
-    coord
-        .iter()
-        .zip(shape)
-        .fold(0, |acc, (&c, &s)| acc * s + c)
+    coord.iter().zip(shape).fold(0, |acc, (&c, &s)| acc * s + c)
 }
 
 /// The coordinate at C-order position `index` of `shape`.
@@ -48,7 +45,11 @@ pub struct Region {
 
 impl Region {
     pub fn end(&self) -> Vec<u64> {
-        self.start.iter().zip(&self.shape).map(|(s, n)| s + n).collect()
+        self.start
+            .iter()
+            .zip(&self.shape)
+            .map(|(s, n)| s + n)
+            .collect()
     }
 
     /// The overlap of two regions, or `None` when they do not overlap.
@@ -84,7 +85,12 @@ impl Region {
         if self.shape.contains(&0) {
             return Vec::new();
         }
-        let first: Vec<u64> = self.start.iter().zip(chunk_shape).map(|(s, c)| s / c).collect();
+        let first: Vec<u64> = self
+            .start
+            .iter()
+            .zip(chunk_shape)
+            .map(|(s, c)| s / c)
+            .collect();
         let counts: Vec<u64> = self
             .end()
             .iter()
@@ -149,7 +155,11 @@ pub fn transpose(src: &[u8], shape: &[u64], order: &[usize], element_size: usize
     let permuted: Vec<usize> = order.iter().map(|&o| src_strides[o]).collect();
     let mut out = Vec::with_capacity(src.len());
     for coord in c_order(&out_shape) {
-        let s: usize = coord.iter().zip(&permuted).map(|(&c, &st)| c as usize * st).sum();
+        let s: usize = coord
+            .iter()
+            .zip(&permuted)
+            .map(|(&c, &st)| c as usize * st)
+            .sum();
         out.extend_from_slice(&src[s..s + element_size]);
     }
     out
@@ -239,7 +249,11 @@ impl ShardGeometry {
     /// The full (unclipped) region a shard covers in array coordinates.
     pub fn shard_region(&self, shard: &[u64]) -> Region {
         Region {
-            start: shard.iter().zip(&self.shard_shape).map(|(c, s)| c * s).collect(),
+            start: shard
+                .iter()
+                .zip(&self.shard_shape)
+                .map(|(c, s)| c * s)
+                .collect(),
             shape: self.shard_shape.clone(),
         }
     }
@@ -306,9 +320,28 @@ mod tests {
         assert_eq!(unravel_index(6, &[3, 4]), vec![1, 2]);
         assert_eq!(c_order(&[]).count(), 1);
         let r = Region::of_chunk(&[2, 0], &[4, 7], &[10, 7]);
-        assert_eq!(r, Region { start: vec![8, 0], shape: vec![2, 7] });
-        let q = Region { start: vec![3, 5], shape: vec![6, 4] };
-        assert_eq!(q.chunks_overlapping(&[4, 4]), vec![vec![0, 1], vec![0, 2], vec![1, 1], vec![1, 2], vec![2, 1], vec![2, 2]]);
+        assert_eq!(
+            r,
+            Region {
+                start: vec![8, 0],
+                shape: vec![2, 7]
+            }
+        );
+        let q = Region {
+            start: vec![3, 5],
+            shape: vec![6, 4],
+        };
+        assert_eq!(
+            q.chunks_overlapping(&[4, 4]),
+            vec![
+                vec![0, 1],
+                vec![0, 2],
+                vec![1, 1],
+                vec![1, 2],
+                vec![2, 1],
+                vec![2, 2]
+            ]
+        );
     }
 
     #[test]
@@ -316,8 +349,20 @@ mod tests {
         // 4x4 source holding 0..16 at origin (0,0); copy the 2x2 block at (1,1) into a 3x3 buffer at (1,0).
         let src: Vec<u8> = (0..16).collect();
         let mut dst = vec![0u8; 9];
-        let region = Region { start: vec![1, 1], shape: vec![2, 2] };
-        copy_region(&src, &[4, 4], &[0, 0], &mut dst, &[3, 3], &[1, 0], &region, 1);
+        let region = Region {
+            start: vec![1, 1],
+            shape: vec![2, 2],
+        };
+        copy_region(
+            &src,
+            &[4, 4],
+            &[0, 0],
+            &mut dst,
+            &[3, 3],
+            &[1, 0],
+            &region,
+            1,
+        );
         assert_eq!(dst, vec![0, 5, 6, 0, 9, 10, 0, 0, 0]);
     }
 
@@ -344,7 +389,10 @@ mod tests {
 
     #[test]
     fn auto_shard_stays_within_array_and_target() {
-        assert_eq!(auto_shard_shape(&[16384, 16384], &[256, 256], 2), vec![4096, 8192]);
+        assert_eq!(
+            auto_shard_shape(&[16384, 16384], &[256, 256], 2),
+            vec![4096, 8192]
+        );
         assert_eq!(auto_shard_shape(&[100], &[10], 8), vec![100]);
         assert_eq!(auto_shard_shape(&[1000, 7], &[64, 7], 1), vec![1024, 7]);
         let s = auto_shard_shape(&[1 << 20, 1 << 20], &[1000, 1000], 8);

@@ -91,7 +91,10 @@ mod tests {
         let d = ChunkKeyEncoding::Default { separator: '/' };
         assert_eq!(d.key(&[1, 23]), "c/1/23");
         assert_eq!(d.key(&[]), "c");
-        assert_eq!(ChunkKeyEncoding::Default { separator: '.' }.key(&[0, 4]), "c.0.4");
+        assert_eq!(
+            ChunkKeyEncoding::Default { separator: '.' }.key(&[0, 4]),
+            "c.0.4"
+        );
         let v2 = ChunkKeyEncoding::V2 { separator: '.' };
         assert_eq!(v2.key(&[3, 0, 1]), "3.0.1");
         assert_eq!(v2.key(&[]), "0");

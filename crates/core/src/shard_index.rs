@@ -112,7 +112,9 @@ impl ShardIndex {
             let actual = crc32c::crc32c(body);
             if stored != actual {
                 return Err(Error::ShardIndex {
-                    reason: format!("crc32c mismatch: stored {stored:#010x}, computed {actual:#010x}"),
+                    reason: format!(
+                        "crc32c mismatch: stored {stored:#010x}, computed {actual:#010x}"
+                    ),
                 });
             }
         }
@@ -146,9 +148,15 @@ impl ShardIndex {
         let mut spans: Vec<(u64, u64, usize)> = Vec::new();
         for (i, entry) in self.entries.iter().enumerate() {
             let Some(loc) = entry else { continue };
-            let end = loc.offset.checked_add(loc.nbytes).ok_or_else(|| Error::ShardIndex {
-                reason: format!("inner chunk {i}: offset {} + nbytes {} overflows", loc.offset, loc.nbytes),
-            })?;
+            let end = loc
+                .offset
+                .checked_add(loc.nbytes)
+                .ok_or_else(|| Error::ShardIndex {
+                    reason: format!(
+                        "inner chunk {i}: offset {} + nbytes {} overflows",
+                        loc.offset, loc.nbytes
+                    ),
+                })?;
             if loc.offset < data_start || end > data_end {
                 return Err(Error::ShardIndex {
                     reason: format!(
@@ -252,7 +260,8 @@ impl<'a> ShardReader<'a> {
     pub fn chunk(&self, i: usize) -> Option<&'a [u8]> {
         let loc = self.index.entries.get(i).copied().flatten()?;
         // validate() guarantees the range is inside the shard.
-        self.bytes.get(loc.offset as usize..(loc.offset + loc.nbytes) as usize)
+        self.bytes
+            .get(loc.offset as usize..(loc.offset + loc.nbytes) as usize)
     }
 }
 
@@ -273,10 +282,19 @@ mod tests {
         assert_eq!(
             reader.index().entries(),
             &[
-                Some(ChunkLocation { offset: 0, nbytes: 3 }),
+                Some(ChunkLocation {
+                    offset: 0,
+                    nbytes: 3
+                }),
                 None,
-                Some(ChunkLocation { offset: 3, nbytes: 0 }),
-                Some(ChunkLocation { offset: 3, nbytes: 5 }),
+                Some(ChunkLocation {
+                    offset: 3,
+                    nbytes: 0
+                }),
+                Some(ChunkLocation {
+                    offset: 3,
+                    nbytes: 5
+                }),
             ]
         );
         assert_eq!(reader.chunk(0), Some(&[1u8, 2, 3][..]));
@@ -294,7 +312,13 @@ mod tests {
         let enc = IndexEncoding::default();
         let shard = assemble_shard(&chunks(), IndexLocation::Start, enc);
         let reader = ShardReader::new(&shard, 4, IndexLocation::Start, enc).expect("valid shard");
-        assert_eq!(reader.index().entries()[0], Some(ChunkLocation { offset: 68, nbytes: 3 }));
+        assert_eq!(
+            reader.index().entries()[0],
+            Some(ChunkLocation {
+                offset: 68,
+                nbytes: 3
+            })
+        );
         assert_eq!(&shard[68..71], &[1, 2, 3]);
         assert_eq!(reader.chunk(3), Some(&[9u8; 5][..]));
     }
@@ -314,19 +338,34 @@ mod tests {
 
     #[test]
     fn out_of_range_and_overlapping_entries_are_rejected() {
-        let enc = IndexEncoding { endian: Endian::Little, crc32c: false };
-        let bad = ShardIndex::new(vec![Some(ChunkLocation { offset: 0, nbytes: 100 })]);
+        let enc = IndexEncoding {
+            endian: Endian::Little,
+            crc32c: false,
+        };
+        let bad = ShardIndex::new(vec![Some(ChunkLocation {
+            offset: 0,
+            nbytes: 100,
+        })]);
         let mut shard = vec![0u8; 10];
         shard.extend(bad.encode(enc));
         assert!(ShardReader::new(&shard, 1, IndexLocation::End, enc).is_err());
         let overlap = ShardIndex::new(vec![
-            Some(ChunkLocation { offset: 0, nbytes: 6 }),
-            Some(ChunkLocation { offset: 5, nbytes: 5 }),
+            Some(ChunkLocation {
+                offset: 0,
+                nbytes: 6,
+            }),
+            Some(ChunkLocation {
+                offset: 5,
+                nbytes: 5,
+            }),
         ]);
         let mut shard = vec![0u8; 10];
         shard.extend(overlap.encode(enc));
         assert!(ShardReader::new(&shard, 2, IndexLocation::End, enc).is_err());
-        let huge = ShardIndex::new(vec![Some(ChunkLocation { offset: u64::MAX - 1, nbytes: 5 })]);
+        let huge = ShardIndex::new(vec![Some(ChunkLocation {
+            offset: u64::MAX - 1,
+            nbytes: 5,
+        })]);
         let mut shard = vec![0u8; 10];
         shard.extend(huge.encode(enc));
         assert!(ShardReader::new(&shard, 1, IndexLocation::End, enc).is_err());
@@ -334,7 +373,10 @@ mod tests {
 
     #[test]
     fn big_endian_index() {
-        let enc = IndexEncoding { endian: Endian::Big, crc32c: true };
+        let enc = IndexEncoding {
+            endian: Endian::Big,
+            crc32c: true,
+        };
         let shard = assemble_shard(&chunks(), IndexLocation::End, enc);
         let reader = ShardReader::new(&shard, 4, IndexLocation::End, enc).expect("valid shard");
         assert_eq!(reader.chunk(3), Some(&[9u8; 5][..]));

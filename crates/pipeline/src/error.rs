@@ -7,7 +7,7 @@ pub enum Error {
         array: String,
         key: String,
         #[source]
-        source: zshard_core::Error,
+        source: Box<zshard_core::Error>,
     },
 
     #[error("array {array}: cannot decode chunk {key}")]
@@ -15,7 +15,7 @@ pub enum Error {
         array: String,
         key: String,
         #[source]
-        source: zshard_core::Error,
+        source: Box<zshard_core::Error>,
     },
 
     #[error("array {array}: cannot encode inner chunk {inner} of shard {key}")]
@@ -24,7 +24,7 @@ pub enum Error {
         key: String,
         inner: usize,
         #[source]
-        source: zshard_core::Error,
+        source: Box<zshard_core::Error>,
     },
 
     #[error("array {array}: cannot write shard {key}")]
@@ -32,7 +32,7 @@ pub enum Error {
         array: String,
         key: String,
         #[source]
-        source: zshard_core::Error,
+        source: Box<zshard_core::Error>,
     },
 
     #[error("cannot start a pipeline thread")]

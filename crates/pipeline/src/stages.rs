@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
-use rayon::iter::{IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator};
+use rayon::iter::{
+    IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator,
+};
 use zshard_core::{copy_region, Region};
 
 use crate::error::{Error, Result};
@@ -85,7 +87,8 @@ pub fn run(
         std::thread::Builder::new()
             .name("zshard-decode".into())
             .spawn_scoped(scope, move || {
-                decode_pool.install(|| map_stage(fetched_rx, &decoded_tx, cancel, |m| decode(jobs, m)))
+                decode_pool
+                    .install(|| map_stage(fetched_rx, &decoded_tx, cancel, |m| decode(jobs, m)))
             })
             .map_err(thread_error)?;
         std::thread::Builder::new()
@@ -105,7 +108,8 @@ pub fn run(
         std::thread::Builder::new()
             .name("zshard-encode".into())
             .spawn_scoped(scope, move || {
-                encode_pool.install(|| map_stage(assembled_rx, &encoded_tx, cancel, |m| encode(jobs, m)))
+                encode_pool
+                    .install(|| map_stage(assembled_rx, &encoded_tx, cancel, |m| encode(jobs, m)))
             })
             .map_err(thread_error)?;
         Ok(write_stage(jobs, encoded_rx, cancel, progress))
@@ -163,7 +167,7 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
         let bytes = result.map_err(|source| Error::Read {
             array: job.name.clone(),
             key: job.reader.chunk_key(&coord),
-            source,
+            source: Box::new(source),
         })?;
         read.chunks += 1;
         match &bytes {
@@ -183,13 +187,13 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
         .map(|(coord, bytes)| {
             let decoded = match bytes {
                 None => None,
-                Some(b) => Some(job.source_chain.decode(&b, &job.source_repr).map_err(|source| {
-                    Error::Decode {
+                Some(b) => Some(job.source_chain.decode(&b, &job.source_repr).map_err(
+                    |source| Error::Decode {
                         array: job.name.clone(),
                         key: job.reader.chunk_key(&coord),
-                        source,
-                    }
-                })?),
+                        source: Box::new(source),
+                    },
+                )?),
             };
             Ok((coord, decoded))
         })
@@ -209,8 +213,11 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
     let source_shape = &job.source_repr.shape;
     let element = job.inner_repr.data_type.size();
     let fill = &job.inner_repr.fill_value;
-    let by_coord: HashMap<&[u64], &Option<Vec<u8>>> =
-        decoded.chunks.iter().map(|(c, d)| (c.as_slice(), d)).collect();
+    let by_coord: HashMap<&[u64], &Option<Vec<u8>>> = decoded
+        .chunks
+        .iter()
+        .map(|(c, d)| (c.as_slice(), d))
+        .collect();
     let count = zshard_core::product(&geometry.chunks_per_shard());
     let array = geometry.array_region();
     let inner = (0..count)
@@ -219,9 +226,13 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
             let covered = region.intersect(&array)?;
             let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
             for coord in covered.chunks_overlapping(source_shape) {
-                let Some(Some(data)) = by_coord.get(coord.as_slice()) else { continue };
+                let Some(Some(data)) = by_coord.get(coord.as_slice()) else {
+                    continue;
+                };
                 let source = Region::of_chunk(&coord, source_shape, array_shape);
-                let Some(overlap) = covered.intersect(&source) else { continue };
+                let Some(overlap) = covered.intersect(&source) else {
+                    continue;
+                };
                 copy_region(
                     data,
                     source_shape,
@@ -260,7 +271,7 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
                     array: job.name.clone(),
                     key: job.sink.shard_key(shard),
                     inner: i,
-                    source,
+                    source: Box::new(source),
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -314,7 +325,7 @@ fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
             .map_err(|source| Error::Write {
                 array: job.name.clone(),
                 key: job.sink.shard_key(&encoded.task.shard),
-                source,
+                source: Box::new(source),
             })?
     } else {
         0

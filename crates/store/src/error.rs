@@ -10,7 +10,7 @@ pub enum Error {
         operation: &'static str,
         location: String,
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
 
     #[error("cannot create {location}")]

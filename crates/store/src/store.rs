@@ -36,7 +36,10 @@ impl Store {
             None => Some(PathBuf::from(location)),
             Some(("file", _)) => {
                 let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
-                Some(url.to_file_path().map_err(|()| invalid("not a local file URL".into()))?)
+                Some(
+                    url.to_file_path()
+                        .map_err(|()| invalid("not a local file URL".into()))?,
+                )
             }
             Some(_) => None,
         };
@@ -58,7 +61,12 @@ impl Store {
         })
     }
 
-    fn open_local(path: &FsPath, location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
+    fn open_local(
+        path: &FsPath,
+        location: &str,
+        runtime: Arc<IoRuntime>,
+        create: bool,
+    ) -> Result<Store> {
         if create {
             std::fs::create_dir_all(path).map_err(|source| Error::CreateDir {
                 location: location.to_string(),
@@ -73,7 +81,7 @@ impl Store {
         let fs = LocalFileSystem::new_with_prefix(path).map_err(|source| Error::Request {
             operation: "open",
             location: location.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(Store {
             inner: Arc::new(fs),
@@ -116,10 +124,11 @@ impl Store {
     fn path(&self, key: &str) -> Result<Path> {
         let mut path = self.root.clone();
         for part in key.split('/').filter(|p| !p.is_empty()) {
-            let segment = object_store::path::PathPart::parse(part).map_err(|e| Error::InvalidLocation {
-                location: self.url(key),
-                reason: e.to_string(),
-            })?;
+            let segment =
+                object_store::path::PathPart::parse(part).map_err(|e| Error::InvalidLocation {
+                    location: self.url(key),
+                    reason: e.to_string(),
+                })?;
             path = path.clone().join(segment);
         }
         Ok(path)
@@ -130,7 +139,7 @@ impl Store {
         let fail = |source| Error::Request {
             operation: "cannot read",
             location: self.url(key),
-            source,
+            source: Box::new(source),
         };
         match self.inner.get(&path).await {
             Ok(result) => result.bytes().await.map(Some).map_err(fail),
@@ -164,7 +173,7 @@ impl Store {
             .map_err(|source| Error::Request {
                 operation: "cannot write",
                 location: self.url(key),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -176,7 +185,7 @@ impl Store {
             Err(source) => Err(Error::Request {
                 operation: "cannot delete",
                 location: self.url(key),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -190,7 +199,7 @@ impl Store {
             .map_err(|source| Error::Request {
                 operation: "cannot list",
                 location: self.url(prefix),
-                source,
+                source: Box::new(source),
             })?;
         let mut names: Vec<String> = listing
             .common_prefixes
@@ -211,14 +220,17 @@ impl Store {
             .map_err(|source| Error::Request {
                 operation: "cannot list",
                 location: self.url(prefix),
-                source,
+                source: Box::new(source),
             })?;
         let mut keys: Vec<String> = metas
             .into_iter()
             .filter_map(|m| {
-                m.location
-                    .prefix_match(&root)
-                    .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
+                m.location.prefix_match(&root).map(|parts| {
+                    parts
+                        .map(|p| p.as_ref().to_string())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
             })
             .collect();
         keys.sort();

@@ -22,7 +22,8 @@ pub struct ShardedArrayMetadata {
 }
 
 fn index_codecs(encoding: IndexEncoding) -> Value {
-    let mut codecs = vec![json!({"name": "bytes", "configuration": {"endian": encoding.endian.as_str()}})];
+    let mut codecs =
+        vec![json!({"name": "bytes", "configuration": {"endian": encoding.endian.as_str()}})];
     if encoding.crc32c {
         codecs.push(json!({"name": "crc32c"}));
     }
@@ -81,9 +82,18 @@ mod tests {
         };
         let doc = meta.to_json();
         assert_eq!(doc["fill_value"], json!("NaN"));
-        assert_eq!(doc["codecs"][0]["configuration"]["index_location"], json!("start"));
-        assert_eq!(doc["codecs"][0]["configuration"]["index_codecs"][1]["name"], json!("crc32c"));
+        assert_eq!(
+            doc["codecs"][0]["configuration"]["index_location"],
+            json!("start")
+        );
+        assert_eq!(
+            doc["codecs"][0]["configuration"]["index_codecs"][1]["name"],
+            json!("crc32c")
+        );
         assert_eq!(doc["dimension_names"], json!(["y", "x"]));
-        assert_eq!(doc["chunk_key_encoding"]["configuration"]["separator"], json!("/"));
+        assert_eq!(
+            doc["chunk_key_encoding"]["configuration"]["separator"],
+            json!("/")
+        );
     }
 }

@@ -53,7 +53,10 @@ fn put_json(store: &Store, path: &str, doc: &Value) -> Result<()> {
     text.push(b'\n');
     store
         .put(&key, Bytes::from(text))
-        .map_err(|source| Error::Write { key: store.url(&key), source })
+        .map_err(|source| Error::Write {
+            key: store.url(&key),
+            source,
+        })
 }
 
 /// Writes an array's `zarr.json` at `path` below the store's location.
@@ -62,6 +65,10 @@ pub fn write_array_metadata(store: &Store, path: &str, meta: &ShardedArrayMetada
 }
 
 /// Writes a group's `zarr.json` at `path` below the store's location.
-pub fn write_group_metadata(store: &Store, path: &str, attributes: &Map<String, Value>) -> Result<()> {
+pub fn write_group_metadata(
+    store: &Store,
+    path: &str,
+    attributes: &Map<String, Value>,
+) -> Result<()> {
     put_json(store, path, &group_json(attributes))
 }

@@ -74,7 +74,9 @@ fn walk_v3(store: &Store, path: &str, nodes: &mut Vec<Node>) -> Result<()> {
     for child in store.list_children(path)? {
         let child_path = join(path, &child);
         let doc_key = key(&child_path, "zarr.json");
-        let Some(doc) = store.get(&doc_key)? else { continue };
+        let Some(doc) = store.get(&doc_key)? else {
+            continue;
+        };
         let node = v3::parse_node(&store.url(&doc_key), &doc)?;
         let is_group = matches!(node.kind, NodeKind::Group { .. });
         nodes.push(Node {
@@ -88,10 +90,17 @@ fn walk_v3(store: &Store, path: &str, nodes: &mut Vec<Node>) -> Result<()> {
     Ok(())
 }
 
-fn v3_consolidated(store: &Store, children: Map<String, Value>, nodes: &mut Vec<Node>) -> Result<()> {
+fn v3_consolidated(
+    store: &Store,
+    children: Map<String, Value>,
+    nodes: &mut Vec<Node>,
+) -> Result<()> {
     for (path, doc) in children {
         let node = v3::parse_value(&store.url(&key(&path, "zarr.json")), doc)?;
-        nodes.push(Node { path, kind: node.kind });
+        nodes.push(Node {
+            path,
+            kind: node.kind,
+        });
     }
     Ok(())
 }
@@ -102,7 +111,11 @@ fn walk_v2(store: &Store, path: &str, nodes: &mut Vec<Node>) -> Result<()> {
         let attrs_key = key(&child_path, ".zattrs");
         if let Some(doc) = store.get(&key(&child_path, ".zarray"))? {
             let attrs = store.get(&attrs_key)?;
-            let meta = v2::parse_array(&store.url(&key(&child_path, ".zarray")), &doc, attrs.as_deref())?;
+            let meta = v2::parse_array(
+                &store.url(&key(&child_path, ".zarray")),
+                &doc,
+                attrs.as_deref(),
+            )?;
             nodes.push(Node {
                 path: child_path,
                 kind: NodeKind::Array(Box::new(meta)),

@@ -25,5 +25,7 @@ mod v3;
 pub use error::{Error, Result};
 pub use hierarchy::open_hierarchy;
 pub use reader::ZarrChunkReader;
-pub use v2::{parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS};
+pub use v2::{
+    parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
+};
 pub use v3::{parse_node as parse_v3_node, ParsedNode};

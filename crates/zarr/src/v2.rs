@@ -36,7 +36,14 @@ pub fn parse_array(key: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<Ar
         key: key.to_string(),
         source,
     })?;
-    array_from(key, z, zattrs.map(|a| parse_attributes(key, a)).transpose()?.unwrap_or_default())
+    array_from(
+        key,
+        z,
+        zattrs
+            .map(|a| parse_attributes(key, a))
+            .transpose()?
+            .unwrap_or_default(),
+    )
 }
 
 /// Parses `.zattrs` (an object).
@@ -48,7 +55,11 @@ pub fn parse_attributes(key: &str, bytes: &[u8]) -> Result<Map<String, Value>> {
 }
 
 /// Builds the model from an already parsed `.zarray` value (as found in `.zmetadata`).
-pub fn array_from_value(key: &str, zarray: Value, attributes: Map<String, Value>) -> Result<ArrayMeta> {
+pub fn array_from_value(
+    key: &str,
+    zarray: Value,
+    attributes: Map<String, Value>,
+) -> Result<ArrayMeta> {
     let z: ZArray = serde_json::from_value(zarray).map_err(|source| Error::Json {
         key: key.to_string(),
         source,
@@ -58,7 +69,10 @@ pub fn array_from_value(key: &str, zarray: Value, attributes: Map<String, Value>
 
 fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Result<ArrayMeta> {
     if z.zarr_format != 2 {
-        return Err(metadata(key, format!("zarr_format is {}, expected 2", z.zarr_format)));
+        return Err(metadata(
+            key,
+            format!("zarr_format is {}, expected 2", z.zarr_format),
+        ));
     }
     if z.chunks.len() != z.shape.len() || z.chunks.contains(&0) {
         return Err(metadata(
@@ -66,10 +80,12 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
             format!("chunks {:?} do not fit shape {:?}", z.chunks, z.shape),
         ));
     }
-    let typestr = z
-        .dtype
-        .as_str()
-        .ok_or_else(|| metadata(key, format!("structured dtype {} is not supported", z.dtype)))?;
+    let typestr = z.dtype.as_str().ok_or_else(|| {
+        metadata(
+            key,
+            format!("structured dtype {} is not supported", z.dtype),
+        )
+    })?;
     let core = |source| Error::Core {
         key: key.to_string(),
         source,
@@ -104,7 +120,12 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
     let separator = match z.dimension_separator.as_deref() {
         None | Some(".") => '.',
         Some("/") => '/',
-        Some(other) => return Err(metadata(key, format!("dimension_separator {other:?} is not . or /"))),
+        Some(other) => {
+            return Err(metadata(
+                key,
+                format!("dimension_separator {other:?} is not . or /"),
+            ))
+        }
     };
     let dimension_names = take_array_dimensions(&mut attributes, z.shape.len());
     Ok(ArrayMeta {
@@ -120,7 +141,10 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
 }
 
 /// Moves xarray's `_ARRAY_DIMENSIONS` attribute into v3 `dimension_names` when it names every axis.
-fn take_array_dimensions(attributes: &mut Map<String, Value>, ndim: usize) -> Option<Vec<Option<String>>> {
+fn take_array_dimensions(
+    attributes: &mut Map<String, Value>,
+    ndim: usize,
+) -> Option<Vec<Option<String>>> {
     let names: Vec<Option<String>> = attributes
         .get("_ARRAY_DIMENSIONS")?
         .as_array()?
@@ -147,7 +171,12 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
                 // numcodecs AUTOSHUFFLE: bit shuffle for single bytes, byte shuffle otherwise.
                 -1 if data_type.size() == 1 => "bitshuffle",
                 -1 => "shuffle",
-                other => return Err(metadata(key, format!("blosc shuffle {other} is not -1, 0, 1 or 2"))),
+                other => {
+                    return Err(metadata(
+                        key,
+                        format!("blosc shuffle {other} is not -1, 0, 1 or 2"),
+                    ))
+                }
             };
             CodecSpec::new(
                 "blosc",
@@ -195,7 +224,10 @@ mod tests {
         assert_eq!(names, ["transpose", "bytes", "blosc"]);
         assert_eq!(meta.codecs[1].get("endian"), Some(&json!("big")));
         assert_eq!(meta.codecs[2].get("typesize"), Some(&json!(8)));
-        assert_eq!(meta.dimension_names, Some(vec![Some("y".into()), Some("x".into())]));
+        assert_eq!(
+            meta.dimension_names,
+            Some(vec![Some("y".into()), Some("x".into())])
+        );
         assert!(!meta.attributes.contains_key("_ARRAY_DIMENSIONS"));
         assert_eq!(meta.attributes["units"], json!("K"));
     }
@@ -203,10 +235,18 @@ mod tests {
     #[test]
     fn rejects_unsupported_and_malformed() {
         let bad = |s: &str| parse_array("a/.zarray", s.as_bytes(), None).is_err();
-        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#));
-        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
-        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<M8[ns]","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
-        assert!(bad(r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#
+        ));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<M8[ns]","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
         assert!(bad("{not json"));
         let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#, None)
             .expect_err("unsupported");

@@ -47,7 +47,10 @@ pub fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
         source,
     })?;
     if z.zarr_format != 3 {
-        return Err(metadata(key, format!("zarr_format is {}, expected 3", z.zarr_format)));
+        return Err(metadata(
+            key,
+            format!("zarr_format is {}, expected 3", z.zarr_format),
+        ));
     }
     let consolidated = z
         .consolidated_metadata
@@ -66,7 +69,10 @@ pub fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
             kind: NodeKind::Array(Box::new(array(key, z)?)),
             consolidated: None,
         }),
-        other => Err(metadata(key, format!("node_type {other:?} is not array or group"))),
+        other => Err(metadata(
+            key,
+            format!("node_type {other:?} is not array or group"),
+        )),
     }
 }
 
@@ -81,37 +87,68 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
         Value::String(name) => DataType::from_v3_name(&name).map_err(core)?,
         other => return Err(metadata(key, format!("data_type {other} is not supported"))),
     };
-    let fill_value = FillValue::from_v3_json(&z.fill_value.ok_or_else(|| missing("fill_value"))?, data_type)
-        .map_err(core)?;
+    let fill_value = FillValue::from_v3_json(
+        &z.fill_value.ok_or_else(|| missing("fill_value"))?,
+        data_type,
+    )
+    .map_err(core)?;
     let grid = z.chunk_grid.ok_or_else(|| missing("chunk_grid"))?;
     if grid["name"] != "regular" {
-        return Err(metadata(key, format!("chunk_grid {} is not supported (regular)", grid["name"])));
+        return Err(metadata(
+            key,
+            format!("chunk_grid {} is not supported (regular)", grid["name"]),
+        ));
     }
     let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
         .as_array()
         .and_then(|a| a.iter().map(Value::as_u64).collect())
-        .ok_or_else(|| metadata(key, "chunk_grid.configuration.chunk_shape must be a list of integers"))?;
+        .ok_or_else(|| {
+            metadata(
+                key,
+                "chunk_grid.configuration.chunk_shape must be a list of integers",
+            )
+        })?;
     if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
-        return Err(metadata(key, format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}")));
+        return Err(metadata(
+            key,
+            format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
+        ));
     }
-    let encoding = z.chunk_key_encoding.ok_or_else(|| missing("chunk_key_encoding"))?;
+    let encoding = z
+        .chunk_key_encoding
+        .ok_or_else(|| missing("chunk_key_encoding"))?;
     let separator = |default: char| match encoding["configuration"]["separator"].as_str() {
         None => Ok(default),
         Some(".") => Ok('.'),
         Some("/") => Ok('/'),
-        Some(other) => Err(metadata(key, format!("chunk key separator {other:?} is not . or /"))),
+        Some(other) => Err(metadata(
+            key,
+            format!("chunk key separator {other:?} is not . or /"),
+        )),
     };
     let chunk_key_encoding = match encoding["name"].as_str() {
-        Some("default") => ChunkKeyEncoding::Default { separator: separator('/')? },
-        Some("v2") => ChunkKeyEncoding::V2 { separator: separator('.')? },
-        _ => return Err(metadata(key, format!("chunk_key_encoding {} is not supported", encoding["name"]))),
+        Some("default") => ChunkKeyEncoding::Default {
+            separator: separator('/')?,
+        },
+        Some("v2") => ChunkKeyEncoding::V2 {
+            separator: separator('.')?,
+        },
+        _ => {
+            return Err(metadata(
+                key,
+                format!("chunk_key_encoding {} is not supported", encoding["name"]),
+            ))
+        }
     };
     if !z.storage_transformers.is_empty() {
         return Err(metadata(key, "storage_transformers are not supported"));
     }
     if let Some(names) = &z.dimension_names {
         if names.len() != shape.len() {
-            return Err(metadata(key, "dimension_names does not match the number of dimensions"));
+            return Err(metadata(
+                key,
+                "dimension_names does not match the number of dimensions",
+            ));
         }
     }
     Ok(ArrayMeta {
@@ -140,7 +177,9 @@ mod tests {
           "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},"crc32c"],"index_location":"end"}}],
           "attributes":{"a":1},"dimension_names":["y",null]}"#;
         let node = parse_node("x/zarr.json", doc).expect("parses");
-        let NodeKind::Array(meta) = node.kind else { panic!("expected an array") };
+        let NodeKind::Array(meta) = node.kind else {
+            panic!("expected an array")
+        };
         assert_eq!(meta.chunk_shape, vec![64, 64]);
         assert_eq!(meta.codecs[0].name, "sharding_indexed");
         assert_eq!(meta.chunk_key_encoding.key(&[1, 0]), "c/1/0");
@@ -154,7 +193,11 @@ mod tests {
         assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
             "chunk_grid":{"name":"rectilinear"},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[]}"#).is_err());
         assert!(matches!(
-            parse_node("z", br#"{"zarr_format":3,"node_type":"group","attributes":{"k":"v"}}"#).map(|n| n.kind),
+            parse_node(
+                "z",
+                br#"{"zarr_format":3,"node_type":"group","attributes":{"k":"v"}}"#
+            )
+            .map(|n| n.kind),
             Ok(NodeKind::Group { .. })
         ));
     }

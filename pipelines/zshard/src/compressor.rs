@@ -11,9 +11,17 @@ use zshard_core::{CodecSpec, DataType};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Compressor {
     None,
-    Zstd { level: i32 },
-    Gzip { level: u32 },
-    Blosc { cname: String, clevel: u32, shuffle: String },
+    Zstd {
+        level: i32,
+    },
+    Gzip {
+        level: u32,
+    },
+    Blosc {
+        cname: String,
+        clevel: u32,
+        shuffle: String,
+    },
 }
 
 impl FromStr for Compressor {
@@ -22,7 +30,8 @@ impl FromStr for Compressor {
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let parts: Vec<&str> = s.split(':').collect();
         let level = |text: &str| -> anyhow::Result<i64> {
-            text.parse().with_context(|| format!("{text:?} is not a compression level"))
+            text.parse()
+                .with_context(|| format!("{text:?} is not a compression level"))
         };
         Ok(match parts.as_slice() {
             ["none"] => Compressor::None,
@@ -72,11 +81,18 @@ impl Compressor {
         let mut codecs = vec![CodecSpec::new("bytes", json!({"endian": "little"}))];
         match self {
             Compressor::None => {}
-            Compressor::Zstd { level } => {
-                codecs.push(CodecSpec::new("zstd", json!({"level": level, "checksum": false})))
+            Compressor::Zstd { level } => codecs.push(CodecSpec::new(
+                "zstd",
+                json!({"level": level, "checksum": false}),
+            )),
+            Compressor::Gzip { level } => {
+                codecs.push(CodecSpec::new("gzip", json!({"level": level})))
             }
-            Compressor::Gzip { level } => codecs.push(CodecSpec::new("gzip", json!({"level": level}))),
-            Compressor::Blosc { cname, clevel, shuffle } => codecs.push(CodecSpec::new(
+            Compressor::Blosc {
+                cname,
+                clevel,
+                shuffle,
+            } => codecs.push(CodecSpec::new(
                 "blosc",
                 json!({"cname": cname, "clevel": clevel, "shuffle": shuffle,
                        "typesize": data_type.size(), "blocksize": 0}),
@@ -92,14 +108,33 @@ mod tests {
 
     #[test]
     fn parses_the_documented_forms() {
-        assert_eq!("zstd:3".parse::<Compressor>().ok(), Some(Compressor::Zstd { level: 3 }));
-        assert_eq!("gzip:9".parse::<Compressor>().ok(), Some(Compressor::Gzip { level: 9 }));
+        assert_eq!(
+            "zstd:3".parse::<Compressor>().ok(),
+            Some(Compressor::Zstd { level: 3 })
+        );
+        assert_eq!(
+            "gzip:9".parse::<Compressor>().ok(),
+            Some(Compressor::Gzip { level: 9 })
+        );
         assert_eq!("none".parse::<Compressor>().ok(), Some(Compressor::None));
         assert_eq!(
             "blosc:lz4:5:bitshuffle".parse::<Compressor>().ok(),
-            Some(Compressor::Blosc { cname: "lz4".into(), clevel: 5, shuffle: "bitshuffle".into() })
+            Some(Compressor::Blosc {
+                cname: "lz4".into(),
+                clevel: 5,
+                shuffle: "bitshuffle".into()
+            })
         );
-        for bad in ["zstd:x", "zstd:99", "gzip:10", "blosc:snappy:5:shuffle", "blosc:lz4:5", "blosc:lz4:5:twice", "lzma:1", ""] {
+        for bad in [
+            "zstd:x",
+            "zstd:99",
+            "gzip:10",
+            "blosc:snappy:5:shuffle",
+            "blosc:lz4:5",
+            "blosc:lz4:5:twice",
+            "lzma:1",
+            "",
+        ] {
             assert!(bad.parse::<Compressor>().is_err(), "{bad}");
         }
     }

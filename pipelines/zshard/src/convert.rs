@@ -51,7 +51,9 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         write_array_metadata(&destination, &array.path, &array.output)?;
     }
     let mut groups: Vec<_> = plan.groups.iter().collect();
-    groups.sort_by_key(|(path, _)| std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty())));
+    groups.sort_by_key(|(path, _)| {
+        std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
+    });
     for (path, attributes) in groups {
         write_group_metadata(&destination, path, attributes)?;
     }
@@ -91,7 +93,9 @@ pub fn parse_shape(s: &str) -> Result<Shape, String> {
                 .parse::<u64>()
                 .ok()
                 .filter(|&n| n > 0)
-                .ok_or_else(|| format!("{part:?} is not a positive integer (expected a,b,... e.g. 4096,4096)"))
+                .ok_or_else(|| {
+                    format!("{part:?} is not a positive integer (expected a,b,... e.g. 4096,4096)")
+                })
         })
         .collect::<Result<Vec<u64>, String>>()
         .map(Shape)

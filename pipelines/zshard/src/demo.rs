@@ -34,7 +34,8 @@ fn arrays() -> Vec<DemoArray> {
             zattrs: json!({"_ARRAY_DIMENSIONS": ["lat", "lon"], "units": "K", "long_name": "surface temperature"}),
             value: |i| {
                 let (lat, lon) = (i[0] as f32 / 4.0 - 90.0, i[1] as f32 / 4.0);
-                let t = 288.0 - 30.0 * (lat.to_radians().sin().powi(2)) + 5.0 * (lon.to_radians() * 3.0).cos();
+                let t = 288.0 - 30.0 * (lat.to_radians().sin().powi(2))
+                    + 5.0 * (lon.to_radians() * 3.0).cos();
                 t.to_le_bytes().to_vec()
             },
             skip: |_| false,
@@ -66,7 +67,8 @@ fn arrays() -> Vec<DemoArray> {
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
     }
     std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
@@ -74,7 +76,10 @@ fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// Writes the demo Zarr v2 group at `root`, encoding chunks with zshard's own codecs.
 pub fn write_source(root: &Path) -> anyhow::Result<()> {
     write_file(&root.join(".zgroup"), br#"{"zarr_format": 2}"#)?;
-    write_file(&root.join(".zattrs"), br#"{"title": "zshard demo dataset"}"#)?;
+    write_file(
+        &root.join(".zattrs"),
+        br#"{"title": "zshard demo dataset"}"#,
+    )?;
     for group in ["climate", "terrain"] {
         write_file(&root.join(group).join(".zgroup"), br#"{"zarr_format": 2}"#)?;
     }
@@ -82,7 +87,10 @@ pub fn write_source(root: &Path) -> anyhow::Result<()> {
         let dir = root.join(array.path);
         let zarray = serde_json::to_vec_pretty(&array.zarray)?;
         write_file(&dir.join(".zarray"), &zarray)?;
-        write_file(&dir.join(".zattrs"), &serde_json::to_vec_pretty(&array.zattrs)?)?;
+        write_file(
+            &dir.join(".zattrs"),
+            &serde_json::to_vec_pretty(&array.zattrs)?,
+        )?;
         let meta = parse_v2_array(array.path, &zarray, None)?;
         let repr = meta.chunk_repr();
         let chain = build_chain(&meta.codecs, &repr)?;
@@ -110,7 +118,8 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
     let output = dir.join("sharded.zarr");
     for old in [&source, &output] {
         if old.exists() {
-            std::fs::remove_dir_all(old).with_context(|| format!("cannot remove {}", old.display()))?;
+            std::fs::remove_dir_all(old)
+                .with_context(|| format!("cannot remove {}", old.display()))?;
         }
     }
     write_source(&source)?;

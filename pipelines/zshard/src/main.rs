@@ -38,7 +38,11 @@ Output:
   when complete; zarr.json documents are written after all data.";
 
 #[derive(Parser, Debug)]
-#[command(name = "zshard", version, about = "Convert chunked arrays into sharded Zarr v3 (sharding_indexed)")]
+#[command(
+    name = "zshard",
+    version,
+    about = "Convert chunked arrays into sharded Zarr v3 (sharding_indexed)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -117,9 +121,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             convert::convert(&conversion).map(|_| ())
         }
-        Command::Demo { dir, threads, quiet } => {
-            demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet)
-        }
+        Command::Demo {
+            dir,
+            threads,
+            quiet,
+        } => demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet),
     }
 }
 

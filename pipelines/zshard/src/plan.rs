@@ -6,7 +6,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context};
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
-use zshard_core::{auto_shard_shape, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry};
+use zshard_core::{
+    auto_shard_shape, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry,
+};
 use zshard_pipeline::ArrayJob;
 use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
@@ -56,7 +58,9 @@ impl Plan {
         let mut groups = Vec::new();
         for node in nodes {
             match &node.kind {
-                NodeKind::Group { attributes } => groups.push((node.path.clone(), attributes.clone())),
+                NodeKind::Group { attributes } => {
+                    groups.push((node.path.clone(), attributes.clone()))
+                }
                 NodeKind::Array(meta) => arrays.push(
                     plan_array(&node.path, meta, layout)
                         .with_context(|| format!("array {}", display_path(&node.path)))?,
@@ -75,7 +79,8 @@ impl Plan {
         self.arrays
             .iter()
             .map(|a| {
-                let reader = ZarrChunkReader::new(source.child(&a.path), a.source.chunk_key_encoding);
+                let reader =
+                    ZarrChunkReader::new(source.child(&a.path), a.source.chunk_key_encoding);
                 let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
                 ArrayJob {
                     name: display_path(&a.path),
@@ -134,7 +139,8 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<P
         }
         None => auto_shard_shape(&meta.shape, &inner_shape, meta.data_type.size()),
     };
-    let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape).map_err(|e| anyhow!("{e}"))?;
+    let geometry =
+        ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape).map_err(|e| anyhow!("{e}"))?;
     let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).context("source codecs")?;
     let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
     let inner_repr = ChunkRepr {

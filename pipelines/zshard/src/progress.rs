@@ -40,7 +40,10 @@ impl Progress {
     }
 
     pub fn shard_done(&self, outcome: &ShardOutcome) {
-        let total = self.written.fetch_add(outcome.bytes_written, Ordering::Relaxed) + outcome.bytes_written;
+        let total = self
+            .written
+            .fetch_add(outcome.bytes_written, Ordering::Relaxed)
+            + outcome.bytes_written;
         self.bar.set_message(HumanBytes(total).to_string());
         self.bar.inc(1);
     }
@@ -52,7 +55,11 @@ impl Progress {
             return;
         }
         let seconds = self.started.elapsed().as_secs_f64();
-        let rate = if seconds > 0.0 { stats.bytes_read as f64 / seconds } else { 0.0 };
+        let rate = if seconds > 0.0 {
+            stats.bytes_read as f64 / seconds
+        } else {
+            0.0
+        };
         eprintln!(
             "zshard: converted {arrays} array(s) into {destination}: {} shard(s) written, {} empty and skipped; \
              read {} in {} chunk(s) ({} missing), wrote {}, in {seconds:.1} s ({}/s read)",

@@ -27,13 +27,29 @@ fn corrupted_chunk_names_its_key_and_leaves_no_shard() {
     let src = tmp.path().join("src");
     let dst = tmp.path().join("dst");
     let data = expected(DataType::UInt16, &[64, 64], 0);
-    write_v2(&src, DataType::UInt16, &[64, 64], &[16, 16],
-        json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}), &data);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[64, 64],
+        &[16, 16],
+        json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}),
+        &data,
+    );
     let victim = src.join("2.3");
     let len = std::fs::metadata(&victim).expect("chunk exists").len() as usize;
     std::fs::write(&victim, vec![0x5a; len]).expect("corrupt");
-    let out = zshard(&["convert", src.to_str().expect("utf-8"), dst.to_str().expect("utf-8"),
-        "--shard-shape", "32,32", "--chunk-shape", "16,16", "--threads", "2", "--quiet"]);
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        "32,32",
+        "--chunk-shape",
+        "16,16",
+        "--threads",
+        "2",
+        "--quiet",
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
@@ -41,7 +57,10 @@ fn corrupted_chunk_names_its_key_and_leaves_no_shard() {
     assert!(stderr.contains("blosc"), "names the codec: {stderr}");
     // Chunk (2,3) lies in shard (1,1).
     assert!(!dst.join("c/1/1").exists());
-    assert!(!dst.join("zarr.json").exists(), "no metadata for a failed conversion");
+    assert!(
+        !dst.join("zarr.json").exists(),
+        "no metadata for a failed conversion"
+    );
 }
 
 #[test]
@@ -49,10 +68,22 @@ fn truncated_chunk_is_an_error_not_a_panic() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = tmp.path().join("src");
     let data = expected(DataType::Float64, &[30], 0);
-    write_v2(&src, DataType::Float64, &[30], &[10], json!({"id": "zstd", "level": 1}), &data);
+    write_v2(
+        &src,
+        DataType::Float64,
+        &[30],
+        &[10],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
     let chunk = std::fs::read(src.join("1")).expect("chunk");
     std::fs::write(src.join("1"), &chunk[..chunk.len() / 2]).expect("truncate");
-    let out = zshard(&["convert", src.to_str().expect("utf-8"), tmp.path().join("dst").to_str().expect("utf-8"), "--quiet"]);
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        tmp.path().join("dst").to_str().expect("utf-8"),
+        "--quiet",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("src/1"));
 }
@@ -62,37 +93,67 @@ fn bad_shapes_are_rejected_before_writing() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = tmp.path().join("src");
     let data = expected(DataType::UInt8, &[40, 40], 0);
-    write_v2(&src, DataType::UInt8, &[40, 40], &[10, 10], json!(null), &data);
+    write_v2(
+        &src,
+        DataType::UInt8,
+        &[40, 40],
+        &[10, 10],
+        json!(null),
+        &data,
+    );
     for (args, needle) in [
         (vec!["--shard-shape", "20"], "1 dimensions"),
         (vec!["--chunk-shape", "10,10,10"], "3 dimensions"),
-        (vec!["--shard-shape", "20,20", "--chunk-shape", "10,15"], "does not divide"),
+        (
+            vec!["--shard-shape", "20,20", "--chunk-shape", "10,15"],
+            "does not divide",
+        ),
         (vec!["--shard-shape", "0,20"], "positive"),
         (vec!["--compressor", "lzma:3"], "unknown compressor"),
         (vec!["--index-location", "middle"], "start or end"),
     ] {
         let dst = tmp.path().join("dst");
-        let mut all = vec!["convert", src.to_str().expect("utf-8"), dst.to_str().expect("utf-8"), "--quiet"];
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--quiet",
+        ];
         all.extend(args.iter());
         let out = zshard(&all);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
-        assert!(listing(&dst).is_empty(), "{args:?} wrote {:?}", listing(&dst));
+        assert!(
+            listing(&dst).is_empty(),
+            "{args:?} wrote {:?}",
+            listing(&dst)
+        );
     }
 }
 
 #[test]
 fn missing_source_and_unsupported_codec() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let out = zshard(&["convert", tmp.path().join("nope").to_str().expect("utf-8"), tmp.path().join("d").to_str().expect("utf-8")]);
+    let out = zshard(&[
+        "convert",
+        tmp.path().join("nope").to_str().expect("utf-8"),
+        tmp.path().join("d").to_str().expect("utf-8"),
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
     let src = tmp.path().join("src");
     std::fs::create_dir_all(&src).expect("mkdir");
     std::fs::write(src.join(".zarray"), br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#).expect("write");
-    let out = zshard(&["convert", src.to_str().expect("utf-8"), tmp.path().join("d").to_str().expect("utf-8")]);
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        tmp.path().join("d").to_str().expect("utf-8"),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("lzma") && stderr.contains("blosc"), "{stderr}");
+    assert!(
+        stderr.contains("lzma") && stderr.contains("blosc"),
+        "{stderr}"
+    );
 }

@@ -85,7 +85,11 @@ fn round_trip_matrix() {
                         if case % 2 == 0 { "1" } else { "3" },
                         "--quiet",
                     ]);
-                    assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+                    assert!(
+                        out.status.success(),
+                        "{label}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                     let (back, doc) = read_v3(&dst);
                     assert_eq!(back.len(), data.len(), "{label}");
                     if let Some(i) = (0..data.len()).find(|&i| back[i] != data[i]) {
@@ -94,7 +98,11 @@ fn round_trip_matrix() {
                     let sharding = &doc["codecs"][0]["configuration"];
                     assert_eq!(doc["data_type"], json!(dtype.v3_name()), "{label}");
                     assert_eq!(sharding["index_location"], json!(location), "{label}");
-                    assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shape"], json!(shard), "{label}");
+                    assert_eq!(
+                        doc["chunk_grid"]["configuration"]["chunk_shape"],
+                        json!(shard),
+                        "{label}"
+                    );
                     assert_eq!(sharding["chunk_shape"], json!(inner), "{label}");
                 }
             }
@@ -109,21 +117,49 @@ fn index_location_and_empty_inner_chunks_on_disk() {
     // 1-D, 40 elements, chunks of 10; elements 0..20 are fill, so of the inner chunks of 5 in the first
     // shard of 20, all four are empty and the shard is not written; the second shard has 4 stored.
     let data = expected(DataType::UInt16, &[40], 20);
-    write_v2(&src, DataType::UInt16, &[40], &[10], json!({"id": "zstd", "level": 1}), &data);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[40],
+        &[10],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
     for (location, loc) in [("start", IndexLocation::Start), ("end", IndexLocation::End)] {
         let dst = tmp.path().join(location);
         let out = zshard(&[
-            "convert", src.to_str().expect("utf-8"), dst.to_str().expect("utf-8"),
-            "--shard-shape", "20", "--chunk-shape", "5", "--index-location", location, "--compressor", "none", "--quiet",
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--shard-shape",
+            "20",
+            "--chunk-shape",
+            "5",
+            "--index-location",
+            location,
+            "--compressor",
+            "none",
+            "--quiet",
         ]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(!dst.join("c/0").exists(), "an all-fill shard must not be written");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !dst.join("c/0").exists(),
+            "an all-fill shard must not be written"
+        );
         let shard = std::fs::read(dst.join("c/1")).expect("second shard exists");
         // 4 uncompressed inner chunks of 5 uint16 plus a 4-entry index with checksum.
         assert_eq!(shard.len(), 4 * 10 + 4 * 16 + 4);
-        let reader = ShardReader::new(&shard, 4, loc, IndexEncoding::default()).expect("valid shard");
+        let reader =
+            ShardReader::new(&shard, 4, loc, IndexEncoding::default()).expect("valid shard");
         let first = reader.index().entries()[0].expect("stored");
-        assert_eq!(first.offset, if loc == IndexLocation::Start { 68 } else { 0 });
+        assert_eq!(
+            first.offset,
+            if loc == IndexLocation::Start { 68 } else { 0 }
+        );
         assert_eq!(first.nbytes, 10);
         assert_eq!(reader.chunk(0), Some(&data[40..50]));
         assert_eq!(read_v3(&dst).0, data);
@@ -135,12 +171,33 @@ fn output_is_identical_for_any_thread_count() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = tmp.path().join("src");
     let data = expected(DataType::Float32, &[90, 70], 0);
-    write_v2(&src, DataType::Float32, &[90, 70], &[20, 20], json!({"id": "gzip", "level": 1}), &data);
+    write_v2(
+        &src,
+        DataType::Float32,
+        &[90, 70],
+        &[20, 20],
+        json!({"id": "gzip", "level": 1}),
+        &data,
+    );
     let run = |threads: &str| {
         let dst = tmp.path().join(format!("t{threads}"));
-        let out = zshard(&["convert", src.to_str().expect("utf-8"), dst.to_str().expect("utf-8"),
-            "--shard-shape", "32,32", "--chunk-shape", "16,16", "--threads", threads, "--quiet"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = zshard(&[
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--shard-shape",
+            "32,32",
+            "--chunk-shape",
+            "16,16",
+            "--threads",
+            threads,
+            "--quiet",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut files = Vec::new();
         for i in 0..3 {
             for j in 0..3 {

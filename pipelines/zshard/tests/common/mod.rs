@@ -25,13 +25,26 @@ pub fn element(dtype: DataType, i: u64) -> Vec<u8> {
 /// The expected array: values everywhere except the first `zeros` elements, which hold 0 (the fill).
 pub fn expected(dtype: DataType, shape: &[u64], zeros: u64) -> Vec<u8> {
     (0..product(shape))
-        .flat_map(|i| if i < zeros { vec![0; dtype.size()] } else { element(dtype, i) })
+        .flat_map(|i| {
+            if i < zeros {
+                vec![0; dtype.size()]
+            } else {
+                element(dtype, i)
+            }
+        })
         .collect()
 }
 
 /// Writes a Zarr v2 array at `dir` holding `data` (little-endian C order), skipping chunks that only
 /// hold zeros (the fill value), so they are missing in the source.
-pub fn write_v2(dir: &Path, dtype: DataType, shape: &[u64], chunks: &[u64], compressor: Value, data: &[u8]) {
+pub fn write_v2(
+    dir: &Path,
+    dtype: DataType,
+    shape: &[u64],
+    chunks: &[u64],
+    compressor: Value,
+    data: &[u8],
+) {
     let zarray = json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype.v2_typestr(),
         "compressor": compressor, "fill_value": 0, "order": "C", "filters": null});
     std::fs::create_dir_all(dir).expect("create source dir");
@@ -45,18 +58,31 @@ pub fn write_v2(dir: &Path, dtype: DataType, shape: &[u64], chunks: &[u64], comp
     for coord in c_order(&grid_shape(shape, chunks)) {
         let region = Region::of_chunk(&coord, chunks, shape);
         let mut raw = vec![0u8; repr.byte_len()];
-        copy_region(data, shape, &origin, &mut raw, chunks, &region.start, &region, size);
+        copy_region(
+            data,
+            shape,
+            &origin,
+            &mut raw,
+            chunks,
+            &region.start,
+            &region,
+            size,
+        );
         if raw.iter().all(|&b| b == 0) {
             continue;
         }
         let encoded = chain.encode(raw, &repr).expect("encode");
-        std::fs::write(dir.join(meta.chunk_key_encoding.key(&coord)), encoded).expect("write chunk");
+        std::fs::write(dir.join(meta.chunk_key_encoding.key(&coord)), encoded)
+            .expect("write chunk");
     }
 }
 
 /// Runs the zshard binary.
 pub fn zshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zshard")).args(args).output().expect("run zshard")
+    Command::new(env!("CARGO_BIN_EXE_zshard"))
+        .args(args)
+        .output()
+        .expect("run zshard")
 }
 
 /// Reads a sharded (or any) v3 array at `dir` back into little-endian C-order bytes, decoding every
@@ -73,14 +99,29 @@ pub fn read_v3(dir: &Path) -> (Vec<u8>, Value) {
     let mut out = meta.fill_value.repeat(product(&meta.shape) as usize);
     let origin = vec![0; meta.shape.len()];
     for coord in c_order(&grid_shape(&meta.shape, &meta.chunk_shape)) {
-        let Ok(bytes) = std::fs::read(dir.join(meta.chunk_key_encoding.key(&coord))) else { continue };
+        let Ok(bytes) = std::fs::read(dir.join(meta.chunk_key_encoding.key(&coord))) else {
+            continue;
+        };
         let decoded = chain.decode(&bytes, &repr).expect("shard decodes");
         let region = Region::of_chunk(&coord, &meta.chunk_shape, &meta.shape);
-        copy_region(&decoded, &meta.chunk_shape, &region.start, &mut out, &meta.shape, &origin, &region, size);
+        copy_region(
+            &decoded,
+            &meta.chunk_shape,
+            &region.start,
+            &mut out,
+            &meta.shape,
+            &origin,
+            &region,
+            size,
+        );
     }
     (out, json)
 }
 
 pub fn shape_arg(shape: &[u64]) -> String {
-    shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+    shape
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
