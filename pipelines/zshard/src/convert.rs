@@ -28,7 +28,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let runtime = IoRuntime::new(IO_THREADS)?;
     let source = Store::open(&c.source, runtime.clone(), false)?;
     let nodes = open_hierarchy(&source)?;
-    let plan = Plan::new(&nodes, &c.layout)?;
+    let plan = Plan::new(&nodes, &c.layout, &source.url(""))?;
 
     let destination = Store::open(&c.destination, runtime, true)?;
     let jobs = plan.jobs(&source, &destination);

@@ -43,17 +43,18 @@ pub struct Plan {
     pub groups: Vec<(String, Map<String, Value>)>,
 }
 
-/// A readable name of the node at `path` for messages.
-pub fn display_path(path: &str) -> String {
+/// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
+/// when the source is a single array.
+fn array_name(source: &str, path: &str) -> String {
     if path.is_empty() {
-        "/".to_string()
+        source.to_string()
     } else {
         path.to_string()
     }
 }
 
 impl Plan {
-    pub fn new(nodes: &[Node], layout: &Layout) -> anyhow::Result<Plan> {
+    pub fn new(nodes: &[Node], layout: &Layout, source: &str) -> anyhow::Result<Plan> {
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
         for node in nodes {
@@ -63,7 +64,7 @@ impl Plan {
                 }
                 NodeKind::Array(meta) => arrays.push(
                     plan_array(&node.path, meta, layout)
-                        .with_context(|| format!("array {}", display_path(&node.path)))?,
+                        .with_context(|| format!("array {}", array_name(source, &node.path)))?,
                 ),
             }
         }
@@ -83,7 +84,7 @@ impl Plan {
                     ZarrChunkReader::new(source.child(&a.path), a.source.chunk_key_encoding);
                 let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
                 ArrayJob {
-                    name: display_path(&a.path),
+                    name: array_name(&source.url(""), &a.path),
                     geometry: a.geometry.clone(),
                     source_repr: a.source.chunk_repr(),
                     source_chain: a.job_parts.0.clone(),
