@@ -129,8 +129,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Parses the command line; usage errors become one line (`--help` and `--version` print as usual).
+fn parse_cli() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+            || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+        // clap's message is its first paragraph; the usage and tips after the blank line are dropped.
+        let text = e.to_string();
+        let message: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .skip_while(|l| l.is_empty())
+            .take_while(|l| !l.is_empty())
+            .collect();
+        let message = message.join(" ");
+        eprintln!(
+            "zshard: error: {} (see zshard --help)",
+            message.trim_start_matches("error: ")
+        );
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the chain of causes, outermost first.

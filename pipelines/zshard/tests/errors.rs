@@ -124,6 +124,11 @@ fn bad_shapes_are_rejected_before_writing() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line: {stderr}"
+        );
         assert!(
             listing(&dst).is_empty(),
             "{args:?} wrote {:?}",
