@@ -23,5 +23,5 @@ mod job;
 mod stages;
 
 pub use error::{Error, Result};
-pub use job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
+pub use job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES};
 pub use stages::run;

@@ -78,11 +78,15 @@ impl Store {
                 reason: "no such directory".into(),
             });
         }
-        let fs = LocalFileSystem::new_with_prefix(path).map_err(|source| Error::Request {
-            operation: "open",
-            location: location.to_string(),
-            source: Box::new(source),
-        })?;
+        // fsync before the rename that publishes an object: after a power loss or node crash, a key is
+        // either absent or complete, never an empty or short file (which a rerun would take as done).
+        let fs = LocalFileSystem::new_with_prefix(path)
+            .map(|fs| fs.with_fsync(true))
+            .map_err(|source| Error::Request {
+                operation: "open",
+                location: location.to_string(),
+                source: Box::new(source),
+            })?;
         Ok(Store {
             inner: Arc::new(fs),
             root: Path::default(),

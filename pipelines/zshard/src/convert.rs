@@ -36,7 +36,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let stats = zshard_pipeline::run(
         &jobs,
         ShardTask::all(&jobs),
-        &Options::with_threads(c.threads),
+        &Options::for_shard_size(c.threads, plan.max_shard_bytes()),
         &|outcome| progress.shard_done(outcome),
     );
     let stats = match stats {

@@ -71,6 +71,17 @@ impl Plan {
         Ok(Plan { arrays, groups })
     }
 
+    /// Raw (decoded) bytes of the largest shard of any array.
+    pub fn max_shard_bytes(&self) -> u64 {
+        self.arrays
+            .iter()
+            .map(|a| {
+                zshard_core::product(a.geometry.shard_shape()) * a.output.data_type.size() as u64
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn shard_count(&self) -> u64 {
         self.arrays.iter().map(|a| a.geometry.shard_count()).sum()
     }
