@@ -1,0 +1,233 @@
+//! The stages over in-memory sources and sinks: values, bounded work in flight, errors.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use serde_json::json;
+use zshard_codecs::build_chain;
+use zshard_core::{
+    c_order, grid_shape, ChunkReader, ChunkRepr, CodecSpec, DataType, Error as CoreError,
+    FillValue, ShardGeometry, ShardSink,
+};
+use zshard_pipeline::{run, ArrayJob, Error, Options, ShardTask};
+
+/// Chunks held in memory; counts chunks read so tests can see how far the fetcher ran ahead.
+#[derive(Debug)]
+struct MemoryReader {
+    chunks: HashMap<Vec<u64>, Bytes>,
+    fail_at: Option<Vec<u64>>,
+    chunks_read: AtomicU64,
+}
+
+impl ChunkReader for MemoryReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        format!("mem/{coord:?}")
+    }
+
+    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        self.chunks_read
+            .fetch_add(coords.len() as u64, Ordering::SeqCst);
+        coords
+            .iter()
+            .map(|c| {
+                if self.fail_at.as_ref() == Some(c) {
+                    return Err(CoreError::Read {
+                        key: self.chunk_key(c),
+                        source: "disk on fire".into(),
+                    });
+                }
+                Ok(self.chunks.get(c).cloned())
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Default)]
+struct MemorySink {
+    shards: Mutex<HashMap<Vec<u64>, Vec<Option<Bytes>>>>,
+}
+
+impl ShardSink for MemorySink {
+    fn shard_key(&self, shard: &[u64]) -> String {
+        format!("out/{shard:?}")
+    }
+
+    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+        let mut shards = self
+            .shards
+            .lock()
+            .map_err(|_| CoreError::codec("sink", "poisoned"))?;
+        shards.insert(shard.to_vec(), inner.to_vec());
+        Ok(inner.iter().flatten().map(|b| b.len() as u64).sum())
+    }
+}
+
+fn repr(shape: &[u64]) -> ChunkRepr {
+    ChunkRepr {
+        shape: shape.to_vec(),
+        data_type: DataType::UInt16,
+        fill_value: FillValue::zero(DataType::UInt16),
+    }
+}
+
+fn value(row: u64, col: u64) -> u16 {
+    (row * 1000 + col + 1) as u16
+}
+
+/// A `rows x 8` uint16 array in 4x8 source chunks holding `value(r, c)`, converted into shards of
+/// 8x8 with 2x4 inner chunks (inner chunks smaller than source chunks and cut across them).
+fn job(rows: u64, fail_at: Option<Vec<u64>>) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
+    let codecs: Vec<CodecSpec> = serde_json::from_value(json!([
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "zstd", "configuration": {"level": 1}}
+    ]))
+    .expect("codecs");
+    let source = repr(&[4, 8]);
+    let chain = build_chain(&codecs, &source).expect("chain");
+    let mut chunks = HashMap::new();
+    for coord in c_order(&grid_shape(&[rows, 8], &[4, 8])) {
+        let raw: Vec<u8> = (0..4)
+            .flat_map(|r| (0..8).map(move |c| (r, c)))
+            .flat_map(|(r, c)| value(coord[0] * 4 + r, c).to_le_bytes())
+            .collect();
+        chunks.insert(
+            coord,
+            Bytes::from(chain.encode(raw, &source).expect("encode")),
+        );
+    }
+    let reader = Arc::new(MemoryReader {
+        chunks,
+        fail_at,
+        chunks_read: AtomicU64::new(0),
+    });
+    let sink = Arc::new(MemorySink::default());
+    let inner = repr(&[2, 4]);
+    let job = ArrayJob {
+        name: "mem".into(),
+        geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
+        source_repr: source,
+        source_chain: chain.clone(),
+        inner_chain: build_chain(&codecs, &inner).expect("chain"),
+        inner_repr: inner,
+        reader: reader.clone(),
+        sink: sink.clone(),
+    };
+    (job, reader, sink)
+}
+
+#[test]
+fn values_land_in_the_right_inner_chunks() {
+    let (job, _, sink) = job(20, None);
+    let jobs = [job];
+    let stats = run(
+        &jobs,
+        ShardTask::all(&jobs),
+        &Options::with_threads(3),
+        &|_| {},
+    )
+    .expect("run");
+    assert_eq!(stats.shards_written, 3);
+    assert_eq!(stats.chunks_read, 5);
+    let shards = sink.shards.lock().expect("lock");
+    // Shard (2,0) covers rows 16..24 of a 20-row array: inner chunks of rows 20..24 are outside it.
+    let last = &shards[&vec![2, 0]];
+    assert!(last[4..].iter().all(Option::is_none));
+    let inner = repr(&[2, 4]);
+    let chain = &jobs[0].inner_chain;
+    for (shard, chunks) in shards.iter() {
+        for (i, chunk) in chunks.iter().enumerate() {
+            let Some(bytes) = chunk else { continue };
+            let raw = chain.decode(bytes, &inner).expect("decode");
+            let (ir, ic) = (i as u64 / 2, i as u64 % 2);
+            for r in 0..2 {
+                for c in 0..4 {
+                    let at = (r * 4 + c) as usize * 2;
+                    let got = u16::from_le_bytes([raw[at], raw[at + 1]]);
+                    assert_eq!(
+                        got,
+                        value(shard[0] * 8 + ir * 2 + r, ic * 4 + c),
+                        "shard {shard:?} inner {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn work_in_flight_is_bounded_by_the_channels_not_the_array() {
+    // 4000 shards; after each write, check how far the fetcher has run ahead of the writer.
+    let (job, reader, _) = job(4000 * 8, None);
+    let jobs = [job];
+    let written = AtomicU64::new(0);
+    let max_ahead = AtomicU64::new(0);
+    let options = Options {
+        threads: 2,
+        channel_capacity: 1,
+    };
+    run(&jobs, ShardTask::all(&jobs), &options, &|_| {
+        let done = written.fetch_add(1, Ordering::SeqCst) + 1;
+        let fetched_shards = reader.chunks_read.load(Ordering::SeqCst) / 2;
+        max_ahead.fetch_max(fetched_shards.saturating_sub(done), Ordering::SeqCst);
+    })
+    .expect("run");
+    // 4 channels of 1, up to 2 shards inside each rayon stage, 1 in assembly, 1 being fetched and 1
+    // being written: never more than about a dozen shards between reader and sink, whatever the size.
+    let ahead = max_ahead.load(Ordering::SeqCst);
+    assert!(
+        ahead <= 12,
+        "fetcher ran {ahead} shards ahead of the writer"
+    );
+}
+
+#[test]
+fn a_read_error_names_the_chunk_stops_the_run_and_writes_no_shard_for_it() {
+    let (job, reader, sink) = job(4000 * 8, Some(vec![9, 0]));
+    let jobs = [job];
+    let err = run(
+        &jobs,
+        ShardTask::all(&jobs),
+        &Options::with_threads(2),
+        &|_| {},
+    )
+    .expect_err("fails");
+    assert!(matches!(err, Error::Read { .. }));
+    let message = format!("{err}");
+    assert!(
+        message.contains("mem/[9, 0]") && message.contains("array mem"),
+        "{message}"
+    );
+    // Chunk (9,0) is rows 36..40: shard (4,0). It is never written; the run stops early.
+    assert!(!sink.shards.lock().expect("lock").contains_key(&vec![4, 0]));
+    assert!(
+        reader.chunks_read.load(Ordering::SeqCst) < 200,
+        "the fetcher must stop after an error"
+    );
+}
+
+#[test]
+fn a_decode_error_is_reported_with_its_key() {
+    let (mut job, _, sink) = job(16, None);
+    let mut chunks = HashMap::new();
+    chunks.insert(vec![1, 0], Bytes::from_static(b"not zstd"));
+    job.reader = Arc::new(MemoryReader {
+        chunks,
+        fail_at: None,
+        chunks_read: AtomicU64::new(0),
+    });
+    let jobs = [job];
+    let err = run(
+        &jobs,
+        ShardTask::all(&jobs),
+        &Options::with_threads(2),
+        &|_| {},
+    )
+    .expect_err("fails");
+    assert!(
+        matches!(err, Error::Decode { ref key, .. } if key == "mem/[1, 0]"),
+        "{err}"
+    );
+    assert!(!sink.shards.lock().expect("lock").contains_key(&vec![0, 0]));
+}
