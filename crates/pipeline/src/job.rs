@@ -14,7 +14,9 @@ pub struct ArrayJob {
     pub source_chain: CodecChain,
     /// A decoded inner chunk of the output.
     pub inner_repr: ChunkRepr,
-    pub inner_chain: CodecChain,
+    /// How inner chunks are encoded; `None` hands the sink raw inner chunks (little-endian C order),
+    /// which is how `verify` compares a source with an existing output.
+    pub inner_chain: Option<CodecChain>,
     pub reader: Arc<dyn ChunkReader>,
     pub sink: Arc<dyn ShardSink>,
 }
@@ -77,7 +79,7 @@ impl Options {
 /// What happened to one shard, reported to the progress callback as it completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardOutcome {
-    pub array: usize,
+    pub task: ShardTask,
     pub bytes_read: u64,
     pub chunks_read: u64,
     pub chunks_missing: u64,

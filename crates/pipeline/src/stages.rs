@@ -263,16 +263,17 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
         .enumerate()
         .map(|(i, raw)| match raw {
             None => Ok(None),
-            Some(raw) => job
-                .inner_chain
-                .encode(raw, &job.inner_repr)
-                .map(|b| Some(Bytes::from(b)))
-                .map_err(|source| Error::Encode {
-                    array: job.name.clone(),
-                    key: job.sink.shard_key(shard),
-                    inner: i,
-                    source: Box::new(source),
-                }),
+            Some(raw) => match &job.inner_chain {
+                None => Ok(raw),
+                Some(chain) => chain.encode(raw, &job.inner_repr),
+            }
+            .map(|b| Some(Bytes::from(b)))
+            .map_err(|source| Error::Encode {
+                array: job.name.clone(),
+                key: job.sink.shard_key(shard),
+                inner: i,
+                source: Box::new(source),
+            }),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Encoded {
@@ -331,7 +332,7 @@ fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
         0
     };
     Ok(ShardOutcome {
-        array: encoded.task.array,
+        task: encoded.task,
         bytes_read: encoded.read.bytes,
         chunks_read: encoded.read.chunks,
         chunks_missing: encoded.read.missing,

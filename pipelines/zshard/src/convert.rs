@@ -1,14 +1,21 @@
-//! `zshard convert`: plan, run the pipeline, then write the metadata documents.
+//! `zshard convert` and `zshard finalize`: plan, skip what is done, run the pipeline on this worker's
+//! shards, then write the metadata documents once everything is done.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 use anyhow::{bail, Context};
-use zshard_core::IndexLocation;
-use zshard_pipeline::{Options, ShardTask, Stats};
+use zshard_core::{linear_index, IndexLocation};
+use zshard_pipeline::{ArrayJob, Options, ShardTask, Stats};
 use zshard_store::{IoRuntime, Store};
 use zshard_writer::{write_array_metadata, write_group_metadata};
 use zshard_zarr::open_hierarchy;
 
+use crate::partition::Partition;
 use crate::plan::{Layout, Plan};
 use crate::progress::Progress;
+use crate::report::Report;
+use crate::state::{self, EmptyLog};
 
 /// Parameters of one conversion.
 #[derive(Debug, Clone)]
@@ -18,47 +25,195 @@ pub struct Conversion {
     pub layout: Layout,
     pub threads: usize,
     pub quiet: bool,
+    pub partition: Partition,
+    pub overwrite: bool,
+    pub report: Option<std::path::PathBuf>,
 }
 
 /// Threads for storage requests; they mostly wait, so a few serve many CPU workers.
 const IO_THREADS: usize = 2;
 
-pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
-    refuse_overlap(&c.source, &c.destination)?;
-    let runtime = IoRuntime::new(IO_THREADS)?;
-    let source = Store::open(&c.source, runtime.clone(), false)?;
-    let nodes = open_hierarchy(&source)?;
-    let plan = Plan::new(&nodes, &c.layout, &source.url(""))?;
+/// The source and destination opened, and the plan made and checked.
+pub struct Opened {
+    pub source: Store,
+    pub destination: Store,
+    pub plan: Plan,
+    pub fingerprint: serde_json::Value,
+}
 
-    let destination = Store::open(&c.destination, runtime, true)?;
-    let jobs = plan.jobs(&source, &destination);
-    let progress = Progress::new(plan.shard_count(), c.quiet);
-    let stats = zshard_pipeline::run(
+/// Opens both ends and plans; fails on everything `convert` would reject, before writing anything.
+pub fn open(
+    source: &str,
+    destination: &str,
+    layout: &Layout,
+    create: bool,
+) -> anyhow::Result<Opened> {
+    refuse_overlap(source, destination)?;
+    let runtime = IoRuntime::new(IO_THREADS)?;
+    let source_store = Store::open(source, runtime.clone(), false)?;
+    let nodes = open_hierarchy(&source_store)?;
+    let plan = Plan::new(&nodes, layout, &source_store.url(""))?;
+    let destination = Store::open(destination, runtime, create)?;
+    let fingerprint = state::fingerprint(&source_id(source), &plan);
+    Ok(Opened {
+        source: source_store,
+        destination,
+        plan,
+        fingerprint,
+    })
+}
+
+/// The source as recorded in the destination's state: absolute for local paths, so that the same run
+/// started from another directory is recognised.
+fn source_id(source: &str) -> String {
+    if source.contains("://") {
+        return source.trim_end_matches('/').to_string();
+    }
+    std::fs::canonicalize(source)
+        .map_or_else(|_| source.to_string(), |p| p.to_string_lossy().into_owned())
+}
+
+/// This worker's shards that are not done yet, in enumeration order.
+fn pending<'a>(
+    jobs: &'a [ArrayJob],
+    partition: Partition,
+    done: &'a [HashSet<u64>],
+) -> impl Iterator<Item = ShardTask> + 'a {
+    ShardTask::all(jobs)
+        .enumerate()
+        .filter_map(move |(global, task)| {
+            let grid = jobs[task.array].geometry.shard_grid();
+            let owned = partition.owns(global as u64);
+            (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
+        })
+}
+
+pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
+    let opened = open(&c.source, &c.destination, &c.layout, true)?;
+    let Opened {
+        source,
+        destination,
+        plan,
+        fingerprint,
+    } = &opened;
+    state::prepare(destination, fingerprint, c.partition, c.overwrite)?;
+    let done = state::done_shards(destination, plan, c.partition)?;
+    let jobs = plan.jobs(source, destination);
+    let total = pending(&jobs, c.partition, &done).count() as u64;
+    let mut report = Report::new(plan, &c.source, destination, c.partition, &done);
+    let progress = Progress::new(total, c.quiet);
+    let log = Mutex::new(EmptyLog::new(destination.clone(), c.partition));
+    let log_error = Mutex::new(None);
+    let per_array = Mutex::new(report.arrays_mut().to_vec());
+    let result = zshard_pipeline::run(
         &jobs,
-        ShardTask::all(&jobs),
+        pending(&jobs, c.partition, &done),
         &Options::for_shard_size(c.threads, plan.max_shard_bytes()),
-        &|outcome| progress.shard_done(outcome),
+        &|outcome| {
+            progress.shard_done(outcome);
+            if let Ok(mut arrays) = per_array.lock() {
+                arrays[outcome.task.array].add(outcome);
+            }
+            if !outcome.written {
+                let recorded = log
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("record lock poisoned"))
+                    .and_then(|mut l| {
+                        l.record(&plan.arrays[outcome.task.array].path, &outcome.task.shard)
+                    });
+                if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                    slot.get_or_insert(e);
+                }
+            }
+        },
     );
-    let stats = match stats {
+    // Keep what was learned about empty shards even when the run failed, so a rerun skips them.
+    let flushed = log
+        .lock()
+        .map_err(|_| anyhow::anyhow!("record lock poisoned"))?
+        .flush();
+    *report.arrays_mut() = per_array.into_inner().unwrap_or_default();
+    let stats = match result {
         Ok(stats) => stats,
         Err(e) => {
             progress.abandon();
+            report.finish(false, c.report.as_deref())?;
             return Err(e.into());
         }
     };
-    // Metadata goes last: an output with zarr.json documents is an output whose data is complete.
-    for array in &plan.arrays {
-        write_array_metadata(&destination, &array.path, &array.output)?;
+    flushed?;
+    if let Some(e) = log_error.into_inner().ok().flatten() {
+        return Err(e.context("cannot record empty shards"));
     }
+    if c.partition.is_all() {
+        write_metadata(destination, plan)?;
+    }
+    progress.finish();
+    report.finish(true, c.report.as_deref())?;
+    if !c.quiet {
+        eprintln!("{}", report.summary());
+        if !c.partition.is_all() {
+            eprintln!(
+                "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
+                c.partition.index, c.partition.count
+            );
+        }
+    }
+    Ok(stats)
+}
+
+/// `zshard finalize`: checks that every shard of every worker is done, then writes the metadata.
+pub fn finalize(
+    source: &str,
+    destination: &str,
+    layout: &Layout,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let Opened {
+        destination,
+        plan,
+        fingerprint,
+        source: source_store,
+    } = open(source, destination, layout, false)?;
+    state::check_recorded(&destination, &fingerprint)?;
+    let done = state::done_shards(&destination, &plan, Partition::ALL)?;
+    let jobs = plan.jobs(&source_store, &destination);
+    let mut missing = pending(&jobs, Partition::ALL, &done);
+    if let Some(first) = missing.next() {
+        let count = 1 + missing.count();
+        let array = &plan.arrays[first.array];
+        bail!(
+            "{count} shard(s) are not done yet (first: array {}, shard {}); rerun the workers that did not finish",
+            crate::plan::array_name(&source_store.url(""), &array.path),
+            jobs[first.array].sink.shard_key(&first.shard)
+        );
+    }
+    write_metadata(&destination, &plan)?;
+    if !quiet {
+        eprintln!(
+            "zshard: finalized {}: {} array(s), {} group(s)",
+            destination.url(""),
+            plan.arrays.len(),
+            plan.groups.len()
+        );
+    }
+    Ok(())
+}
+
+/// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
+fn write_metadata(destination: &Store, plan: &Plan) -> anyhow::Result<()> {
+    for array in &plan.arrays {
+        write_array_metadata(destination, &array.path, &array.output)?;
+    }
+    // Deepest groups first, the root last.
     let mut groups: Vec<_> = plan.groups.iter().collect();
     groups.sort_by_key(|(path, _)| {
         std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
     });
     for (path, attributes) in groups {
-        write_group_metadata(&destination, path, attributes)?;
+        write_group_metadata(destination, path, attributes)?;
     }
-    progress.finish(plan.arrays.len(), &stats, &destination.url(""));
-    Ok(stats)
+    Ok(())
 }
 
 /// Converting into the source (or a folder inside it) would read our own output.

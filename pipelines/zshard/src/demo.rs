@@ -134,6 +134,9 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
         },
         threads,
         quiet,
+        partition: crate::partition::Partition::ALL,
+        overwrite: true,
+        report: None,
     };
     convert(&conversion)?;
     let out = output.display();

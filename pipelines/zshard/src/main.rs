@@ -9,11 +9,15 @@ use zshard_core::IndexLocation;
 mod compressor;
 mod convert;
 mod demo;
+mod partition;
 mod plan;
 mod progress;
+mod report;
+mod state;
 
 use compressor::Compressor;
 use convert::{parse_index_location, parse_shape, Conversion, Shape};
+use partition::Partition;
 use plan::Layout;
 
 const CONVERT_HELP: &str = "\
@@ -48,32 +52,74 @@ struct Cli {
     command: Command,
 }
 
+/// Options that decide the output; `convert`, `plan` and `finalize` must be given the same ones.
+#[derive(clap::Args, Debug, Clone)]
+struct LayoutArgs {
+    /// Source: a Zarr v2 or v3 array or group (a directory path or file:// URL).
+    src: String,
+    /// Destination of the sharded Zarr v3 array or group.
+    dst: String,
+    /// Shard shape, e.g. 4096,4096 (default: automatic, see below).
+    #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
+    shard_shape: Option<Shape>,
+    /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
+    #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
+    chunk_shape: Option<Shape>,
+    /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
+    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none.
+    #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
+    compressor: Compressor,
+    /// Where each shard's index goes.
+    #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
+    index_location: IndexLocation,
+}
+
+impl LayoutArgs {
+    fn layout(&self) -> Layout {
+        Layout {
+            shard_shape: self.shard_shape.clone().map(|s| s.0),
+            chunk_shape: self.chunk_shape.clone().map(|s| s.0),
+            compressor: self.compressor.clone(),
+            index_location: self.index_location,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
     #[command(after_help = CONVERT_HELP)]
     Convert {
-        /// Source: a Zarr v2 or v3 array or group (a directory path or file:// URL).
-        src: String,
-        /// Destination of the sharded Zarr v3 array or group.
-        dst: String,
-        /// Shard shape, e.g. 4096,4096 (default: automatic, see below).
-        #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-        shard_shape: Option<Shape>,
-        /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
-        #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-        chunk_shape: Option<Shape>,
-        /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
-        /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none.
-        #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
-        compressor: Compressor,
-        /// Where each shard's index goes.
-        #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
-        index_location: IndexLocation,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// Convert only part I of N of all shards (0-based). Without it, a SLURM job array
+        /// (SLURM_ARRAY_TASK_ID/COUNT/MIN) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with
+        /// --workers) decides; otherwise all shards. A partitioned run writes no metadata: run
+        /// `zshard finalize` once all workers are done.
+        #[arg(long, value_name = "I/N")]
+        worker: Option<String>,
+        /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
+        #[arg(long, value_name = "N")]
+        workers: Option<u64>,
+        /// Replace whatever DST holds (otherwise a DST from a run with other options is refused,
+        /// and one from a run with the same options is resumed).
+        #[arg(long)]
+        overwrite: bool,
+        /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
+        #[arg(long, value_name = "FILE.json")]
+        report: Option<PathBuf>,
         /// No progress bar and no summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// After a partitioned conversion: check that every shard is done, then write the metadata.
+    Finalize {
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// No summary.
         #[arg(long, short)]
         quiet: bool,
     },
@@ -98,28 +144,30 @@ fn default_threads() -> usize {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Convert {
-            src,
-            dst,
-            shard_shape,
-            chunk_shape,
-            compressor,
-            index_location,
+            layout,
             threads,
+            worker,
+            workers,
+            overwrite,
+            report,
             quiet,
         } => {
+            let partition =
+                Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
             let conversion = Conversion {
-                source: src,
-                destination: dst,
-                layout: Layout {
-                    shard_shape: shard_shape.map(|s| s.0),
-                    chunk_shape: chunk_shape.map(|s| s.0),
-                    compressor,
-                    index_location,
-                },
+                source: layout.src.clone(),
+                destination: layout.dst.clone(),
+                layout: layout.layout(),
                 threads: threads.unwrap_or_else(default_threads),
                 quiet,
+                partition,
+                overwrite,
+                report,
             };
             convert::convert(&conversion).map(|_| ())
+        }
+        Command::Finalize { layout, quiet } => {
+            convert::finalize(&layout.src, &layout.dst, &layout.layout(), quiet)
         }
         Command::Demo {
             dir,

@@ -45,7 +45,7 @@ pub struct Plan {
 
 /// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
 /// when the source is a single array.
-fn array_name(source: &str, path: &str) -> String {
+pub fn array_name(source: &str, path: &str) -> String {
     if path.is_empty() {
         source.to_string()
     } else {
@@ -104,7 +104,7 @@ impl Plan {
                         data_type: a.output.data_type,
                         fill_value: a.output.fill_value.clone(),
                     },
-                    inner_chain: a.job_parts.1.clone(),
+                    inner_chain: Some(a.job_parts.1.clone()),
                     reader: Arc::new(reader),
                     sink: Arc::new(writer),
                 }

@@ -2,17 +2,15 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use zshard_pipeline::{ShardOutcome, Stats};
+use zshard_pipeline::ShardOutcome;
 
 /// Shards done of the total, bytes written and an ETA; invisible when quiet or not on a terminal.
 #[derive(Debug)]
 pub struct Progress {
     bar: ProgressBar,
-    started: Instant,
-    quiet: bool,
     written: AtomicU64,
 }
 
@@ -33,8 +31,6 @@ impl Progress {
         bar.enable_steady_tick(Duration::from_millis(200));
         Progress {
             bar,
-            started: Instant::now(),
-            quiet,
             written: AtomicU64::new(0),
         }
     }
@@ -48,29 +44,9 @@ impl Progress {
         self.bar.inc(1);
     }
 
-    /// Clears the bar and prints the summary (unless quiet).
-    pub fn finish(&self, arrays: usize, stats: &Stats, destination: &str) {
+    /// Clears the bar.
+    pub fn finish(&self) {
         self.bar.finish_and_clear();
-        if self.quiet {
-            return;
-        }
-        let seconds = self.started.elapsed().as_secs_f64();
-        let rate = if seconds > 0.0 {
-            stats.bytes_read as f64 / seconds
-        } else {
-            0.0
-        };
-        eprintln!(
-            "zshard: converted {arrays} array(s) into {destination}: {} shard(s) written, {} empty and skipped; \
-             read {} in {} chunk(s) ({} missing), wrote {}, in {seconds:.1} s ({}/s read)",
-            stats.shards_written,
-            stats.shards_empty,
-            HumanBytes(stats.bytes_read),
-            stats.chunks_read,
-            stats.chunks_missing,
-            HumanBytes(stats.bytes_written),
-            HumanBytes(rate as u64),
-        );
     }
 
     pub fn abandon(&self) {

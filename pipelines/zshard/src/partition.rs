@@ -1,0 +1,157 @@
+//! Which shards this process converts: `--worker I/N`, or the array index that SLURM or a Kubernetes
+//! Indexed Job gives it. Shard `g` of the global enumeration (arrays in hierarchy order, shards in C
+//! order) belongs to worker `g mod N`, so parts are disjoint, cover everything, differ in size by at
+//! most one shard, and spread every region of every array over all workers.
+
+use anyhow::{bail, Context};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Partition {
+    pub const ALL: Partition = Partition { index: 0, count: 1 };
+
+    /// Parses `I/N` (0 <= I < N).
+    pub fn parse(s: &str) -> anyhow::Result<Partition> {
+        let (i, n) = s
+            .split_once('/')
+            .with_context(|| format!("--worker {s:?} is not I/N (e.g. 3/16)"))?;
+        let index: u64 = i
+            .trim()
+            .parse()
+            .with_context(|| format!("--worker {s:?}: bad index"))?;
+        let count: u64 = n
+            .trim()
+            .parse()
+            .with_context(|| format!("--worker {s:?}: bad count"))?;
+        Self::new(index, count).with_context(|| format!("--worker {s}"))
+    }
+
+    fn new(index: u64, count: u64) -> anyhow::Result<Partition> {
+        if count == 0 || index >= count {
+            bail!("worker index {index} is not in 0..{count}");
+        }
+        Ok(Partition { index, count })
+    }
+
+    /// The partition from `--worker`, else from the environment of a SLURM job array
+    /// (`SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN` of `SLURM_ARRAY_TASK_COUNT`) or of a Kubernetes
+    /// Indexed Job (`JOB_COMPLETION_INDEX` of `--workers`), else everything.
+    pub fn resolve(
+        worker: Option<&str>,
+        workers: Option<u64>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Partition> {
+        if let Some(w) = worker {
+            return Self::parse(w);
+        }
+        let number = |name: &str| -> anyhow::Result<Option<u64>> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .with_context(|| format!("{name}={v:?} is not a number"))
+                })
+                .transpose()
+        };
+        if let (Some(id), Some(count)) = (
+            number("SLURM_ARRAY_TASK_ID")?,
+            number("SLURM_ARRAY_TASK_COUNT")?,
+        ) {
+            let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let index = id
+                .checked_sub(min)
+                .context("SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN")?;
+            return Self::new(index, count).context("from the SLURM job array environment");
+        }
+        if let Some(index) = number("JOB_COMPLETION_INDEX")? {
+            let Some(count) = workers else {
+                bail!("JOB_COMPLETION_INDEX is set: give the number of workers with --workers N");
+            };
+            return Self::new(index, count).context("from JOB_COMPLETION_INDEX");
+        }
+        if let Some(count) = workers {
+            if count != 1 {
+                bail!("--workers {count} needs --worker I/N, a SLURM job array or JOB_COMPLETION_INDEX");
+            }
+        }
+        Ok(Partition::ALL)
+    }
+
+    pub fn owns(&self, global_shard: u64) -> bool {
+        global_shard % self.count == self.index
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.count == 1
+    }
+
+    /// A name for this worker's records, unique among the workers of a run.
+    pub fn tag(&self) -> String {
+        format!("w{}of{}", self.index, self.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + '_ {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn parts_are_disjoint_and_cover_everything() {
+        for n in [1u64, 3, 7] {
+            let mut owners = vec![0u32; 1000];
+            for i in 0..n {
+                let p = Partition::parse(&format!("{i}/{n}")).expect("valid");
+                for (g, o) in owners.iter_mut().enumerate() {
+                    if p.owns(g as u64) {
+                        *o += 1;
+                    }
+                }
+            }
+            assert!(owners.iter().all(|&o| o == 1), "N={n}");
+        }
+    }
+
+    #[test]
+    fn environment_and_errors() {
+        let none = env(&[]);
+        assert_eq!(
+            Partition::resolve(None, None, &none).ok(),
+            Some(Partition::ALL)
+        );
+        let slurm = env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "3"),
+        ]);
+        assert_eq!(
+            Partition::resolve(None, None, &slurm).ok(),
+            Some(Partition { index: 2, count: 4 })
+        );
+        let k8s = env(&[("JOB_COMPLETION_INDEX", "6")]);
+        assert_eq!(
+            Partition::resolve(None, Some(7), &k8s).ok(),
+            Some(Partition { index: 6, count: 7 })
+        );
+        assert!(Partition::resolve(None, None, &k8s).is_err());
+        assert!(Partition::resolve(Some("3/3"), None, &none).is_err());
+        assert!(Partition::resolve(Some("x"), None, &none).is_err());
+        assert!(Partition::resolve(None, Some(4), &none).is_err());
+        assert_eq!(
+            Partition::resolve(Some("1/2"), None, &slurm).ok(),
+            Some(Partition { index: 1, count: 2 })
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! What makes a conversion resumable and safe to spread over workers, kept under `DST/.zshard/`:
+//!
+//! - `options/<worker>.json`: the conversion each worker was started with (source and every output
+//!   `zarr.json`). A run with different options into the same destination is refused.
+//! - `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
+//!   one `array-path<TAB>i,j,...` per line, flushed in batches.
+//!
+//! A written shard needs no record: shard objects only ever appear complete, so listing them is enough.
+//! Every key is written by one worker only.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use zshard_core::linear_index;
+use zshard_store::Store;
+
+use crate::partition::Partition;
+use crate::plan::Plan;
+
+const OPTIONS_DIR: &str = ".zshard/options";
+const EMPTY_DIR: &str = ".zshard/empty";
+
+/// What identifies a conversion.
+pub fn fingerprint(source_id: &str, plan: &Plan) -> Value {
+    let arrays: Vec<Value> = plan
+        .arrays
+        .iter()
+        .map(|a| json!({"path": a.path, "zarr.json": a.output.to_json()}))
+        .collect();
+    json!({"zshard_state": 1, "source": source_id, "arrays": arrays})
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}/{key}")
+    }
+}
+
+/// Checks the destination against the options of this run and records them. With `overwrite`, a
+/// destination holding anything else is cleared first (single-process runs only: a worker must never
+/// delete what another one wrote).
+pub fn prepare(
+    dst: &Store,
+    fingerprint: &Value,
+    partition: Partition,
+    overwrite: bool,
+) -> anyhow::Result<()> {
+    let conflict = conflicting_record(dst, fingerprint)?;
+    let foreign = conflict.is_none()
+        && dst.list_keys(OPTIONS_DIR)?.is_empty()
+        && dst.get("zarr.json")?.is_some();
+    if overwrite && (conflict.is_some() || foreign || !dst.list_keys("")?.is_empty()) {
+        if !partition.is_all() {
+            bail!(
+                "--overwrite cannot be combined with a partitioned run; empty {} first",
+                dst.url("")
+            );
+        }
+        for key in dst.list_keys("")? {
+            dst.delete(&key)?;
+        }
+    } else if let Some(key) = conflict {
+        bail!(
+            "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
+            dst.url(""),
+            dst.url(&key)
+        );
+    } else if foreign {
+        bail!(
+            "{} already holds a Zarr hierarchy that this conversion did not write; use --overwrite to replace it",
+            dst.url("")
+        );
+    }
+    let text = serde_json::to_vec_pretty(fingerprint)?;
+    dst.put(
+        &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
+        Bytes::from(text),
+    )?;
+    Ok(())
+}
+
+/// The key of a recorded conversion whose options differ from `fingerprint`, if any.
+fn conflicting_record(dst: &Store, fingerprint: &Value) -> anyhow::Result<Option<String>> {
+    for key in dst.list_keys(OPTIONS_DIR)? {
+        let Some(bytes) = dst.get(&key)? else {
+            continue;
+        };
+        let recorded: Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not JSON", dst.url(&key)))?;
+        if &recorded != fingerprint {
+            return Ok(Some(key));
+        }
+    }
+    Ok(None)
+}
+
+/// Checks, without recording anything, that the destination's recorded options equal `fingerprint`.
+pub fn check_recorded(dst: &Store, fingerprint: &Value) -> anyhow::Result<()> {
+    if dst.list_keys(OPTIONS_DIR)?.is_empty() {
+        bail!(
+            "{} holds no zshard conversion (no {OPTIONS_DIR})",
+            dst.url("")
+        );
+    }
+    if let Some(key) = conflicting_record(dst, fingerprint)? {
+        bail!(
+            "{} was converted with different options (see {})",
+            dst.url(""),
+            dst.url(&key)
+        );
+    }
+    Ok(())
+}
+
+/// Shards already done, per array, as C-order shard indices: written shard objects plus recorded
+/// all-fill shards. Leftover temporary files of interrupted writes of `partition`'s shards are removed.
+pub fn done_shards(
+    dst: &Store,
+    plan: &Plan,
+    partition: Partition,
+) -> anyhow::Result<Vec<HashSet<u64>>> {
+    let mut done = vec![HashSet::new(); plan.arrays.len()];
+    let mut first_global = 0u64;
+    for (i, array) in plan.arrays.iter().enumerate() {
+        let grid = array.geometry.shard_grid();
+        let prefix = join(&array.path, "c");
+        for key in dst.list_keys(&prefix)? {
+            let rest = key[prefix.len()..].trim_start_matches('/');
+            match parse_coord(rest, &grid) {
+                Some(coord) => {
+                    done[i].insert(linear_index(&coord, &grid));
+                }
+                // object_store's local backend stages writes as `<key>#<n>` and renames them.
+                None => {
+                    if let Some(coord) = rest
+                        .split_once('#')
+                        .and_then(|(base, _)| parse_coord(base, &grid))
+                    {
+                        if partition.owns(first_global + linear_index(&coord, &grid)) {
+                            dst.delete(&key)?;
+                        }
+                    }
+                }
+            }
+        }
+        first_global += array.geometry.shard_count();
+    }
+    for key in dst.list_keys(EMPTY_DIR)? {
+        let Some(bytes) = dst.get(&key)? else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            let Some((path, coord)) = line.split_once('\t') else {
+                continue;
+            };
+            let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+                continue;
+            };
+            let grid = plan.arrays[i].geometry.shard_grid();
+            if let Some(coord) = parse_coord(&coord.replace(',', "/"), &grid) {
+                done[i].insert(linear_index(&coord, &grid));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Parses `i/j/...` into a coordinate inside `grid`.
+fn parse_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
+    let coord: Vec<u64> = if text.is_empty() {
+        Vec::new()
+    } else {
+        text.split('/')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?
+    };
+    (coord.len() == grid.len() && coord.iter().zip(grid).all(|(c, g)| c < g)).then_some(coord)
+}
+
+/// Batches records of all-fill shards and stores each batch under its own key.
+#[derive(Debug)]
+pub struct EmptyLog {
+    store: Store,
+    prefix: String,
+    seq: u64,
+    pending: String,
+    entries: usize,
+    last_flush: Instant,
+}
+
+const FLUSH_ENTRIES: usize = 10_000;
+const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+
+impl EmptyLog {
+    pub fn new(store: Store, partition: Partition) -> Self {
+        let run = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        EmptyLog {
+            store,
+            prefix: format!("{EMPTY_DIR}/{}-{run}", partition.tag()),
+            seq: 0,
+            pending: String::new(),
+            entries: 0,
+            last_flush: Instant::now(),
+        }
+    }
+
+    pub fn record(&mut self, array_path: &str, shard: &[u64]) -> anyhow::Result<()> {
+        let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
+        self.pending
+            .push_str(&format!("{array_path}\t{}\n", coord.join(",")));
+        self.entries += 1;
+        if self.entries >= FLUSH_ENTRIES || self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.last_flush = Instant::now();
+        if self.entries == 0 {
+            return Ok(());
+        }
+        let key = format!("{}-{:06}.txt", self.prefix, self.seq);
+        self.store
+            .put(&key, Bytes::from(std::mem::take(&mut self.pending)))?;
+        self.seq += 1;
+        self.entries = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_coord;
+
+    #[test]
+    fn coordinates() {
+        assert_eq!(parse_coord("1/2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(parse_coord("", &[]), Some(vec![]));
+        assert_eq!(parse_coord("3/0", &[3, 3]), None);
+        assert_eq!(parse_coord("1/2#17", &[3, 3]), None);
+        assert_eq!(parse_coord("1", &[3, 3]), None);
+    }
+}
