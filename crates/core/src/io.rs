@@ -24,6 +24,7 @@ pub trait ShardSink: Send + Sync + Debug {
     fn shard_key(&self, shard: &[u64]) -> String;
 
     /// Stores a shard from its encoded inner chunks (C order, `None` = empty). The shard must become
-    /// visible under its key only once complete. Returns the number of bytes written.
+    /// visible under its key only once complete. Called for every shard, also when every inner chunk
+    /// is empty (a writer then stores nothing). Returns the number of bytes written.
     fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> Result<u64>;
 }

@@ -319,18 +319,17 @@ fn write_stage(
 }
 
 fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
+    // The sink sees every shard, also those with only empty inner chunks: what to do with them (the
+    // writer skips them) is its policy.
     let written = encoded.inner.iter().any(Option::is_some);
-    let bytes_written = if written {
-        job.sink
-            .write_shard(&encoded.task.shard, &encoded.inner)
-            .map_err(|source| Error::Write {
-                array: job.name.clone(),
-                key: job.sink.shard_key(&encoded.task.shard),
-                source: Box::new(source),
-            })?
-    } else {
-        0
-    };
+    let bytes_written = job
+        .sink
+        .write_shard(&encoded.task.shard, &encoded.inner)
+        .map_err(|source| Error::Write {
+            array: job.name.clone(),
+            key: job.sink.shard_key(&encoded.task.shard),
+            source: Box::new(source),
+        })?;
     Ok(ShardOutcome {
         task: encoded.task,
         bytes_read: encoded.read.bytes,

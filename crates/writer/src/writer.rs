@@ -31,6 +31,10 @@ impl ShardSink for ShardWriter {
     }
 
     fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+        // A shard of nothing but the fill value is not stored: readers take a missing shard as fill.
+        if inner.iter().all(Option::is_none) {
+            return Ok(0);
+        }
         let bytes = assemble_shard(inner, self.index_location, IndexEncoding::default());
         let len = bytes.len() as u64;
         self.store

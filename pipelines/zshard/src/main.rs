@@ -14,6 +14,7 @@ mod plan;
 mod progress;
 mod report;
 mod state;
+mod verify;
 
 use compressor::Compressor;
 use convert::{parse_index_location, parse_shape, Conversion, Shape};
@@ -123,6 +124,23 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Compare an output with its source element by element and check every shard index; exits
+    /// non-zero on any mismatch, listing them per chunk.
+    Verify {
+        /// The source that was converted.
+        src: String,
+        /// The sharded Zarr v3 output.
+        dst: String,
+        /// Check only this fraction of shards (a deterministic sample), e.g. 0.01.
+        #[arg(long, default_value_t = 1.0, value_name = "FRACTION")]
+        sample: f64,
+        /// Worker threads per CPU stage (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// No summary when everything matches.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Build a small sample Zarr v2 dataset, convert it, and show how to open the result.
     Demo {
         /// Folder for the demo's source and output.
@@ -169,6 +187,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Finalize { layout, quiet } => {
             convert::finalize(&layout.src, &layout.dst, &layout.layout(), quiet)
         }
+        Command::Verify {
+            src,
+            dst,
+            sample,
+            threads,
+            quiet,
+        } => verify::verify(
+            &src,
+            &dst,
+            sample,
+            threads.unwrap_or_else(default_threads),
+            quiet,
+        ),
         Command::Demo {
             dir,
             threads,

@@ -1,0 +1,318 @@
+//! `zshard verify SRC DST`: decodes the source and the output and compares every element (or a sample
+//! of shards), checking every output shard's index on the way: checksum, offsets and lengths inside the
+//! object, no overlapping inner chunks. The source side is the conversion pipeline itself, with raw
+//! inner chunks going to a sink that compares instead of writing.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context};
+use bytes::Bytes;
+use serde_json::Value;
+use zshard_codecs::build_chain;
+use zshard_core::{
+    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, CodecSpec,
+    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
+};
+use zshard_pipeline::{ArrayJob, Options, ShardTask};
+use zshard_store::{IoRuntime, Store};
+use zshard_zarr::{open_hierarchy, ZarrChunkReader};
+
+/// How many mismatches are printed one by one; the rest are counted.
+const PRINTED: usize = 50;
+
+/// The layout of one sharded output array, read from its `zarr.json`.
+struct OutputArray {
+    meta: ArrayMeta,
+    inner_shape: Vec<u64>,
+    inner_chain: CodecChain,
+    index_location: IndexLocation,
+    index_encoding: IndexEncoding,
+}
+
+fn output_array(meta: ArrayMeta) -> anyhow::Result<OutputArray> {
+    let sharding = match meta.codecs.as_slice() {
+        [c] if c.name == "sharding_indexed" => c.clone(),
+        _ => bail!("is not a sharded array (its only codec must be sharding_indexed)"),
+    };
+    let field = |k: &str| {
+        sharding
+            .get(k)
+            .cloned()
+            .ok_or_else(|| anyhow!("sharding_indexed has no {k}"))
+    };
+    let inner_shape: Vec<u64> = serde_json::from_value(field("chunk_shape")?)?;
+    let inner_codecs: Vec<CodecSpec> = serde_json::from_value(field("codecs")?)?;
+    let index_codecs: Vec<CodecSpec> = serde_json::from_value(field("index_codecs")?)?;
+    let index_location = match sharding.get("index_location").and_then(Value::as_str) {
+        None => IndexLocation::End,
+        Some(s) => IndexLocation::parse(s).ok_or_else(|| anyhow!("bad index_location {s}"))?,
+    };
+    let index_encoding = match index_codecs
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["bytes", "crc32c"] => IndexEncoding::default(),
+        ["bytes"] => IndexEncoding {
+            crc32c: false,
+            ..IndexEncoding::default()
+        },
+        other => bail!("index codecs {other:?} are not supported by verify"),
+    };
+    let inner_repr = ChunkRepr {
+        shape: inner_shape.clone(),
+        data_type: meta.data_type,
+        fill_value: meta.fill_value.clone(),
+    };
+    let inner_chain = build_chain(&inner_codecs, &inner_repr).context("inner codecs")?;
+    Ok(OutputArray {
+        meta,
+        inner_shape,
+        inner_chain,
+        index_location,
+        index_encoding,
+    })
+}
+
+/// Compares the source's raw inner chunks with the stored shard.
+#[derive(Debug)]
+struct VerifySink {
+    store: Store,
+    keys: ChunkKeyEncoding,
+    geometry: ShardGeometry,
+    inner_repr: ChunkRepr,
+    inner_chain: CodecChain,
+    index_location: IndexLocation,
+    index_encoding: IndexEncoding,
+    mismatches: Arc<Mutex<Vec<String>>>,
+}
+
+impl VerifySink {
+    fn mismatch(&self, message: String) {
+        if let Ok(mut m) = self.mismatches.lock() {
+            m.push(message);
+        }
+    }
+
+    fn compare(&self, shard: &[u64], i: usize, stored: Option<&[u8]>, expected: Option<&Bytes>) {
+        let key = self.shard_key(shard);
+        let fill;
+        let expected: &[u8] = match expected {
+            Some(e) => e,
+            None => {
+                fill = self
+                    .inner_repr
+                    .fill_value
+                    .repeat(self.inner_repr.elements() as usize);
+                &fill
+            }
+        };
+        let actual = match stored {
+            None => self
+                .inner_repr
+                .fill_value
+                .repeat(self.inner_repr.elements() as usize),
+            Some(bytes) => match self.inner_chain.decode(bytes, &self.inner_repr) {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    return self.mismatch(format!("{key}: inner chunk {i} does not decode: {e}"))
+                }
+            },
+        };
+        let size = self.inner_repr.data_type.size();
+        let Some(first) = (0..expected.len() / size)
+            .find(|&e| expected[e * size..(e + 1) * size] != actual[e * size..(e + 1) * size])
+        else {
+            return;
+        };
+        let differing = (0..expected.len() / size)
+            .filter(|&e| expected[e * size..(e + 1) * size] != actual[e * size..(e + 1) * size])
+            .count();
+        let region = self.geometry.inner_region(shard, i as u64);
+        let local = unravel_index(first as u64, &region.shape);
+        let at: Vec<u64> = local
+            .iter()
+            .zip(&region.start)
+            .map(|(l, s)| l + s)
+            .collect();
+        self.mismatch(format!(
+            "{key}: inner chunk {i}: {differing} element(s) differ from the source, first at {at:?} (source bytes {:02x?}, output {:02x?})",
+            &expected[first * size..(first + 1) * size],
+            &actual[first * size..(first + 1) * size]
+        ));
+    }
+}
+
+impl ShardSink for VerifySink {
+    fn shard_key(&self, shard: &[u64]) -> String {
+        self.store.url(&self.keys.key(shard))
+    }
+
+    fn write_shard(&self, shard: &[u64], expected: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+        let key = self.keys.key(shard);
+        let object = self.store.get(&key).map_err(|e| zshard_core::Error::Read {
+            key: self.store.url(&key),
+            source: Box::new(e),
+        })?;
+        let Some(object) = object else {
+            if expected.iter().any(Option::is_some) {
+                self.mismatch(format!(
+                    "{}: shard is missing but the source has data there",
+                    self.shard_key(shard)
+                ));
+            }
+            return Ok(0);
+        };
+        let reader = match ShardReader::new(
+            &object,
+            expected.len(),
+            self.index_location,
+            self.index_encoding,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                self.mismatch(format!("{}: {e}", self.shard_key(shard)));
+                return Ok(0);
+            }
+        };
+        for (i, exp) in expected.iter().enumerate() {
+            self.compare(shard, i, reader.chunk(i), exp.as_ref());
+        }
+        Ok(0)
+    }
+}
+
+/// A deterministic sample: shard `index` of array `array` is checked with probability `fraction`.
+fn sampled(array: usize, index: u64, fraction: f64) -> bool {
+    if fraction >= 1.0 {
+        return true;
+    }
+    // splitmix64 of the pair: uniform, and the same shards on every run.
+    let mut z = index ^ ((array as u64) << 48) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z as f64 / u64::MAX as f64) < fraction
+}
+
+fn arrays(nodes: Vec<Node>) -> Vec<(String, ArrayMeta)> {
+    nodes
+        .into_iter()
+        .filter_map(|n| match n.kind {
+            NodeKind::Array(meta) => Some((n.path, *meta)),
+            NodeKind::Group { .. } => None,
+        })
+        .collect()
+}
+
+pub fn verify(
+    source: &str,
+    destination: &str,
+    sample: f64,
+    threads: usize,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if !(sample > 0.0 && sample <= 1.0) {
+        bail!("--sample {sample} is not in (0, 1]");
+    }
+    let runtime = IoRuntime::new(2)?;
+    let src = Store::open(source, runtime.clone(), false)?;
+    let dst = Store::open(destination, runtime, false)?;
+    let outputs = arrays(open_hierarchy(&dst)?);
+    let mismatches = Arc::new(Mutex::new(Vec::new()));
+    let mut jobs = Vec::new();
+    for (path, meta) in arrays(open_hierarchy(&src)?) {
+        let name = crate::plan::array_name(&src.url(""), &path);
+        let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
+            mismatches
+                .lock()
+                .map_err(|_| anyhow!("lock"))?
+                .push(format!("array {name}: missing from {}", dst.url("")));
+            continue;
+        };
+        let out = output_array(out.clone()).with_context(|| format!("output array {name}"))?;
+        if (
+            out.meta.shape.as_slice(),
+            out.meta.data_type,
+            &out.meta.fill_value,
+        ) != (meta.shape.as_slice(), meta.data_type, &meta.fill_value)
+        {
+            mismatches
+                .lock()
+                .map_err(|_| anyhow!("lock"))?
+                .push(format!(
+                    "array {name}: shape, data type or fill value differ"
+                ));
+            continue;
+        }
+        let geometry = ShardGeometry::new(&meta.shape, &out.meta.chunk_shape, &out.inner_shape)
+            .map_err(|e| anyhow!("array {name}: {e}"))?;
+        let inner_repr = ChunkRepr {
+            shape: out.inner_shape.clone(),
+            data_type: meta.data_type,
+            fill_value: meta.fill_value.clone(),
+        };
+        jobs.push(ArrayJob {
+            name,
+            source_chain: build_chain(&meta.codecs, &meta.chunk_repr())?,
+            source_repr: meta.chunk_repr(),
+            reader: Arc::new(ZarrChunkReader::new(
+                src.child(&path),
+                meta.chunk_key_encoding,
+            )),
+            sink: Arc::new(VerifySink {
+                store: dst.child(&path),
+                keys: out.meta.chunk_key_encoding,
+                geometry: geometry.clone(),
+                inner_repr: inner_repr.clone(),
+                inner_chain: out.inner_chain,
+                index_location: out.index_location,
+                index_encoding: out.index_encoding,
+                mismatches: mismatches.clone(),
+            }),
+            geometry,
+            inner_repr,
+            inner_chain: None,
+        });
+    }
+    let tasks = ShardTask::all(&jobs).filter(|t| {
+        let grid = jobs[t.array].geometry.shard_grid();
+        sampled(t.array, linear_index(&t.shard, &grid), sample)
+    });
+    let shard_bytes = jobs
+        .iter()
+        .map(|j| {
+            zshard_core::product(j.geometry.shard_shape()) * j.inner_repr.data_type.size() as u64
+        })
+        .max()
+        .unwrap_or(0);
+    let stats = zshard_pipeline::run(
+        &jobs,
+        tasks,
+        &Options::for_shard_size(threads, shard_bytes),
+        &|_| {},
+    )?;
+    let found = mismatches.lock().map_err(|_| anyhow!("lock"))?;
+    for m in found.iter().take(PRINTED) {
+        eprintln!("zshard: mismatch: {m}");
+    }
+    if found.len() > PRINTED {
+        eprintln!(
+            "zshard: ... and {} more mismatch(es)",
+            found.len() - PRINTED
+        );
+    }
+    let checked = stats.shards_written + stats.shards_empty;
+    if !found.is_empty() {
+        bail!(
+            "{} mismatch(es) in {checked} shard(s) checked of {}",
+            found.len(),
+            dst.url("")
+        );
+    }
+    if !quiet {
+        eprintln!("zshard: verified {checked} shard(s) in {} array(s) of {}: every element equals the source, every index is valid", jobs.len(), dst.url(""));
+    }
+    Ok(())
+}
