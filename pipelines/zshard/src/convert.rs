@@ -33,33 +33,34 @@ pub struct Conversion {
 /// Threads for storage requests; they mostly wait, so a few serve many CPU workers.
 const IO_THREADS: usize = 2;
 
-/// The source and destination opened, and the plan made and checked.
+/// The source opened and the plan made and checked.
 pub struct Opened {
     pub source: Store,
-    pub destination: Store,
     pub plan: Plan,
     pub fingerprint: serde_json::Value,
+    runtime: std::sync::Arc<IoRuntime>,
 }
 
-/// Opens both ends and plans; fails on everything `convert` would reject, before writing anything.
-pub fn open(
-    source: &str,
-    destination: &str,
-    layout: &Layout,
-    create: bool,
-) -> anyhow::Result<Opened> {
+impl Opened {
+    /// Opens the destination (creating a local folder with `create`).
+    pub fn destination(&self, destination: &str, create: bool) -> anyhow::Result<Store> {
+        Ok(Store::open(destination, self.runtime.clone(), create)?)
+    }
+}
+
+/// Opens the source and plans; fails on everything `convert` would reject, before anything is written.
+pub fn open(source: &str, destination: &str, layout: &Layout) -> anyhow::Result<Opened> {
     refuse_overlap(source, destination)?;
     let runtime = IoRuntime::new(IO_THREADS)?;
     let source_store = Store::open(source, runtime.clone(), false)?;
     let nodes = open_hierarchy(&source_store)?;
     let plan = Plan::new(&nodes, layout, &source_store.url(""))?;
-    let destination = Store::open(destination, runtime, create)?;
     let fingerprint = state::fingerprint(&source_id(source), &plan);
     Ok(Opened {
         source: source_store,
-        destination,
         plan,
         fingerprint,
+        runtime,
     })
 }
 
@@ -89,12 +90,13 @@ fn pending<'a>(
 }
 
 pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
-    let opened = open(&c.source, &c.destination, &c.layout, true)?;
+    let opened = open(&c.source, &c.destination, &c.layout)?;
+    let destination = &opened.destination(&c.destination, true)?;
     let Opened {
         source,
-        destination,
         plan,
         fingerprint,
+        ..
     } = &opened;
     state::prepare(destination, fingerprint, c.partition, c.overwrite)?;
     let done = state::done_shards(destination, plan, c.partition)?;
@@ -169,12 +171,14 @@ pub fn finalize(
     layout: &Layout,
     quiet: bool,
 ) -> anyhow::Result<()> {
+    let opened = open(source, destination, layout)?;
+    let destination = opened.destination(destination, false)?;
     let Opened {
-        destination,
         plan,
         fingerprint,
         source: source_store,
-    } = open(source, destination, layout, false)?;
+        ..
+    } = opened;
     state::check_recorded(&destination, &fingerprint)?;
     let done = state::done_shards(&destination, &plan, Partition::ALL)?;
     let jobs = plan.jobs(&source_store, &destination);

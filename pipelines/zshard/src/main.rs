@@ -11,6 +11,7 @@ mod convert;
 mod demo;
 mod partition;
 mod plan;
+mod plan_cmd;
 mod progress;
 mod report;
 mod state;
@@ -116,6 +117,18 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
+    /// peak memory) without writing or reading any chunk; fails on everything convert would reject.
+    Plan {
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Worker threads per CPU stage assumed for the memory estimate (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// After a partitioned conversion: check that every shard is done, then write the metadata.
     Finalize {
         #[command(flatten)]
@@ -187,6 +200,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Finalize { layout, quiet } => {
             convert::finalize(&layout.src, &layout.dst, &layout.layout(), quiet)
         }
+        Command::Plan {
+            layout,
+            threads,
+            json,
+        } => plan_cmd::plan(
+            &layout.src,
+            &layout.dst,
+            &layout.layout(),
+            threads.unwrap_or_else(default_threads),
+            json,
+        ),
         Command::Verify {
             src,
             dst,

@@ -82,10 +82,6 @@ impl Plan {
             .unwrap_or(0)
     }
 
-    pub fn shard_count(&self) -> u64 {
-        self.arrays.iter().map(|a| a.geometry.shard_count()).sum()
-    }
-
     /// The pipeline jobs, reading from `source` and writing below `destination`.
     pub fn jobs(&self, source: &Store, destination: &Store) -> Vec<ArrayJob> {
         self.arrays
