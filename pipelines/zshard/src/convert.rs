@@ -12,7 +12,7 @@ use zshard_writer::{write_array_metadata, write_group_metadata};
 use zshard_zarr::open_hierarchy;
 
 use crate::partition::Partition;
-use crate::plan::{Layout, Plan};
+use crate::plan::{estimated_peak_memory, Layouts, Plan};
 use crate::progress::Progress;
 use crate::report::Report;
 use crate::state::{self, EmptyLog};
@@ -22,8 +22,10 @@ use crate::state::{self, EmptyLog};
 pub struct Conversion {
     pub source: String,
     pub destination: String,
-    pub layout: Layout,
+    pub layouts: Layouts,
     pub threads: usize,
+    /// Use fewer threads, or refuse, rather than exceed this estimated peak memory (bytes).
+    pub memory_limit: Option<u64>,
     pub quiet: bool,
     pub partition: Partition,
     pub overwrite: bool,
@@ -49,12 +51,12 @@ impl Opened {
 }
 
 /// Opens the source and plans; fails on everything `convert` would reject, before anything is written.
-pub fn open(source: &str, destination: &str, layout: &Layout) -> anyhow::Result<Opened> {
+pub fn open(source: &str, destination: &str, layouts: &Layouts) -> anyhow::Result<Opened> {
     refuse_overlap(source, destination)?;
     let runtime = IoRuntime::new(IO_THREADS)?;
     let source_store = Store::open(source, runtime.clone(), false)?;
     let nodes = open_hierarchy(&source_store)?;
-    let plan = Plan::new(&nodes, layout, &source_store.url(""))?;
+    let plan = Plan::new(&nodes, layouts, &source_store.url(""))?;
     let fingerprint = state::fingerprint(&source_id(source), &plan);
     Ok(Opened {
         source: source_store,
@@ -90,7 +92,8 @@ fn pending<'a>(
 }
 
 pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
-    let opened = open(&c.source, &c.destination, &c.layout)?;
+    let opened = open(&c.source, &c.destination, &c.layouts)?;
+    let threads = threads_within(c.threads, c.memory_limit, opened.plan.max_shard_bytes())?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
         source,
@@ -110,7 +113,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let result = zshard_pipeline::run(
         &jobs,
         pending(&jobs, c.partition, &done),
-        &Options::for_shard_size(c.threads, plan.max_shard_bytes()),
+        &Options::for_shard_size(threads, plan.max_shard_bytes()),
         &|outcome| {
             progress.shard_done(outcome);
             if let Ok(mut arrays) = per_array.lock() {
@@ -164,14 +167,32 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     Ok(stats)
 }
 
+/// The most threads (up to `wanted`) whose estimated peak memory fits `limit`.
+fn threads_within(wanted: usize, limit: Option<u64>, shard_bytes: u64) -> anyhow::Result<usize> {
+    let Some(limit) = limit else {
+        return Ok(wanted.max(1));
+    };
+    (1..=wanted.max(1))
+        .rev()
+        .find(|&t| estimated_peak_memory(shard_bytes, t) <= limit)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "shards of {} raw need about {} of memory even with one thread, more than the memory limit of {}; use smaller shards or a higher limit",
+                indicatif::HumanBytes(shard_bytes),
+                indicatif::HumanBytes(estimated_peak_memory(shard_bytes, 1)),
+                indicatif::HumanBytes(limit)
+            )
+        })
+}
+
 /// `zshard finalize`: checks that every shard of every worker is done, then writes the metadata.
 pub fn finalize(
     source: &str,
     destination: &str,
-    layout: &Layout,
+    layouts: &Layouts,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layout)?;
+    let opened = open(source, destination, layouts)?;
     let destination = opened.destination(destination, false)?;
     let Opened {
         plan,

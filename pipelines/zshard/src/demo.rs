@@ -126,12 +126,14 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
     let conversion = Conversion {
         source: source.to_string_lossy().into_owned(),
         destination: output.to_string_lossy().into_owned(),
-        layout: Layout {
+        layouts: Layout {
             shard_shape: None,
             chunk_shape: None,
             compressor: Compressor::Zstd { level: 3 },
             index_location: IndexLocation::End,
-        },
+        }
+        .into(),
+        memory_limit: None,
         threads,
         quiet,
         partition: crate::partition::Partition::ALL,

@@ -9,6 +9,7 @@ use zshard_core::IndexLocation;
 mod compressor;
 mod convert;
 mod demo;
+mod job;
 mod partition;
 mod plan;
 mod plan_cmd;
@@ -110,6 +111,10 @@ enum Command {
         /// and one from a run with the same options is resumed).
         #[arg(long)]
         overwrite: bool,
+        /// Estimated peak memory not to exceed, e.g. 4GiB: fewer threads are used if needed, and a
+        /// conversion whose shards cannot fit even with one thread is refused before it starts.
+        #[arg(long, value_parser = job::parse_size, value_name = "SIZE")]
+        memory_limit: Option<job::Size>,
         /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
         #[arg(long, value_name = "FILE.json")]
         report: Option<PathBuf>,
@@ -154,6 +159,21 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Run a declarative job file (sources, destination, per-array shapes, compressor, ...); see
+    /// the commented examples in pipelines/*.toml.
+    Run {
+        /// The job file (TOML).
+        job: PathBuf,
+        /// Convert only part I of N of all shards (as for convert).
+        #[arg(long, value_name = "I/N")]
+        worker: Option<String>,
+        /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
+        #[arg(long, value_name = "N")]
+        workers: Option<u64>,
+        /// No progress bar and no summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Build a small sample Zarr v2 dataset, convert it, and show how to open the result.
     Demo {
         /// Folder for the demo's source and output.
@@ -180,6 +200,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             worker,
             workers,
             overwrite,
+            memory_limit,
             report,
             quiet,
         } => {
@@ -188,7 +209,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let conversion = Conversion {
                 source: layout.src.clone(),
                 destination: layout.dst.clone(),
-                layout: layout.layout(),
+                layouts: layout.layout().into(),
+                memory_limit: memory_limit.map(|m| m.0),
                 threads: threads.unwrap_or_else(default_threads),
                 quiet,
                 partition,
@@ -198,7 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             convert::convert(&conversion).map(|_| ())
         }
         Command::Finalize { layout, quiet } => {
-            convert::finalize(&layout.src, &layout.dst, &layout.layout(), quiet)
+            convert::finalize(&layout.src, &layout.dst, &layout.layout().into(), quiet)
         }
         Command::Plan {
             layout,
@@ -207,7 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => plan_cmd::plan(
             &layout.src,
             &layout.dst,
-            &layout.layout(),
+            &layout.layout().into(),
             threads.unwrap_or_else(default_threads),
             json,
         ),
@@ -224,6 +246,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads.unwrap_or_else(default_threads),
             quiet,
         ),
+        Command::Run {
+            job,
+            worker,
+            workers,
+            quiet,
+        } => {
+            let partition =
+                Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
+            job::run(&job, partition, quiet)
+        }
         Command::Demo {
             dir,
             threads,

@@ -25,6 +25,41 @@ pub struct Layout {
     pub index_location: IndexLocation,
 }
 
+/// The layout of every array: one default, and overrides by array path (from job files).
+#[derive(Debug, Clone)]
+pub struct Layouts {
+    pub default: Layout,
+    pub per_array: std::collections::BTreeMap<String, Layout>,
+}
+
+impl From<Layout> for Layouts {
+    fn from(default: Layout) -> Self {
+        Layouts {
+            default,
+            per_array: Default::default(),
+        }
+    }
+}
+
+impl Layouts {
+    fn for_array(&self, path: &str) -> &Layout {
+        self.per_array.get(path).unwrap_or(&self.default)
+    }
+}
+
+/// Shards a worker may hold at once, in units of one shard's raw size: four channels of `capacity`
+/// shards plus, in each of the decode and encode pools, two buffers (input and output) per thread, and
+/// two each in the fetch, assemble and write stages (see `zshard-pipeline`).
+fn shards_in_memory(threads: usize, capacity: usize) -> u64 {
+    (4 * capacity + 4 * threads + 5) as u64
+}
+
+/// Estimated peak memory of a worker converting shards of `shard_bytes` raw bytes with `threads`.
+pub fn estimated_peak_memory(shard_bytes: u64, threads: usize) -> u64 {
+    let capacity = zshard_pipeline::Options::for_shard_size(threads, shard_bytes).channel_capacity;
+    shard_bytes * shards_in_memory(threads.max(1), capacity)
+}
+
 /// One array to convert.
 #[derive(Debug)]
 pub struct PlannedArray {
@@ -54,7 +89,7 @@ pub fn array_name(source: &str, path: &str) -> String {
 }
 
 impl Plan {
-    pub fn new(nodes: &[Node], layout: &Layout, source: &str) -> anyhow::Result<Plan> {
+    pub fn new(nodes: &[Node], layouts: &Layouts, source: &str) -> anyhow::Result<Plan> {
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
         for node in nodes {
@@ -63,10 +98,17 @@ impl Plan {
                     groups.push((node.path.clone(), attributes.clone()))
                 }
                 NodeKind::Array(meta) => arrays.push(
-                    plan_array(&node.path, meta, layout)
+                    plan_array(&node.path, meta, layouts.for_array(&node.path))
                         .with_context(|| format!("array {}", array_name(source, &node.path)))?,
                 ),
             }
+        }
+        if let Some(unknown) = layouts
+            .per_array
+            .keys()
+            .find(|p| !arrays.iter().any(|a| &a.path == *p))
+        {
+            bail!("array {unknown:?} has its own settings but is not an array of {source}");
         }
         Ok(Plan { arrays, groups })
     }

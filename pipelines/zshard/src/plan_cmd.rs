@@ -6,14 +6,7 @@ use serde_json::{json, Value};
 use zshard_core::{grid_shape, product, CodecSpec};
 
 use crate::convert::open;
-use crate::plan::{array_name, Layout, PlannedArray};
-
-/// Shards a worker may hold at once, in units of one shard's raw size: four channels of `capacity`
-/// shards plus, in each of the decode and encode pools, two buffers (input and output) per thread, and
-/// two each in the fetch, assemble and write stages (see `zshard-pipeline`).
-fn shards_in_memory(threads: usize, capacity: usize) -> u64 {
-    (4 * capacity + 4 * threads + 5) as u64
-}
+use crate::plan::{array_name, estimated_peak_memory, Layouts, PlannedArray};
 
 fn codecs_text(codecs: &[CodecSpec]) -> String {
     codecs
@@ -51,7 +44,6 @@ fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
     let shard_raw = product(a.geometry.shard_shape()) * size;
-    let capacity = zshard_pipeline::Options::for_shard_size(threads, shard_raw).channel_capacity;
     json!({
         "path": a.path,
         "name": name,
@@ -71,7 +63,7 @@ fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,
         "estimated_bytes_out": raw,
-        "estimated_peak_memory_per_worker": shard_raw * shards_in_memory(threads, capacity),
+        "estimated_peak_memory_per_worker": estimated_peak_memory(shard_raw, threads),
     })
 }
 
@@ -118,11 +110,11 @@ fn print_human(arrays: &[Value], threads: usize) {
 pub fn plan(
     source: &str,
     destination: &str,
-    layout: &Layout,
+    layouts: &Layouts,
     threads: usize,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layout)?;
+    let opened = open(source, destination, layouts)?;
     let source_name = opened.source.url("");
     let arrays: Vec<Value> = opened
         .plan
