@@ -22,6 +22,8 @@ pub struct Store {
     display: String,
     runtime: Arc<IoRuntime>,
     concurrency: usize,
+    /// For local stores: the directory `root` is relative to.
+    local_base: Option<PathBuf>,
 }
 
 impl Store {
@@ -58,6 +60,7 @@ impl Store {
             display: location.trim_end_matches('/').to_string(),
             runtime,
             concurrency: DEFAULT_CONCURRENCY,
+            local_base: None,
         })
     }
 
@@ -93,7 +96,22 @@ impl Store {
             display: location.trim_end_matches('/').to_string(),
             runtime,
             concurrency: DEFAULT_CONCURRENCY,
+            local_base: Some(path.to_path_buf()),
         })
+    }
+
+    /// For a local store, the directory that holds key `key`'s file (or folder).
+    pub fn local_path(&self, key: &str) -> Option<PathBuf> {
+        let mut path = self.local_base.clone()?;
+        for part in self
+            .root
+            .parts()
+            .map(|p| p.as_ref().to_string())
+            .chain(key.split('/').filter(|p| !p.is_empty()).map(str::to_string))
+        {
+            path.push(part);
+        }
+        Some(path)
     }
 
     /// The same store limited to `subpath` below this location.

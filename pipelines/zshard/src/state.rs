@@ -131,23 +131,13 @@ pub fn done_shards(
         let prefix = join(&array.path, "c");
         for key in dst.list_keys(&prefix)? {
             let rest = key[prefix.len()..].trim_start_matches('/');
-            match parse_coord(rest, &grid) {
-                Some(coord) => {
-                    done[i].insert(linear_index(&coord, &grid));
-                }
-                // object_store's local backend stages writes as `<key>#<n>` and renames them.
-                None => {
-                    if let Some(coord) = rest
-                        .split_once('#')
-                        .and_then(|(base, _)| parse_coord(base, &grid))
-                    {
-                        if partition.owns(first_global + linear_index(&coord, &grid)) {
-                            dst.delete(&key)?;
-                        }
-                    }
-                }
+            if let Some(coord) = parse_coord(rest, &grid) {
+                done[i].insert(linear_index(&coord, &grid));
             }
         }
+        remove_staged_leftovers(dst, &prefix, &grid, |index| {
+            partition.owns(first_global + index)
+        })?;
         first_global += array.geometry.shard_count();
     }
     for key in dst.list_keys(EMPTY_DIR)? {
@@ -168,6 +158,49 @@ pub fn done_shards(
         }
     }
     Ok(done)
+}
+
+/// Removes the temporary files of interrupted local writes of shards that `owned` selects. The local
+/// backend stages each write as `<key>#<n>` and renames it when complete; listings hide such files, so
+/// they are found on disk. (An interrupted upload to an object store is never visible at all.)
+fn remove_staged_leftovers(
+    dst: &Store,
+    prefix: &str,
+    grid: &[u64],
+    owned: impl Fn(u64) -> bool,
+) -> anyhow::Result<()> {
+    let Some(root) = dst.local_path(prefix) else {
+        return Ok(());
+    };
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let Ok(relative) = path.strip_prefix(&root) else {
+                continue;
+            };
+            let relative = relative
+                .to_string_lossy()
+                .replace(std::path::MAIN_SEPARATOR, "/");
+            let Some((base, _)) = relative.split_once('#') else {
+                continue;
+            };
+            if let Some(coord) = parse_coord(base, grid) {
+                if owned(linear_index(&coord, grid)) {
+                    std::fs::remove_file(&path)
+                        .with_context(|| format!("cannot remove {}", path.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses `i/j/...` into a coordinate inside `grid`.

@@ -1,0 +1,329 @@
+//! Operating at scale: partitioned workers + finalize, resume, refusal of other options, verify,
+//! plan, job files, reports.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{expected, read_v3, write_v2, zshard};
+use serde_json::{json, Value};
+use zshard_core::DataType;
+
+/// Every file below `dir` (relative path -> bytes), leaving out zshard's own state folder.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p
+                .strip_prefix(root)
+                .expect("below root")
+                .to_string_lossy()
+                .into_owned();
+            if rel.starts_with(".zshard") {
+                continue;
+            }
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A 96x80 uint16 array in 8x8 chunks, the first 1000 elements equal to the fill value, converted into
+/// 16x16 shards of 8x8: 30 shards, of which the first few are all fill.
+fn source(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("src");
+    let data = expected(DataType::UInt16, &[96, 80], 2000);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[96, 80],
+        &[8, 8],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    src
+}
+
+const SHAPES: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
+
+fn convert(src: &Path, dst: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["convert", s(src), s(dst), "--quiet", "--threads", "2"];
+    args.extend(SHAPES);
+    args.extend(extra);
+    zshard(&args)
+}
+
+fn ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn partitioned_workers_and_finalize_equal_a_single_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let single = tmp.path().join("single");
+    ok(&convert(&src, &single, &[]));
+    let reference = files(&single);
+    assert!(reference.contains_key("zarr.json"));
+    for n in [1usize, 3, 7] {
+        let dst = tmp.path().join(format!("parts{n}"));
+        let mut seen = BTreeMap::new();
+        for i in 0..n {
+            let before = files(&dst);
+            ok(&convert(&src, &dst, &["--worker", &format!("{i}/{n}")]));
+            let after = files(&dst);
+            for key in after.keys().filter(|k| !before.contains_key(*k)) {
+                // Disjoint: no shard is written by two workers.
+                assert!(
+                    seen.insert(key.clone(), i).is_none(),
+                    "N={n}: {key} written twice"
+                );
+            }
+            if n > 1 && i + 1 < n {
+                assert!(
+                    !dst.join("zarr.json").exists(),
+                    "N={n}: metadata before finalize"
+                );
+                let early = zshard(&[
+                    "finalize",
+                    s(&src),
+                    s(&dst),
+                    "--quiet",
+                    SHAPES[0],
+                    SHAPES[1],
+                    SHAPES[2],
+                    SHAPES[3],
+                ]);
+                assert!(
+                    !early.status.success(),
+                    "N={n}: finalize must refuse while workers are missing"
+                );
+                assert!(String::from_utf8_lossy(&early.stderr).contains("not done"));
+            }
+        }
+        if n > 1 {
+            ok(&zshard(&[
+                "finalize",
+                s(&src),
+                s(&dst),
+                "--quiet",
+                SHAPES[0],
+                SHAPES[1],
+                SHAPES[2],
+                SHAPES[3],
+            ]));
+        }
+        // Union: exactly the single run's keys, byte for byte.
+        assert_eq!(files(&dst), reference, "N={n}");
+    }
+}
+
+#[test]
+fn rerun_resumes_other_options_are_refused_overwrite_replaces() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let report = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--report", s(&report)]));
+    let first: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    assert_eq!(first["succeeded"], json!(true));
+    assert_eq!(first["totals"]["shards_total"], json!(30));
+    let (written, empty) = (
+        first["totals"]["shards_written"].as_u64(),
+        first["totals"]["shards_empty"].as_u64(),
+    );
+    assert_eq!(written.zip(empty).map(|(w, e)| w + e), Some(30));
+    assert!(empty >= Some(1), "some shards hold only the fill value");
+    let reference = files(&dst);
+
+    ok(&convert(&src, &dst, &["--report", s(&report)]));
+    let second: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    assert_eq!(
+        second["totals"]["shards_skipped"],
+        json!(30),
+        "everything was done already"
+    );
+    assert_eq!(second["totals"]["chunks_read"], json!(0));
+    assert_eq!(files(&dst), reference);
+
+    let other = convert(&src, &dst, &["--compressor", "gzip:1"]);
+    assert!(!other.status.success());
+    assert!(String::from_utf8_lossy(&other.stderr).contains("different options"));
+    assert_eq!(files(&dst), reference, "a refused run changes nothing");
+
+    ok(&convert(
+        &src,
+        &dst,
+        &["--compressor", "gzip:1", "--overwrite"],
+    ));
+    let (values, doc) = read_v3(&dst);
+    assert_eq!(values, expected(DataType::UInt16, &[96, 80], 2000));
+    assert_eq!(
+        doc["codecs"][0]["configuration"]["codecs"][1]["name"],
+        json!("gzip")
+    );
+}
+
+#[test]
+fn foreign_destination_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir_all(&dst).expect("mkdir");
+    std::fs::write(
+        dst.join("zarr.json"),
+        br#"{"zarr_format":3,"node_type":"group"}"#,
+    )
+    .expect("write");
+    let out = convert(&src, &dst, &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did not write"));
+}
+
+fn verify(src: &Path, dst: &Path) -> std::process::Output {
+    zshard(&["verify", s(src), s(dst), "--quiet"])
+}
+
+#[test]
+fn verify_passes_clean_output_and_catches_damage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    ok(&convert(&src, &dst, &["--compressor", "none"]));
+    ok(&verify(&src, &dst));
+    let shard = dst.join("c/5/4");
+    let pristine = std::fs::read(&shard).expect("shard");
+
+    // 1. A flipped byte inside an inner chunk (uncompressed, so it decodes to a wrong value).
+    let mut flipped = pristine.clone();
+    flipped[10] ^= 0x40;
+    std::fs::write(&shard, &flipped).expect("write");
+    let out = verify(&src, &dst);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("c/5/4") && err.contains("inner chunk 0") && err.contains("differ"),
+        "{err}"
+    );
+
+    // 2. A truncated shard.
+    std::fs::write(&shard, &pristine[..pristine.len() - 30]).expect("write");
+    let out = verify(&src, &dst);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("c/5/4") && err.contains("index"), "{err}");
+
+    // 3. A corrupted index (an offset changed; the checksum no longer matches).
+    let mut bad_index = pristine.clone();
+    let at = bad_index.len() - 4 - 16;
+    bad_index[at] ^= 0x01;
+    std::fs::write(&shard, &bad_index).expect("write");
+    let out = verify(&src, &dst);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("c/5/4") && err.contains("crc32c"), "{err}");
+
+    std::fs::write(&shard, &pristine).expect("write");
+    ok(&verify(&src, &dst));
+    // A missing shard where the source has data.
+    std::fs::remove_file(&shard).expect("remove");
+    let out = verify(&src, &dst);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+}
+
+#[test]
+fn plan_reports_without_writing_and_rejects_what_convert_rejects() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("never");
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        s(&dst),
+        "--json",
+        "--threads",
+        "2",
+        SHAPES[0],
+        SHAPES[1],
+        SHAPES[2],
+        SHAPES[3],
+    ]);
+    ok(&out);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let a = &doc["arrays"][0];
+    assert_eq!(a["shape"], json!([96, 80]));
+    assert_eq!(a["shards"], json!(30));
+    assert_eq!(a["source_chunks"], json!(120));
+    assert_eq!(a["inner_chunks_per_shard"], json!(4));
+    assert_eq!(a["estimated_bytes_in"], json!(96 * 80 * 2));
+    assert!(a["estimated_peak_memory_per_worker"].as_u64() > Some(0));
+    assert!(!dst.exists(), "plan writes nothing");
+    let bad = zshard(&[
+        "plan",
+        s(&src),
+        s(&dst),
+        "--shard-shape",
+        "16,12",
+        "--chunk-shape",
+        "8,8",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("does not divide"));
+}
+
+#[test]
+fn job_file_runs_with_per_array_settings() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "threads = 2\ncompressor = \"gzip:2\"\nreport = \"report-{{n}}.json\"\n[[conversions]]\nsource = \"{}\"\ndestination = \"out\"\n[conversions.arrays.\"\"]\nshard_shape = [32, 16]\nchunk_shape = [16, 8]\n",
+            s(&src)
+        ),
+    )
+    .expect("write job");
+    ok(&zshard(&["run", s(&job), "--quiet"]));
+    let (values, doc) = read_v3(&tmp.path().join("out"));
+    assert_eq!(values, expected(DataType::UInt16, &[96, 80], 2000));
+    assert_eq!(
+        doc["chunk_grid"]["configuration"]["chunk_shape"],
+        json!([32, 16])
+    );
+    assert_eq!(
+        doc["codecs"][0]["configuration"]["chunk_shape"],
+        json!([16, 8])
+    );
+    assert!(tmp.path().join("report-0.json").is_file());
+    let limit = zshard(&[
+        "convert",
+        s(&src),
+        s(&tmp.path().join("x")),
+        "--memory-limit",
+        "10KiB",
+        "--quiet",
+    ]);
+    assert!(!limit.status.success());
+    assert!(String::from_utf8_lossy(&limit.stderr).contains("memory limit"));
+}
