@@ -3,8 +3,10 @@
 #   1. cargo fmt --check and clippy with warnings as errors,
 #   2. the Rust unit, integration and doc tests (release build, shared with step 3),
 #   3. the interop suite: zarr-python writes inputs, zshard converts, zarr-python and tensorstore read back,
-#   4. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
-# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 4.
+#   4. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
+#      4-task job array, finalize, compare with a single run (prints SKIPPED with the reason where it can't),
+#   5. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
+# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -26,6 +28,9 @@ export ZSHARD_BIN="$PWD/target/release/zshard"
 
 step "interop tests (zarr-python, tensorstore)"
 tests/interop/run.sh
+
+step "SLURM job array (tests/cluster/slurm.sh)"
+tests/cluster/slurm.sh "$ZSHARD_BIN" "${ZSHARD_VENV:-$PWD/target/venv}/bin/python"
 
 if [ "${ZSHARD_SKIP_W1:-0}" != "1" ]; then
   step "W1 acceptance: 16384^2 uint16, blosc zstd 5 -> shards 4096^2 of 256^2, zstd 3"
