@@ -84,7 +84,8 @@ impl Store {
         // fsync before the rename that publishes an object: after a power loss or node crash, a key is
         // either absent or complete, never an empty or short file (which a rerun would take as done).
         let fs = LocalFileSystem::new_with_prefix(path)
-            .map(|fs| fs.with_fsync(true))
+            // Deleting a key also removes folders it leaves empty, as on an object store.
+            .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
             .map_err(|source| Error::Request {
                 operation: "open",
                 location: location.to_string(),

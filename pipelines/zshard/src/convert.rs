@@ -15,7 +15,7 @@ use crate::partition::Partition;
 use crate::plan::{estimated_peak_memory, Layouts, Plan};
 use crate::progress::Progress;
 use crate::report::Report;
-use crate::state::{self, EmptyLog};
+use crate::state::{self, EmptyLog, Prepared};
 
 /// Parameters of one conversion.
 #[derive(Debug, Clone)]
@@ -101,11 +101,29 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         fingerprint,
         ..
     } = &opened;
-    state::prepare(destination, fingerprint, c.partition, c.overwrite)?;
+    if state::prepare(destination, plan, fingerprint, c.partition, c.overwrite)?
+        == Prepared::Complete
+    {
+        let all: Vec<u64> = plan
+            .arrays
+            .iter()
+            .map(|a| a.geometry.shard_count())
+            .collect();
+        let report = Report::new(plan, &c.source, destination, c.partition, &all);
+        report.finish(true, c.report.as_deref())?;
+        if !c.quiet {
+            eprintln!(
+                "zshard: {} is already complete with these options; nothing to do",
+                destination.url("")
+            );
+        }
+        return Ok(Stats::default());
+    }
     let done = state::done_shards(destination, plan, c.partition)?;
     let jobs = plan.jobs(source, destination);
     let total = pending(&jobs, c.partition, &done).count() as u64;
-    let mut report = Report::new(plan, &c.source, destination, c.partition, &done);
+    let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
+    let mut report = Report::new(plan, &c.source, destination, c.partition, &skipped);
     let progress = Progress::new(total, c.quiet);
     let log = Mutex::new(EmptyLog::new(destination.clone(), c.partition));
     let log_error = Mutex::new(None);
@@ -152,6 +170,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     }
     if c.partition.is_all() {
         write_metadata(destination, plan)?;
+        state::clear(destination)?;
     }
     progress.finish();
     report.finish(true, c.report.as_deref())?;
@@ -200,7 +219,12 @@ pub fn finalize(
         source: source_store,
         ..
     } = opened;
-    state::check_recorded(&destination, &fingerprint)?;
+    if state::check_recorded(&destination, &plan, &fingerprint)? == Prepared::Complete {
+        if !quiet {
+            eprintln!("zshard: {} is already finalized", destination.url(""));
+        }
+        return Ok(());
+    }
     let done = state::done_shards(&destination, &plan, Partition::ALL)?;
     let jobs = plan.jobs(&source_store, &destination);
     let mut missing = pending(&jobs, Partition::ALL, &done);
@@ -214,6 +238,7 @@ pub fn finalize(
         );
     }
     write_metadata(&destination, &plan)?;
+    state::clear(&destination)?;
     if !quiet {
         eprintln!(
             "zshard: finalized {}: {} array(s), {} group(s)",

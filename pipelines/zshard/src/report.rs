@@ -1,6 +1,5 @@
 //! `--report FILE.json` and the summary printed after every run.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -69,16 +68,16 @@ impl Report {
         source: &str,
         destination: &Store,
         partition: Partition,
-        done: &[HashSet<u64>],
+        skipped: &[u64],
     ) -> Self {
         let arrays = plan
             .arrays
             .iter()
-            .zip(done)
-            .map(|(a, d)| ArrayReport {
+            .zip(skipped)
+            .map(|(a, &skipped)| ArrayReport {
                 path: a.path.clone(),
                 shards_total: a.geometry.shard_count(),
-                shards_skipped: d.len() as u64,
+                shards_skipped: skipped,
                 ..ArrayReport::default()
             })
             .collect();

@@ -6,7 +6,9 @@
 //!   one `array-path<TAB>i,j,...` per line, flushed in batches.
 //!
 //! A written shard needs no record: shard objects only ever appear complete, so listing them is enough.
-//! Every key is written by one worker only.
+//! Every key is written by one worker only. Once the metadata is written the conversion is complete,
+//! its metadata is the record of that, and the state folder is removed (Zarr readers would otherwise
+//! list it as an unknown member of the root group).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -41,39 +43,51 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// Checks the destination against the options of this run and records them. With `overwrite`, a
-/// destination holding anything else is cleared first (single-process runs only: a worker must never
-/// delete what another one wrote).
+/// What a destination holds for this conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    /// Nothing yet, or an interrupted run with the same options: convert what is not done.
+    Run,
+    /// The metadata this conversion writes is already there: it completed before.
+    Complete,
+}
+
+/// Checks the destination against this run and records its options. With `overwrite`, a destination
+/// holding anything is cleared first (single-process runs only: a worker must never delete what another
+/// one wrote).
 pub fn prepare(
     dst: &Store,
+    plan: &Plan,
     fingerprint: &Value,
     partition: Partition,
     overwrite: bool,
-) -> anyhow::Result<()> {
-    let conflict = conflicting_record(dst, fingerprint)?;
-    let foreign = conflict.is_none()
-        && dst.list_keys(OPTIONS_DIR)?.is_empty()
-        && dst.get("zarr.json")?.is_some();
-    if overwrite && (conflict.is_some() || foreign || !dst.list_keys("")?.is_empty()) {
-        if !partition.is_all() {
-            bail!(
-                "--overwrite cannot be combined with a partitioned run; empty {} first",
-                dst.url("")
-            );
+) -> anyhow::Result<Prepared> {
+    let records = dst.list_keys(OPTIONS_DIR)?;
+    if overwrite {
+        if !dst.list_keys("")?.is_empty() {
+            if !partition.is_all() {
+                bail!(
+                    "--overwrite cannot be combined with a partitioned run; empty {} first",
+                    dst.url("")
+                );
+            }
+            for key in dst.list_keys("")? {
+                dst.delete(&key)?;
+            }
         }
-        for key in dst.list_keys("")? {
-            dst.delete(&key)?;
+    } else if records.is_empty() && has_metadata(dst, plan)? {
+        if metadata_matches(dst, plan)? {
+            return Ok(Prepared::Complete);
         }
-    } else if let Some(key) = conflict {
+        bail!(
+            "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use --overwrite to replace it",
+            dst.url("")
+        );
+    } else if let Some(key) = conflicting_record(dst, fingerprint)? {
         bail!(
             "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
             dst.url(""),
             dst.url(&key)
-        );
-    } else if foreign {
-        bail!(
-            "{} already holds a Zarr hierarchy that this conversion did not write; use --overwrite to replace it",
-            dst.url("")
         );
     }
     let text = serde_json::to_vec_pretty(fingerprint)?;
@@ -81,6 +95,49 @@ pub fn prepare(
         &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
         Bytes::from(text),
     )?;
+    Ok(Prepared::Run)
+}
+
+/// Whether any node of the plan already has a `zarr.json` in the destination.
+fn has_metadata(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
+    let paths = plan
+        .arrays
+        .iter()
+        .map(|a| a.path.as_str())
+        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+    for path in paths {
+        if dst.get(&join(path, "zarr.json"))?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether every array's `zarr.json` in the destination is exactly the one this conversion writes and
+/// every group has one.
+fn metadata_matches(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
+    for array in &plan.arrays {
+        let Some(bytes) = dst.get(&join(&array.path, "zarr.json"))? else {
+            return Ok(false);
+        };
+        let existing: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if existing != array.output.to_json() {
+            return Ok(false);
+        }
+    }
+    for (path, _) in &plan.groups {
+        if dst.get(&join(path, "zarr.json"))?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Removes the state folder once the metadata is written.
+pub fn clear(dst: &Store) -> anyhow::Result<()> {
+    for key in dst.list_keys(".zshard")? {
+        dst.delete(&key)?;
+    }
     Ok(())
 }
 
@@ -99,11 +156,15 @@ fn conflicting_record(dst: &Store, fingerprint: &Value) -> anyhow::Result<Option
     Ok(None)
 }
 
-/// Checks, without recording anything, that the destination's recorded options equal `fingerprint`.
-pub fn check_recorded(dst: &Store, fingerprint: &Value) -> anyhow::Result<()> {
+/// Checks, without recording anything, that the destination's recorded options equal `fingerprint`;
+/// `Complete` when it was finalized before with the same options.
+pub fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> anyhow::Result<Prepared> {
     if dst.list_keys(OPTIONS_DIR)?.is_empty() {
+        if has_metadata(dst, plan)? && metadata_matches(dst, plan)? {
+            return Ok(Prepared::Complete);
+        }
         bail!(
-            "{} holds no zshard conversion (no {OPTIONS_DIR})",
+            "{} holds no zshard conversion with these options (no {OPTIONS_DIR})",
             dst.url("")
         );
     }
@@ -114,7 +175,7 @@ pub fn check_recorded(dst: &Store, fingerprint: &Value) -> anyhow::Result<()> {
             dst.url(&key)
         );
     }
-    Ok(())
+    Ok(Prepared::Run)
 }
 
 /// Shards already done, per array, as C-order shard indices: written shard objects plus recorded

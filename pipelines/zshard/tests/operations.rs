@@ -83,6 +83,7 @@ fn partitioned_workers_and_finalize_equal_a_single_run() {
     ok(&convert(&src, &single, &[]));
     let reference = files(&single);
     assert!(reference.contains_key("zarr.json"));
+    assert!(!single.join(".zshard").exists(), "a finished output keeps no state folder");
     for n in [1usize, 3, 7] {
         let dst = tmp.path().join(format!("parts{n}"));
         let mut seen = BTreeMap::new();
@@ -131,8 +132,9 @@ fn partitioned_workers_and_finalize_equal_a_single_run() {
                 SHAPES[3],
             ]));
         }
-        // Union: exactly the single run's keys, byte for byte.
+        // Union: exactly the single run's keys, byte for byte, and finalize removed the state.
         assert_eq!(files(&dst), reference, "N={n}");
+        assert!(!dst.join(".zshard").exists(), "N={n}: state left after finalize");
     }
 }
 
@@ -197,7 +199,7 @@ fn foreign_destination_is_refused() {
     .expect("write");
     let out = convert(&src, &dst, &[]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("did not write"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("differs from this conversion"));
 }
 
 fn verify(src: &Path, dst: &Path) -> std::process::Output {
