@@ -83,7 +83,10 @@ fn partitioned_workers_and_finalize_equal_a_single_run() {
     ok(&convert(&src, &single, &[]));
     let reference = files(&single);
     assert!(reference.contains_key("zarr.json"));
-    assert!(!single.join(".zshard").exists(), "a finished output keeps no state folder");
+    assert!(
+        !single.join(".zshard").exists(),
+        "a finished output keeps no state folder"
+    );
     for n in [1usize, 3, 7] {
         let dst = tmp.path().join(format!("parts{n}"));
         let mut seen = BTreeMap::new();
@@ -134,7 +137,10 @@ fn partitioned_workers_and_finalize_equal_a_single_run() {
         }
         // Union: exactly the single run's keys, byte for byte, and finalize removed the state.
         assert_eq!(files(&dst), reference, "N={n}");
-        assert!(!dst.join(".zshard").exists(), "N={n}: state left after finalize");
+        assert!(
+            !dst.join(".zshard").exists(),
+            "N={n}: state left after finalize"
+        );
     }
 }
 
