@@ -4,6 +4,14 @@
 //! into a [`CodecChain`](zshard_core::CodecChain) that decodes chunks into little-endian C-order
 //! elements. Adding a codec is one new module plus one line in the registry.
 //!
+//! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
+//! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
+//! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `crc32`, `adler32`,
+//! `crc32c` and `fletcher32`. Filters are bytes→bytes codecs over the flattened elements in the
+//! element types their configuration names (for example `"<i4"`), so a v2 array is the chain
+//! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
+//! they decode numcodecs' output bit for bit (tests/golden holds vectors written by numcodecs).
+//!
 //! ```
 //! use serde_json::json;
 //! use zshard_codecs::build_chain;
@@ -22,12 +30,22 @@
 mod blosc;
 mod bounded;
 mod bytes_codec;
+mod bz2_codec;
+mod cast;
+mod checksum32;
 mod config;
 mod crc32c_codec;
 mod deflate;
+mod delta;
 mod error;
+mod fixedscaleoffset;
+mod lz4_codec;
+mod lzma_codec;
+mod numeric;
+mod packbits;
 mod registry;
 mod sharding;
+mod shuffle;
 mod transpose;
 mod zstd_codec;
 

@@ -33,6 +33,20 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.gzip", crate::deflate::build_gzip),
     ("numcodecs.zlib", crate::deflate::build_zlib),
     ("crc32c", crate::crc32c_codec::build),
+    ("numcodecs.bz2", crate::bz2_codec::build),
+    ("numcodecs.lzma", crate::lzma_codec::build),
+    ("numcodecs.lz4", crate::lz4_codec::build),
+    // numcodecs filters: bytes to bytes over the flattened elements, as Zarr v2 applies them.
+    ("numcodecs.shuffle", crate::shuffle::build),
+    ("numcodecs.delta", crate::delta::build),
+    ("numcodecs.fixedscaleoffset", crate::fixedscaleoffset::build),
+    ("numcodecs.quantize", crate::cast::build_quantize),
+    ("numcodecs.astype", crate::cast::build_astype),
+    ("numcodecs.packbits", crate::packbits::build),
+    ("numcodecs.crc32", crate::checksum32::build_crc32),
+    ("numcodecs.adler32", crate::checksum32::build_adler32),
+    ("numcodecs.crc32c", crate::checksum32::build_crc32c),
+    ("numcodecs.fletcher32", crate::checksum32::build_fletcher32),
 ];
 
 /// The codec names zshard supports, for error messages and `--help`.

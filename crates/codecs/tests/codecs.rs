@@ -173,3 +173,241 @@ fn unknown_codec_lists_supported() {
     assert!(err.to_string().contains("zstd"));
     assert!(build_chain(&spec(json!([{"name": "zstd"}])), &r).is_err());
 }
+
+/// The numcodecs compressors and filters (v2 `compressor` and `filters`, v3 `numcodecs.*`), as
+/// chains over `repr`'s elements.
+fn numcodecs_chains() -> Vec<serde_json::Value> {
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let mut chains = Vec::new();
+    for tail in [
+        json!([{"name": "numcodecs.bz2", "configuration": {"level": 1}}]),
+        json!([{"name": "numcodecs.lzma", "configuration": {"format": 1, "check": -1, "preset": 1, "filters": null}}]),
+        json!([{"name": "numcodecs.lzma", "configuration": {"format": 1, "check": 10, "preset": 0}}]),
+        json!([{"name": "numcodecs.lzma", "configuration": {"format": 2, "preset": 1}}]),
+        json!([{"name": "numcodecs.lzma", "configuration": {"format": 3, "filters": [{"id": 3, "dist": 4}, {"id": 33, "preset": 1}]}}]),
+        json!([{"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}]),
+        json!([{"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}}]),
+        json!([{"name": "numcodecs.delta", "configuration": {"dtype": "<u4", "astype": "<u4"}}]),
+        json!([{"name": "numcodecs.delta", "configuration": {"dtype": "<u4", "astype": "<i8"}}]),
+        json!([{"name": "numcodecs.fixedscaleoffset", "configuration": {"offset": 0, "scale": 1, "dtype": "<u4", "astype": "<f8"}}]),
+        json!([{"name": "numcodecs.astype", "configuration": {"encode_dtype": "<u8", "decode_dtype": "<u4"}}]),
+        json!([{"name": "numcodecs.quantize", "configuration": {"digits": 3, "dtype": "<f4", "astype": "<f8"}}]),
+        json!([{"name": "numcodecs.crc32", "configuration": {"location": "start"}}]),
+        json!([{"name": "numcodecs.adler32", "configuration": {"location": "end"}}]),
+        json!([{"name": "numcodecs.crc32c"}]),
+        json!([{"name": "numcodecs.fletcher32"}]),
+        json!([{"name": "numcodecs.delta", "configuration": {"dtype": "<u4"}},
+               {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+               {"name": "numcodecs.crc32"},
+               {"name": "numcodecs.lz4"}]),
+    ] {
+        let mut chain = vec![le.clone()];
+        chain.extend(tail.as_array().cloned().unwrap_or_default());
+        chains.push(serde_json::Value::Array(chain));
+    }
+    chains
+}
+
+/// Whether a chain ends in something that can tell garbage from data (a compressor or checksum).
+fn detects_garbage(chain: &serde_json::Value) -> bool {
+    let last = chain
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(|c| c["name"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    [
+        "bz2",
+        "lzma",
+        "lz4",
+        "crc32",
+        "adler32",
+        "crc32c",
+        "fletcher32",
+    ]
+    .iter()
+    .any(|n| last == format!("numcodecs.{n}"))
+}
+
+#[test]
+fn numcodecs_codecs_round_trip() {
+    let r = repr(&[16, 33], DataType::UInt32);
+    // Whole float32 numbers: as float32 they survive quantize exactly, and as uint32 every other
+    // filter.
+    let data: Vec<u8> = (0..r.elements())
+        .flat_map(|i| ((i % 1000) as f32).to_le_bytes())
+        .collect();
+    for c in numcodecs_chains() {
+        let chain = build_chain(&spec(c.clone()), &r).expect("chain builds");
+        let encoded = chain.encode(data.clone(), &r).expect("encodes");
+        assert_eq!(chain.decode(&encoded, &r).expect("decodes"), data, "{c}");
+        // The chain describes itself with the same codecs.
+        let names: Vec<String> = chain.specs().iter().map(|s| s.name.clone()).collect();
+        let expected: Vec<String> = c
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(names, expected);
+        // Rebuilding from the specs it reports gives the same encoding.
+        let again = build_chain(&chain.specs(), &r).expect("rebuilds");
+        assert_eq!(again.decode(&encoded, &r).expect("decodes"), data, "{c}");
+    }
+}
+
+#[test]
+fn numcodecs_codecs_refuse_oversized_garbage_and_empty_input() {
+    let r = repr(&[64], DataType::UInt32);
+    let big = repr(&[1024], DataType::UInt32);
+    for c in numcodecs_chains() {
+        let specs = spec(c.clone());
+        let small = build_chain(&specs, &r).expect("chain");
+        // A chunk encoding 16x more data than expected is refused, not allocated.
+        let encoded = build_chain(&specs, &big)
+            .expect("chain")
+            .encode(sample(big.byte_len()), &big)
+            .expect("encode");
+        assert!(small.decode(&encoded, &r).is_err(), "oversized: {c}");
+        assert!(small.decode(&[], &r).is_err(), "empty: {c}");
+        // Wrong-sized garbage is always an error; right-sized garbage only where a compressor or
+        // checksum can tell (a bare filter decodes any bytes of the right size).
+        assert!(small.decode(&sample(100), &r).is_err(), "garbage: {c}");
+        if detects_garbage(&c) {
+            assert!(
+                small.decode(&sample(r.byte_len() + 4), &r).is_err(),
+                "garbage: {c}"
+            );
+        }
+    }
+}
+
+/// A deterministic stream of pseudo-random bytes.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn numcodecs_codecs_never_panic_on_corrupt_input() {
+    let r = repr(&[7, 9], DataType::UInt32);
+    for c in numcodecs_chains() {
+        let chain = build_chain(&spec(c.clone()), &r).expect("chain");
+        let valid = chain.encode(sample(r.byte_len()), &r).expect("encode");
+        let mut inputs: Vec<Vec<u8>> = (0..200u64)
+            .map(|i| noise(i, (i as usize * 7) % 300))
+            .collect();
+        for i in 0..valid.len() {
+            // Every truncation and a bit flip at every position of a valid chunk.
+            inputs.push(valid[..i].to_vec());
+            let mut flipped = valid.clone();
+            flipped[i] ^= 1 << (i % 8);
+            inputs.push(flipped);
+        }
+        for input in inputs {
+            if let Ok(decoded) = chain.decode(&input, &r) {
+                assert_eq!(decoded.len(), r.byte_len(), "{c}");
+            }
+        }
+        // A flipped bit in a checksummed chunk is always caught.
+        if c.to_string().contains("crc32")
+            || c.to_string().contains("adler32")
+            || c.to_string().contains("fletcher32")
+        {
+            for i in 0..valid.len() {
+                let mut flipped = valid.clone();
+                flipped[i] ^= 0x10;
+                assert!(chain.decode(&flipped, &r).is_err(), "{c} flip at {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn numcodecs_size_headers_cannot_force_allocations() {
+    let r = repr(&[16], DataType::UInt8);
+    // lz4: a header claiming 2 GiB is refused before anything is allocated; so is a negative size.
+    let lz4 = build_chain(
+        &spec(json!([{"name": "bytes"}, {"name": "numcodecs.lz4"}])),
+        &r,
+    )
+    .expect("chain");
+    let mut claim = 0x7fff_ffffu32.to_le_bytes().to_vec();
+    claim.extend_from_slice(&[0x10, 0]);
+    assert!(lz4.decode(&claim, &r).is_err());
+    let mut negative = 0xffff_ffffu32.to_le_bytes().to_vec();
+    negative.extend_from_slice(&[0x10, 0]);
+    assert!(lz4.decode(&negative, &r).is_err());
+    // .lzma ("alone"): a header asking for a 4 GiB dictionary exceeds the decoder's memory limit.
+    let alone = build_chain(
+        &spec(
+            json!([{"name": "bytes"}, {"name": "numcodecs.lzma", "configuration": {"format": 2}}]),
+        ),
+        &r,
+    )
+    .expect("chain");
+    let mut header = vec![0x5d];
+    header.extend_from_slice(&u32::MAX.to_le_bytes());
+    header.extend_from_slice(&u64::MAX.to_le_bytes());
+    header.extend_from_slice(&[0; 16]);
+    let err = alone.decode(&header, &r).expect_err("refused");
+    assert!(err.to_string().contains("lzma"), "{err}");
+    // Raw LZMA2 with a huge configured dictionary still decodes: the decoder's dictionary is capped
+    // at the chunk size.
+    let raw = |dict: u64| {
+        build_chain(
+            &spec(
+                json!([{"name": "bytes"}, {"name": "numcodecs.lzma", "configuration": {"format": 3,
+                "filters": [{"id": 33, "preset": 1, "dict_size": dict}]}}]),
+            ),
+            &r,
+        )
+        .expect("chain")
+    };
+    let data = sample(16);
+    let encoded = raw(1 << 16).encode(data.clone(), &r).expect("encode");
+    assert_eq!(raw(1 << 30).decode(&encoded, &r).expect("decode"), data);
+}
+
+#[test]
+fn numcodecs_invalid_configurations_are_build_errors() {
+    let r = repr(&[8], DataType::UInt16);
+    for c in [
+        json!({"name": "numcodecs.bz2", "configuration": {"level": 0}}),
+        json!({"name": "numcodecs.lzma", "configuration": {"format": 7}}),
+        json!({"name": "numcodecs.lzma", "configuration": {"format": 3}}),
+        json!({"name": "numcodecs.lzma", "configuration": {"format": 3, "filters": [{"id": 99}]}}),
+        json!({"name": "numcodecs.lzma", "configuration": {"check": 3}}),
+        json!({"name": "numcodecs.delta", "configuration": {}}),
+        json!({"name": "numcodecs.delta", "configuration": {"dtype": "<U4"}}),
+        json!({"name": "numcodecs.delta", "configuration": {"dtype": "|b1"}}),
+        json!({"name": "numcodecs.delta", "configuration": {"dtype": "<c8"}}),
+        json!({"name": "numcodecs.fixedscaleoffset", "configuration": {"dtype": "<f8", "scale": 10}}),
+        json!({"name": "numcodecs.fixedscaleoffset", "configuration": {"dtype": "<f8", "scale": "x", "offset": 0}}),
+        json!({"name": "numcodecs.quantize", "configuration": {"digits": 2, "dtype": "<i4"}}),
+        json!({"name": "numcodecs.astype", "configuration": {"encode_dtype": "<f4"}}),
+        json!({"name": "numcodecs.crc32", "configuration": {"location": "middle"}}),
+        json!({"name": "numcodecs.fletcher32", "configuration": {"location": "start"}}),
+    ] {
+        let specs =
+            spec(json!([{"name": "bytes", "configuration": {"endian": "little"}}, c.clone()]));
+        assert!(
+            matches!(
+                build_chain(&specs, &r),
+                Err(Error::InvalidConfiguration { .. })
+            ),
+            "{c}"
+        );
+    }
+}

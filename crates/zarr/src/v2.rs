@@ -28,7 +28,22 @@ fn default_order() -> String {
 }
 
 /// The v2 compressors this build reads.
-pub const V2_COMPRESSORS: [&str; 4] = ["blosc", "zstd", "gzip", "zlib"];
+pub const V2_COMPRESSORS: [&str; 7] = ["blosc", "zstd", "gzip", "zlib", "bz2", "lzma", "lz4"];
+
+/// The v2 filters this build reads. Each becomes the bytes-to-bytes codec `numcodecs.<id>` with the
+/// same configuration, placed after `bytes` because numcodecs filters see the flattened elements.
+pub const V2_FILTERS: [&str; 10] = [
+    "shuffle",
+    "delta",
+    "fixedscaleoffset",
+    "quantize",
+    "astype",
+    "packbits",
+    "crc32",
+    "adler32",
+    "crc32c",
+    "fletcher32",
+];
 
 /// Parses a `.zarray` document (and the array's `.zattrs`, if any). `key` names the document in errors.
 pub fn parse_array(key: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<ArrayMeta> {
@@ -107,12 +122,9 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         (_, 1) => CodecSpec::new("bytes", json!({})),
         (e, _) => CodecSpec::new("bytes", json!({"endian": e.as_str()})),
     });
-    if let Some(filters) = z.filters.filter(|f| !f.is_empty()) {
-        let ids: Vec<String> = filters.iter().map(|f| f["id"].to_string()).collect();
-        return Err(metadata(
-            key,
-            format!("filters [{}] are not supported yet", ids.join(", ")),
-        ));
+    // The v2 filters list is in encoding order, which is also the order of bytes-to-bytes codecs.
+    for filter in z.filters.unwrap_or_default() {
+        codecs.push(filter_spec(key, &filter)?);
     }
     if let Some(compressor) = z.compressor.filter(|c| !c.is_null()) {
         codecs.push(compressor_spec(key, &compressor, data_type)?);
@@ -158,6 +170,27 @@ fn take_array_dimensions(
     Some(names)
 }
 
+/// A numcodecs configuration without its `id`: the v3 `numcodecs.*` configuration.
+fn numcodecs_spec(id: &str, c: &Value) -> CodecSpec {
+    let mut config = c.as_object().cloned().unwrap_or_default();
+    config.shift_remove("id");
+    CodecSpec::new(format!("numcodecs.{id}"), Value::Object(config))
+}
+
+/// Translates a numcodecs filter configuration into its v3 `numcodecs.*` codec.
+fn filter_spec(key: &str, f: &Value) -> Result<CodecSpec> {
+    match f.get("id").and_then(Value::as_str) {
+        Some(id) if V2_FILTERS.contains(&id) => Ok(numcodecs_spec(id, f)),
+        _ => Err(metadata(
+            key,
+            format!(
+                "filter {f} is not supported (supported: {})",
+                V2_FILTERS.join(", ")
+            ),
+        )),
+    }
+}
+
 /// Translates a numcodecs compressor configuration into the v3 codec that decodes the same bytes.
 fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpec> {
     let id = c["id"].as_str().unwrap_or_default();
@@ -195,6 +228,7 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
         ),
         "gzip" => CodecSpec::new("gzip", json!({"level": level()})),
         "zlib" => CodecSpec::new("numcodecs.zlib", json!({"level": level()})),
+        "bz2" | "lzma" | "lz4" => numcodecs_spec(id, c),
         other => {
             return Err(metadata(
                 key,
@@ -236,7 +270,7 @@ mod tests {
     fn rejects_unsupported_and_malformed() {
         let bad = |s: &str| parse_array("a/.zarray", s.as_bytes(), None).is_err();
         assert!(bad(
-            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#
         ));
         assert!(bad(
             r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
@@ -248,8 +282,46 @@ mod tests {
             r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
         ));
         assert!(bad("{not json"));
-        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"lzma"},"fill_value":0,"order":"C","filters":null}"#, None)
+        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#, None)
             .expect_err("unsupported");
         assert!(err.to_string().contains("a/.zarray") && err.to_string().contains("blosc"));
+        // categorize decodes to strings, which zshard has no data type for.
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<U4","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"categorize","labels":["a"],"dtype":"<U4","astype":"|u1"}]}"#
+        ));
+        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"bitround","keepbits":3}]}"#, None)
+            .expect_err("unsupported");
+        assert!(err.to_string().contains("bitround") && err.to_string().contains("delta"));
+    }
+
+    #[test]
+    fn translates_filters_in_encoding_order_and_new_compressors() {
+        let zarray = br#"{"zarr_format":2,"shape":[10],"chunks":[5],"dtype":">i4",
+            "compressor":{"id":"lzma","format":1,"check":-1,"preset":null,"filters":null},
+            "fill_value":0,"order":"C",
+            "filters":[{"id":"delta","dtype":">i4","astype":">i2"},{"id":"shuffle","elementsize":2},{"id":"crc32","location":"end"}]}"#;
+        let meta = parse_array("t/.zarray", zarray, None).expect("parses");
+        let names: Vec<&str> = meta.codecs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bytes",
+                "numcodecs.delta",
+                "numcodecs.shuffle",
+                "numcodecs.crc32",
+                "numcodecs.lzma"
+            ]
+        );
+        assert_eq!(meta.codecs[1].get("astype"), Some(&json!(">i2")));
+        assert_eq!(meta.codecs[1].get("id"), None);
+        assert_eq!(meta.codecs[3].get("location"), Some(&json!("end")));
+        assert_eq!(meta.codecs[4].get("format"), Some(&json!(1)));
+        for (id, name) in [("bz2", "numcodecs.bz2"), ("lz4", "numcodecs.lz4")] {
+            let zarray = format!(
+                r#"{{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{{"id":"{id}"}},"fill_value":0,"order":"C","filters":[]}}"#
+            );
+            let meta = parse_array("t/.zarray", zarray.as_bytes(), None).expect("parses");
+            assert_eq!(meta.codecs.last().map(|c| c.name.as_str()), Some(name));
+        }
     }
 }
