@@ -212,51 +212,66 @@ fn verify(src: &Path, dst: &Path) -> std::process::Output {
     zshard(&["verify", s(src), s(dst), "--quiet"])
 }
 
-#[test]
-fn verify_passes_clean_output_and_catches_damage() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let src = source(tmp.path());
-    let dst = tmp.path().join("dst");
+/// A converted, uncompressed output (so a flipped byte decodes to a wrong value) and one of its shards.
+fn verified_output(
+    tmp: &Path,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Vec<u8>,
+) {
+    let src = source(tmp);
+    let dst = tmp.join("dst");
     ok(&convert(&src, &dst, &["--compressor", "none"]));
     ok(&verify(&src, &dst));
     let shard = dst.join("c/5/4");
     let pristine = std::fs::read(&shard).expect("shard");
+    (src, dst, shard, pristine)
+}
 
-    // 1. A flipped byte inside an inner chunk (uncompressed, so it decodes to a wrong value).
-    let mut flipped = pristine.clone();
-    flipped[10] ^= 0x40;
-    std::fs::write(&shard, &flipped).expect("write");
-    let out = verify(&src, &dst);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+fn failed_verify(src: &Path, dst: &Path) -> String {
+    let out = verify(src, dst);
+    assert!(!out.status.success(), "verify must fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn verify_catches_a_flipped_byte_in_an_inner_chunk() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst, shard, mut bytes) = verified_output(tmp.path());
+    bytes[10] ^= 0x40;
+    std::fs::write(&shard, &bytes).expect("write");
+    let err = failed_verify(&src, &dst);
     assert!(
         err.contains("c/5/4") && err.contains("inner chunk 0") && err.contains("differ"),
         "{err}"
     );
+}
 
-    // 2. A truncated shard.
-    std::fs::write(&shard, &pristine[..pristine.len() - 30]).expect("write");
-    let out = verify(&src, &dst);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+#[test]
+fn verify_catches_a_truncated_shard() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst, shard, bytes) = verified_output(tmp.path());
+    std::fs::write(&shard, &bytes[..bytes.len() - 30]).expect("write");
+    let err = failed_verify(&src, &dst);
     assert!(err.contains("c/5/4") && err.contains("index"), "{err}");
+}
 
-    // 3. A corrupted index (an offset changed; the checksum no longer matches).
-    let mut bad_index = pristine.clone();
+#[test]
+fn verify_catches_a_corrupted_index_and_a_missing_shard() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst, shard, bytes) = verified_output(tmp.path());
+    let mut bad_index = bytes.clone();
     let at = bad_index.len() - 4 - 16;
     bad_index[at] ^= 0x01;
     std::fs::write(&shard, &bad_index).expect("write");
-    let out = verify(&src, &dst);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = failed_verify(&src, &dst);
     assert!(err.contains("c/5/4") && err.contains("crc32c"), "{err}");
-
-    std::fs::write(&shard, &pristine).expect("write");
-    ok(&verify(&src, &dst));
-    // A missing shard where the source has data.
     std::fs::remove_file(&shard).expect("remove");
-    let out = verify(&src, &dst);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+    assert!(failed_verify(&src, &dst).contains("missing"));
+    std::fs::write(&shard, &bytes).expect("restore");
+    ok(&verify(&src, &dst));
 }
 
 #[test]
