@@ -11,6 +11,7 @@
 //! store.put("array/c/0/0", Bytes::from_static(b"shard")).unwrap();
 //! assert_eq!(store.get("array/c/0/0").unwrap().as_deref(), Some(&b"shard"[..]));
 //! assert_eq!(store.get("array/c/9/9").unwrap(), None);
+//! assert_eq!(&store.get_range("array/c/0/0", 1..3).unwrap()[..], b"ha");
 //! assert_eq!(store.list_children("").unwrap(), vec!["array".to_string()]);
 //! ```
 

@@ -176,6 +176,37 @@ impl Store {
         self.runtime.block_on(self.get_async(key))
     }
 
+    async fn get_range_async(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        let path = self.path(key)?;
+        self.inner
+            .get_range(&path, range.clone())
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot read",
+                location: format!("{} (bytes {}..{})", self.url(key), range.start, range.end),
+                source: Box::new(source),
+            })
+    }
+
+    /// Reads bytes `range` of an object (a missing object or a range past its end is an error).
+    pub fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        self.runtime.block_on(self.get_range_async(key, range))
+    }
+
+    /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
+    /// results are in the order of `requests`. Callers coalesce nearby ranges first.
+    pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {
+        self.runtime.block_on(
+            futures::stream::iter(
+                requests
+                    .iter()
+                    .map(|(k, r)| self.get_range_async(k, r.clone())),
+            )
+            .buffered(self.concurrency)
+            .collect(),
+        )
+    }
+
     /// Reads several objects with up to the configured number of requests in flight; results are in
     /// the order of `keys`.
     pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
