@@ -9,12 +9,12 @@ use zshard_core::{linear_index, IndexLocation};
 use zshard_pipeline::{ArrayJob, Options, ShardTask, Stats};
 use zshard_store::{IoRuntime, Store};
 use zshard_writer::{write_array_metadata, write_group_metadata};
-use zshard_zarr::open_hierarchy;
 
 use crate::partition::Partition;
 use crate::plan::{estimated_peak_memory, Layouts, Plan};
 use crate::progress::Progress;
 use crate::report::Report;
+use crate::source::{Input, SourceArgs};
 use crate::state::{self, EmptyLog, Prepared};
 
 /// Parameters of one conversion.
@@ -29,6 +29,7 @@ pub struct Conversion {
     pub quiet: bool,
     pub partition: Partition,
     pub overwrite: bool,
+    pub source_args: SourceArgs,
     pub report: Option<std::path::PathBuf>,
 }
 
@@ -37,7 +38,7 @@ const IO_THREADS: usize = 2;
 
 /// The source opened and the plan made and checked.
 pub struct Opened {
-    pub source: Store,
+    pub source: Input,
     pub plan: Plan,
     pub fingerprint: serde_json::Value,
     runtime: std::sync::Arc<IoRuntime>,
@@ -51,12 +52,17 @@ impl Opened {
 }
 
 /// Opens the source and plans; fails on everything `convert` would reject, before anything is written.
-pub fn open(source: &str, destination: &str, layouts: &Layouts) -> anyhow::Result<Opened> {
+pub fn open(
+    source: &str,
+    destination: &str,
+    layouts: &Layouts,
+    args: &SourceArgs,
+) -> anyhow::Result<Opened> {
     refuse_overlap(source, destination)?;
     let runtime = IoRuntime::new(IO_THREADS)?;
-    let source_store = Store::open(source, runtime.clone(), false)?;
-    let nodes = open_hierarchy(&source_store)?;
-    let plan = Plan::new(&nodes, layouts, &source_store.url(""))?;
+    let source_store = Input::open(source, args, runtime.clone())?;
+    let nodes = source_store.nodes()?;
+    let plan = Plan::new(&nodes, layouts, &source_store.url())?;
     let fingerprint = state::fingerprint(&source_id(source), &plan);
     Ok(Opened {
         source: source_store,
@@ -92,7 +98,7 @@ fn pending<'a>(
 }
 
 pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
-    let opened = open(&c.source, &c.destination, &c.layouts)?;
+    let opened = open(&c.source, &c.destination, &c.layouts, &c.source_args)?;
     let threads = threads_within(c.threads, c.memory_limit, opened.plan.max_shard_bytes())?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
@@ -209,9 +215,10 @@ pub fn finalize(
     source: &str,
     destination: &str,
     layouts: &Layouts,
+    args: &SourceArgs,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layouts)?;
+    let opened = open(source, destination, layouts, args)?;
     let destination = opened.destination(destination, false)?;
     let Opened {
         plan,
@@ -233,7 +240,7 @@ pub fn finalize(
         let array = &plan.arrays[first.array];
         bail!(
             "{count} shard(s) are not done yet (first: array {}, shard {}); rerun the workers that did not finish",
-            crate::plan::array_name(&source_store.url(""), &array.path),
+            crate::plan::array_name(&source_store.url(), &array.path),
             jobs[first.array].sink.shard_key(&first.shard)
         );
     }

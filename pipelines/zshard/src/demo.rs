@@ -139,6 +139,7 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
         partition: crate::partition::Partition::ALL,
         overwrite: true,
         report: None,
+        source_args: Default::default(),
     };
     convert(&conversion)?;
     let out = output.display();

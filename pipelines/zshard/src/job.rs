@@ -176,6 +176,7 @@ fn conversions(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result
                 quiet,
                 partition,
                 overwrite: job.overwrite,
+                source_args: crate::source::SourceArgs::default(),
                 report: job
                     .report
                     .as_ref()
@@ -190,7 +191,7 @@ pub fn run(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result<()>
     // Every conversion is checked before the first one starts.
     let all = conversions(path, partition, quiet)?;
     for c in &all {
-        crate::convert::open(&c.source, &c.destination, &c.layouts)
+        crate::convert::open(&c.source, &c.destination, &c.layouts, &c.source_args)
             .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
     }
     for c in &all {

@@ -15,6 +15,7 @@ mod plan;
 mod plan_cmd;
 mod progress;
 mod report;
+mod source;
 mod state;
 mod verify;
 
@@ -22,6 +23,7 @@ use compressor::Compressor;
 use convert::{parse_index_location, parse_shape, Conversion, Shape};
 use partition::Partition;
 use plan::Layout;
+use source::SourceArgs;
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -75,6 +77,8 @@ struct LayoutArgs {
     /// Where each shard's index goes.
     #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
     index_location: IndexLocation,
+    #[command(flatten)]
+    source_args: SourceArgs,
 }
 
 impl LayoutArgs {
@@ -149,6 +153,8 @@ enum Command {
         src: String,
         /// The sharded Zarr v3 output.
         dst: String,
+        #[command(flatten)]
+        source_args: SourceArgs,
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01.
         #[arg(long, default_value_t = 1.0, value_name = "FRACTION")]
         sample: f64,
@@ -216,12 +222,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 partition,
                 overwrite,
                 report,
+                source_args: layout.source_args.clone(),
             };
             convert::convert(&conversion).map(|_| ())
         }
-        Command::Finalize { layout, quiet } => {
-            convert::finalize(&layout.src, &layout.dst, &layout.layout().into(), quiet)
-        }
+        Command::Finalize { layout, quiet } => convert::finalize(
+            &layout.src,
+            &layout.dst,
+            &layout.layout().into(),
+            &layout.source_args,
+            quiet,
+        ),
         Command::Plan {
             layout,
             threads,
@@ -230,18 +241,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &layout.src,
             &layout.dst,
             &layout.layout().into(),
+            &layout.source_args,
             threads.unwrap_or_else(default_threads),
             json,
         ),
         Command::Verify {
             src,
             dst,
+            source_args,
             sample,
             threads,
             quiet,
         } => verify::verify(
             &src,
             &dst,
+            &source_args,
             sample,
             threads.unwrap_or_else(default_threads),
             quiet,

@@ -12,7 +12,6 @@ use zshard_core::{
 use zshard_pipeline::ArrayJob;
 use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
-use zshard_zarr::ZarrChunkReader;
 
 use crate::compressor::Compressor;
 
@@ -125,15 +124,13 @@ impl Plan {
     }
 
     /// The pipeline jobs, reading from `source` and writing below `destination`.
-    pub fn jobs(&self, source: &Store, destination: &Store) -> Vec<ArrayJob> {
+    pub fn jobs(&self, source: &crate::source::Input, destination: &Store) -> Vec<ArrayJob> {
         self.arrays
             .iter()
             .map(|a| {
-                let reader =
-                    ZarrChunkReader::new(source.child(&a.path), a.source.chunk_key_encoding);
                 let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
                 ArrayJob {
-                    name: array_name(&source.url(""), &a.path),
+                    name: array_name(&source.url(), &a.path),
                     geometry: a.geometry.clone(),
                     source_repr: a.source.chunk_repr(),
                     source_chain: a.job_parts.0.clone(),
@@ -143,7 +140,7 @@ impl Plan {
                         fill_value: a.output.fill_value.clone(),
                     },
                     inner_chain: Some(a.job_parts.1.clone()),
-                    reader: Arc::new(reader),
+                    reader: source.reader(&a.path, &a.source),
                     sink: Arc::new(writer),
                 }
             })

@@ -111,11 +111,12 @@ pub fn plan(
     source: &str,
     destination: &str,
     layouts: &Layouts,
+    args: &crate::source::SourceArgs,
     threads: usize,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layouts)?;
-    let source_name = opened.source.url("");
+    let opened = open(source, destination, layouts, args)?;
+    let source_name = opened.source.url();
     let arrays: Vec<Value> = opened
         .plan
         .arrays

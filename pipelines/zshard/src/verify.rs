@@ -15,7 +15,9 @@ use zshard_core::{
 };
 use zshard_pipeline::{ArrayJob, Options, ShardTask};
 use zshard_store::{IoRuntime, Store};
-use zshard_zarr::{open_hierarchy, ZarrChunkReader};
+use zshard_zarr::open_hierarchy;
+
+use crate::source::{Input, SourceArgs};
 
 /// How many mismatches are printed one by one; the rest are counted.
 const PRINTED: usize = 50;
@@ -209,6 +211,7 @@ fn arrays(nodes: Vec<Node>) -> Vec<(String, ArrayMeta)> {
 pub fn verify(
     source: &str,
     destination: &str,
+    args: &SourceArgs,
     sample: f64,
     threads: usize,
     quiet: bool,
@@ -217,13 +220,13 @@ pub fn verify(
         bail!("--sample {sample} is not in (0, 1]");
     }
     let runtime = IoRuntime::new(2)?;
-    let src = Store::open(source, runtime.clone(), false)?;
+    let src = Input::open(source, args, runtime.clone())?;
     let dst = Store::open(destination, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
     let mismatches = Arc::new(Mutex::new(Vec::new()));
     let mut jobs = Vec::new();
-    for (path, meta) in arrays(open_hierarchy(&src)?) {
-        let name = crate::plan::array_name(&src.url(""), &path);
+    for (path, meta) in arrays(src.nodes()?) {
+        let name = crate::plan::array_name(&src.url(), &path);
         let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
             mismatches
                 .lock()
@@ -257,10 +260,7 @@ pub fn verify(
             name,
             source_chain: build_chain(&meta.codecs, &meta.chunk_repr())?,
             source_repr: meta.chunk_repr(),
-            reader: Arc::new(ZarrChunkReader::new(
-                src.child(&path),
-                meta.chunk_key_encoding,
-            )),
+            reader: src.reader(&path, &meta),
             sink: Arc::new(VerifySink {
                 store: dst.child(&path),
                 keys: out.meta.chunk_key_encoding,
