@@ -48,7 +48,13 @@ pub struct Options {
     pub threads: usize,
     /// Capacity of each channel between stages, in shards.
     pub channel_capacity: usize,
+    /// Threads that fetch source chunks and threads that write shards (each), so that storage round
+    /// trips overlap; they wait on I/O, not on the CPU.
+    pub io_threads: usize,
 }
+
+/// Fetch and write threads unless configured otherwise (local disks need few).
+pub const DEFAULT_IO_THREADS: usize = 2;
 
 /// Raw bytes of shards that one channel may hold when the capacity is derived from the shard size.
 pub const CHANNEL_BUDGET_BYTES: u64 = 32 << 20;
@@ -59,6 +65,7 @@ impl Options {
         Options {
             threads,
             channel_capacity: threads,
+            io_threads: DEFAULT_IO_THREADS,
         }
     }
 
@@ -72,6 +79,7 @@ impl Options {
         Options {
             threads,
             channel_capacity: usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, threads),
+            io_threads: DEFAULT_IO_THREADS,
         }
     }
 }

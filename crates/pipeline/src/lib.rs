@@ -23,5 +23,7 @@ mod job;
 mod stages;
 
 pub use error::{Error, Result};
-pub use job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES};
+pub use job::{
+    ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
+};
 pub use stages::run;

@@ -72,6 +72,8 @@ pub fn run(
     let encode_pool = pool("encode")?;
     let capacity = options.channel_capacity.max(1);
     let cancel = AtomicBool::new(false);
+    let tasks = std::sync::Mutex::new(tasks);
+    let state: WriteState = std::sync::Mutex::new((Stats::default(), None));
 
     let (fetched_tx, fetched_rx) = bounded::<Msg<Fetched>>(capacity);
     let (decoded_tx, decoded_rx) = bounded::<Msg<Decoded>>(capacity);
@@ -80,10 +82,16 @@ pub fn run(
 
     std::thread::scope(|scope| {
         let cancel = &cancel;
-        std::thread::Builder::new()
-            .name("zshard-fetch".into())
-            .spawn_scoped(scope, move || fetch_stage(jobs, tasks, cancel, fetched_tx))
-            .map_err(thread_error)?;
+        // Several fetchers and writers, so that storage round trips of different shards overlap.
+        let tasks = &tasks;
+        for i in 0..options.io_threads.max(1) {
+            let out = fetched_tx.clone();
+            std::thread::Builder::new()
+                .name(format!("zshard-fetch-{i}"))
+                .spawn_scoped(scope, move || fetch_stage(jobs, tasks, cancel, out))
+                .map_err(thread_error)?;
+        }
+        drop(fetched_tx);
         std::thread::Builder::new()
             .name("zshard-decode".into())
             .spawn_scoped(scope, move || {
@@ -112,25 +120,53 @@ pub fn run(
                     .install(|| map_stage(assembled_rx, &encoded_tx, cancel, |m| encode(jobs, m)))
             })
             .map_err(thread_error)?;
-        Ok(write_stage(jobs, encoded_rx, cancel, progress))
-    })
-    .and_then(|r| r)
+        let state = &state;
+        let writers: Vec<_> = (1..options.io_threads.max(1))
+            .map(|i| {
+                let input = encoded_rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("zshard-write-{i}"))
+                    .spawn_scoped(scope, move || {
+                        write_stage(jobs, input, cancel, progress, state)
+                    })
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(thread_error)?;
+        write_stage(jobs, encoded_rx, cancel, progress, state);
+        for writer in writers {
+            // A writer only ends by panicking if a progress callback panicked; propagate that.
+            if let Err(panic) = writer.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Ok(())
+    })?;
+    let (stats, first_error) = state.into_inner().unwrap_or_else(|p| p.into_inner());
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
 }
 
 fn thread_error(source: std::io::Error) -> Error {
     Error::SpawnThread { source }
 }
 
-fn fetch_stage(
+fn fetch_stage<I: Iterator<Item = ShardTask>>(
     jobs: &[ArrayJob],
-    tasks: impl Iterator<Item = ShardTask>,
+    tasks: &std::sync::Mutex<I>,
     cancel: &AtomicBool,
     out: Sender<Msg<Fetched>>,
 ) {
-    for task in tasks {
+    loop {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
+        let next = match tasks.lock() {
+            Ok(mut tasks) => tasks.next(),
+            Err(_) => None,
+        };
+        let Some(task) = next else { break };
         if out.send(fetch(&jobs[task.array], task)).is_err() {
             break;
         }
@@ -283,16 +319,19 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
     })
 }
 
+type WriteState = std::sync::Mutex<(Stats, Option<Error>)>;
+
 fn write_stage(
     jobs: &[ArrayJob],
     input: Receiver<Msg<Encoded>>,
     cancel: &AtomicBool,
     progress: &(dyn Fn(&ShardOutcome) + Sync),
-) -> Result<Stats> {
-    let mut stats = Stats::default();
-    let mut first_error = None;
+    state: &WriteState,
+) {
     for msg in input {
         let outcome = msg.and_then(|encoded| write(&jobs[encoded.task.array], encoded));
+        let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let (stats, first_error) = &mut *guard;
         match outcome {
             Ok(outcome) => {
                 stats.bytes_read += outcome.bytes_read;
@@ -304,6 +343,7 @@ fn write_stage(
                 } else {
                     stats.shards_empty += 1;
                 }
+                drop(guard);
                 progress(&outcome);
             }
             Err(e) => {
@@ -311,10 +351,6 @@ fn write_stage(
                 first_error.get_or_insert(e);
             }
         }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(stats),
     }
 }
 

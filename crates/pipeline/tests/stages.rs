@@ -166,6 +166,7 @@ fn work_in_flight_is_bounded_by_the_channels_not_the_array() {
     let options = Options {
         threads: 2,
         channel_capacity: 1,
+        io_threads: 2,
     };
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {
         let done = written.fetch_add(1, Ordering::SeqCst) + 1;
@@ -173,7 +174,7 @@ fn work_in_flight_is_bounded_by_the_channels_not_the_array() {
         max_ahead.fetch_max(fetched_shards.saturating_sub(done), Ordering::SeqCst);
     })
     .expect("run");
-    // 4 channels of 1, up to 2 shards inside each rayon stage, 1 in assembly, 1 being fetched and 1
+    // 4 channels of 1, up to 2 shards inside each rayon stage, 1 in assembly, 2 being fetched and 2
     // being written: never more than about a dozen shards between reader and sink, whatever the size.
     let ahead = max_ahead.load(Ordering::SeqCst);
     assert!(

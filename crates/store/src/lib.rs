@@ -15,10 +15,13 @@
 //! assert_eq!(store.list_children("").unwrap(), vec!["array".to_string()]);
 //! ```
 
+mod cloud;
 mod error;
+mod options;
 mod runtime;
 mod store;
 
 pub use error::{Error, Result};
+pub use options::StoreOptions;
 pub use runtime::IoRuntime;
-pub use store::{Store, DEFAULT_CONCURRENCY};
+pub use store::Store;

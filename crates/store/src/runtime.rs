@@ -2,23 +2,35 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::options::StoreOptions;
 
 /// The tokio runtime that runs all storage requests. It is separate from the CPU workers: pipeline
 /// threads call into it and wait, so network latency never occupies a compute thread's core.
 #[derive(Debug)]
 pub struct IoRuntime {
     runtime: tokio::runtime::Runtime,
+    options: StoreOptions,
 }
 
 impl IoRuntime {
     pub fn new(threads: usize) -> Result<Arc<Self>> {
+        Self::with_options(threads, StoreOptions::default())
+    }
+
+    /// A runtime whose stores are opened with `options`.
+    pub fn with_options(threads: usize, options: StoreOptions) -> Result<Arc<Self>> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("zshard-io")
             .enable_all()
             .build()
             .map_err(|source| Error::Runtime { source })?;
-        Ok(Arc::new(IoRuntime { runtime }))
+        Ok(Arc::new(IoRuntime { runtime, options }))
+    }
+
+    /// The options every store opened on this runtime uses.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
     /// Runs a future to completion from a thread outside the runtime.

@@ -10,9 +10,6 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use crate::error::{Error, Result};
 use crate::runtime::IoRuntime;
 
-/// Requests in flight per batch unless configured otherwise.
-pub const DEFAULT_CONCURRENCY: usize = 32;
-
 /// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
 /// that run on the shared [`IoRuntime`]. Keys are `/`-separated and relative to the location.
 #[derive(Debug, Clone)]
@@ -27,8 +24,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens a location: a local path, a `file://` URL, or a URL of an object store this build
-    /// supports. With `create`, a missing local directory is created.
+    /// Opens a location: a local path, a `file://` URL, or `s3://`, `gs://`, `az://`/`abfs://`,
+    /// `http(s)://` (read only) with the runtime's [`StoreOptions`](crate::StoreOptions). With
+    /// `create`, a missing local directory is created.
     pub fn open(location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
         let invalid = |reason: String| Error::InvalidLocation {
             location: location.to_string(),
@@ -49,17 +47,14 @@ impl Store {
             return Self::open_local(&path, location, runtime, create);
         }
         let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
-        let (inner, root) = object_store::parse_url(&url).map_err(|e| {
-            invalid(format!(
-                "{e} (this build reads and writes local paths and file:// URLs)"
-            ))
-        })?;
+        let (inner, root) = crate::cloud::open(&url, runtime.options())?;
+        let concurrency = runtime.options().max_requests;
         Ok(Store {
-            inner: Arc::from(inner),
+            inner,
             root,
             display: location.trim_end_matches('/').to_string(),
             runtime,
-            concurrency: DEFAULT_CONCURRENCY,
+            concurrency,
             local_base: None,
         })
     }
@@ -95,8 +90,8 @@ impl Store {
             inner: Arc::new(fs),
             root: Path::default(),
             display: location.trim_end_matches('/').to_string(),
+            concurrency: runtime.options().max_requests,
             runtime,
-            concurrency: DEFAULT_CONCURRENCY,
             local_base: Some(path.to_path_buf()),
         })
     }
@@ -218,17 +213,47 @@ impl Store {
     }
 
     /// Writes an object. It becomes visible under its key only once complete: local files are
-    /// written under a temporary name and renamed; object stores publish a PUT atomically.
+    /// written under a temporary name and renamed; object stores publish a PUT atomically, and objects
+    /// larger than the part size go up as a multipart upload (parts in parallel), which is aborted on
+    /// failure and never visible unless completed.
     pub fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let path = self.path(key)?;
-        self.runtime
-            .block_on(self.inner.put(&path, PutPayload::from_bytes(data)))
-            .map(|_| ())
-            .map_err(|source| Error::Request {
-                operation: "cannot write",
-                location: self.url(key),
-                source: Box::new(source),
-            })
+        let part_size = self.runtime.options().part_size.max(5 << 20);
+        let result = if self.local_base.is_none() && data.len() > part_size {
+            self.runtime
+                .block_on(self.put_multipart(&path, data, part_size))
+        } else {
+            self.runtime
+                .block_on(self.inner.put(&path, PutPayload::from_bytes(data)))
+                .map(|_| ())
+        };
+        result.map_err(|source| Error::Request {
+            operation: "cannot write",
+            location: self.url(key),
+            source: Box::new(source),
+        })
+    }
+
+    async fn put_multipart(
+        &self,
+        path: &Path,
+        data: Bytes,
+        part_size: usize,
+    ) -> object_store::Result<()> {
+        let upload = self.inner.put_multipart(path).await?;
+        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
+        let mut offset = 0;
+        while offset < data.len() {
+            if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
+                // Do not leave uploaded parts behind (they cost storage and are never visible).
+                let _ = writer.abort().await;
+                return Err(e);
+            }
+            let end = (offset + part_size).min(data.len());
+            writer.put(data.slice(offset..end));
+            offset = end;
+        }
+        writer.finish().await.map(|_| ())
     }
 
     /// Removes an object if it exists.

@@ -16,6 +16,7 @@ use crate::progress::Progress;
 use crate::report::Report;
 use crate::source::{Input, SourceArgs};
 use crate::state::{self, EmptyLog, Prepared};
+use crate::storage::StorageArgs;
 
 /// Parameters of one conversion.
 #[derive(Debug, Clone)]
@@ -30,6 +31,7 @@ pub struct Conversion {
     pub partition: Partition,
     pub overwrite: bool,
     pub source_args: SourceArgs,
+    pub storage: StorageArgs,
     pub report: Option<std::path::PathBuf>,
 }
 
@@ -57,9 +59,10 @@ pub fn open(
     destination: &str,
     layouts: &Layouts,
     args: &SourceArgs,
+    storage: &StorageArgs,
 ) -> anyhow::Result<Opened> {
     refuse_overlap(source, destination)?;
-    let runtime = IoRuntime::new(IO_THREADS)?;
+    let runtime = IoRuntime::with_options(IO_THREADS, storage.options())?;
     let source_store = Input::open(source, args, runtime.clone())?;
     let nodes = source_store.nodes()?;
     let plan = Plan::new(&nodes, layouts, &source_store.url())?;
@@ -98,7 +101,13 @@ fn pending<'a>(
 }
 
 pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
-    let opened = open(&c.source, &c.destination, &c.layouts, &c.source_args)?;
+    let opened = open(
+        &c.source,
+        &c.destination,
+        &c.layouts,
+        &c.source_args,
+        &c.storage,
+    )?;
     let threads = threads_within(c.threads, c.memory_limit, opened.plan.max_shard_bytes())?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
@@ -137,7 +146,10 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let result = zshard_pipeline::run(
         &jobs,
         pending(&jobs, c.partition, &done),
-        &Options::for_shard_size(threads, plan.max_shard_bytes()),
+        &Options {
+            io_threads: c.storage.io_threads(&[&c.source, &c.destination]),
+            ..Options::for_shard_size(threads, plan.max_shard_bytes())
+        },
         &|outcome| {
             progress.shard_done(outcome);
             if let Ok(mut arrays) = per_array.lock() {
@@ -216,9 +228,10 @@ pub fn finalize(
     destination: &str,
     layouts: &Layouts,
     args: &SourceArgs,
+    storage: &StorageArgs,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layouts, args)?;
+    let opened = open(source, destination, layouts, args, storage)?;
     let destination = opened.destination(destination, false)?;
     let Opened {
         plan,

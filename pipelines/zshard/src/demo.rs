@@ -140,6 +140,7 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
         overwrite: true,
         report: None,
         source_args: Default::default(),
+        storage: Default::default(),
     };
     convert(&conversion)?;
     let out = output.display();

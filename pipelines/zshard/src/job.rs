@@ -129,7 +129,12 @@ fn resolve(base: &Path, location: &str) -> String {
     }
 }
 
-fn conversions(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result<Vec<Conversion>> {
+fn conversions(
+    path: &Path,
+    partition: Partition,
+    storage: &crate::storage::StorageArgs,
+    quiet: bool,
+) -> anyhow::Result<Vec<Conversion>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let job: JobFile =
@@ -177,6 +182,7 @@ fn conversions(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result
                 partition,
                 overwrite: job.overwrite,
                 source_args: crate::source::SourceArgs::default(),
+                storage: storage.clone(),
                 report: job
                     .report
                     .as_ref()
@@ -187,12 +193,23 @@ fn conversions(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result
         .with_context(|| format!("job file {}", path.display()))
 }
 
-pub fn run(path: &Path, partition: Partition, quiet: bool) -> anyhow::Result<()> {
+pub fn run(
+    path: &Path,
+    partition: Partition,
+    storage: &crate::storage::StorageArgs,
+    quiet: bool,
+) -> anyhow::Result<()> {
     // Every conversion is checked before the first one starts.
-    let all = conversions(path, partition, quiet)?;
+    let all = conversions(path, partition, storage, quiet)?;
     for c in &all {
-        crate::convert::open(&c.source, &c.destination, &c.layouts, &c.source_args)
-            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
+        crate::convert::open(
+            &c.source,
+            &c.destination,
+            &c.layouts,
+            &c.source_args,
+            &c.storage,
+        )
+        .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
     }
     for c in &all {
         convert(c).with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
@@ -233,7 +250,7 @@ compressor = "none"
 "#,
         )
         .expect("write");
-        let all = conversions(&job, Partition::ALL, true).expect("valid job");
+        let all = conversions(&job, Partition::ALL, &Default::default(), true).expect("valid job");
         let c = &all[0];
         assert_eq!(c.threads, 3);
         assert_eq!(c.source, dir.path().join("in.zarr").to_string_lossy());
@@ -248,6 +265,6 @@ compressor = "none"
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",
         )
         .expect("write");
-        assert!(conversions(&job, Partition::ALL, true).is_err());
+        assert!(conversions(&job, Partition::ALL, &Default::default(), true).is_err());
     }
 }

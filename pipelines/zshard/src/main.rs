@@ -17,6 +17,7 @@ mod progress;
 mod report;
 mod source;
 mod state;
+mod storage;
 mod verify;
 
 use compressor::Compressor;
@@ -24,6 +25,7 @@ use convert::{parse_index_location, parse_shape, Conversion, Shape};
 use partition::Partition;
 use plan::Layout;
 use source::SourceArgs;
+use storage::StorageArgs;
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -79,6 +81,8 @@ struct LayoutArgs {
     index_location: IndexLocation,
     #[command(flatten)]
     source_args: SourceArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
 }
 
 impl LayoutArgs {
@@ -155,6 +159,8 @@ enum Command {
         dst: String,
         #[command(flatten)]
         source_args: SourceArgs,
+        #[command(flatten)]
+        storage: StorageArgs,
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01.
         #[arg(long, default_value_t = 1.0, value_name = "FRACTION")]
         sample: f64,
@@ -176,6 +182,8 @@ enum Command {
         /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
         #[arg(long, value_name = "N")]
         workers: Option<u64>,
+        #[command(flatten)]
+        storage: StorageArgs,
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
@@ -223,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 overwrite,
                 report,
                 source_args: layout.source_args.clone(),
+                storage: layout.storage.clone(),
             };
             convert::convert(&conversion).map(|_| ())
         }
@@ -231,6 +240,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &layout.dst,
             &layout.layout().into(),
             &layout.source_args,
+            &layout.storage,
             quiet,
         ),
         Command::Plan {
@@ -242,6 +252,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &layout.dst,
             &layout.layout().into(),
             &layout.source_args,
+            &layout.storage,
             threads.unwrap_or_else(default_threads),
             json,
         ),
@@ -249,6 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             src,
             dst,
             source_args,
+            storage,
             sample,
             threads,
             quiet,
@@ -256,6 +268,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &src,
             &dst,
             &source_args,
+            &storage,
             sample,
             threads.unwrap_or_else(default_threads),
             quiet,
@@ -264,11 +277,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             job,
             worker,
             workers,
+            storage,
             quiet,
         } => {
             let partition =
                 Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
-            job::run(&job, partition, quiet)
+            job::run(&job, partition, &storage, quiet)
         }
         Command::Demo {
             dir,

@@ -112,10 +112,11 @@ pub fn plan(
     destination: &str,
     layouts: &Layouts,
     args: &crate::source::SourceArgs,
+    storage: &crate::storage::StorageArgs,
     threads: usize,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let opened = open(source, destination, layouts, args)?;
+    let opened = open(source, destination, layouts, args, storage)?;
     let source_name = opened.source.url();
     let arrays: Vec<Value> = opened
         .plan

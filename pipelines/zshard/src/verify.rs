@@ -212,6 +212,7 @@ pub fn verify(
     source: &str,
     destination: &str,
     args: &SourceArgs,
+    storage: &crate::storage::StorageArgs,
     sample: f64,
     threads: usize,
     quiet: bool,
@@ -219,7 +220,7 @@ pub fn verify(
     if !(sample > 0.0 && sample <= 1.0) {
         bail!("--sample {sample} is not in (0, 1]");
     }
-    let runtime = IoRuntime::new(2)?;
+    let runtime = IoRuntime::with_options(2, storage.options())?;
     let src = Input::open(source, args, runtime.clone())?;
     let dst = Store::open(destination, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
@@ -290,7 +291,10 @@ pub fn verify(
     let stats = zshard_pipeline::run(
         &jobs,
         tasks,
-        &Options::for_shard_size(threads, shard_bytes),
+        &Options {
+            io_threads: storage.io_threads(&[source, destination]),
+            ..Options::for_shard_size(threads, shard_bytes)
+        },
         &|_| {},
     )?;
     let found = mismatches.lock().map_err(|_| anyhow!("lock"))?;

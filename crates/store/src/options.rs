@@ -1,0 +1,43 @@
+use std::time::Duration;
+
+/// How stores are reached: endpoints, credentials choices, retries, request concurrency and upload
+/// part size. Credentials themselves come from each cloud's standard environment variables (`AWS_*`,
+/// `GOOGLE_*`, `AZURE_*`), as object_store reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreOptions {
+    /// An S3-compatible endpoint (MinIO, Ceph, a local server), e.g. `http://127.0.0.1:9000`.
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`) instead of virtual-hosted style.
+    pub s3_path_style: bool,
+    /// Unsigned requests (public buckets and containers).
+    pub anonymous: bool,
+    /// Retries of transient failures (5xx, 429 slow-down, timeouts, reset connections), with backoff and
+    /// jitter. Permanent failures (403, 404 on a required key, a missing bucket) are never retried.
+    pub retries: usize,
+    /// No retry starts after this long since the first attempt of a request.
+    pub retry_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Requests in flight per batch (chunk reads of one shard, parts of one upload).
+    pub max_requests: usize,
+    /// Objects larger than this are uploaded in parts of this size; smaller ones with one PUT.
+    pub part_size: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            s3_endpoint: None,
+            s3_region: None,
+            s3_path_style: false,
+            anonymous: false,
+            retries: 10,
+            retry_timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(300),
+            max_requests: 32,
+            part_size: 32 << 20,
+        }
+    }
+}
