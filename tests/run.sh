@@ -3,10 +3,12 @@
 #   1. cargo fmt --check and clippy with warnings as errors,
 #   2. the Rust unit, integration and doc tests (release build, shared with step 3),
 #   3. the interop suite: zarr-python writes inputs, zshard converts, zarr-python and tensorstore read back,
-#   4. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
+#   4. cloud tests: moto's S3 server and Azurite on 127.0.0.1 (installed into target/), with a fault-injecting
+#      proxy: round trips, retries, multipart, a kill during an upload, fast failures,
+#   5. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
 #      4-task job array, finalize, compare with a single run (prints SKIPPED with the reason where it can't),
-#   5. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
-# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 5.
+#   6. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
+# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -28,6 +30,9 @@ export ZSHARD_BIN="$PWD/target/release/zshard"
 
 step "interop tests (zarr-python, tensorstore)"
 tests/interop/run.sh
+
+step "cloud storage (tests/cloud: moto S3, Azurite, fault proxy)"
+tests/cloud/run.sh
 
 step "SLURM job array (tests/cluster/slurm.sh)"
 tests/cluster/slurm.sh "$ZSHARD_BIN" "${ZSHARD_VENV:-$PWD/target/venv}/bin/python"

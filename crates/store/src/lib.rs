@@ -18,6 +18,7 @@
 mod cloud;
 mod error;
 mod options;
+mod retry;
 mod runtime;
 mod store;
 

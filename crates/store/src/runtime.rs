@@ -10,6 +10,7 @@ use crate::options::StoreOptions;
 pub struct IoRuntime {
     runtime: tokio::runtime::Runtime,
     options: StoreOptions,
+    retries: std::sync::atomic::AtomicU64,
 }
 
 impl IoRuntime {
@@ -25,7 +26,21 @@ impl IoRuntime {
             .enable_all()
             .build()
             .map_err(|source| Error::Runtime { source })?;
-        Ok(Arc::new(IoRuntime { runtime, options }))
+        Ok(Arc::new(IoRuntime {
+            runtime,
+            options,
+            retries: Default::default(),
+        }))
+    }
+
+    /// Retries of transient failures made so far by zshard's own retry layer (object_store's internal
+    /// retries of status codes are not seen here).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn retry_counter(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.retries
     }
 
     /// The options every store opened on this runtime uses.

@@ -139,6 +139,16 @@ impl Store {
         }
     }
 
+    /// Runs a request with retries of transient failures (see `retry.rs`).
+    async fn retrying<T, F, Fut>(&self, operation: F) -> object_store::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = object_store::Result<T>>,
+    {
+        let retries = self.runtime.options().retries;
+        crate::retry::with_retries(retries, self.runtime.retry_counter(), operation).await
+    }
+
     fn path(&self, key: &str) -> Result<Path> {
         let mut path = self.root.clone();
         for part in key.split('/').filter(|p| !p.is_empty()) {
@@ -159,8 +169,11 @@ impl Store {
             location: self.url(key),
             source: Box::new(source),
         };
-        match self.inner.get(&path).await {
-            Ok(result) => result.bytes().await.map(Some).map_err(fail),
+        let read = self
+            .retrying(|| async { self.inner.get(&path).await?.bytes().await })
+            .await;
+        match read {
+            Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(fail(e)),
         }
@@ -173,8 +186,7 @@ impl Store {
 
     async fn get_range_async(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
         let path = self.path(key)?;
-        self.inner
-            .get_range(&path, range.clone())
+        self.retrying(|| self.inner.get_range(&path, range.clone()))
             .await
             .map_err(|source| Error::Request {
                 operation: "cannot read",
@@ -219,13 +231,16 @@ impl Store {
     pub fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let path = self.path(key)?;
         let part_size = self.runtime.options().part_size.max(5 << 20);
+        // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
+        // failed one was aborted).
         let result = if self.local_base.is_none() && data.len() > part_size {
             self.runtime
-                .block_on(self.put_multipart(&path, data, part_size))
+                .block_on(self.retrying(|| self.put_multipart(&path, data.clone(), part_size)))
         } else {
-            self.runtime
-                .block_on(self.inner.put(&path, PutPayload::from_bytes(data)))
-                .map(|_| ())
+            self.runtime.block_on(self.retrying(|| async {
+                let payload = PutPayload::from_bytes(data.clone());
+                self.inner.put(&path, payload).await.map(|_| ())
+            }))
         };
         result.map_err(|source| Error::Request {
             operation: "cannot write",
@@ -259,7 +274,10 @@ impl Store {
     /// Removes an object if it exists.
     pub fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
-        match self.runtime.block_on(self.inner.delete(&path)) {
+        match self
+            .runtime
+            .block_on(self.retrying(|| self.inner.delete(&path)))
+        {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(Error::Request {
                 operation: "cannot delete",
@@ -274,7 +292,7 @@ impl Store {
         let path = self.path(prefix)?;
         let listing = self
             .runtime
-            .block_on(self.inner.list_with_delimiter(Some(&path)))
+            .block_on(self.retrying(|| self.inner.list_with_delimiter(Some(&path))))
             .map_err(|source| Error::Request {
                 operation: "cannot list",
                 location: self.url(prefix),
@@ -295,7 +313,7 @@ impl Store {
         let root = self.root.clone();
         let metas: Vec<_> = self
             .runtime
-            .block_on(self.inner.list(Some(&path)).try_collect::<Vec<_>>())
+            .block_on(self.retrying(|| self.inner.list(Some(&path)).try_collect::<Vec<_>>()))
             .map_err(|source| Error::Request {
                 operation: "cannot list",
                 location: self.url(prefix),

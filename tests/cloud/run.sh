@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Cloud tests: installs moto (S3 server) and the Azure SDK into the venv and Azurite (npm) under
+# target/node, then runs pytest on tests/cloud. Servers bind 127.0.0.1 only and stop with the tests.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+VENV="${ZSHARD_VENV:-$REPO/target/venv}"
+[ -x "$VENV/bin/python" ] || { echo "cloud/run.sh: run tests/interop/run.sh first (it creates $VENV)" >&2; exit 1; }
+stamp="$VENV/.zshard-cloud-requirements"
+want="$(sha256sum "$HERE/requirements.txt" | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
+  echo "$want" >"$stamp"
+fi
+NODE_DIR="$REPO/target/node"
+if [ ! -x "$NODE_DIR/node_modules/.bin/azurite-blob" ]; then
+  command -v npm >/dev/null || { echo "cloud/run.sh: npm is needed for Azurite" >&2; exit 1; }
+  mkdir -p "$NODE_DIR"
+  npm install --silent --no-audit --no-fund --prefix "$NODE_DIR" azurite@3.37.0 >/dev/null
+fi
+export ZSHARD_BIN="${ZSHARD_BIN:-$REPO/target/release/zshard}"
+cd "$HERE"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -s "$@"

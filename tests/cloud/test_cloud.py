@@ -1,0 +1,189 @@
+"""zshard against real storage servers on loopback: round trips through S3 (moto) and Azure Blob
+(Azurite), injected faults, multipart uploads, a kill during one, and fast failures."""
+import json
+import signal
+import subprocess
+import time
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+from conftest import (S3_ENV, ZSHARD, azure_client, azure_env, download_prefix, run_zshard, s3_client,
+                      upload_dir)
+
+
+def make_group(path):
+    """A Zarr v2 group with two arrays (blosc and zstd), some chunks missing, written by zarr-python."""
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    a = root.create_array("temperature", shape=(300, 200), chunks=(50, 40), dtype="float32",
+                          compressors=numcodecs.Blosc(cname="zstd", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE),
+                          fill_value=float("nan"))
+    values = np.linspace(-40, 40, 300 * 200, dtype="float32").reshape(300, 200)
+    values[:50] = np.nan  # a band of fill: those shards are not written
+    a[:] = values
+    b = root.create_array("sub/counts", shape=(97, 33, 20), chunks=(10, 11, 20), dtype="uint16",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0)
+    b[:] = (np.arange(97 * 33 * 20) % 6000).reshape(97, 33, 20).astype("uint16")
+    return {"temperature": values, "sub/counts": b[:]}
+
+
+def assert_same(local_out, expected):
+    g = zarr.open_group(str(local_out), mode="r")
+    for name, want in expected.items():
+        got = g[name][:]
+        assert got.dtype == want.dtype, name
+        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), name
+        assert g[name].metadata.codecs[0].__class__.__name__ == "ShardingCodec", name
+
+
+def create_buckets(s3, *names):
+    for name in names:
+        s3.create_bucket(Bucket=name)
+
+
+S3_OPTS = ["--shard-shape", "100,80", "--chunk-shape", "50,40"]
+
+
+def test_zarr_v2_on_s3_to_sharded_v3_on_s3(tmp_path, s3, moto):
+    expected = make_group(tmp_path / "in.zarr")
+    create_buckets(s3, "src1", "dst1")
+    upload_dir(s3, tmp_path / "in.zarr", "src1", "data/in.zarr")
+    run_zshard("convert", "s3://src1/data/in.zarr", "s3://dst1/out.zarr", "--s3-endpoint", moto,
+               "--s3-path-style", "--quiet", env=S3_ENV)
+    keys = download_prefix(s3, "dst1", "out.zarr", tmp_path / "out.zarr")
+    assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys)
+    assert_same(tmp_path / "out.zarr", expected)
+    run_zshard("verify", "s3://src1/data/in.zarr", "s3://dst1/out.zarr", "--s3-endpoint", moto,
+               "--s3-path-style", "--quiet", env=S3_ENV)
+
+
+def test_local_zarr_to_azure(tmp_path, azurite):
+    expected = make_group(tmp_path / "in.zarr")
+    client = azure_client(azurite)
+    client.create_container("out")
+    run_zshard("convert", tmp_path / "in.zarr", "az://out/sharded.zarr", "--quiet", env=azure_env(azurite))
+    container = client.get_container_client("out")
+    local = tmp_path / "downloaded"
+    names = []
+    for blob in container.list_blobs(name_starts_with="sharded.zarr/"):
+        target = local / blob.name[len("sharded.zarr/"):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(container.download_blob(blob.name).readall())
+        names.append(blob.name)
+    assert "sharded.zarr/zarr.json" in names
+    assert_same(local, expected)
+
+
+def test_faults_are_retried_and_the_output_is_exact(tmp_path, s3, fault_proxy):
+    expected = make_group(tmp_path / "in.zarr")
+    create_buckets(s3, "src2", "dst2")
+    upload_dir(s3, tmp_path / "in.zarr", "src2", "in.zarr")
+    proxy = fault_proxy(fail_rate=0.10, drop_rate=0.05)
+    run_zshard("convert", "s3://src2/in.zarr", "s3://dst2/out.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", *S3_OPTS[:0], env=S3_ENV)
+    outcomes = [o for (_, _, _, o) in proxy.log]
+    assert outcomes.count("503") >= 3 and outcomes.count("dropped") >= 1, outcomes
+    download_prefix(s3, "dst2", "out.zarr", tmp_path / "out.zarr")
+    assert_same(tmp_path / "out.zarr", expected)
+
+
+def big_array(path):
+    """16 MiB of incompressible bytes in one shard."""
+    a = zarr.create_array(store=str(path), shape=(4096, 4096), chunks=(1024, 1024), dtype="uint8",
+                          zarr_format=2, compressors=None, fill_value=0)
+    data = np.random.default_rng(1).integers(0, 256, size=(4096, 4096), dtype="uint8")
+    a[:] = data
+    return data
+
+
+BIG_OPTS = ["--shard-shape", "4096,4096", "--chunk-shape", "1024,1024", "--compressor", "none",
+            "--part-size", "5MiB"]
+
+
+def test_large_shards_use_multipart_uploads(tmp_path, s3, fault_proxy):
+    data = big_array(tmp_path / "big.zarr")
+    create_buckets(s3, "src3", "dst3")
+    upload_dir(s3, tmp_path / "big.zarr", "src3", "big.zarr")
+    proxy = fault_proxy()
+    run_zshard("convert", "s3://src3/big.zarr", "s3://dst3/big.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", *BIG_OPTS, env=S3_ENV)
+    shard = "/dst3/big.zarr/c/0/0"
+    creates = [e for e in proxy.log if e[0] == "POST" and e[1].startswith(shard + "?uploads")]
+    parts = [e for e in proxy.log if e[0] == "PUT" and e[1].startswith(shard + "?") and "partNumber=" in e[1]]
+    assert len(creates) == 1 and len(parts) == 4, proxy.log
+    assert all(size <= 5 << 20 for (_, _, size, _) in parts)
+    download_prefix(s3, "dst3", "big.zarr", tmp_path / "out.zarr")
+    assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
+
+
+def test_a_kill_during_a_multipart_upload_leaves_no_object(tmp_path, s3, fault_proxy):
+    big_array(tmp_path / "big.zarr")
+    create_buckets(s3, "src4", "dst4")
+    upload_dir(s3, tmp_path / "big.zarr", "src4", "big.zarr")
+    proxy = fault_proxy(delay_parts=1.0)
+    env = dict(S3_ENV)
+    import os
+    env = {**os.environ, **env}
+    proc = subprocess.Popen([ZSHARD, "convert", "s3://src4/big.zarr", "s3://dst4/big.zarr", "--s3-endpoint",
+                             proxy.endpoint, "--s3-path-style", "--quiet", *BIG_OPTS], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("partNumber=" in e[1] for e in proxy.log):
+        time.sleep(0.05)
+    assert any("partNumber=" in e[1] for e in proxy.log), "the upload never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.5)  # let parts that were in flight land
+    listed = s3.list_objects_v2(Bucket="dst4", Prefix="big.zarr/c/").get("KeyCount", 0)
+    assert listed == 0, "a shard object is visible after a killed multipart upload"
+    assert s3.list_objects_v2(Bucket="dst4", Prefix="big.zarr/zarr.json").get("KeyCount", 0) == 0
+
+
+def test_missing_bucket_fails_fast_with_the_url(tmp_path, moto):
+    make_group(tmp_path / "in.zarr")
+    started = time.time()
+    out = run_zshard("convert", tmp_path / "in.zarr", "s3://no-such-bucket/out.zarr", "--s3-endpoint", moto,
+                     "--s3-path-style", "--quiet", env=S3_ENV, check=False)
+    assert out.returncode != 0
+    assert time.time() - started < 20
+    assert "s3://no-such-bucket/out.zarr" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_bad_credentials_fail_fast_with_the_url(tmp_path, azurite):
+    make_group(tmp_path / "in.zarr")
+    azure_client(azurite).create_container("creds")
+    wrong = "A" * 86 + "=="
+    started = time.time()
+    out = run_zshard("convert", tmp_path / "in.zarr", "az://creds/out.zarr", "--quiet",
+                     env=azure_env(azurite, key=wrong), check=False)
+    assert out.returncode != 0
+    assert time.time() - started < 20
+    assert "az://creds/out.zarr" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_request_counts_against_the_minimum(tmp_path, s3, fault_proxy):
+    """Not a timing assertion: counts PUT/GET requests of one conversion for the record, and checks that
+    every shard goes up in exactly one PUT."""
+    make_group(tmp_path / "in.zarr")
+    create_buckets(s3, "src5", "dst5")
+    upload_dir(s3, tmp_path / "in.zarr", "src5", "in.zarr")
+    proxy = fault_proxy()
+    run_zshard("convert", "s3://src5/in.zarr", "s3://dst5/out.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", env=S3_ENV)
+    src_chunks = sum(1 for p in (tmp_path / "in.zarr").rglob("*") if p.is_file() and not p.name.startswith("."))
+    shard_puts = [e for e in proxy.log if e[0] == "PUT" and "/c/" in e[1]]
+    out = {k for (m, k, _, _) in shard_puts}
+    assert len(shard_puts) == len(out), "a shard was uploaded more than once"
+    gets = [e for e in proxy.log if e[0] == "GET"]
+    chunk_gets = [e for e in gets if "/src5/" in e[1] and not e[1].split("?")[0].rsplit("/", 1)[-1].startswith(".")]
+    summary = {
+        "requests": len(proxy.log),
+        "PUT": sum(1 for e in proxy.log if e[0] == "PUT"),
+        "shard PUTs": len(shard_puts), "shards written": len(out),
+        "GET": len(gets), "chunk GETs": len(chunk_gets), "source chunks": src_chunks,
+        "bytes sent (PUT bodies)": sum(e[2] for e in proxy.log if e[0] == "PUT"),
+        "other": sorted({e[0] for e in proxy.log} - {"GET", "PUT"}),
+    }
+    print("REQUEST-COUNTS", json.dumps(summary))
