@@ -47,6 +47,11 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// Retries of transient storage failures so far.
+    pub fn retries(&self) -> u64 {
+        self.runtime.retries()
+    }
+
     /// Opens the destination (creating a local folder with `create`).
     pub fn destination(&self, destination: &str, create: bool) -> anyhow::Result<Store> {
         Ok(Store::open(destination, self.runtime.clone(), create)?)
@@ -174,6 +179,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         .map_err(|_| anyhow::anyhow!("record lock poisoned"))?
         .flush();
     *report.arrays_mut() = per_array.into_inner().unwrap_or_default();
+    report.set_retries(opened.retries());
     let stats = match result {
         Ok(stats) => stats,
         Err(e) => {

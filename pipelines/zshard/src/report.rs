@@ -60,6 +60,7 @@ pub struct Report {
     started: Instant,
     started_unix: f64,
     arrays: Vec<ArrayReport>,
+    retries: u64,
 }
 
 impl Report {
@@ -90,7 +91,14 @@ impl Report {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             arrays,
+            retries: 0,
         }
+    }
+
+    /// Retries of transient storage failures by zshard's retry layer (object_store also retries
+    /// failed statuses internally; those are not counted).
+    pub fn set_retries(&mut self, retries: u64) {
+        self.retries = retries;
     }
 
     pub fn arrays_mut(&mut self) -> &mut Vec<ArrayReport> {
@@ -136,8 +144,7 @@ impl Report {
             "duration_seconds": seconds,
             "read_bytes_per_second": per_second(total.bytes_read),
             "written_bytes_per_second": per_second(total.bytes_written),
-            // Local I/O is not retried; cloud stores will report their retries here.
-            "retries": 0,
+            "retries": self.retries,
             "totals": totals,
             "arrays": self.arrays.iter().map(ArrayReport::to_json).collect::<Vec<_>>(),
         })
