@@ -39,6 +39,15 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
             ),
         ));
     }
+    // The index holds 16 bytes per inner chunk and each inner chunk is a buffer: both must be sane.
+    let per_shard: Vec<u64> = repr
+        .shape
+        .iter()
+        .zip(&inner_shape)
+        .map(|(s, i)| s / i)
+        .collect();
+    zshard_core::checked_byte_size("shard index of", &per_shard, 16)?;
+    zshard_core::checked_byte_size("inner chunk shape", &inner_shape, repr.data_type.size())?;
     let parse_list = |key: &str| -> crate::Result<Vec<CodecSpec>> {
         let value = spec
             .get(key)
@@ -66,7 +75,7 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
 }
 
 /// The index chains zshard reads: `bytes` (either byte order), optionally followed by `crc32c`.
-fn index_encoding(specs: &[CodecSpec]) -> crate::Result<IndexEncoding> {
+pub fn index_encoding(specs: &[CodecSpec]) -> crate::Result<IndexEncoding> {
     let unsupported = || {
         invalid(
             "sharding_indexed",

@@ -7,6 +7,25 @@ pub fn product(shape: &[u64]) -> u64 {
     shape.iter().product()
 }
 
+/// The largest buffer (a decoded chunk, inner chunk or shard) zshard agrees to describe: anything
+/// larger is corrupt metadata or a mistyped shape, and could not be held in memory anyway.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 40;
+
+/// The byte size of a C-order buffer of `shape` with `element_size`-byte elements, checked against
+/// overflow and [`MAX_BUFFER_BYTES`]; `what` names the buffer in the error.
+pub fn checked_byte_size(what: &str, shape: &[u64], element_size: usize) -> Result<usize> {
+    let bytes = shape
+        .iter()
+        .try_fold(element_size as u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&b| b <= MAX_BUFFER_BYTES)
+        .and_then(|b| usize::try_from(b).ok());
+    bytes.ok_or_else(|| Error::InvalidGeometry {
+        reason: format!(
+            "{what} {shape:?} of {element_size}-byte elements is larger than {MAX_BUFFER_BYTES} bytes"
+        ),
+    })
+}
+
 /// Number of chunks along each dimension of a regular grid (the last ones may be partial).
 pub fn grid_shape(array_shape: &[u64], chunk_shape: &[u64]) -> Vec<u64> {
     array_shape
@@ -205,6 +224,17 @@ impl ShardGeometry {
                 "shard shape {shard_shape:?} and inner chunk shape {inner_shape:?} must be positive"
             ));
         }
+        // Shard and inner chunk sizes must fit in memory arithmetic (element size checked by callers).
+        checked_byte_size("shard shape", shard_shape, 1)?;
+        if array_shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .is_none()
+        {
+            return bad(format!(
+                "array shape {array_shape:?} has more elements than fit in 64 bits"
+            ));
+        }
         if let Some(d) = (0..ndim).find(|&d| shard_shape[d] % inner_shape[d] != 0) {
             return bad(format!(
                 "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
@@ -380,6 +410,12 @@ mod tests {
 
     #[test]
     fn geometry_validation() {
+        assert!(ShardGeometry::new(&[100, 100], &[1 << 32, 1 << 32], &[1, 1]).is_err());
+        assert!(checked_byte_size("chunk", &[1 << 20, 1 << 20], 8).is_err());
+        assert_eq!(
+            checked_byte_size("chunk", &[256, 256], 2).ok(),
+            Some(131072)
+        );
         assert!(ShardGeometry::new(&[100, 100], &[64], &[32, 32]).is_err());
         assert!(ShardGeometry::new(&[100, 100], &[64, 64], &[32, 30]).is_err());
         let g = ShardGeometry::new(&[100, 100], &[64, 64], &[32, 32]).expect("valid");

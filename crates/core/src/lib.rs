@@ -34,8 +34,9 @@ pub use dtype::{swap_byte_order, DataType, Endian};
 pub use error::{BoxError, Error, Result};
 pub use fill::FillValue;
 pub use geometry::{
-    auto_shard_shape, c_order, copy_region, grid_shape, inverse_permutation, linear_index, product,
-    strides, transpose, unravel_index, Region, ShardGeometry, AUTO_SHARD_TARGET_BYTES,
+    auto_shard_shape, c_order, checked_byte_size, copy_region, grid_shape, inverse_permutation,
+    linear_index, product, strides, transpose, unravel_index, Region, ShardGeometry,
+    AUTO_SHARD_TARGET_BYTES, MAX_BUFFER_BYTES,
 };
 pub use io::{ChunkReader, ShardSink};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind};

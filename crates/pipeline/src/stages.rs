@@ -44,6 +44,18 @@ struct Encoded {
 
 type Msg<T> = Result<T>;
 
+/// Tells the other stages to stop when the thread holding it unwinds from a panic, so that a bug in
+/// one stage does not leave the others converting the rest of the array before the run can end.
+struct CancelOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for CancelOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// What reading one shard's source chunks took.
 #[derive(Debug, Default, Clone, Copy)]
 struct ReadCounts {
@@ -82,6 +94,11 @@ pub fn run(
 
     std::thread::scope(|scope| {
         let cancel = &cancel;
+        // Threads already started must not go on converting when the run cannot start completely.
+        let spawn_failed = |source| {
+            cancel.store(true, Ordering::Relaxed);
+            Error::SpawnThread { source }
+        };
         // Several fetchers and writers, so that storage round trips of different shards overlap.
         let tasks = &tasks;
         for i in 0..options.io_threads.max(1) {
@@ -89,7 +106,7 @@ pub fn run(
             std::thread::Builder::new()
                 .name(format!("zshard-fetch-{i}"))
                 .spawn_scoped(scope, move || fetch_stage(jobs, tasks, cancel, out))
-                .map_err(thread_error)?;
+                .map_err(spawn_failed)?;
         }
         drop(fetched_tx);
         std::thread::Builder::new()
@@ -98,28 +115,30 @@ pub fn run(
                 decode_pool
                     .install(|| map_stage(fetched_rx, &decoded_tx, cancel, |m| decode(jobs, m)))
             })
-            .map_err(thread_error)?;
+            .map_err(spawn_failed)?;
         std::thread::Builder::new()
             .name("zshard-assemble".into())
             .spawn_scoped(scope, move || {
+                let _guard = CancelOnPanic(cancel);
                 for msg in decoded_rx {
                     if cancel.load(Ordering::Relaxed) {
                         continue;
                     }
                     let assembled = msg.map(|d| assemble(&jobs[d.task.array], d));
                     if assembled_tx.send(assembled).is_err() {
+                        cancel.store(true, Ordering::Relaxed);
                         break;
                     }
                 }
             })
-            .map_err(thread_error)?;
+            .map_err(spawn_failed)?;
         std::thread::Builder::new()
             .name("zshard-encode".into())
             .spawn_scoped(scope, move || {
                 encode_pool
                     .install(|| map_stage(assembled_rx, &encoded_tx, cancel, |m| encode(jobs, m)))
             })
-            .map_err(thread_error)?;
+            .map_err(spawn_failed)?;
         let state = &state;
         let writers: Vec<_> = (1..options.io_threads.max(1))
             .map(|i| {
@@ -131,7 +150,7 @@ pub fn run(
                     })
             })
             .collect::<std::io::Result<_>>()
-            .map_err(thread_error)?;
+            .map_err(spawn_failed)?;
         write_stage(jobs, encoded_rx, cancel, progress, state);
         for writer in writers {
             // A writer only ends by panicking if a progress callback panicked; propagate that.
@@ -146,10 +165,6 @@ pub fn run(
         Some(e) => Err(e),
         None => Ok(stats),
     }
-}
-
-fn thread_error(source: std::io::Error) -> Error {
-    Error::SpawnThread { source }
 }
 
 fn fetch_stage<I: Iterator<Item = ShardTask>>(
@@ -185,8 +200,11 @@ fn map_stage<I: Send, O: Send>(
         if cancel.load(Ordering::Relaxed) {
             return;
         }
-        // A closed output means the run is over; nothing to do with the message.
-        let _ = output.send(msg.and_then(&work));
+        let _guard = CancelOnPanic(cancel);
+        // A closed output means a later stage has stopped: stop the earlier ones too.
+        if output.send(msg.and_then(&work)).is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
     });
 }
 
@@ -328,6 +346,7 @@ fn write_stage(
     progress: &(dyn Fn(&ShardOutcome) + Sync),
     state: &WriteState,
 ) {
+    let _guard = CancelOnPanic(cancel);
     for msg in input {
         let outcome = msg.and_then(|encoded| write(&jobs[encoded.task.array], encoded));
         let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());

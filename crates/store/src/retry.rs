@@ -13,19 +13,17 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
         return false;
     };
     let text = chain_text(e).to_ascii_lowercase();
-    if text.contains("status code: 4") && !text.contains("status code: 429") {
+    if text.contains("status code: 4") {
         return false;
     }
+    // Only failures while reading a body: statuses, timeouts and connects were retried by object_store
+    // already, and retrying them here too would multiply the attempts.
     [
         "body error",
-        "connection",
         "end of file",
-        "timed out",
-        "timeout",
-        "reset",
+        "connection reset",
         "broken pipe",
-        "status code: 5",
-        "status code: 429",
+        "error decoding response body",
     ]
     .iter()
     .any(|needle| text.contains(needle))
@@ -92,8 +90,11 @@ mod tests {
         assert!(is_transient(&generic(
             "Error getting list response body: request or response body error"
         )));
-        assert!(is_transient(&generic(
+        assert!(!is_transient(&generic(
             "Server returned non-2xx status code: 503 Service Unavailable"
+        )));
+        assert!(is_transient(&generic(
+            "error reading a body from connection: end of file before message length reached"
         )));
         assert!(!is_transient(&generic(
             "Server returned non-2xx status code: 404 Not Found: NoSuchBucket"

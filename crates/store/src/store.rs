@@ -112,10 +112,15 @@ impl Store {
 
     /// The same store limited to `subpath` below this location.
     pub fn child(&self, subpath: &str) -> Store {
-        let mut root = self.root.clone();
-        for part in subpath.split('/').filter(|p| !p.is_empty()) {
-            root = root.clone().join(part);
-        }
+        // The same parsing as keys get (`path`): escaping here but not there would put an array named
+        // `t[K]` under one prefix and its chunks under another.
+        let root = self.path(subpath).unwrap_or_else(|_| {
+            // Only `.` and `..` fail to parse; they are not valid node names, so keep them inert.
+            subpath
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .fold(self.root.clone(), |root, part| root.join(part))
+        });
         Store {
             root,
             display: self.url(subpath),

@@ -107,6 +107,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
     };
     let (data_type, endian) = DataType::from_v2_typestr(typestr).map_err(core)?;
     let fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
+    check_sizes(key, &z.shape, &z.chunks, data_type)?;
 
     let mut codecs = Vec::new();
     match z.order.as_str() {
@@ -150,6 +151,31 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         attributes,
         dimension_names,
     })
+}
+
+/// Refuses shapes whose sizes overflow: a chunk must fit in memory, the array in 64-bit arithmetic.
+pub(crate) fn check_sizes(
+    key: &str,
+    shape: &[u64],
+    chunks: &[u64],
+    data_type: DataType,
+) -> Result<()> {
+    zshard_core::checked_byte_size("chunk shape", chunks, data_type.size()).map_err(|source| {
+        Error::Core {
+            key: key.to_string(),
+            source,
+        }
+    })?;
+    let elements = shape
+        .iter()
+        .try_fold(data_type.size() as u64, |acc, &d| acc.checked_mul(d));
+    if elements.is_none() {
+        return Err(metadata(
+            key,
+            format!("shape {shape:?} is too large for 64-bit sizes"),
+        ));
+    }
+    Ok(())
 }
 
 /// Moves xarray's `_ARRAY_DIMENSIONS` attribute into v3 `dimension_names` when it names every axis.
@@ -282,6 +308,12 @@ mod tests {
             r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
         ));
         assert!(bad("{not json"));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4,4],"chunks":[4294967296,4294967296],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[18446744073709551615,16],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
         let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#, None)
             .expect_err("unsupported");
         assert!(err.to_string().contains("a/.zarray") && err.to_string().contains("blosc"));

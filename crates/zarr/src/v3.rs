@@ -114,6 +114,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
             format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
         ));
     }
+    crate::v2::check_sizes(key, &shape, &chunk_shape, data_type)?;
     let encoding = z
         .chunk_key_encoding
         .ok_or_else(|| missing("chunk_key_encoding"))?;

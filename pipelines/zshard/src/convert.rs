@@ -184,7 +184,10 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         Ok(stats) => stats,
         Err(e) => {
             progress.abandon();
-            report.finish(false, c.report.as_deref())?;
+            // The conversion's error is the one to report; a report that cannot be written is secondary.
+            if let Err(report_error) = report.finish(false, c.report.as_deref()) {
+                eprintln!("zshard: warning: {report_error:#}");
+            }
             return Err(e.into());
         }
     };
@@ -292,19 +295,76 @@ fn write_metadata(destination: &Store, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Converting into the source (or a folder inside it) would read our own output.
+/// Source and destination must not overlap in either direction: converting into the source would read
+/// our own output, and a destination holding the source could be cleared by `--overwrite`.
 fn refuse_overlap(source: &str, destination: &str) -> anyhow::Result<()> {
-    let local = |s: &str| (!s.contains("://")).then(|| std::path::PathBuf::from(s));
-    if let (Some(src), Some(dst)) = (local(source), local(destination)) {
-        let src = src
-            .canonicalize()
-            .with_context(|| format!("source {source} does not exist"))?;
-        let dst_abs = std::path::absolute(&dst).unwrap_or(dst);
-        if dst_abs.starts_with(&src) {
-            bail!("destination {destination} is inside the source {source}");
+    let local = |s: &str| match s.split_once("://") {
+        None => Some(std::path::PathBuf::from(s)),
+        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
+        Some(_) => None,
+    };
+    let (inside, holds) = match (local(source), local(destination)) {
+        (Some(src), Some(dst)) => {
+            let src = src
+                .canonicalize()
+                .with_context(|| format!("source {source} does not exist"))?;
+            let dst = resolve(&dst);
+            (dst.starts_with(&src), src.starts_with(&dst))
         }
+        (None, None) => {
+            let norm = |s: &str| format!("{}/", s.trim_end_matches('/'));
+            let (src, dst) = (norm(source), norm(destination));
+            (dst.starts_with(&src), src.starts_with(&dst))
+        }
+        _ => (false, false),
+    };
+    if inside {
+        bail!("destination {destination} is inside the source {source}");
+    }
+    if holds {
+        bail!("the source {source} is inside the destination {destination}");
     }
     Ok(())
+}
+
+/// An absolute path with symlinks and `..` resolved, also when its last components do not exist yet:
+/// the nearest existing ancestor is canonicalized and the rest applied lexically.
+fn resolve(path: &std::path::Path) -> std::path::PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // `..` lexically first (as create_dir_all would walk it), then symlinks of the existing part.
+    let mut lexical = std::path::PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            // `..` at the end, or the root: let the lexical pass below handle it.
+            _ => break,
+        }
+    }
+    let mut out = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for part in rest.iter().rev() {
+        if part == ".." {
+            out.pop();
+        } else if part != "." {
+            out.push(part);
+        }
+    }
+    out
 }
 
 /// `--index-location` values.

@@ -150,7 +150,11 @@ impl Plan {
 
 /// The inner chunk shape of an already sharded source, which is the natural default for the output.
 fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
-    let sharding = meta.codecs.iter().find(|c| c.name == "sharding_indexed")?;
+    // Only when sharding comes first: after a transpose its chunk shape is in permuted axis order.
+    let sharding = meta
+        .codecs
+        .first()
+        .filter(|c| c.name == "sharding_indexed")?;
     sharding
         .get("chunk_shape")?
         .as_array()?
@@ -188,6 +192,11 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<P
     };
     let geometry =
         ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape).map_err(|e| anyhow!("{e}"))?;
+    let size = meta.data_type.size();
+    zshard_core::checked_byte_size("shard shape", &shard_shape, size)
+        .map_err(|e| anyhow!("{e}"))?;
+    zshard_core::checked_byte_size("inner chunk shape", &inner_shape, size)
+        .map_err(|e| anyhow!("{e}"))?;
     let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).context("source codecs")?;
     let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
     let inner_repr = ChunkRepr {

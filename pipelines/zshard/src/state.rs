@@ -24,6 +24,8 @@ use crate::plan::Plan;
 
 const OPTIONS_DIR: &str = ".zshard/options";
 const EMPTY_DIR: &str = ".zshard/empty";
+/// Present while `--overwrite` clears a destination.
+const OVERWRITING: &str = ".zshard/overwriting";
 
 /// What identifies a conversion.
 pub fn fingerprint(source_id: &str, plan: &Plan) -> Value {
@@ -71,10 +73,24 @@ pub fn prepare(
                     dst.url("")
                 );
             }
+            // The marker goes first and leaves last: if this is interrupted, old shards may remain, and
+            // a later run must not take them for done ones of its own.
+            dst.put(
+                OVERWRITING,
+                Bytes::from_static(b"an --overwrite is clearing this destination\n"),
+            )?;
             for key in dst.list_keys("")? {
-                dst.delete(&key)?;
+                if key != OVERWRITING {
+                    dst.delete(&key)?;
+                }
             }
+            dst.delete(OVERWRITING)?;
         }
+    } else if dst.get(OVERWRITING)?.is_some() {
+        bail!(
+            "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
+            dst.url("")
+        );
     } else if records.is_empty() && has_metadata(dst, plan)? {
         if metadata_matches(dst, plan)? {
             return Ok(Prepared::Complete);

@@ -22,6 +22,23 @@ use crate::source::{Input, SourceArgs};
 /// How many mismatches are printed one by one; the rest are counted.
 const PRINTED: usize = 50;
 
+/// Mismatches found: how many, and the first [`PRINTED`] in full, so that a thoroughly broken output
+/// cannot exhaust memory.
+#[derive(Debug, Default)]
+struct Mismatches {
+    count: usize,
+    first: Vec<String>,
+}
+
+impl Mismatches {
+    fn push(&mut self, message: String) {
+        self.count += 1;
+        if self.first.len() < PRINTED {
+            self.first.push(message);
+        }
+    }
+}
+
 /// The layout of one sharded output array, read from its `zarr.json`.
 struct OutputArray {
     meta: ArrayMeta,
@@ -49,19 +66,7 @@ fn output_array(meta: ArrayMeta) -> anyhow::Result<OutputArray> {
         None => IndexLocation::End,
         Some(s) => IndexLocation::parse(s).ok_or_else(|| anyhow!("bad index_location {s}"))?,
     };
-    let index_encoding = match index_codecs
-        .iter()
-        .map(|c| c.name.as_str())
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["bytes", "crc32c"] => IndexEncoding::default(),
-        ["bytes"] => IndexEncoding {
-            crc32c: false,
-            ..IndexEncoding::default()
-        },
-        other => bail!("index codecs {other:?} are not supported by verify"),
-    };
+    let index_encoding = zshard_codecs::index_encoding(&index_codecs)?;
     let inner_repr = ChunkRepr {
         shape: inner_shape.clone(),
         data_type: meta.data_type,
@@ -87,7 +92,7 @@ struct VerifySink {
     inner_chain: CodecChain,
     index_location: IndexLocation,
     index_encoding: IndexEncoding,
-    mismatches: Arc<Mutex<Vec<String>>>,
+    mismatches: Arc<Mutex<Mismatches>>,
 }
 
 impl VerifySink {
@@ -224,7 +229,7 @@ pub fn verify(
     let src = Input::open(source, args, runtime.clone())?;
     let dst = Store::open(destination, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
-    let mismatches = Arc::new(Mutex::new(Vec::new()));
+    let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
     for (path, meta) in arrays(src.nodes()?) {
         let name = crate::plan::array_name(&src.url(), &path);
@@ -257,9 +262,11 @@ pub fn verify(
             data_type: meta.data_type,
             fill_value: meta.fill_value.clone(),
         };
+        let source_chain = build_chain(&meta.codecs, &meta.chunk_repr())
+            .with_context(|| format!("array {name}: source codecs"))?;
         jobs.push(ArrayJob {
             name,
-            source_chain: build_chain(&meta.codecs, &meta.chunk_repr())?,
+            source_chain,
             source_repr: meta.chunk_repr(),
             reader: src.reader(&path, &meta),
             sink: Arc::new(VerifySink {
@@ -298,20 +305,20 @@ pub fn verify(
         &|_| {},
     )?;
     let found = mismatches.lock().map_err(|_| anyhow!("lock"))?;
-    for m in found.iter().take(PRINTED) {
+    for m in &found.first {
         eprintln!("zshard: mismatch: {m}");
     }
-    if found.len() > PRINTED {
+    if found.count > found.first.len() {
         eprintln!(
             "zshard: ... and {} more mismatch(es)",
-            found.len() - PRINTED
+            found.count - found.first.len()
         );
     }
     let checked = stats.shards_written + stats.shards_empty;
-    if !found.is_empty() {
+    if found.count > 0 {
         bail!(
             "{} mismatch(es) in {checked} shard(s) checked of {}",
-            found.len(),
+            found.count,
             dst.url("")
         );
     }

@@ -162,3 +162,37 @@ fn missing_source_and_unsupported_codec() {
         "{stderr}"
     );
 }
+
+#[test]
+fn source_and_destination_must_not_overlap() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let src = data.join("in.zarr");
+    write_v2(
+        &src,
+        DataType::UInt8,
+        &[4],
+        &[2],
+        json!(null),
+        &expected(DataType::UInt8, &[4], 0),
+    );
+    let sneaky = data.join("new").join("..").join("in.zarr").join("out");
+    for (dst, needle) in [
+        (data.clone(), "inside the destination"),
+        (tmp.path().to_path_buf(), "inside the destination"),
+        (src.join("out"), "inside the source"),
+        (sneaky, "inside the source"),
+    ] {
+        let out = zshard(&[
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--overwrite",
+            "--quiet",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{dst:?}");
+        assert!(stderr.contains(needle), "{dst:?}: {stderr}");
+        assert!(src.join(".zarray").is_file(), "the source must survive");
+    }
+}

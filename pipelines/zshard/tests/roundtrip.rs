@@ -208,3 +208,43 @@ fn output_is_identical_for_any_thread_count() {
     };
     assert_eq!(run("1"), run("4"));
 }
+
+#[test]
+fn array_names_with_special_characters_keep_their_data() {
+    // Object-store paths escape characters such as `[`, `%` and spaces; names must map to the same
+    // folder for reading chunks, writing shards and writing metadata.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join(".zgroup"), br#"{"zarr_format": 2}"#).expect("write");
+    let data = expected(DataType::Int16, &[30, 20], 0);
+    for name in ["t[K]", "a b", "x%41y"] {
+        write_v2(
+            &src.join(name),
+            DataType::Int16,
+            &[30, 20],
+            &[10, 10],
+            json!({"id": "zstd", "level": 1}),
+            &data,
+        );
+    }
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["t[K]", "a b", "x%41y"] {
+        assert_eq!(read_v3(&dst.join(name)).0, data, "{name}");
+        assert!(
+            dst.join(name).join("c").is_dir(),
+            "{name}: shards under the array's own folder"
+        );
+    }
+}
