@@ -92,10 +92,11 @@ SRC="$WORK/input.zarr"; ARRAY_OUT="$WORK/array-out.zarr"; SINGLE_OUT="$WORK/sing
 "$PYTHON" "$HERE/make_input.py" "$SRC"
 OPTS=(--shard-shape 128,128 --chunk-shape 64,64 --compressor zstd:3)
 sbatch --wait --array=0-3 --output="$LOGS/task-%a.log" \
-  --wrap "'$ZSHARD_BIN' convert '$SRC' '$ARRAY_OUT' ${OPTS[*]} --threads 1 --report '$WORK/report-%a.json'" \
+  --wrap "'$ZSHARD_BIN' convert '$SRC' '$ARRAY_OUT' ${OPTS[*]} --threads 1 --report '$WORK'/report-\$SLURM_ARRAY_TASK_ID.json" \
   >"$LOGS/sbatch.log" 2>&1 || fail "the job array failed: $(cat "$LOGS/sbatch.log")"
 for i in 0 1 2 3; do
   [ -f "$ARRAY_OUT/.zshard/options/w${i}of4.json" ] || fail "task $i did not run as worker $i/4"
+  grep -q "\"index\": $i" "$WORK/report-$i.json" || fail "task $i's report is missing or not worker $i"
 done
 [ ! -f "$ARRAY_OUT/zarr.json" ] || fail "workers of a job array must not write metadata"
 "$ZSHARD_BIN" finalize "$SRC" "$ARRAY_OUT" "${OPTS[@]}" || fail "finalize failed"

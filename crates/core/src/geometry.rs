@@ -144,16 +144,58 @@ pub fn copy_region(
     let src_strides = strides(src_shape, element_size);
     let dst_strides = strides(dst_shape, element_size);
     let row_bytes = region.shape[ndim - 1] as usize * element_size;
+    let base = |origin: &[u64], strides: &[usize]| -> usize {
+        (0..ndim)
+            .map(|d| (region.start[d] - origin[d]) as usize * strides[d])
+            .sum()
+    };
     let outer = &region.shape[..ndim - 1];
-    for offset in c_order(outer) {
-        let mut s = 0usize;
-        let mut d = 0usize;
-        for dim in 0..ndim {
-            let at = region.start[dim] + offset.get(dim).copied().unwrap_or(0);
-            s += (at - src_origin[dim]) as usize * src_strides[dim];
-            d += (at - dst_origin[dim]) as usize * dst_strides[dim];
+    walk(
+        outer,
+        &src_strides[..ndim - 1],
+        &dst_strides[..ndim - 1],
+        (
+            base(src_origin, &src_strides),
+            base(dst_origin, &dst_strides),
+        ),
+        |s, d| dst[d..d + row_bytes].copy_from_slice(&src[s..s + row_bytes]),
+    );
+}
+
+/// Calls `visit(a, b)` for every coordinate of `shape` in C order, where `a` and `b` are that
+/// coordinate's offsets under strides `sa` and `sb` from `bases`. Offsets are updated incrementally,
+/// without an allocation or a multiplication per step (this runs for every row of every inner chunk,
+/// and for every element of a transposed chunk).
+fn walk(
+    shape: &[u64],
+    sa: &[usize],
+    sb: &[usize],
+    bases: (usize, usize),
+    mut visit: impl FnMut(usize, usize),
+) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut coord = vec![0u64; shape.len()];
+    let (mut a, mut b) = bases;
+    loop {
+        visit(a, b);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            coord[d] += 1;
+            a += sa[d];
+            b += sb[d];
+            if coord[d] < shape[d] {
+                break;
+            }
+            a -= sa[d] * shape[d] as usize;
+            b -= sb[d] * shape[d] as usize;
+            coord[d] = 0;
         }
-        dst[d..d + row_bytes].copy_from_slice(&src[s..s + row_bytes]);
     }
 }
 
@@ -173,14 +215,10 @@ pub fn transpose(src: &[u8], shape: &[u64], order: &[usize], element_size: usize
     let src_strides = strides(shape, element_size);
     let permuted: Vec<usize> = order.iter().map(|&o| src_strides[o]).collect();
     let mut out = Vec::with_capacity(src.len());
-    for coord in c_order(&out_shape) {
-        let s: usize = coord
-            .iter()
-            .zip(&permuted)
-            .map(|(&c, &st)| c as usize * st)
-            .sum();
+    let unused = vec![0; out_shape.len()];
+    walk(&out_shape, &permuted, &unused, (0, 0), |s, _| {
         out.extend_from_slice(&src[s..s + element_size]);
-    }
+    });
     out
 }
 

@@ -154,7 +154,8 @@ impl Report {
     pub fn finish(&self, succeeded: bool, path: Option<&Path>) -> anyhow::Result<()> {
         let Some(path) = path else { return Ok(()) };
         let text = serde_json::to_vec_pretty(&self.to_json(succeeded))?;
-        let tmp = path.with_extension("json.partial");
+        // A name of this process's own: workers sharing a report path must not rename each other's file.
+        let tmp = path.with_extension(format!("json.{}.partial", std::process::id()));
         std::fs::write(&tmp, text)
             .with_context(|| format!("cannot write report {}", tmp.display()))?;
         std::fs::rename(&tmp, path)
