@@ -1,0 +1,315 @@
+//! The `gen` entries of a version 1 reference set: references generated from the cartesian product of
+//! named dimensions, with `key`, `url`, `offset` and `length` rendered for each combination.
+
+use serde_json::Value;
+
+use crate::template::{Template, Templates, Val};
+
+/// The most references one reference set may generate.
+pub(crate) const MAX_GENERATED: u64 = 1 << 32;
+
+/// One compiled `gen` entry.
+#[derive(Debug)]
+pub(crate) struct Gen {
+    key: (String, Template),
+    url: (String, Template),
+    range: Option<((String, Template), (String, Template))>,
+    dimensions: Vec<(String, Vec<Val>)>,
+}
+
+/// A generated reference.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Generated {
+    pub key: String,
+    pub url: String,
+    pub range: Option<(u64, u64)>,
+}
+
+/// Why a `gen` entry cannot be used: `(what, template text, reason)`; `what` names the entry.
+pub(crate) type GenError = (String, String, String);
+
+fn compile(what: &str, field: &str, value: Option<&Value>) -> Result<(String, Template), GenError> {
+    let text = match value {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(other) => {
+            return Err((
+                what.to_string(),
+                other.to_string(),
+                format!("{field} must be a string"),
+            ))
+        }
+        None => {
+            return Err((
+                what.to_string(),
+                String::new(),
+                format!("{field} is required"),
+            ))
+        }
+    };
+    let template = Template::compile(&text).map_err(|e| (what.to_string(), text.clone(), e))?;
+    Ok((text, template))
+}
+
+fn dimension(what: &str, name: &str, spec: &Value) -> Result<Vec<Val>, GenError> {
+    let bad = |reason: String| (what.to_string(), spec.to_string(), reason);
+    match spec {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::Number(n) => n
+                    .as_i64()
+                    .map(Val::Int)
+                    .or_else(|| n.as_f64().map(Val::Float))
+                    .ok_or_else(|| bad(format!("dimension {name}: bad number {n}"))),
+                Value::String(s) => Ok(Val::Str(s.clone())),
+                other => Err(bad(format!(
+                    "dimension {name}: {other} is not a number or string"
+                ))),
+            })
+            .collect(),
+        Value::Object(range) => {
+            let int = |field: &str, default: Option<i64>| match range.get(field) {
+                None => {
+                    default.ok_or_else(|| bad(format!("dimension {name}: {field} is required")))
+                }
+                Some(v) => v
+                    .as_i64()
+                    .ok_or_else(|| bad(format!("dimension {name}: {field} must be an integer"))),
+            };
+            let (start, stop, step) = (
+                int("start", Some(0))?,
+                int("stop", None)?,
+                int("step", Some(1))?,
+            );
+            if step == 0 {
+                return Err(bad(format!("dimension {name}: step must not be 0")));
+            }
+            let count = if step > 0 {
+                (i128::from(stop) - i128::from(start) + i128::from(step) - 1) / i128::from(step)
+            } else {
+                (i128::from(start) - i128::from(stop) - i128::from(step) - 1) / -i128::from(step)
+            }
+            .max(0);
+            if count > i128::from(MAX_GENERATED) {
+                return Err(bad(format!("dimension {name} has too many values")));
+            }
+            Ok((0..count as i64)
+                .map(|k| Val::Int(start + k * step))
+                .collect())
+        }
+        _ => Err(bad(format!(
+            "dimension {name} must be {{start, stop, step}} or a list"
+        ))),
+    }
+}
+
+impl Gen {
+    fn range_text(&self) -> String {
+        self.range
+            .as_ref()
+            .map(|((o, _), (l, _))| format!("{o}, {l}"))
+            .unwrap_or_default()
+    }
+
+    /// Compiles the `gen` list of a reference set.
+    pub(crate) fn parse_all(gen: &Value) -> Result<Vec<Gen>, GenError> {
+        let Value::Array(entries) = gen else {
+            return Err(("gen".into(), gen.to_string(), "gen must be a list".into()));
+        };
+        let mut total: u64 = 0;
+        let mut out = Vec::with_capacity(entries.len());
+        for (n, entry) in entries.iter().enumerate() {
+            let what = format!("gen[{n}]");
+            let Value::Object(o) = entry else {
+                return Err((what, entry.to_string(), "must be an object".into()));
+            };
+            let range = match (o.get("offset"), o.get("length")) {
+                (None, None) => None,
+                (Some(offset), Some(length)) => Some((
+                    compile(&what, "offset", Some(offset))?,
+                    compile(&what, "length", Some(length))?,
+                )),
+                _ => {
+                    return Err((
+                        what,
+                        String::new(),
+                        "offset and length must be given together".into(),
+                    ))
+                }
+            };
+            let Some(Value::Object(dims)) = o.get("dimensions") else {
+                return Err((what, String::new(), "dimensions must be an object".into()));
+            };
+            if dims.is_empty() {
+                return Err((what, String::new(), "dimensions must not be empty".into()));
+            }
+            let dimensions = dims
+                .iter()
+                .map(|(name, spec)| Ok((name.clone(), dimension(&what, name, spec)?)))
+                .collect::<Result<Vec<_>, GenError>>()?;
+            let count = dimensions.iter().try_fold(1u64, |acc, (_, values)| {
+                acc.checked_mul(values.len() as u64)
+            });
+            total = count
+                .and_then(|c| total.checked_add(c))
+                .filter(|t| *t <= MAX_GENERATED)
+                .ok_or_else(|| {
+                    (
+                        what.clone(),
+                        String::new(),
+                        format!("generates more than {MAX_GENERATED} references"),
+                    )
+                })?;
+            out.push(Gen {
+                key: compile(&what, "key", o.get("key"))?,
+                url: compile(&what, "url", o.get("url"))?,
+                range,
+                dimensions,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Renders every combination of the dimensions (the last dimension varying fastest, as
+    /// `itertools.product`), calling `emit` for each reference.
+    pub(crate) fn expand(
+        &self,
+        templates: &Templates,
+        emit: &mut dyn FnMut(Generated) -> Result<(), GenError>,
+    ) -> Result<(), GenError> {
+        if self.dimensions.iter().any(|(_, v)| v.is_empty()) {
+            return Ok(());
+        }
+        let mut index = vec![0usize; self.dimensions.len()];
+        loop {
+            let vars = |name: &str| {
+                self.dimensions
+                    .iter()
+                    .zip(&index)
+                    .find(|((n, _), _)| n == name)
+                    .map(|((_, values), &i)| values[i].clone())
+            };
+            let render = |(text, template): &(String, Template)| {
+                template
+                    .render(&vars, templates)
+                    .map_err(|e| ("gen".to_string(), text.clone(), e))
+            };
+            let key = render(&self.key)?;
+            let url = render(&self.url)?;
+            let range = match &self.range {
+                None => None,
+                Some((offset, length)) => {
+                    let int = |field: &(String, Template)| -> Result<u64, GenError> {
+                        let text = render(field)?;
+                        text.trim().parse::<u64>().map_err(|_| {
+                            (
+                                key.clone(),
+                                field.0.clone(),
+                                format!("{text:?} is not a non-negative integer"),
+                            )
+                        })
+                    };
+                    let (offset, length) = (int(offset)?, int(length)?);
+                    if offset.checked_add(length).is_none() {
+                        return Err((key, self.range_text(), "offset + length overflows".into()));
+                    }
+                    Some((offset, length))
+                }
+            };
+            emit(Generated { key, url, range })?;
+            // Odometer increment, last dimension fastest.
+            let mut d = index.len();
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                d -= 1;
+                index[d] += 1;
+                if index[d] < self.dimensions[d].1.len() {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn expand_all(gen: Value, templates: &Templates) -> Result<Vec<Generated>, GenError> {
+        let mut out = Vec::new();
+        for g in Gen::parse_all(&gen)? {
+            g.expand(templates, &mut |r| {
+                out.push(r);
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn the_spec_example() {
+        let t = Templates::new([("u", "server.domain/path"), ("f", "{{c}}")]).expect("ok");
+        let out = expand_all(
+            json!([{"key": "gen_key{{i}}", "url": "http://{{u}}_{{i}}",
+                    "offset": "{{(i + 1) * 1000}}", "length": "1000", "dimensions": {"i": {"stop": 5}}}]),
+            &t,
+        )
+        .expect("expands");
+        assert_eq!(out.len(), 5);
+        assert_eq!(
+            out[1],
+            Generated {
+                key: "gen_key1".into(),
+                url: "http://server.domain/path_1".into(),
+                range: Some((2000, 1000))
+            }
+        );
+        assert_eq!(out[4].range, Some((5000, 1000)));
+    }
+
+    #[test]
+    fn cartesian_product_lists_steps_and_whole_files() {
+        let t = Templates::default();
+        let out = expand_all(
+            json!([{"key": "a/{{y}}.{{x}}", "url": "f{{y}}_{{x}}.bin",
+                    "dimensions": {"y": [3, 1], "x": {"start": 10, "stop": 4, "step": -3}}}]),
+            &t,
+        )
+        .expect("expands");
+        let keys: Vec<&str> = out.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["a/3.10", "a/3.7", "a/1.10", "a/1.7"]);
+        assert!(out.iter().all(|g| g.range.is_none()));
+        assert_eq!(out[3].url, "f1_7.bin");
+        // An empty dimension generates nothing.
+        let none = expand_all(
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"start": 3, "stop": 3}}}]),
+            &t,
+        )
+        .expect("ok");
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn bad_gen_entries() {
+        let t = Templates::default();
+        for bad in [
+            json!({"key": "k"}),
+            json!([{"key": "k{{i}}", "url": "u", "offset": "1", "dimensions": {"i": {"stop": 2}}}]),
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {}}]),
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"stop": 2, "step": 0}}}]),
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"start": 1}}}]),
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": "x"}}]),
+            json!([{"key": "k{{j}}", "url": "u", "dimensions": {"i": [1]}}]),
+            json!([{"key": "k{{i}}", "url": "u", "offset": "{{i - 5}}", "length": "1", "dimensions": {"i": [1]}}]),
+            json!([{"key": "k", "url": "u", "dimensions": {"i": {"stop": 100000}, "j": {"stop": 100000}}}]),
+            json!([{"key": "k{{i}}", "url": "u", "offset": "18446744073709551615", "length": "1", "dimensions": {"i": [1]}}]),
+        ] {
+            assert!(expand_all(bad.clone(), &t).is_err(), "{bad} should fail");
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! Where a reference's URL points, and whether it may be read. A reference set is untrusted input:
+//!
+//! - local targets (plain paths and `file://`) must lie under the root (the reference file's folder,
+//!   or `--ref-root`); relative paths resolve against the root and may not climb out of it with `..`;
+//!   `~` paths are refused;
+//! - remote targets must use `s3`, `gs`, `az`, `http` or `https`; `http(s)` to loopback, link-local
+//!   (such as the cloud metadata address 169.254.169.254), private or unspecified addresses, and to
+//!   `localhost` or cloud metadata host names, is refused;
+//! - an allowed prefix (`--allow-ref-prefix`) admits any target that starts with it (at a path
+//!   boundary), whatever the rules above say.
+//!
+//! Everything here is decided on the text alone (no I/O); callers also check the real path of local
+//! targets, so that a symbolic link cannot lead out of the root.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Component, Path, PathBuf};
+
+/// Schemes of remote targets that are read.
+pub(crate) const REMOTE_SCHEMES: [&str; 5] = ["s3", "gs", "az", "http", "https"];
+
+/// Where relative targets resolve and local targets must stay.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Root {
+    /// An absolute, normalized local folder.
+    Local(PathBuf),
+    /// A remote folder URL (no trailing `/`).
+    Remote(String),
+}
+
+/// The security policy of one reference set.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Policy {
+    pub root: Root,
+    /// Allowed prefixes: URLs, or absolute normalized local paths.
+    pub allow: Vec<String>,
+}
+
+/// A resolved target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
+    /// An absolute, normalized local path.
+    Local(PathBuf),
+    /// An object: `base` is `scheme://authority` (what the store opens), `key` the decoded path below it.
+    Remote { base: String, key: String },
+}
+
+/// The scheme of `url` when it has the form `scheme://...`.
+pub(crate) fn scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && scheme.len() >= 2;
+    valid.then_some(scheme)
+}
+
+/// `path` with `.` and `..` resolved lexically (`..` at the root stays at the root).
+pub(crate) fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Whether `target` starts with `prefix` at a path boundary.
+pub(crate) fn has_prefix(target: &str, prefix: &str) -> bool {
+    if prefix.is_empty() || !target.starts_with(prefix) {
+        return false;
+    }
+    prefix.ends_with('/') || target.len() == prefix.len() || target[prefix.len()..].starts_with('/')
+}
+
+fn allowed_by_prefix(policy: &Policy, forms: &[&str]) -> bool {
+    policy
+        .allow
+        .iter()
+        .any(|p| forms.iter().any(|f| has_prefix(f, p)))
+}
+
+/// Whether the local absolute path `path` may be read under `policy`.
+pub(crate) fn local_allowed(path: &Path, policy: &Policy) -> Result<(), String> {
+    let text = path.to_string_lossy();
+    if allowed_by_prefix(policy, &[&text, &format!("file://{text}")]) {
+        return Ok(());
+    }
+    match &policy.root {
+        Root::Local(root) if path.starts_with(root) => Ok(()),
+        Root::Local(root) => Err(format!(
+            "it is outside the reference root {} (see --ref-root and --allow-ref-prefix)",
+            root.display()
+        )),
+        Root::Remote(root) => Err(format!(
+            "local files are not read for a remote reference set ({root}) unless --ref-root or --allow-ref-prefix names them"
+        )),
+    }
+}
+
+/// Why a host may not be reached without an allowed prefix, if it may not.
+fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
+    fn v4(ip: Ipv4Addr) -> Option<&'static str> {
+        let o = ip.octets();
+        if ip.is_loopback() {
+            Some("a loopback address")
+        } else if ip.is_link_local() {
+            Some("a link-local address")
+        } else if ip.is_private() || (o[0] == 100 && (64..128).contains(&o[1])) {
+            Some("a private address")
+        } else if ip.is_unspecified() || o[0] == 0 || ip.is_broadcast() {
+            Some("an unspecified address")
+        } else {
+            None
+        }
+    }
+    fn v6(ip: Ipv6Addr) -> Option<&'static str> {
+        if let Some(mapped) = ip.to_ipv4_mapped() {
+            return v4(mapped);
+        }
+        let first = ip.segments()[0];
+        if ip.is_loopback() {
+            Some("a loopback address")
+        } else if ip.is_unspecified() {
+            Some("an unspecified address")
+        } else if (first & 0xffc0) == 0xfe80 || (first & 0xffc0) == 0xfec0 {
+            Some("a link-local address")
+        } else if (first & 0xfe00) == 0xfc00 {
+            Some("a private address")
+        } else {
+            None
+        }
+    }
+    match host {
+        url::Host::Ipv4(ip) => v4(*ip),
+        url::Host::Ipv6(ip) => v6(*ip),
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d == "localhost" || d.ends_with(".localhost") {
+                Some("a loopback address")
+            } else if d == "metadata" || d == "metadata.google.internal" {
+                Some("a cloud metadata service")
+            } else if let Ok(ip) = d.parse::<IpAddr>() {
+                match ip {
+                    IpAddr::V4(ip) => v4(ip),
+                    IpAddr::V6(ip) => v6(ip),
+                }
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Decodes `%XX` escapes of a URL path.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn remote(url: &url::Url) -> Result<Target, String> {
+    let host = url.host_str().unwrap_or_default();
+    if host.is_empty() {
+        return Err("the URL has no host or bucket".into());
+    }
+    let base = match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    };
+    let key = percent_decode(url.path().trim_start_matches('/'));
+    if key.is_empty() || key.ends_with('/') {
+        return Err("the URL names no object".into());
+    }
+    if url.query().is_some() {
+        return Err("URLs with a query string are not supported".into());
+    }
+    Ok(Target::Remote { base, key })
+}
+
+/// Resolves the URL of a reference under `policy`; `Err` is the reason it is refused.
+pub(crate) fn resolve(raw: &str, policy: &Policy) -> Result<Target, String> {
+    if raw.is_empty() {
+        return Err("the URL is empty".into());
+    }
+    if let Some(scheme) = scheme(raw) {
+        let url = url::Url::parse(raw).map_err(|e| format!("invalid URL: {e}"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme == "file" {
+            let path = url
+                .to_file_path()
+                .map_err(|()| "not a local file URL".to_string())?;
+            let path = normalize(&path);
+            local_allowed(&path, policy)?;
+            return Ok(Target::Local(path));
+        }
+        if allowed_by_prefix(policy, &[url.as_str(), raw]) {
+            return remote(&url);
+        }
+        if !REMOTE_SCHEMES.contains(&scheme.as_str()) {
+            return Err(format!(
+                "scheme {scheme} is not allowed (file, {})",
+                REMOTE_SCHEMES.join(", ")
+            ));
+        }
+        if scheme == "http" || scheme == "https" {
+            if let Some(why) = url.host().as_ref().and_then(internal_host) {
+                return Err(format!(
+                    "it is {why}, read only when --allow-ref-prefix names it"
+                ));
+            }
+        }
+        return remote(&url);
+    }
+    if raw.starts_with('~') {
+        return Err("home-relative paths (~) are not allowed".into());
+    }
+    let path = Path::new(raw);
+    if path.is_absolute() {
+        let path = normalize(path);
+        local_allowed(&path, policy)?;
+        return Ok(Target::Local(path));
+    }
+    match &policy.root {
+        Root::Local(root) => {
+            let joined = normalize(&root.join(path));
+            if !joined.starts_with(root) {
+                return Err(format!(
+                    "the relative path climbs out of the reference root {}",
+                    root.display()
+                ));
+            }
+            local_allowed(&joined, policy)?;
+            Ok(Target::Local(joined))
+        }
+        Root::Remote(root) => {
+            let joined = format!("{root}/{raw}");
+            let url = url::Url::parse(&joined).map_err(|e| format!("invalid URL: {e}"))?;
+            if !has_prefix(url.as_str(), root) {
+                return Err(format!(
+                    "the relative path climbs out of the reference root {root}"
+                ));
+            }
+            remote(&url)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(allow: &[&str]) -> Policy {
+        Policy {
+            root: Root::Local(PathBuf::from("/data/refs")),
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn local(p: &str) -> Target {
+        Target::Local(PathBuf::from(p))
+    }
+
+    #[test]
+    fn local_targets_stay_under_the_root() {
+        let p = policy(&[]);
+        assert_eq!(resolve("a.h5", &p), Ok(local("/data/refs/a.h5")));
+        assert_eq!(resolve("./sub/../b.h5", &p), Ok(local("/data/refs/b.h5")));
+        assert_eq!(
+            resolve("/data/refs/x/c.nc", &p),
+            Ok(local("/data/refs/x/c.nc"))
+        );
+        assert_eq!(
+            resolve("file:///data/refs/d.nc", &p),
+            Ok(local("/data/refs/d.nc"))
+        );
+        for refused in [
+            "/etc/passwd",
+            "file:///etc/passwd",
+            "../secret.h5",
+            "sub/../../refs2/x",
+            "/data/refs/../other",
+            "file:///data/refs/../../etc/shadow",
+            "~/.aws/credentials",
+            "~root/x",
+            "/data/refsX/y",
+        ] {
+            let e = resolve(refused, &p).expect_err(refused);
+            assert!(!e.is_empty());
+        }
+        assert!(resolve("../secret.h5", &p)
+            .expect_err("escape")
+            .contains("climbs out"));
+        assert!(resolve("/etc/passwd", &p)
+            .expect_err("outside")
+            .contains("--ref-root"));
+    }
+
+    #[test]
+    fn remote_schemes_and_internal_addresses() {
+        let p = policy(&[]);
+        assert_eq!(
+            resolve("s3://bucket/path/f.nc", &p),
+            Ok(Target::Remote {
+                base: "s3://bucket".into(),
+                key: "path/f.nc".into()
+            })
+        );
+        assert_eq!(
+            resolve("https://example.org:8443/a%20b/f.nc", &p),
+            Ok(Target::Remote {
+                base: "https://example.org:8443".into(),
+                key: "a b/f.nc".into()
+            })
+        );
+        assert!(resolve("gs://b/x", &p).is_ok());
+        assert!(resolve("az://container/x", &p).is_ok());
+        for refused in [
+            "ftp://host/f",
+            "memory://x/y",
+            "http://169.254.169.254/latest/meta-data",
+            "http://127.0.0.1:8000/f",
+            "http://localhost/f",
+            "https://10.1.2.3/f",
+            "http://192.168.0.1/f",
+            "http://172.16.5.4/f",
+            "http://[::1]/f",
+            "http://[fe80::1]/f",
+            "http://[fd00::1]/f",
+            "http://[::ffff:127.0.0.1]/f",
+            "http://0.0.0.0/f",
+            "http://2130706433/f",
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "https://host/",
+            "https://host/f?sig=1",
+        ] {
+            assert!(resolve(refused, &p).is_err(), "{refused} must be refused");
+        }
+        assert!(resolve("http://169.254.169.254/x", &p)
+            .expect_err("link-local")
+            .contains("link-local"));
+    }
+
+    #[test]
+    fn allowed_prefixes_open_exactly_what_they_name() {
+        let p = policy(&["http://127.0.0.1:8000/", "/srv/data"]);
+        assert!(resolve("http://127.0.0.1:8000/f.h5", &p).is_ok());
+        assert!(resolve("http://127.0.0.1:8001/f.h5", &p).is_err());
+        assert!(resolve("/srv/data/x.h5", &p).is_ok());
+        assert!(resolve("file:///srv/data/x.h5", &p).is_ok());
+        assert!(resolve("/srv/database/x.h5", &p).is_err());
+        assert!(resolve("/srv/data/../../etc/passwd", &p).is_err());
+        assert!(has_prefix("/a/b", "/a") && has_prefix("/a/b", "/a/") && !has_prefix("/ab", "/a"));
+    }
+
+    #[test]
+    fn remote_roots() {
+        let p = Policy {
+            root: Root::Remote("s3://bucket/refs".into()),
+            allow: vec![],
+        };
+        assert_eq!(
+            resolve("data/f.nc", &p),
+            Ok(Target::Remote {
+                base: "s3://bucket".into(),
+                key: "refs/data/f.nc".into()
+            })
+        );
+        assert!(resolve("../other/f.nc", &p).is_err());
+        assert!(resolve("/local/f.nc", &p).is_err());
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(scheme("s3://b/k"), Some("s3"));
+        assert_eq!(scheme("c://x"), None);
+        assert_eq!(scheme("a/b://c"), None);
+        assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
+        assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
+        assert_eq!(percent_decode("a%20b%2"), "a b%2");
+    }
+}
