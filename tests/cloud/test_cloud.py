@@ -192,3 +192,67 @@ def test_request_counts_against_the_minimum(tmp_path, s3, fault_proxy):
                                      if "/c/" not in e[1] and e[0] != "GET"}),
     }
     print("REQUEST-COUNTS", json.dumps(summary))
+
+
+def test_kerchunk_references_over_http_to_s3(tmp_path, s3, moto):
+    """HDF5 chunks served over HTTP by a local server, described by kerchunk references, materialized
+    into sharded Zarr on S3 and read back equal to what h5py reads."""
+    import functools
+    import http.server
+    import os
+    import threading
+
+    import h5py
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    data = np.arange(120 * 90, dtype="int32").reshape(120, 90) * 3
+    h5 = tmp_path / "served" / "data.h5"
+    h5.parent.mkdir()
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", data=data, chunks=(20, 30), compression="gzip", shuffle=True)
+    class RangeHandler(http.server.SimpleHTTPRequestHandler):
+        """Serves byte ranges (`Range: bytes=a-b` -> 206), as object stores and web servers do."""
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            header = self.headers.get("Range")
+            path = self.translate_path(self.path)
+            if not header or not os.path.isfile(path):
+                return super().do_GET()
+            blob = open(path, "rb").read()
+            first, last = header.removeprefix("bytes=").split("-")
+            start, end = int(first), min(int(last), len(blob) - 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(blob)}")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            self.wfile.write(blob[start:end + 1])
+
+    handler = functools.partial(RangeHandler, directory=str(h5.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        refs = SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
+        # Point every chunk reference at the HTTP server (kerchunk writes the path it read from).
+        chunks = 0
+        for key, value in refs["refs"].items():
+            if isinstance(value, list):
+                refs["refs"][key] = [f"{base}/data.h5", *value[1:]]
+                chunks += 1
+        assert chunks == 18
+        (tmp_path / "refs.json").write_text(json.dumps(refs))
+        create_buckets(s3, "dst6")
+        # Loopback targets are refused unless named: a reference set is untrusted input.
+        refused = run_zshard("convert", tmp_path / "refs.json", "s3://dst6/out.zarr", "--s3-endpoint", moto,
+                             "--s3-path-style", "--quiet", env=S3_ENV, check=False)
+        assert refused.returncode != 0 and "127.0.0.1" in refused.stderr, refused.stderr
+        run_zshard("convert", tmp_path / "refs.json", "s3://dst6/out.zarr", "--s3-endpoint", moto,
+                   "--s3-path-style", "--allow-ref-prefix", base + "/", "--quiet", env=S3_ENV)
+    finally:
+        server.shutdown()
+    download_prefix(s3, "dst6", "out.zarr", tmp_path / "out.zarr")
+    got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
+    assert got.dtype == data.dtype and np.array_equal(got, data)
