@@ -6,37 +6,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{expected, read_v3, write_v2, zshard};
+use common::{expected, files, read_v3, write_v2, zshard};
 use serde_json::{json, Value};
 use zshard_core::DataType;
-
-/// Every file below `dir` (relative path -> bytes), leaving out zshard's own state folder.
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let rel = p
-                .strip_prefix(root)
-                .expect("below root")
-                .to_string_lossy()
-                .into_owned();
-            if rel.starts_with(".zshard") {
-                continue;
-            }
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")

@@ -3,41 +3,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{expected, read_v3, write_v2};
+use common::{expected, files, read_v3, write_v2};
 use serde_json::json;
 use zshard_core::DataType;
-
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let rel = p
-                .strip_prefix(root)
-                .expect("below root")
-                .to_string_lossy()
-                .into_owned();
-            if rel.starts_with(".zshard") {
-                continue;
-            }
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
 
 fn command(src: &Path, dst: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zshard"));
