@@ -723,3 +723,21 @@ def test_corrupt_chunk_v3_zstd(tmp_path: Path, zshard_bin: Path) -> None:
     assert_clean_failure(r)
     assert "c/5" in r.stderr or "c" + os.sep + "5" in r.stderr, "stderr does not name chunk key c/5\n" + r.describe()
     assert not (dst / "c" / "2").is_file(), "shard covering the corrupt chunk exists\n" + r.describe()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_fixed_length_bytes(zshard_bin, tmp_path, zarr_format):
+    """numpy `S5` arrays (v2 `|S5`, v3 `null_terminated_bytes`) convert and read back equal in
+    zarr-python (tensorstore has no such data type, so it is not asked)."""
+    import subprocess
+
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data = np.array([b"alpha", b"be", b"", b"gamma", b"d", b"epsil"] * 7, dtype="S5").reshape(6, 7)
+    a = zarr.create_array(store=str(src), shape=data.shape, chunks=(4, 3), dtype="S5", zarr_format=zarr_format)
+    a[:] = data
+    out = subprocess.run([str(zshard_bin), "convert", str(src), str(dst), "--shard-shape", "8,6",
+                          "--chunk-shape", "4,3", "--quiet"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    got = zarr.open_array(str(dst), mode="r")[:]
+    assert got.dtype == data.dtype
+    np.testing.assert_array_equal(got, data)

@@ -194,16 +194,26 @@ def test_parquet_missing_chunks_read_as_fill_value(zshard_bin, h5, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-def test_string_variable_is_a_clear_error(zshard_bin, tmp_path):
-    """zshard has no string data types: a set with one is refused, naming the array and dtype."""
+def test_string_variable_converts(zshard_bin, tmp_path):
+    """Fixed-length bytes (h5py `S3`) become zarr-python's `null_terminated_bytes` and read back equal,
+    whether kerchunk inlined the chunks or referenced them."""
     h5 = tmp_path / "strings.h5"
     with h5py.File(h5, "w") as f:
-        f.create_dataset("s", data=np.array([b"ab", b"cde"], dtype="S3"))
+        f.create_dataset("s", data=np.array([b"ab", b"cde", b"", b"xyz", b"q"], dtype="S3"), chunks=(2,))
         f.create_dataset("x", data=np.arange(4, dtype="i4"))
-    refs = tmp_path / "strings.json"
-    refs.write_text(json.dumps(_refs(h5)))
-    line = _fails(zshard_bin, refs, tmp_path / "out")
-    assert "s/.zarray" in line and "|S3" in line, line
+    for inline in (0, 500):
+        refs = tmp_path / f"strings{inline}.json"
+        refs.write_text(json.dumps(_refs(h5, inline=inline)))
+        dst = tmp_path / f"out{inline}"
+        _convert(zshard_bin, refs, dst)
+        g = zarr.open_group(str(dst), mode="r")
+        with h5py.File(h5, "r") as f:
+            for name in ("s", "x"):
+                want, got = f[name][...], g[name][...]
+                assert got.dtype == want.dtype, (name, got.dtype)
+                np.testing.assert_array_equal(got, want)
+        meta = json.loads((dst / "s" / "zarr.json").read_text())
+        assert meta["data_type"] == {"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}
 
 
 def test_json_v1_templates_and_gen(zshard_bin, tmp_path):

@@ -26,7 +26,8 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
     let endian = match string(spec, "endian") {
         Some("little") => Some(Endian::Little),
         Some("big") => Some(Endian::Big),
-        None if repr.data_type.size() == 1 => None,
+        // Byte order means nothing for single-byte units (uint8, bool, fixed-length bytes).
+        None if repr.data_type.swap_unit() == 1 => None,
         None => {
             return Err(invalid(
                 &spec.name,

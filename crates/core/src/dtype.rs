@@ -35,6 +35,8 @@ pub enum DataType {
     Float64,
     Complex64,
     Complex128,
+    /// numpy `S<n>`: fixed-length bytes, NUL-padded (zarr-python's v3 `null_terminated_bytes`).
+    NullTerminatedBytes(u32),
 }
 
 const ALL: [DataType; 14] = [
@@ -63,6 +65,7 @@ impl DataType {
             DataType::Int32 | DataType::UInt32 | DataType::Float32 => 4,
             DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Complex64 => 8,
             DataType::Complex128 => 16,
+            DataType::NullTerminatedBytes(n) => n as usize,
         }
     }
 
@@ -71,6 +74,7 @@ impl DataType {
         match self {
             DataType::Complex64 => 4,
             DataType::Complex128 => 8,
+            DataType::NullTerminatedBytes(_) => 1,
             other => other.size(),
         }
     }
@@ -92,6 +96,46 @@ impl DataType {
             DataType::Float64 => "float64",
             DataType::Complex64 => "complex64",
             DataType::Complex128 => "complex128",
+            DataType::NullTerminatedBytes(_) => "null_terminated_bytes",
+        }
+    }
+
+    /// The Zarr v3 `data_type` document: a name, or a name with configuration for parametric types.
+    pub fn to_v3_json(self) -> serde_json::Value {
+        match self {
+            DataType::NullTerminatedBytes(n) => serde_json::json!({
+                "name": "null_terminated_bytes", "configuration": {"length_bytes": n}
+            }),
+            other => serde_json::Value::String(other.v3_name().to_string()),
+        }
+    }
+
+    /// Parses a Zarr v3 `data_type` document (a name, or an object with a configuration).
+    pub fn from_v3_json(value: &serde_json::Value) -> Result<Self> {
+        match value {
+            serde_json::Value::String(name) => Self::from_v3_name(name),
+            serde_json::Value::Object(o)
+                if o.get("name").and_then(|n| n.as_str()) == Some("null_terminated_bytes") =>
+            {
+                let length = o
+                    .get("configuration")
+                    .and_then(|c| c.get("length_bytes"))
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| n > 0);
+                length.map(DataType::NullTerminatedBytes).ok_or_else(|| {
+                    Error::UnsupportedDataType {
+                        name: value.to_string(),
+                        supported:
+                            "null_terminated_bytes needs a positive configuration.length_bytes"
+                                .into(),
+                    }
+                })
+            }
+            other => Err(Error::UnsupportedDataType {
+                name: other.to_string(),
+                supported: format!("{}, null_terminated_bytes", Self::supported()),
+            }),
         }
     }
 
@@ -128,7 +172,8 @@ impl DataType {
     pub fn from_v2_typestr(typestr: &str) -> Result<(Self, Endian)> {
         let unsupported = || Error::UnsupportedDataType {
             name: typestr.to_string(),
-            supported: "|b1, |i1, |u1 and <,> of i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16".to_string(),
+            supported: "|b1, |i1, |u1, |S<n> and <,> of i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16"
+                .to_string(),
         };
         let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(unsupported)?;
@@ -152,6 +197,10 @@ impl DataType {
             "f8" => DataType::Float64,
             "c8" => DataType::Complex64,
             "c16" => DataType::Complex128,
+            s if s.starts_with('S') => match s[1..].parse::<u32>() {
+                Ok(n) if n > 0 && order == '|' => DataType::NullTerminatedBytes(n),
+                _ => return Err(unsupported()),
+            },
             _ => return Err(unsupported()),
         };
         Ok((dtype, endian))
@@ -174,6 +223,7 @@ impl DataType {
             DataType::Float64 => "f8",
             DataType::Complex64 => "c8",
             DataType::Complex128 => "c16",
+            DataType::NullTerminatedBytes(n) => return format!("|S{n}"),
         };
         format!("<{code}")
     }
@@ -181,7 +231,10 @@ impl DataType {
 
 impl std::fmt::Display for DataType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.v3_name())
+        match self {
+            DataType::NullTerminatedBytes(n) => write!(f, "null_terminated_bytes({n})"),
+            other => f.write_str(other.v3_name()),
+        }
     }
 }
 
@@ -213,6 +266,14 @@ mod tests {
             Some((DataType::Bool, Endian::Little))
         );
         assert!(DataType::from_v2_typestr("<M8[ns]").is_err());
+        assert_eq!(
+            DataType::from_v2_typestr("|S3").ok(),
+            Some((DataType::NullTerminatedBytes(3), Endian::Little))
+        );
+        let s3 = DataType::NullTerminatedBytes(3);
+        assert_eq!(DataType::from_v3_json(&s3.to_v3_json()).ok(), Some(s3));
+        assert_eq!(s3.v2_typestr(), "|S3");
+        assert!(DataType::from_v2_typestr("|S0").is_err());
         for d in ALL {
             assert_eq!(DataType::from_v3_name(d.v3_name()).ok(), Some(d));
             assert_eq!(

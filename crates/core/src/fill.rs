@@ -47,6 +47,10 @@ impl FillValue {
             data_type: dtype.to_string(),
             reason: reason.to_string(),
         };
+        if let DataType::NullTerminatedBytes(n) = dtype {
+            return Self::bytes_from_json(value, n as usize)
+                .ok_or_else(|| invalid("expected base64-encoded bytes"));
+        }
         if dtype.is_complex() {
             let half = if dtype == DataType::Complex64 {
                 DataType::Float32
@@ -100,10 +104,25 @@ impl FillValue {
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
             DataType::Float32 => float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
             DataType::Float64 => float(value).map(|v| v.to_le_bytes().to_vec()),
-            DataType::Complex64 | DataType::Complex128 => None,
+            DataType::Complex64 | DataType::Complex128 | DataType::NullTerminatedBytes(_) => None,
         }
         .ok_or_else(|| invalid("not representable in this data type"))?;
         Ok(FillValue { bytes })
+    }
+
+    /// Fixed-length bytes are written as base64 in both Zarr versions; the value is NUL-padded (or cut)
+    /// to the element length, as numpy casts it.
+    fn bytes_from_json(value: &Value, length: usize) -> Option<Self> {
+        use base64::Engine;
+        let mut bytes = match value {
+            Value::String(text) => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()?,
+            Value::Number(n) if n.as_u64() == Some(0) => Vec::new(),
+            _ => return None,
+        };
+        bytes.resize(length, 0);
+        Some(FillValue { bytes })
     }
 
     /// The fill value as Zarr v3 JSON: numbers where exact, "NaN"/"Infinity"/"-Infinity" for special
@@ -116,6 +135,12 @@ impl FillValue {
             a
         };
         match dtype {
+            DataType::NullTerminatedBytes(_) => {
+                use base64::Engine;
+                // numpy drops trailing NULs from bytes scalars; zarr-python writes what numpy holds.
+                let end = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+                Value::String(base64::engine::general_purpose::STANDARD.encode(&b[..end]))
+            }
             DataType::Bool => Value::Bool(b[0] != 0),
             DataType::Int8 => (b[0] as i8).into(),
             DataType::UInt8 => b[0].into(),
@@ -261,6 +286,8 @@ mod tests {
             (json!("0x7fc00001"), DataType::Float32),
             (json!([1.0, "NaN"]), DataType::Complex128),
             (json!(false), DataType::Bool),
+            (json!("YWI="), DataType::NullTerminatedBytes(4)),
+            (json!(""), DataType::NullTerminatedBytes(2)),
         ] {
             let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
             assert_eq!(fill.to_v3_json(d), v, "{d}");

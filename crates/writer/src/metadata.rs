@@ -36,7 +36,7 @@ impl ShardedArrayMetadata {
             "zarr_format": 3,
             "node_type": "array",
             "shape": self.shape,
-            "data_type": self.data_type.v3_name(),
+            "data_type": self.data_type.to_v3_json(),
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": self.shard_shape}},
             "chunk_key_encoding": OUTPUT_KEY_ENCODING.to_v3_json(),
             "fill_value": self.fill_value.to_v3_json(self.data_type),

@@ -84,7 +84,9 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
         source,
     };
     let data_type = match z.data_type.ok_or_else(|| missing("data_type"))? {
-        Value::String(name) => DataType::from_v3_name(&name).map_err(core)?,
+        other @ (Value::String(_) | Value::Object(_)) => {
+            DataType::from_v3_json(&other).map_err(core)?
+        }
         other => return Err(metadata(key, format!("data_type {other} is not supported"))),
     };
     let fill_value = FillValue::from_v3_json(

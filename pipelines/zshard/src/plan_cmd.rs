@@ -48,7 +48,7 @@ fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
         "path": a.path,
         "name": name,
         "shape": a.source.shape,
-        "data_type": a.output.data_type.v3_name(),
+        "data_type": a.output.data_type.to_v3_json(),
         "fill_value": a.output.fill_value.to_v3_json(a.output.data_type),
         "source_chunk_shape": a.source.chunk_shape,
         "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
@@ -80,7 +80,9 @@ fn print_human(arrays: &[Value], threads: usize) {
         println!(
             "  shape          {} {} (fill value {})",
             shape("shape"),
-            a["data_type"].as_str().unwrap_or_default(),
+            a["data_type"]
+                .as_str()
+                .map_or_else(|| a["data_type"].to_string(), str::to_string),
             a["fill_value"]
         );
         println!(
