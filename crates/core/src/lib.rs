@@ -31,7 +31,7 @@ pub use codec::{
     ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
 };
 pub use dtype::{swap_byte_order, DataType, Endian};
-pub use error::{BoxError, Error, Result};
+pub use error::{chain_text, BoxError, Error, Result};
 pub use fill::FillValue;
 pub use geometry::{
     auto_shard_shape, c_order, checked_byte_size, copy_region, grid_shape, inverse_permutation,

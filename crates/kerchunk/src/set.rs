@@ -183,18 +183,6 @@ fn read_error(what: &str, source: impl Into<zshard_core::BoxError>) -> zshard_co
     }
 }
 
-/// An error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 impl Shared {
     fn store(&self, id: &str, location: &str) -> Result<Store> {
         let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
@@ -367,7 +355,7 @@ impl Shared {
                         }
                     }
                     Err(e) => {
-                        let text = chain(&e);
+                        let text = zshard_core::chain_text(&e);
                         for &m in &q.members {
                             out[range_of[m]] = Some(Err(read_error(&t.display, text.clone())));
                         }
@@ -399,7 +387,7 @@ impl Shared {
                         Ok(bytes)
                     }
                     Ok(None) => Err("the target does not exist".to_string()),
-                    Err(e) => Err(chain(&e)),
+                    Err(e) => Err(zshard_core::chain_text(&e)),
                 };
                 contents.insert(t, content);
             }
@@ -429,7 +417,7 @@ impl Shared {
         };
         match self.fetch(vec![want]).pop() {
             Some(Ok(Some(bytes))) => Ok(bytes.to_vec()),
-            Some(Err(e)) => Err(format(key, chain(&e))),
+            Some(Err(e)) => Err(format(key, zshard_core::chain_text(&e))),
             _ => Err(format(key, "no data")),
         }
     }
@@ -969,7 +957,7 @@ impl ChunkReader for ParquetReader {
                 );
                 let file = files
                     .entry(n)
-                    .or_insert_with(|| self.file(n).map_err(|e| chain(&e)));
+                    .or_insert_with(|| self.file(n).map_err(|e| zshard_core::chain_text(&e)));
                 let file = match file {
                     Ok(f) => f.clone(),
                     Err(text) => {
@@ -1123,7 +1111,7 @@ mod tests {
             .read_chunks(&[vec![0]])
             .remove(0)
             .expect_err("1 row, 4 needed");
-        let text = chain(&e);
+        let text = zshard_core::chain_text(&e);
         assert!(
             text.contains("refs.0.parq") && text.contains("has 1 rows"),
             "{text}"
@@ -1132,7 +1120,7 @@ mod tests {
             .read_chunks(&[vec![5]])
             .remove(0)
             .expect_err("refused");
-        let text = chain(&e);
+        let text = zshard_core::chain_text(&e);
         assert!(
             text.contains("x/5") && text.contains("/etc/passwd") && text.contains("refused"),
             "{text}"

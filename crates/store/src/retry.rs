@@ -12,7 +12,7 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
         // NotFound, PermissionDenied, Unauthenticated, Precondition, ... are answers, not accidents.
         return false;
     };
-    let text = chain_text(e).to_ascii_lowercase();
+    let text = zshard_core::chain_text(e).to_ascii_lowercase();
     if text.contains("status code: 4") {
         return false;
     }
@@ -27,17 +27,6 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     ]
     .iter()
     .any(|needle| text.contains(needle))
-}
-
-fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Backoff before attempt `attempt` (1-based): exponential from 100 ms, capped at 10 s, with jitter.
