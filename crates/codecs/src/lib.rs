@@ -7,7 +7,9 @@
 //! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
 //! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
 //! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `crc32`, `adler32`,
-//! `crc32c` and `fletcher32`. Filters are bytes→bytes codecs over the flattened elements in the
+//! `crc32c` and `fletcher32`, and `categorize` (strings). zarr-python 3 places the filters that
+//! compute on elements (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`) before `bytes`;
+//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters are bytes→bytes codecs over the flattened elements in the
 //! element types their configuration names (for example `"<i4"`), so a v2 array is the chain
 //! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
 //! they decode numcodecs' output bit for bit (tests/golden holds vectors written by numcodecs).
@@ -27,11 +29,13 @@
 //! assert_eq!(chain.decode(&encoded, &repr).unwrap(), data);
 //! ```
 
+mod array_filter;
 mod blosc;
 mod bounded;
 mod bytes_codec;
 mod bz2_codec;
 mod cast;
+mod categorize;
 mod checksum32;
 mod config;
 mod crc32c_codec;
@@ -47,6 +51,7 @@ mod registry;
 mod sharding;
 mod shuffle;
 mod transpose;
+mod vlen_utf8;
 mod zstd_codec;
 
 pub use blosc::{CNAMES as BLOSC_CNAMES, SHUFFLES as BLOSC_SHUFFLES};
@@ -55,3 +60,4 @@ pub use error::{Error, Result};
 pub use registry::{build_chain, build_codec, supported_codecs, Codec};
 pub use sharding::index_encoding;
 pub use transpose::TransposeCodec;
+pub use vlen_utf8::MAX_STRING_CHUNK_BYTES;

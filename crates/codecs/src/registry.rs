@@ -23,6 +23,7 @@ type Build = fn(&CodecSpec, &ChunkRepr) -> Result<Codec>;
 /// uses for numcodecs codecs.
 const REGISTRY: &[(&str, Build)] = &[
     ("bytes", crate::bytes_codec::build),
+    ("vlen-utf8", crate::vlen_utf8::build),
     ("transpose", crate::transpose::build),
     ("sharding_indexed", crate::sharding::build),
     ("blosc", crate::blosc::build),
@@ -47,7 +48,11 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.adler32", crate::checksum32::build_adler32),
     ("numcodecs.crc32c", crate::checksum32::build_crc32c),
     ("numcodecs.fletcher32", crate::checksum32::build_fletcher32),
+    ("numcodecs.categorize", crate::categorize::build),
 ];
+
+/// Codecs that lay out fixed-size elements, which string arrays do not have.
+const FIXED_SIZE_ONLY: &[&str] = &["bytes", "transpose", "sharding_indexed"];
 
 /// The codec names zshard supports, for error messages and `--help`.
 pub fn supported_codecs() -> Vec<&'static str> {
@@ -64,6 +69,15 @@ pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
             name: spec.name.clone(),
             supported: supported_codecs().join(", "),
         })?;
+    if repr.data_type.is_variable() && FIXED_SIZE_ONLY.contains(&spec.name.as_str()) {
+        return Err(Error::InvalidConfiguration {
+            codec: spec.name.clone(),
+            reason: format!(
+                "cannot encode {} arrays (variable-length strings use vlen-utf8)",
+                repr.data_type
+            ),
+        });
+    }
     build(spec, repr)
 }
 
@@ -89,6 +103,15 @@ pub fn build_chain(specs: &[CodecSpec], repr: &ChunkRepr) -> Result<CodecChain> 
             }
             Codec::ArrayToBytes(c) if array_to_bytes.is_none() => array_to_bytes = Some(c),
             Codec::BytesToBytes(c) if array_to_bytes.is_some() => bytes_to_bytes.push(c),
+            // zarr-python 3 writes numcodecs filters before `bytes`, as array→array codecs.
+            Codec::BytesToBytes(c)
+                if array_to_bytes.is_none()
+                    && crate::array_filter::ARRAY_FILTERS.contains(&spec.name.as_str()) =>
+            {
+                let filter = crate::array_filter::wrap(spec, c, &current)?;
+                current = filter.encoded_repr(&current)?;
+                array_to_array.push(Arc::new(filter));
+            }
             _ => {
                 return Err(Error::InvalidChain {
                     reason: format!("{} is out of place in [{}]", spec.name, names()),

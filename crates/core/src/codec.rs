@@ -84,7 +84,7 @@ impl ChunkRepr {
         product(&self.shape)
     }
 
-    /// Bytes of the decoded chunk (little-endian, C order).
+    /// Bytes of the decoded chunk (little-endian, C order); for strings, of their handles.
     pub fn byte_len(&self) -> usize {
         self.elements() as usize * self.data_type.size()
     }
@@ -134,8 +134,9 @@ pub struct CodecChain {
 
 impl CodecChain {
     /// Encodes one chunk given as little-endian C-order elements of `repr`.
+    /// Strings come in the `vlen-utf8` layout, whose size is not fixed.
     pub fn encode(&self, mut data: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>> {
-        if data.len() != repr.byte_len() {
+        if !repr.data_type.is_variable() && data.len() != repr.byte_len() {
             return Err(Error::DecodedSize {
                 expected: repr.byte_len(),
                 actual: data.len(),

@@ -37,9 +37,74 @@ pub enum DataType {
     Complex128,
     /// numpy `S<n>`: fixed-length bytes, NUL-padded (zarr-python's v3 `null_terminated_bytes`).
     NullTerminatedBytes(u32),
+    /// numpy `U<n>`: `n` UTF-32 code units, NUL-padded (v3 `fixed_length_utf32`, `length_bytes` = 4n).
+    FixedLengthUtf32(u32),
+    /// numpy `M8[<scale><unit>]`: a signed 64-bit count of `scale` units since 1970; `i64::MIN` is NaT.
+    DateTime64(TimeUnit, u32),
+    /// numpy `m8[<scale><unit>]`: a signed 64-bit count of `scale` units; `i64::MIN` is NaT.
+    TimeDelta64(TimeUnit, u32),
+    /// Variable-length UTF-8 strings (v3 `string`, v2 `|O` with the `vlen-utf8` filter). Chunks of
+    /// strings have no fixed byte size: codecs see them in the `vlen-utf8` layout (a little-endian u32
+    /// count, then a u32 length and the bytes of each element), and [`DataType::size`] is the size of
+    /// the 8-byte handle the pipeline moves instead of the string while it reassembles chunks.
+    String,
 }
 
-const ALL: [DataType; 14] = [
+/// The unit of a numpy `datetime64` / `timedelta64`, as numpy spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimeUnit {
+    Years,
+    Months,
+    Weeks,
+    Days,
+    Hours,
+    Minutes,
+    Seconds,
+    Milliseconds,
+    Microseconds,
+    Nanoseconds,
+    Picoseconds,
+    Femtoseconds,
+    Attoseconds,
+    Generic,
+}
+
+const TIME_UNITS: [(TimeUnit, &str); 14] = [
+    (TimeUnit::Years, "Y"),
+    (TimeUnit::Months, "M"),
+    (TimeUnit::Weeks, "W"),
+    (TimeUnit::Days, "D"),
+    (TimeUnit::Hours, "h"),
+    (TimeUnit::Minutes, "m"),
+    (TimeUnit::Seconds, "s"),
+    (TimeUnit::Milliseconds, "ms"),
+    (TimeUnit::Microseconds, "us"),
+    (TimeUnit::Nanoseconds, "ns"),
+    (TimeUnit::Picoseconds, "ps"),
+    (TimeUnit::Femtoseconds, "fs"),
+    (TimeUnit::Attoseconds, "as"),
+    (TimeUnit::Generic, "generic"),
+];
+
+impl TimeUnit {
+    pub fn as_str(self) -> &'static str {
+        TIME_UNITS
+            .iter()
+            .find(|(u, _)| *u == self)
+            .map_or("generic", |(_, s)| s)
+    }
+
+    /// Parses numpy's unit code (`"μs"` is numpy's other spelling of `"us"`).
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = if s == "μs" { "us" } else { s };
+        TIME_UNITS.iter().find(|(_, n)| *n == s).map(|(u, _)| *u)
+    }
+}
+
+/// The parametric v3 data types, for error messages.
+const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}";
+
+const ALL: [DataType; 15] = [
     DataType::Bool,
     DataType::Int8,
     DataType::Int16,
@@ -54,6 +119,7 @@ const ALL: [DataType; 14] = [
     DataType::Float64,
     DataType::Complex64,
     DataType::Complex128,
+    DataType::String,
 ];
 
 impl DataType {
@@ -66,7 +132,14 @@ impl DataType {
             DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Complex64 => 8,
             DataType::Complex128 => 16,
             DataType::NullTerminatedBytes(n) => n as usize,
+            DataType::FixedLengthUtf32(n) => n as usize * 4,
+            DataType::DateTime64(..) | DataType::TimeDelta64(..) | DataType::String => 8,
         }
+    }
+
+    /// Whether elements have no fixed size (strings): chunks are then in the `vlen-utf8` layout.
+    pub fn is_variable(self) -> bool {
+        matches!(self, DataType::String)
     }
 
     /// Size of the unit that byte order applies to (complex numbers swap each half on its own).
@@ -74,7 +147,8 @@ impl DataType {
         match self {
             DataType::Complex64 => 4,
             DataType::Complex128 => 8,
-            DataType::NullTerminatedBytes(_) => 1,
+            DataType::NullTerminatedBytes(_) | DataType::String => 1,
+            DataType::FixedLengthUtf32(_) => 4,
             other => other.size(),
         }
     }
@@ -97,6 +171,10 @@ impl DataType {
             DataType::Complex64 => "complex64",
             DataType::Complex128 => "complex128",
             DataType::NullTerminatedBytes(_) => "null_terminated_bytes",
+            DataType::FixedLengthUtf32(_) => "fixed_length_utf32",
+            DataType::DateTime64(..) => "numpy.datetime64",
+            DataType::TimeDelta64(..) => "numpy.timedelta64",
+            DataType::String => "string",
         }
     }
 
@@ -106,6 +184,15 @@ impl DataType {
             DataType::NullTerminatedBytes(n) => serde_json::json!({
                 "name": "null_terminated_bytes", "configuration": {"length_bytes": n}
             }),
+            DataType::FixedLengthUtf32(n) => serde_json::json!({
+                "name": "fixed_length_utf32", "configuration": {"length_bytes": u64::from(n) * 4}
+            }),
+            DataType::DateTime64(unit, scale) | DataType::TimeDelta64(unit, scale) => {
+                serde_json::json!({
+                    "name": self.v3_name(),
+                    "configuration": {"unit": unit.as_str(), "scale_factor": scale}
+                })
+            }
             other => serde_json::Value::String(other.v3_name().to_string()),
         }
     }
@@ -114,28 +201,47 @@ impl DataType {
     pub fn from_v3_json(value: &serde_json::Value) -> Result<Self> {
         match value {
             serde_json::Value::String(name) => Self::from_v3_name(name),
-            serde_json::Value::Object(o)
-                if o.get("name").and_then(|n| n.as_str()) == Some("null_terminated_bytes") =>
-            {
-                let length = o
-                    .get("configuration")
-                    .and_then(|c| c.get("length_bytes"))
-                    .and_then(serde_json::Value::as_u64)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|&n| n > 0);
-                length.map(DataType::NullTerminatedBytes).ok_or_else(|| {
-                    Error::UnsupportedDataType {
-                        name: value.to_string(),
-                        supported:
-                            "null_terminated_bytes needs a positive configuration.length_bytes"
-                                .into(),
-                    }
+            serde_json::Value::Object(o) => {
+                Self::from_v3_object(o).ok_or_else(|| Error::UnsupportedDataType {
+                    name: value.to_string(),
+                    supported: PARAMETRIC.into(),
                 })
             }
             other => Err(Error::UnsupportedDataType {
                 name: other.to_string(),
-                supported: format!("{}, null_terminated_bytes", Self::supported()),
+                supported: format!("{}, {PARAMETRIC}", Self::supported()),
             }),
+        }
+    }
+
+    /// A parametric type from its v3 object form; `None` when the name or configuration is not valid.
+    fn from_v3_object(o: &serde_json::Map<String, serde_json::Value>) -> Option<Self> {
+        let config = o.get("configuration");
+        let get_u32 = |key: &str| {
+            config
+                .and_then(|c| c.get(key))
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        let time = || {
+            let unit = config
+                .and_then(|c| c.get("unit"))
+                .and_then(serde_json::Value::as_str)
+                .and_then(TimeUnit::parse)?;
+            let scale = get_u32("scale_factor").filter(|&n| n > 0)?;
+            Some((unit, scale))
+        };
+        match o.get("name").and_then(serde_json::Value::as_str)? {
+            "null_terminated_bytes" => get_u32("length_bytes")
+                .filter(|&n| n > 0)
+                .map(DataType::NullTerminatedBytes),
+            "fixed_length_utf32" => get_u32("length_bytes")
+                .filter(|&n| n > 0 && n % 4 == 0)
+                .map(|n| DataType::FixedLengthUtf32(n / 4)),
+            "numpy.datetime64" => time().map(|(u, s)| DataType::DateTime64(u, s)),
+            "numpy.timedelta64" => time().map(|(u, s)| DataType::TimeDelta64(u, s)),
+            "string" => Some(DataType::String),
+            _ => None,
         }
     }
 
@@ -170,10 +276,12 @@ impl DataType {
 
     /// Parses a Zarr v2 / numpy type string such as `<u2`, `|b1` or `>f8`.
     pub fn from_v2_typestr(typestr: &str) -> Result<(Self, Endian)> {
-        let unsupported = || Error::UnsupportedDataType {
+        let unsupported = || {
+            Error::UnsupportedDataType {
             name: typestr.to_string(),
-            supported: "|b1, |i1, |u1, |S<n> and <,> of i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16"
+            supported: "|b1, |i1, |u1, |S<n>, |O (with the vlen-utf8 filter), and < or > with i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 U<n> M8[<unit>] m8[<unit>]"
                 .to_string(),
+        }
         };
         let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(unsupported)?;
@@ -201,6 +309,19 @@ impl DataType {
                 Ok(n) if n > 0 && order == '|' => DataType::NullTerminatedBytes(n),
                 _ => return Err(unsupported()),
             },
+            s if s.starts_with('U') => match s[1..].parse::<u32>() {
+                Ok(n) if n > 0 && n <= u32::MAX / 4 => DataType::FixedLengthUtf32(n),
+                _ => return Err(unsupported()),
+            },
+            "O" if order == '|' => DataType::String,
+            s if s.starts_with("M8") || s.starts_with("m8") => {
+                let (unit, scale) = parse_time_unit(&s[2..]).ok_or_else(unsupported)?;
+                if s.starts_with('M') {
+                    DataType::DateTime64(unit, scale)
+                } else {
+                    DataType::TimeDelta64(unit, scale)
+                }
+            }
             _ => return Err(unsupported()),
         };
         Ok((dtype, endian))
@@ -224,6 +345,12 @@ impl DataType {
             DataType::Complex64 => "c8",
             DataType::Complex128 => "c16",
             DataType::NullTerminatedBytes(n) => return format!("|S{n}"),
+            DataType::FixedLengthUtf32(n) => return format!("<U{n}"),
+            DataType::String => return "|O".into(),
+            DataType::DateTime64(unit, scale) => return format!("<M8{}", time_suffix(unit, scale)),
+            DataType::TimeDelta64(unit, scale) => {
+                return format!("<m8{}", time_suffix(unit, scale))
+            }
         };
         format!("<{code}")
     }
@@ -233,9 +360,38 @@ impl std::fmt::Display for DataType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DataType::NullTerminatedBytes(n) => write!(f, "null_terminated_bytes({n})"),
+            DataType::FixedLengthUtf32(n) => write!(f, "fixed_length_utf32({n} characters)"),
+            DataType::DateTime64(unit, scale) | DataType::TimeDelta64(unit, scale) => {
+                write!(f, "{}{}", self.v3_name(), time_suffix(*unit, *scale))
+            }
             other => f.write_str(other.v3_name()),
         }
     }
+}
+
+/// numpy's `[<scale><unit>]` suffix; empty for the generic unit.
+fn time_suffix(unit: TimeUnit, scale: u32) -> String {
+    match (unit, scale) {
+        (TimeUnit::Generic, _) => String::new(),
+        (unit, 1) => format!("[{}]", unit.as_str()),
+        (unit, scale) => format!("[{scale}{}]", unit.as_str()),
+    }
+}
+
+/// Parses numpy's `[<scale><unit>]` suffix (empty = generic).
+fn parse_time_unit(suffix: &str) -> Option<(TimeUnit, u32)> {
+    if suffix.is_empty() {
+        return Some((TimeUnit::Generic, 1));
+    }
+    let inner = suffix.strip_prefix('[')?.strip_suffix(']')?;
+    let digits = inner.len() - inner.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let scale = if digits == 0 {
+        1
+    } else {
+        inner[..digits].parse::<u32>().ok().filter(|&n| n > 0)?
+    };
+    let unit = TimeUnit::parse(&inner[digits..]).filter(|u| *u != TimeUnit::Generic)?;
+    Some((unit, scale))
 }
 
 /// Reverses the byte order of every `unit`-sized group in `buf` (no-op for single bytes).
@@ -265,7 +421,48 @@ mod tests {
             DataType::from_v2_typestr("|b1").ok(),
             Some((DataType::Bool, Endian::Little))
         );
-        assert!(DataType::from_v2_typestr("<M8[ns]").is_err());
+        assert_eq!(
+            DataType::from_v2_typestr("<M8[ns]").ok(),
+            Some((
+                DataType::DateTime64(TimeUnit::Nanoseconds, 1),
+                Endian::Little
+            ))
+        );
+        assert_eq!(
+            DataType::from_v2_typestr(">m8[10ms]").ok(),
+            Some((
+                DataType::TimeDelta64(TimeUnit::Milliseconds, 10),
+                Endian::Big
+            ))
+        );
+        assert!(DataType::from_v2_typestr("<M8[0s]").is_err());
+        assert!(DataType::from_v2_typestr("<M8[fortnight]").is_err());
+        assert_eq!(
+            DataType::from_v2_typestr(">U5").ok(),
+            Some((DataType::FixedLengthUtf32(5), Endian::Big))
+        );
+        assert_eq!(DataType::FixedLengthUtf32(5).size(), 20);
+        assert_eq!(DataType::FixedLengthUtf32(5).swap_unit(), 4);
+        for d in [
+            DataType::FixedLengthUtf32(3),
+            DataType::DateTime64(TimeUnit::Seconds, 1),
+            DataType::DateTime64(TimeUnit::Generic, 1),
+            DataType::TimeDelta64(TimeUnit::Microseconds, 25),
+        ] {
+            assert_eq!(DataType::from_v3_json(&d.to_v3_json()).ok(), Some(d));
+            assert_eq!(
+                DataType::from_v2_typestr(&d.v2_typestr()).ok().map(|x| x.0),
+                Some(d)
+            );
+        }
+        let dt = serde_json::json!({"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 1}});
+        assert_eq!(
+            DataType::from_v3_json(&dt).ok(),
+            Some(DataType::DateTime64(TimeUnit::Seconds, 1))
+        );
+        let bad =
+            serde_json::json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 6}});
+        assert!(DataType::from_v3_json(&bad).is_err());
         assert_eq!(
             DataType::from_v2_typestr("|S3").ok(),
             Some((DataType::NullTerminatedBytes(3), Endian::Little))

@@ -16,9 +16,11 @@ impl FillValue {
     }
 
     /// All-zero bytes: the fill value zarr-python assumes when a v2 array says `null`.
+    /// For strings it is the empty string.
     pub fn zero(dtype: DataType) -> Self {
+        let size = if dtype.is_variable() { 0 } else { dtype.size() };
         FillValue {
-            bytes: vec![0; dtype.size()],
+            bytes: vec![0; size],
         }
     }
 
@@ -50,6 +52,32 @@ impl FillValue {
         if let DataType::NullTerminatedBytes(n) = dtype {
             return Self::bytes_from_json(value, n as usize)
                 .ok_or_else(|| invalid("expected base64-encoded bytes"));
+        }
+        match dtype {
+            DataType::FixedLengthUtf32(n) => {
+                return Self::utf32_from_json(value, n as usize)
+                    .ok_or_else(|| invalid("expected a string of at most the array's length"))
+            }
+            DataType::String => {
+                return match value {
+                    Value::String(text) => Ok(FillValue {
+                        bytes: text.as_bytes().to_vec(),
+                    }),
+                    _ => Err(invalid("expected a string")),
+                }
+            }
+            DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
+                let v = match value {
+                    Value::String(s) if s == "NaT" => Some(i64::MIN),
+                    other => int::<i64>(other),
+                };
+                return v
+                    .map(|v| FillValue {
+                        bytes: v.to_le_bytes().to_vec(),
+                    })
+                    .ok_or_else(|| invalid("expected a 64-bit integer or \"NaT\""));
+            }
+            _ => {}
         }
         if dtype.is_complex() {
             let half = if dtype == DataType::Complex64 {
@@ -104,7 +132,7 @@ impl FillValue {
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
             DataType::Float32 => float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
             DataType::Float64 => float(value).map(|v| v.to_le_bytes().to_vec()),
-            DataType::Complex64 | DataType::Complex128 | DataType::NullTerminatedBytes(_) => None,
+            _ => None,
         }
         .ok_or_else(|| invalid("not representable in this data type"))?;
         Ok(FillValue { bytes })
@@ -125,6 +153,20 @@ impl FillValue {
         Some(FillValue { bytes })
     }
 
+    /// numpy `U<n>` values are UTF-32 code units; a shorter string is NUL-padded, as numpy casts it.
+    fn utf32_from_json(value: &Value, length: usize) -> Option<Self> {
+        let text = value.as_str()?;
+        if text.chars().count() > length {
+            return None;
+        }
+        let mut bytes: Vec<u8> = text
+            .chars()
+            .flat_map(|c| u32::from(c).to_le_bytes())
+            .collect();
+        bytes.resize(length * 4, 0);
+        Some(FillValue { bytes })
+    }
+
     /// The fill value as Zarr v3 JSON: numbers where exact, "NaN"/"Infinity"/"-Infinity" for special
     /// floats, and a hexadecimal bit pattern for NaNs with a non-default payload.
     pub fn to_v3_json(&self, dtype: DataType) -> Value {
@@ -140,6 +182,24 @@ impl FillValue {
                 // numpy drops trailing NULs from bytes scalars; zarr-python writes what numpy holds.
                 let end = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
                 Value::String(base64::engine::general_purpose::STANDARD.encode(&b[..end]))
+            }
+            DataType::FixedLengthUtf32(_) => {
+                // numpy drops trailing NULs from str scalars too.
+                let units: Vec<u32> = b
+                    .chunks_exact(4)
+                    .map(|u| u32::from_le_bytes([u[0], u[1], u[2], u[3]]))
+                    .collect();
+                let end = units.iter().rposition(|&u| u != 0).map_or(0, |i| i + 1);
+                Value::String(
+                    units[..end]
+                        .iter()
+                        .map(|&u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
+                        .collect(),
+                )
+            }
+            DataType::String => Value::String(String::from_utf8_lossy(b).into_owned()),
+            DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
+                i64::from_le_bytes(arr(8)).into()
             }
             DataType::Bool => Value::Bool(b[0] != 0),
             DataType::Int8 => (b[0] as i8).into(),
@@ -273,6 +333,14 @@ mod tests {
         );
         assert_eq!(f(json!(0.5), DataType::Float16), Some(vec![0x00, 0x38]));
         assert_eq!(f(json!(true), DataType::Bool), Some(vec![1]));
+        let nat = DataType::DateTime64(crate::TimeUnit::Nanoseconds, 1);
+        assert_eq!(f(json!("NaT"), nat), Some(i64::MIN.to_le_bytes().to_vec()));
+        assert_eq!(f(json!(null), DataType::String), Some(vec![]));
+        assert_eq!(f(json!("abc"), DataType::FixedLengthUtf32(2)), None);
+        assert_eq!(
+            f(json!("a"), DataType::FixedLengthUtf32(2)),
+            Some(vec![97, 0, 0, 0, 0, 0, 0, 0])
+        );
     }
 
     #[test]
@@ -288,6 +356,14 @@ mod tests {
             (json!(false), DataType::Bool),
             (json!("YWI="), DataType::NullTerminatedBytes(4)),
             (json!(""), DataType::NullTerminatedBytes(2)),
+            (json!("héllo"), DataType::FixedLengthUtf32(7)),
+            (json!(""), DataType::FixedLengthUtf32(1)),
+            (json!("naïve"), DataType::String),
+            (
+                json!(i64::MIN),
+                DataType::DateTime64(crate::TimeUnit::Seconds, 1),
+            ),
+            (json!(-3), DataType::TimeDelta64(crate::TimeUnit::Days, 2)),
         ] {
             let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
             assert_eq!(fill.to_v3_json(d), v, "{d}");

@@ -26,11 +26,12 @@ mod geometry;
 mod io;
 mod meta;
 mod shard_index;
+mod vlen;
 
 pub use codec::{
     ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
 };
-pub use dtype::{swap_byte_order, DataType, Endian};
+pub use dtype::{swap_byte_order, DataType, Endian, TimeUnit};
 pub use error::{chain_text, BoxError, Error, Result};
 pub use fill::FillValue;
 pub use geometry::{
@@ -43,3 +44,4 @@ pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind};
 pub use shard_index::{
     assemble_shard, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex, ShardReader, EMPTY,
 };
+pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};

@@ -9,7 +9,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{
     IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator,
 };
-use zshard_core::{copy_region, Region};
+use zshard_core::{copy_region, FillValue, Region, StringHandle, StringTable};
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
@@ -21,17 +21,20 @@ struct Fetched {
     read: ReadCounts,
 }
 
-/// Decoded source chunks of one shard.
+/// Decoded source chunks of one shard. Strings are handles into `strings`.
 struct Decoded {
     task: ShardTask,
     chunks: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    strings: StringTable,
     read: ReadCounts,
 }
 
 /// Raw inner chunks of one shard, C order; `None` = empty (only fill value, or outside the array).
+/// Strings are handles into `strings` until they are encoded.
 struct Assembled {
     task: ShardTask,
     inner: Vec<Option<Vec<u8>>>,
+    strings: StringTable,
     read: ReadCounts,
 }
 
@@ -235,26 +238,50 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
 
 fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
     let job = &jobs[fetched.task.array];
-    let chunks = fetched
+    let strings_of = job.source_repr.data_type.is_variable();
+    let count = job.source_repr.elements() as usize;
+    let fill = job.source_repr.fill_value.as_bytes();
+    let decoded = fetched
         .chunks
         .into_par_iter()
-        .map(|(coord, bytes)| {
-            let decoded = match bytes {
-                None => None,
-                Some(b) => Some(job.source_chain.decode(&b, &job.source_repr).map_err(
-                    |source| Error::Decode {
-                        array: job.name.clone(),
-                        key: job.reader.chunk_key(&coord),
-                        source: Box::new(source),
-                    },
-                )?),
+        .enumerate()
+        .map(|(slot, (coord, bytes))| {
+            let error = |source| Error::Decode {
+                array: job.name.clone(),
+                key: job.reader.chunk_key(&coord),
+                source: Box::new(source),
             };
-            Ok((coord, decoded))
+            let Some(b) = bytes else {
+                return Ok((coord, None, None));
+            };
+            let data = job
+                .source_chain
+                .decode(&b, &job.source_repr)
+                .map_err(error)?;
+            if !strings_of {
+                return Ok((coord, Some(data), None));
+            }
+            // Reassembly moves fixed-size elements: strings travel as handles into the table.
+            let (handles, strings) =
+                StringTable::handles(slot, data, count, fill).map_err(error)?;
+            Ok((coord, Some(handles), Some(strings)))
         })
         .collect::<Result<Vec<_>>>()?;
+    let mut strings = StringTable::with_slots(if strings_of { decoded.len() } else { 0 });
+    let chunks = decoded
+        .into_iter()
+        .enumerate()
+        .map(|(slot, (coord, data, chunk_strings))| {
+            if let Some(chunk_strings) = chunk_strings {
+                strings.insert(slot, chunk_strings);
+            }
+            (coord, data)
+        })
+        .collect();
     Ok(Decoded {
         task: fetched.task,
         chunks,
+        strings,
         read: fetched.read,
     })
 }
@@ -266,7 +293,13 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
     let array_shape = geometry.array_shape();
     let source_shape = &job.source_repr.shape;
     let element = job.inner_repr.data_type.size();
-    let fill = &job.inner_repr.fill_value;
+    let handle_fill;
+    let fill = if job.inner_repr.data_type.is_variable() {
+        handle_fill = FillValue::from_bytes(StringHandle::FILL.to_le_bytes().to_vec());
+        &handle_fill
+    } else {
+        &job.inner_repr.fill_value
+    };
     let by_coord: HashMap<&[u64], &Option<Vec<u8>>> = decoded
         .chunks
         .iter()
@@ -304,6 +337,7 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
     Assembled {
         task: decoded.task,
         inner,
+        strings: decoded.strings,
         read: decoded.read,
     }
 }
@@ -311,23 +345,33 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
 fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
     let job = &jobs[assembled.task.array];
     let shard = &assembled.task.shard;
+    let strings = &assembled.strings;
+    let string_fill = job.inner_repr.fill_value.as_bytes();
+    let resolve = |raw: Vec<u8>| {
+        if job.inner_repr.data_type.is_variable() {
+            strings.resolve(&raw, string_fill)
+        } else {
+            Ok(raw)
+        }
+    };
     let inner = assembled
         .inner
         .into_par_iter()
         .enumerate()
         .map(|(i, raw)| match raw {
             None => Ok(None),
-            Some(raw) => match &job.inner_chain {
-                None => Ok(raw),
-                Some(chain) => chain.encode(raw, &job.inner_repr),
-            }
-            .map(|b| Some(Bytes::from(b)))
-            .map_err(|source| Error::Encode {
-                array: job.name.clone(),
-                key: job.sink.shard_key(shard),
-                inner: i,
-                source: Box::new(source),
-            }),
+            Some(raw) => resolve(raw)
+                .and_then(|raw| match &job.inner_chain {
+                    None => Ok(raw),
+                    Some(chain) => chain.encode(raw, &job.inner_repr),
+                })
+                .map(|b| Some(Bytes::from(b)))
+                .map_err(|source| Error::Encode {
+                    array: job.name.clone(),
+                    key: job.sink.shard_key(shard),
+                    inner: i,
+                    source: Box::new(source),
+                }),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Encoded {

@@ -119,12 +119,40 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         "F" => {}
         other => return Err(metadata(key, format!("order {other:?} is not C or F"))),
     }
-    codecs.push(match (endian, data_type.size()) {
-        (_, 1) => CodecSpec::new("bytes", json!({})),
-        (e, _) => CodecSpec::new("bytes", json!({"endian": e.as_str()})),
-    });
-    // The v2 filters list is in encoding order, which is also the order of bytes-to-bytes codecs.
-    for filter in z.filters.unwrap_or_default() {
+    // The v2 filters list is in encoding order. The first filter may take the array itself: vlen-utf8
+    // (strings to bytes, in place of `bytes`) or categorize (strings to integers, before `bytes`).
+    // The others are bytes-to-bytes codecs over the flattened elements.
+    let mut filters = z.filters.unwrap_or_default().into_iter().peekable();
+    let first_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
+    let mut array_to_bytes_type = (data_type, endian);
+    match filters.peek().and_then(first_id).as_deref() {
+        Some("vlen-utf8") => {
+            filters.next();
+            codecs.push(CodecSpec::new("vlen-utf8", json!({})));
+        }
+        Some("categorize") => {
+            if let Some(f) = filters.next() {
+                let spec = numcodecs_spec("categorize", &f);
+                let astype = spec.get("astype").and_then(Value::as_str).unwrap_or("|u1");
+                array_to_bytes_type = DataType::from_v2_typestr(astype).map_err(core)?;
+                codecs.push(spec);
+            }
+        }
+        _ => {}
+    }
+    if data_type == DataType::String && !codecs.iter().any(|c| c.name == "vlen-utf8") {
+        return Err(metadata(
+            key,
+            "object (|O) arrays are supported with the vlen-utf8 filter (variable-length strings) only",
+        ));
+    }
+    if !data_type.is_variable() {
+        codecs.push(match array_to_bytes_type {
+            (t, _) if t.swap_unit() == 1 => CodecSpec::new("bytes", json!({})),
+            (_, e) => CodecSpec::new("bytes", json!({"endian": e.as_str()})),
+        });
+    }
+    for filter in filters {
         codecs.push(filter_spec(key, &filter)?);
     }
     if let Some(compressor) = z.compressor.filter(|c| !c.is_null()) {
@@ -223,12 +251,18 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
     let level = || c.get("level").cloned().unwrap_or(json!(1));
     Ok(match id {
         "blosc" => {
+            // numcodecs compresses the bytes of strings (vlen-utf8) as single bytes.
+            let typesize = if data_type.is_variable() {
+                1
+            } else {
+                data_type.size()
+            };
             let shuffle = match c.get("shuffle").and_then(Value::as_i64).unwrap_or(1) {
                 0 => "noshuffle",
                 1 => "shuffle",
                 2 => "bitshuffle",
                 // numcodecs AUTOSHUFFLE: bit shuffle for single bytes, byte shuffle otherwise.
-                -1 if data_type.size() == 1 => "bitshuffle",
+                -1 if typesize == 1 => "bitshuffle",
                 -1 => "shuffle",
                 other => {
                     return Err(metadata(
@@ -243,7 +277,7 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
                     "cname": c.get("cname").cloned().unwrap_or(json!("lz4")),
                     "clevel": c.get("clevel").cloned().unwrap_or(json!(5)),
                     "shuffle": shuffle,
-                    "typesize": data_type.size(),
+                    "typesize": typesize,
                     "blocksize": c.get("blocksize").cloned().unwrap_or(json!(0)),
                 }),
             )

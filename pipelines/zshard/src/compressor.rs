@@ -1,4 +1,5 @@
-//! `--compressor` specifications: `zstd:LEVEL`, `gzip:LEVEL`, `blosc:CNAME:CLEVEL:SHUFFLE`, `none`.
+//! `--compressor` specifications: `zstd:LEVEL`, `gzip:LEVEL`, `blosc:CNAME:CLEVEL:SHUFFLE`, `none`, or a
+//! whole inner codec chain as Zarr v3 JSON (`[{"name": "bytes", ...}, ...]`).
 
 use std::str::FromStr;
 
@@ -22,12 +23,22 @@ pub enum Compressor {
         clevel: u32,
         shuffle: String,
     },
+    /// The inner chain as given, checked against each array's data type when planning.
+    Chain(Vec<CodecSpec>),
 }
 
 impl FromStr for Compressor {
     type Err = anyhow::Error;
 
     fn from_str(s: &str) -> anyhow::Result<Self> {
+        if s.trim_start().starts_with('[') {
+            let chain: Vec<CodecSpec> = serde_json::from_str(s)
+                .context("the inner codec chain is not a JSON list of v3 codecs ({\"name\": ..., \"configuration\": {...}})")?;
+            if chain.is_empty() {
+                bail!("the inner codec chain is empty");
+            }
+            return Ok(Compressor::Chain(chain));
+        }
         let parts: Vec<&str> = s.split(':').collect();
         let level = |text: &str| -> anyhow::Result<i64> {
             text.parse()
@@ -69,17 +80,28 @@ impl FromStr for Compressor {
                 }
             }
             _ => bail!(
-                "unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE or none"
+                "unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs"
             ),
         })
     }
 }
 
 impl Compressor {
-    /// The inner codec chain: `bytes` (little endian) then the compressor.
+    /// The inner codec chain: `bytes` (little endian; `vlen-utf8` for strings) then the compressor.
     pub fn inner_codecs(&self, data_type: DataType) -> Vec<CodecSpec> {
-        let mut codecs = vec![CodecSpec::new("bytes", json!({"endian": "little"}))];
+        let mut codecs = vec![if data_type.is_variable() {
+            CodecSpec::new("vlen-utf8", json!({}))
+        } else {
+            CodecSpec::new("bytes", json!({"endian": "little"}))
+        }];
+        // Blosc shuffles elements; the bytes of strings are single bytes.
+        let typesize = if data_type.is_variable() {
+            1
+        } else {
+            data_type.size()
+        };
         match self {
+            Compressor::Chain(chain) => return chain.clone(),
             Compressor::None => {}
             Compressor::Zstd { level } => codecs.push(CodecSpec::new(
                 "zstd",
@@ -95,7 +117,7 @@ impl Compressor {
             } => codecs.push(CodecSpec::new(
                 "blosc",
                 json!({"cname": cname, "clevel": clevel, "shuffle": shuffle,
-                       "typesize": data_type.size(), "blocksize": 0}),
+                       "typesize": typesize, "blocksize": 0}),
             )),
         }
         codecs
@@ -144,5 +166,24 @@ mod tests {
         let c: Compressor = "blosc:zstd:5:shuffle".parse().expect("valid");
         let codecs = c.inner_codecs(DataType::Float64);
         assert_eq!(codecs[1].get("typesize"), Some(&json!(8)));
+        let strings = c.inner_codecs(DataType::String);
+        assert_eq!(strings[0].name, "vlen-utf8");
+        assert_eq!(strings[1].get("typesize"), Some(&json!(1)));
+    }
+
+    #[test]
+    fn takes_a_json_chain() {
+        let text = r#"[{"name": "bytes", "configuration": {"endian": "big"}}, "crc32c"]"#;
+        let Ok(Compressor::Chain(chain)) = text.parse::<Compressor>() else {
+            panic!("a JSON chain parses");
+        };
+        assert_eq!(chain.len(), 2);
+        assert_eq!(chain[1].name, "crc32c");
+        assert_eq!(
+            Compressor::Chain(chain.clone()).inner_codecs(DataType::UInt8),
+            chain
+        );
+        assert!("[]".parse::<Compressor>().is_err());
+        assert!("[{\"nom\": 1}]".parse::<Compressor>().is_err());
     }
 }

@@ -48,6 +48,10 @@ Examples:
   # A whole group (every array below it), index at the start of each shard, blosc:
   zshard convert climate.zarr climate-sharded.zarr --index-location start --compressor blosc:zstd:5:bitshuffle
 
+  # Any inner codec chain, as Zarr v3 JSON (here: big-endian, gzip, with a checksum):
+  zshard convert in.zarr out.zarr --compressor '[{\"name\": \"bytes\", \"configuration\": {\"endian\": \"big\"}},
+    {\"name\": \"gzip\", \"configuration\": {\"level\": 6}}, \"crc32c\"]'
+
 Shapes:
   --chunk-shape defaults to the source chunk shape (for an already sharded v3 source: its inner chunk
   shape). --shard-shape defaults to an automatic choice: starting from the inner chunk shape, the
@@ -57,7 +61,8 @@ Shapes:
   divide the --shard-shape entry; otherwise nothing is written.
 
 Output:
-  Zarr v3, C order, little-endian `bytes` codec, inner chunks holding only the fill value are not
+  Zarr v3, C order, little-endian `bytes` codec (`vlen-utf8` for strings) unless --compressor gives a
+  chain; source byte orders and order F are converted on the way. Inner chunks holding only the fill value are not
   stored, and shards holding only such chunks are not written. Each shard appears under its key only
   when complete; zarr.json documents are written after all data.";
 
@@ -86,7 +91,8 @@ struct LayoutArgs {
     #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
     chunk_shape: Option<Shape>,
     /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
-    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none.
+    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
+    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples).
     #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
     compressor: Compressor,
     /// Where each shard's index goes.
