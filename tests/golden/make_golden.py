@@ -176,10 +176,159 @@ def main():
         compressor=nc.BZ2(),
     )
 
+    # numcodecs filters as zarr-python 3 writes them in v3: array->array codecs before `bytes`.
+    zn = __import__("zarr.codecs.numcodecs", fromlist=["Delta"])
+    v3_case("v3_delta_i4_astype_i2", "<i4", [zn.Delta(dtype="<i4", astype="<i2")], kind="ramp")
+    v3_case("v3_fixedscaleoffset_f8_astype_u2", "<f8", [zn.FixedScaleOffset(offset=1000, scale=10, dtype="<f8", astype="<u2")], kind="around1000")
+    v3_case("v3_quantize_f4", "<f4", [zn.Quantize(digits=2, dtype="<f4")])
+    v3_case("v3_astype_f8_as_f4", "<f8", [zn.AsType(encode_dtype="<f4", decode_dtype="<f8")])
+    v3_case("v3_packbits_b1", "|b1", [zn.PackBits()])
+    v3_case("v3_delta_then_shuffle_i8", "<i8", [zn.Delta(dtype="<i8")], kind="ramp", bytes_filters=[zn.Shuffle(elementsize=8)])
+
+    # categorize: fixed-length unicode stored as small integers (zarr-python writes it in v2 only).
+    categorize_case()
+
+    # Every data type, in both formats, with a fill value other than zero and a chunk never written.
+    for fmt in (2, 3):
+        for dtype, fill in DTYPE_FILLS:
+            if fmt == 3 and dtype.startswith(">"):
+                continue  # zarr-python 3 stores v3 arrays little-endian; v2 keeps the byte order
+            dtype_case(fmt, dtype, fill)
+
     write_vectors()
+    write_dtype_vectors()
 
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"{len(list(OUT.glob('*.npy')))} fixtures, {total} bytes in {OUT}")
+
+
+def v3_case(name, dtype, filters, kind="random", bytes_filters=None):
+    """A v3 array with numcodecs filters placed before `bytes` (and `bytes_filters` after it)."""
+    path = OUT / f"{name}.zarr"
+    shape, chunks = (9, 7), (4, 3)
+    arr = zarr.create_array(
+        str(path), shape=shape, chunks=chunks, dtype=dtype, zarr_format=3, filters=filters,
+        compressors=(bytes_filters or []) + [zarr.codecs.ZstdCodec(level=3)], fill_value=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        arr[...] = values(dtype, kind, shape)
+    back = zarr.open_array(str(path), mode="r")[...]
+    np.save(OUT / f"{name}.npy", np.ascontiguousarray(back))
+
+
+def categorize_case():
+    path = OUT / "categorize_U4_v2.zarr"
+    labels = ["red", "gr\u00fcn", "blue"]
+    data = np.array([labels[i % 3] if i % 5 else "" for i in range(63)], dtype="<U4").reshape(SHAPE)
+    arr = zarr.create_array(
+        str(path), shape=SHAPE, chunks=CHUNKS, dtype="<U4", zarr_format=2, fill_value="",
+        filters=[numcodecs.Categorize(labels=labels, dtype="<U4", astype="|u1")], compressors=numcodecs.Zlib(level=1),
+    )
+    arr[...] = data
+    np.save(OUT / "categorize_U4_v2.npy", zarr.open_array(str(path), mode="r")[...])
+
+
+# Every data type zshard reads, with a fill value in the form the specs give for it.
+DTYPE_FILLS = [
+    ("|b1", True), ("|i1", -3), ("<i2", 7), (">i2", -7), ("<i4", 100000), ("<i8", -(2**40)),
+    ("|u1", 255), ("<u2", 65535), ("<u4", 7), (">u8", 2**63), ("<f2", 0.5), ("<f4", float("nan")),
+    (">f8", float("-inf")), ("<c8", complex(1, float("nan"))), (">c16", complex(float("inf"), -2)),
+    ("<M8[s]", np.datetime64("NaT")), ("<M8[ns]", np.datetime64(12345, "ns")), (">M8[D]", np.datetime64("2001-02-03")),
+    ("<m8[10ms]", np.timedelta64("NaT")), ("<m8[h]", np.timedelta64(-5, "h")),
+    ("|S5", b"ab"), ("<U4", "zz"), (">U3", "\u00e9"), ("str", "fill"),
+]
+
+
+def dtype_values(dtype, n):
+    """n deterministic values of dtype, including the fill value's neighbours and edge cases."""
+    rng = np.random.default_rng(zlib.crc32(f"dtype/{dtype}/{n}".encode()))
+    if dtype == "str":
+        words = ["", "a", "fill", "h\u00e9llo", "\u65e5\u672c\u8a9e", "x" * 40, "tab\tnew\nline", "\U0001f600"]
+        return np.array([words[i] for i in rng.integers(0, len(words), n)], dtype=object)
+    dt = np.dtype(dtype)
+    if dt.kind == "S":
+        return np.array([bytes(rng.integers(1, 256, rng.integers(0, dt.itemsize + 1), dtype="u1")) for _ in range(n)], dtype=dt)
+    if dt.kind == "U":
+        pool = "ab\u00e9\u65e5\U0001f600z"
+        return np.array(["".join(rng.choice(list(pool), rng.integers(0, dt.itemsize // 4 + 1))) for _ in range(n)], dtype=dt)
+    if dt.kind in "Mm":
+        a = rng.integers(-(10**6), 10**6, n).astype("i8")
+        a[::4] = np.iinfo("i8").min  # NaT
+        return a.view(dt.newbyteorder("=")).astype(dt)
+    if dt.kind == "c":
+        re, im = rng.standard_normal(n), rng.standard_normal(n)
+        a = (re + 1j * im).astype(dt)
+        a[1] = complex(float("nan"), 0)
+        a[2] = complex(0, float("inf"))
+        return a
+    if dt.kind == "f":
+        a = (rng.standard_normal(n) * 1000).astype(dt)
+        a[1], a[2], a[3] = np.nan, np.inf, -0.0
+        return a
+    return values(dtype, "random", (n,))
+
+
+def dtype_case(fmt, dtype, fill):
+    """A (5, 3) array of dtype in (2, 3) chunks whose last chunk is never written (fill value)."""
+    name = f"dtype_v{fmt}_" + dtype.replace("<", "le_").replace(">", "be_").replace("|", "").replace("[", "_").replace("]", "")
+    path = OUT / f"{name}.zarr"
+    shape, chunks = (5, 3), (2, 3)
+    arr = zarr.create_array(
+        str(path), shape=shape, chunks=chunks, dtype=str if dtype == "str" else dtype, zarr_format=fmt,
+        fill_value=fill, compressors=None if fmt == 2 else [zarr.codecs.ZstdCodec(level=1)],
+    )
+    arr[:4, :] = dtype_values(dtype, 12).reshape(4, 3)
+    back = zarr.open_array(str(path), mode="r")[...]
+    if dtype == "str":
+        import json
+
+        (OUT / f"{name}.json").write_text(json.dumps([str(x) for x in back.ravel()], ensure_ascii=False))
+    else:
+        np.save(OUT / f"{name}.npy", np.ascontiguousarray(back))
+
+
+def v3_compressor(c, dtype):
+    """The v3 codec that decodes what numcodecs compressor c wrote (as zshard's v2 reader maps it)."""
+    config = c.get_config()
+    cid = config.pop("id")
+    if cid == "blosc":
+        shuffle = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}[config["shuffle"]]
+        typesize = 1 if dtype == "str" else np.dtype(dtype).itemsize
+        return {"name": "blosc", "configuration": {"cname": config["cname"], "clevel": config["clevel"], "shuffle": shuffle, "typesize": typesize, "blocksize": 0}}
+    if cid == "zstd":
+        return {"name": "zstd", "configuration": {"level": config["level"], "checksum": False}}
+    if cid == "gzip":
+        return {"name": "gzip", "configuration": {"level": config["level"]}}
+    return {"name": f"numcodecs.{cid}", "configuration": config}
+
+
+def write_dtype_vectors():
+    """Every numcodecs compressor (blosc with each cname and shuffle) and the byte filters applied to
+    12 elements of every data type, as numcodecs encodes them: fixtures/dtype_vectors.json. Strings
+    are first laid out by numcodecs' VLenUTF8, as Zarr v2 and zarr-python's vlen-utf8 do."""
+    import json
+
+    nc = numcodecs
+    compressors = [nc.Blosc(cname=cn, clevel=5, shuffle=sh) for cn in ["blosclz", "lz4", "lz4hc", "zlib", "zstd"] for sh in (0, 1, 2)]
+    compressors += [nc.Zstd(level=3), nc.GZip(level=5), nc.Zlib(level=5), nc.BZ2(level=9), nc.LZMA(), nc.LZ4()]
+    out = []
+    for dtype, _ in DTYPE_FILLS:
+        data = dtype_values(dtype, 12)
+        raw = nc.VLenUTF8().encode(data) if dtype == "str" else np.ascontiguousarray(data).tobytes()
+        itemsize = 1 if dtype == "str" else np.dtype(dtype).itemsize
+        # numcodecs' blosc takes the typesize from the array it compresses.
+        source = data if dtype != "str" else raw
+        codecs = [(c, v3_compressor(c, dtype)) for c in compressors]
+        for f in [nc.Shuffle(elementsize=itemsize), nc.CRC32(), nc.Adler32(), nc.Fletcher32(), nc.CRC32C()]:
+            config = f.get_config()
+            codecs.append((f, {"name": "numcodecs." + config.pop("id"), "configuration": config}))
+        for c, spec in codecs:
+            encoded = bytes(c.encode(source))
+            back = np.ascontiguousarray(c.decode(encoded)).tobytes()
+            assert back == raw, (dtype, spec)
+            out.append({"case": f"{spec['name']} {json.dumps(spec['configuration'])} {dtype}", "dtype": dtype, "codec": spec, "decoded": raw.hex(), "encoded": encoded.hex()})
+    (OUT / "dtype_vectors.json").write_text(json.dumps(out, separators=(",", ":")))
 
 
 TYPES = ["|u1", "|i1", "<u2", ">i2", "<u4", "<i4", ">u8", "<i8", "<f2", ">f4", "<f8"]
