@@ -216,6 +216,26 @@ def test_string_variable_converts(zshard_bin, tmp_path):
         assert meta["data_type"] == {"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}
 
 
+def test_vlen_string_variable_converts(zshard_bin, tmp_path):
+    """Variable-length HDF5 strings: kerchunk embeds them as `|O` + vlen-utf8 chunks; they become v3
+    `string` arrays that zarr-python reads equal to h5py, across inner chunks that straddle source ones."""
+    h5 = tmp_path / "vstrings.h5"
+    words = ["", "ab", "h\u00e9llo", "\u65e5\u672c", "x" * 300, "z"]
+    data = np.array([words[i % len(words)] for i in range(23)], dtype=object)
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("s", data=data, dtype=h5py.string_dtype(), chunks=(4,))
+    refs = tmp_path / "vstrings.json"
+    refs.write_text(json.dumps(_refs(h5, inline=0)))
+    dst = tmp_path / "out"
+    _convert(zshard_bin, refs, dst, "--shard-shape", "9", "--chunk-shape", "3")
+    meta = json.loads((dst / "s" / "zarr.json").read_text())
+    assert meta["data_type"] == "string"
+    got = zarr.open_array(str(dst / "s"), mode="r")[...]
+    with h5py.File(h5, "r") as f:
+        want = [x.decode() for x in f["s"][...]]
+    assert [str(x) for x in got] == want
+
+
 def test_json_v1_templates_and_gen(zshard_bin, tmp_path):
     """Hand-written: kerchunk does not emit gen. Chunks of g come from gen with arithmetic offsets,
     h's from refs with templated URLs (plain and called)."""

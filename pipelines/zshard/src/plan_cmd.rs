@@ -97,11 +97,16 @@ fn print_human(arrays: &[Value], threads: usize) {
             a["index_location"].as_str().unwrap_or_default()
         );
         println!("  output codecs  {}", codecs("output_codecs"));
-        println!(
-            "  bytes          {} raw in, at most {} raw out (compressed sizes depend on the data)",
-            HumanBytes(u("estimated_bytes_in")),
-            HumanBytes(u("estimated_bytes_out"))
-        );
+        if a["data_type"] == "string" {
+            // Only the 8-byte handles are known: string lengths are not in the metadata.
+            println!("  bytes          unknown (variable-length strings)");
+        } else {
+            println!(
+                "  bytes          {} raw in, at most {} raw out (compressed sizes depend on the data)",
+                HumanBytes(u("estimated_bytes_in")),
+                HumanBytes(u("estimated_bytes_out"))
+            );
+        }
         println!(
             "  peak memory    about {} per worker with {threads} thread(s)",
             HumanBytes(u("estimated_peak_memory_per_worker"))
