@@ -336,7 +336,14 @@ mod tests {
             r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
         ));
         assert!(bad(
-            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<M8[ns]","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<M8[fortnight]","compressor":null,"fill_value":0,"order":"C","filters":null}"#
+        ));
+        // Objects other than vlen-utf8 strings (pickle, JSON, vlen-bytes) are not supported.
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"|O","compressor":null,"fill_value":"","order":"C","filters":[{"id":"pickle"}]}"#
+        ));
+        assert!(bad(
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"|O","compressor":null,"fill_value":"","order":"C","filters":null}"#
         ));
         assert!(bad(
             r#"{"zarr_format":2,"shape":[4],"chunks":[0],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
