@@ -17,6 +17,9 @@ pub struct ArrayJob {
     /// How inner chunks are encoded; `None` hands the sink raw inner chunks (little-endian C order),
     /// which is how `verify` compares a source with an existing output.
     pub inner_chain: Option<CodecChain>,
+    /// Source chunks are already inner chunks, encoded exactly as the output's are (same chunk shape and
+    /// codec chain): their bytes are copied without decoding. The planner decides when this is valid.
+    pub passthrough: bool,
     pub reader: Arc<dyn ChunkReader>,
     pub sink: Arc<dyn ShardSink>,
 }

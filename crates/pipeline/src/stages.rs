@@ -238,6 +238,19 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
 
 fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
     let job = &jobs[fetched.task.array];
+    if job.passthrough {
+        let chunks = fetched
+            .chunks
+            .into_iter()
+            .map(|(coord, bytes)| (coord, bytes.map(|b| b.to_vec())))
+            .collect();
+        return Ok(Decoded {
+            task: fetched.task,
+            chunks,
+            strings: StringTable::default(),
+            read: fetched.read,
+        });
+    }
     let strings_of = job.source_repr.data_type.is_variable();
     let count = job.source_repr.elements() as usize;
     let fill = job.source_repr.fill_value.as_bytes();
@@ -289,6 +302,9 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
 /// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
 /// boundaries freely; what no source chunk covers keeps the fill value.
 fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
+    if job.passthrough {
+        return place_encoded(job, decoded);
+    }
     let geometry = &job.geometry;
     let array_shape = geometry.array_shape();
     let source_shape = &job.source_repr.shape;
@@ -342,6 +358,30 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
     }
 }
 
+/// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the
+/// shard as it is. A missing source chunk is an empty inner chunk.
+fn place_encoded(job: &ArrayJob, decoded: Decoded) -> Assembled {
+    let per_shard = job.geometry.chunks_per_shard();
+    let mut inner: Vec<Option<Vec<u8>>> = vec![None; zshard_core::product(&per_shard) as usize];
+    for (coord, data) in decoded.chunks {
+        let local: Vec<u64> = coord
+            .iter()
+            .zip(&decoded.task.shard)
+            .zip(&per_shard)
+            .map(|((c, s), n)| c - s * n)
+            .collect();
+        if let Some(slot) = inner.get_mut(zshard_core::linear_index(&local, &per_shard) as usize) {
+            *slot = data;
+        }
+    }
+    Assembled {
+        task: decoded.task,
+        inner,
+        strings: decoded.strings,
+        read: decoded.read,
+    }
+}
+
 fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
     let job = &jobs[assembled.task.array];
     let shard = &assembled.task.shard;
@@ -360,6 +400,7 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
         .enumerate()
         .map(|(i, raw)| match raw {
             None => Ok(None),
+            Some(raw) if job.passthrough => Ok(Some(Bytes::from(raw))),
             Some(raw) => resolve(raw)
                 .and_then(|raw| match &job.inner_chain {
                     None => Ok(raw),

@@ -111,6 +111,7 @@ fn job(rows: u64, fail_at: Option<Vec<u64>>) -> (ArrayJob, Arc<MemoryReader>, Ar
         source_chain: chain.clone(),
         inner_chain: Some(build_chain(&codecs, &inner).expect("chain")),
         inner_repr: inner,
+        passthrough: false,
         reader: reader.clone(),
         sink: sink.clone(),
     };

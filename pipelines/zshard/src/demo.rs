@@ -131,6 +131,7 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
             chunk_shape: None,
             compressor: Compressor::Zstd { level: 3 },
             index_location: IndexLocation::End,
+            passthrough: true,
         }
         .into(),
         memory_limit: None,

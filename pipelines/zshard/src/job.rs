@@ -55,6 +55,7 @@ impl Settings {
             chunk_shape: self.chunk_shape.clone(),
             compressor,
             index_location,
+            passthrough: true,
         })
     }
 }

@@ -98,6 +98,10 @@ struct LayoutArgs {
     /// Where each shard's index goes.
     #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
     index_location: IndexLocation,
+    /// Always decode and re-encode. By default, source chunks that already have the output's inner
+    /// chunk shape and codec chain are copied into the shards without decoding.
+    #[arg(long)]
+    no_passthrough: bool,
     #[command(flatten)]
     source_args: SourceArgs,
     #[command(flatten)]
@@ -111,6 +115,7 @@ impl LayoutArgs {
             chunk_shape: self.chunk_shape.clone().map(|s| s.0),
             compressor: self.compressor.clone(),
             index_location: self.index_location,
+            passthrough: !self.no_passthrough,
         }
     }
 }

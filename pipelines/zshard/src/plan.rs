@@ -22,6 +22,8 @@ pub struct Layout {
     pub chunk_shape: Option<Vec<u64>>,
     pub compressor: Compressor,
     pub index_location: IndexLocation,
+    /// Copy source chunks without decoding where they are already encoded as the output's inner chunks.
+    pub passthrough: bool,
 }
 
 /// The layout of every array: one default, and overrides by array path (from job files).
@@ -66,6 +68,8 @@ pub struct PlannedArray {
     pub source: ArrayMeta,
     pub geometry: ShardGeometry,
     pub output: ShardedArrayMetadata,
+    /// Source chunks are copied as encoded (see [`passthrough_applies`]).
+    pub passthrough: bool,
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }
 
@@ -140,6 +144,7 @@ impl Plan {
                         fill_value: a.output.fill_value.clone(),
                     },
                     inner_chain: Some(a.job_parts.1.clone()),
+                    passthrough: a.passthrough,
                     reader: source.reader(&a.path, &a.source),
                     sink: Arc::new(writer),
                 }
@@ -205,6 +210,8 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<P
         fill_value: meta.fill_value.clone(),
     };
     let inner_chain = build_chain(&inner_codecs, &inner_repr).context("output codecs")?;
+    let passthrough =
+        layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
     let output = ShardedArrayMetadata {
         shape: meta.shape.clone(),
         data_type: meta.data_type,
@@ -221,6 +228,20 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<P
         source: meta.clone(),
         geometry,
         output,
+        passthrough,
         job_parts: (source_chain, inner_chain),
     })
+}
+
+/// Whether source chunks can be copied as inner chunks without decoding: the same chunk shape (so one
+/// source chunk is one inner chunk, edge chunks included, which both formats store whole) and the same
+/// codec chain, configuration for configuration, for the same data type. A source stored in the
+/// `sharding_indexed` codec has shard-sized chunks and never qualifies.
+fn passthrough_applies(
+    meta: &ArrayMeta,
+    inner_shape: &[u64],
+    source_chain: &zshard_core::CodecChain,
+    inner_chain: &zshard_core::CodecChain,
+) -> bool {
+    meta.chunk_shape == inner_shape && source_chain.specs() == inner_chain.specs()
 }

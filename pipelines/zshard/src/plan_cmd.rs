@@ -59,6 +59,7 @@ fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
         "inner_chunks_per_shard": product(&a.geometry.chunks_per_shard()),
         "index_location": a.output.index_location.as_str(),
         "output_codecs": a.output.inner_codecs,
+        "passthrough": a.passthrough,
         // Compressed sizes depend on the data, which plan never reads: these are raw sizes, an upper
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,
@@ -97,6 +98,9 @@ fn print_human(arrays: &[Value], threads: usize) {
             a["index_location"].as_str().unwrap_or_default()
         );
         println!("  output codecs  {}", codecs("output_codecs"));
+        if a["passthrough"] == true {
+            println!("  passthrough    source chunks are copied into the shards without decoding");
+        }
         if a["data_type"] == "string" {
             // Only the 8-byte handles are known: string lengths are not in the metadata.
             println!("  bytes          unknown (variable-length strings)");

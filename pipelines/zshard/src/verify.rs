@@ -282,6 +282,7 @@ pub fn verify(
             geometry,
             inner_repr,
             inner_chain: None,
+            passthrough: false,
         });
     }
     let tasks = ShardTask::all(&jobs).filter(|t| {
