@@ -42,6 +42,7 @@ pub use geometry::{
 pub use io::{ChunkReader, ShardSink};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind};
 pub use shard_index::{
-    assemble_shard, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex, ShardReader, EMPTY,
+    assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
+    ShardReader, EMPTY,
 };
 pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};

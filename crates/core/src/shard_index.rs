@@ -47,9 +47,12 @@ impl Default for IndexEncoding {
 }
 
 impl IndexEncoding {
-    /// Encoded size of an index over `chunks` inner chunks.
+    /// Encoded size of an index over `chunks` inner chunks (saturating: a count too large for memory
+    /// gives a size no buffer has, so decoding it fails instead of overflowing).
     pub fn byte_len(&self, chunks: usize) -> usize {
-        chunks * 16 + if self.crc32c { 4 } else { 0 }
+        chunks
+            .saturating_mul(16)
+            .saturating_add(if self.crc32c { 4 } else { 0 })
     }
 }
 
@@ -186,8 +189,30 @@ pub fn assemble_shard<B: AsRef<[u8]>>(
     location: IndexLocation,
     encoding: IndexEncoding,
 ) -> Vec<u8> {
-    let index_len = encoding.byte_len(inner.len());
+    let index = shard_index_for(inner, location, encoding);
     let data_len: usize = inner.iter().flatten().map(|c| c.as_ref().len()).sum();
+    let mut out = Vec::with_capacity(index.len() + data_len);
+    if location == IndexLocation::Start {
+        out.extend_from_slice(&index);
+    }
+    for chunk in inner.iter().flatten() {
+        out.extend_from_slice(chunk.as_ref());
+    }
+    if location == IndexLocation::End {
+        out.extend_from_slice(&index);
+    }
+    out
+}
+
+/// The encoded index of a shard whose stored inner chunks are laid out back to back in C order, with
+/// the index before or after them (as [`assemble_shard`] does), for writers that send the pieces
+/// without copying them into one buffer.
+pub fn shard_index_for<B: AsRef<[u8]>>(
+    inner: &[Option<B>],
+    location: IndexLocation,
+    encoding: IndexEncoding,
+) -> Vec<u8> {
+    let index_len = encoding.byte_len(inner.len());
     let mut offset = match location {
         IndexLocation::Start => index_len as u64,
         IndexLocation::End => 0,
@@ -205,18 +230,7 @@ pub fn assemble_shard<B: AsRef<[u8]>>(
             })
         })
         .collect();
-    let index = ShardIndex::new(entries).encode(encoding);
-    let mut out = Vec::with_capacity(index_len + data_len);
-    if location == IndexLocation::Start {
-        out.extend_from_slice(&index);
-    }
-    for chunk in inner.iter().flatten() {
-        out.extend_from_slice(chunk.as_ref());
-    }
-    if location == IndexLocation::End {
-        out.extend_from_slice(&index);
-    }
-    out
+    ShardIndex::new(entries).encode(encoding)
 }
 
 /// A shard read back: its index and the bytes of each inner chunk.
@@ -369,6 +383,19 @@ mod tests {
         let mut shard = vec![0u8; 10];
         shard.extend(huge.encode(enc));
         assert!(ShardReader::new(&shard, 1, IndexLocation::End, enc).is_err());
+    }
+
+    #[test]
+    fn absurd_chunk_counts_are_errors() {
+        // Found by the shard_index fuzz target: 16 * chunks overflowed instead of failing.
+        let enc = IndexEncoding::default();
+        let shard = assemble_shard(&chunks(), IndexLocation::End, enc);
+        for n in [usize::MAX / 16 + 1, usize::MAX] {
+            assert_eq!(enc.byte_len(n), usize::MAX);
+            assert!(ShardReader::new(&shard, n, IndexLocation::End, enc).is_err());
+            assert!(ShardReader::new(&shard, n, IndexLocation::Start, enc).is_err());
+            assert!(ShardIndex::decode(&shard, n, enc).is_err());
+        }
     }
 
     #[test]

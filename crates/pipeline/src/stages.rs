@@ -239,11 +239,26 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
 fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
     let job = &jobs[fetched.task.array];
     if job.passthrough {
+        // The bytes are copied as they are, but only once they decode: a corrupt source chunk must
+        // stop the run as it does without passthrough, not be copied into a shard. Decoding costs far
+        // less than the encoding that passthrough saves.
         let chunks = fetched
             .chunks
-            .into_iter()
-            .map(|(coord, bytes)| (coord, bytes.map(|b| b.to_vec())))
-            .collect();
+            .into_par_iter()
+            .map(|(coord, bytes)| {
+                if let Some(b) = &bytes {
+                    job.source_chain
+                        .decode(b, &job.source_repr)
+                        .map_err(|source| Error::Decode {
+                            array: job.name.clone(),
+                            key: job.reader.chunk_key(&coord),
+                            source: Box::new(source),
+                        })?;
+                }
+                // Without a copy when the read buffer is not shared.
+                Ok((coord, bytes.map(Vec::from)))
+            })
+            .collect::<Result<Vec<_>>>()?;
         return Ok(Decoded {
             task: fetched.task,
             chunks,

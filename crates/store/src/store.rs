@@ -254,6 +254,40 @@ impl Store {
         })
     }
 
+    /// Writes the concatenation of `parts` as one object, without copying them into one buffer first
+    /// (local files get each part written in turn; object stores get one PUT, or a multipart upload
+    /// for large objects, as [`Store::put`]).
+    pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
+        let path = self.path(key)?;
+        let part_size = self.runtime.options().part_size.max(5 << 20);
+        let total: usize = parts.iter().map(Bytes::len).sum();
+        let result = if self.local_base.is_none() && total > part_size {
+            self.runtime.block_on(self.retrying(|| async {
+                let upload = self.inner.put_multipart(&path).await?;
+                let mut writer =
+                    object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
+                for part in &parts {
+                    if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
+                        let _ = writer.abort().await;
+                        return Err(e);
+                    }
+                    writer.put(part.clone());
+                }
+                writer.finish().await.map(|_| ())
+            }))
+        } else {
+            self.runtime.block_on(self.retrying(|| async {
+                let payload: PutPayload = parts.iter().cloned().collect();
+                self.inner.put(&path, payload).await.map(|_| ())
+            }))
+        };
+        result.map_err(|source| Error::Request {
+            operation: "cannot write",
+            location: self.url(key),
+            source: Box::new(source),
+        })
+    }
+
     async fn put_multipart(
         &self,
         path: &Path,

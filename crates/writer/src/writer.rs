@@ -1,6 +1,6 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use zshard_core::{assemble_shard, ChunkKeyEncoding, IndexEncoding, IndexLocation, ShardSink};
+use zshard_core::{shard_index_for, ChunkKeyEncoding, IndexEncoding, IndexLocation, ShardSink};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
@@ -35,10 +35,23 @@ impl ShardSink for ShardWriter {
         if inner.iter().all(Option::is_none) {
             return Ok(0);
         }
-        let bytes = assemble_shard(inner, self.index_location, IndexEncoding::default());
-        let len = bytes.len() as u64;
+        // The shard goes out as its pieces: copying them into one buffer would double its memory.
+        let index = Bytes::from(shard_index_for(
+            inner,
+            self.index_location,
+            IndexEncoding::default(),
+        ));
+        let mut parts = Vec::with_capacity(inner.len() + 1);
+        if self.index_location == IndexLocation::Start {
+            parts.push(index.clone());
+        }
+        parts.extend(inner.iter().flatten().cloned());
+        if self.index_location == IndexLocation::End {
+            parts.push(index);
+        }
+        let len = parts.iter().map(|p| p.len() as u64).sum();
         self.store
-            .put(&self.keys.key(shard), Bytes::from(bytes))
+            .put_parts(&self.keys.key(shard), parts)
             .map_err(|e| zshard_core::Error::Write {
                 key: self.shard_key(shard),
                 source: Box::new(e),
