@@ -123,6 +123,11 @@ const ALL: [DataType; 15] = [
 ];
 
 impl DataType {
+    /// The numeric data types (bool, integers, floats, complex), whose v3 names need no configuration.
+    pub fn numeric() -> &'static [DataType] {
+        &ALL[..14]
+    }
+
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
