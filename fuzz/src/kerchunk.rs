@@ -1,0 +1,106 @@
+//! `kerchunk_json`: a kerchunk JSON reference set (version 0 or 1, lenient JSON) opened from a file,
+//! then, for each array it describes, its first chunks read (inline references; other targets
+//! under the temporary folder do not exist) and decoded with the array's chain.
+//!
+//! Remote targets would mean network requests: inputs naming a URL scheme are skipped, and
+//! `fuzz/run.sh` runs this target in a network namespace of its own (`unshare -n`) so that no
+//! request built any other way (templates, gen) can leave the machine.
+//!
+//! Promises checked: no panic; one result per requested chunk; the decode promises of
+//! `codec_decode`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use zshard_codecs::build_chain;
+use zshard_core::{grid_shape, product, unravel_index, NodeKind};
+use zshard_kerchunk::{Format, Options, ReferenceSet};
+use zshard_store::IoRuntime;
+
+use crate::codecs::{decode_and_check, largest_stage};
+
+struct Env {
+    file: PathBuf,
+    runtime: Arc<IoRuntime>,
+}
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("zshard-fuzz-kerchunk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary folder");
+        Env {
+            file: dir.join("refs.json"),
+            runtime: IoRuntime::new(1).expect("I/O runtime"),
+        }
+    })
+}
+
+fn names_a_scheme(data: &[u8]) -> bool {
+    let lower = data.to_ascii_lowercase();
+    [
+        &b"://"[..],
+        b":\\/",
+        b"s3:",
+        b"gs:",
+        b"az:",
+        b"http",
+        b"abfs",
+        b"gcs",
+        b"file:",
+    ]
+    .iter()
+    .any(|pat| lower.windows(pat.len()).any(|w| w == *pat))
+}
+
+pub fn kerchunk_json(data: &[u8]) {
+    if names_a_scheme(data) {
+        return;
+    }
+    let env = env();
+    if std::fs::write(&env.file, data).is_err() {
+        return;
+    }
+    let Some(location) = env.file.to_str() else {
+        return;
+    };
+    let Ok(set) = ReferenceSet::open(
+        location,
+        Format::Json,
+        &Options::default(),
+        env.runtime.clone(),
+    ) else {
+        return;
+    };
+    for node in set.nodes() {
+        let NodeKind::Array(meta) = &node.kind else {
+            continue;
+        };
+        let reader = set.reader(&node.path, meta);
+        let grid = grid_shape(&meta.shape, &meta.chunk_shape);
+        let count = product(&grid).min(4);
+        let mut coords: Vec<Vec<u64>> = (0..count).map(|i| unravel_index(i, &grid)).collect();
+        // One coordinate past the grid, which has no chunk.
+        coords.push(grid.clone());
+        for coord in &coords {
+            let _ = reader.chunk_key(coord);
+        }
+        let results = reader.read_chunks(&coords);
+        assert_eq!(results.len(), coords.len());
+        let repr = meta.chunk_repr();
+        let Ok(chain) = build_chain(&meta.codecs, &repr) else {
+            continue;
+        };
+        if repr.byte_len() > 1 << 20 || largest_stage(&chain, &repr) > 8 << 20 {
+            continue;
+        }
+        for bytes in results.into_iter().flatten().flatten() {
+            decode_and_check(&chain, &meta.codecs, &repr, &bytes);
+        }
+    }
+}
