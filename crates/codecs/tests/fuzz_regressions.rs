@@ -31,9 +31,12 @@ fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
 }
 
+/// A fuzz target's check function, by the target's name.
+type Target = (&'static str, fn(&[u8]));
+
 #[test]
 fn replay_fuzz_regressions() {
-    let targets: [(&str, fn(&[u8])); 5] = [
+    let targets: [Target; 5] = [
         ("codec_decode", codecs::codec_decode),
         ("filter_decode", codecs::filter_decode),
         ("shard_index", shard::shard_index),
