@@ -5,8 +5,9 @@ use serde_json::Value;
 
 use crate::template::{Template, Templates, Val};
 
-/// The most references one reference set may generate.
-pub(crate) const MAX_GENERATED: u64 = 1 << 32;
+/// The most references one reference set may generate: 2^26 references already take a few GB
+/// once held (every reference stays in memory), and a few bytes of `gen` must not ask for more.
+pub(crate) const MAX_GENERATED: u64 = 1 << 26;
 
 /// One compiled `gen` entry.
 #[derive(Debug)]
@@ -14,7 +15,32 @@ pub(crate) struct Gen {
     key: (String, Template),
     url: (String, Template),
     range: Option<((String, Template), (String, Template))>,
-    dimensions: Vec<(String, Vec<Val>)>,
+    dimensions: Vec<(String, Values)>,
+}
+
+/// The values of one dimension: a list, or a range computed as it is enumerated (so that a range
+/// costs no memory, whatever its length).
+#[derive(Debug)]
+enum Values {
+    List(Vec<Val>),
+    Range { start: i64, step: i64, count: u64 },
+}
+
+impl Values {
+    fn len(&self) -> u64 {
+        match self {
+            Values::List(values) => values.len() as u64,
+            Values::Range { count, .. } => *count,
+        }
+    }
+
+    /// Value `i` (below `len()`): for a range `start + i * step`, which lies between start and stop.
+    fn get(&self, i: usize) -> Val {
+        match self {
+            Values::List(values) => values[i].clone(),
+            Values::Range { start, step, .. } => Val::Int(start + i as i64 * step),
+        }
+    }
 }
 
 /// A generated reference.
@@ -51,7 +77,7 @@ fn compile(what: &str, field: &str, value: Option<&Value>) -> Result<(String, Te
     Ok((text, template))
 }
 
-fn dimension(what: &str, name: &str, spec: &Value) -> Result<Vec<Val>, GenError> {
+fn dimension(what: &str, name: &str, spec: &Value) -> Result<Values, GenError> {
     let bad = |reason: String| (what.to_string(), spec.to_string(), reason);
     match spec {
         Value::Array(items) => items
@@ -67,7 +93,8 @@ fn dimension(what: &str, name: &str, spec: &Value) -> Result<Vec<Val>, GenError>
                     "dimension {name}: {other} is not a number or string"
                 ))),
             })
-            .collect(),
+            .collect::<Result<_, _>>()
+            .map(Values::List),
         Value::Object(range) => {
             let int = |field: &str, default: Option<i64>| match range.get(field) {
                 None => {
@@ -94,9 +121,11 @@ fn dimension(what: &str, name: &str, spec: &Value) -> Result<Vec<Val>, GenError>
             if count > i128::from(MAX_GENERATED) {
                 return Err(bad(format!("dimension {name} has too many values")));
             }
-            Ok((0..count as i64)
-                .map(|k| Val::Int(start + k * step))
-                .collect())
+            Ok(Values::Range {
+                start,
+                step,
+                count: count as u64,
+            })
         }
         _ => Err(bad(format!(
             "dimension {name} must be {{start, stop, step}} or a list"
@@ -148,9 +177,9 @@ impl Gen {
                 .iter()
                 .map(|(name, spec)| Ok((name.clone(), dimension(&what, name, spec)?)))
                 .collect::<Result<Vec<_>, GenError>>()?;
-            let count = dimensions.iter().try_fold(1u64, |acc, (_, values)| {
-                acc.checked_mul(values.len() as u64)
-            });
+            let count = dimensions
+                .iter()
+                .try_fold(1u64, |acc, (_, values)| acc.checked_mul(values.len()));
             total = count
                 .and_then(|c| total.checked_add(c))
                 .filter(|t| *t <= MAX_GENERATED)
@@ -178,7 +207,7 @@ impl Gen {
         templates: &Templates,
         emit: &mut dyn FnMut(Generated) -> Result<(), GenError>,
     ) -> Result<(), GenError> {
-        if self.dimensions.iter().any(|(_, v)| v.is_empty()) {
+        if self.dimensions.iter().any(|(_, v)| v.len() == 0) {
             return Ok(());
         }
         let mut index = vec![0usize; self.dimensions.len()];
@@ -188,7 +217,7 @@ impl Gen {
                     .iter()
                     .zip(&index)
                     .find(|((n, _), _)| n == name)
-                    .map(|((_, values), &i)| values[i].clone())
+                    .map(|((_, values), &i)| values.get(i))
             };
             let render = |(text, template): &(String, Template)| {
                 template
@@ -226,7 +255,7 @@ impl Gen {
                 }
                 d -= 1;
                 index[d] += 1;
-                if index[d] < self.dimensions[d].1.len() {
+                if (index[d] as u64) < self.dimensions[d].1.len() {
                     break;
                 }
                 index[d] = 0;
@@ -308,6 +337,10 @@ mod tests {
             json!([{"key": "k{{i}}", "url": "u", "offset": "{{i - 5}}", "length": "1", "dimensions": {"i": [1]}}]),
             json!([{"key": "k", "url": "u", "dimensions": {"i": {"stop": 100000}, "j": {"stop": 100000}}}]),
             json!([{"key": "k{{i}}", "url": "u", "offset": "18446744073709551615", "length": "1", "dimensions": {"i": [1]}}]),
+            // Found by the kerchunk_json fuzz target: 4e9 values were materialized (96 GB) before
+            // anything was checked, and 2^32 references could never be held anyway.
+            json!([{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"stop": 4_000_000_000u64}}}]),
+            json!([{"key": "k{{i}}{{j}}", "url": "u", "dimensions": {"i": {"stop": 65536}, "j": {"stop": 1025}}}]),
         ] {
             assert!(expand_all(bad.clone(), &t).is_err(), "{bad} should fail");
         }

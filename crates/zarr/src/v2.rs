@@ -106,6 +106,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         source,
     };
     let (data_type, endian) = DataType::from_v2_typestr(typestr).map_err(core)?;
+    check_element_size(key, data_type)?;
     let fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
     check_sizes(key, &z.shape, &z.chunks, data_type)?;
 
@@ -179,6 +180,25 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         attributes,
         dimension_names,
     })
+}
+
+/// The largest element accepted (fixed-length strings of up to 4 Mi characters): a larger one is
+/// corrupt metadata, and even the fill value, one element, would be a huge allocation.
+pub(crate) const MAX_ELEMENT_BYTES: usize = 16 << 20;
+
+/// Refuses data types whose elements are larger than [`MAX_ELEMENT_BYTES`]; checked before the fill
+/// value is parsed.
+pub(crate) fn check_element_size(key: &str, data_type: DataType) -> Result<()> {
+    if data_type.size() > MAX_ELEMENT_BYTES {
+        return Err(metadata(
+            key,
+            format!(
+                "data type {data_type} has {}-byte elements, more than {MAX_ELEMENT_BYTES}",
+                data_type.size()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses shapes whose sizes overflow: a chunk must fit in memory, the array in 64-bit arithmetic.
@@ -365,6 +385,19 @@ mod tests {
         let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"bitround","keepbits":3}]}"#, None)
             .expect_err("unsupported");
         assert!(err.to_string().contains("bitround") && err.to_string().contains("delta"));
+    }
+
+    #[test]
+    fn refuses_huge_elements_before_allocating_the_fill_value() {
+        // Found by the v2_metadata fuzz target: "<U897804107" made parsing allocate a 3.6 GB fill
+        // value (the chunk, 12 such elements, passed the 1 TiB buffer check).
+        let zarray = br#"{"zarr_format":2,"shape":[9,7],"chunks":[4,3],"dtype":"<U897804107","compressor":null,"fill_value":null,"order":"C","filters":null}"#;
+        let err = parse_array("a/.zarray", zarray, None).expect_err("refused");
+        assert!(err.to_string().contains("more than"), "{err}");
+        let zarray = br#"{"zarr_format":2,"shape":[9],"chunks":[4],"dtype":"|S16777216","compressor":null,"fill_value":null,"order":"C","filters":null}"#;
+        assert!(parse_array("a/.zarray", zarray, None).is_ok());
+        let zarray = br#"{"zarr_format":2,"shape":[9],"chunks":[4],"dtype":"|S16777217","compressor":null,"fill_value":null,"order":"C","filters":null}"#;
+        assert!(parse_array("a/.zarray", zarray, None).is_err());
     }
 
     #[test]

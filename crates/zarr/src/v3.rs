@@ -89,6 +89,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
         }
         other => return Err(metadata(key, format!("data_type {other} is not supported"))),
     };
+    crate::v2::check_element_size(key, data_type)?;
     let fill_value = FillValue::from_v3_json(
         &z.fill_value.ok_or_else(|| missing("fill_value"))?,
         data_type,
@@ -187,6 +188,17 @@ mod tests {
         assert_eq!(meta.codecs[0].name, "sharding_indexed");
         assert_eq!(meta.chunk_key_encoding.key(&[1, 0]), "c/1/0");
         assert_eq!(meta.dimension_names, Some(vec![Some("y".into()), None]));
+    }
+
+    #[test]
+    fn refuses_huge_elements_before_allocating_the_fill_value() {
+        // As in v2: one fixed_length_utf32 element of 4 GiB must not be allocated as a fill value.
+        let doc = br#"{"zarr_format":3,"node_type":"array","shape":[4],
+          "data_type":{"name":"fixed_length_utf32","configuration":{"length_bytes":4294967292}},
+          "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2]}},
+          "chunk_key_encoding":{"name":"default"},"fill_value":"","codecs":[]}"#;
+        let err = parse_node("z", doc).expect_err("refused");
+        assert!(err.to_string().contains("more than"), "{err}");
     }
 
     #[test]
