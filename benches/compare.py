@@ -23,24 +23,7 @@ import numcodecs
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from w1 import make_source, timed, verify  # noqa: E402
-
-TS_SCRIPT = r"""
-import sys, tensorstore as ts
-src, dst, threads, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-ctx = ts.Context({"data_copy_concurrency": {"limit": threads}, "file_io_concurrency": {"limit": 2 * threads}})
-source = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": src}}, context=ctx).result()
-spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": dst}, "metadata": {
-    "shape": [size, size], "data_type": "uint16",
-    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4096, 4096]}},
-    "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [256, 256],
-        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                   {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
-        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
-        "index_location": "end"}}]}, "create": True, "delete_existing": True}
-target = ts.open(spec, context=ctx).result()
-target.write(source).result()
-"""
+from w1 import TS_SCRIPT, make_source, timed, verify  # noqa: E402
 
 
 def codec_floor(source, threads):
@@ -71,7 +54,7 @@ def main():
     tools = {
         "zshard": [args.zshard, "convert", source, out, "--shard-shape", "4096,4096", "--chunk-shape", "256,256",
                    "--compressor", "zstd:3", "--threads", str(args.threads), "--quiet"],
-        "tensorstore": [sys.executable, "-c", TS_SCRIPT, source, out, str(args.threads), str(args.size)],
+        "tensorstore": [sys.executable, "-c", TS_SCRIPT, source, out, str(args.threads), str(args.size), "zarr"],
     }
     if shutil.which("zarrs_reencode"):
         tools["zarrs_reencode"] = ["zarrs_reencode", source, out, "--shard-shape", "4096,4096", "--chunk-shape",

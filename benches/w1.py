@@ -24,6 +24,26 @@ import tensorstore as ts
 import zarr
 
 
+# tensorstore converting SRC (driver `zarr` or `zarr3`) into W1's/W5's output layout:
+# argv = SRC DST THREADS SIZE DRIVER.
+TS_SCRIPT = r"""
+import sys, tensorstore as ts
+src, dst, threads, size, driver = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ctx = ts.Context({"data_copy_concurrency": {"limit": threads}, "file_io_concurrency": {"limit": 2 * threads}})
+source = ts.open({"driver": driver, "kvstore": {"driver": "file", "path": src}}, context=ctx).result()
+spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": dst}, "metadata": {
+    "shape": [size, size], "data_type": "uint16",
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4096, 4096]}},
+    "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [256, 256],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end"}}]}, "create": True, "delete_existing": True}
+target = ts.open(spec, context=ctx).result()
+target.write(source).result()
+"""
+
+
 def make_source(path, size):
     if os.path.exists(os.path.join(path, ".zarray")):
         return
@@ -58,7 +78,7 @@ def timed(cmd):
 
 
 def verify(source, output):
-    src = zarr.open_array(source, mode="r", zarr_format=2)
+    src = zarr.open_array(source, mode="r")
     out = zarr.open_array(output, mode="r")
     meta = json.load(open(os.path.join(output, "zarr.json")))
     assert meta["codecs"][0]["name"] == "sharding_indexed"

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use zshard_core::{
-    vlen_encode, vlen_ranges, ArrayToArrayCodec, ChunkRepr, CodecSpec, DataType, Error, FillValue,
-    Result,
+    utf32_decode, utf32_encode, vlen_encode, vlen_ranges, ArrayToArrayCodec, ChunkRepr, CodecSpec,
+    DataType, Error, FillValue, Result,
 };
 
 use crate::config::string;
@@ -69,26 +69,6 @@ impl CategorizeCodec {
     }
 }
 
-/// A string as numpy stores it in `U<n>`: UTF-32 code units, NUL-padded, cut at `n` characters.
-fn to_utf32(text: &str, n: usize, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend(
-        text.chars()
-            .take(n)
-            .flat_map(|c| u32::from(c).to_le_bytes()),
-    );
-    out.resize(start + n * 4, 0);
-}
-
-fn from_utf32(units: &[u8]) -> String {
-    units
-        .chunks_exact(4)
-        .map(|u| u32::from_le_bytes([u[0], u[1], u[2], u[3]]))
-        .take_while(|&u| u != 0)
-        .map(|u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
-        .collect()
-}
-
 impl ArrayToArrayCodec for CategorizeCodec {
     fn encoded_repr(&self, decoded: &ChunkRepr) -> Result<ChunkRepr> {
         Ok(ChunkRepr {
@@ -100,9 +80,10 @@ impl ArrayToArrayCodec for CategorizeCodec {
 
     fn encode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>> {
         let strings: Vec<String> = match decoded.data_type {
-            DataType::FixedLengthUtf32(n) => {
-                data.chunks_exact(n as usize * 4).map(from_utf32).collect()
-            }
+            DataType::FixedLengthUtf32(n) => data
+                .chunks_exact(n as usize * 4)
+                .map(utf32_decode)
+                .collect(),
             _ => {
                 let ranges = vlen_ranges(&data, decoded.elements() as usize)?;
                 ranges
@@ -136,7 +117,7 @@ impl ArrayToArrayCodec for CategorizeCodec {
             DataType::FixedLengthUtf32(n) => {
                 let mut out = Vec::with_capacity(decoded.byte_len());
                 for label in labels {
-                    to_utf32(label, n as usize, &mut out);
+                    utf32_encode(label, n as usize, &mut out);
                 }
                 Ok(out)
             }
@@ -171,7 +152,7 @@ mod tests {
         let decoded = codec.decode(vec![1, 2, 0, 9], &repr).expect("decode");
         let mut expected = Vec::new();
         for s in ["a", "bb", "", ""] {
-            to_utf32(s, 2, &mut expected);
+            utf32_encode(s, 2, &mut expected);
         }
         assert_eq!(decoded, expected);
         assert_eq!(codec.encode(decoded, &repr).ok(), Some(vec![1, 2, 0, 0]));

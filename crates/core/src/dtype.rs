@@ -142,6 +142,16 @@ impl DataType {
         }
     }
 
+    /// The element size a shuffling compressor (blosc) works with: strings are compressed as the
+    /// bytes of their `vlen-utf8` layout, so 1 for them.
+    pub fn typesize(self) -> usize {
+        if self.is_variable() {
+            1
+        } else {
+            self.size()
+        }
+    }
+
     /// Whether elements have no fixed size (strings): chunks are then in the `vlen-utf8` layout.
     pub fn is_variable(self) -> bool {
         matches!(self, DataType::String)
@@ -372,6 +382,32 @@ impl std::fmt::Display for DataType {
             other => f.write_str(other.v3_name()),
         }
     }
+}
+
+/// Appends `text` as numpy stores it in `U<n>`: UTF-32 little-endian code units, cut at `n`
+/// characters and NUL-padded to `n`.
+pub fn utf32_encode(text: &str, n: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend(
+        text.chars()
+            .take(n)
+            .flat_map(|c| u32::from(c).to_le_bytes()),
+    );
+    out.resize(start + n * 4, 0);
+}
+
+/// A numpy `U<n>` element as a string: trailing NULs dropped, as numpy does (invalid code points
+/// become U+FFFD).
+pub fn utf32_decode(units: &[u8]) -> String {
+    let units: Vec<u32> = units
+        .chunks_exact(4)
+        .map(|u| u32::from_le_bytes([u[0], u[1], u[2], u[3]]))
+        .collect();
+    let end = units.iter().rposition(|&u| u != 0).map_or(0, |i| i + 1);
+    units[..end]
+        .iter()
+        .map(|&u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect()
 }
 
 /// numpy's `[<scale><unit>]` suffix; empty for the generic unit.

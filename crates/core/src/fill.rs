@@ -159,11 +159,8 @@ impl FillValue {
         if text.chars().count() > length {
             return None;
         }
-        let mut bytes: Vec<u8> = text
-            .chars()
-            .flat_map(|c| u32::from(c).to_le_bytes())
-            .collect();
-        bytes.resize(length * 4, 0);
+        let mut bytes = Vec::with_capacity(length * 4);
+        crate::dtype::utf32_encode(text, length, &mut bytes);
         Some(FillValue { bytes })
     }
 
@@ -183,20 +180,7 @@ impl FillValue {
                 let end = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
                 Value::String(base64::engine::general_purpose::STANDARD.encode(&b[..end]))
             }
-            DataType::FixedLengthUtf32(_) => {
-                // numpy drops trailing NULs from str scalars too.
-                let units: Vec<u32> = b
-                    .chunks_exact(4)
-                    .map(|u| u32::from_le_bytes([u[0], u[1], u[2], u[3]]))
-                    .collect();
-                let end = units.iter().rposition(|&u| u != 0).map_or(0, |i| i + 1);
-                Value::String(
-                    units[..end]
-                        .iter()
-                        .map(|&u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER))
-                        .collect(),
-                )
-            }
+            DataType::FixedLengthUtf32(_) => Value::String(crate::dtype::utf32_decode(b)),
             DataType::String => Value::String(String::from_utf8_lossy(b).into_owned()),
             DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
                 i64::from_le_bytes(arr(8)).into()

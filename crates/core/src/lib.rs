@@ -31,7 +31,7 @@ mod vlen;
 pub use codec::{
     ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
 };
-pub use dtype::{swap_byte_order, DataType, Endian, TimeUnit};
+pub use dtype::{swap_byte_order, utf32_decode, utf32_encode, DataType, Endian, TimeUnit};
 pub use error::{chain_text, BoxError, Error, Result};
 pub use fill::FillValue;
 pub use geometry::{

@@ -238,35 +238,7 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
 
 fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
     let job = &jobs[fetched.task.array];
-    if job.passthrough {
-        // The bytes are copied as they are, but only once they decode: a corrupt source chunk must
-        // stop the run as it does without passthrough, not be copied into a shard. Decoding costs far
-        // less than the encoding that passthrough saves.
-        let chunks = fetched
-            .chunks
-            .into_par_iter()
-            .map(|(coord, bytes)| {
-                if let Some(b) = &bytes {
-                    job.source_chain
-                        .decode(b, &job.source_repr)
-                        .map_err(|source| Error::Decode {
-                            array: job.name.clone(),
-                            key: job.reader.chunk_key(&coord),
-                            source: Box::new(source),
-                        })?;
-                }
-                // Without a copy when the read buffer is not shared.
-                Ok((coord, bytes.map(Vec::from)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        return Ok(Decoded {
-            task: fetched.task,
-            chunks,
-            strings: StringTable::default(),
-            read: fetched.read,
-        });
-    }
-    let strings_of = job.source_repr.data_type.is_variable();
+    let strings_of = job.source_repr.data_type.is_variable() && !job.passthrough;
     let count = job.source_repr.elements() as usize;
     let fill = job.source_repr.fill_value.as_bytes();
     let decoded = fetched
@@ -286,6 +258,12 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
                 .source_chain
                 .decode(&b, &job.source_repr)
                 .map_err(error)?;
+            if job.passthrough {
+                // The encoded bytes go to the shard as they are, but only once they decode: a corrupt
+                // source chunk stops the run as it does without passthrough. Decoding costs far less
+                // than the encoding passthrough saves. `Vec::from` does not copy an unshared buffer.
+                return Ok((coord, Some(Vec::from(b)), None));
+            }
             if !strings_of {
                 return Ok((coord, Some(data), None));
             }

@@ -234,47 +234,21 @@ impl Store {
     /// larger than the part size go up as a multipart upload (parts in parallel), which is aborted on
     /// failure and never visible unless completed.
     pub fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        let path = self.path(key)?;
-        let part_size = self.runtime.options().part_size.max(5 << 20);
-        // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
-        // failed one was aborted).
-        let result = if self.local_base.is_none() && data.len() > part_size {
-            self.runtime
-                .block_on(self.retrying(|| self.put_multipart(&path, data.clone(), part_size)))
-        } else {
-            self.runtime.block_on(self.retrying(|| async {
-                let payload = PutPayload::from_bytes(data.clone());
-                self.inner.put(&path, payload).await.map(|_| ())
-            }))
-        };
-        result.map_err(|source| Error::Request {
-            operation: "cannot write",
-            location: self.url(key),
-            source: Box::new(source),
-        })
+        self.put_parts(key, vec![data])
     }
 
     /// Writes the concatenation of `parts` as one object, without copying them into one buffer first
     /// (local files get each part written in turn; object stores get one PUT, or a multipart upload
-    /// for large objects, as [`Store::put`]).
+    /// above the part size).
     pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
         let path = self.path(key)?;
         let part_size = self.runtime.options().part_size.max(5 << 20);
         let total: usize = parts.iter().map(Bytes::len).sum();
+        // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
+        // failed one was aborted).
         let result = if self.local_base.is_none() && total > part_size {
-            self.runtime.block_on(self.retrying(|| async {
-                let upload = self.inner.put_multipart(&path).await?;
-                let mut writer =
-                    object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
-                for part in &parts {
-                    if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
-                        let _ = writer.abort().await;
-                        return Err(e);
-                    }
-                    writer.put(part.clone());
-                }
-                writer.finish().await.map(|_| ())
-            }))
+            self.runtime
+                .block_on(self.retrying(|| self.put_multipart(&path, &parts, part_size)))
         } else {
             self.runtime.block_on(self.retrying(|| async {
                 let payload: PutPayload = parts.iter().cloned().collect();
@@ -288,24 +262,27 @@ impl Store {
         })
     }
 
+    /// Uploads `parts` in pieces of at most `part_size`, with a bounded number in flight.
     async fn put_multipart(
         &self,
         path: &Path,
-        data: Bytes,
+        parts: &[Bytes],
         part_size: usize,
     ) -> object_store::Result<()> {
         let upload = self.inner.put_multipart(path).await?;
         let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
-        let mut offset = 0;
-        while offset < data.len() {
-            if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
-                // Do not leave uploaded parts behind (they cost storage and are never visible).
-                let _ = writer.abort().await;
-                return Err(e);
+        for part in parts {
+            let mut offset = 0;
+            while offset < part.len() {
+                if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
+                    // Do not leave uploaded parts behind (they cost storage and are never visible).
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+                let end = (offset + part_size).min(part.len());
+                writer.put(part.slice(offset..end));
+                offset = end;
             }
-            let end = (offset + part_size).min(data.len());
-            writer.put(data.slice(offset..end));
-            offset = end;
         }
         writer.finish().await.map(|_| ())
     }

@@ -271,12 +271,7 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
     let level = || c.get("level").cloned().unwrap_or(json!(1));
     Ok(match id {
         "blosc" => {
-            // numcodecs compresses the bytes of strings (vlen-utf8) as single bytes.
-            let typesize = if data_type.is_variable() {
-                1
-            } else {
-                data_type.size()
-            };
+            let typesize = data_type.typesize();
             let shuffle = match c.get("shuffle").and_then(Value::as_i64).unwrap_or(1) {
                 0 => "noshuffle",
                 1 => "shuffle",

@@ -94,12 +94,7 @@ impl Compressor {
         } else {
             CodecSpec::new("bytes", json!({"endian": "little"}))
         }];
-        // Blosc shuffles elements; the bytes of strings are single bytes.
-        let typesize = if data_type.is_variable() {
-            1
-        } else {
-            data_type.size()
-        };
+        let typesize = data_type.typesize();
         match self {
             Compressor::Chain(chain) => return chain.clone(),
             Compressor::None => {}
