@@ -106,6 +106,9 @@ class FaultProxy:
                     self.wfile.write(xml)
                     return
                 if proxy.delay_parts and "partNumber=" in self.path:
+                    # Recorded on arrival, so that a test can act while the part is still held back
+                    # (other requests are recorded when the upstream has answered).
+                    proxy.record(self.command, self.path, len(body), "delayed")
                     time.sleep(proxy.delay_parts)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
                 headers["Content-Length"] = str(len(body))
