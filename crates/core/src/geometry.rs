@@ -349,6 +349,97 @@ impl ShardGeometry {
     }
 }
 
+/// How a shard is cut into parts for processing: each part is a box of whole inner chunks that is one
+/// contiguous run of the shard's C-order inner chunk indices, so writing the parts in order lays the
+/// chunks out exactly as writing the whole shard would. A big shard then never has to be in memory at
+/// once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardSplit {
+    chunks_per_shard: Vec<u64>,
+    /// The dimension cut into blocks; the dimensions before it have extent 1 in a part, those after it
+    /// are whole.
+    dim: usize,
+    /// Inner chunks along `dim` in a part (the last block of a row may be shorter).
+    block: u64,
+    blocks_per_row: u64,
+    /// Inner chunks in one step along `dim` (the product of the later dimensions).
+    tail: u64,
+}
+
+impl ShardSplit {
+    /// Number of parts of each shard.
+    pub fn parts(&self) -> u64 {
+        product(&self.chunks_per_shard[..self.dim]) * self.blocks_per_row
+    }
+
+    /// The C-order indices (within the shard) of part `part`'s inner chunks.
+    pub fn inner_range(&self, part: u64) -> std::ops::Range<u64> {
+        let (row, lo, hi) = self.row_block(part);
+        let along = self.chunks_per_shard[self.dim];
+        (row * along + lo) * self.tail..(row * along + hi) * self.tail
+    }
+
+    /// The full (unclipped) region of part `part` of `shard`, in array coordinates.
+    pub fn region(&self, geometry: &ShardGeometry, shard: &[u64], part: u64) -> Region {
+        let (row, lo, hi) = self.row_block(part);
+        let prefix = unravel_index(row, &self.chunks_per_shard[..self.dim]);
+        let shard_start = geometry.shard_region(shard).start;
+        let inner = geometry.inner_shape();
+        let (start, shape) = (0..inner.len())
+            .map(|d| {
+                let (first, count) = match d.cmp(&self.dim) {
+                    std::cmp::Ordering::Less => (prefix[d], 1),
+                    std::cmp::Ordering::Equal => (lo, hi - lo),
+                    std::cmp::Ordering::Greater => (0, self.chunks_per_shard[d]),
+                };
+                (shard_start[d] + first * inner[d], count * inner[d])
+            })
+            .unzip();
+        Region { start, shape }
+    }
+
+    /// The row (index over the dimensions before `dim`) and the block `lo..hi` along `dim` of a part.
+    fn row_block(&self, part: u64) -> (u64, u64, u64) {
+        let (row, block) = (part / self.blocks_per_row, part % self.blocks_per_row);
+        let lo = block * self.block;
+        let hi = (lo + self.block).min(self.chunks_per_shard[self.dim]);
+        (row, lo, hi)
+    }
+}
+
+impl ShardGeometry {
+    /// Cuts each shard into as few parts as possible of at most `max_chunks` inner chunks each (at least
+    /// one chunk per part).
+    pub fn split(&self, max_chunks: u64) -> ShardSplit {
+        let chunks_per_shard = self.chunks_per_shard();
+        let max_chunks = max_chunks.max(1);
+        let tail_of = |d: usize| product(&chunks_per_shard[d + 1..]);
+        // The outermost dimension whose later dimensions fit in one part; the last always does.
+        let dim = (0..chunks_per_shard.len())
+            .find(|&d| tail_of(d) <= max_chunks)
+            .unwrap_or(0);
+        if chunks_per_shard.is_empty() {
+            return ShardSplit {
+                chunks_per_shard,
+                dim: 0,
+                block: 1,
+                blocks_per_row: 1,
+                tail: 1,
+            };
+        }
+        let tail = tail_of(dim);
+        let along = chunks_per_shard[dim];
+        let block = (max_chunks / tail).clamp(1, along);
+        ShardSplit {
+            blocks_per_row: along.div_ceil(block),
+            chunks_per_shard,
+            dim,
+            block,
+            tail,
+        }
+    }
+}
+
 /// Raw shard size (bytes) that the automatic shard shape aims for.
 pub const AUTO_SHARD_TARGET_BYTES: u64 = 64 << 20;
 
@@ -380,6 +471,41 @@ pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_split_covers_the_shard_in_order() {
+        let g = ShardGeometry::new(&[100, 60, 40], &[64, 40, 40], &[16, 10, 20]).unwrap();
+        // 4 x 4 x 2 = 32 inner chunks per shard.
+        for max in [1, 2, 3, 5, 8, 9, 16, 31, 32, 1000] {
+            let split = g.split(max);
+            let mut next = 0;
+            for part in 0..split.parts() {
+                let range = split.inner_range(part);
+                assert_eq!(range.start, next, "max {max} part {part}");
+                assert!(range.end > range.start && range.end - range.start <= max.max(1));
+                next = range.end;
+                // The part's region is exactly the union of its inner chunks' regions.
+                let region = split.region(&g, &[1, 0, 0], part);
+                let first = g.inner_region(&[1, 0, 0], range.start);
+                assert_eq!(region.start, first.start);
+                let cells: u64 = product(&region.shape);
+                assert_eq!(cells, (range.end - range.start) * product(g.inner_shape()));
+                for i in range.clone() {
+                    let r = g.inner_region(&[1, 0, 0], i);
+                    assert_eq!(
+                        r.intersect(&region),
+                        Some(r.clone()),
+                        "max {max} part {part} chunk {i}"
+                    );
+                }
+            }
+            assert_eq!(next, 32, "max {max}");
+        }
+        assert_eq!(g.split(32).parts(), 1);
+        assert_eq!(g.split(8).parts(), 4);
+        assert_eq!(g.split(3).parts(), 16);
+        assert_eq!(g.split(0).parts(), 32);
+    }
 
     #[test]
     fn grid_and_regions() {

@@ -27,4 +27,44 @@ pub trait ShardSink: Send + Sync + Debug {
     /// visible under its key only once complete. Called for every shard, also when every inner chunk
     /// is empty (a writer then stores nothing). Returns the number of bytes written.
     fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> Result<u64>;
+
+    /// Starts a shard of `chunks` inner chunks that arrives in parts (consecutive runs of its C-order
+    /// inner chunks, in order), for shards too big to hold at once. Dropping the stream before
+    /// [`ShardStream::finish`] abandons the shard: nothing appears under its key. The default collects
+    /// the parts and calls [`ShardSink::write_shard`] at the end; writers override it to stream.
+    fn begin_shard(&self, shard: &[u64], chunks: usize) -> Result<Box<dyn ShardStream + '_>> {
+        Ok(Box::new(CollectedShard {
+            sink: self,
+            shard: shard.to_vec(),
+            inner: Vec::with_capacity(chunks),
+        }))
+    }
+}
+
+/// A shard being written part by part (see [`ShardSink::begin_shard`]).
+pub trait ShardStream: Send {
+    /// Appends the next inner chunks (C order, `None` = empty).
+    fn append(&mut self, inner: &[Option<Bytes>]) -> Result<()>;
+
+    /// Completes the shard (it becomes visible under its key; a shard of only empty chunks is not
+    /// stored, as with `write_shard`). Returns the number of bytes written.
+    fn finish(self: Box<Self>) -> Result<u64>;
+}
+
+/// The default [`ShardStream`]: keeps every part and writes the shard whole.
+struct CollectedShard<'a, S: ShardSink + ?Sized> {
+    sink: &'a S,
+    shard: Vec<u64>,
+    inner: Vec<Option<Bytes>>,
+}
+
+impl<S: ShardSink + ?Sized> ShardStream for CollectedShard<'_, S> {
+    fn append(&mut self, inner: &[Option<Bytes>]) -> Result<()> {
+        self.inner.extend_from_slice(inner);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<u64> {
+        self.sink.write_shard(&self.shard, &self.inner)
+    }
 }

@@ -54,6 +54,10 @@ pub struct Options {
     /// Threads that fetch source chunks and threads that write shards (each), so that storage round
     /// trips overlap; they wait on I/O, not on the CPU.
     pub io_threads: usize,
+    /// Raw bytes of inner chunks in one message at most: bigger shards are cut into parts of whole
+    /// inner chunks (see [`ShardSplit`](zshard_core::ShardSplit)) that go through the stages on their
+    /// own and are streamed to the sink in order, so memory does not grow with the shard size.
+    pub part_bytes: u64,
 }
 
 /// Fetch and write threads unless configured otherwise (local disks need few).
@@ -62,6 +66,9 @@ pub const DEFAULT_IO_THREADS: usize = 2;
 /// Raw bytes of shards that one channel may hold when the capacity is derived from the shard size.
 pub const CHANNEL_BUDGET_BYTES: u64 = 32 << 20;
 
+/// Default of [`Options::part_bytes`]: the automatic shard size, so such shards are one message.
+pub const DEFAULT_PART_BYTES: u64 = 64 << 20;
+
 impl Options {
     pub fn with_threads(threads: usize) -> Self {
         let threads = threads.max(1);
@@ -69,6 +76,7 @@ impl Options {
             threads,
             channel_capacity: threads,
             io_threads: DEFAULT_IO_THREADS,
+            part_bytes: DEFAULT_PART_BYTES,
         }
     }
 
@@ -83,6 +91,7 @@ impl Options {
             threads,
             channel_capacity: usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, threads),
             io_threads: DEFAULT_IO_THREADS,
+            part_bytes: DEFAULT_PART_BYTES,
         }
     }
 }

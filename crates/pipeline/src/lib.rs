@@ -25,5 +25,6 @@ mod stages;
 pub use error::{Error, Result};
 pub use job::{
     ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
+    DEFAULT_PART_BYTES,
 };
 pub use stages::run;

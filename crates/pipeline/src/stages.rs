@@ -1,46 +1,60 @@
 //! The stages and their wiring. Each message is one shard; errors travel inside messages to the
 //! writer, which keeps the first one and tells the fetcher to stop.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{
     IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator,
 };
-use zshard_core::{copy_region, FillValue, Region, StringHandle, StringTable};
+use zshard_core::{
+    copy_region, FillValue, Region, ShardSplit, ShardStream, StringHandle, StringTable,
+};
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
 
-/// Encoded source chunks of one shard, as read (`None` = missing chunk).
-struct Fetched {
+/// One part of one shard (see [`ShardSplit`]): the unit every message carries. A shard that fits the
+/// part size is one part.
+#[derive(Debug, Clone)]
+struct ShardPart {
     task: ShardTask,
+    index: u64,
+    count: u64,
+}
+
+/// Encoded source chunks of one shard part, as read (`None` = missing chunk).
+struct Fetched {
+    part: ShardPart,
     chunks: Vec<(Vec<u64>, Option<Bytes>)>,
     read: ReadCounts,
 }
 
-/// Decoded source chunks of one shard. Strings are handles into `strings`.
+/// Decoded source chunks of one shard part. Strings are handles into `strings`.
 struct Decoded {
-    task: ShardTask,
+    part: ShardPart,
     chunks: Vec<(Vec<u64>, Option<Vec<u8>>)>,
     strings: StringTable,
     read: ReadCounts,
 }
 
-/// Raw inner chunks of one shard, C order; `None` = empty (only fill value, or outside the array).
-/// Strings are handles into `strings` until they are encoded.
+/// Raw inner chunks of one shard part, C order; `None` = empty (only fill value, or outside the
+/// array). Strings are handles into `strings` until they are encoded.
 struct Assembled {
-    task: ShardTask,
+    part: ShardPart,
+    /// The C-order index within the shard of `inner[0]`.
+    first_inner: u64,
     inner: Vec<Option<Vec<u8>>>,
     strings: StringTable,
     read: ReadCounts,
 }
 
-/// Encoded inner chunks of one shard.
+/// Encoded inner chunks of one shard part.
 struct Encoded {
-    task: ShardTask,
+    part: ShardPart,
     inner: Vec<Option<Bytes>>,
     read: ReadCounts,
 }
@@ -87,8 +101,19 @@ pub fn run(
     let encode_pool = pool("encode")?;
     let capacity = options.channel_capacity.max(1);
     let cancel = AtomicBool::new(false);
-    let tasks = std::sync::Mutex::new(tasks);
+    let splits: Vec<ShardSplit> = jobs.iter().map(|j| split(j, options)).collect();
+    let splits = &splits;
+    let parts = tasks.flat_map(move |task| {
+        let count = splits[task.array].parts();
+        (0..count).map(move |index| ShardPart {
+            task: task.clone(),
+            index,
+            count,
+        })
+    });
+    let parts = std::sync::Mutex::new(parts);
     let state: WriteState = std::sync::Mutex::new((Stats::default(), None));
+    let open_shards = OpenShards::default();
 
     let (fetched_tx, fetched_rx) = bounded::<Msg<Fetched>>(capacity);
     let (decoded_tx, decoded_rx) = bounded::<Msg<Decoded>>(capacity);
@@ -103,12 +128,12 @@ pub fn run(
             Error::SpawnThread { source }
         };
         // Several fetchers and writers, so that storage round trips of different shards overlap.
-        let tasks = &tasks;
+        let parts = &parts;
         for i in 0..options.io_threads.max(1) {
             let out = fetched_tx.clone();
             std::thread::Builder::new()
                 .name(format!("zshard-fetch-{i}"))
-                .spawn_scoped(scope, move || fetch_stage(jobs, tasks, cancel, out))
+                .spawn_scoped(scope, move || fetch_stage(jobs, splits, parts, cancel, out))
                 .map_err(spawn_failed)?;
         }
         drop(fetched_tx);
@@ -127,7 +152,10 @@ pub fn run(
                     if cancel.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let assembled = msg.map(|d| assemble(&jobs[d.task.array], d));
+                    let assembled = msg.map(|d| {
+                        let array = d.part.task.array;
+                        assemble(&jobs[array], &splits[array], d)
+                    });
                     if assembled_tx.send(assembled).is_err() {
                         cancel.store(true, Ordering::Relaxed);
                         break;
@@ -143,18 +171,19 @@ pub fn run(
             })
             .map_err(spawn_failed)?;
         let state = &state;
+        let open_shards = &open_shards;
         let writers: Vec<_> = (1..options.io_threads.max(1))
             .map(|i| {
                 let input = encoded_rx.clone();
                 std::thread::Builder::new()
                     .name(format!("zshard-write-{i}"))
                     .spawn_scoped(scope, move || {
-                        write_stage(jobs, input, cancel, progress, state)
+                        write_stage(jobs, input, cancel, progress, state, open_shards)
                     })
             })
             .collect::<std::io::Result<_>>()
             .map_err(spawn_failed)?;
-        write_stage(jobs, encoded_rx, cancel, progress, state);
+        write_stage(jobs, encoded_rx, cancel, progress, state, open_shards);
         for writer in writers {
             // A writer only ends by panicking if a progress callback panicked; propagate that.
             if let Err(panic) = writer.join() {
@@ -170,9 +199,17 @@ pub fn run(
     }
 }
 
-fn fetch_stage<I: Iterator<Item = ShardTask>>(
+/// How the shards of `job` are cut into parts of at most `options.part_bytes` raw inner chunk bytes.
+fn split(job: &ArrayJob, options: &Options) -> zshard_core::ShardSplit {
+    let element = job.inner_repr.data_type.size().max(1) as u64;
+    let chunk_bytes = job.inner_repr.elements().saturating_mul(element).max(1);
+    job.geometry.split(options.part_bytes / chunk_bytes)
+}
+
+fn fetch_stage<I: Iterator<Item = ShardPart>>(
     jobs: &[ArrayJob],
-    tasks: &std::sync::Mutex<I>,
+    splits: &[ShardSplit],
+    parts: &std::sync::Mutex<I>,
     cancel: &AtomicBool,
     out: Sender<Msg<Fetched>>,
 ) {
@@ -180,12 +217,13 @@ fn fetch_stage<I: Iterator<Item = ShardTask>>(
         if cancel.load(Ordering::Relaxed) {
             break;
         }
-        let next = match tasks.lock() {
-            Ok(mut tasks) => tasks.next(),
+        let next = match parts.lock() {
+            Ok(mut parts) => parts.next(),
             Err(_) => None,
         };
-        let Some(task) = next else { break };
-        if out.send(fetch(&jobs[task.array], task)).is_err() {
+        let Some(part) = next else { break };
+        let array = part.task.array;
+        if out.send(fetch(&jobs[array], &splits[array], part)).is_err() {
             break;
         }
     }
@@ -211,10 +249,9 @@ fn map_stage<I: Send, O: Send>(
     });
 }
 
-fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
-    let region = job
-        .geometry
-        .shard_region(&task.shard)
+fn fetch(job: &ArrayJob, split: &ShardSplit, part: ShardPart) -> Msg<Fetched> {
+    let region = split
+        .region(&job.geometry, &part.task.shard, part.index)
         .intersect(&job.geometry.array_region());
     let coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
     let results = job.reader.read_chunks(&coords);
@@ -233,11 +270,11 @@ fn fetch(job: &ArrayJob, task: ShardTask) -> Msg<Fetched> {
         }
         chunks.push((coord, bytes));
     }
-    Ok(Fetched { task, chunks, read })
+    Ok(Fetched { part, chunks, read })
 }
 
 fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
-    let job = &jobs[fetched.task.array];
+    let job = &jobs[fetched.part.task.array];
     let strings_of = job.source_repr.data_type.is_variable() && !job.passthrough;
     let count = job.source_repr.elements() as usize;
     let fill = job.source_repr.fill_value.as_bytes();
@@ -285,7 +322,7 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
         })
         .collect();
     Ok(Decoded {
-        task: fetched.task,
+        part: fetched.part,
         chunks,
         strings,
         read: fetched.read,
@@ -294,9 +331,10 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
 
 /// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
 /// boundaries freely; what no source chunk covers keeps the fill value.
-fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
+fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
+    let range = split.inner_range(decoded.part.index);
     if job.passthrough {
-        return place_encoded(job, decoded);
+        return place_encoded(job, range, decoded);
     }
     let geometry = &job.geometry;
     let array_shape = geometry.array_shape();
@@ -314,11 +352,11 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
         .iter()
         .map(|(c, d)| (c.as_slice(), d))
         .collect();
-    let count = zshard_core::product(&geometry.chunks_per_shard());
     let array = geometry.array_region();
-    let inner = (0..count)
+    let first_inner = range.start;
+    let inner = range
         .map(|i| {
-            let region = geometry.inner_region(&decoded.task.shard, i);
+            let region = geometry.inner_region(&decoded.part.task.shard, i);
             let covered = region.intersect(&array)?;
             let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
             for coord in covered.chunks_overlapping(source_shape) {
@@ -344,7 +382,8 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
         })
         .collect();
     Assembled {
-        task: decoded.task,
+        part: decoded.part,
+        first_inner,
         inner,
         strings: decoded.strings,
         read: decoded.read,
@@ -353,22 +392,27 @@ fn assemble(job: &ArrayJob, decoded: Decoded) -> Assembled {
 
 /// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the
 /// shard as it is. A missing source chunk is an empty inner chunk.
-fn place_encoded(job: &ArrayJob, decoded: Decoded) -> Assembled {
+fn place_encoded(job: &ArrayJob, range: std::ops::Range<u64>, decoded: Decoded) -> Assembled {
     let per_shard = job.geometry.chunks_per_shard();
-    let mut inner: Vec<Option<Vec<u8>>> = vec![None; zshard_core::product(&per_shard) as usize];
+    let mut inner: Vec<Option<Vec<u8>>> = vec![None; (range.end - range.start) as usize];
     for (coord, data) in decoded.chunks {
         let local: Vec<u64> = coord
             .iter()
-            .zip(&decoded.task.shard)
+            .zip(&decoded.part.task.shard)
             .zip(&per_shard)
             .map(|((c, s), n)| c - s * n)
             .collect();
-        if let Some(slot) = inner.get_mut(zshard_core::linear_index(&local, &per_shard) as usize) {
+        let index = zshard_core::linear_index(&local, &per_shard);
+        if let Some(slot) = index
+            .checked_sub(range.start)
+            .and_then(|i| inner.get_mut(i as usize))
+        {
             *slot = data;
         }
     }
     Assembled {
-        task: decoded.task,
+        part: decoded.part,
+        first_inner: range.start,
         inner,
         strings: decoded.strings,
         read: decoded.read,
@@ -376,8 +420,8 @@ fn place_encoded(job: &ArrayJob, decoded: Decoded) -> Assembled {
 }
 
 fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
-    let job = &jobs[assembled.task.array];
-    let shard = &assembled.task.shard;
+    let job = &jobs[assembled.part.task.array];
+    let shard = &assembled.part.task.shard;
     let strings = &assembled.strings;
     let string_fill = job.inner_repr.fill_value.as_bytes();
     let resolve = |raw: Vec<u8>| {
@@ -403,13 +447,13 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
                 .map_err(|source| Error::Encode {
                     array: job.name.clone(),
                     key: job.sink.shard_key(shard),
-                    inner: i,
+                    inner: assembled.first_inner as usize + i,
                     source: Box::new(source),
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Encoded {
-        task: assembled.task,
+        part: assembled.part,
         inner,
         read: assembled.read,
     })
@@ -417,20 +461,45 @@ fn encode(jobs: &[ArrayJob], assembled: Assembled) -> Msg<Encoded> {
 
 type WriteState = std::sync::Mutex<(Stats, Option<Error>)>;
 
-fn write_stage(
-    jobs: &[ArrayJob],
+/// Shards that arrive in several parts and are being written, by (array, shard).
+type OpenShards<'a> =
+    std::sync::Mutex<HashMap<(usize, Vec<u64>), Arc<std::sync::Mutex<OpenShard<'a>>>>>;
+
+/// A shard whose parts are being written in order. Parts that arrive early wait in `pending`; there
+/// are at most as many as the pipeline holds in flight.
+#[derive(Default)]
+struct OpenShard<'a> {
+    stream: Option<Box<dyn ShardStream + 'a>>,
+    next: u64,
+    pending: BTreeMap<u64, Encoded>,
+    read: ReadCounts,
+    written: bool,
+    failed: bool,
+}
+
+fn write_stage<'a>(
+    jobs: &'a [ArrayJob],
     input: Receiver<Msg<Encoded>>,
     cancel: &AtomicBool,
     progress: &(dyn Fn(&ShardOutcome) + Sync),
     state: &WriteState,
+    open_shards: &OpenShards<'a>,
 ) {
     let _guard = CancelOnPanic(cancel);
     for msg in input {
-        let outcome = msg.and_then(|encoded| write(&jobs[encoded.task.array], encoded));
+        let outcome = msg.and_then(|encoded| {
+            let job = &jobs[encoded.part.task.array];
+            if encoded.part.count == 1 {
+                write(job, encoded).map(Some)
+            } else {
+                write_part(job, encoded, open_shards)
+            }
+        });
         let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
         let (stats, first_error) = &mut *guard;
         match outcome {
-            Ok(outcome) => {
+            Ok(None) => {}
+            Ok(Some(outcome)) => {
                 stats.bytes_read += outcome.bytes_read;
                 stats.chunks_read += outcome.chunks_read;
                 stats.chunks_missing += outcome.chunks_missing;
@@ -455,20 +524,103 @@ fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
     // The sink sees every shard, also those with only empty inner chunks: what to do with them (the
     // writer skips them) is its policy.
     let written = encoded.inner.iter().any(Option::is_some);
+    let shard = &encoded.part.task.shard;
     let bytes_written = job
         .sink
-        .write_shard(&encoded.task.shard, &encoded.inner)
-        .map_err(|source| Error::Write {
-            array: job.name.clone(),
-            key: job.sink.shard_key(&encoded.task.shard),
-            source: Box::new(source),
-        })?;
+        .write_shard(shard, &encoded.inner)
+        .map_err(|source| write_error(job, shard, source))?;
     Ok(ShardOutcome {
-        task: encoded.task,
+        task: encoded.part.task,
         bytes_read: encoded.read.bytes,
         chunks_read: encoded.read.chunks,
         chunks_missing: encoded.read.missing,
         bytes_written,
         written,
     })
+}
+
+fn write_error(job: &ArrayJob, shard: &[u64], source: zshard_core::Error) -> Error {
+    Error::Write {
+        array: job.name.clone(),
+        key: job.sink.shard_key(shard),
+        source: Box::new(source),
+    }
+}
+
+/// Streams one part of a shard that comes in several: the parts go to the sink in order, as soon as
+/// each one's predecessors have. Returns the shard's outcome once its last part is written.
+fn write_part<'a>(
+    job: &'a ArrayJob,
+    encoded: Encoded,
+    open_shards: &OpenShards<'a>,
+) -> Result<Option<ShardOutcome>> {
+    let task = encoded.part.task.clone();
+    let count = encoded.part.count;
+    let key = (task.array, task.shard.clone());
+    let entry = {
+        let mut open = open_shards.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(open.entry(key.clone()).or_default())
+    };
+    let mut shard = entry.lock().unwrap_or_else(|p| p.into_inner());
+    if shard.failed {
+        return Ok(None);
+    }
+    shard.pending.insert(encoded.part.index, encoded);
+    let written = append_ready(job, &task, &mut shard);
+    if let Err(e) = written {
+        // Dropping the stream abandons the shard: nothing appears under its key.
+        shard.failed = true;
+        shard.stream = None;
+        shard.pending.clear();
+        return Err(e);
+    }
+    if shard.next < count {
+        return Ok(None);
+    }
+    let stream = shard.stream.take();
+    let (read, written) = (shard.read, shard.written);
+    drop(shard);
+    open_shards
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
+    let bytes_written = match stream {
+        Some(stream) => stream
+            .finish()
+            .map_err(|source| write_error(job, &task.shard, source))?,
+        None => 0,
+    };
+    Ok(Some(ShardOutcome {
+        task,
+        bytes_read: read.bytes,
+        chunks_read: read.chunks,
+        chunks_missing: read.missing,
+        bytes_written,
+        written,
+    }))
+}
+
+/// Appends the parts that are next in order.
+fn append_ready<'a>(job: &'a ArrayJob, task: &ShardTask, shard: &mut OpenShard<'a>) -> Result<()> {
+    while let Some(part) = shard.pending.remove(&shard.next) {
+        if shard.stream.is_none() {
+            let chunks = zshard_core::product(&job.geometry.chunks_per_shard()) as usize;
+            let stream = job
+                .sink
+                .begin_shard(&task.shard, chunks)
+                .map_err(|source| write_error(job, &task.shard, source))?;
+            shard.stream = Some(stream);
+        }
+        if let Some(stream) = shard.stream.as_mut() {
+            stream
+                .append(&part.inner)
+                .map_err(|source| write_error(job, &task.shard, source))?;
+        }
+        shard.read.bytes += part.read.bytes;
+        shard.read.chunks += part.read.chunks;
+        shard.read.missing += part.read.missing;
+        shard.written |= part.inner.iter().any(Option::is_some);
+        shard.next += 1;
+    }
+    Ok(())
 }

@@ -168,6 +168,7 @@ fn work_in_flight_is_bounded_by_the_channels_not_the_array() {
         threads: 2,
         channel_capacity: 1,
         io_threads: 2,
+        part_bytes: zshard_pipeline::DEFAULT_PART_BYTES,
     };
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {
         let done = written.fetch_add(1, Ordering::SeqCst) + 1;
@@ -232,4 +233,72 @@ fn a_decode_error_is_reported_with_its_key() {
         "{err}"
     );
     assert!(!sink.shards.lock().expect("lock").contains_key(&vec![0, 0]));
+}
+
+/// Runs `job(rows)` with shards cut into parts of at most `part_bytes` raw bytes (an inner chunk is 16).
+fn run_in_parts(
+    rows: u64,
+    fail_at: Option<Vec<u64>>,
+    threads: usize,
+    part_bytes: u64,
+) -> (
+    Result<zshard_pipeline::Stats, Error>,
+    HashMap<Vec<u64>, Vec<Option<Bytes>>>,
+    Vec<zshard_pipeline::ShardOutcome>,
+) {
+    let (job, _, sink) = job(rows, fail_at);
+    let jobs = [job];
+    let outcomes = Mutex::new(Vec::new());
+    let options = Options {
+        part_bytes,
+        io_threads: 2,
+        ..Options::with_threads(threads)
+    };
+    let result = run(&jobs, ShardTask::all(&jobs), &options, &|o| {
+        outcomes.lock().expect("lock").push(o.clone())
+    });
+    let shards = sink.shards.lock().expect("lock").clone();
+    (result, shards, outcomes.into_inner().expect("lock"))
+}
+
+#[test]
+fn shards_cut_into_parts_equal_shards_converted_whole() {
+    let (whole, expected, _) = run_in_parts(44, None, 2, 1 << 20);
+    let whole = whole.expect("run");
+    assert_eq!(expected.len(), 6);
+    // 1, 2, 3 (cut into blocks of one row of two chunks) and 8 inner chunks per part.
+    for part_bytes in [1, 16, 32, 48, 128] {
+        for threads in [1, 3] {
+            let (stats, shards, outcomes) = run_in_parts(44, None, threads, part_bytes);
+            let stats = stats.expect("run");
+            assert_eq!(
+                shards, expected,
+                "part_bytes {part_bytes}, {threads} threads"
+            );
+            let counts =
+                |s: &zshard_pipeline::Stats| (s.shards_written, s.shards_empty, s.bytes_written);
+            assert_eq!(
+                counts(&stats),
+                counts(&whole),
+                "part_bytes {part_bytes}, {threads} threads"
+            );
+            // One outcome per shard, with the reads of all its parts (a source chunk under two parts
+            // is read for each).
+            assert_eq!(outcomes.len(), 6);
+            let reads: u64 = outcomes.iter().map(|o| o.chunks_read).sum();
+            assert_eq!(reads, stats.chunks_read);
+            assert!(reads >= 11);
+        }
+    }
+}
+
+#[test]
+fn a_failing_part_stops_the_run_and_its_shard_is_not_written() {
+    // Source chunk 5 holds rows 20..24: shard 2, its parts 2 and 3.
+    let (result, shards, _) = run_in_parts(44, Some(vec![5, 0]), 2, 16);
+    match result {
+        Err(Error::Read { key, .. }) => assert_eq!(key, "mem/[5, 0]"),
+        other => panic!("expected a read error, got {other:?}"),
+    }
+    assert!(!shards.contains_key(&vec![2, 0]));
 }

@@ -13,6 +13,14 @@ pub enum Error {
         source: Box<object_store::Error>,
     },
 
+    #[error("{operation} {location}")]
+    Io {
+        operation: &'static str,
+        location: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("cannot create {location}")]
     CreateDir {
         location: String,

@@ -21,8 +21,10 @@ mod options;
 mod retry;
 mod runtime;
 mod store;
+mod upload;
 
 pub use error::{Error, Result};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
 pub use store::Store;
+pub use upload::Upload;

@@ -14,10 +14,10 @@ use crate::runtime::IoRuntime;
 /// that run on the shared [`IoRuntime`]. Keys are `/`-separated and relative to the location.
 #[derive(Debug, Clone)]
 pub struct Store {
-    inner: Arc<dyn ObjectStore>,
+    pub(crate) inner: Arc<dyn ObjectStore>,
     root: Path,
     display: String,
-    runtime: Arc<IoRuntime>,
+    pub(crate) runtime: Arc<IoRuntime>,
     concurrency: usize,
     /// For local stores: the directory `root` is relative to.
     local_base: Option<PathBuf>,
@@ -154,7 +154,7 @@ impl Store {
         crate::retry::with_retries(retries, self.runtime.retry_counter(), operation).await
     }
 
-    fn path(&self, key: &str) -> Result<Path> {
+    pub(crate) fn path(&self, key: &str) -> Result<Path> {
         let mut path = self.root.clone();
         for part in key.split('/').filter(|p| !p.is_empty()) {
             let segment =
@@ -242,7 +242,7 @@ impl Store {
     /// above the part size).
     pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
         let path = self.path(key)?;
-        let part_size = self.runtime.options().part_size.max(5 << 20);
+        let part_size = self.part_size();
         let total: usize = parts.iter().map(Bytes::len).sum();
         // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
         // failed one was aborted).

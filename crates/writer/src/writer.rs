@@ -1,7 +1,10 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use zshard_core::{shard_index_for, ChunkKeyEncoding, IndexEncoding, IndexLocation, ShardSink};
-use zshard_store::Store;
+use zshard_core::{
+    shard_index_for, ChunkKeyEncoding, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
+    ShardSink, ShardStream,
+};
+use zshard_store::{Store, Upload};
 
 use crate::error::{Error, Result};
 use crate::metadata::{group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING};
@@ -58,6 +61,112 @@ impl ShardSink for ShardWriter {
             })?;
         Ok(len)
     }
+
+    fn begin_shard(
+        &self,
+        shard: &[u64],
+        chunks: usize,
+    ) -> zshard_core::Result<Box<dyn ShardStream + '_>> {
+        Ok(Box::new(StreamedShard {
+            writer: self,
+            shard: shard.to_vec(),
+            entries: Vec::with_capacity(chunks),
+            chunks,
+            upload: None,
+        }))
+    }
+}
+
+/// A shard written as its parts arrive: inner chunks go straight to the store (see [`Store::upload`])
+/// and only their index entries stay in memory. The index, known at the end, is written last when it
+/// goes at the end, or into space reserved before the chunks when it goes at the start.
+struct StreamedShard<'a> {
+    writer: &'a ShardWriter,
+    shard: Vec<u64>,
+    entries: Vec<Option<ChunkLocation>>,
+    chunks: usize,
+    /// Opened at the first stored chunk: a shard of only empty chunks is never written.
+    upload: Option<Upload>,
+}
+
+impl StreamedShard<'_> {
+    fn index_len(&self) -> u64 {
+        IndexEncoding::default().byte_len(self.chunks) as u64
+    }
+
+    fn error(&self, e: zshard_store::Error) -> zshard_core::Error {
+        zshard_core::Error::Write {
+            key: self.writer.shard_key(&self.shard),
+            source: Box::new(e),
+        }
+    }
+}
+
+impl ShardStream for StreamedShard<'_> {
+    fn append(&mut self, inner: &[Option<Bytes>]) -> zshard_core::Result<()> {
+        if self.entries.len() + inner.len() > self.chunks {
+            return Err(zshard_core::Error::Write {
+                key: self.writer.shard_key(&self.shard),
+                source: format!("more than the shard's {} inner chunks", self.chunks).into(),
+            });
+        }
+        for chunk in inner {
+            let Some(chunk) = chunk else {
+                self.entries.push(None);
+                continue;
+            };
+            if self.upload.is_none() {
+                let reserved = match self.writer.index_location {
+                    IndexLocation::Start => self.index_len(),
+                    IndexLocation::End => 0,
+                };
+                let key = self.writer.keys.key(&self.shard);
+                let upload = self
+                    .writer
+                    .store
+                    .upload(&key, reserved)
+                    .map_err(|e| self.error(e))?;
+                self.upload = Some(upload);
+            }
+            let base = match self.writer.index_location {
+                IndexLocation::Start => self.index_len(),
+                IndexLocation::End => 0,
+            };
+            let Some(upload) = self.upload.as_mut() else {
+                continue;
+            };
+            let offset = base + upload.appended();
+            let appended = upload.append(chunk);
+            appended.map_err(|e| self.error(e))?;
+            self.entries.push(Some(ChunkLocation {
+                offset,
+                nbytes: chunk.len() as u64,
+            }));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> zshard_core::Result<u64> {
+        let Some(upload) = self.upload.take() else {
+            return Ok(0);
+        };
+        if self.entries.len() != self.chunks {
+            return Err(zshard_core::Error::Write {
+                key: self.writer.shard_key(&self.shard),
+                source: format!(
+                    "{} of the shard's {} inner chunks were written",
+                    self.entries.len(),
+                    self.chunks
+                )
+                .into(),
+            });
+        }
+        let entries = std::mem::take(&mut self.entries);
+        let index = ShardIndex::new(entries).encode(IndexEncoding::default());
+        upload
+            .finish(&Bytes::from(index))
+            .map_err(|e| self.error(e))
+    }
 }
 
 fn put_json(store: &Store, path: &str, doc: &Value) -> Result<()> {
@@ -88,4 +197,65 @@ pub fn write_group_metadata(
     attributes: &Map<String, Value>,
 ) -> Result<()> {
     put_json(store, path, &group_json(attributes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zshard_core::ShardReader;
+    use zshard_store::IoRuntime;
+
+    fn chunks() -> Vec<Option<Bytes>> {
+        (0..7u8)
+            .map(|i| (i % 3 != 1).then(|| Bytes::from(vec![i; 10 + i as usize])))
+            .collect()
+    }
+
+    #[test]
+    fn a_shard_streamed_in_parts_equals_the_shard_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = IoRuntime::new(1).unwrap();
+        let store = Store::open(dir.path().to_str().unwrap(), runtime, false).unwrap();
+        let inner = chunks();
+        for location in [IndexLocation::Start, IndexLocation::End] {
+            let writer = ShardWriter::new(store.child(location.as_str()), location);
+            let whole = writer.write_shard(&[0, 0], &inner).unwrap();
+            let mut stream = writer.begin_shard(&[0, 1], inner.len()).unwrap();
+            for part in inner.chunks(3) {
+                stream.append(part).unwrap();
+            }
+            assert_eq!(stream.finish().unwrap(), whole);
+            let a = store.get(&format!("{}/c/0/0", location.as_str())).unwrap();
+            let b = store.get(&format!("{}/c/0/1", location.as_str())).unwrap();
+            assert_eq!(a, b, "{location:?}");
+            let bytes = b.unwrap();
+            let reader =
+                ShardReader::new(&bytes, inner.len(), location, IndexEncoding::default()).unwrap();
+            for (i, chunk) in inner.iter().enumerate() {
+                assert_eq!(reader.chunk(i), chunk.as_deref(), "{location:?} chunk {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_shards_of_only_empty_chunks_or_abandoned_are_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = IoRuntime::new(1).unwrap();
+        let store = Store::open(dir.path().to_str().unwrap(), runtime, false).unwrap();
+        let writer = ShardWriter::new(store.clone(), IndexLocation::End);
+        let mut empty = writer.begin_shard(&[1], 4).unwrap();
+        empty.append(&[None, None]).unwrap();
+        empty.append(&[None, None]).unwrap();
+        assert_eq!(empty.finish().unwrap(), 0);
+        let mut abandoned = writer.begin_shard(&[2], 4).unwrap();
+        abandoned.append(&chunks()[..2]).unwrap();
+        drop(abandoned);
+        let mut short = writer.begin_shard(&[3], 4).unwrap();
+        short.append(&chunks()[..2]).unwrap();
+        assert!(short.finish().is_err());
+        let mut long = writer.begin_shard(&[4], 1).unwrap();
+        assert!(long.append(&chunks()[..2]).is_err());
+        drop(long);
+        assert_eq!(store.list_keys("").unwrap(), Vec::<String>::new());
+    }
 }

@@ -1,0 +1,331 @@
+//! Objects written piece by piece, for shards too big to hold in memory: the pieces go to their
+//! destination (or a spool file) as they arrive, and the object becomes visible under its key only when
+//! the upload finishes. An upload dropped before [`Upload::finish`] leaves nothing under the key.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use object_store::{ObjectStoreExt, WriteMultipart};
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Multipart parts of one upload in flight at once: the memory of a streamed object stays a few parts.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// Distinguishes the staging files of concurrent uploads of one process.
+static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// An object being written in pieces (see [`Store::upload`]).
+#[derive(Debug)]
+pub struct Upload {
+    store: Store,
+    key: String,
+    reserved: u64,
+    written: u64,
+    target: Target,
+}
+
+enum Target {
+    /// A local staging file next to the destination, renamed into place when complete.
+    Local {
+        file: File,
+        staging: PathBuf,
+        dest: PathBuf,
+    },
+    /// A multipart upload fed as pieces arrive (no reserved head).
+    Multipart(WriteMultipart),
+    /// An anonymous local file holding the pieces until the head is known; uploaded at the end.
+    Spool(File),
+    Done,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Local { .. } => "Local",
+            Target::Multipart(_) => "Multipart",
+            Target::Spool(_) => "Spool",
+            Target::Done => "Done",
+        })
+    }
+}
+
+impl Store {
+    /// Starts writing the object `key` in pieces. `reserved` bytes at its start are left for a head
+    /// (such as a shard index) that is known only at the end and given to [`Upload::finish`]; the
+    /// pieces follow it. Local stores write a staging file in place; object stores stream a multipart
+    /// upload, or, when a head is reserved, spool the pieces to a temporary local file first (an
+    /// object's first bytes cannot be sent last).
+    pub fn upload(&self, key: &str, reserved: u64) -> Result<Upload> {
+        let io_error = |operation, source| io_error(self, key, operation, source);
+        let target = match self.local_path(key) {
+            Some(dest) => {
+                if let Some(parent) = dest.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| io_error("cannot create", e))?;
+                }
+                let seq = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
+                // `<key>#<suffix>` is the local backend's staging name; a resumed run removes leftovers.
+                let mut name = dest.file_name().unwrap_or_default().to_os_string();
+                name.push(format!("#zshard-{}-{seq}", std::process::id()));
+                let staging = dest.with_file_name(name);
+                let mut file = File::create(&staging).map_err(|e| io_error("cannot create", e))?;
+                file.seek(SeekFrom::Start(reserved))
+                    .map_err(|e| io_error("cannot write", e))?;
+                Target::Local {
+                    file,
+                    staging,
+                    dest,
+                }
+            }
+            None if reserved > 0 => {
+                Target::Spool(tempfile::tempfile().map_err(|e| io_error("cannot spool", e))?)
+            }
+            None => {
+                let path = self.path(key)?;
+                let upload = self
+                    .runtime
+                    .block_on(self.inner.put_multipart(&path))
+                    .map_err(|e| self.request_error("cannot write", key, e))?;
+                Target::Multipart(WriteMultipart::new_with_chunk_size(
+                    upload,
+                    self.part_size(),
+                ))
+            }
+        };
+        Ok(Upload {
+            store: self.clone(),
+            key: key.to_string(),
+            reserved,
+            written: 0,
+            target,
+        })
+    }
+}
+
+impl Upload {
+    /// Appends a piece.
+    pub fn append(&mut self, piece: &Bytes) -> Result<()> {
+        let (store, key) = (&self.store, &self.key);
+        match &mut self.target {
+            Target::Local { file, .. } | Target::Spool(file) => {
+                file.write_all(piece)
+                    .map_err(|source| io_error(store, key, "cannot write", source))?;
+            }
+            Target::Multipart(writer) => {
+                store
+                    .runtime
+                    .block_on(writer.wait_for_capacity(PARTS_IN_FLIGHT))
+                    .map_err(|e| store.request_error("cannot write", key, e))?;
+                writer.put(piece.clone());
+            }
+            Target::Done => {}
+        }
+        self.written += piece.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes appended so far (the reserved head not included).
+    pub fn appended(&self) -> u64 {
+        self.written
+    }
+
+    /// Writes `head` into the reserved bytes (it must be exactly that long), or appends it when none
+    /// were reserved, and publishes the object under its key. Returns the object's size.
+    pub fn finish(mut self, head: &Bytes) -> Result<u64> {
+        if self.reserved > 0 && head.len() as u64 != self.reserved {
+            return Err(self.io_error(
+                "cannot write",
+                std::io::Error::other(format!(
+                    "head of {} bytes for {} reserved",
+                    head.len(),
+                    self.reserved
+                )),
+            ));
+        }
+        if self.reserved == 0 {
+            self.append(head)?;
+        }
+        let size = self.reserved + self.written;
+        match std::mem::replace(&mut self.target, Target::Done) {
+            Target::Local {
+                file,
+                staging,
+                dest,
+            } => {
+                let published = (|| {
+                    if self.reserved > 0 {
+                        file.write_all_at(head, 0)?;
+                    }
+                    // As the local store does for every put: after a crash the key is complete or absent.
+                    file.sync_all()?;
+                    std::fs::rename(&staging, &dest)
+                })();
+                if let Err(e) = published {
+                    let _ = std::fs::remove_file(&staging);
+                    return Err(self.io_error("cannot write", e));
+                }
+            }
+            Target::Multipart(writer) => {
+                self.store
+                    .runtime
+                    .block_on(writer.finish())
+                    .map_err(|e| self.store.request_error("cannot write", &self.key, e))?;
+            }
+            Target::Spool(file) => self.send_spool(file, head)?,
+            Target::Done => {}
+        }
+        Ok(size)
+    }
+
+    /// Uploads `head` followed by the spooled pieces, reading the spool a part at a time.
+    fn send_spool(&mut self, mut file: File, head: &Bytes) -> Result<()> {
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| self.io_error("cannot read spool of", e))?;
+        let mut upload = self.store.upload(&self.key, 0)?;
+        upload.append(head)?;
+        let part = self.store.part_size();
+        loop {
+            let mut buffer = Vec::with_capacity(part);
+            let read = (&mut file)
+                .take(part as u64)
+                .read_to_end(&mut buffer)
+                .map_err(|e| self.io_error("cannot read spool of", e))?;
+            if read == 0 {
+                break;
+            }
+            upload.append(&Bytes::from(buffer))?;
+        }
+        upload.finish(&Bytes::new()).map(|_| ())
+    }
+
+    fn io_error(&self, operation: &'static str, source: std::io::Error) -> Error {
+        io_error(&self.store, &self.key, operation, source)
+    }
+}
+
+fn io_error(store: &Store, key: &str, operation: &'static str, source: std::io::Error) -> Error {
+    Error::Io {
+        operation,
+        location: store.url(key),
+        source,
+    }
+}
+
+impl Drop for Upload {
+    /// An unfinished upload is abandoned: the staging file is removed, the multipart upload aborted.
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.target, Target::Done) {
+            Target::Local { staging, .. } => {
+                let _ = std::fs::remove_file(staging);
+            }
+            Target::Multipart(writer) => {
+                let _ = self.store.runtime.block_on(writer.abort());
+            }
+            Target::Spool(_) | Target::Done => {}
+        }
+    }
+}
+
+impl Store {
+    /// Multipart part size (object stores refuse parts under 5 MiB but the last).
+    pub(crate) fn part_size(&self) -> usize {
+        self.runtime.options().part_size.max(5 << 20)
+    }
+
+    fn request_error(&self, operation: &'static str, key: &str, e: object_store::Error) -> Error {
+        Error::Request {
+            operation,
+            location: self.url(key),
+            source: Box::new(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IoRuntime;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            dir.path().to_str().unwrap(),
+            IoRuntime::new(1).unwrap(),
+            false,
+        );
+        (dir, store.unwrap())
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = walk(dir)
+            .iter()
+            .map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .flat_map(|e| {
+                let path = e.path();
+                if path.is_dir() {
+                    walk(&path)
+                } else {
+                    vec![path]
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pieces_then_tail_or_reserved_head() {
+        let (dir, store) = store();
+        let mut end = store.upload("a/c/0", 0).unwrap();
+        end.append(&Bytes::from_static(b"one")).unwrap();
+        end.append(&Bytes::from_static(b"two")).unwrap();
+        // Not visible before it is finished.
+        assert_eq!(store.get("a/c/0").unwrap(), None);
+        assert_eq!(end.appended(), 6);
+        assert_eq!(end.finish(&Bytes::from_static(b"IDX")).unwrap(), 9);
+        assert_eq!(
+            store.get("a/c/0").unwrap().as_deref(),
+            Some(&b"onetwoIDX"[..])
+        );
+
+        let mut start = store.upload("a/c/1", 4).unwrap();
+        start.append(&Bytes::from_static(b"xy")).unwrap();
+        assert!(start.finish(&Bytes::from_static(b"toolong")).is_err());
+        let mut start = store.upload("a/c/1", 4).unwrap();
+        start.append(&Bytes::from_static(b"xy")).unwrap();
+        start.append(&Bytes::from_static(b"z")).unwrap();
+        assert_eq!(start.finish(&Bytes::from_static(b"HEAD")).unwrap(), 7);
+        assert_eq!(
+            store.get("a/c/1").unwrap().as_deref(),
+            Some(&b"HEADxyz"[..])
+        );
+        assert_eq!(files(dir.path()), vec!["a/c/0", "a/c/1"]);
+    }
+
+    #[test]
+    fn a_dropped_upload_leaves_nothing() {
+        let (dir, store) = store();
+        let mut upload = store.upload("a/c/2", 16).unwrap();
+        upload.append(&Bytes::from(vec![7u8; 1000])).unwrap();
+        assert_eq!(
+            files(dir.path()).len(),
+            1,
+            "the staging file exists meanwhile"
+        );
+        drop(upload);
+        assert_eq!(store.get("a/c/2").unwrap(), None);
+        assert_eq!(files(dir.path()), Vec::<String>::new());
+    }
+}
