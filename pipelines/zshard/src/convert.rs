@@ -6,12 +6,12 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context};
 use zshard_core::{linear_index, IndexLocation};
-use zshard_pipeline::{ArrayJob, Options, ShardTask, Stats};
+use zshard_pipeline::{ArrayJob, ShardTask, Stats};
 use zshard_store::{IoRuntime, Store};
 use zshard_writer::{write_array_metadata, write_group_metadata};
 
 use crate::partition::Partition;
-use crate::plan::{estimated_peak_memory, Layouts, Plan};
+use crate::plan::{Layouts, Plan};
 use crate::progress::Progress;
 use crate::report::Report;
 use crate::source::{Input, SourceArgs};
@@ -113,7 +113,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         &c.source_args,
         &c.storage,
     )?;
-    let threads = threads_within(c.threads, c.memory_limit, opened.plan.max_shard_bytes())?;
+    let budget = crate::memory::budget(&opened.plan, c.threads, c.memory_limit)?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
         source,
@@ -151,10 +151,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let result = zshard_pipeline::run(
         &jobs,
         pending(&jobs, c.partition, &done),
-        &Options {
-            io_threads: c.storage.io_threads(&[&c.source, &c.destination]),
-            ..Options::for_shard_size(threads, plan.max_shard_bytes())
-        },
+        &budget.options(c.storage.io_threads(&[&c.source, &c.destination])),
         &|outcome| {
             progress.shard_done(outcome);
             if let Ok(mut arrays) = per_array.lock() {
@@ -211,24 +208,6 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         }
     }
     Ok(stats)
-}
-
-/// The most threads (up to `wanted`) whose estimated peak memory fits `limit`.
-fn threads_within(wanted: usize, limit: Option<u64>, shard_bytes: u64) -> anyhow::Result<usize> {
-    let Some(limit) = limit else {
-        return Ok(wanted.max(1));
-    };
-    (1..=wanted.max(1))
-        .rev()
-        .find(|&t| estimated_peak_memory(shard_bytes, t) <= limit)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "shards of {} raw need about {} of memory even with one thread, more than the memory limit of {}; use smaller shards or a higher limit",
-                indicatif::HumanBytes(shard_bytes),
-                indicatif::HumanBytes(estimated_peak_memory(shard_bytes, 1)),
-                indicatif::HumanBytes(limit)
-            )
-        })
 }
 
 /// `zshard finalize`: checks that every shard of every worker is done, then writes the metadata.

@@ -23,6 +23,7 @@ mod compressor;
 mod convert;
 mod demo;
 mod job;
+mod memory;
 mod partition;
 mod plan;
 mod plan_cmd;
@@ -143,8 +144,10 @@ enum Command {
         /// and one from a run with the same options is resumed).
         #[arg(long)]
         overwrite: bool,
-        /// Estimated peak memory not to exceed, e.g. 4GiB: fewer threads are used if needed, and a
-        /// conversion whose shards cannot fit even with one thread is refused before it starts.
+        /// Peak memory not to exceed, e.g. 512MiB or 4GiB (default: half of the machine's memory, or
+        /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
+        /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
+        /// whose source chunks cannot fit even then is refused before it starts.
         #[arg(long, value_parser = job::parse_size, value_name = "SIZE")]
         memory_limit: Option<job::Size>,
         /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
@@ -162,6 +165,9 @@ enum Command {
         /// Worker threads per CPU stage assumed for the memory estimate (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// The memory limit convert would get (see `zshard convert --help`).
+        #[arg(long, value_parser = job::parse_size, value_name = "SIZE")]
+        memory_limit: Option<job::Size>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -270,6 +276,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan {
             layout,
             threads,
+            memory_limit,
             json,
         } => plan_cmd::plan(
             &layout.src,
@@ -278,6 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &layout.source_args,
             &layout.storage,
             threads.unwrap_or_else(default_threads),
+            memory_limit.map(|m| m.0),
             json,
         ),
         Command::Verify {

@@ -48,19 +48,6 @@ impl Layouts {
     }
 }
 
-/// Shards a worker may hold at once, in units of one shard's raw size: four channels of `capacity`
-/// shards plus, in each of the decode and encode pools, two buffers (input and output) per thread, and
-/// two each in the fetch, assemble and write stages (see `zshard-pipeline`).
-fn shards_in_memory(threads: usize, capacity: usize) -> u64 {
-    (4 * capacity + 4 * threads + 5) as u64
-}
-
-/// Estimated peak memory of a worker converting shards of `shard_bytes` raw bytes with `threads`.
-pub fn estimated_peak_memory(shard_bytes: u64, threads: usize) -> u64 {
-    let capacity = zshard_pipeline::Options::for_shard_size(threads, shard_bytes).channel_capacity;
-    shard_bytes * shards_in_memory(threads.max(1), capacity)
-}
-
 /// One array to convert.
 #[derive(Debug)]
 pub struct PlannedArray {
@@ -114,17 +101,6 @@ impl Plan {
             bail!("array {unknown:?} has its own settings but is not an array of {source}");
         }
         Ok(Plan { arrays, groups })
-    }
-
-    /// Raw (decoded) bytes of the largest shard of any array.
-    pub fn max_shard_bytes(&self) -> u64 {
-        self.arrays
-            .iter()
-            .map(|a| {
-                zshard_core::product(a.geometry.shard_shape()) * a.output.data_type.size() as u64
-            })
-            .max()
-            .unwrap_or(0)
     }
 
     /// The pipeline jobs, reading from `source` and writing below `destination`.

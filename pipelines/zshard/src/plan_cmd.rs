@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use zshard_core::{grid_shape, product, CodecSpec};
 
 use crate::convert::open;
-use crate::plan::{array_name, estimated_peak_memory, Layouts, PlannedArray};
+use crate::memory::{array_peak, parts_per_shard, Budget};
+use crate::plan::{array_name, Layouts, PlannedArray};
 
 fn codecs_text(codecs: &[CodecSpec]) -> String {
     codecs
@@ -40,10 +41,9 @@ fn shape_text(shape: &[u64]) -> String {
         .join(" x ")
 }
 
-fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
+fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
-    let shard_raw = product(a.geometry.shard_shape()) * size;
     json!({
         "path": a.path,
         "name": name,
@@ -64,11 +64,13 @@ fn describe(a: &PlannedArray, name: &str, threads: usize) -> Value {
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,
         "estimated_bytes_out": raw,
-        "estimated_peak_memory_per_worker": estimated_peak_memory(shard_raw, threads),
+        "parts_per_shard": parts_per_shard(a, budget.part_bytes),
+        "estimated_peak_memory_per_worker": array_peak(a, budget),
     })
 }
 
-fn print_human(arrays: &[Value], threads: usize) {
+fn print_human(arrays: &[Value], budget: &Budget) {
+    let threads = budget.threads;
     for a in arrays {
         let u = |k: &str| a[k].as_u64().unwrap_or(0);
         let shape = |k: &str| {
@@ -111,6 +113,13 @@ fn print_human(arrays: &[Value], threads: usize) {
                 HumanBytes(u("estimated_bytes_out"))
             );
         }
+        if u("parts_per_shard") > 1 {
+            println!(
+                "  parts          each shard is converted and written in {} parts (memory limit {})",
+                u("parts_per_shard"),
+                HumanBytes(budget.limit)
+            );
+        }
         println!(
             "  peak memory    about {} per worker with {threads} thread(s)",
             HumanBytes(u("estimated_peak_memory_per_worker"))
@@ -125,15 +134,18 @@ pub fn plan(
     args: &crate::source::SourceArgs,
     storage: &crate::storage::StorageArgs,
     threads: usize,
+    memory_limit: Option<u64>,
     as_json: bool,
 ) -> anyhow::Result<()> {
     let opened = open(source, destination, layouts, args, storage)?;
+    let budget = crate::memory::budget(&opened.plan, threads, memory_limit)?;
+    let threads = budget.threads;
     let source_name = opened.source.url();
     let arrays: Vec<Value> = opened
         .plan
         .arrays
         .iter()
-        .map(|a| describe(a, &array_name(&source_name, &a.path), threads))
+        .map(|a| describe(a, &array_name(&source_name, &a.path), &budget))
         .collect();
     let total = |k: &str| {
         arrays
@@ -151,6 +163,8 @@ pub fn plan(
             "source": source_name,
             "destination": destination,
             "threads": threads,
+            "memory_limit": budget.limit,
+            "part_bytes": budget.part_bytes,
             "arrays": arrays,
             "groups": opened.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
@@ -159,7 +173,7 @@ pub fn plan(
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print_human(&arrays, threads);
+        print_human(&arrays, &budget);
         println!(
             "total: {} array(s), {} group(s), {} source chunk(s) -> {} shard(s), {} raw; peak memory about {} per worker",
             arrays.len(), opened.plan.groups.len(), total("source_chunks"), total("shards"),

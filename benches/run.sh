@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Peer comparison (issue 7): zshard against tensorstore, zarrs_reencode and zarr-python on workloads
+# W1-W6, each output verified element by element; results in target/bench/results.md and .json.
+#
+#   benches/run.sh [--scale full|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N] [...]
+#
+# Every argument goes to benches/harness.py (see `benches/run.sh --help`). Before it runs, this script
+#   - creates or updates the Python venv exactly as tests/interop/run.sh does (same requirements file
+#     and the same stamp, so the test suite and the benches share one venv),
+#   - builds target/release/zshard (cargo build --release -p zshard),
+#   - installs the zarrs peer into target/peers (cargo install zarrs_tools 0.8.1) when it is missing,
+#   - installs GNU time (/usr/bin/time, which measures CPU time and peak RSS) when it is missing.
+#
+# Environment:
+#   ZSHARD_VENV          virtualenv to create/use (default: <repo>/target/venv)
+#   ZSHARD_SKIP_BUILD=1  use the existing target/release/zshard, do not run cargo build
+#   PYTHON               interpreter used to create the venv (default: python3)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+VENV="${ZSHARD_VENV:-$REPO/target/venv}"
+PY="${PYTHON:-python3}"
+REQ="$REPO/tests/interop/requirements.txt"
+PEERS="$REPO/target/peers"
+ZARRS_TOOLS_VERSION=0.8.1
+
+say() { echo "benches/run.sh: $*" >&2; }
+
+as_root_apt() {  # as_root_apt PACKAGE: apt-get install when that is possible here
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+    else
+        return 1
+    fi
+}
+
+if [ ! -x /usr/bin/time ]; then
+    say "installing GNU time"
+    as_root_apt time || { say "/usr/bin/time is missing: install the 'time' package"; exit 1; }
+fi
+
+# --- the venv (kept in step with tests/interop/run.sh) ---
+if ! command -v "$PY" >/dev/null 2>&1; then
+    say "$PY not found; install python3"
+    exit 1
+fi
+make_venv() {
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PY" -m venv "$VENV"
+}
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    say "creating venv at $VENV"
+    if ! make_venv; then
+        say "'$PY -m venv' failed; installing python3-venv"
+        as_root_apt python3-venv || { say "install python3-venv"; exit 1; }
+        make_venv
+    fi
+fi
+want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.zshard-interop-requirements"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "installing $REQ into $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+    echo "$want" >"$stamp"
+fi
+
+# --- zshard ---
+if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then
+    say "cargo build --release -p zshard"
+    (cd "$REPO" && cargo build --release -p zshard)
+fi
+
+# --- the zarrs peer ---
+if ! "$PEERS/bin/zarrs_reencode" --version 2>/dev/null | grep -q "zarrs_tools $ZARRS_TOOLS_VERSION "; then
+    say "installing zarrs_tools $ZARRS_TOOLS_VERSION (zarrs_reencode) into $PEERS"
+    cargo install zarrs_tools --version "$ZARRS_TOOLS_VERSION" --locked --root "$PEERS"
+fi
+
+export PYTHONDONTWRITEBYTECODE=1
+exec "$VENV/bin/python" "$HERE/harness.py" --zshard "$REPO/target/release/zshard" \
+    --zarrs "$PEERS/bin/zarrs_reencode" "$@"

@@ -1,0 +1,159 @@
+//! How much memory a conversion holds, and how it is kept under `--memory-limit`.
+//!
+//! The stages pass messages of one shard part each (see `zshard_pipeline::Options::part_bytes`): a
+//! part's raw inner chunks, and the decoded source chunks it needs. The pipeline holds a bounded number
+//! of messages, so the peak is that number times the biggest message, plus a fixed base. Under a limit
+//! the part size shrinks first (down to one inner chunk), then the thread count.
+
+use anyhow::bail;
+use indicatif::HumanBytes;
+use zshard_core::{product, ShardGeometry};
+use zshard_pipeline::{Options, DEFAULT_PART_BYTES};
+
+use crate::plan::{Plan, PlannedArray};
+
+/// What the process holds whatever the data: code, runtimes, I/O and allocator slack (measured: a
+/// conversion of a tiny array peaks near 30 MiB).
+pub const BASE_BYTES: u64 = 48 << 20;
+
+/// The memory limit when none is given: half of what this machine (or its cgroup) has, so that a job
+/// never takes all of a node; 4 GiB when that cannot be read.
+pub fn default_limit() -> u64 {
+    let total = cgroup_limit()
+        .into_iter()
+        .chain(physical_memory())
+        .min()
+        .unwrap_or(8 << 30);
+    total / 2
+}
+
+fn cgroup_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?;
+    text.trim().parse().ok()
+}
+
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Threads and part size of a run, and the memory they are expected to need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub threads: usize,
+    pub part_bytes: u64,
+    pub channel_capacity: usize,
+    pub estimated_peak: u64,
+    pub limit: u64,
+}
+
+impl Budget {
+    /// The pipeline options of this budget (I/O threads are the caller's).
+    pub fn options(&self, io_threads: usize) -> Options {
+        Options {
+            threads: self.threads,
+            channel_capacity: self.channel_capacity,
+            io_threads,
+            part_bytes: self.part_bytes,
+        }
+    }
+}
+
+/// Messages a worker may hold at once: four channels of `capacity`, in each of the decode and encode
+/// pools an input and an output per thread, and two each in the fetch, assemble and write stages plus
+/// parts waiting for their predecessors at the writer.
+fn messages_in_memory(threads: usize, capacity: usize) -> u64 {
+    (4 * capacity + 4 * threads + 5) as u64
+}
+
+/// Raw bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`, and of the
+/// decoded source chunks that part overlaps.
+fn message_bytes(array: &PlannedArray, part_bytes: u64) -> u64 {
+    let geometry = &array.geometry;
+    let element = array.output.data_type.size().max(1) as u64;
+    let inner_bytes = product(geometry.inner_shape()) * element;
+    let split = geometry.split(part_bytes / inner_bytes.max(1));
+    let origin = vec![0; geometry.array_shape().len()];
+    // The first part of a shard is the biggest one.
+    let part = split.region(geometry, &origin, 0).shape;
+    let part_raw = product(&part) * element;
+    part_raw.max(source_footprint(geometry, &array.source.chunk_shape, &part) * element)
+}
+
+/// Elements of the source chunks that a part of extent `part` can overlap: per dimension, the chunks
+/// it covers, one more when parts do not start on source chunk boundaries, and never more than the
+/// array.
+fn source_footprint(geometry: &ShardGeometry, source_chunk: &[u64], part: &[u64]) -> u64 {
+    (0..part.len())
+        .map(|d| {
+            let (extent, chunk) = (part[d], source_chunk[d].max(1));
+            let aligned = extent % chunk == 0 && geometry.shard_shape()[d] % chunk == 0;
+            let chunks = extent.div_ceil(chunk) + u64::from(!aligned);
+            (chunks * chunk).min(geometry.array_shape()[d].div_ceil(chunk) * chunk)
+        })
+        .product()
+}
+
+/// Parts each shard of `array` is cut into with parts of at most `part_bytes`.
+pub fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
+    let element = array.output.data_type.size().max(1) as u64;
+    let inner_bytes = product(array.geometry.inner_shape()) * element;
+    array
+        .geometry
+        .split(part_bytes / inner_bytes.max(1))
+        .parts()
+}
+
+/// Estimated peak of converting `array` alone within `budget`.
+pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
+    estimate(
+        std::slice::from_ref(array),
+        budget.threads,
+        budget.part_bytes,
+    )
+    .0
+}
+
+/// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
+fn estimate(arrays: &[PlannedArray], threads: usize, part_bytes: u64) -> (u64, usize) {
+    let message = arrays
+        .iter()
+        .map(|a| message_bytes(a, part_bytes))
+        .max()
+        .unwrap_or(0);
+    let capacity = Options::for_shard_size(threads, message).channel_capacity;
+    let peak =
+        BASE_BYTES.saturating_add(message.saturating_mul(messages_in_memory(threads, capacity)));
+    (peak, capacity)
+}
+
+/// The most threads (up to `wanted`) and the biggest parts (up to the default) whose estimated peak
+/// fits `limit` (the default limit when `None`). Refuses when even one thread with parts of one inner
+/// chunk does not fit: the source chunks are then too big for the limit.
+pub fn budget(plan: &Plan, wanted: usize, limit: Option<u64>) -> anyhow::Result<Budget> {
+    let limit = limit.unwrap_or_else(default_limit);
+    let part_sizes: Vec<u64> =
+        std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
+    for threads in (1..=wanted.max(1)).rev() {
+        for &part_bytes in &part_sizes {
+            let (estimated_peak, channel_capacity) = estimate(&plan.arrays, threads, part_bytes);
+            if estimated_peak <= limit {
+                return Ok(Budget {
+                    threads,
+                    part_bytes,
+                    channel_capacity,
+                    estimated_peak,
+                    limit,
+                });
+            }
+        }
+    }
+    let (smallest, _) = estimate(&plan.arrays, 1, 1);
+    bail!(
+        "the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape",
+        HumanBytes(smallest),
+        HumanBytes(limit)
+    )
+}
