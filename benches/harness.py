@@ -45,7 +45,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import h5py
@@ -162,6 +161,8 @@ def workloads(scale):
 
 def parse_size(text):
     m = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)?", text)
+    if not m:
+        sys.exit(f"harness: cannot read the size {text!r} (e.g. 512MiB)")
     return int(m.group(1)) * {"B": 1, None: 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB}[m.group(2)]
 
 
@@ -179,20 +180,26 @@ def synth(origin, shape, full_shape, dtype, seed):
         smooth += wave.reshape([n if i == k else 1 for i in range(len(shape))])
     smooth /= len(shape)  # within [-1, 1]
     rng = np.random.default_rng([seed, *origin])
+    # Integers: noise on a fraction of the elements only, so that byte-oriented compressors (lz4, zstd
+    # without shuffle) find something to compress (about 1.5x for uint8 with blosc lz4, 2-3x for
+    # uint16 with zstd 3).
     if dtype == np.uint8:
-        return (128 + 100 * smooth).astype(np.uint8) + rng.integers(0, 16, shape, dtype=np.uint8)
+        noise = rng.integers(0, 8, shape, dtype=np.uint8) * (rng.random(shape, dtype=np.float32) < 0.1)
+        return (128 + 100 * smooth).astype(np.uint8) + noise.astype(np.uint8)
     if dtype == np.uint16:
-        return (30000 + 20000 * smooth).astype(np.uint16) + rng.integers(0, 64, shape, dtype=np.uint16)
+        noise = rng.integers(0, 32, shape, dtype=np.uint16) * (rng.random(shape, dtype=np.float32) < 0.25)
+        return (30000 + 20000 * smooth).astype(np.uint16) + noise.astype(np.uint16)
     if dtype == np.float32:
         return 100 * smooth + rng.standard_normal(shape, dtype=np.float32)
     raise ValueError(dtype)
 
 
-def gen_blocks(shape, grid, itemsize, budget=GEN_BLOCK_BYTES):
-    """Blocks that are whole multiples of `grid`, grown along the last dimensions up to `budget` bytes."""
+def gen_blocks(shape, grid, budget=GEN_BLOCK_BYTES):
+    """Blocks that are whole multiples of `grid`, grown along the last dimensions while their float32
+    working copy (see synth) stays within `budget` bytes."""
     block = list(grid)
     for k in reversed(range(len(shape))):
-        while block[k] < shape[k] and math.prod(block) * itemsize * 2 <= budget:
+        while block[k] < shape[k] and math.prod(block) * 4 * 2 <= budget:
             block[k] = min(block[k] * 2, -(-shape[k] // grid[k]) * grid[k])
     return iter_blocks(shape, block)
 
@@ -234,7 +241,7 @@ def make_zarr_source(wl, path):
     else:
         arr = zarr.create_array(store=path, shape=wl.shape, chunks=wl.src_chunks, dtype=wl.dtype, zarr_format=3,
                                 compressors=[zarr.codecs.ZstdCodec(level=3)], fill_value=0)
-    for origin, extent in gen_blocks(wl.shape, wl.src_chunks, wl.dtype.itemsize):
+    for origin, extent in gen_blocks(wl.shape, wl.src_chunks):
         arr[region(origin, extent)] = synth(origin, extent, wl.shape, wl.dtype, wl.seed)
 
 
@@ -243,7 +250,7 @@ def make_kerchunk_source(wl, h5_path, refs_path):
     with h5py.File(h5_path, "w") as f:
         d = f.create_dataset("data", shape=wl.shape, dtype=wl.dtype, chunks=wl.src_chunks, compression="gzip",
                              compression_opts=4, shuffle=True, fillvalue=0)
-        for origin, extent in gen_blocks(wl.shape, wl.src_chunks, wl.dtype.itemsize):
+        for origin, extent in gen_blocks(wl.shape, wl.src_chunks):
             d[region(origin, extent)] = synth(origin, extent, wl.shape, wl.dtype, wl.seed)
     with open(h5_path, "rb") as fh:
         refs = kerchunk.hdf.SingleHdf5ToZarr(fh, url=os.path.abspath(h5_path)).translate()
@@ -289,9 +296,10 @@ class Source:
     def reader(self):
         """A function region -> ndarray reading the ground truth (HDF5 directly for kerchunk)."""
         if self.wl.kind == "kerchunk":
-            f = h5py.File(self.h5, "r")
-            d = f[self.var]
-            return lambda sl: d[sl]
+            def read_h5(sl):
+                with h5py.File(self.h5, "r") as f:
+                    return f[self.var][sl]
+            return read_h5
         arr = zarr.open_array(self.path, mode="r")
         return lambda sl: arr[sl]
 
@@ -521,8 +529,9 @@ class Tool:
     """One command to time. kind: zshard (the tool under test and its variants), peer, or copy."""
 
     def __init__(self, name, kind, cmd, out, *, array=None, env=None, location="end", verify=True,
-                 expect_passthrough=None):
+                 expect_passthrough=None, display=None):
         self.name, self.kind, self.cmd, self.out = name, kind, cmd, out
+        self.display = display or shlex.join(cmd)  # for the reports (scripts are shown by name)
         self.array = array or out  # the array inside the output (a group for kerchunk input)
         self.env, self.location, self.verify = env, location, verify
         self.expect_passthrough = expect_passthrough
@@ -552,18 +561,23 @@ def tools_for(wl, src, args, outdir):
         o = out(peer)
         if peer == "tensorstore":
             cfg = {"source": src.ts_spec(), "dest": o, "threads": args.threads, "metadata": v3_metadata(wl, "end")}
-            tools.append(Tool(peer, "peer", [sys.executable, "-c", TS_CONVERT, json.dumps(cfg)], o))
+            tools.append(Tool(peer, "peer", [sys.executable, "-c", TS_CONVERT, json.dumps(cfg)], o,
+                              display=f"python -c TS_CONVERT (benches/harness.py) '{json.dumps(cfg)}'"))
         elif peer == "zarrs_reencode":
             cmd = [args.zarrs or "zarrs_reencode", src.path, o, "--chunk-shape", shp(wl.inner), "--shard-shape",
                    shp(wl.shard), "--array-to-bytes-codec", '{"name":"bytes","configuration":{"endian":"little"}}',
-                   "--bytes-to-bytes-codecs", json.dumps(wl.codec.v3(wl.dtype.itemsize))]
+                   "--bytes-to-bytes-codecs", json.dumps(wl.codec.v3(wl.dtype.itemsize)),
+                   "--concurrent-chunks", str(args.threads)]
             # zarrs_reencode has no thread-count flag: its work runs on rayon's global pool, sized by
-            # RAYON_NUM_THREADS (--concurrent-chunks is how many output chunks it works on at once).
-            tools.append(Tool(peer, "peer", cmd, o, env={"RAYON_NUM_THREADS": str(args.threads)}))
+            # RAYON_NUM_THREADS. --concurrent-chunks is how many output chunks (shards) it works on at
+            # once; left to itself it picked 1 on W2 (one core busy, 1.6x slower than with 2).
+            tools.append(Tool(peer, "peer", cmd, o, env={"RAYON_NUM_THREADS": str(args.threads)},
+                              display=f"RAYON_NUM_THREADS={args.threads} {shlex.join(cmd)}"))
         elif peer == "zarr-python":
             cfg = {"refs": src.path, "var": src.var, "dest": o, "threads": args.threads, "inner": list(wl.inner),
                    "shard": list(wl.shard), "zstd_level": 3}
-            tools.append(Tool(peer, "peer", [sys.executable, "-c", ZP_CONVERT, json.dumps(cfg)], o, array=sub(o)))
+            tools.append(Tool(peer, "peer", [sys.executable, "-c", ZP_CONVERT, json.dumps(cfg)], o, array=sub(o),
+                              display=f"python -c ZP_CONVERT (benches/harness.py) '{json.dumps(cfg)}'"))
     if wl.targets == "passthrough":
         o = out("cp -r")
         tools.append(Tool("cp -r (copy floor)", "copy", ["cp", "-r", src.path, o], o, verify=False))
@@ -608,6 +622,8 @@ def run_timed(cmd, env, logfile, timeout):
     tail = " | ".join((errtext.strip() or stdout.strip()).splitlines()[-4:])[-600:]
     if signal_line:
         rc = f"signal {signal_line.group(1)}"
+    if rc == "timeout":
+        tail = f"killed after {timeout:g} s (--timeout)"
     return {"ok": rc == 0, "exit": rc, "wall": wall, "cpu": cpu, "rss_mib": rss, "tail": tail, "stdout": stdout}
 
 
@@ -675,7 +691,8 @@ def verify_output(wl, src, tool):
     for origin, extent in verify_blocks(wl):
         sl = region(origin, extent)
         expected = read_src(sl)
-        for reader, got in (("zarr-python", lambda: out_zarr[sl]), ("tensorstore", lambda: out_ts[sl].read().result())):
+        for reader, got in (("zarr-python", lambda: out_zarr[sl]),
+                            ("tensorstore", lambda: out_ts[sl].read().result())):
             g = got()
             if g.dtype != expected.dtype or not np.array_equal(g, expected, equal_nan=floats):
                 bad = int(np.count_nonzero(g != expected)) if g.shape == expected.shape else "shape"
@@ -702,7 +719,7 @@ def run_workload(wl, args):
     os.makedirs(outdir, exist_ok=True)
     os.makedirs(logdir, exist_ok=True)
     tools = tools_for(wl, src, args, outdir)
-    res = {t.name: {"kind": t.kind, "cmd": shlex.join(t.cmd), "runs": [], "problems": []} for t in tools}
+    res = {t.name: {"kind": t.kind, "cmd": t.display, "runs": [], "problems": []} for t in tools}
     for t in tools:
         if t.kind == "peer" and t.cmd[0] != sys.executable and not shutil.which(t.cmd[0]):
             res[t.name]["problems"].append(f"not found: {t.cmd[0]} (benches/run.sh installs it)")
@@ -818,8 +835,8 @@ def evaluate(wl, res, floor):
             if v["kind"] != "zshard":
                 continue
             if not v["ok"]:
-                out.append((f"{k}: peak RSS < {limit:.0f} MiB (--memory-limit {wl.memory_limit}): the run failed",
-                            "MISSED"))
+                out.append((f"{k}: peak RSS < {limit:.0f} MiB (--memory-limit {wl.memory_limit}): the run "
+                            f"failed (see the problems)", "MISSED"))
             else:
                 out.append((f"{k}: peak RSS < {limit:.0f} MiB (--memory-limit {wl.memory_limit}): "
                             f"{v['rss_mib']:.0f} MiB", status(v["rss_mib"] < limit)))
@@ -898,8 +915,11 @@ def versions(args):
         rev = f"{rev} + uncommitted changes in crates/ or pipelines/"
     built = datetime.datetime.fromtimestamp(os.path.getmtime(args.zshard)).isoformat(timespec="seconds") \
         if os.path.exists(args.zshard) else None
-    v = {"zshard": f"{cmd([args.zshard, '--version'])} (git {rev}; binary {args.zshard} built {built})",
-         "zarrs_tools": cmd([args.zarrs, "--version"]) if args.zarrs else "not found",
+    def version(binary):
+        text = cmd([binary, "--version"]) if binary and os.access(binary, os.X_OK) else None
+        return text.split(" ", 1)[-1] if text else "not found"
+    v = {"zshard": f"{version(args.zshard)} (git {rev}; binary {args.zshard} built {built})",
+         "zarrs_tools": version(args.zarrs),
          "python": platform.python_version()}
     for pkg in ("tensorstore", "zarr", "numcodecs", "numpy", "h5py", "kerchunk", "fsspec"):
         v[pkg] = importlib.metadata.version(pkg)
@@ -937,7 +957,8 @@ def write_markdown(path, report):
         floor_text = f"{w['floor_s']:.2f} s" if w["floor_s"] else "—"
         vs_floor = fmt(z["wall"] / w["floor_s"] if w["floor_s"] and z["ok"] else None, ".2f")
         lines.append(f"| {w['name']} | {zwall} | {best_text} | {vs_best} | {floor_text} | {vs_floor} | "
-                     f"{fmt(z['rss_mib'], '.0f')} MiB | {low_text} | {met} met, {missed} missed |")
+                     f"{fmt(z['rss_mib'], '.0f')}{' MiB' if z['ok'] else ''} | {low_text} | "
+                     f"{met} met, {missed} missed |")
     for w in report["workloads"]:
         lines += ["", f"## {w['name']}: {w['title']}", "",
                   f"{w['describe']}; {w['raw_bytes'] / 1e6:.0f} MB raw, {w['stored_bytes'] / 1e6:.0f} MB stored; "
@@ -950,7 +971,7 @@ def write_markdown(path, report):
         problems = [f"{k}: {p}" for k, v in w["tools"].items() for p in v["problems"]]
         if problems:
             lines += ["", "Problems:", ""] + [f"- {p}" for p in problems]
-        lines += ["", "Commands:", ""] + [f"- {k}: `{v['cmd'][:300]}`" for k, v in w["tools"].items()]
+        lines += ["", "Commands:", ""] + [f"- {k}: `{v['cmd']}`" for k, v in w["tools"].items()]
     open(path, "w").write("\n".join(lines) + "\n")
 
 
@@ -970,6 +991,8 @@ def main():
     p.add_argument("--regen", action="store_true", help="regenerate the sources even when cached")
     p.add_argument("--no-floor", action="store_true", help="skip the codec floor measurement")
     p.add_argument("--strict", action="store_true", help="exit 2 when a performance target is missed")
+    p.add_argument("--w6-memory-limit", default=None,
+                   help="W6's --memory-limit and RSS bound (default: 512MiB at --scale full, 64MiB at small)")
     args = p.parse_args()
     args.zshard = os.path.abspath(args.zshard)
     args.workdir = os.path.abspath(args.workdir)
@@ -981,6 +1004,9 @@ def main():
     if not os.access(args.zshard, os.X_OK):
         sys.exit(f"harness: no zshard binary at {args.zshard}")
     all_wl = workloads(args.scale)
+    if args.w6_memory_limit:
+        parse_size(args.w6_memory_limit)
+        all_wl["W6"].memory_limit = args.w6_memory_limit
     if args.workloads in (None, ""):
         names = ["W1", "W2", "W3", "W4", "W5"] + (["W6"] if args.scale == "full" else [])
     elif args.workloads.lower() == "all":

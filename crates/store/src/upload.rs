@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 
 /// Multipart parts of one upload in flight at once: the memory of a streamed object stays a few parts.
-const PARTS_IN_FLIGHT: usize = 2;
+const PARTS_IN_FLIGHT: usize = 1;
 
 /// Distinguishes the staging files of concurrent uploads of one process.
 static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);

@@ -113,7 +113,8 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         &c.source_args,
         &c.storage,
     )?;
-    let budget = crate::memory::budget(&opened.plan, c.threads, c.memory_limit)?;
+    let uploads = crate::memory::upload_buffers(&c.destination, c.storage.options().part_size);
+    let budget = crate::memory::budget(&opened.plan, c.threads, c.memory_limit, uploads)?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
         source,

@@ -47,6 +47,8 @@ pub struct Budget {
     pub channel_capacity: usize,
     pub estimated_peak: u64,
     pub limit: u64,
+    /// Part of `estimated_peak` for uploads of streamed shards (see [`upload_buffers`]).
+    pub upload_buffers: u64,
 }
 
 impl Budget {
@@ -82,18 +84,27 @@ fn message_bytes(array: &PlannedArray, part_bytes: u64) -> u64 {
     part_raw.max(source_footprint(geometry, &array.source.chunk_shape, &part) * element)
 }
 
-/// Elements of the source chunks that a part of extent `part` can overlap: per dimension, the chunks
-/// it covers, one more when parts do not start on source chunk boundaries, and never more than the
-/// array.
+/// Elements of the source chunks that a part of extent `part` can overlap. Per dimension: parts
+/// start at multiples of `g` (the gcd of the part extent and the shard shape) from a source chunk
+/// boundary, so a part starting `s - g` into a chunk of `s` covers the most chunks. Never more than
+/// the array.
 fn source_footprint(geometry: &ShardGeometry, source_chunk: &[u64], part: &[u64]) -> u64 {
     (0..part.len())
         .map(|d| {
             let (extent, chunk) = (part[d], source_chunk[d].max(1));
-            let aligned = extent % chunk == 0 && geometry.shard_shape()[d] % chunk == 0;
-            let chunks = extent.div_ceil(chunk) + u64::from(!aligned);
+            let g = gcd(gcd(extent, geometry.shard_shape()[d]), chunk);
+            let chunks = (chunk - g + extent).div_ceil(chunk);
             (chunks * chunk).min(geometry.array_shape()[d].div_ceil(chunk) * chunk)
         })
         .product()
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Parts each shard of `array` is cut into with parts of at most `part_bytes`.
@@ -108,12 +119,24 @@ pub fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
 
 /// Estimated peak of converting `array` alone within `budget`.
 pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
-    estimate(
+    let (peak, _) = estimate(
         std::slice::from_ref(array),
         budget.threads,
         budget.part_bytes,
-    )
-    .0
+    );
+    peak.saturating_add(budget.upload_buffers)
+}
+
+/// Buffers of shards streamed to an object store in parts: a multipart part being filled and one
+/// in flight (`zshard_store::Upload`), for the (about two) shards open at a time. Local outputs write
+/// each piece as it comes.
+pub fn upload_buffers(destination: &str, part_size: usize) -> u64 {
+    let remote = destination.contains("://") && !destination.starts_with("file://");
+    if remote {
+        2 * 2 * part_size.max(5 << 20) as u64
+    } else {
+        0
+    }
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
@@ -132,13 +155,19 @@ fn estimate(arrays: &[PlannedArray], threads: usize, part_bytes: u64) -> (u64, u
 /// The most threads (up to `wanted`) and the biggest parts (up to the default) whose estimated peak
 /// fits `limit` (the default limit when `None`). Refuses when even one thread with parts of one inner
 /// chunk does not fit: the source chunks are then too big for the limit.
-pub fn budget(plan: &Plan, wanted: usize, limit: Option<u64>) -> anyhow::Result<Budget> {
+pub fn budget(
+    plan: &Plan,
+    wanted: usize,
+    limit: Option<u64>,
+    upload_buffers: u64,
+) -> anyhow::Result<Budget> {
     let limit = limit.unwrap_or_else(default_limit);
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
     for threads in (1..=wanted.max(1)).rev() {
         for &part_bytes in &part_sizes {
-            let (estimated_peak, channel_capacity) = estimate(&plan.arrays, threads, part_bytes);
+            let (peak, channel_capacity) = estimate(&plan.arrays, threads, part_bytes);
+            let estimated_peak = peak.saturating_add(upload_buffers);
             if estimated_peak <= limit {
                 return Ok(Budget {
                     threads,
@@ -146,14 +175,41 @@ pub fn budget(plan: &Plan, wanted: usize, limit: Option<u64>) -> anyhow::Result<
                     channel_capacity,
                     estimated_peak,
                     limit,
+                    upload_buffers,
                 });
             }
         }
     }
     let (smallest, _) = estimate(&plan.arrays, 1, 1);
+    let smallest = smallest.saturating_add(upload_buffers);
     bail!(
         "the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape",
         HumanBytes(smallest),
         HumanBytes(limit)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_footprint_counts_the_chunks_a_part_can_straddle() {
+        let g = ShardGeometry::new(&[2048, 1000, 1000], &[2048, 512, 512], &[128, 64, 64]).unwrap();
+        // 128 inside chunks of 256, parts on multiples of 128: one chunk. 64 in chunks of 100: two.
+        assert_eq!(
+            source_footprint(&g, &[256, 100, 100], &[128, 64, 64]),
+            256 * 200 * 200
+        );
+        // Aligned multiples cover exactly their chunks.
+        assert_eq!(
+            source_footprint(&g, &[128, 64, 64], &[256, 128, 64]),
+            256 * 128 * 64
+        );
+        // Never more than the array (rounded up to whole chunks).
+        assert_eq!(
+            source_footprint(&g, &[4096, 1000, 1000], &[128, 64, 64]),
+            4096 * 1000 * 1000
+        );
+    }
 }

@@ -1,0 +1,122 @@
+"""Shards converted in parts under --memory-limit: bytes identical to whole shards, values exact.
+
+A shard bigger than the memory limit allows is read, decoded, reassembled, encoded and written in parts
+of whole inner chunks, streamed into the shard in order (the index reserved at the start, or written
+last at the end). zarr-python writes the sources. Every case checks that `zshard plan` really cuts the
+shards into parts, that the shard files are byte for byte those of a conversion without a limit, and
+that zarr-python (and tensorstore, for the types it has) reads the values back exactly.
+
+Matrix: index {start, end} x threads {1, 2} x data types x {aligned, rechunked} chunks, plus
+passthrough (encoded chunks copied) and variable-length strings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+from conftest import assert_readback, convert_ok, read_with_zarr, run_zshard, shape_arg
+
+SHAPE, SHARD, INNER = (640, 1040), (640, 520), (32, 40)
+# Leaves the data about 2 MiB above the fixed base: shards of these arrays need several parts.
+LIMIT = "50MiB"
+
+
+def values(dtype: str) -> np.ndarray:
+    n = SHAPE[0] * SHAPE[1]
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        v = (np.sin(np.arange(n) / 97.0) * 1e3).astype(dtype)
+        v[::13] = np.nan
+    else:
+        v = (np.arange(n) * 2654435761 % 1000003).astype(dtype)
+    v = v.reshape(SHAPE)
+    v[:64, :80] = 0  # whole chunks of the fill value: not stored
+    return v
+
+
+def make_source(path: Path, dtype: str, chunks: tuple[int, int], fmt: int = 2, level: int = 1) -> np.ndarray:
+    data = values(dtype)
+    comp = numcodecs.Zstd(level=level) if fmt == 2 else [zarr.codecs.ZstdCodec(level=level)]
+    a = zarr.create_array(str(path), shape=SHAPE, chunks=chunks, dtype=dtype, compressors=comp,
+                          fill_value=0, zarr_format=fmt)
+    a[:] = data
+    return data
+
+
+def plan_parts(zshard_bin: Path, src: Path, dst: Path, *opts: str) -> dict:
+    r = run_zshard(zshard_bin, ["plan", src, dst, "--json", *opts])
+    assert r.returncode == 0, r.describe()
+    return json.loads(r.stdout)["arrays"][0]
+
+
+def shard_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "c").rglob("*")) if p.is_file()}
+
+
+def layout(threads: int, index: str) -> list[str]:
+    return ["--shard-shape", shape_arg(SHARD), "--chunk-shape", shape_arg(INNER), "--threads", str(threads),
+            "--index-location", index]
+
+
+def convert_in_parts(zshard_bin: Path, src: Path, tmp_path: Path, threads: int, index: str,
+                     *extra: str) -> tuple[Path, dict]:
+    """Converts with and without the limit; checks parts are used and the shard bytes are equal."""
+    parted, whole = tmp_path / f"parts-{index}-{threads}.zarr", tmp_path / f"whole-{index}-{threads}.zarr"
+    opts = [*layout(threads, index), *extra]
+    planned = plan_parts(zshard_bin, src, parted, *opts, "--memory-limit", LIMIT)
+    assert planned["parts_per_shard"] > 1, planned
+    assert plan_parts(zshard_bin, src, whole, *opts)["parts_per_shard"] == 1
+    convert_ok(zshard_bin, src, parted, *opts, "--memory-limit", LIMIT, "--quiet")
+    convert_ok(zshard_bin, src, whole, *opts, "--quiet")
+    files = shard_files(parted)
+    assert files == shard_files(whole), "shards written in parts differ from shards written whole"
+    assert not any("#" in name for name in files), "a staging file was left behind"
+    return parted, planned
+
+
+@pytest.mark.parametrize("index", ["end", "start"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["|u1", "<i2", ">i4", "<f8"])
+@pytest.mark.parametrize("chunks", [(64, 40), (50, 70)], ids=["aligned", "rechunked"])
+def test_parts_equal_whole_shards(index, threads, dtype, chunks, tmp_path, zshard_bin):
+    src = tmp_path / "src.zarr"
+    data = make_source(src, dtype, chunks)
+    dst, _ = convert_in_parts(zshard_bin, src, tmp_path, threads, index)
+    assert_readback(dst, data)
+
+
+@pytest.mark.parametrize("index", ["end", "start"])
+def test_passthrough_in_parts_copies_the_encoded_chunks(index, tmp_path, zshard_bin):
+    src = tmp_path / "src.zarr"
+    data = make_source(src, "<u2", INNER, fmt=3, level=3)
+    dst, planned = convert_in_parts(zshard_bin, src, tmp_path, 2, index)
+    assert planned["passthrough"] is True
+    assert_readback(dst, data)
+
+
+@pytest.mark.parametrize("index", ["end", "start"])
+def test_strings_in_parts(index, tmp_path, zshard_bin):
+    src = tmp_path / "src.zarr"
+    n = SHAPE[0] * SHAPE[1]
+    data = np.array([f"s{i % 977}" * (i % 5) for i in range(n)], dtype=object).reshape(SHAPE)
+    a = zarr.create_array(str(src), shape=SHAPE, chunks=(50, 70), dtype=str, zarr_format=3)
+    a[:] = data
+    dst, _ = convert_in_parts(zshard_bin, src, tmp_path, 2, index)
+    got = read_with_zarr(dst)
+    assert got.shape == SHAPE and all(g == w for g, w in zip(got.ravel().tolist(), data.ravel().tolist()))
+
+
+def test_a_limit_too_small_for_the_source_chunks_is_refused_before_writing(tmp_path, zshard_bin):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    # One source chunk of 5 MiB decoded cannot fit 2 MiB above the base with any part size.
+    make_source(src, "<f8", SHAPE)
+    r = run_zshard(zshard_bin, ["convert", src, dst, *layout(1, "end"), "--memory-limit", LIMIT])
+    assert r.returncode != 0
+    assert "memory limit" in r.stderr and "--memory-limit" in r.stderr, r.stderr
+    assert not (dst / "c").exists()
