@@ -256,3 +256,27 @@ def test_kerchunk_references_over_http_to_s3(tmp_path, s3, moto):
     download_prefix(s3, "dst6", "out.zarr", tmp_path / "out.zarr")
     got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
     assert got.dtype == data.dtype and np.array_equal(got, data)
+
+
+@pytest.mark.parametrize("index", ["end", "start"])
+def test_a_shard_converted_in_parts_streams_to_s3(index, tmp_path, s3, fault_proxy):
+    """Under a memory limit the 16 MiB shard is converted in 1 MiB parts: with the index at the end the
+    parts stream into a multipart upload as they are encoded; with the index at the start they are
+    spooled locally and uploaded after the index. Either way the object equals the one written whole."""
+    data = big_array(tmp_path / "big.zarr")
+    bucket = f"parts-{index}"
+    create_buckets(s3, bucket)
+    opts = [*BIG_OPTS, "--index-location", index, "--threads", "2"]
+    plan = run_zshard("plan", tmp_path / "big.zarr", f"s3://{bucket}/parts.zarr", "--json", *opts,
+                      "--memory-limit", "100MiB", env=S3_ENV)
+    assert json.loads(plan.stdout)["arrays"][0]["parts_per_shard"] == 16, plan.stdout
+    proxy = fault_proxy()
+    run_zshard("convert", tmp_path / "big.zarr", f"s3://{bucket}/parts.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", *opts, "--memory-limit", "100MiB", env=S3_ENV)
+    run_zshard("convert", tmp_path / "big.zarr", tmp_path / "whole.zarr", "--quiet", *opts)
+    shard = f"/{bucket}/parts.zarr/c/0/0"
+    parts = [e for e in proxy.log if e[0] == "PUT" and e[1].startswith(shard + "?") and "partNumber=" in e[1]]
+    assert len(parts) == 4, proxy.log
+    download_prefix(s3, bucket, "parts.zarr", tmp_path / "parts.zarr")
+    assert (tmp_path / "parts.zarr/c/0/0").read_bytes() == (tmp_path / "whole.zarr/c/0/0").read_bytes()
+    assert np.array_equal(zarr.open_array(str(tmp_path / "parts.zarr"), mode="r")[:], data)

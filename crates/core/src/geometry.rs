@@ -474,7 +474,7 @@ mod tests {
 
     #[test]
     fn shard_split_covers_the_shard_in_order() {
-        let g = ShardGeometry::new(&[100, 60, 40], &[64, 40, 40], &[16, 10, 20]).unwrap();
+        let g = ShardGeometry::new(&[100, 60, 40], &[64, 40, 40], &[16, 10, 20]).expect("test");
         // 4 x 4 x 2 = 32 inner chunks per shard.
         for max in [1, 2, 3, 5, 8, 9, 16, 31, 32, 1000] {
             let split = g.split(max);

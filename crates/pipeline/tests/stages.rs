@@ -235,17 +235,15 @@ fn a_decode_error_is_reported_with_its_key() {
     assert!(!sink.shards.lock().expect("lock").contains_key(&vec![0, 0]));
 }
 
-/// Runs `job(rows)` with shards cut into parts of at most `part_bytes` raw bytes (an inner chunk is 16).
-fn run_in_parts(
-    rows: u64,
-    fail_at: Option<Vec<u64>>,
-    threads: usize,
-    part_bytes: u64,
-) -> (
+/// What a run wrote: its result, the shards the sink got, the outcomes reported.
+type PartsRun = (
     Result<zshard_pipeline::Stats, Error>,
     HashMap<Vec<u64>, Vec<Option<Bytes>>>,
     Vec<zshard_pipeline::ShardOutcome>,
-) {
+);
+
+/// Runs `job(rows)` with shards cut into parts of at most `part_bytes` raw bytes (an inner chunk is 16).
+fn run_in_parts(rows: u64, fail_at: Option<Vec<u64>>, threads: usize, part_bytes: u64) -> PartsRun {
     let (job, _, sink) = job(rows, fail_at);
     let jobs = [job];
     let outcomes = Mutex::new(Vec::new());

@@ -117,11 +117,15 @@ impl Upload {
                     .map_err(|source| io_error(store, key, "cannot write", source))?;
             }
             Target::Multipart(writer) => {
+                // `put` starts part uploads as tasks: it must run inside the I/O runtime.
                 store
                     .runtime
-                    .block_on(writer.wait_for_capacity(PARTS_IN_FLIGHT))
+                    .block_on(async {
+                        writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                        writer.put(piece.clone());
+                        Ok(())
+                    })
                     .map_err(|e| store.request_error("cannot write", key, e))?;
-                writer.put(piece.clone());
             }
             Target::Done => {}
         }
@@ -252,19 +256,24 @@ mod tests {
     use crate::IoRuntime;
 
     fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("test");
         let store = Store::open(
-            dir.path().to_str().unwrap(),
-            IoRuntime::new(1).unwrap(),
+            dir.path().to_str().expect("test"),
+            IoRuntime::new(1).expect("test"),
             false,
         );
-        (dir, store.unwrap())
+        (dir, store.expect("test"))
     }
 
     fn files(dir: &std::path::Path) -> Vec<String> {
         let mut names: Vec<String> = walk(dir)
             .iter()
-            .map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned())
+            .map(|p| {
+                p.strip_prefix(dir)
+                    .expect("test")
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         names.sort();
         names
@@ -272,7 +281,7 @@ mod tests {
 
     fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         std::fs::read_dir(dir)
-            .unwrap()
+            .expect("test")
             .flatten()
             .flat_map(|e| {
                 let path = e.path();
@@ -288,27 +297,27 @@ mod tests {
     #[test]
     fn pieces_then_tail_or_reserved_head() {
         let (dir, store) = store();
-        let mut end = store.upload("a/c/0", 0).unwrap();
-        end.append(&Bytes::from_static(b"one")).unwrap();
-        end.append(&Bytes::from_static(b"two")).unwrap();
+        let mut end = store.upload("a/c/0", 0).expect("test");
+        end.append(&Bytes::from_static(b"one")).expect("test");
+        end.append(&Bytes::from_static(b"two")).expect("test");
         // Not visible before it is finished.
-        assert_eq!(store.get("a/c/0").unwrap(), None);
+        assert_eq!(store.get("a/c/0").expect("test"), None);
         assert_eq!(end.appended(), 6);
-        assert_eq!(end.finish(&Bytes::from_static(b"IDX")).unwrap(), 9);
+        assert_eq!(end.finish(&Bytes::from_static(b"IDX")).expect("test"), 9);
         assert_eq!(
-            store.get("a/c/0").unwrap().as_deref(),
+            store.get("a/c/0").expect("test").as_deref(),
             Some(&b"onetwoIDX"[..])
         );
 
-        let mut start = store.upload("a/c/1", 4).unwrap();
-        start.append(&Bytes::from_static(b"xy")).unwrap();
+        let mut start = store.upload("a/c/1", 4).expect("test");
+        start.append(&Bytes::from_static(b"xy")).expect("test");
         assert!(start.finish(&Bytes::from_static(b"toolong")).is_err());
-        let mut start = store.upload("a/c/1", 4).unwrap();
-        start.append(&Bytes::from_static(b"xy")).unwrap();
-        start.append(&Bytes::from_static(b"z")).unwrap();
-        assert_eq!(start.finish(&Bytes::from_static(b"HEAD")).unwrap(), 7);
+        let mut start = store.upload("a/c/1", 4).expect("test");
+        start.append(&Bytes::from_static(b"xy")).expect("test");
+        start.append(&Bytes::from_static(b"z")).expect("test");
+        assert_eq!(start.finish(&Bytes::from_static(b"HEAD")).expect("test"), 7);
         assert_eq!(
-            store.get("a/c/1").unwrap().as_deref(),
+            store.get("a/c/1").expect("test").as_deref(),
             Some(&b"HEADxyz"[..])
         );
         assert_eq!(files(dir.path()), vec!["a/c/0", "a/c/1"]);
@@ -317,15 +326,15 @@ mod tests {
     #[test]
     fn a_dropped_upload_leaves_nothing() {
         let (dir, store) = store();
-        let mut upload = store.upload("a/c/2", 16).unwrap();
-        upload.append(&Bytes::from(vec![7u8; 1000])).unwrap();
+        let mut upload = store.upload("a/c/2", 16).expect("test");
+        upload.append(&Bytes::from(vec![7u8; 1000])).expect("test");
         assert_eq!(
             files(dir.path()).len(),
             1,
             "the staging file exists meanwhile"
         );
         drop(upload);
-        assert_eq!(store.get("a/c/2").unwrap(), None);
+        assert_eq!(store.get("a/c/2").expect("test"), None);
         assert_eq!(files(dir.path()), Vec::<String>::new());
     }
 }

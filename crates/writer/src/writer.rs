@@ -213,24 +213,28 @@ mod tests {
 
     #[test]
     fn a_shard_streamed_in_parts_equals_the_shard_written_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = IoRuntime::new(1).unwrap();
-        let store = Store::open(dir.path().to_str().unwrap(), runtime, false).unwrap();
+        let dir = tempfile::tempdir().expect("test");
+        let runtime = IoRuntime::new(1).expect("test");
+        let store = Store::open(dir.path().to_str().expect("test"), runtime, false).expect("test");
         let inner = chunks();
         for location in [IndexLocation::Start, IndexLocation::End] {
             let writer = ShardWriter::new(store.child(location.as_str()), location);
-            let whole = writer.write_shard(&[0, 0], &inner).unwrap();
-            let mut stream = writer.begin_shard(&[0, 1], inner.len()).unwrap();
+            let whole = writer.write_shard(&[0, 0], &inner).expect("test");
+            let mut stream = writer.begin_shard(&[0, 1], inner.len()).expect("test");
             for part in inner.chunks(3) {
-                stream.append(part).unwrap();
+                stream.append(part).expect("test");
             }
-            assert_eq!(stream.finish().unwrap(), whole);
-            let a = store.get(&format!("{}/c/0/0", location.as_str())).unwrap();
-            let b = store.get(&format!("{}/c/0/1", location.as_str())).unwrap();
+            assert_eq!(stream.finish().expect("test"), whole);
+            let a = store
+                .get(&format!("{}/c/0/0", location.as_str()))
+                .expect("test");
+            let b = store
+                .get(&format!("{}/c/0/1", location.as_str()))
+                .expect("test");
             assert_eq!(a, b, "{location:?}");
-            let bytes = b.unwrap();
-            let reader =
-                ShardReader::new(&bytes, inner.len(), location, IndexEncoding::default()).unwrap();
+            let bytes = b.expect("test");
+            let reader = ShardReader::new(&bytes, inner.len(), location, IndexEncoding::default())
+                .expect("test");
             for (i, chunk) in inner.iter().enumerate() {
                 assert_eq!(reader.chunk(i), chunk.as_deref(), "{location:?} chunk {i}");
             }
@@ -239,23 +243,23 @@ mod tests {
 
     #[test]
     fn streamed_shards_of_only_empty_chunks_or_abandoned_are_not_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = IoRuntime::new(1).unwrap();
-        let store = Store::open(dir.path().to_str().unwrap(), runtime, false).unwrap();
+        let dir = tempfile::tempdir().expect("test");
+        let runtime = IoRuntime::new(1).expect("test");
+        let store = Store::open(dir.path().to_str().expect("test"), runtime, false).expect("test");
         let writer = ShardWriter::new(store.clone(), IndexLocation::End);
-        let mut empty = writer.begin_shard(&[1], 4).unwrap();
-        empty.append(&[None, None]).unwrap();
-        empty.append(&[None, None]).unwrap();
-        assert_eq!(empty.finish().unwrap(), 0);
-        let mut abandoned = writer.begin_shard(&[2], 4).unwrap();
-        abandoned.append(&chunks()[..2]).unwrap();
+        let mut empty = writer.begin_shard(&[1], 4).expect("test");
+        empty.append(&[None, None]).expect("test");
+        empty.append(&[None, None]).expect("test");
+        assert_eq!(empty.finish().expect("test"), 0);
+        let mut abandoned = writer.begin_shard(&[2], 4).expect("test");
+        abandoned.append(&chunks()[..2]).expect("test");
         drop(abandoned);
-        let mut short = writer.begin_shard(&[3], 4).unwrap();
-        short.append(&chunks()[..2]).unwrap();
+        let mut short = writer.begin_shard(&[3], 4).expect("test");
+        short.append(&chunks()[..2]).expect("test");
         assert!(short.finish().is_err());
-        let mut long = writer.begin_shard(&[4], 1).unwrap();
+        let mut long = writer.begin_shard(&[4], 1).expect("test");
         assert!(long.append(&chunks()[..2]).is_err());
         drop(long);
-        assert_eq!(store.list_keys("").unwrap(), Vec::<String>::new());
+        assert_eq!(store.list_keys("").expect("test"), Vec::<String>::new());
     }
 }

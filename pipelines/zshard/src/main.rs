@@ -284,8 +284,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &layout.layout().into(),
             &layout.source_args,
             &layout.storage,
-            threads.unwrap_or_else(default_threads),
-            memory_limit.map(|m| m.0),
+            (
+                threads.unwrap_or_else(default_threads),
+                memory_limit.map(|m| m.0),
+            ),
             json,
         ),
         Command::Verify {

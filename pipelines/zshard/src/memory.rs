@@ -195,7 +195,8 @@ mod tests {
 
     #[test]
     fn source_footprint_counts_the_chunks_a_part_can_straddle() {
-        let g = ShardGeometry::new(&[2048, 1000, 1000], &[2048, 512, 512], &[128, 64, 64]).unwrap();
+        let g = ShardGeometry::new(&[2048, 1000, 1000], &[2048, 512, 512], &[128, 64, 64])
+            .expect("test");
         // 128 inside chunks of 256, parts on multiples of 128: one chunk. 64 in chunks of 100: two.
         assert_eq!(
             source_footprint(&g, &[256, 100, 100], &[128, 64, 64]),

@@ -133,8 +133,7 @@ pub fn plan(
     layouts: &Layouts,
     args: &crate::source::SourceArgs,
     storage: &crate::storage::StorageArgs,
-    threads: usize,
-    memory_limit: Option<u64>,
+    (threads, memory_limit): (usize, Option<u64>),
     as_json: bool,
 ) -> anyhow::Result<()> {
     let opened = open(source, destination, layouts, args, storage)?;
