@@ -1,5 +1,6 @@
 //! `zstd` (Zstandard frames, as numcodecs and zarr-python write them).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -46,11 +47,23 @@ fn library(e: std::io::Error) -> Error {
 
 impl BytesToBytesCodec for ZstdCodec {
     fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>> {
-        let mut compressor = zstd::bulk::Compressor::new(self.level).map_err(library)?;
-        compressor
-            .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(self.checksum))
-            .map_err(library)?;
-        compressor.compress(decoded).map_err(library)
+        COMPRESSORS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let key = (self.level, self.checksum);
+            let at = match cache.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    let mut compressor =
+                        zstd::bulk::Compressor::new(self.level).map_err(library)?;
+                    compressor
+                        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(self.checksum))
+                        .map_err(library)?;
+                    cache.push((key, compressor));
+                    cache.len() - 1
+                }
+            };
+            cache[at].1.compress(decoded).map_err(library)
+        })
     }
 
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
@@ -59,7 +72,7 @@ impl BytesToBytesCodec for ZstdCodec {
         // size), whatever the chunk's size. The buffer starts at the stated content size (exact for
         // the usual single frame) and doubles up to the bound when frames do not state it or follow
         // each other, so it never outgrows twice the output.
-        let mut capacity = match zstd::zstd_safe::get_frame_content_size(encoded) {
+        let capacity = match zstd::zstd_safe::get_frame_content_size(encoded) {
             Ok(Some(size)) if size > max_decoded_len as u64 => {
                 return Err(Error::codec(
                     "zstd",
@@ -69,34 +82,39 @@ impl BytesToBytesCodec for ZstdCodec {
             Ok(Some(size)) => size as usize,
             _ => max_decoded_len.min(64 << 10),
         };
-        let mut context = zstd::zstd_safe::DCtx::create();
-        loop {
-            let mut out = Vec::with_capacity(capacity);
-            match context.decompress(&mut out, encoded) {
-                Ok(_) => return Ok(out),
-                Err(code)
-                    if zstd::zstd_safe::get_error_name(code) == DST_TOO_SMALL
-                        && capacity < max_decoded_len =>
-                {
-                    capacity = capacity.saturating_mul(2).clamp(1, max_decoded_len);
-                }
-                Err(code) if zstd::zstd_safe::get_error_name(code) == DST_TOO_SMALL => {
-                    return Err(Error::codec(
-                        "zstd",
-                        format!("decodes to more than the expected {max_decoded_len} bytes"),
-                    ));
-                }
-                Err(code) => {
-                    return Err(Error::codec(
-                        "zstd",
-                        format!(
-                            "decompression failed: {}",
-                            zstd::zstd_safe::get_error_name(code)
-                        ),
-                    ))
-                }
-            }
+        DECOMPRESSOR.with(|context| {
+            let mut context = context.borrow_mut();
+            decode_into(&mut context, encoded, capacity, max_decoded_len)
+        })
+    }
+
+    fn check_framing(&self, encoded: &[u8], decoded_len: usize) -> Option<Result<()>> {
+        // Walks the frames and their block headers (no decompression). Frames that do not state their
+        // content size cannot be checked this way.
+        let mut offset = 0;
+        let mut total: u64 = 0;
+        while offset < encoded.len() {
+            let rest = &encoded[offset..];
+            let size = match zstd::zstd_safe::get_frame_content_size(rest) {
+                Ok(Some(size)) => size,
+                _ => return None,
+            };
+            let Ok(frame_len) = zstd::zstd_safe::find_frame_compressed_size(rest) else {
+                return Some(Err(Error::codec(
+                    "zstd",
+                    "not a valid zstd frame (bad header or truncated)",
+                )));
+            };
+            total = total.saturating_add(size);
+            offset += frame_len.max(1);
         }
+        if offset == 0 || total != decoded_len as u64 {
+            return Some(Err(Error::codec(
+                "zstd",
+                format!("frames hold {total} decoded bytes, expected {decoded_len}"),
+            )));
+        }
+        Some(Ok(()))
     }
 
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
@@ -111,6 +129,53 @@ impl BytesToBytesCodec for ZstdCodec {
     }
 }
 
+thread_local! {
+    /// Compression contexts of this thread by (level, checksum). A context holds megabytes of tables:
+    /// making one per chunk cost more than compressing a 128 KiB chunk at level 3.
+    static COMPRESSORS: RefCell<Vec<((i32, bool), zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(Vec::new()) };
+    /// This thread's decompression context, reused for every chunk.
+    static DECOMPRESSOR: RefCell<zstd::zstd_safe::DCtx<'static>> =
+        RefCell::new(zstd::zstd_safe::DCtx::create());
+}
+
+/// Decodes the frames of `encoded` in one shot into a buffer of `capacity` that doubles up to
+/// `max_decoded_len` while it is too small.
+fn decode_into(
+    context: &mut zstd::zstd_safe::DCtx<'static>,
+    encoded: &[u8],
+    mut capacity: usize,
+    max_decoded_len: usize,
+) -> Result<Vec<u8>> {
+    loop {
+        let mut out = Vec::with_capacity(capacity);
+        match context.decompress(&mut out, encoded) {
+            Ok(_) => return Ok(out),
+            Err(code)
+                if zstd::zstd_safe::get_error_name(code) == DST_TOO_SMALL
+                    && capacity < max_decoded_len =>
+            {
+                capacity = capacity.saturating_mul(2).clamp(1, max_decoded_len);
+            }
+            Err(code) if zstd::zstd_safe::get_error_name(code) == DST_TOO_SMALL => {
+                return Err(Error::codec(
+                    "zstd",
+                    format!("decodes to more than the expected {max_decoded_len} bytes"),
+                ));
+            }
+            Err(code) => {
+                return Err(Error::codec(
+                    "zstd",
+                    format!(
+                        "decompression failed: {}",
+                        zstd::zstd_safe::get_error_name(code)
+                    ),
+                ))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +185,38 @@ mod tests {
             level: 3,
             checksum: false,
         }
+    }
+
+    #[test]
+    fn framing_is_checked_without_decoding() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let one = codec().encode(&data).expect("encode");
+        assert!(matches!(
+            codec().check_framing(&one, data.len()),
+            Some(Ok(()))
+        ));
+        // Truncated, garbage, a wrong size, nothing: errors.
+        assert!(matches!(
+            codec().check_framing(&one[..one.len() - 1], data.len()),
+            Some(Err(_))
+        ));
+        let garbage: Vec<u8> = (0..one.len()).map(|i| (i * 37 + 11) as u8).collect();
+        assert!(matches!(
+            codec().check_framing(&garbage, data.len()),
+            Some(Err(_)) | None
+        ));
+        assert!(matches!(
+            codec().check_framing(&one, data.len() + 1),
+            Some(Err(_))
+        ));
+        assert!(matches!(codec().check_framing(&[], 0), Some(Err(_))));
+        // Two frames add up.
+        let mut two = codec().encode(&data[..1000]).expect("encode");
+        two.extend(codec().encode(&data[1000..]).expect("encode"));
+        assert!(matches!(
+            codec().check_framing(&two, data.len()),
+            Some(Ok(()))
+        ));
     }
 
     #[test]

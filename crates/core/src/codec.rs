@@ -115,6 +115,11 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     /// Decodes `encoded`; must fail rather than produce (or allocate) more than `max_decoded_len` bytes,
     /// so that a chunk that lies about its size cannot exhaust memory.
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>>;
+    /// Checks that `encoded` is well formed and decodes to exactly `decoded_len` bytes without
+    /// decoding it, when the format allows (frame headers state sizes); `None` when it does not.
+    fn check_framing(&self, _encoded: &[u8], _decoded_len: usize) -> Option<Result<()>> {
+        None
+    }
     /// An upper bound on the encoded size for a decoded size (used to bound the decoders before it).
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
         // Generous default for compressors: incompressible data grows by a small header and framing.
@@ -181,6 +186,23 @@ impl CodecChain {
             data = codec.decode(data, decoded_repr)?;
         }
         Ok(data)
+    }
+
+    /// Checks an encoded chunk that is going to be copied as it is: by its framing when the chain is
+    /// `bytes` and one compressor whose frames state their sizes (see
+    /// [`BytesToBytesCodec::check_framing`]), by decoding it otherwise.
+    pub fn check(&self, encoded: &[u8], repr: &ChunkRepr) -> Result<()> {
+        if let ([], [compressor]) = (
+            self.array_to_array.as_slice(),
+            self.bytes_to_bytes.as_slice(),
+        ) {
+            if !repr.data_type.is_variable() {
+                if let Some(checked) = compressor.check_framing(encoded, repr.byte_len()) {
+                    return checked;
+                }
+            }
+        }
+        self.decode(encoded, repr).map(|_| ())
     }
 
     /// The chain as Zarr v3 metadata.

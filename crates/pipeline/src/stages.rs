@@ -291,16 +291,20 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
             let Some(b) = bytes else {
                 return Ok((coord, None, None));
             };
+            if job.passthrough {
+                // The encoded bytes go to the shard as they are, but only once they are checked: a
+                // truncated or garbled source chunk stops the run as it does without passthrough.
+                // Frames that state their sizes are checked by their headers, others are decoded.
+                // `Vec::from` does not copy an unshared buffer.
+                job.source_chain
+                    .check(&b, &job.source_repr)
+                    .map_err(error)?;
+                return Ok((coord, Some(Vec::from(b)), None));
+            }
             let data = job
                 .source_chain
                 .decode(&b, &job.source_repr)
                 .map_err(error)?;
-            if job.passthrough {
-                // The encoded bytes go to the shard as they are, but only once they decode: a corrupt
-                // source chunk stops the run as it does without passthrough. Decoding costs far less
-                // than the encoding passthrough saves. `Vec::from` does not copy an unshared buffer.
-                return Ok((coord, Some(Vec::from(b)), None));
-            }
             if !strings_of {
                 return Ok((coord, Some(data), None));
             }
