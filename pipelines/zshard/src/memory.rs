@@ -139,6 +139,22 @@ pub fn upload_buffers(destination: &str, part_size: usize) -> u64 {
     }
 }
 
+/// Parts are not made smaller than this for memory's sake alone: enough inner chunks to keep every
+/// worker busy within one part.
+const SMALL_PART_BYTES: u64 = 4 << 20;
+
+/// Whether parts of at most `part_bytes` need no source chunk that another part needs too: the
+/// decoded source chunks a part overlaps are no bigger than the part.
+fn reads_each_source_chunk_once(array: &PlannedArray, part_bytes: u64) -> bool {
+    let element = array.output.data_type.size().max(1) as u64;
+    let geometry = &array.geometry;
+    let inner_bytes = product(geometry.inner_shape()) * element;
+    let split = geometry.split(part_bytes / inner_bytes.max(1));
+    let origin = vec![0; geometry.array_shape().len()];
+    let part = split.region(geometry, &origin, 0).shape;
+    source_footprint(geometry, &array.source.chunk_shape, &part) <= product(&part)
+}
+
 /// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
 fn estimate(arrays: &[PlannedArray], threads: usize, part_bytes: u64) -> (u64, usize) {
     let message = arrays
@@ -166,9 +182,30 @@ pub fn budget(
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
     for threads in (1..=wanted.max(1)).rev() {
         for &part_bytes in &part_sizes {
+            let fits = |p| {
+                estimate(&plan.arrays, threads, p)
+                    .0
+                    .saturating_add(upload_buffers)
+                    <= limit
+            };
+            if !fits(part_bytes) {
+                continue;
+            }
+            // Smaller parts hold less memory at the same speed as long as no source chunk has to be
+            // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
+            // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds.
+            let mut part_bytes = part_bytes;
+            while part_bytes / 2 >= SMALL_PART_BYTES
+                && plan
+                    .arrays
+                    .iter()
+                    .all(|a| reads_each_source_chunk_once(a, part_bytes / 2))
+            {
+                part_bytes /= 2;
+            }
             let (peak, channel_capacity) = estimate(&plan.arrays, threads, part_bytes);
             let estimated_peak = peak.saturating_add(upload_buffers);
-            if estimated_peak <= limit {
+            {
                 return Ok(Budget {
                     threads,
                     part_bytes,
