@@ -351,20 +351,29 @@ fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
     } else {
         &job.inner_repr.fill_value
     };
-    let by_coord: HashMap<&[u64], &Option<Vec<u8>>> = decoded
-        .chunks
-        .iter()
-        .map(|(c, d)| (c.as_slice(), d))
-        .collect();
+    let mut by_coord: HashMap<Vec<u64>, Option<Vec<u8>>> = decoded.chunks.into_iter().collect();
+    // Source chunks that are exactly the inner chunks: each is used once and, inside the array,
+    // becomes its inner chunk as it is (no fill, no copy).
+    let same_grid = source_shape.as_slice() == geometry.inner_shape();
     let array = geometry.array_region();
     let first_inner = range.start;
     let inner = range
         .map(|i| {
             let region = geometry.inner_region(&decoded.part.task.shard, i);
             let covered = region.intersect(&array)?;
+            if same_grid && covered == region {
+                let coord: Vec<u64> = region
+                    .start
+                    .iter()
+                    .zip(source_shape)
+                    .map(|(s, c)| s / c)
+                    .collect();
+                let data = by_coord.remove(&coord).flatten()?;
+                return (!fill.fills(&data)).then_some(data);
+            }
             let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
             for coord in covered.chunks_overlapping(source_shape) {
-                let Some(Some(data)) = by_coord.get(coord.as_slice()) else {
+                let Some(Some(data)) = by_coord.get(&coord) else {
                     continue;
                 };
                 let source = Region::of_chunk(&coord, source_shape, array_shape);

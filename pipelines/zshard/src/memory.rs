@@ -180,45 +180,40 @@ pub fn budget(
     let limit = limit.unwrap_or_else(default_limit);
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
+    let peak_of = |threads, part_bytes| {
+        let (peak, capacity) = estimate(&plan.arrays, threads, part_bytes);
+        (peak.saturating_add(upload_buffers), capacity)
+    };
     for threads in (1..=wanted.max(1)).rev() {
-        for &part_bytes in &part_sizes {
-            let fits = |p| {
-                estimate(&plan.arrays, threads, p)
-                    .0
-                    .saturating_add(upload_buffers)
-                    <= limit
-            };
-            if !fits(part_bytes) {
-                continue;
-            }
-            // Smaller parts hold less memory at the same speed as long as no source chunk has to be
-            // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
-            // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds.
-            let mut part_bytes = part_bytes;
-            while part_bytes / 2 >= SMALL_PART_BYTES
-                && plan
-                    .arrays
-                    .iter()
-                    .all(|a| reads_each_source_chunk_once(a, part_bytes / 2))
-            {
-                part_bytes /= 2;
-            }
-            let (peak, channel_capacity) = estimate(&plan.arrays, threads, part_bytes);
-            let estimated_peak = peak.saturating_add(upload_buffers);
-            {
-                return Ok(Budget {
-                    threads,
-                    part_bytes,
-                    channel_capacity,
-                    estimated_peak,
-                    limit,
-                    upload_buffers,
-                });
-            }
+        let Some(mut part_bytes) = part_sizes
+            .iter()
+            .copied()
+            .find(|&p| peak_of(threads, p).0 <= limit)
+        else {
+            continue;
+        };
+        // Smaller parts hold less memory at the same speed as long as no source chunk has to be read
+        // for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB parts,
+        // the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds.
+        while part_bytes / 2 >= SMALL_PART_BYTES
+            && plan
+                .arrays
+                .iter()
+                .all(|a| reads_each_source_chunk_once(a, part_bytes / 2))
+        {
+            part_bytes /= 2;
         }
+        let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes);
+        return Ok(Budget {
+            threads,
+            part_bytes,
+            channel_capacity,
+            estimated_peak,
+            limit,
+            upload_buffers,
+        });
     }
-    let (smallest, _) = estimate(&plan.arrays, 1, 1);
-    let smallest = smallest.saturating_add(upload_buffers);
+    let (smallest, _) = peak_of(1, 1);
     bail!(
         "the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape",
         HumanBytes(smallest),
