@@ -375,8 +375,13 @@ impl ShardSplit {
     /// The C-order indices (within the shard) of part `part`'s inner chunks.
     pub fn inner_range(&self, part: u64) -> std::ops::Range<u64> {
         let (row, lo, hi) = self.row_block(part);
-        let along = self.chunks_per_shard[self.dim];
+        let along = self.along();
         (row * along + lo) * self.tail..(row * along + hi) * self.tail
+    }
+
+    /// Inner chunks along the cut dimension (1 for a scalar array, whose one chunk is one part).
+    fn along(&self) -> u64 {
+        self.chunks_per_shard.get(self.dim).copied().unwrap_or(1)
     }
 
     /// The full (unclipped) region of part `part` of `shard`, in array coordinates.
@@ -402,7 +407,7 @@ impl ShardSplit {
     fn row_block(&self, part: u64) -> (u64, u64, u64) {
         let (row, block) = (part / self.blocks_per_row, part % self.blocks_per_row);
         let lo = block * self.block;
-        let hi = (lo + self.block).min(self.chunks_per_shard[self.dim]);
+        let hi = (lo + self.block).min(self.along());
         (row, lo, hi)
     }
 }
@@ -505,6 +510,12 @@ mod tests {
         assert_eq!(g.split(8).parts(), 4);
         assert_eq!(g.split(3).parts(), 16);
         assert_eq!(g.split(0).parts(), 32);
+        // A scalar array: one chunk, one part.
+        let scalar = ShardGeometry::new(&[], &[], &[]).expect("scalar");
+        let split = scalar.split(1);
+        assert_eq!(split.parts(), 1);
+        assert_eq!(split.inner_range(0), 0..1);
+        assert_eq!(split.region(&scalar, &[], 0).shape, Vec::<u64>::new());
     }
 
     #[test]
