@@ -35,6 +35,9 @@ pub(crate) fn build(spec: &CodecSpec, _repr: &ChunkRepr) -> crate::Result<Codec>
     })))
 }
 
+/// The magic number that opens a zstd frame (little endian 0xFD2FB528).
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
 /// zstd's message for `ZSTD_error_dstSize_tooSmall`.
 const DST_TOO_SMALL: &str = "Destination buffer is too small";
 
@@ -95,6 +98,10 @@ impl BytesToBytesCodec for ZstdCodec {
         let mut total: u64 = 0;
         while offset < encoded.len() {
             let rest = &encoded[offset..];
+            // A frame with a content checksum is decoded: only decoding verifies it.
+            if rest.starts_with(&ZSTD_MAGIC) && rest.get(4).is_some_and(|d| d & 0x04 != 0) {
+                return None;
+            }
             let size = match zstd::zstd_safe::get_frame_content_size(rest) {
                 Ok(Some(size)) => size,
                 _ => return None,
@@ -210,6 +217,13 @@ mod tests {
             Some(Err(_))
         ));
         assert!(matches!(codec().check_framing(&[], 0), Some(Err(_))));
+        // A frame with a checksum is left to a full decode, which verifies it.
+        let checked = ZstdCodec {
+            level: 3,
+            checksum: true,
+        };
+        let with_sum = checked.encode(&data).expect("encode");
+        assert!(checked.check_framing(&with_sum, data.len()).is_none());
         // Two frames add up.
         let mut two = codec().encode(&data[..1000]).expect("encode");
         two.extend(codec().encode(&data[1000..]).expect("encode"));

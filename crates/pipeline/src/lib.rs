@@ -21,10 +21,11 @@
 mod error;
 mod job;
 mod stages;
+mod window;
 
 pub use error::{Error, Result};
 pub use job::{
     ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
     DEFAULT_PART_BYTES,
 };
-pub use stages::run;
+pub use stages::{messages_in_flight, run};

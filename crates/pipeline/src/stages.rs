@@ -16,14 +16,17 @@ use zshard_core::{
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
+use crate::window::{Permit, Window};
 
 /// One part of one shard (see [`ShardSplit`]): the unit every message carries. A shard that fits the
 /// part size is one part.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct ShardPart {
     task: ShardTask,
     index: u64,
     count: u64,
+    /// This message's place in the window of messages in flight (see `window.rs`).
+    _permit: Option<Permit>,
 }
 
 /// Encoded source chunks of one shard part, as read (`None` = missing chunk).
@@ -109,9 +112,11 @@ pub fn run(
             task: task.clone(),
             index,
             count,
+            _permit: None,
         })
     });
     let parts = std::sync::Mutex::new(parts);
+    let window = Window::new(messages_in_flight(options));
     let state: WriteState = std::sync::Mutex::new((Stats::default(), None));
     let open_shards = OpenShards::default();
 
@@ -129,11 +134,14 @@ pub fn run(
         };
         // Several fetchers and writers, so that storage round trips of different shards overlap.
         let parts = &parts;
+        let window = &window;
         for i in 0..options.io_threads.max(1) {
             let out = fetched_tx.clone();
             std::thread::Builder::new()
                 .name(format!("zshard-fetch-{i}"))
-                .spawn_scoped(scope, move || fetch_stage(jobs, splits, parts, cancel, out))
+                .spawn_scoped(scope, move || {
+                    fetch_stage(jobs, splits, parts, window, cancel, out)
+                })
                 .map_err(spawn_failed)?;
         }
         drop(fetched_tx);
@@ -199,6 +207,16 @@ pub fn run(
     }
 }
 
+/// Messages allowed between the fetchers and the writer: what the channels and stages hold when full
+/// (four channels, an input and an output per worker of each pool, the fetch, assemble and write
+/// threads), so the window only binds when the writer keeps parts waiting for a predecessor.
+pub fn messages_in_flight(options: &Options) -> usize {
+    4 * options.channel_capacity.max(1)
+        + 4 * options.threads.max(1)
+        + 2 * options.io_threads.max(1)
+        + 1
+}
+
 /// How the shards of `job` are cut into parts of at most `options.part_bytes` raw inner chunk bytes.
 fn split(job: &ArrayJob, options: &Options) -> zshard_core::ShardSplit {
     let element = job.inner_repr.data_type.size().max(1) as u64;
@@ -210,6 +228,7 @@ fn fetch_stage<I: Iterator<Item = ShardPart>>(
     jobs: &[ArrayJob],
     splits: &[ShardSplit],
     parts: &std::sync::Mutex<I>,
+    window: &Arc<Window>,
     cancel: &AtomicBool,
     out: Sender<Msg<Fetched>>,
 ) {
@@ -217,11 +236,16 @@ fn fetch_stage<I: Iterator<Item = ShardPart>>(
         if cancel.load(Ordering::Relaxed) {
             break;
         }
+        // The permit first: parts are then taken in the order their permits were granted.
+        let Some(permit) = window.acquire(cancel) else {
+            break;
+        };
         let next = match parts.lock() {
             Ok(mut parts) => parts.next(),
             Err(_) => None,
         };
-        let Some(part) = next else { break };
+        let Some(mut part) = next else { break };
+        part._permit = Some(permit);
         let array = part.task.array;
         if out.send(fetch(&jobs[array], &splits[array], part)).is_err() {
             break;

@@ -19,6 +19,9 @@ struct MemoryReader {
     chunks: HashMap<Vec<u64>, Bytes>,
     fail_at: Option<Vec<u64>>,
     chunks_read: AtomicU64,
+    /// A chunk whose read takes 300 ms; how many chunks other reads got meanwhile.
+    slow_at: Option<Vec<u64>>,
+    read_while_slow: AtomicU64,
 }
 
 impl ChunkReader for MemoryReader {
@@ -27,6 +30,15 @@ impl ChunkReader for MemoryReader {
     }
 
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        let slow = self.slow_at.as_ref().is_some_and(|s| coords.contains(s));
+        // Only the first read of it is slow.
+        if slow && self.read_while_slow.load(Ordering::SeqCst) == 0 {
+            let before = self.chunks_read.load(Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let after = self.chunks_read.load(Ordering::SeqCst);
+            self.read_while_slow
+                .fetch_max(after - before, Ordering::SeqCst);
+        }
         self.chunks_read
             .fetch_add(coords.len() as u64, Ordering::SeqCst);
         coords
@@ -101,6 +113,8 @@ fn job(rows: u64, fail_at: Option<Vec<u64>>) -> (ArrayJob, Arc<MemoryReader>, Ar
         chunks,
         fail_at,
         chunks_read: AtomicU64::new(0),
+        slow_at: None,
+        read_while_slow: AtomicU64::new(0),
     });
     let sink = Arc::new(MemorySink::default());
     let inner = repr(&[2, 4]);
@@ -219,6 +233,8 @@ fn a_decode_error_is_reported_with_its_key() {
         chunks,
         fail_at: None,
         chunks_read: AtomicU64::new(0),
+        slow_at: None,
+        read_while_slow: AtomicU64::new(0),
     });
     let jobs = [job];
     let err = run(
@@ -299,4 +315,36 @@ fn a_failing_part_stops_the_run_and_its_shard_is_not_written() {
         other => panic!("expected a read error, got {other:?}"),
     }
     assert!(!shards.contains_key(&vec![2, 0]));
+}
+
+#[test]
+fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
+    // 500 shards of 8 one-chunk parts. The first part's read stalls: the writer must wait for it
+    // before writing the rest of its shard, and the fetchers must not read on meanwhile (the parts
+    // would pile up at the writer).
+    let (mut job, fast, _) = job(4000, None);
+    let reader = Arc::new(MemoryReader {
+        chunks: fast.chunks.clone(),
+        fail_at: None,
+        chunks_read: AtomicU64::new(0),
+        slow_at: Some(vec![0, 0]),
+        read_while_slow: AtomicU64::new(0),
+    });
+    job.reader = reader.clone();
+    let jobs = [job];
+    let options = Options {
+        threads: 2,
+        channel_capacity: 1,
+        io_threads: 2,
+        part_bytes: 16,
+    };
+    run(&jobs, ShardTask::all(&jobs), &options, &|_| {}).expect("run");
+    let ahead = reader.read_while_slow.load(Ordering::SeqCst);
+    // The window is 4 channels + 2 per worker of each pool + 2 per I/O thread + 1 = 17 messages of
+    // one source chunk each.
+    let window = zshard_pipeline::messages_in_flight(&options) as u64;
+    assert!(
+        ahead <= window,
+        "{ahead} chunks read while one part stalled (window {window})"
+    );
 }

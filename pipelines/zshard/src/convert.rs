@@ -114,7 +114,9 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
         &c.storage,
     )?;
     let uploads = crate::memory::upload_buffers(&c.destination, c.storage.options().part_size);
-    let budget = crate::memory::budget(&opened.plan, c.threads, c.memory_limit, uploads)?;
+    let io_threads = c.storage.io_threads(&[&c.source, &c.destination]);
+    let budget =
+        crate::memory::budget(&opened.plan, c.threads, c.memory_limit, uploads, io_threads)?;
     let destination = &opened.destination(&c.destination, true)?;
     let Opened {
         source,
@@ -152,7 +154,7 @@ pub fn convert(c: &Conversion) -> anyhow::Result<Stats> {
     let result = zshard_pipeline::run(
         &jobs,
         pending(&jobs, c.partition, &done),
-        &budget.options(c.storage.io_threads(&[&c.source, &c.destination])),
+        &budget.options(),
         &|outcome| {
             progress.shard_done(outcome);
             if let Ok(mut arrays) = per_array.lock() {

@@ -49,25 +49,19 @@ pub struct Budget {
     pub limit: u64,
     /// Part of `estimated_peak` for uploads of streamed shards (see [`upload_buffers`]).
     pub upload_buffers: u64,
+    pub io_threads: usize,
 }
 
 impl Budget {
-    /// The pipeline options of this budget (I/O threads are the caller's).
-    pub fn options(&self, io_threads: usize) -> Options {
+    /// The pipeline options of this budget.
+    pub fn options(&self) -> Options {
         Options {
             threads: self.threads,
             channel_capacity: self.channel_capacity,
-            io_threads,
+            io_threads: self.io_threads,
             part_bytes: self.part_bytes,
         }
     }
-}
-
-/// Messages a worker may hold at once: four channels of `capacity`, in each of the decode and encode
-/// pools an input and an output per thread, and two each in the fetch, assemble and write stages plus
-/// parts waiting for their predecessors at the writer.
-fn messages_in_memory(threads: usize, capacity: usize) -> u64 {
-    (4 * capacity + 4 * threads + 5) as u64
 }
 
 /// Raw bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`, and of the
@@ -123,6 +117,7 @@ pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
         std::slice::from_ref(array),
         budget.threads,
         budget.part_bytes,
+        budget.io_threads,
     );
     peak.saturating_add(budget.upload_buffers)
 }
@@ -137,6 +132,17 @@ pub fn upload_buffers(destination: &str, part_size: usize) -> u64 {
     } else {
         0
     }
+}
+
+/// Messages the pipeline holds at most (its window, see `zshard_pipeline::messages_in_flight`).
+fn messages_in_flight(threads: usize, capacity: usize, io_threads: usize) -> u64 {
+    let options = Options {
+        threads,
+        channel_capacity: capacity,
+        io_threads,
+        part_bytes: DEFAULT_PART_BYTES,
+    };
+    zshard_pipeline::messages_in_flight(&options) as u64
 }
 
 /// Parts are not made smaller than this for memory's sake alone: enough inner chunks to keep every
@@ -156,15 +162,20 @@ fn reads_each_source_chunk_once(array: &PlannedArray, part_bytes: u64) -> bool {
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
-fn estimate(arrays: &[PlannedArray], threads: usize, part_bytes: u64) -> (u64, usize) {
+fn estimate(
+    arrays: &[PlannedArray],
+    threads: usize,
+    part_bytes: u64,
+    io_threads: usize,
+) -> (u64, usize) {
     let message = arrays
         .iter()
         .map(|a| message_bytes(a, part_bytes))
         .max()
         .unwrap_or(0);
     let capacity = Options::for_shard_size(threads, message).channel_capacity;
-    let peak =
-        BASE_BYTES.saturating_add(message.saturating_mul(messages_in_memory(threads, capacity)));
+    let peak = BASE_BYTES
+        .saturating_add(message.saturating_mul(messages_in_flight(threads, capacity, io_threads)));
     (peak, capacity)
 }
 
@@ -176,12 +187,13 @@ pub fn budget(
     wanted: usize,
     limit: Option<u64>,
     upload_buffers: u64,
+    io_threads: usize,
 ) -> anyhow::Result<Budget> {
     let limit = limit.unwrap_or_else(default_limit);
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
     let peak_of = |threads, part_bytes| {
-        let (peak, capacity) = estimate(&plan.arrays, threads, part_bytes);
+        let (peak, capacity) = estimate(&plan.arrays, threads, part_bytes, io_threads);
         (peak.saturating_add(upload_buffers), capacity)
     };
     for threads in (1..=wanted.max(1)).rev() {
@@ -211,6 +223,7 @@ pub fn budget(
             estimated_peak,
             limit,
             upload_buffers,
+            io_threads,
         });
     }
     let (smallest, _) = peak_of(1, 1);

@@ -138,7 +138,8 @@ pub fn plan(
 ) -> anyhow::Result<()> {
     let opened = open(source, destination, layouts, args, storage)?;
     let uploads = crate::memory::upload_buffers(destination, storage.options().part_size);
-    let budget = crate::memory::budget(&opened.plan, threads, memory_limit, uploads)?;
+    let io_threads = storage.io_threads(&[source, destination]);
+    let budget = crate::memory::budget(&opened.plan, threads, memory_limit, uploads, io_threads)?;
     let threads = budget.threads;
     let source_name = opened.source.url();
     let arrays: Vec<Value> = opened

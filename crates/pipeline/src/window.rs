@@ -1,0 +1,79 @@
+//! A bound on the messages between the fetchers and the writer. The channels bound each stage, but the
+//! writer keeps parts that arrive before their predecessors (a shard's parts are written in order), so
+//! without this a stalled part would let the fetchers run on and the writer hold the rest of its shard.
+//! Fetchers take a permit before they take the next part, so the oldest part in flight always holds one
+//! and the window never deadlocks; a permit is returned when its message is dropped (written, failed or
+//! abandoned).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub(crate) struct Window {
+    free: Mutex<usize>,
+    returned: Condvar,
+}
+
+/// One message's place in the [`Window`].
+#[derive(Debug)]
+pub(crate) struct Permit(Arc<Window>);
+
+impl Window {
+    pub(crate) fn new(size: usize) -> Arc<Window> {
+        Arc::new(Window {
+            free: Mutex::new(size.max(1)),
+            returned: Condvar::new(),
+        })
+    }
+
+    /// Waits for a free place; `None` once `cancel` is set.
+    pub(crate) fn acquire(self: &Arc<Self>, cancel: &AtomicBool) -> Option<Permit> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            if cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+            // Wakes now and then to notice a cancelled run.
+            free = self
+                .returned
+                .wait_timeout(free, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *free -= 1;
+        Some(Permit(Arc::clone(self)))
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|p| p.into_inner());
+        *free += 1;
+        self.0.returned.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permits_are_bounded_and_returned_on_drop() {
+        let cancel = AtomicBool::new(false);
+        let window = Window::new(2);
+        let a = window.acquire(&cancel);
+        let b = window.acquire(&cancel);
+        assert!(a.is_some() && b.is_some());
+        cancel.store(true, Ordering::Relaxed);
+        assert!(
+            window.acquire(&cancel).is_none(),
+            "full window and cancelled"
+        );
+        drop(a);
+        assert!(
+            window.acquire(&cancel).is_some(),
+            "a returned place is free again"
+        );
+    }
+}
