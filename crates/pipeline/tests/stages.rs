@@ -1,7 +1,7 @@
 //! The stages over in-memory sources and sinks: values, bounded work in flight, errors.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -19,8 +19,9 @@ struct MemoryReader {
     chunks: HashMap<Vec<u64>, Bytes>,
     fail_at: Option<Vec<u64>>,
     chunks_read: AtomicU64,
-    /// A chunk whose read takes 300 ms; how many chunks other reads got meanwhile.
+    /// A chunk whose first read takes 300 ms; how many chunks other reads got meanwhile.
     slow_at: Option<Vec<u64>>,
+    slowed: AtomicBool,
     read_while_slow: AtomicU64,
 }
 
@@ -32,12 +33,11 @@ impl ChunkReader for MemoryReader {
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let slow = self.slow_at.as_ref().is_some_and(|s| coords.contains(s));
         // Only the first read of it is slow.
-        if slow && self.read_while_slow.load(Ordering::SeqCst) == 0 {
+        if slow && !self.slowed.swap(true, Ordering::SeqCst) {
             let before = self.chunks_read.load(Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_millis(300));
             let after = self.chunks_read.load(Ordering::SeqCst);
-            self.read_while_slow
-                .fetch_max(after - before, Ordering::SeqCst);
+            self.read_while_slow.store(after - before, Ordering::SeqCst);
         }
         self.chunks_read
             .fetch_add(coords.len() as u64, Ordering::SeqCst);
@@ -114,6 +114,7 @@ fn job(rows: u64, fail_at: Option<Vec<u64>>) -> (ArrayJob, Arc<MemoryReader>, Ar
         fail_at,
         chunks_read: AtomicU64::new(0),
         slow_at: None,
+        slowed: AtomicBool::new(false),
         read_while_slow: AtomicU64::new(0),
     });
     let sink = Arc::new(MemorySink::default());
@@ -234,6 +235,7 @@ fn a_decode_error_is_reported_with_its_key() {
         fail_at: None,
         chunks_read: AtomicU64::new(0),
         slow_at: None,
+        slowed: AtomicBool::new(false),
         read_while_slow: AtomicU64::new(0),
     });
     let jobs = [job];
@@ -319,15 +321,17 @@ fn a_failing_part_stops_the_run_and_its_shard_is_not_written() {
 
 #[test]
 fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
-    // 500 shards of 8 one-chunk parts. The first part's read stalls: the writer must wait for it
-    // before writing the rest of its shard, and the fetchers must not read on meanwhile (the parts
+    // One shard of 4000 one-chunk parts. The first part's read stalls: the writer must wait for it
+    // before writing the rest of the shard, and the fetchers must not read on meanwhile (the parts
     // would pile up at the writer).
     let (mut job, fast, _) = job(4000, None);
+    job.geometry = ShardGeometry::new(&[4000, 8], &[4000, 8], &[2, 4]).expect("geometry");
     let reader = Arc::new(MemoryReader {
         chunks: fast.chunks.clone(),
         fail_at: None,
         chunks_read: AtomicU64::new(0),
         slow_at: Some(vec![0, 0]),
+        slowed: AtomicBool::new(false),
         read_while_slow: AtomicU64::new(0),
     });
     job.reader = reader.clone();
