@@ -53,6 +53,10 @@ Examples:
   zshard convert in.zarr out.zarr --compressor '[{\"name\": \"bytes\", \"configuration\": {\"endian\": \"big\"}},
     {\"name\": \"gzip\", \"configuration\": {\"level\": 6}}, \"crc32c\"]'
 
+  # One 4 GiB shard on a small node: converted and written in parts, peak memory under 512 MiB:
+  zshard convert volume.zarr volume-sharded.zarr --shard-shape 2048,2048,1024 \\
+    --chunk-shape 128,128,128 --memory-limit 512MiB
+
 Shapes:
   --chunk-shape defaults to the source chunk shape (for an already sharded v3 source: its inner chunk
   shape). --shard-shape defaults to an automatic choice: starting from the inner chunk shape, the
