@@ -5,8 +5,8 @@
 #   benches/run.sh [--scale full|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N] [...]
 #
 # Every argument goes to benches/harness.py (see `benches/run.sh --help`). Before it runs, this script
-#   - creates or updates the Python venv exactly as tests/interop/run.sh does (same requirements file
-#     and the same stamp, so the test suite and the benches share one venv),
+#   - creates or updates the Python venv with `tests/interop/run.sh --venv-only` (the test suite's own
+#     set-up, so the tests and the benches share one venv),
 #   - builds target/release/zshard (cargo build --release -p zshard),
 #   - installs the zarrs peer into target/peers (cargo install zarrs_tools 0.8.1) when it is missing,
 #   - installs GNU time (/usr/bin/time, which measures CPU time and peak RSS) when it is missing.
@@ -20,8 +20,6 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 VENV="${ZSHARD_VENV:-$REPO/target/venv}"
-PY="${PYTHON:-python3}"
-REQ="$REPO/tests/interop/requirements.txt"
 PEERS="$REPO/target/peers"
 ZARRS_TOOLS_VERSION=0.8.1
 
@@ -40,31 +38,8 @@ if [ ! -x /usr/bin/time ]; then
     as_root_apt time || { say "/usr/bin/time is missing: install the 'time' package"; exit 1; }
 fi
 
-# --- the venv (kept in step with tests/interop/run.sh) ---
-if ! command -v "$PY" >/dev/null 2>&1; then
-    say "$PY not found; install python3"
-    exit 1
-fi
-make_venv() {
-    rm -rf "$VENV"
-    mkdir -p "$(dirname "$VENV")"
-    "$PY" -m venv "$VENV"
-}
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    say "creating venv at $VENV"
-    if ! make_venv; then
-        say "'$PY -m venv' failed; installing python3-venv"
-        as_root_apt python3-venv || { say "install python3-venv"; exit 1; }
-        make_venv
-    fi
-fi
-want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
-stamp="$VENV/.zshard-interop-requirements"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    say "installing $REQ into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
-    echo "$want" >"$stamp"
-fi
+# --- the venv: the test suite's own set-up, so both share one venv ---
+"$REPO/tests/interop/run.sh" --venv-only
 
 # --- zshard ---
 if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then

@@ -54,6 +54,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" >"$stamp"
 fi
 
+# `run.sh --venv-only`: set up the venv and stop (benches/run.sh uses the same venv).
+if [ "${1:-}" = "--venv-only" ]; then
+    exit 0
+fi
+
 export PYTHONDONTWRITEBYTECODE=1
 export ZSHARD_BIN="${ZSHARD_BIN:-$REPO/target/release/zshard}"
 echo "run.sh: ZSHARD_BIN=$ZSHARD_BIN" >&2
