@@ -403,6 +403,12 @@ impl ShardSplit {
         Region { start, shape }
     }
 
+    /// The shape (in elements) of a shard's biggest part, its first one.
+    pub fn largest_part_shape(&self, geometry: &ShardGeometry) -> Vec<u64> {
+        let origin = vec![0; geometry.array_shape().len()];
+        self.region(geometry, &origin, 0).shape
+    }
+
     /// The row (index over the dimensions before `dim`) and the block `lo..hi` along `dim` of a part.
     fn row_block(&self, part: u64) -> (u64, u64, u64) {
         let (row, block) = (part / self.blocks_per_row, part % self.blocks_per_row);
@@ -413,6 +419,13 @@ impl ShardSplit {
 }
 
 impl ShardGeometry {
+    /// Cuts each shard into parts of at most `part_bytes` raw bytes of inner chunks of `element_size`
+    /// bytes per element (at least one chunk per part).
+    pub fn split_by_bytes(&self, part_bytes: u64, element_size: usize) -> ShardSplit {
+        let chunk_bytes = product(&self.inner_shape).saturating_mul(element_size.max(1) as u64);
+        self.split(part_bytes / chunk_bytes.max(1))
+    }
+
     /// Cuts each shard into as few parts as possible of at most `max_chunks` inner chunks each (at least
     /// one chunk per part).
     pub fn split(&self, max_chunks: u64) -> ShardSplit {

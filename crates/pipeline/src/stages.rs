@@ -219,9 +219,8 @@ pub fn messages_in_flight(options: &Options) -> usize {
 
 /// How the shards of `job` are cut into parts of at most `options.part_bytes` raw inner chunk bytes.
 fn split(job: &ArrayJob, options: &Options) -> zshard_core::ShardSplit {
-    let element = job.inner_repr.data_type.size().max(1) as u64;
-    let chunk_bytes = job.inner_repr.elements().saturating_mul(element).max(1);
-    job.geometry.split(options.part_bytes / chunk_bytes)
+    job.geometry
+        .split_by_bytes(options.part_bytes, job.inner_repr.data_type.size())
 }
 
 fn fetch_stage<I: Iterator<Item = ShardPart>>(

@@ -67,15 +67,22 @@ impl Budget {
 /// Raw bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`, and of the
 /// decoded source chunks that part overlaps.
 fn message_bytes(array: &PlannedArray, part_bytes: u64) -> u64 {
+    let element = element_size(array) as u64;
+    let part = largest_part(array, part_bytes);
+    let footprint = source_footprint(&array.geometry, &array.source.chunk_shape, &part);
+    product(&part).max(footprint) * element
+}
+
+fn element_size(array: &PlannedArray) -> usize {
+    array.output.data_type.size().max(1)
+}
+
+/// The shape of the biggest part of `array`'s shards with parts of at most `part_bytes`.
+fn largest_part(array: &PlannedArray, part_bytes: u64) -> Vec<u64> {
     let geometry = &array.geometry;
-    let element = array.output.data_type.size().max(1) as u64;
-    let inner_bytes = product(geometry.inner_shape()) * element;
-    let split = geometry.split(part_bytes / inner_bytes.max(1));
-    let origin = vec![0; geometry.array_shape().len()];
-    // The first part of a shard is the biggest one.
-    let part = split.region(geometry, &origin, 0).shape;
-    let part_raw = product(&part) * element;
-    part_raw.max(source_footprint(geometry, &array.source.chunk_shape, &part) * element)
+    geometry
+        .split_by_bytes(part_bytes, element_size(array))
+        .largest_part_shape(geometry)
 }
 
 /// Elements of the source chunks that a part of extent `part` can overlap. Per dimension: parts
@@ -103,11 +110,9 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 /// Parts each shard of `array` is cut into with parts of at most `part_bytes`.
 pub fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
-    let element = array.output.data_type.size().max(1) as u64;
-    let inner_bytes = product(array.geometry.inner_shape()) * element;
     array
         .geometry
-        .split(part_bytes / inner_bytes.max(1))
+        .split_by_bytes(part_bytes, element_size(array))
         .parts()
 }
 
@@ -152,13 +157,8 @@ const SMALL_PART_BYTES: u64 = 4 << 20;
 /// Whether parts of at most `part_bytes` need no source chunk that another part needs too: the
 /// decoded source chunks a part overlaps are no bigger than the part.
 fn reads_each_source_chunk_once(array: &PlannedArray, part_bytes: u64) -> bool {
-    let element = array.output.data_type.size().max(1) as u64;
-    let geometry = &array.geometry;
-    let inner_bytes = product(geometry.inner_shape()) * element;
-    let split = geometry.split(part_bytes / inner_bytes.max(1));
-    let origin = vec![0; geometry.array_shape().len()];
-    let part = split.region(geometry, &origin, 0).shape;
-    source_footprint(geometry, &array.source.chunk_shape, &part) <= product(&part)
+    let part = largest_part(array, part_bytes);
+    source_footprint(&array.geometry, &array.source.chunk_shape, &part) <= product(&part)
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
