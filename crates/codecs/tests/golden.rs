@@ -305,11 +305,7 @@ fn numcodecs_vectors_decode_and_encode_bit_for_bit() {
         let spec: CodecSpec = serde_json::from_value(v["codec"].clone()).expect("codec");
         let hex = |key: &str| unhex(v[key].as_str().unwrap_or_default());
         let (input, encoded, decoded) = (hex("input"), hex("encoded"), hex("decoded"));
-        let codec = match build_codec(&spec, &repr) {
-            Ok(Codec::BytesToBytes(c)) => c,
-            Ok(_) => panic!("{case}: not bytes to bytes"),
-            Err(e) => panic!("{case}: {e}"),
-        };
+        let codec = bytes_codec(case, &spec, &repr);
         match codec.decode(&encoded, decoded.len()) {
             Ok(d) if d == decoded => {}
             Ok(d) => failed.push(format!(
@@ -369,11 +365,7 @@ fn every_data_type_through_every_compressor() {
         let spec: CodecSpec = serde_json::from_value(v["codec"].clone()).expect("codec");
         let hex = |key: &str| unhex(v[key].as_str().unwrap_or_default());
         let (encoded, decoded) = (hex("encoded"), hex("decoded"));
-        let codec = match build_codec(&spec, &repr) {
-            Ok(Codec::BytesToBytes(c)) => c,
-            Ok(_) => panic!("{case}: not bytes to bytes"),
-            Err(e) => panic!("{case}: {e}"),
-        };
+        let codec = bytes_codec(case, &spec, &repr);
         match codec.decode(&encoded, decoded.len()) {
             Ok(d) if d == decoded => {}
             Ok(_) => failed.push(format!("{case}: decodes to other bytes")),
@@ -385,4 +377,17 @@ fn every_data_type_through_every_compressor() {
     }
     assert_eq!(dtypes.len(), 23, "data types covered: {dtypes:?}");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The bytes-to-bytes codec of a golden vector's spec (the vector names the case in failures).
+fn bytes_codec(
+    case: &str,
+    spec: &CodecSpec,
+    repr: &ChunkRepr,
+) -> std::sync::Arc<dyn zshard_core::BytesToBytesCodec> {
+    match build_codec(spec, repr) {
+        Ok(Codec::BytesToBytes(c)) => c,
+        Ok(_) => panic!("{case}: not bytes to bytes"),
+        Err(e) => panic!("{case}: {e}"),
+    }
 }

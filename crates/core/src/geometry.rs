@@ -99,17 +99,21 @@ impl Region {
         Region { start, shape }
     }
 
+    /// Coordinates of the chunk of a regular grid that holds this region's first element.
+    pub fn first_chunk(&self, chunk_shape: &[u64]) -> Vec<u64> {
+        self.start
+            .iter()
+            .zip(chunk_shape)
+            .map(|(s, c)| s / c)
+            .collect()
+    }
+
     /// Coordinates of every chunk of a regular grid that overlaps this region, in C order.
     pub fn chunks_overlapping(&self, chunk_shape: &[u64]) -> Vec<Vec<u64>> {
         if self.shape.contains(&0) {
             return Vec::new();
         }
-        let first: Vec<u64> = self
-            .start
-            .iter()
-            .zip(chunk_shape)
-            .map(|(s, c)| s / c)
-            .collect();
+        let first = self.first_chunk(chunk_shape);
         let counts: Vec<u64> = self
             .end()
             .iter()

@@ -385,13 +385,9 @@ fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
             let region = geometry.inner_region(&decoded.part.task.shard, i);
             let covered = region.intersect(&array)?;
             if same_grid && covered == region {
-                let coord: Vec<u64> = region
-                    .start
-                    .iter()
-                    .zip(source_shape)
-                    .map(|(s, c)| s / c)
-                    .collect();
-                let data = by_coord.remove(&coord).flatten()?;
+                let data = by_coord
+                    .remove(&region.first_chunk(source_shape))
+                    .flatten()?;
                 return (!fill.fills(&data)).then_some(data);
             }
             let mut buffer = fill.repeat(job.inner_repr.elements() as usize);

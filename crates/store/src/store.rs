@@ -229,6 +229,11 @@ impl Store {
         )
     }
 
+    /// Multipart part size (object stores refuse parts under 5 MiB but the last).
+    pub(crate) fn part_size(&self) -> usize {
+        self.runtime.options().part_size.max(5 << 20)
+    }
+
     /// Writes an object. It becomes visible under its key only once complete: local files are
     /// written under a temporary name and renamed; object stores publish a PUT atomically, and objects
     /// larger than the part size go up as a multipart upload (parts in parallel), which is aborted on

@@ -236,11 +236,6 @@ impl Drop for Upload {
 }
 
 impl Store {
-    /// Multipart part size (object stores refuse parts under 5 MiB but the last).
-    pub(crate) fn part_size(&self) -> usize {
-        self.runtime.options().part_size.max(5 << 20)
-    }
-
     fn request_error(&self, operation: &'static str, key: &str, e: object_store::Error) -> Error {
         Error::Request {
             operation,
