@@ -413,6 +413,53 @@ impl ShardSplit {
         self.region(geometry, &origin, 0).shape
     }
 
+    /// The first and the last part of `shard` that meet `region` (array coordinates), or `None` when
+    /// it misses the shard. Parts between the two need not meet it. A source chunk that several parts
+    /// need is read for the first and kept until the last.
+    pub fn parts_meeting(
+        &self,
+        geometry: &ShardGeometry,
+        shard: &[u64],
+        region: &Region,
+    ) -> Option<(u64, u64)> {
+        let shard_region = geometry.shard_region(shard);
+        let overlap = region.intersect(&shard_region)?;
+        let inner = geometry.inner_shape();
+        if inner.is_empty() {
+            return Some((0, 0));
+        }
+        let (mut first, mut last) = (0, 0);
+        // Parts form a grid: one inner chunk per step in the dimensions before `dim`, blocks along it.
+        for d in 0..=self.dim {
+            let lo = (overlap.start[d] - shard_region.start[d]) / inner[d];
+            let hi = (overlap.start[d] + overlap.shape[d] - 1 - shard_region.start[d]) / inner[d];
+            let (lo, hi, steps) = if d < self.dim {
+                (lo, hi, self.chunks_per_shard[d])
+            } else {
+                (lo / self.block, hi / self.block, self.blocks_per_row)
+            };
+            first = first * steps + lo;
+            last = last * steps + hi;
+        }
+        Some((first, last))
+    }
+
+    /// The extent of one step of the part grid along the first dimension, whole along the others:
+    /// everything that a shard keeps between its parts meets one such slab (a kept source chunk meets
+    /// both a part already done and one still to come, so it meets the slab of the part in between).
+    pub fn slab_shape(&self, geometry: &ShardGeometry) -> Vec<u64> {
+        let mut shape = geometry.shard_shape().to_vec();
+        if let Some(first) = shape.first_mut() {
+            let inner = geometry.inner_shape().first().copied().unwrap_or(1);
+            *first = if self.dim == 0 {
+                (self.block * inner).min(*first)
+            } else {
+                inner
+            };
+        }
+        shape
+    }
+
     /// The row (index over the dimensions before `dim`) and the block `lo..hi` along `dim` of a part.
     fn row_block(&self, part: u64) -> (u64, u64, u64) {
         let (row, block) = (part / self.blocks_per_row, part % self.blocks_per_row);
@@ -493,6 +540,59 @@ pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_meeting_finds_the_first_and_last_part_a_region_meets() {
+        let g = ShardGeometry::new(&[100, 60, 40], &[64, 40, 40], &[16, 10, 20]).expect("test");
+        let shard = [1, 0, 0];
+        for max in [1, 2, 3, 5, 8, 9, 16, 32] {
+            let split = g.split(max);
+            let slab = split.slab_shape(&g);
+            // Source chunks of a grid that straddles the inner chunks.
+            for coord in g.shard_region(&shard).chunks_overlapping(&[7, 13, 11]) {
+                let chunk = Region::of_chunk(&coord, &[7, 13, 11], g.array_shape());
+                let meets: Vec<u64> = (0..split.parts())
+                    .filter(|&p| split.region(&g, &shard, p).intersect(&chunk).is_some())
+                    .collect();
+                let expected = meets.first().map(|&f| (f, meets[meets.len() - 1]));
+                assert_eq!(
+                    split.parts_meeting(&g, &shard, &chunk),
+                    expected,
+                    "max {max} {coord:?}"
+                );
+                // Kept between parts `p` and `p + 1`: it meets the slab holding the end of part `p`.
+                if let Some((first, last)) = expected {
+                    for p in first..last {
+                        let end = split.region(&g, &shard, p);
+                        let slab = Region {
+                            start: end
+                                .start
+                                .iter()
+                                .enumerate()
+                                .map(|(d, &s)| {
+                                    if d == 0 {
+                                        s
+                                    } else {
+                                        g.shard_region(&shard).start[d]
+                                    }
+                                })
+                                .collect(),
+                            shape: slab.clone(),
+                        };
+                        assert!(
+                            slab.intersect(&chunk).is_some(),
+                            "max {max} {coord:?} part {p}"
+                        );
+                    }
+                }
+            }
+        }
+        let outside = Region {
+            start: vec![0, 0, 0],
+            shape: vec![10, 10, 10],
+        };
+        assert_eq!(g.split(4).parts_meeting(&g, &shard, &outside), None);
+    }
 
     #[test]
     fn shard_split_covers_the_shard_in_order() {

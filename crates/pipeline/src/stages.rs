@@ -156,15 +156,16 @@ pub fn run(
             .name("zshard-assemble".into())
             .spawn_scoped(scope, move || {
                 let _guard = CancelOnPanic(cancel);
+                let mut assembler = Assembler::new(jobs, splits);
                 for msg in decoded_rx {
                     if cancel.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let assembled = msg.map(|d| {
-                        let array = d.part.task.array;
-                        assemble(&jobs[array], &splits[array], d)
-                    });
-                    if assembled_tx.send(assembled).is_err() {
+                    let assembled = match msg {
+                        Ok(decoded) => assembler.accept(decoded).into_iter().map(Ok).collect(),
+                        Err(e) => vec![Err(e)],
+                    };
+                    if assembled.into_iter().any(|m| assembled_tx.send(m).is_err()) {
                         cancel.store(true, Ordering::Relaxed);
                         break;
                     }
@@ -276,7 +277,14 @@ fn fetch(job: &ArrayJob, split: &ShardSplit, part: ShardPart) -> Msg<Fetched> {
     let region = split
         .region(&job.geometry, &part.task.shard, part.index)
         .intersect(&job.geometry.array_region());
-    let coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
+    let mut coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
+    if carries_source_chunks(job, split) {
+        // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
+        coords.retain(|coord| {
+            parts_needing(job, split, &part.task.shard, coord)
+                .is_none_or(|(first, _)| first == part.index)
+        });
+    }
     let results = job.reader.read_chunks(&coords);
     let mut chunks = Vec::with_capacity(coords.len());
     let mut read = ReadCounts::default();
@@ -356,9 +364,86 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
     })
 }
 
+/// Decoded source chunks a shard keeps for its later parts, with the last part that needs each.
+type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
+
+/// Whether the parts of `job`'s shards share source chunks through the assembler: a source chunk
+/// that straddles two parts is then read and decoded once, not once per part. (Passthrough chunks are
+/// single inner chunks; strings are handles into their own message's table.)
+fn carries_source_chunks(job: &ArrayJob, split: &ShardSplit) -> bool {
+    split.parts() > 1 && !job.passthrough && !job.source_repr.data_type.is_variable()
+}
+
+/// The first and last part of `shard` that need source chunk `coord`.
+fn parts_needing(
+    job: &ArrayJob,
+    split: &ShardSplit,
+    shard: &[u64],
+    coord: &[u64],
+) -> Option<(u64, u64)> {
+    let chunk = Region::of_chunk(coord, &job.source_repr.shape, job.geometry.array_shape());
+    split.parts_meeting(&job.geometry, shard, &chunk)
+}
+
+/// The reassembly stage, the one with state: it assembles the parts of a shard in order, keeping the
+/// decoded source chunks that later parts need. Parts that arrive early wait; like the writer's, they
+/// are within the window of messages in flight, and the part they wait for holds a permit.
+struct Assembler<'a> {
+    jobs: &'a [ArrayJob],
+    splits: &'a [ShardSplit],
+    open: HashMap<(usize, Vec<u64>), OpenAssembly>,
+}
+
+#[derive(Default)]
+struct OpenAssembly {
+    next: u64,
+    pending: BTreeMap<u64, Decoded>,
+    kept: KeptChunks,
+}
+
+impl<'a> Assembler<'a> {
+    fn new(jobs: &'a [ArrayJob], splits: &'a [ShardSplit]) -> Self {
+        Assembler {
+            jobs,
+            splits,
+            open: HashMap::new(),
+        }
+    }
+
+    /// Assembles `decoded` and the parts of its shard that waited for it; none while it waits itself.
+    fn accept(&mut self, decoded: Decoded) -> Vec<Assembled> {
+        let array = decoded.part.task.array;
+        let (job, split) = (&self.jobs[array], &self.splits[array]);
+        if !carries_source_chunks(job, split) {
+            return vec![assemble(job, split, decoded, None)];
+        }
+        let key = (array, decoded.part.task.shard.clone());
+        let open = self.open.entry(key.clone()).or_default();
+        open.pending.insert(decoded.part.index, decoded);
+        let mut ready = Vec::new();
+        while let Some(decoded) = open.pending.remove(&open.next) {
+            let last = decoded.part.index + 1 == decoded.part.count;
+            ready.push(assemble(job, split, decoded, Some(&mut open.kept)));
+            open.next += 1;
+            if last {
+                self.open.remove(&key);
+                break;
+            }
+        }
+        ready
+    }
+}
+
 /// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
-/// boundaries freely; what no source chunk covers keeps the fill value.
-fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
+/// boundaries freely; what no source chunk covers keeps the fill value. Source chunks come from the
+/// message or, read for an earlier part of the shard, from `kept`; those of the message that a later
+/// part needs too go to `kept`, and those no later part needs leave it.
+fn assemble(
+    job: &ArrayJob,
+    split: &ShardSplit,
+    decoded: Decoded,
+    kept: Option<&mut KeptChunks>,
+) -> Assembled {
     let range = split.inner_range(decoded.part.index);
     if job.passthrough {
         return place_encoded(job, range, decoded);
@@ -392,7 +477,14 @@ fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
             }
             let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
             for coord in covered.chunks_overlapping(source_shape) {
-                let Some(Some(data)) = by_coord.get(&coord) else {
+                let data = match by_coord.get(&coord) {
+                    Some(data) => data,
+                    None => match kept.as_deref().and_then(|k| k.get(&coord)) {
+                        Some((_, data)) => data,
+                        None => continue,
+                    },
+                };
+                let Some(data) = data else {
                     continue;
                 };
                 let source = Region::of_chunk(&coord, source_shape, array_shape);
@@ -413,6 +505,17 @@ fn assemble(job: &ArrayJob, split: &ShardSplit, decoded: Decoded) -> Assembled {
             (!fill.fills(&buffer)).then_some(buffer)
         })
         .collect();
+    if let Some(kept) = kept {
+        let (shard, index) = (&decoded.part.task.shard, decoded.part.index);
+        kept.retain(|_, (last, _)| *last > index);
+        for (coord, data) in by_coord {
+            if let Some((_, last)) = parts_needing(job, split, shard, &coord) {
+                if last > index {
+                    kept.insert(coord, (last, data));
+                }
+            }
+        }
+    }
     Assembled {
         part: decoded.part,
         first_inner,

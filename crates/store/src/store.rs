@@ -1,3 +1,5 @@
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
@@ -208,6 +210,13 @@ impl Store {
     /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
     /// results are in the order of `requests`. Callers coalesce nearby ranges first.
     pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {
+        if self.local_base.is_some() {
+            let mut open: Option<(&str, File)> = None;
+            return requests
+                .iter()
+                .map(|(key, range)| self.read_local_range(&mut open, key, range.clone()))
+                .collect();
+        }
         self.runtime.block_on(
             futures::stream::iter(
                 requests
@@ -222,11 +231,73 @@ impl Store {
     /// Reads several objects with up to the configured number of requests in flight; results are in
     /// the order of `keys`.
     pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        if self.local_base.is_some() {
+            return keys.iter().map(|key| self.read_local(key)).collect();
+        }
         self.runtime.block_on(
             futures::stream::iter(keys.iter().map(|k| self.get_async(k)))
                 .buffered(self.concurrency)
                 .collect(),
         )
+    }
+
+    // Local batches are read with plain file reads on the calling thread (a fetch thread). Through
+    // the object store API every file became a task on tokio's blocking pool: two thread hand-offs
+    // per chunk, which on W1 (4,096 chunk files) was ~95,000 futex calls and a fifth of the CPU time.
+    // Reads of one batch then run one after another; more fetch threads (`--io-threads`) give more
+    // reads in flight, which parallel file systems with a high per-file latency want.
+
+    /// Reads a whole local file; `None` when it does not exist.
+    fn read_local(&self, key: &str) -> Result<Option<Bytes>> {
+        self.path(key)?;
+        let Some(file) = self.local_path(key) else {
+            return Ok(None);
+        };
+        match std::fs::read(&file) {
+            Ok(data) => Ok(Some(Bytes::from(data))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::Io {
+                operation: "cannot read",
+                location: self.url(key),
+                source,
+            }),
+        }
+    }
+
+    /// Reads bytes `range` of a local file, keeping the last file open for the next range of it.
+    fn read_local_range<'k>(
+        &self,
+        open: &mut Option<(&'k str, File)>,
+        key: &'k str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes> {
+        let fail = |source| Error::Io {
+            operation: "cannot read",
+            location: format!("{} (bytes {}..{})", self.url(key), range.start, range.end),
+            source,
+        };
+        self.path(key)?;
+        if open.as_ref().is_none_or(|(k, _)| *k != key) {
+            let path = self
+                .local_path(key)
+                .ok_or_else(|| fail(std::io::ErrorKind::NotFound.into()))?;
+            *open = Some((key, File::open(path).map_err(fail)?));
+        }
+        let Some((_, file)) = open.as_mut() else {
+            return Err(fail(std::io::ErrorKind::NotFound.into()));
+        };
+        let len = range.end.saturating_sub(range.start);
+        file.seek(SeekFrom::Start(range.start)).map_err(fail)?;
+        // `take` + `read_to_end` fills the buffer without zeroing it first.
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.take(len).read_to_end(&mut data).map_err(fail)?;
+        if data.len() as u64 != len {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the file ends after {} of these bytes", data.len()),
+            )));
+        }
+        Ok(Bytes::from(data))
     }
 
     /// Multipart part size (object stores refuse parts under 5 MiB but the last).

@@ -110,40 +110,43 @@ impl ShardStream for StreamedShard<'_> {
                 source: format!("more than the shard's {} inner chunks", self.chunks).into(),
             });
         }
-        for chunk in inner {
-            let Some(chunk) = chunk else {
-                self.entries.push(None);
-                continue;
-            };
-            if self.upload.is_none() {
-                let reserved = match self.writer.index_location {
-                    IndexLocation::Start => self.index_len(),
-                    IndexLocation::End => 0,
-                };
-                let key = self.writer.keys.key(&self.shard);
-                let upload = self
-                    .writer
-                    .store
-                    .upload(&key, reserved)
-                    .map_err(|e| self.error(e))?;
-                self.upload = Some(upload);
-            }
-            let base = match self.writer.index_location {
+        if self.upload.is_none() && inner.iter().any(Option::is_some) {
+            let reserved = match self.writer.index_location {
                 IndexLocation::Start => self.index_len(),
                 IndexLocation::End => 0,
             };
-            let Some(upload) = self.upload.as_mut() else {
-                continue;
-            };
-            let offset = base + upload.appended();
-            let appended = upload.append(chunk);
-            appended.map_err(|e| self.error(e))?;
-            self.entries.push(Some(ChunkLocation {
-                offset,
-                nbytes: chunk.len() as u64,
+            let key = self.writer.keys.key(&self.shard);
+            let upload = self
+                .writer
+                .store
+                .upload(&key, reserved)
+                .map_err(|e| self.error(e))?;
+            self.upload = Some(upload);
+        }
+        let base = match self.writer.index_location {
+            IndexLocation::Start => self.index_len(),
+            IndexLocation::End => 0,
+        };
+        let Some(upload) = self.upload.as_mut() else {
+            // Only empty chunks so far.
+            self.entries.extend(inner.iter().map(|_| None));
+            return Ok(());
+        };
+        let mut offset = base + upload.appended();
+        let mut pieces = Vec::with_capacity(inner.len());
+        for chunk in inner {
+            self.entries.push(chunk.as_ref().map(|chunk| {
+                let location = ChunkLocation {
+                    offset,
+                    nbytes: chunk.len() as u64,
+                };
+                offset += chunk.len() as u64;
+                pieces.push(chunk.clone());
+                location
             }));
         }
-        Ok(())
+        let appended = upload.append_all(&pieces);
+        appended.map_err(|e| self.error(e))
     }
 
     fn finish(mut self: Box<Self>) -> zshard_core::Result<u64> {

@@ -154,6 +154,27 @@ fn messages_in_flight(threads: usize, capacity: usize, io_threads: usize) -> u64
 /// worker busy within one part.
 const SMALL_PART_BYTES: u64 = 4 << 20;
 
+/// Whether the pipeline keeps decoded source chunks between the parts of a shard, so that a source
+/// chunk under several parts is read once (as `zshard_pipeline` decides: not for passthrough or
+/// variable-size types).
+fn keeps_source_chunks(array: &PlannedArray) -> bool {
+    !array.passthrough && !array.source.data_type.is_variable()
+}
+
+/// Bytes of the decoded source chunks one shard keeps between its parts: they all meet one slab of
+/// the part grid (`ShardSplit::slab_shape`).
+fn kept_bytes(array: &PlannedArray, part_bytes: u64) -> u64 {
+    let split = array
+        .geometry
+        .split_by_bytes(part_bytes, element_size(array));
+    if split.parts() < 2 || !keeps_source_chunks(array) {
+        return 0;
+    }
+    let slab = split.slab_shape(&array.geometry);
+    source_footprint(&array.geometry, &array.source.chunk_shape, &slab)
+        .saturating_mul(element_size(array) as u64)
+}
+
 /// Whether parts of at most `part_bytes` need no source chunk that another part needs too: the
 /// decoded source chunks a part overlaps are no bigger than the part.
 fn reads_each_source_chunk_once(array: &PlannedArray, part_bytes: u64) -> bool {
@@ -174,8 +195,19 @@ fn estimate(
         .max()
         .unwrap_or(0);
     let capacity = Options::for_shard_size(threads, message).channel_capacity;
+    let in_flight = messages_in_flight(threads, capacity, io_threads);
+    // The parts in flight are consecutive, so they span this many shards, each with its kept chunks.
+    let kept = arrays
+        .iter()
+        .map(|a| {
+            let open_shards = in_flight.div_ceil(parts_per_shard(a, part_bytes)) + 1;
+            kept_bytes(a, part_bytes).saturating_mul(open_shards)
+        })
+        .max()
+        .unwrap_or(0);
     let peak = BASE_BYTES
-        .saturating_add(message.saturating_mul(messages_in_flight(threads, capacity, io_threads)));
+        .saturating_add(message.saturating_mul(in_flight))
+        .saturating_add(kept);
     (peak, capacity)
 }
 
@@ -206,12 +238,14 @@ pub fn budget(
         };
         // Smaller parts hold less memory at the same speed as long as no source chunk has to be read
         // for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB parts,
-        // the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds.
+        // the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds: always when
+        // the pipeline keeps straddling source chunks between parts (W3: 1.35 GiB with 64 MiB parts
+        // read again per part, MEASURE with 4 MiB parts kept), else while none straddles two parts.
         while part_bytes / 2 >= SMALL_PART_BYTES
             && plan
                 .arrays
                 .iter()
-                .all(|a| reads_each_source_chunk_once(a, part_bytes / 2))
+                .all(|a| keeps_source_chunks(a) || reads_each_source_chunk_once(a, part_bytes / 2))
         {
             part_bytes /= 2;
         }
