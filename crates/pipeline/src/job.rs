@@ -58,6 +58,10 @@ pub struct Options {
     /// inner chunks (see [`ShardSplit`](zshard_core::ShardSplit)) that go through the stages on their
     /// own and are streamed to the sink in order, so memory does not grow with the shard size.
     pub part_bytes: u64,
+    /// Whether a shard keeps the decoded source chunks that several of its parts need, so that each
+    /// is read and decoded once per shard. It costs the memory of about one slab of source chunks
+    /// across the shard (see `ShardSplit::slab_shape`); without it, such chunks are read for each part.
+    pub keep_source_chunks: bool,
 }
 
 /// Fetch and write threads unless configured otherwise (local disks need few).
@@ -77,6 +81,7 @@ impl Options {
             channel_capacity: threads,
             io_threads: DEFAULT_IO_THREADS,
             part_bytes: DEFAULT_PART_BYTES,
+            keep_source_chunks: true,
         }
     }
 
@@ -92,6 +97,7 @@ impl Options {
             channel_capacity: usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, threads),
             io_threads: DEFAULT_IO_THREADS,
             part_bytes: DEFAULT_PART_BYTES,
+            keep_source_chunks: true,
         }
     }
 }

@@ -106,6 +106,12 @@ pub fn run(
     let cancel = AtomicBool::new(false);
     let splits: Vec<ShardSplit> = jobs.iter().map(|j| split(j, options)).collect();
     let splits = &splits;
+    let keeps: Vec<bool> = jobs
+        .iter()
+        .zip(splits)
+        .map(|(job, split)| carries_source_chunks(job, split, options))
+        .collect();
+    let keeps = &keeps;
     let parts = tasks.flat_map(move |task| {
         let count = splits[task.array].parts();
         (0..count).map(move |index| ShardPart {
@@ -140,7 +146,7 @@ pub fn run(
             std::thread::Builder::new()
                 .name(format!("zshard-fetch-{i}"))
                 .spawn_scoped(scope, move || {
-                    fetch_stage(jobs, splits, parts, window, cancel, out)
+                    fetch_stage(jobs, splits, keeps, parts, window, cancel, out)
                 })
                 .map_err(spawn_failed)?;
         }
@@ -156,7 +162,7 @@ pub fn run(
             .name("zshard-assemble".into())
             .spawn_scoped(scope, move || {
                 let _guard = CancelOnPanic(cancel);
-                let mut assembler = Assembler::new(jobs, splits);
+                let mut assembler = Assembler::new(jobs, splits, keeps);
                 for msg in decoded_rx {
                     if cancel.load(Ordering::Relaxed) {
                         continue;
@@ -227,6 +233,7 @@ fn split(job: &ArrayJob, options: &Options) -> zshard_core::ShardSplit {
 fn fetch_stage<I: Iterator<Item = ShardPart>>(
     jobs: &[ArrayJob],
     splits: &[ShardSplit],
+    keeps: &[bool],
     parts: &std::sync::Mutex<I>,
     window: &Arc<Window>,
     cancel: &AtomicBool,
@@ -247,7 +254,8 @@ fn fetch_stage<I: Iterator<Item = ShardPart>>(
         let Some(mut part) = next else { break };
         part._permit = Some(permit);
         let array = part.task.array;
-        if out.send(fetch(&jobs[array], &splits[array], part)).is_err() {
+        let fetched = fetch(&jobs[array], &splits[array], keeps[array], part);
+        if out.send(fetched).is_err() {
             break;
         }
     }
@@ -273,12 +281,13 @@ fn map_stage<I: Send, O: Send>(
     });
 }
 
-fn fetch(job: &ArrayJob, split: &ShardSplit, part: ShardPart) -> Msg<Fetched> {
+/// Reads the source chunks of `part`; with `keep`, only those no earlier part of its shard needed.
+fn fetch(job: &ArrayJob, split: &ShardSplit, keep: bool, part: ShardPart) -> Msg<Fetched> {
     let region = split
         .region(&job.geometry, &part.task.shard, part.index)
         .intersect(&job.geometry.array_region());
     let mut coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
-    if carries_source_chunks(job, split) {
+    if keep {
         // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
         coords.retain(|coord| {
             parts_needing(job, split, &part.task.shard, coord)
@@ -370,8 +379,11 @@ type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
 /// Whether the parts of `job`'s shards share source chunks through the assembler: a source chunk
 /// that straddles two parts is then read and decoded once, not once per part. (Passthrough chunks are
 /// single inner chunks; strings are handles into their own message's table.)
-fn carries_source_chunks(job: &ArrayJob, split: &ShardSplit) -> bool {
-    split.parts() > 1 && !job.passthrough && !job.source_repr.data_type.is_variable()
+fn carries_source_chunks(job: &ArrayJob, split: &ShardSplit, options: &Options) -> bool {
+    options.keep_source_chunks
+        && split.parts() > 1
+        && !job.passthrough
+        && !job.source_repr.data_type.is_variable()
 }
 
 /// The first and last part of `shard` that need source chunk `coord`.
@@ -391,6 +403,7 @@ fn parts_needing(
 struct Assembler<'a> {
     jobs: &'a [ArrayJob],
     splits: &'a [ShardSplit],
+    keeps: &'a [bool],
     open: HashMap<(usize, Vec<u64>), OpenAssembly>,
 }
 
@@ -402,10 +415,11 @@ struct OpenAssembly {
 }
 
 impl<'a> Assembler<'a> {
-    fn new(jobs: &'a [ArrayJob], splits: &'a [ShardSplit]) -> Self {
+    fn new(jobs: &'a [ArrayJob], splits: &'a [ShardSplit], keeps: &'a [bool]) -> Self {
         Assembler {
             jobs,
             splits,
+            keeps,
             open: HashMap::new(),
         }
     }
@@ -414,7 +428,7 @@ impl<'a> Assembler<'a> {
     fn accept(&mut self, decoded: Decoded) -> Vec<Assembled> {
         let array = decoded.part.task.array;
         let (job, split) = (&self.jobs[array], &self.splits[array]);
-        if !carries_source_chunks(job, split) {
+        if !self.keeps[array] {
             return vec![assemble(job, split, decoded, None)];
         }
         let key = (array, decoded.part.task.shard.clone());

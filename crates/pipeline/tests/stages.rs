@@ -91,18 +91,29 @@ fn value(row: u64, col: u64) -> u16 {
 /// A `rows x 8` uint16 array in 4x8 source chunks holding `value(r, c)`, converted into shards of
 /// 8x8 with 2x4 inner chunks (inner chunks smaller than source chunks and cut across them).
 fn job(rows: u64, fail_at: Option<Vec<u64>>) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
+    job_with_source_chunks(rows, [4, 8], fail_at)
+}
+
+/// `job`, with source chunks of `chunk` (edge chunks are full size, as stored).
+fn job_with_source_chunks(
+    rows: u64,
+    chunk: [u64; 2],
+    fail_at: Option<Vec<u64>>,
+) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
     let codecs: Vec<CodecSpec> = serde_json::from_value(json!([
         {"name": "bytes", "configuration": {"endian": "little"}},
         {"name": "zstd", "configuration": {"level": 1}}
     ]))
     .expect("codecs");
-    let source = repr(&[4, 8]);
+    let source = repr(&chunk);
     let chain = build_chain(&codecs, &source).expect("chain");
     let mut chunks = HashMap::new();
-    for coord in c_order(&grid_shape(&[rows, 8], &[4, 8])) {
-        let raw: Vec<u8> = (0..4)
-            .flat_map(|r| (0..8).map(move |c| (r, c)))
-            .flat_map(|(r, c)| value(coord[0] * 4 + r, c).to_le_bytes())
+    for coord in c_order(&grid_shape(&[rows, 8], &chunk)) {
+        let raw: Vec<u8> = (0..chunk[0])
+            .flat_map(|r| (0..chunk[1]).map(move |c| (r, c)))
+            .flat_map(|(r, c)| {
+                value(coord[0] * chunk[0] + r, coord[1] * chunk[1] + c).to_le_bytes()
+            })
             .collect();
         chunks.insert(
             coord,
@@ -150,22 +161,34 @@ fn values_land_in_the_right_inner_chunks() {
     // Shard (2,0) covers rows 16..24 of a 20-row array: inner chunks of rows 20..24 are outside it.
     let last = &shards[&vec![2, 0]];
     assert!(last[4..].iter().all(Option::is_none));
+    assert_values(&jobs[0], &shards, 20);
+}
+
+/// Every inner chunk inside the `rows`-row array is written and holds `value` (the fill value, 0,
+/// past the last row); chunks wholly outside it are not written.
+fn assert_values(job: &ArrayJob, shards: &HashMap<Vec<u64>, Vec<Option<Bytes>>>, rows: u64) {
     let inner = repr(&[2, 4]);
-    let chain = jobs[0].inner_chain.as_ref().expect("encoding job");
+    let chain = job.inner_chain.as_ref().expect("encoding job");
     for (shard, chunks) in shards.iter() {
         for (i, chunk) in chunks.iter().enumerate() {
-            let Some(bytes) = chunk else { continue };
-            let raw = chain.decode(bytes, &inner).expect("decode");
             let (ir, ic) = (i as u64 / 2, i as u64 % 2);
+            let first_row = shard[0] * 8 + ir * 2;
+            let Some(bytes) = chunk else {
+                assert!(first_row >= rows, "shard {shard:?} inner {i} is missing");
+                continue;
+            };
+            let raw = chain.decode(bytes, &inner).expect("decode");
             for r in 0..2 {
                 for c in 0..4 {
                     let at = (r * 4 + c) as usize * 2;
                     let got = u16::from_le_bytes([raw[at], raw[at + 1]]);
-                    assert_eq!(
-                        got,
-                        value(shard[0] * 8 + ir * 2 + r, ic * 4 + c),
-                        "shard {shard:?} inner {i}"
-                    );
+                    let row = first_row + r;
+                    let expected = if row < rows {
+                        value(row, ic * 4 + c)
+                    } else {
+                        0
+                    };
+                    assert_eq!(got, expected, "shard {shard:?} inner {i}");
                 }
             }
         }
@@ -180,10 +203,9 @@ fn work_in_flight_is_bounded_by_the_channels_not_the_array() {
     let written = AtomicU64::new(0);
     let max_ahead = AtomicU64::new(0);
     let options = Options {
-        threads: 2,
         channel_capacity: 1,
         io_threads: 2,
-        part_bytes: zshard_pipeline::DEFAULT_PART_BYTES,
+        ..Options::with_threads(2)
     };
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {
         let done = written.fetch_add(1, Ordering::SeqCst) + 1;
@@ -262,12 +284,21 @@ type PartsRun = (
 
 /// Runs `job(rows)` with shards cut into parts of at most `part_bytes` raw bytes (an inner chunk is 16).
 fn run_in_parts(rows: u64, fail_at: Option<Vec<u64>>, threads: usize, part_bytes: u64) -> PartsRun {
-    let (job, _, sink) = job(rows, fail_at);
+    run_job_in_parts(job(rows, fail_at), threads, part_bytes, true)
+}
+
+fn run_job_in_parts(
+    (job, _, sink): (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>),
+    threads: usize,
+    part_bytes: u64,
+    keep_source_chunks: bool,
+) -> PartsRun {
     let jobs = [job];
     let outcomes = Mutex::new(Vec::new());
     let options = Options {
         part_bytes,
         io_threads: 2,
+        keep_source_chunks,
         ..Options::with_threads(threads)
     };
     let result = run(&jobs, ShardTask::all(&jobs), &options, &|o| {
@@ -298,14 +329,52 @@ fn shards_cut_into_parts_equal_shards_converted_whole() {
                 counts(&whole),
                 "part_bytes {part_bytes}, {threads} threads"
             );
-            // One outcome per shard, with the reads of all its parts (a source chunk under two parts
-            // is read for each).
+            // One outcome per shard, with the reads of all its parts: each source chunk once, as
+            // for whole shards.
             assert_eq!(outcomes.len(), 6);
             let reads: u64 = outcomes.iter().map(|o| o.chunks_read).sum();
             assert_eq!(reads, stats.chunks_read);
-            assert!(reads >= 11);
+            assert_eq!(reads, 11);
         }
     }
+}
+
+#[test]
+fn straddling_source_chunks_are_read_once_per_shard_and_shared_by_its_parts() {
+    // Source chunks of 3x3 straddle the 2x4 inner chunks, the parts and the 8x8 shards; a chunk can
+    // be needed by parts that are not next to each other (parts of one inner chunk: it meets parts
+    // 0 and 2 but not 1 when it spans two inner rows of one column).
+    let rows = 21;
+    let (whole, expected, _) =
+        run_job_in_parts(job_with_source_chunks(rows, [3, 3], None), 2, 1 << 20, true);
+    let whole = whole.expect("run");
+    assert_eq!(expected.len(), 3);
+    let (job, _, _) = job_with_source_chunks(rows, [3, 3], None);
+    assert_values(&job, &expected, rows);
+    for part_bytes in [16, 32, 48, 64] {
+        for threads in [1, 3] {
+            for keep in [true, false] {
+                let job = job_with_source_chunks(rows, [3, 3], None);
+                let (stats, shards, _) = run_job_in_parts(job, threads, part_bytes, keep);
+                let stats = stats.expect("run");
+                let case = format!("part_bytes {part_bytes}, {threads} threads, keep {keep}");
+                assert_eq!(shards, expected, "{case}");
+                if keep {
+                    assert_eq!(
+                        stats.chunks_read, whole.chunks_read,
+                        "{case}: once per shard"
+                    );
+                } else {
+                    assert!(
+                        stats.chunks_read > whole.chunks_read,
+                        "{case}: once per part"
+                    );
+                }
+            }
+        }
+    }
+    // Shard rows 0..8, 8..16, 16..21 meet source chunk rows 0..3, 2..6, 5..7 (of 3 columns each).
+    assert_eq!(whole.chunks_read, (3 + 4 + 2) * 3);
 }
 
 #[test]
@@ -337,10 +406,10 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
     job.reader = reader.clone();
     let jobs = [job];
     let options = Options {
-        threads: 2,
         channel_capacity: 1,
         io_threads: 2,
         part_bytes: 16,
+        ..Options::with_threads(2)
     };
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {}).expect("run");
     let ahead = reader.read_while_slow.load(Ordering::SeqCst);

@@ -50,6 +50,8 @@ pub struct Budget {
     /// Part of `estimated_peak` for uploads of streamed shards (see [`upload_buffers`]).
     pub upload_buffers: u64,
     pub io_threads: usize,
+    /// See `zshard_pipeline::Options::keep_source_chunks`.
+    pub keep_source_chunks: bool,
 }
 
 impl Budget {
@@ -60,6 +62,7 @@ impl Budget {
             channel_capacity: self.channel_capacity,
             io_threads: self.io_threads,
             part_bytes: self.part_bytes,
+            keep_source_chunks: self.keep_source_chunks,
         }
     }
 }
@@ -123,6 +126,7 @@ pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
         budget.threads,
         budget.part_bytes,
         budget.io_threads,
+        budget.keep_source_chunks,
     );
     peak.saturating_add(budget.upload_buffers)
 }
@@ -142,10 +146,9 @@ pub fn upload_buffers(destination: &str, part_size: usize) -> u64 {
 /// Messages the pipeline holds at most (its window, see `zshard_pipeline::messages_in_flight`).
 fn messages_in_flight(threads: usize, capacity: usize, io_threads: usize) -> u64 {
     let options = Options {
-        threads,
         channel_capacity: capacity,
         io_threads,
-        part_bytes: DEFAULT_PART_BYTES,
+        ..Options::with_threads(threads)
     };
     zshard_pipeline::messages_in_flight(&options) as u64
 }
@@ -182,12 +185,14 @@ fn reads_each_source_chunk_once(array: &PlannedArray, part_bytes: u64) -> bool {
     source_footprint(&array.geometry, &array.source.chunk_shape, &part) <= product(&part)
 }
 
-/// Estimated peak of `threads` workers with parts of at most `part_bytes`, and the channel capacity.
+/// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
+/// between parts with `keep`), and the channel capacity.
 fn estimate(
     arrays: &[PlannedArray],
     threads: usize,
     part_bytes: u64,
     io_threads: usize,
+    keep: bool,
 ) -> (u64, usize) {
     let message = arrays
         .iter()
@@ -199,6 +204,7 @@ fn estimate(
     // The parts in flight are consecutive, so they span this many shards, each with its kept chunks.
     let kept = arrays
         .iter()
+        .filter(|_| keep)
         .map(|a| {
             let open_shards = in_flight.div_ceil(parts_per_shard(a, part_bytes)) + 1;
             kept_bytes(a, part_bytes).saturating_mul(open_shards)
@@ -212,8 +218,9 @@ fn estimate(
 }
 
 /// The most threads (up to `wanted`) and the biggest parts (up to the default) whose estimated peak
-/// fits `limit` (the default limit when `None`). Refuses when even one thread with parts of one inner
-/// chunk does not fit: the source chunks are then too big for the limit.
+/// fits `limit` (the default limit when `None`), keeping straddling source chunks between parts when
+/// that fits too. Refuses when even one thread with parts of one inner chunk does not fit: the source
+/// chunks are then too big for the limit.
 pub fn budget(
     plan: &Plan,
     wanted: usize,
@@ -224,43 +231,48 @@ pub fn budget(
     let limit = limit.unwrap_or_else(default_limit);
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
-    let peak_of = |threads, part_bytes| {
-        let (peak, capacity) = estimate(&plan.arrays, threads, part_bytes, io_threads);
+    let peak_of = |threads, part_bytes, keep| {
+        let (peak, capacity) = estimate(&plan.arrays, threads, part_bytes, io_threads, keep);
         (peak.saturating_add(upload_buffers), capacity)
     };
     for threads in (1..=wanted.max(1)).rev() {
-        let Some(mut part_bytes) = part_sizes
-            .iter()
-            .copied()
-            .find(|&p| peak_of(threads, p).0 <= limit)
-        else {
-            continue;
-        };
-        // Smaller parts hold less memory at the same speed as long as no source chunk has to be read
-        // for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB parts,
-        // the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds: always when
-        // the pipeline keeps straddling source chunks between parts (W3: 1.35 GiB with 64 MiB parts
-        // read again per part, MEASURE with 4 MiB parts kept), else while none straddles two parts.
-        while part_bytes / 2 >= SMALL_PART_BYTES
-            && plan
-                .arrays
+        // Keeping costs about a slab of source chunks per open shard; a source chunk read once
+        // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
+        for keep in [true, false] {
+            let Some(mut part_bytes) = part_sizes
                 .iter()
-                .all(|a| keeps_source_chunks(a) || reads_each_source_chunk_once(a, part_bytes / 2))
-        {
-            part_bytes /= 2;
+                .copied()
+                .find(|&p| peak_of(threads, p, keep).0 <= limit)
+            else {
+                continue;
+            };
+            // Smaller parts hold less memory at the same speed as long as no source chunk has to be
+            // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
+            // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds:
+            // always when straddling source chunks are kept, else while none straddles two parts.
+            while part_bytes / 2 >= SMALL_PART_BYTES
+                && peak_of(threads, part_bytes / 2, keep).0 <= limit
+                && plan.arrays.iter().all(|a| {
+                    (keep && keeps_source_chunks(a))
+                        || reads_each_source_chunk_once(a, part_bytes / 2)
+                })
+            {
+                part_bytes /= 2;
+            }
+            let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep);
+            return Ok(Budget {
+                threads,
+                part_bytes,
+                channel_capacity,
+                estimated_peak,
+                limit,
+                upload_buffers,
+                io_threads,
+                keep_source_chunks: keep,
+            });
         }
-        let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes);
-        return Ok(Budget {
-            threads,
-            part_bytes,
-            channel_capacity,
-            estimated_peak,
-            limit,
-            upload_buffers,
-            io_threads,
-        });
     }
-    let (smallest, _) = peak_of(1, 1);
+    let (smallest, _) = peak_of(1, 1, false);
     bail!(
         "the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape",
         HumanBytes(smallest),
