@@ -160,7 +160,7 @@ const SMALL_PART_BYTES: u64 = 4 << 20;
 /// Whether the pipeline keeps decoded source chunks between the parts of a shard, so that a source
 /// chunk under several parts is read once (as `zshard_pipeline` decides: not for passthrough or
 /// variable-size types).
-fn keeps_source_chunks(array: &PlannedArray) -> bool {
+pub fn keeps_source_chunks(array: &PlannedArray) -> bool {
     !array.passthrough && !array.source.data_type.is_variable()
 }
 

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use zshard_core::{grid_shape, product, CodecSpec};
 
 use crate::convert::open;
-use crate::memory::{array_peak, parts_per_shard, Budget};
+use crate::memory::{array_peak, keeps_source_chunks, parts_per_shard, Budget};
 use crate::plan::{array_name, Layouts, PlannedArray};
 
 fn codecs_text(codecs: &[CodecSpec]) -> String {
@@ -65,6 +65,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "estimated_bytes_in": raw,
         "estimated_bytes_out": raw,
         "parts_per_shard": parts_per_shard(a, budget.part_bytes),
+        // Whether a source chunk under several parts of a shard is read once (kept between them).
+        "source_chunks_kept_between_parts": budget.keep_source_chunks && keeps_source_chunks(a),
         "estimated_peak_memory_per_worker": array_peak(a, budget),
     })
 }
@@ -115,9 +117,14 @@ fn print_human(arrays: &[Value], budget: &Budget) {
         }
         if u("parts_per_shard") > 1 {
             println!(
-                "  parts          each shard is converted and written in {} parts (memory limit {})",
+                "  parts          each shard is converted and written in {} parts (memory limit {}); a source chunk under several parts is read {}",
                 u("parts_per_shard"),
-                HumanBytes(budget.limit)
+                HumanBytes(budget.limit),
+                if a["source_chunks_kept_between_parts"].as_bool() == Some(true) {
+                    "once"
+                } else {
+                    "for each"
+                }
             );
         }
         println!(
