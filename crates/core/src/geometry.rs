@@ -430,9 +430,9 @@ impl ShardSplit {
         }
         let (mut first, mut last) = (0, 0);
         // Parts form a grid: one inner chunk per step in the dimensions before `dim`, blocks along it.
-        for d in 0..=self.dim {
-            let lo = (overlap.start[d] - shard_region.start[d]) / inner[d];
-            let hi = (overlap.start[d] + overlap.shape[d] - 1 - shard_region.start[d]) / inner[d];
+        for (d, &size) in inner.iter().enumerate().take(self.dim + 1) {
+            let offset = overlap.start[d] - shard_region.start[d];
+            let (lo, hi) = (offset / size, (offset + overlap.shape[d] - 1) / size);
             let (lo, hi, steps) = if d < self.dim {
                 (lo, hi, self.chunks_per_shard[d])
             } else {

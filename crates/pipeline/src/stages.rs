@@ -1,4 +1,4 @@
-//! The stages and their wiring. Each message is one shard; errors travel inside messages to the
+//! The stages and their wiring. Each message is one part of a shard; errors travel inside messages to the
 //! writer, which keeps the first one and tells the fetcher to stop.
 
 use std::collections::{BTreeMap, HashMap};
