@@ -13,6 +13,7 @@ passthrough (encoded chunks copied) and variable-length strings.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numcodecs
@@ -120,3 +121,33 @@ def test_a_limit_too_small_for_the_source_chunks_is_refused_before_writing(tmp_p
     assert r.returncode != 0
     assert "memory limit" in r.stderr and "--memory-limit" in r.stderr, r.stderr
     assert not (dst / "c").exists()
+
+
+def chunks_read(run) -> int:
+    """The source chunks a conversion read, from its summary line."""
+    m = re.search(r"read .* in (\d+) chunk\(s\)", run.stdout + run.stderr)
+    assert m, run.describe()
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("dtype, kept", [("|u1", True), ("<f8", False)])
+def test_a_source_chunk_under_several_parts_is_read_once_when_the_limit_allows(dtype, kept, tmp_path,
+                                                                             zshard_bin):
+    """Straddling source chunks are kept between the parts of a shard when the memory limit has room
+    for them (u1), and read again for each part when it has not (f8 at the same limit); both write the
+    same bytes as whole shards (test_parts_equal_whole_shards)."""
+    src = tmp_path / "src.zarr"
+    data = make_source(src, dtype, (50, 70))
+    parted, whole = tmp_path / "parts.zarr", tmp_path / "whole.zarr"
+    opts = layout(2, "end")
+    planned = plan_parts(zshard_bin, src, parted, *opts, "--memory-limit", LIMIT)
+    assert planned["parts_per_shard"] > 1 and planned["source_chunks_kept_between_parts"] is kept, planned
+    in_parts = chunks_read(convert_ok(zshard_bin, src, parted, *opts, "--memory-limit", LIMIT))
+    at_once = chunks_read(convert_ok(zshard_bin, src, whole, *opts))
+    # 13 x 15 source chunks; the shard boundary at column 520 cuts source column 7, read by both shards.
+    assert at_once == 13 * 15 + 13
+    if kept:
+        assert in_parts == at_once
+    else:
+        assert in_parts > at_once
+    assert_readback(parted, data)
