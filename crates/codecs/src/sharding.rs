@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 use zshard_core::{
     assemble_shard, copy_region, product, ArrayToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
-    Endian, Error, IndexEncoding, IndexLocation, Region, Result, ShardReader,
+    Error, IndexEncoding, IndexLocation, Region, Result, ShardReader,
 };
 
 use crate::error::invalid;
@@ -85,20 +85,7 @@ pub fn index_encoding(specs: &[CodecSpec]) -> crate::Result<IndexEncoding> {
             ),
         )
     };
-    let endian = match specs.first() {
-        Some(s) if s.name == "bytes" => match s.get("endian").and_then(|v| v.as_str()) {
-            Some("big") => Endian::Big,
-            Some("little") | None => Endian::Little,
-            Some(_) => return Err(unsupported()),
-        },
-        _ => return Err(unsupported()),
-    };
-    let crc32c = match &specs[1..] {
-        [] => false,
-        [c] if c.name == "crc32c" => true,
-        _ => return Err(unsupported()),
-    };
-    Ok(IndexEncoding { endian, crc32c })
+    IndexEncoding::from_codecs(specs).ok_or_else(unsupported)
 }
 
 impl ShardingCodec {

@@ -40,7 +40,7 @@ pub use geometry::{
     AUTO_SHARD_TARGET_BYTES, MAX_BUFFER_BYTES,
 };
 pub use io::{ChunkReader, ShardSink, ShardStream};
-pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind};
+pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use shard_index::{
     assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
     ShardReader, EMPTY,

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use crate::codec::{ChunkRepr, CodecSpec};
 use crate::dtype::DataType;
 use crate::fill::FillValue;
+use crate::shard_index::{IndexEncoding, IndexLocation};
 
 /// How chunk grid coordinates become store keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,16 +49,90 @@ pub struct ArrayMeta {
     pub shape: Vec<u64>,
     pub data_type: DataType,
     pub fill_value: FillValue,
-    /// The shape of the source's stored chunks (for an already sharded v3 source: its shard shape).
+    /// The shape of the chunks the source is read by: its stored chunks, or, for a source stored in
+    /// shards (see `sharded`), their inner chunks.
     pub chunk_shape: Vec<u64>,
-    /// The source chain as v3 codecs (v2 compressors, byte order and order F are translated).
+    /// The source chain as v3 codecs (v2 compressors, byte order and order F are translated); for a
+    /// source stored in shards, the inner chunks' chain.
     pub codecs: Vec<CodecSpec>,
     pub chunk_key_encoding: ChunkKeyEncoding,
     pub attributes: Map<String, Value>,
     pub dimension_names: Option<Vec<Option<String>>>,
+    /// Set when the chunks are stored inside shards (see [`ArrayMeta::read_by_inner_chunk`]).
+    pub sharded: Option<SourceShards>,
+}
+
+/// How an already sharded source stores its (inner) chunks: in shards of `shard_shape` under the
+/// array's chunk keys, each with an index of where its inner chunks are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceShards {
+    pub shard_shape: Vec<u64>,
+    pub index_encoding: IndexEncoding,
+    pub index_location: IndexLocation,
+}
+
+impl SourceShards {
+    /// Inner chunks per shard along each dimension, for inner chunks of `inner_shape`.
+    pub fn chunks_per_shard(&self, inner_shape: &[u64]) -> Vec<u64> {
+        self.shard_shape
+            .iter()
+            .zip(inner_shape)
+            .map(|(s, i)| s / i.max(&1))
+            .collect()
+    }
 }
 
 impl ArrayMeta {
+    /// For an array whose only codec is `sharding_indexed` (with an index zshard reads), the same
+    /// array read by inner chunk: `chunk_shape` and `codecs` become the inner chunks', and `sharded`
+    /// says where they are. A part of a shard then costs the inner chunks it needs, not the shard;
+    /// and inner chunks that are already what the output wants can be copied as they are. Any other
+    /// array (or an invalid sharding configuration, reported when its chain is built) is unchanged.
+    pub fn read_by_inner_chunk(self) -> ArrayMeta {
+        let [sharding] = self.codecs.as_slice() else {
+            return self;
+        };
+        if sharding.name != "sharding_indexed" || self.sharded.is_some() {
+            return self;
+        }
+        let inner_shape: Option<Vec<u64>> = sharding
+            .get("chunk_shape")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_u64).collect());
+        let specs = |key: &str| -> Option<Vec<CodecSpec>> {
+            serde_json::from_value(sharding.get(key)?.clone()).ok()
+        };
+        let index_location = match sharding.get("index_location").map(Value::as_str) {
+            None => Some(IndexLocation::End),
+            Some(s) => s.and_then(IndexLocation::parse),
+        };
+        let index_encoding = specs("index_codecs").and_then(|c| IndexEncoding::from_codecs(&c));
+        let (Some(inner_shape), Some(codecs), Some(index_location), Some(index_encoding)) =
+            (inner_shape, specs("codecs"), index_location, index_encoding)
+        else {
+            return self;
+        };
+        let divides = inner_shape.len() == self.chunk_shape.len()
+            && self
+                .chunk_shape
+                .iter()
+                .zip(&inner_shape)
+                .all(|(&s, &i)| i > 0 && s % i == 0);
+        if !divides || codecs.is_empty() {
+            return self;
+        }
+        ArrayMeta {
+            sharded: Some(SourceShards {
+                shard_shape: self.chunk_shape.clone(),
+                index_encoding,
+                index_location,
+            }),
+            chunk_shape: inner_shape,
+            codecs,
+            ..self
+        }
+    }
+
     /// The representation of one decoded source chunk.
     pub fn chunk_repr(&self) -> ChunkRepr {
         ChunkRepr {

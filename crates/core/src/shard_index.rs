@@ -36,6 +36,28 @@ pub struct IndexEncoding {
     pub crc32c: bool,
 }
 
+impl IndexEncoding {
+    /// The encoding of an `index_codecs` chain: `bytes` (either byte order), optionally followed by
+    /// `crc32c`; `None` for any other chain.
+    pub fn from_codecs(specs: &[crate::CodecSpec]) -> Option<Self> {
+        let (first, rest) = specs.split_first()?;
+        if first.name != "bytes" {
+            return None;
+        }
+        let endian = match first.get("endian").and_then(|v| v.as_str()) {
+            Some("big") => Endian::Big,
+            Some("little") | None => Endian::Little,
+            Some(_) => return None,
+        };
+        let crc32c = match rest {
+            [] => false,
+            [c] if c.name == "crc32c" => true,
+            _ => return None,
+        };
+        Some(IndexEncoding { endian, crc32c })
+    }
+}
+
 impl Default for IndexEncoding {
     /// `bytes` (little endian) + `crc32c`, as the specification recommends and zshard writes.
     fn default() -> Self {

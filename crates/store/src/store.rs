@@ -207,6 +207,66 @@ impl Store {
         self.runtime.block_on(self.get_range_async(key, range))
     }
 
+    /// Reads the first (`from_end` false) or last `len` bytes of an object, or all of it when it is
+    /// shorter; `None` when it does not exist. (A shard index, whose object size is not known.)
+    pub fn get_edge(&self, key: &str, len: u64, from_end: bool) -> Result<Option<Bytes>> {
+        let fail = |source| Error::Request {
+            operation: "cannot read",
+            location: self.url(key),
+            source: Box::new(source),
+        };
+        let path = self.path(key)?;
+        if let Some(file) = self.local_path(key) {
+            return self.read_local_edge(&file, key, len, from_end);
+        }
+        let range = if from_end {
+            object_store::GetRange::Suffix(len)
+        } else {
+            object_store::GetRange::Bounded(0..len)
+        };
+        let read = self.runtime.block_on(self.retrying(|| async {
+            let options = object_store::GetOptions {
+                range: Some(range.clone()),
+                ..Default::default()
+            };
+            self.inner.get_opts(&path, options).await?.bytes().await
+        }));
+        match read {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    fn read_local_edge(
+        &self,
+        file: &FsPath,
+        key: &str,
+        len: u64,
+        from_end: bool,
+    ) -> Result<Option<Bytes>> {
+        let fail = |source| Error::Io {
+            operation: "cannot read",
+            location: self.url(key),
+            source,
+        };
+        let mut file = match File::open(file) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(fail(e)),
+        };
+        let size = file.metadata().map_err(fail)?.len();
+        let start = if from_end {
+            size.saturating_sub(len)
+        } else {
+            0
+        };
+        file.seek(SeekFrom::Start(start)).map_err(fail)?;
+        let mut data = Vec::new();
+        file.take(len).read_to_end(&mut data).map_err(fail)?;
+        Ok(Some(Bytes::from(data)))
+    }
+
     /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
     /// results are in the order of `requests`. Callers coalesce nearby ranges first.
     pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {

@@ -1,5 +1,11 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use bytes::Bytes;
-use zshard_core::{ChunkKeyEncoding, ChunkReader, Error, Result};
+use zshard_core::{
+    chain_text, linear_index, product, BoxError, ChunkKeyEncoding, ChunkReader, Error,
+    IndexLocation, Result, ShardIndex, SourceShards,
+};
 use zshard_store::Store;
 
 /// Reads the stored chunks of one Zarr array (v2 or v3) by grid coordinates.
@@ -34,5 +40,228 @@ impl ChunkReader for ZarrChunkReader {
                 })
             })
             .collect()
+    }
+}
+
+/// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index
+/// is 16 bytes per inner chunk, and the parts being read span few shards at a time).
+const KEPT_INDEXES: usize = 64;
+
+/// Inner chunks of one shard that lie this close are read in one request.
+const COALESCE_GAP: u64 = 64 << 10;
+
+/// A coalesced request is not grown past this.
+const MAX_REQUEST: u64 = 64 << 20;
+
+/// Reads the inner chunks of an array stored in shards (`sharding_indexed`, see
+/// [`ArrayMeta::read_by_inner_chunk`](zshard_core::ArrayMeta::read_by_inner_chunk)) by their grid
+/// position: the shard's index first (kept for the shard's later reads), then only the byte ranges of
+/// the inner chunks asked for, neighbours in one request. A missing shard, or an empty index entry,
+/// is a missing chunk.
+#[derive(Debug)]
+pub struct ShardedChunkReader {
+    store: Store,
+    encoding: ChunkKeyEncoding,
+    shards: SourceShards,
+    per_shard: Vec<u64>,
+    indexes: Mutex<HashMap<Vec<u64>, Arc<Option<ShardIndex>>>>,
+}
+
+impl ShardedChunkReader {
+    /// `store` is located at the array's folder; inner chunks have the shape `inner_shape`.
+    pub fn new(
+        store: Store,
+        encoding: ChunkKeyEncoding,
+        shards: SourceShards,
+        inner_shape: &[u64],
+    ) -> Self {
+        ShardedChunkReader {
+            per_shard: shards.chunks_per_shard(inner_shape),
+            store,
+            encoding,
+            shards,
+            indexes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The shard holding inner chunk `coord`, and the chunk's C-order index within it.
+    fn locate(&self, coord: &[u64]) -> (Vec<u64>, u64) {
+        let shard: Vec<u64> = coord
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(c, n)| c / n)
+            .collect();
+        let local: Vec<u64> = coord
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(c, n)| c % n)
+            .collect();
+        (shard, linear_index(&local, &self.per_shard))
+    }
+
+    /// The index of `shard`, `None` when the shard does not exist.
+    fn index(&self, shard: &[u64]) -> Result<Arc<Option<ShardIndex>>> {
+        let kept = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(index) = kept.get(shard) {
+            return Ok(Arc::clone(index));
+        }
+        drop(kept);
+        let chunks = product(&self.per_shard) as usize;
+        let encoding = self.shards.index_encoding;
+        let key = self.encoding.key(shard);
+        let error = |source: BoxError| Error::Read {
+            key: format!("{} (shard index)", self.store.url(&key)),
+            source,
+        };
+        let at_end = self.shards.index_location == IndexLocation::End;
+        let bytes = self
+            .store
+            .get_edge(&key, encoding.byte_len(chunks) as u64, at_end)
+            .map_err(|e| error(Box::new(e)))?;
+        let index = match bytes {
+            Some(bytes) => {
+                Some(ShardIndex::decode(&bytes, chunks, encoding).map_err(|e| error(Box::new(e)))?)
+            }
+            None => None,
+        };
+        let index = Arc::new(index);
+        let mut kept = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= KEPT_INDEXES {
+            kept.clear();
+        }
+        kept.insert(shard.to_vec(), Arc::clone(&index));
+        Ok(index)
+    }
+
+    /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard.
+    fn read_shard(
+        &self,
+        shard: &[u64],
+        members: &[(usize, u64)],
+        out: &mut [Result<Option<Bytes>>],
+    ) {
+        let index = match self.index(shard) {
+            Ok(index) => index,
+            Err(e) => {
+                let text = chain_text(&e);
+                for &(slot, _) in members {
+                    out[slot] = Err(Error::Read {
+                        key: self.store.url(&self.encoding.key(shard)),
+                        source: text.clone().into(),
+                    });
+                }
+                return;
+            }
+        };
+        let Some(index) = index.as_ref() else {
+            for &(slot, _) in members {
+                out[slot] = Ok(None);
+            }
+            return;
+        };
+        // (slot, byte range) of every stored chunk, by offset.
+        let mut wanted: Vec<(usize, std::ops::Range<u64>)> = Vec::with_capacity(members.len());
+        for &(slot, inner) in members {
+            match index.entries().get(inner as usize).copied().flatten() {
+                None => out[slot] = Ok(None),
+                Some(at) => match at.offset.checked_add(at.nbytes) {
+                    Some(end) => wanted.push((slot, at.offset..end)),
+                    None => {
+                        out[slot] = Err(Error::Read {
+                            key: self.store.url(&self.encoding.key(shard)),
+                            source: format!(
+                                "inner chunk {inner}: offset {} + {} bytes overflows",
+                                at.offset, at.nbytes
+                            )
+                            .into(),
+                        })
+                    }
+                },
+            }
+        }
+        wanted.sort_by_key(|(_, r)| r.start);
+        let requests = coalesce(wanted.iter().map(|(_, r)| r.clone()));
+        let key = self.encoding.key(shard);
+        let batch: Vec<(String, std::ops::Range<u64>)> =
+            requests.iter().map(|r| (key.clone(), r.clone())).collect();
+        let mut results = self.store.get_ranges(&batch).into_iter().zip(&requests);
+        let mut current = results.next();
+        for (slot, range) in wanted {
+            while let Some((_, request)) = &current {
+                if range.end <= request.end {
+                    break;
+                }
+                current = results.next();
+            }
+            out[slot] = match &current {
+                Some((Ok(bytes), request)) => {
+                    let (lo, hi) = (range.start - request.start, range.end - request.start);
+                    if hi as usize <= bytes.len() {
+                        Ok(Some(bytes.slice(lo as usize..hi as usize)))
+                    } else {
+                        Err(Error::Read {
+                            key: self.store.url(&key),
+                            source: format!(
+                                "bytes {}..{} are past the end of the shard",
+                                range.start, range.end
+                            )
+                            .into(),
+                        })
+                    }
+                }
+                Some((Err(e), _)) => Err(Error::Read {
+                    key: self.store.url(&key),
+                    source: chain_text(e).into(),
+                }),
+                None => Err(Error::Read {
+                    key: self.store.url(&key),
+                    source: "no request covers this inner chunk".into(),
+                }),
+            };
+        }
+    }
+}
+
+/// Merges sorted byte ranges that lie within [`COALESCE_GAP`] of each other (up to [`MAX_REQUEST`]).
+fn coalesce(ranges: impl Iterator<Item = std::ops::Range<u64>>) -> Vec<std::ops::Range<u64>> {
+    let mut merged: Vec<std::ops::Range<u64>> = Vec::new();
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last)
+                if range.start <= last.end.saturating_add(COALESCE_GAP)
+                    && range.end.max(last.end) - last.start <= MAX_REQUEST =>
+            {
+                last.end = last.end.max(range.end);
+            }
+            _ => merged.push(range),
+        }
+    }
+    merged
+}
+
+impl ChunkReader for ShardedChunkReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        let (shard, inner) = self.locate(coord);
+        format!(
+            "{} (inner chunk {inner})",
+            self.store.url(&self.encoding.key(&shard))
+        )
+    }
+
+    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>> {
+        let mut out: Vec<Result<Option<Bytes>>> = coords.iter().map(|_| Ok(None)).collect();
+        // Shards in the order they are first needed, each with its chunks' slots.
+        let mut shards: Vec<(Vec<u64>, Vec<(usize, u64)>)> = Vec::new();
+        for (slot, coord) in coords.iter().enumerate() {
+            let (shard, inner) = self.locate(coord);
+            match shards.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, members)) => members.push((slot, inner)),
+                None => shards.push((shard, vec![(slot, inner)])),
+            }
+        }
+        for (shard, members) in &shards {
+            self.read_shard(shard, members, &mut out);
+        }
+        out
     }
 }

@@ -179,6 +179,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         chunk_key_encoding: ChunkKeyEncoding::V2 { separator },
         attributes,
         dimension_names,
+        sharded: None,
     })
 }
 

@@ -164,6 +164,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
         chunk_key_encoding,
         attributes: z.attributes,
         dimension_names: z.dimension_names,
+        sharded: None,
     })
 }
 

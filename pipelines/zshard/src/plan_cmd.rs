@@ -51,6 +51,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "data_type": a.output.data_type.to_v3_json(),
         "fill_value": a.output.fill_value.to_v3_json(a.output.data_type),
         "source_chunk_shape": a.source.chunk_shape,
+        // An already sharded source is read by inner chunk: these are its inner chunks.
+        "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
         "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
         "source_codecs": a.source.codecs,
         "inner_chunk_shape": a.output.inner_shape,
@@ -91,9 +93,17 @@ fn print_human(arrays: &[Value], budget: &Budget) {
             a["fill_value"]
         );
         println!(
-            "  source chunks  {}, {} chunk(s): {}",
+            "  source chunks  {}, {} chunk(s){}: {}",
             shape("source_chunk_shape"),
             u("source_chunks"),
+            if a["source_shard_shape"].is_array() {
+                format!(
+                    " (inner chunks of shards of {}, read one by one)",
+                    shape("source_shard_shape")
+                )
+            } else {
+                String::new()
+            },
             codecs("source_codecs")
         );
         println!(

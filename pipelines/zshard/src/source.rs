@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use zshard_core::{ArrayMeta, ChunkReader, Node};
+use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
 use zshard_kerchunk::{Format, ReferenceSet};
 use zshard_store::{IoRuntime, Store};
-use zshard_zarr::{open_hierarchy, ZarrChunkReader};
+use zshard_zarr::{open_hierarchy, ShardedChunkReader, ZarrChunkReader};
 
 /// Environment variable: when set, the read requests made for a kerchunk reference set are printed
 /// to stderr when it is closed (one line).
@@ -139,7 +139,16 @@ impl Input {
     /// Every group and array of the input.
     pub fn nodes(&self) -> anyhow::Result<Vec<Node>> {
         match self {
-            Input::Zarr(store) => Ok(open_hierarchy(store)?),
+            // Already sharded arrays are read by inner chunk (see `ArrayMeta::read_by_inner_chunk`).
+            Input::Zarr(store) => Ok(open_hierarchy(store)?
+                .into_iter()
+                .map(|mut node| {
+                    if let NodeKind::Array(meta) = node.kind {
+                        node.kind = NodeKind::Array(Box::new(meta.read_by_inner_chunk()));
+                    }
+                    node
+                })
+                .collect()),
             Input::Kerchunk(refs) => Ok(refs.0.nodes()),
         }
     }
@@ -147,10 +156,18 @@ impl Input {
     /// The reader of the encoded chunks of the array at `path`.
     pub fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
         match self {
-            Input::Zarr(store) => Arc::new(ZarrChunkReader::new(
-                store.child(path),
-                meta.chunk_key_encoding,
-            )),
+            Input::Zarr(store) => match &meta.sharded {
+                Some(shards) => Arc::new(ShardedChunkReader::new(
+                    store.child(path),
+                    meta.chunk_key_encoding,
+                    shards.clone(),
+                    &meta.chunk_shape,
+                )),
+                None => Arc::new(ZarrChunkReader::new(
+                    store.child(path),
+                    meta.chunk_key_encoding,
+                )),
+            },
             Input::Kerchunk(refs) => refs.0.reader(path, meta),
         }
     }
