@@ -13,6 +13,7 @@ passthrough (encoded chunks copied) and variable-length strings.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -151,3 +152,30 @@ def test_a_source_chunk_under_several_parts_is_read_once_when_the_limit_allows(d
     else:
         assert in_parts > at_once
     assert_readback(parted, data)
+
+
+@pytest.mark.parametrize("inner, passthrough", [(INNER, True), ((50, 70), False)], ids=["same-inner", "rechunked"])
+def test_a_source_in_one_big_shard_is_read_by_inner_chunk_within_the_limit(inner, passthrough, tmp_path, zshard_bin):
+    """zarr-python stores the whole f8 array (5 MiB) in one shard. Read by inner chunk, it converts
+    under a limit that the whole shard (as one source chunk, refused above) would not fit; with the
+    output's inner chunks and codecs the encoded inner chunks are copied as they are."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data = values("<f8")
+    shard = tuple(math.ceil(n / i) * i for n, i in zip(SHAPE, inner))  # one shard, whole inner chunks
+    a = zarr.create_array(str(src), shape=SHAPE, chunks=inner, shards=shard, dtype="<f8",
+                          compressors=[zarr.codecs.ZstdCodec(level=3)], fill_value=0, zarr_format=3)
+    a[:] = data
+    opts = [*layout(2, "end"), "--compressor", "zstd:3", "--memory-limit", LIMIT]
+    planned = plan_parts(zshard_bin, src, dst, *opts)
+    assert planned["source_shard_shape"] == list(shard), planned
+    assert planned["source_chunk_shape"] == list(inner), planned
+    assert planned["passthrough"] is passthrough, planned
+    r = convert_ok(zshard_bin, src, dst, *opts)
+    # Each inner chunk of the source once (those of the fill value are not stored: they read as
+    # missing), or once per part when the limit leaves no room to keep them between parts.
+    stored = math.ceil(SHAPE[0] / inner[0]) * math.ceil(SHAPE[1] / inner[1])
+    if planned["source_chunks_kept_between_parts"] or passthrough:
+        assert chunks_read(r) == stored
+    else:
+        assert chunks_read(r) > stored
+    assert_readback(dst, data)

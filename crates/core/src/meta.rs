@@ -160,6 +160,76 @@ pub struct Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Endian;
+
+    fn sharded(sharding: Value) -> ArrayMeta {
+        ArrayMeta {
+            shape: vec![100, 50],
+            data_type: crate::DataType::UInt16,
+            fill_value: FillValue::zero(crate::DataType::UInt16),
+            chunk_shape: vec![64, 64],
+            codecs: vec![CodecSpec::new("sharding_indexed", sharding)],
+            chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
+            attributes: Map::new(),
+            dimension_names: None,
+            sharded: None,
+        }
+    }
+
+    #[test]
+    fn a_sharded_array_is_read_by_inner_chunk() {
+        let meta = sharded(serde_json::json!({
+            "chunk_shape": [32, 16],
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+            "index_location": "start"
+        }))
+        .read_by_inner_chunk();
+        assert_eq!(meta.chunk_shape, vec![32, 16]);
+        assert_eq!(meta.codecs.len(), 2);
+        assert_eq!(meta.codecs[1].name, "zstd");
+        let shards = meta.sharded.expect("sharded");
+        assert_eq!(shards.shard_shape, vec![64, 64]);
+        assert_eq!(shards.chunks_per_shard(&meta.chunk_shape), vec![2, 4]);
+        assert_eq!(shards.index_location, IndexLocation::Start);
+        assert_eq!(
+            shards.index_encoding,
+            IndexEncoding {
+                endian: Endian::Big,
+                crc32c: false
+            }
+        );
+    }
+
+    #[test]
+    fn other_arrays_and_bad_sharding_configurations_are_left_as_they_are() {
+        let good = serde_json::json!({
+            "chunk_shape": [32, 32],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes"}, {"name": "crc32c"}]
+        });
+        // Index at the end when not given.
+        let meta = sharded(good.clone()).read_by_inner_chunk();
+        assert_eq!(
+            meta.sharded.map(|s| s.index_location),
+            Some(IndexLocation::End)
+        );
+        let mut after_another = sharded(good);
+        after_another
+            .codecs
+            .push(CodecSpec::new("gzip", serde_json::json!({"level": 1})));
+        let bad = [
+            serde_json::json!({"chunk_shape": [30, 32], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}),
+            serde_json::json!({"chunk_shape": [32], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}),
+            serde_json::json!({"chunk_shape": [32, 32], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "zstd"}]}),
+            serde_json::json!({"chunk_shape": [32, 32], "codecs": [], "index_codecs": [{"name": "bytes"}]}),
+            serde_json::json!({"chunk_shape": [32, 32], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}], "index_location": "middle"}),
+        ];
+        for meta in bad.into_iter().map(sharded).chain([after_another]) {
+            let before = meta.clone();
+            assert_eq!(meta.read_by_inner_chunk(), before);
+        }
+    }
 
     #[test]
     fn keys() {
