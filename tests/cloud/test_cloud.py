@@ -280,3 +280,41 @@ def test_a_shard_converted_in_parts_streams_to_s3(index, tmp_path, s3, fault_pro
     download_prefix(s3, bucket, "parts.zarr", tmp_path / "parts.zarr")
     assert (tmp_path / "parts.zarr/c/0/0").read_bytes() == (tmp_path / "whole.zarr/c/0/0").read_bytes()
     assert np.array_equal(zarr.open_array(str(tmp_path / "parts.zarr"), mode="r")[:], data)
+
+
+def test_sharded_sources_on_object_stores_are_read_by_inner_chunk(tmp_path, s3, moto, azurite):
+    """A v3 array that zarr-python stored in shards (index at the end) is read from S3 and from Azure
+    by inner chunk: the index through a suffix range request, then the inner chunks' ranges. Resharded
+    to S3 with the index at the start, and that output read back from S3 (the index through a leading
+    range) into a local copy; every step equals what zarr-python wrote."""
+    src = tmp_path / "src.zarr"
+    a = zarr.create_array(str(src), shape=(300, 200), chunks=(25, 20), shards=(100, 80), dtype="int32",
+                          compressors=[zarr.codecs.ZstdCodec(level=3)], fill_value=-1, zarr_format=3)
+    data = (np.arange(300 * 200, dtype="int32") * 7919 % 100003).reshape(300, 200)
+    data[:100, :80] = -1  # one whole source shard of the fill value: not stored
+    a[:] = data
+    create_buckets(s3, "sharded-src", "sharded-dst")
+    upload_dir(s3, src, "sharded-src", "in.zarr")
+    s3_opts = ["--s3-endpoint", moto, "--s3-path-style", "--quiet"]
+    # Same inner chunks and codecs: the inner chunks are copied; the index goes to the start.
+    run_zshard("convert", "s3://sharded-src/in.zarr", "s3://sharded-dst/resharded.zarr", *s3_opts,
+               "--shard-shape", "200,160", "--chunk-shape", "25,20", "--compressor", "zstd:3",
+               "--index-location", "start", env=S3_ENV)
+    # Read back from S3 by inner chunk (index at the start), rechunked, into a local directory.
+    run_zshard("convert", "s3://sharded-dst/resharded.zarr", tmp_path / "local.zarr", *s3_opts,
+               "--shard-shape", "150,100", "--chunk-shape", "30,50", env=S3_ENV)
+    download_prefix(s3, "sharded-dst", "resharded.zarr", tmp_path / "resharded.zarr")
+    for out in ("resharded.zarr", "local.zarr"):
+        got = zarr.open_array(str(tmp_path / out), mode="r")[:]
+        assert got.dtype == data.dtype and np.array_equal(got, data), out
+    # The same source on Azure.
+    client = azure_client(azurite)
+    client.create_container("shardedsrc")
+    container = client.get_container_client("shardedsrc")
+    for path in src.rglob("*"):
+        if path.is_file():
+            container.upload_blob(f"in.zarr/{path.relative_to(src).as_posix()}", path.read_bytes())
+    run_zshard("convert", "az://shardedsrc/in.zarr", tmp_path / "from-azure.zarr", "--quiet",
+               "--shard-shape", "100,200", "--chunk-shape", "50,40", env=azure_env(azurite))
+    got = zarr.open_array(str(tmp_path / "from-azure.zarr"), mode="r")[:]
+    assert np.array_equal(got, data)

@@ -224,13 +224,29 @@ impl Store {
         } else {
             object_store::GetRange::Bounded(0..len)
         };
-        let read = self.runtime.block_on(self.retrying(|| async {
-            let options = object_store::GetOptions {
-                range: Some(range.clone()),
-                ..Default::default()
-            };
-            self.inner.get_opts(&path, options).await?.bytes().await
-        }));
+        let path = &path;
+        let get = |range: object_store::GetRange| {
+            self.retrying(move || {
+                let options = object_store::GetOptions {
+                    range: Some(range.clone()),
+                    ..Default::default()
+                };
+                async move { self.inner.get_opts(path, options).await?.bytes().await }
+            })
+        };
+        let read = self.runtime.block_on(async {
+            match get(range).await {
+                // Azure has no suffix ranges: the size first, then the range.
+                Err(object_store::Error::NotSupported { .. }) if from_end => {
+                    let size = self.retrying(|| self.inner.head(path)).await?.size;
+                    get(object_store::GetRange::Bounded(
+                        size.saturating_sub(len)..size,
+                    ))
+                    .await
+                }
+                other => other,
+            }
+        });
         match read {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),

@@ -143,10 +143,17 @@ impl ShardedChunkReader {
         let index = match self.index(shard) {
             Ok(index) => index,
             Err(e) => {
-                let text = chain_text(&e);
+                // Every chunk of the shard fails with the index; the first error carries its cause.
+                let text = match &e {
+                    Error::Read { source, .. } => chain_text(source.as_ref()),
+                    other => chain_text(other),
+                };
                 for &(slot, _) in members {
                     out[slot] = Err(Error::Read {
-                        key: self.store.url(&self.encoding.key(shard)),
+                        key: format!(
+                            "{} (shard index)",
+                            self.store.url(&self.encoding.key(shard))
+                        ),
                         source: text.clone().into(),
                     });
                 }
