@@ -229,6 +229,9 @@ impl ShardedChunkReader {
     }
 }
 
+/// A shard's coordinates and the chunks of a batch in it: (slot in the batch, index in the shard).
+type ShardMembers = (Vec<u64>, Vec<(usize, u64)>);
+
 /// Merges sorted byte ranges that lie within [`COALESCE_GAP`] of each other (up to [`MAX_REQUEST`]).
 fn coalesce(ranges: impl Iterator<Item = std::ops::Range<u64>>) -> Vec<std::ops::Range<u64>> {
     let mut merged: Vec<std::ops::Range<u64>> = Vec::new();
@@ -258,7 +261,7 @@ impl ChunkReader for ShardedChunkReader {
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>> {
         let mut out: Vec<Result<Option<Bytes>>> = coords.iter().map(|_| Ok(None)).collect();
         // Shards in the order they are first needed, each with its chunks' slots.
-        let mut shards: Vec<(Vec<u64>, Vec<(usize, u64)>)> = Vec::new();
+        let mut shards: Vec<ShardMembers> = Vec::new();
         for (slot, coord) in coords.iter().enumerate() {
             let (shard, inner) = self.locate(coord);
             match shards.iter_mut().find(|(s, _)| *s == shard) {
