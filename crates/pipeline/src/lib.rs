@@ -28,4 +28,4 @@ pub use job::{
     ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
     DEFAULT_PART_BYTES,
 };
-pub use stages::{messages_in_flight, run};
+pub use stages::{messages_in_flight, run, source_chunks_can_be_kept};

@@ -11,7 +11,7 @@ use rayon::iter::{
     IndexedParallelIterator, IntoParallelIterator, ParallelBridge, ParallelIterator,
 };
 use zshard_core::{
-    copy_region, FillValue, Region, ShardSplit, ShardStream, StringHandle, StringTable,
+    copy_region, DataType, FillValue, Region, ShardSplit, ShardStream, StringHandle, StringTable,
 };
 
 use crate::error::{Error, Result};
@@ -376,14 +376,19 @@ fn decode(jobs: &[ArrayJob], fetched: Fetched) -> Msg<Decoded> {
 /// Decoded source chunks a shard keeps for its later parts, with the last part that needs each.
 type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
 
+/// Whether an array's decoded source chunks can be kept between the parts of a shard (see
+/// [`Options::keep_source_chunks`]): not when its chunks pass through encoded (each is one inner
+/// chunk anyway), nor for variable-size types (strings are handles into their own message's table).
+pub fn source_chunks_can_be_kept(passthrough: bool, source_type: DataType) -> bool {
+    !passthrough && !source_type.is_variable()
+}
+
 /// Whether the parts of `job`'s shards share source chunks through the assembler: a source chunk
-/// that straddles two parts is then read and decoded once, not once per part. (Passthrough chunks are
-/// single inner chunks; strings are handles into their own message's table.)
+/// that straddles two parts is then read and decoded once, not once per part.
 fn carries_source_chunks(job: &ArrayJob, split: &ShardSplit, options: &Options) -> bool {
     options.keep_source_chunks
         && split.parts() > 1
-        && !job.passthrough
-        && !job.source_repr.data_type.is_variable()
+        && source_chunks_can_be_kept(job.passthrough, job.source_repr.data_type)
 }
 
 /// The first and last part of `shard` that need source chunk `coord`.

@@ -24,7 +24,7 @@ mod v3;
 
 pub use error::{Error, Result};
 pub use hierarchy::open_hierarchy;
-pub use reader::{ShardedChunkReader, ZarrChunkReader};
+pub use reader::{chunk_reader, ShardedChunkReader, ZarrChunkReader};
 pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
 };

@@ -3,10 +3,25 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use zshard_core::{
-    chain_text, linear_index, product, BoxError, ChunkKeyEncoding, ChunkReader, Error,
+    chain_text, linear_index, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error,
     IndexLocation, Result, ShardIndex, SourceShards,
 };
 use zshard_store::Store;
+
+/// The reader of an array's chunks as `meta` describes them: by inner chunk for an array stored in
+/// shards (`meta.sharded`, see [`ArrayMeta::read_by_inner_chunk`]), else one stored chunk per key.
+/// `store` is located at the array's folder.
+pub fn chunk_reader(store: Store, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+    match &meta.sharded {
+        Some(shards) => Arc::new(ShardedChunkReader::new(
+            store,
+            meta.chunk_key_encoding,
+            shards.clone(),
+            &meta.chunk_shape,
+        )),
+        None => Arc::new(ZarrChunkReader::new(store, meta.chunk_key_encoding)),
+    }
+}
 
 /// Reads the stored chunks of one Zarr array (v2 or v3) by grid coordinates.
 #[derive(Debug)]
@@ -54,7 +69,7 @@ const COALESCE_GAP: u64 = 64 << 10;
 const MAX_REQUEST: u64 = 64 << 20;
 
 /// Reads the inner chunks of an array stored in shards (`sharding_indexed`, see
-/// [`ArrayMeta::read_by_inner_chunk`](zshard_core::ArrayMeta::read_by_inner_chunk)) by their grid
+/// [`ArrayMeta::read_by_inner_chunk`]) by their grid
 /// position: the shard's index first (kept for the shard's later reads), then only the byte ranges of
 /// the inner chunks asked for, neighbours in one request. A missing shard, or an empty index entry,
 /// is a missing chunk.

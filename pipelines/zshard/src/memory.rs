@@ -157,11 +157,10 @@ fn messages_in_flight(threads: usize, capacity: usize, io_threads: usize) -> u64
 /// worker busy within one part.
 const SMALL_PART_BYTES: u64 = 4 << 20;
 
-/// Whether the pipeline keeps decoded source chunks between the parts of a shard, so that a source
-/// chunk under several parts is read once (as `zshard_pipeline` decides: not for passthrough or
-/// variable-size types).
+/// Whether the pipeline can keep `array`'s decoded source chunks between the parts of a shard, so
+/// that a source chunk under several parts is read once.
 pub fn keeps_source_chunks(array: &PlannedArray) -> bool {
-    !array.passthrough && !array.source.data_type.is_variable()
+    zshard_pipeline::source_chunks_can_be_kept(array.passthrough, array.source.data_type)
 }
 
 /// Bytes of the decoded source chunks one shard keeps between its parts: they all meet one slab of

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
 use zshard_kerchunk::{Format, ReferenceSet};
 use zshard_store::{IoRuntime, Store};
-use zshard_zarr::{open_hierarchy, ShardedChunkReader, ZarrChunkReader};
+use zshard_zarr::{chunk_reader, open_hierarchy};
 
 /// Environment variable: when set, the read requests made for a kerchunk reference set are printed
 /// to stderr when it is closed (one line).
@@ -156,18 +156,7 @@ impl Input {
     /// The reader of the encoded chunks of the array at `path`.
     pub fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
         match self {
-            Input::Zarr(store) => match &meta.sharded {
-                Some(shards) => Arc::new(ShardedChunkReader::new(
-                    store.child(path),
-                    meta.chunk_key_encoding,
-                    shards.clone(),
-                    &meta.chunk_shape,
-                )),
-                None => Arc::new(ZarrChunkReader::new(
-                    store.child(path),
-                    meta.chunk_key_encoding,
-                )),
-            },
+            Input::Zarr(store) => chunk_reader(store.child(path), meta),
             Input::Kerchunk(refs) => refs.0.reader(path, meta),
         }
     }
