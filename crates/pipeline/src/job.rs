@@ -115,7 +115,7 @@ pub struct ShardOutcome {
 }
 
 /// Totals of a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     pub shards_written: u64,
     pub shards_empty: u64,
@@ -123,4 +123,29 @@ pub struct Stats {
     pub chunks_missing: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+}
+
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, other: &Stats) {
+        self.shards_written += other.shards_written;
+        self.shards_empty += other.shards_empty;
+        self.chunks_read += other.chunks_read;
+        self.chunks_missing += other.chunks_missing;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+    }
+}
+
+impl std::ops::AddAssign<&ShardOutcome> for Stats {
+    fn add_assign(&mut self, outcome: &ShardOutcome) {
+        if outcome.written {
+            self.shards_written += 1;
+        } else {
+            self.shards_empty += 1;
+        }
+        self.chunks_read += outcome.chunks_read;
+        self.chunks_missing += outcome.chunks_missing;
+        self.bytes_read += outcome.bytes_read;
+        self.bytes_written += outcome.bytes_written;
+    }
 }

@@ -3,36 +3,47 @@
 //! order) belongs to worker `g mod N`, so parts are disjoint, cover everything, differ in size by at
 //! most one shard, and spread every region of every array over all workers.
 
-use anyhow::{bail, Context};
+use crate::error::{Error, Result};
 
+fn invalid(reason: String) -> Error {
+    Error::Worker { reason }
+}
+
+/// One worker's share of the shards: worker `index` of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Partition {
+    /// This worker, from 0.
     pub index: u64,
+    /// How many workers share the conversion.
     pub count: u64,
 }
 
 impl Partition {
+    /// Every shard: a single, unpartitioned run.
     pub const ALL: Partition = Partition { index: 0, count: 1 };
 
     /// Parses `I/N` (0 <= I < N).
-    pub fn parse(s: &str) -> anyhow::Result<Partition> {
+    pub fn parse(s: &str) -> Result<Partition> {
         let (i, n) = s
             .split_once('/')
-            .with_context(|| format!("--worker {s:?} is not I/N (e.g. 3/16)"))?;
+            .ok_or_else(|| invalid(format!("--worker {s:?} is not I/N (e.g. 3/16)")))?;
         let index: u64 = i
             .trim()
             .parse()
-            .with_context(|| format!("--worker {s:?}: bad index"))?;
+            .map_err(|_| invalid(format!("--worker {s:?}: bad index")))?;
         let count: u64 = n
             .trim()
             .parse()
-            .with_context(|| format!("--worker {s:?}: bad count"))?;
-        Self::new(index, count).with_context(|| format!("--worker {s}"))
+            .map_err(|_| invalid(format!("--worker {s:?}: bad count")))?;
+        Self::new(index, count).map_err(|e| invalid(format!("--worker {s}: {e}")))
     }
 
-    fn new(index: u64, count: u64) -> anyhow::Result<Partition> {
+    /// Worker `index` of `count`; refused unless `index < count`.
+    pub fn new(index: u64, count: u64) -> Result<Partition> {
         if count == 0 || index >= count {
-            bail!("worker index {index} is not in 0..{count}");
+            return Err(invalid(format!(
+                "worker index {index} is not in 0..{count}"
+            )));
         }
         Ok(Partition { index, count })
     }
@@ -44,16 +55,16 @@ impl Partition {
         worker: Option<&str>,
         workers: Option<u64>,
         env: impl Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Partition> {
+    ) -> Result<Partition> {
         if let Some(w) = worker {
             return Self::parse(w);
         }
-        let number = |name: &str| -> anyhow::Result<Option<u64>> {
+        let number = |name: &str| -> Result<Option<u64>> {
             env(name)
                 .map(|v| {
                     v.trim()
                         .parse::<u64>()
-                        .with_context(|| format!("{name}={v:?} is not a number"))
+                        .map_err(|_| invalid(format!("{name}={v:?} is not a number")))
                 })
                 .transpose()
         };
@@ -62,29 +73,38 @@ impl Partition {
             number("SLURM_ARRAY_TASK_COUNT")?,
         ) {
             let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-            let index = id
-                .checked_sub(min)
-                .context("SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN")?;
-            return Self::new(index, count).context("from the SLURM job array environment");
+            let index = id.checked_sub(min).ok_or_else(|| {
+                invalid("SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".to_string())
+            })?;
+            return Self::new(index, count)
+                .map_err(|e| invalid(format!("from the SLURM job array environment: {e}")));
         }
         if let Some(index) = number("JOB_COMPLETION_INDEX")? {
             let Some(count) = workers else {
-                bail!("JOB_COMPLETION_INDEX is set: give the number of workers with --workers N");
+                return Err(invalid(
+                    "JOB_COMPLETION_INDEX is set: give the number of workers with --workers N"
+                        .to_string(),
+                ));
             };
-            return Self::new(index, count).context("from JOB_COMPLETION_INDEX");
+            return Self::new(index, count)
+                .map_err(|e| invalid(format!("from JOB_COMPLETION_INDEX: {e}")));
         }
         if let Some(count) = workers {
             if count != 1 {
-                bail!("--workers {count} needs --worker I/N, a SLURM job array or JOB_COMPLETION_INDEX");
+                return Err(invalid(format!(
+                    "--workers {count} needs --worker I/N, a SLURM job array or JOB_COMPLETION_INDEX"
+                )));
             }
         }
         Ok(Partition::ALL)
     }
 
+    /// Whether shard `global_shard` of the global enumeration is this worker's.
     pub fn owns(&self, global_shard: u64) -> bool {
         global_shard % self.count == self.index
     }
 
+    /// Whether this is an unpartitioned run.
     pub fn is_all(&self) -> bool {
         self.count == 1
     }

@@ -3,24 +3,49 @@
 
 use std::str::FromStr;
 
-use anyhow::{bail, Context};
 use serde_json::json;
 use zshard_codecs::{BLOSC_CNAMES, BLOSC_SHUFFLES};
 use zshard_core::{CodecSpec, DataType};
 
+use crate::error::Error;
+
+fn invalid(spec: &str, reason: impl Into<String>) -> Error {
+    Error::Compressor {
+        spec: spec.to_string(),
+        reason: reason.into(),
+    }
+}
+
 /// The compressor of the output's inner chunks.
+///
+/// ```
+/// use zshard_convert::Compressor;
+///
+/// assert_eq!("zstd:5".parse::<Compressor>().unwrap(), Compressor::Zstd { level: 5 });
+/// assert!("zstd:99".parse::<Compressor>().is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Compressor {
+    /// No compression: only the `bytes` (or `vlen-utf8`) codec.
     None,
+    /// `zstd` at a level in -7..=22, without a checksum.
     Zstd {
+        /// Compression level.
         level: i32,
     },
+    /// `gzip` at a level in 0..=9.
     Gzip {
+        /// Compression level.
         level: u32,
     },
+    /// `blosc` with one of its compressors and shuffles.
     Blosc {
+        /// Compressor inside blosc (`blosclz`, `lz4`, `lz4hc`, `zlib`, `zstd`).
         cname: String,
+        /// Compression level in 0..=9.
         clevel: u32,
+        /// `noshuffle`, `shuffle` or `bitshuffle`.
         shuffle: String,
     },
     /// The inner chain as given, checked against each array's data type when planning.
@@ -28,21 +53,22 @@ pub enum Compressor {
 }
 
 impl FromStr for Compressor {
-    type Err = anyhow::Error;
+    type Err = Error;
 
-    fn from_str(s: &str) -> anyhow::Result<Self> {
+    fn from_str(s: &str) -> Result<Self, Error> {
         if s.trim_start().starts_with('[') {
-            let chain: Vec<CodecSpec> = serde_json::from_str(s)
-                .context("the inner codec chain is not a JSON list of v3 codecs ({\"name\": ..., \"configuration\": {...}})")?;
+            let chain: Vec<CodecSpec> = serde_json::from_str(s).map_err(|e| {
+                invalid(s, format!("the inner codec chain is not a JSON list of v3 codecs ({{\"name\": ..., \"configuration\": {{...}}}}): {e}"))
+            })?;
             if chain.is_empty() {
-                bail!("the inner codec chain is empty");
+                return Err(invalid(s, "the inner codec chain is empty"));
             }
             return Ok(Compressor::Chain(chain));
         }
         let parts: Vec<&str> = s.split(':').collect();
-        let level = |text: &str| -> anyhow::Result<i64> {
+        let level = |text: &str| -> Result<i64, Error> {
             text.parse()
-                .with_context(|| format!("{text:?} is not a compression level"))
+                .map_err(|_| invalid(s, format!("{text:?} is not a compression level")))
         };
         Ok(match parts.as_slice() {
             ["none"] => Compressor::None,
@@ -50,7 +76,7 @@ impl FromStr for Compressor {
             ["zstd", l] => {
                 let level = level(l)?;
                 if !(-7..=22).contains(&level) {
-                    bail!("zstd level {level} is not in -7..=22");
+                    return Err(invalid(s, format!("zstd level {level} is not in -7..=22")));
                 }
                 Compressor::Zstd { level: level as i32 }
             }
@@ -58,20 +84,20 @@ impl FromStr for Compressor {
             ["gzip", l] => {
                 let level = level(l)?;
                 if !(0..=9).contains(&level) {
-                    bail!("gzip level {level} is not in 0..=9");
+                    return Err(invalid(s, format!("gzip level {level} is not in 0..=9")));
                 }
                 Compressor::Gzip { level: level as u32 }
             }
             ["blosc", cname, clevel, shuffle] => {
                 if !BLOSC_CNAMES.contains(cname) {
-                    bail!("blosc compressor {cname:?} is not one of {}", BLOSC_CNAMES.join(", "));
+                    return Err(invalid(s, format!("blosc compressor {cname:?} is not one of {}", BLOSC_CNAMES.join(", "))));
                 }
                 let clevel = level(clevel)?;
                 if !(0..=9).contains(&clevel) {
-                    bail!("blosc level {clevel} is not in 0..=9");
+                    return Err(invalid(s, format!("blosc level {clevel} is not in 0..=9")));
                 }
                 if !BLOSC_SHUFFLES.contains(shuffle) {
-                    bail!("blosc shuffle {shuffle:?} is not one of {}", BLOSC_SHUFFLES.join(", "));
+                    return Err(invalid(s, format!("blosc shuffle {shuffle:?} is not one of {}", BLOSC_SHUFFLES.join(", "))));
                 }
                 Compressor::Blosc {
                     cname: cname.to_string(),
@@ -79,9 +105,12 @@ impl FromStr for Compressor {
                     shuffle: shuffle.to_string(),
                 }
             }
-            _ => bail!(
-                "unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs"
-            ),
+            _ => {
+                return Err(invalid(
+                    s,
+                    "expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs",
+                ))
+            }
         })
     }
 }

@@ -1,11 +1,10 @@
-//! `zshard verify SRC DST`: decodes the source and the output and compares every element (or a sample
+//! Verification: decodes the source and the output and compares every element (or a sample
 //! of shards), checking every output shard's index on the way: checksum, offsets and lengths inside the
 //! object, no overlapping inner chunks. The source side is the conversion pipeline itself, with raw
 //! inner chunks going to a sink that compares instead of writing.
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use serde_json::Value;
 use zshard_codecs::build_chain;
@@ -14,26 +13,30 @@ use zshard_core::{
     IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
 use zshard_pipeline::{ArrayJob, Options, ShardTask};
-use zshard_store::{IoRuntime, Store};
+use zshard_store::{IoRuntime, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
-use crate::source::{Input, SourceArgs};
+use crate::error::{Error, Result};
+use crate::input::{Input, SourceOptions};
+use crate::plan::array_name;
 
-/// How many mismatches are printed one by one; the rest are counted.
-const PRINTED: usize = 50;
+/// How many mismatches are kept one by one; the rest are counted.
+const KEPT: usize = 50;
 
-/// Mismatches found: how many, and the first [`PRINTED`] in full, so that a thoroughly broken output
+/// Mismatches found: how many, and the first [`KEPT`] in full, so that a thoroughly broken output
 /// cannot exhaust memory.
-#[derive(Debug, Default)]
-struct Mismatches {
-    count: usize,
-    first: Vec<String>,
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Mismatches {
+    /// How many mismatches were found.
+    pub count: usize,
+    /// The first ones, each naming the shard key and inner chunk.
+    pub first: Vec<String>,
 }
 
 impl Mismatches {
     fn push(&mut self, message: String) {
         self.count += 1;
-        if self.first.len() < PRINTED {
+        if self.first.len() < KEPT {
             self.first.push(message);
         }
     }
@@ -48,31 +51,48 @@ struct OutputArray {
     index_encoding: IndexEncoding,
 }
 
-fn output_array(meta: ArrayMeta) -> anyhow::Result<OutputArray> {
+fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
+    let layout = |reason: String| Error::Layout { reason };
     let sharding = match meta.codecs.as_slice() {
         [c] if c.name == "sharding_indexed" => c.clone(),
-        _ => bail!("is not a sharded array (its only codec must be sharding_indexed)"),
+        _ => {
+            return Err(layout(
+                "is not a sharded array (its only codec must be sharding_indexed)".into(),
+            ))
+        }
     };
     let field = |k: &str| {
         sharding
             .get(k)
             .cloned()
-            .ok_or_else(|| anyhow!("sharding_indexed has no {k}"))
+            .ok_or_else(|| layout(format!("sharding_indexed has no {k}")))
     };
-    let inner_shape: Vec<u64> = serde_json::from_value(field("chunk_shape")?)?;
-    let inner_codecs: Vec<CodecSpec> = serde_json::from_value(field("codecs")?)?;
-    let index_codecs: Vec<CodecSpec> = serde_json::from_value(field("index_codecs")?)?;
+    let inner_shape: Vec<u64> = serde_json::from_value(field("chunk_shape")?)
+        .map_err(|e| layout(format!("chunk_shape: {e}")))?;
+    let inner_codecs: Vec<CodecSpec> =
+        serde_json::from_value(field("codecs")?).map_err(|e| layout(format!("codecs: {e}")))?;
+    let index_codecs: Vec<CodecSpec> = serde_json::from_value(field("index_codecs")?)
+        .map_err(|e| layout(format!("index_codecs: {e}")))?;
     let index_location = match sharding.get("index_location").and_then(Value::as_str) {
         None => IndexLocation::End,
-        Some(s) => IndexLocation::parse(s).ok_or_else(|| anyhow!("bad index_location {s}"))?,
+        Some(s) => {
+            IndexLocation::parse(s).ok_or_else(|| layout(format!("bad index_location {s}")))?
+        }
     };
-    let index_encoding = zshard_codecs::index_encoding(&index_codecs)?;
+    let index_encoding =
+        zshard_codecs::index_encoding(&index_codecs).map_err(|source| Error::Codecs {
+            which: "index",
+            source,
+        })?;
     let inner_repr = ChunkRepr {
         shape: inner_shape.clone(),
         data_type: meta.data_type,
         fill_value: meta.fill_value.clone(),
     };
-    let inner_chain = build_chain(&inner_codecs, &inner_repr).context("inner codecs")?;
+    let inner_chain = build_chain(&inner_codecs, &inner_repr).map_err(|source| Error::Codecs {
+        which: "inner",
+        source,
+    })?;
     Ok(OutputArray {
         meta,
         inner_shape,
@@ -213,57 +233,118 @@ fn arrays(nodes: Vec<Node>) -> Vec<(String, ArrayMeta)> {
         .collect()
 }
 
-pub fn verify(
-    source: &str,
-    destination: &str,
-    args: &SourceArgs,
-    storage: &crate::storage::StorageArgs,
-    sample: f64,
-    threads: usize,
-    quiet: bool,
-) -> anyhow::Result<()> {
-    if !(sample > 0.0 && sample <= 1.0) {
-        bail!("--sample {sample} is not in (0, 1]");
+/// A comparison of an output with its source: every element (or a sample of shards), and every
+/// output shard's index.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Verification {
+    /// The source that was converted.
+    pub source: String,
+    /// The sharded Zarr v3 output.
+    pub destination: String,
+    /// How the source is read.
+    pub source_options: SourceOptions,
+    /// How storage is reached.
+    pub store_options: StoreOptions,
+    /// Threads fetching chunks and reading shards, each (see [`crate::Conversion::io_threads`]).
+    pub io_threads: Option<usize>,
+    /// Check only this fraction of shards (a deterministic sample), in (0, 1].
+    pub sample: f64,
+    /// Worker threads per CPU stage.
+    pub threads: usize,
+}
+
+/// What a verification found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Verified {
+    /// The output's location.
+    pub destination: String,
+    /// Shards compared.
+    pub shards_checked: u64,
+    /// Arrays compared.
+    pub arrays: usize,
+    /// Differences: an empty list means every element equals the source and every index is valid.
+    pub mismatches: Mismatches,
+}
+
+impl Verification {
+    /// A verification of every shard, with threads for every core.
+    pub fn new(source: impl Into<String>, destination: impl Into<String>) -> Self {
+        Verification {
+            source: source.into(),
+            destination: destination.into(),
+            source_options: SourceOptions::default(),
+            store_options: StoreOptions::default(),
+            io_threads: None,
+            sample: 1.0,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
     }
-    let runtime = IoRuntime::with_options(2, storage.options())?;
-    let src = Input::open(source, args, runtime.clone())?;
+
+    /// Compares; an error means the comparison could not be made, mismatches are in the result.
+    pub fn run(&self) -> Result<Verified> {
+        verify(self)
+    }
+}
+
+fn lock(mismatches: &Mutex<Mismatches>) -> Result<std::sync::MutexGuard<'_, Mismatches>> {
+    mismatches.lock().map_err(|_| Error::Poisoned {
+        what: "the mismatches",
+    })
+}
+
+fn verify(v: &Verification) -> Result<Verified> {
+    let (source, destination, sample) = (v.source.as_str(), v.destination.as_str(), v.sample);
+    if !(sample > 0.0 && sample <= 1.0) {
+        return Err(Error::Options {
+            reason: format!("--sample {sample} is not in (0, 1]"),
+        });
+    }
+    let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
+    let src = Input::open(source, &v.source_options, runtime.clone())?;
     let dst = Store::open(destination, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
     for (path, meta) in arrays(src.nodes()?) {
-        let name = crate::plan::array_name(&src.url(), &path);
+        let name = array_name(&src.url(), &path);
         let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
-            mismatches
-                .lock()
-                .map_err(|_| anyhow!("lock"))?
-                .push(format!("array {name}: missing from {}", dst.url("")));
+            lock(&mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
             continue;
         };
-        let out = output_array(out.clone()).with_context(|| format!("output array {name}"))?;
+        let out = output_array(out.clone()).map_err(|e| Error::Array {
+            array: format!("{name} (output)"),
+            source: Box::new(e),
+        })?;
         if (
             out.meta.shape.as_slice(),
             out.meta.data_type,
             &out.meta.fill_value,
         ) != (meta.shape.as_slice(), meta.data_type, &meta.fill_value)
         {
-            mismatches
-                .lock()
-                .map_err(|_| anyhow!("lock"))?
-                .push(format!(
-                    "array {name}: shape, data type or fill value differ"
-                ));
+            lock(&mismatches)?.push(format!(
+                "array {name}: shape, data type or fill value differ"
+            ));
             continue;
         }
+        let in_array = |e: Error| Error::Array {
+            array: name.clone(),
+            source: Box::new(e),
+        };
         let geometry = ShardGeometry::new(&meta.shape, &out.meta.chunk_shape, &out.inner_shape)
-            .map_err(|e| anyhow!("array {name}: {e}"))?;
+            .map_err(|e| in_array(e.into()))?;
         let inner_repr = ChunkRepr {
             shape: out.inner_shape.clone(),
             data_type: meta.data_type,
             fill_value: meta.fill_value.clone(),
         };
-        let source_chain = build_chain(&meta.codecs, &meta.chunk_repr())
-            .with_context(|| format!("array {name}: source codecs"))?;
+        let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).map_err(|source| {
+            in_array(Error::Codecs {
+                which: "source",
+                source,
+            })
+        })?;
         jobs.push(ArrayJob {
             name,
             source_chain,
@@ -300,31 +381,16 @@ pub fn verify(
         &jobs,
         tasks,
         &Options {
-            io_threads: storage.io_threads(&[source, destination]),
-            ..Options::for_shard_size(threads, shard_bytes)
+            io_threads: crate::conversion::io_threads(v.io_threads, &[source, destination]),
+            ..Options::for_shard_size(v.threads, shard_bytes)
         },
         &|_| {},
     )?;
-    let found = mismatches.lock().map_err(|_| anyhow!("lock"))?;
-    for m in &found.first {
-        eprintln!("zshard: mismatch: {m}");
-    }
-    if found.count > found.first.len() {
-        eprintln!(
-            "zshard: ... and {} more mismatch(es)",
-            found.count - found.first.len()
-        );
-    }
-    let checked = stats.shards_written + stats.shards_empty;
-    if found.count > 0 {
-        bail!(
-            "{} mismatch(es) in {checked} shard(s) checked of {}",
-            found.count,
-            dst.url("")
-        );
-    }
-    if !quiet {
-        eprintln!("zshard: verified {checked} shard(s) in {} array(s) of {}: every element equals the source, every index is valid", jobs.len(), dst.url(""));
-    }
-    Ok(())
+    let mismatches = std::mem::take(&mut *lock(&mismatches)?);
+    Ok(Verified {
+        destination: dst.url(""),
+        shards_checked: stats.shards_written + stats.shards_empty,
+        arrays: jobs.len(),
+        mismatches,
+    })
 }

@@ -5,16 +5,22 @@
 //! of messages, so the peak is that number times the biggest message, plus a fixed base. Under a limit
 //! the part size shrinks first (down to one inner chunk), then the thread count.
 
-use anyhow::bail;
-use indicatif::HumanBytes;
 use zshard_core::{product, ShardGeometry};
 use zshard_pipeline::{Options, DEFAULT_PART_BYTES};
 
+use crate::error::{Error, Result};
 use crate::plan::{Plan, PlannedArray};
+
+struct HumanBytes(u64);
+impl std::fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} B", self.0)
+    }
+}
 
 /// What the process holds whatever the data: code, runtimes, I/O and allocator slack (measured: a
 /// conversion of a tiny array peaks near 30 MiB).
-pub const BASE_BYTES: u64 = 48 << 20;
+pub(crate) const BASE_BYTES: u64 = 48 << 20;
 
 /// The memory limit when none is given: half of what this machine (or its cgroup) has, so that a job
 /// never takes all of a node; 4 GiB when that cannot be read.
@@ -41,7 +47,7 @@ fn physical_memory() -> Option<u64> {
 
 /// Threads and part size of a run, and the memory they are expected to need.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     pub threads: usize,
     pub part_bytes: u64,
     pub channel_capacity: usize,
@@ -56,7 +62,7 @@ pub struct Budget {
 
 impl Budget {
     /// The pipeline options of this budget.
-    pub fn options(&self) -> Options {
+    pub(crate) fn options(&self) -> Options {
         Options {
             threads: self.threads,
             channel_capacity: self.channel_capacity,
@@ -112,7 +118,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 /// Parts each shard of `array` is cut into with parts of at most `part_bytes`.
-pub fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
+pub(crate) fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
     array
         .geometry
         .split_by_bytes(part_bytes, element_size(array))
@@ -120,7 +126,7 @@ pub fn parts_per_shard(array: &PlannedArray, part_bytes: u64) -> u64 {
 }
 
 /// Estimated peak of converting `array` alone within `budget`.
-pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
+pub(crate) fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
     let (peak, _) = estimate(
         std::slice::from_ref(array),
         budget.threads,
@@ -134,7 +140,7 @@ pub fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
 /// Buffers of shards streamed to an object store in parts: a multipart part being filled and one
 /// in flight (`zshard_store::Upload`), for the (about two) shards open at a time. Local outputs write
 /// each piece as it comes.
-pub fn upload_buffers(destination: &str, part_size: usize) -> u64 {
+pub(crate) fn upload_buffers(destination: &str, part_size: usize) -> u64 {
     let remote = destination.contains("://") && !destination.starts_with("file://");
     if remote {
         2 * 2 * part_size.max(5 << 20) as u64
@@ -159,7 +165,7 @@ const SMALL_PART_BYTES: u64 = 4 << 20;
 
 /// Whether the pipeline can keep `array`'s decoded source chunks between the parts of a shard, so
 /// that a source chunk under several parts is read once.
-pub fn keeps_source_chunks(array: &PlannedArray) -> bool {
+pub(crate) fn keeps_source_chunks(array: &PlannedArray) -> bool {
     zshard_pipeline::source_chunks_can_be_kept(array.passthrough, array.source.data_type)
 }
 
@@ -220,13 +226,13 @@ fn estimate(
 /// fits `limit` (the default limit when `None`), keeping straddling source chunks between parts when
 /// that fits too. Refuses when even one thread with parts of one inner chunk does not fit: the source
 /// chunks are then too big for the limit.
-pub fn budget(
+pub(crate) fn budget(
     plan: &Plan,
     wanted: usize,
     limit: Option<u64>,
     upload_buffers: u64,
     io_threads: usize,
-) -> anyhow::Result<Budget> {
+) -> Result<Budget> {
     let limit = limit.unwrap_or_else(default_limit);
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
@@ -272,11 +278,11 @@ pub fn budget(
         }
     }
     let (smallest, _) = peak_of(1, 1, false);
-    bail!(
+    Err(Error::Options { reason: format!(
         "the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape",
         HumanBytes(smallest),
         HumanBytes(limit)
-    )
+    )})
 }
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
-//! Turning a source hierarchy and the command-line options into a checked plan. Everything `convert`
-//! can reject is rejected here, before anything is written.
+//! Turning a source hierarchy and the layout options into a checked plan. Everything `convert` can
+//! reject is rejected here, before anything is written.
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context};
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
 use zshard_core::{
@@ -14,22 +13,43 @@ use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 
 use crate::compressor::Compressor;
+use crate::error::{Error, Result};
+use crate::input::Input;
 
-/// Options of `convert` that shape the output.
-#[derive(Debug, Clone)]
+/// Options that shape the output of an array.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
+    /// Shard shape; `None` chooses one (see [`auto_shard_shape`]).
     pub shard_shape: Option<Vec<u64>>,
+    /// Inner chunk shape; `None` keeps the source's chunk (or inner chunk) shape.
     pub chunk_shape: Option<Vec<u64>>,
+    /// The inner chunks' codecs.
     pub compressor: Compressor,
+    /// Where each shard's index goes.
     pub index_location: IndexLocation,
     /// Copy source chunks without decoding where they are already encoded as the output's inner chunks.
     pub passthrough: bool,
 }
 
+impl Default for Layout {
+    /// Automatic shapes, zstd level 3, the index at the end, passthrough where it applies.
+    fn default() -> Self {
+        Layout {
+            shard_shape: None,
+            chunk_shape: None,
+            compressor: Compressor::Zstd { level: 3 },
+            index_location: IndexLocation::End,
+            passthrough: true,
+        }
+    }
+}
+
 /// The layout of every array: one default, and overrides by array path (from job files).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layouts {
+    /// The layout of arrays without their own.
     pub default: Layout,
+    /// Layouts of single arrays, by path in the hierarchy.
     pub per_array: std::collections::BTreeMap<String, Layout>,
 }
 
@@ -51,18 +71,23 @@ impl Layouts {
 /// One array to convert.
 #[derive(Debug)]
 pub struct PlannedArray {
+    /// Path in the hierarchy (empty for a single array).
     pub path: String,
+    /// The source array.
     pub source: ArrayMeta,
+    /// Shards and inner chunks of the output.
     pub geometry: ShardGeometry,
+    /// The output's `zarr.json`.
     pub output: ShardedArrayMetadata,
     /// Source chunks are copied as encoded (see [`passthrough_applies`]).
     pub passthrough: bool,
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }
 
-/// Everything a conversion will do.
+/// Every array and group a conversion writes, checked.
 #[derive(Debug)]
 pub struct Plan {
+    /// Arrays in hierarchy order.
     pub arrays: Vec<PlannedArray>,
     /// Groups by path, with their attributes.
     pub groups: Vec<(String, Map<String, Value>)>,
@@ -79,7 +104,8 @@ pub fn array_name(source: &str, path: &str) -> String {
 }
 
 impl Plan {
-    pub fn new(nodes: &[Node], layouts: &Layouts, source: &str) -> anyhow::Result<Plan> {
+    /// Plans every array of `nodes` (the hierarchy of `source`) with its layout.
+    pub(crate) fn new(nodes: &[Node], layouts: &Layouts, source: &str) -> Result<Plan> {
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
         for node in nodes {
@@ -88,8 +114,12 @@ impl Plan {
                     groups.push((node.path.clone(), attributes.clone()))
                 }
                 NodeKind::Array(meta) => arrays.push(
-                    plan_array(&node.path, meta, layouts.for_array(&node.path))
-                        .with_context(|| format!("array {}", array_name(source, &node.path)))?,
+                    plan_array(&node.path, meta, layouts.for_array(&node.path)).map_err(|e| {
+                        Error::Array {
+                            array: array_name(source, &node.path),
+                            source: Box::new(e),
+                        }
+                    })?,
                 ),
             }
         }
@@ -98,13 +128,17 @@ impl Plan {
             .keys()
             .find(|p| !arrays.iter().any(|a| &a.path == *p))
         {
-            bail!("array {unknown:?} has its own settings but is not an array of {source}");
+            return Err(Error::Options {
+                reason: format!(
+                    "array {unknown:?} has its own settings but is not an array of {source}"
+                ),
+            });
         }
         Ok(Plan { arrays, groups })
     }
 
     /// The pipeline jobs, reading from `source` and writing below `destination`.
-    pub fn jobs(&self, source: &crate::source::Input, destination: &Store) -> Vec<ArrayJob> {
+    pub(crate) fn jobs(&self, source: &Input, destination: &Store) -> Vec<ArrayJob> {
         self.arrays
             .iter()
             .map(|a| {
@@ -144,19 +178,21 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
         .collect()
 }
 
-fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> anyhow::Result<()> {
+fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
-        bail!(
-            "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?})",
-            shape.len(),
-            meta.shape.len(),
-            meta.shape
-        );
+        return Err(Error::Layout {
+            reason: format!(
+                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?})",
+                shape.len(),
+                meta.shape.len(),
+                meta.shape
+            ),
+        });
     }
     Ok(())
 }
 
-fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<PlannedArray> {
+fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
     let inner_shape = match &layout.chunk_shape {
         Some(shape) => {
             check_rank("--chunk-shape", shape, meta)?;
@@ -171,21 +207,25 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> anyhow::Result<P
         }
         None => auto_shard_shape(&meta.shape, &inner_shape, meta.data_type.size()),
     };
-    let geometry =
-        ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape).map_err(|e| anyhow!("{e}"))?;
+    let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape)?;
     let size = meta.data_type.size();
-    zshard_core::checked_byte_size("shard shape", &shard_shape, size)
-        .map_err(|e| anyhow!("{e}"))?;
-    zshard_core::checked_byte_size("inner chunk shape", &inner_shape, size)
-        .map_err(|e| anyhow!("{e}"))?;
-    let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).context("source codecs")?;
+    zshard_core::checked_byte_size("shard shape", &shard_shape, size)?;
+    zshard_core::checked_byte_size("inner chunk shape", &inner_shape, size)?;
+    let source_chain =
+        build_chain(&meta.codecs, &meta.chunk_repr()).map_err(|source| Error::Codecs {
+            which: "source",
+            source,
+        })?;
     let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
     let inner_repr = ChunkRepr {
         shape: inner_shape.clone(),
         data_type: meta.data_type,
         fill_value: meta.fill_value.clone(),
     };
-    let inner_chain = build_chain(&inner_codecs, &inner_repr).context("output codecs")?;
+    let inner_chain = build_chain(&inner_codecs, &inner_repr).map_err(|source| Error::Codecs {
+        which: "output",
+        source,
+    })?;
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
     let output = ShardedArrayMetadata {

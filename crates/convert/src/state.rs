@@ -13,12 +13,12 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use zshard_core::linear_index;
 use zshard_store::Store;
 
+use crate::error::{Error, Result};
 use crate::partition::Partition;
 use crate::plan::Plan;
 
@@ -28,7 +28,7 @@ const EMPTY_DIR: &str = ".zshard/empty";
 const OVERWRITING: &str = ".zshard/overwriting";
 
 /// What identifies a conversion.
-pub fn fingerprint(source_id: &str, plan: &Plan) -> Value {
+pub(crate) fn fingerprint(source_id: &str, plan: &Plan) -> Value {
     let arrays: Vec<Value> = plan
         .arrays
         .iter()
@@ -47,7 +47,7 @@ fn join(path: &str, key: &str) -> String {
 
 /// What a destination holds for this conversion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prepared {
+pub(crate) enum Prepared {
     /// Nothing yet, or an interrupted run with the same options: convert what is not done.
     Run,
     /// The metadata this conversion writes is already there: it completed before.
@@ -57,21 +57,23 @@ pub enum Prepared {
 /// Checks the destination against this run and records its options. With `overwrite`, a destination
 /// holding anything is cleared first (single-process runs only: a worker must never delete what another
 /// one wrote).
-pub fn prepare(
+pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
     fingerprint: &Value,
     partition: Partition,
     overwrite: bool,
-) -> anyhow::Result<Prepared> {
+) -> Result<Prepared> {
     let records = dst.list_keys(OPTIONS_DIR)?;
     if overwrite {
         if !dst.list_keys("")?.is_empty() {
             if !partition.is_all() {
-                bail!(
-                    "--overwrite cannot be combined with a partitioned run; empty {} first",
-                    dst.url("")
-                );
+                return Err(Error::Destination {
+                    reason: format!(
+                        "--overwrite cannot be combined with a partitioned run; empty {} first",
+                        dst.url("")
+                    ),
+                });
             }
             // The marker goes first and leaves last: if this is interrupted, old shards may remain, and
             // a later run must not take them for done ones of its own.
@@ -87,26 +89,35 @@ pub fn prepare(
             dst.delete(OVERWRITING)?;
         }
     } else if dst.get(OVERWRITING)?.is_some() {
-        bail!(
+        return Err(Error::Destination {
+            reason: format!(
             "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
             dst.url("")
-        );
+        ),
+        });
     } else if records.is_empty() && has_metadata(dst, plan)? {
         if metadata_matches(dst, plan)? {
             return Ok(Prepared::Complete);
         }
-        bail!(
+        return Err(Error::Destination {
+ reason: format!(
             "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use --overwrite to replace it",
             dst.url("")
-        );
+        ),
+ });
     } else if let Some(key) = conflicting_record(dst, fingerprint)? {
-        bail!(
+        return Err(Error::Destination {
+ reason: format!(
             "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
             dst.url(""),
             dst.url(&key)
-        );
+        ),
+ });
     }
-    let text = serde_json::to_vec_pretty(fingerprint)?;
+    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
+        what: "the conversion's options",
+        source,
+    })?;
     dst.put(
         &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
         Bytes::from(text),
@@ -115,7 +126,7 @@ pub fn prepare(
 }
 
 /// Whether any node of the plan already has a `zarr.json` in the destination.
-fn has_metadata(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
+fn has_metadata(dst: &Store, plan: &Plan) -> Result<bool> {
     let paths = plan
         .arrays
         .iter()
@@ -131,7 +142,7 @@ fn has_metadata(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
 
 /// Whether every array's `zarr.json` in the destination is exactly the one this conversion writes and
 /// every group has one.
-fn metadata_matches(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
+fn metadata_matches(dst: &Store, plan: &Plan) -> Result<bool> {
     for array in &plan.arrays {
         let Some(bytes) = dst.get(&join(&array.path, "zarr.json"))? else {
             return Ok(false);
@@ -150,7 +161,7 @@ fn metadata_matches(dst: &Store, plan: &Plan) -> anyhow::Result<bool> {
 }
 
 /// Removes the state folder once the metadata is written.
-pub fn clear(dst: &Store) -> anyhow::Result<()> {
+pub(crate) fn clear(dst: &Store) -> Result<()> {
     for key in dst.list_keys(".zshard")? {
         dst.delete(&key)?;
     }
@@ -158,13 +169,15 @@ pub fn clear(dst: &Store) -> anyhow::Result<()> {
 }
 
 /// The key of a recorded conversion whose options differ from `fingerprint`, if any.
-fn conflicting_record(dst: &Store, fingerprint: &Value) -> anyhow::Result<Option<String>> {
+fn conflicting_record(dst: &Store, fingerprint: &Value) -> Result<Option<String>> {
     for key in dst.list_keys(OPTIONS_DIR)? {
         let Some(bytes) = dst.get(&key)? else {
             continue;
         };
-        let recorded: Value = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{} is not JSON", dst.url(&key)))?;
+        let recorded: Value = serde_json::from_slice(&bytes).map_err(|source| Error::State {
+            key: dst.url(&key),
+            source,
+        })?;
         if &recorded != fingerprint {
             return Ok(Some(key));
         }
@@ -174,33 +187,37 @@ fn conflicting_record(dst: &Store, fingerprint: &Value) -> anyhow::Result<Option
 
 /// Checks, without recording anything, that the destination's recorded options equal `fingerprint`;
 /// `Complete` when it was finalized before with the same options.
-pub fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> anyhow::Result<Prepared> {
+pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> Result<Prepared> {
     if dst.list_keys(OPTIONS_DIR)?.is_empty() {
         if has_metadata(dst, plan)? && metadata_matches(dst, plan)? {
             return Ok(Prepared::Complete);
         }
-        bail!(
-            "{} holds no zshard conversion with these options (no {OPTIONS_DIR})",
-            dst.url("")
-        );
+        return Err(Error::Destination {
+            reason: format!(
+                "{} holds no zshard conversion with these options (no {OPTIONS_DIR})",
+                dst.url("")
+            ),
+        });
     }
     if let Some(key) = conflicting_record(dst, fingerprint)? {
-        bail!(
-            "{} was converted with different options (see {})",
-            dst.url(""),
-            dst.url(&key)
-        );
+        return Err(Error::Destination {
+            reason: format!(
+                "{} was converted with different options (see {})",
+                dst.url(""),
+                dst.url(&key)
+            ),
+        });
     }
     Ok(Prepared::Run)
 }
 
 /// Shards already done, per array, as C-order shard indices: written shard objects plus recorded
 /// all-fill shards. Leftover temporary files of interrupted writes of `partition`'s shards are removed.
-pub fn done_shards(
+pub(crate) fn done_shards(
     dst: &Store,
     plan: &Plan,
     partition: Partition,
-) -> anyhow::Result<Vec<HashSet<u64>>> {
+) -> Result<Vec<HashSet<u64>>> {
     let mut done = vec![HashSet::new(); plan.arrays.len()];
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
@@ -245,7 +262,7 @@ fn remove_staged_leftovers(
     prefix: &str,
     grid: &[u64],
     owned: impl Fn(u64) -> bool,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let Some(root) = dst.local_path(prefix) else {
         return Ok(());
     };
@@ -271,8 +288,11 @@ fn remove_staged_leftovers(
             };
             if let Some(coord) = parse_coord(base, grid) {
                 if owned(linear_index(&coord, grid)) {
-                    std::fs::remove_file(&path)
-                        .with_context(|| format!("cannot remove {}", path.display()))?;
+                    std::fs::remove_file(&path).map_err(|source| Error::File {
+                        action: "remove",
+                        path: path.clone(),
+                        source,
+                    })?;
                 }
             }
         }
@@ -294,7 +314,7 @@ fn parse_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
 
 /// Batches records of all-fill shards and stores each batch under its own key.
 #[derive(Debug)]
-pub struct EmptyLog {
+pub(crate) struct EmptyLog {
     store: Store,
     prefix: String,
     seq: u64,
@@ -307,7 +327,7 @@ const FLUSH_ENTRIES: usize = 10_000;
 const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 
 impl EmptyLog {
-    pub fn new(store: Store, partition: Partition) -> Self {
+    pub(crate) fn new(store: Store, partition: Partition) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -321,7 +341,7 @@ impl EmptyLog {
         }
     }
 
-    pub fn record(&mut self, array_path: &str, shard: &[u64]) -> anyhow::Result<()> {
+    pub(crate) fn record(&mut self, array_path: &str, shard: &[u64]) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
         self.pending
             .push_str(&format!("{array_path}\t{}\n", coord.join(",")));
@@ -332,7 +352,7 @@ impl EmptyLog {
         Ok(())
     }
 
-    pub fn flush(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn flush(&mut self) -> Result<()> {
         self.last_flush = Instant::now();
         if self.entries == 0 {
             return Ok(());

@@ -1,0 +1,440 @@
+//! A conversion: plan, skip what is done, run the pipeline on this worker's shards, then write the
+//! metadata documents once everything is done (`convert`, or `finalize` after a partitioned run).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use zshard_core::linear_index;
+use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
+use zshard_store::{IoRuntime, Store, StoreOptions};
+use zshard_writer::{write_array_metadata, write_group_metadata};
+
+use crate::error::{Error, Result};
+use crate::input::{Input, SourceOptions};
+use crate::memory::{self, Budget};
+use crate::partition::Partition;
+use crate::plan::{array_name, Layouts, Plan};
+use crate::report::{Report, ReportBuilder};
+use crate::state::{self, EmptyLog, Prepared};
+
+/// Told about a run as it goes (a progress bar, a log, a Python callback).
+pub trait Observer: Sync {
+    /// The run starts with this many shards to convert (those not done by an earlier run).
+    fn started(&self, _pending_shards: u64) {}
+    /// A shard is done (written, or found to hold only the fill value).
+    fn shard_done(&self, _outcome: &ShardOutcome) {}
+}
+
+/// Observes nothing.
+impl Observer for () {}
+
+/// One conversion of a source into sharded Zarr v3: where from, where to, and how. Make one with
+/// [`Conversion::new`] and set the fields that differ from the defaults.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Conversion {
+    /// A Zarr array or group, or a kerchunk reference set: a path or URL.
+    pub source: String,
+    /// Where the sharded Zarr v3 output goes: a path or URL.
+    pub destination: String,
+    /// Shapes, codecs and index location, for all arrays or per array.
+    pub layouts: Layouts,
+    /// How the source is read.
+    pub source_options: SourceOptions,
+    /// How storage is reached (credentials, endpoints, retries, upload parts).
+    pub store_options: StoreOptions,
+    /// Threads fetching chunks and threads writing shards, each; `None`: 2 for local paths, 8 when
+    /// the source or destination is remote.
+    pub io_threads: Option<usize>,
+    /// Worker threads per CPU stage (fewer are used when the memory limit needs it).
+    pub threads: usize,
+    /// Estimated peak memory not to exceed, in bytes; `None`: half of the machine's (or cgroup's).
+    pub memory_limit: Option<u64>,
+    /// This worker's share of the shards.
+    pub partition: Partition,
+    /// Replace whatever the destination holds (otherwise a destination from a run with other
+    /// options is refused, and one from a run with the same options is resumed).
+    pub overwrite: bool,
+    /// Also write the report as JSON to this file (when the run fails too).
+    pub report_path: Option<PathBuf>,
+}
+
+/// Threads for storage requests while opening and planning; they mostly wait.
+const OPEN_IO_THREADS: usize = 2;
+
+impl Conversion {
+    /// A conversion with the default layout, every shard, threads for every core and no report.
+    pub fn new(source: impl Into<String>, destination: impl Into<String>) -> Self {
+        Conversion {
+            source: source.into(),
+            destination: destination.into(),
+            layouts: Layouts::default(),
+            source_options: SourceOptions::default(),
+            store_options: StoreOptions::default(),
+            io_threads: None,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_limit: None,
+            partition: Partition::ALL,
+            overwrite: false,
+            report_path: None,
+        }
+    }
+
+    /// Opens the source and plans; fails on everything `convert` would reject, before anything is
+    /// written.
+    fn open(&self) -> Result<Opened> {
+        refuse_overlap(&self.source, &self.destination)?;
+        let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
+        let input = Input::open(&self.source, &self.source_options, runtime.clone())?;
+        let nodes = input.nodes()?;
+        let plan = Plan::new(&nodes, &self.layouts, &input.url())?;
+        let fingerprint = state::fingerprint(&source_id(&self.source), &plan);
+        Ok(Opened {
+            input,
+            plan,
+            fingerprint,
+            runtime,
+        })
+    }
+
+    /// Checks everything `convert` checks before writing (the source, the layouts), without reading
+    /// a chunk or touching the destination.
+    pub fn check(&self) -> Result<()> {
+        self.open().map(|_| ())
+    }
+
+    fn budget(&self, plan: &Plan) -> Result<Budget> {
+        let uploads = memory::upload_buffers(&self.destination, self.store_options.part_size);
+        memory::budget(
+            plan,
+            self.threads,
+            self.memory_limit,
+            uploads,
+            self.io_threads(),
+        )
+    }
+
+    fn io_threads(&self) -> usize {
+        io_threads(self.io_threads, &[&self.source, &self.destination])
+    }
+
+    /// What the conversion would do, from metadata alone: no chunk is listed or read, and nothing is
+    /// written.
+    pub fn plan(&self) -> Result<crate::PlanReport> {
+        let opened = self.open()?;
+        let budget = self.budget(&opened.plan)?;
+        Ok(crate::PlanReport::new(
+            opened.plan,
+            budget,
+            opened.input.url(),
+            self.destination.clone(),
+            opened.input.reference_reads(),
+        ))
+    }
+
+    /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
+    /// the metadata. Resumes an interrupted run with the same options; refuses a destination that
+    /// holds another conversion unless [`Conversion::overwrite`] is set.
+    pub fn convert(&self, observer: &dyn Observer) -> Result<Report> {
+        let opened = self.open()?;
+        let budget = self.budget(&opened.plan)?;
+        let destination = &opened.destination(&self.destination, true)?;
+        let Opened {
+            input,
+            plan,
+            fingerprint,
+            ..
+        } = &opened;
+        let partition = self.partition;
+        if state::prepare(destination, plan, fingerprint, partition, self.overwrite)?
+            == Prepared::Complete
+        {
+            let all: Vec<u64> = plan
+                .arrays
+                .iter()
+                .map(|a| a.geometry.shard_count())
+                .collect();
+            let builder =
+                ReportBuilder::new(plan, &self.source, destination.url(""), partition, &all);
+            let mut report = builder.finish(true, opened.retries());
+            report.already_complete = true;
+            self.write_report(&report)?;
+            return Ok(report);
+        }
+        let done = state::done_shards(destination, plan, partition)?;
+        let jobs = plan.jobs(input, destination);
+        observer.started(pending(&jobs, partition, &done).count() as u64);
+        let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
+        let builder = Mutex::new(ReportBuilder::new(
+            plan,
+            &self.source,
+            destination.url(""),
+            partition,
+            &skipped,
+        ));
+        let log = Mutex::new(EmptyLog::new(destination.clone(), partition));
+        let log_error = Mutex::new(None);
+        let result = zshard_pipeline::run(
+            &jobs,
+            pending(&jobs, partition, &done),
+            &budget.options(),
+            &|outcome| {
+                observer.shard_done(outcome);
+                if let Ok(mut b) = builder.lock() {
+                    b.add(outcome);
+                }
+                if !outcome.written {
+                    let recorded = log
+                        .lock()
+                        .map_err(|_| Error::Poisoned { what: "the record" })
+                        .and_then(|mut l| {
+                            l.record(&plan.arrays[outcome.task.array].path, &outcome.task.shard)
+                        });
+                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                        slot.get_or_insert(e);
+                    }
+                }
+            },
+        );
+        // Keep what was learned about empty shards even when the run failed, so a rerun skips them.
+        let flushed = log
+            .lock()
+            .map_err(|_| Error::Poisoned { what: "the record" })?
+            .flush();
+        let builder = builder
+            .into_inner()
+            .map_err(|_| Error::Poisoned { what: "the report" })?;
+        if let Err(e) = result {
+            // The conversion's error is the one to return; a report that cannot be written is
+            // secondary (and the run's error says more).
+            let _ = self.write_report(&builder.finish(false, opened.retries()));
+            return Err(e.into());
+        }
+        flushed?;
+        if let Some(e) = log_error.into_inner().ok().flatten() {
+            return Err(Error::Record {
+                source: Box::new(e),
+            });
+        }
+        if partition.is_all() {
+            write_metadata(destination, plan)?;
+            state::clear(destination)?;
+        }
+        // The duration includes writing the metadata.
+        let mut report = builder.finish(true, opened.retries());
+        report.reference_reads = input.reference_reads();
+        self.write_report(&report)?;
+        Ok(report)
+    }
+
+    fn write_report(&self, report: &Report) -> Result<()> {
+        match &self.report_path {
+            Some(path) => report.write_json(path),
+            None => Ok(()),
+        }
+    }
+
+    /// After a partitioned conversion: checks that every shard of every worker is done, then writes
+    /// the metadata.
+    pub fn finalize(&self) -> Result<Finalized> {
+        let opened = self.open()?;
+        let destination = opened.destination(&self.destination, false)?;
+        let Opened {
+            plan,
+            fingerprint,
+            input,
+            ..
+        } = opened;
+        let mut finalized = Finalized {
+            destination: destination.url(""),
+            arrays: plan.arrays.len(),
+            groups: plan.groups.len(),
+            already_finalized: false,
+        };
+        if state::check_recorded(&destination, &plan, &fingerprint)? == Prepared::Complete {
+            finalized.already_finalized = true;
+            return Ok(finalized);
+        }
+        let done = state::done_shards(&destination, &plan, Partition::ALL)?;
+        let jobs = plan.jobs(&input, &destination);
+        let mut missing = pending(&jobs, Partition::ALL, &done);
+        if let Some(first) = missing.next() {
+            let count = 1 + missing.count() as u64;
+            let array = &plan.arrays[first.array];
+            return Err(Error::NotDone {
+                missing: count,
+                array: array_name(&input.url(), &array.path),
+                key: jobs[first.array].sink.shard_key(&first.shard),
+            });
+        }
+        write_metadata(&destination, &plan)?;
+        state::clear(&destination)?;
+        Ok(finalized)
+    }
+}
+
+/// What `finalize` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finalized {
+    /// The destination's location.
+    pub destination: String,
+    /// Arrays whose metadata it holds.
+    pub arrays: usize,
+    /// Groups whose metadata it holds.
+    pub groups: usize,
+    /// It was finalized before with the same options; nothing was written.
+    pub already_finalized: bool,
+}
+
+/// The source opened and the plan made and checked.
+struct Opened {
+    input: Input,
+    plan: Plan,
+    fingerprint: serde_json::Value,
+    runtime: Arc<IoRuntime>,
+}
+
+impl Opened {
+    /// Retries of transient storage failures so far.
+    fn retries(&self) -> u64 {
+        self.runtime.retries()
+    }
+
+    /// Opens the destination (creating a local folder with `create`).
+    fn destination(&self, destination: &str, create: bool) -> Result<Store> {
+        Ok(Store::open(destination, self.runtime.clone(), create)?)
+    }
+}
+
+/// Threads fetching and threads writing for a run between `locations`: `explicit`, else 2 for local
+/// paths and 8 when any location is remote.
+pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&str]) -> usize {
+    let remote = locations
+        .iter()
+        .any(|l| l.contains("://") && !l.starts_with("file://"));
+    explicit
+        .unwrap_or(if remote {
+            8
+        } else {
+            zshard_pipeline::DEFAULT_IO_THREADS
+        })
+        .max(1)
+}
+
+/// The source as recorded in the destination's state: absolute for local paths, so that the same run
+/// started from another directory is recognised.
+fn source_id(source: &str) -> String {
+    if source.contains("://") {
+        return source.trim_end_matches('/').to_string();
+    }
+    std::fs::canonicalize(source)
+        .map_or_else(|_| source.to_string(), |p| p.to_string_lossy().into_owned())
+}
+
+/// This worker's shards that are not done yet, in enumeration order.
+fn pending<'a>(
+    jobs: &'a [ArrayJob],
+    partition: Partition,
+    done: &'a [HashSet<u64>],
+) -> impl Iterator<Item = ShardTask> + 'a {
+    ShardTask::all(jobs)
+        .enumerate()
+        .filter_map(move |(global, task)| {
+            let grid = jobs[task.array].geometry.shard_grid();
+            let owned = partition.owns(global as u64);
+            (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
+        })
+}
+
+/// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
+fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
+    for array in &plan.arrays {
+        write_array_metadata(destination, &array.path, &array.output)?;
+    }
+    // Deepest groups first, the root last.
+    let mut groups: Vec<_> = plan.groups.iter().collect();
+    groups.sort_by_key(|(path, _)| {
+        std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
+    });
+    for (path, attributes) in groups {
+        write_group_metadata(destination, path, attributes)?;
+    }
+    Ok(())
+}
+/// Source and destination must not overlap in either direction: converting into the source would read
+/// our own output, and a destination holding the source could be cleared by `--overwrite`.
+fn refuse_overlap(source: &str, destination: &str) -> Result<()> {
+    let local = |s: &str| match s.split_once("://") {
+        None => Some(std::path::PathBuf::from(s)),
+        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
+        Some(_) => None,
+    };
+    let (inside, holds) = match (local(source), local(destination)) {
+        (Some(src), Some(dst)) => {
+            let src = src.canonicalize().map_err(|_| Error::Overlap {
+                reason: format!("source {source} does not exist"),
+            })?;
+            let dst = resolve(&dst);
+            (dst.starts_with(&src), src.starts_with(&dst))
+        }
+        (None, None) => {
+            let norm = |s: &str| format!("{}/", s.trim_end_matches('/'));
+            let (src, dst) = (norm(source), norm(destination));
+            (dst.starts_with(&src), src.starts_with(&dst))
+        }
+        _ => (false, false),
+    };
+    if inside {
+        return Err(Error::Overlap {
+            reason: format!("destination {destination} is inside the source {source}"),
+        });
+    }
+    if holds {
+        return Err(Error::Overlap {
+            reason: format!("the source {source} is inside the destination {destination}"),
+        });
+    }
+    Ok(())
+}
+
+/// An absolute path with symlinks and `..` resolved, also when its last components do not exist yet:
+/// the nearest existing ancestor is canonicalized and the rest applied lexically.
+fn resolve(path: &std::path::Path) -> std::path::PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // `..` lexically first (as create_dir_all would walk it), then symlinks of the existing part.
+    let mut lexical = std::path::PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            // `..` at the end, or the root: let the lexical pass below handle it.
+            _ => break,
+        }
+    }
+    let mut out = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for part in rest.iter().rev() {
+        if part == ".." {
+            out.pop();
+        } else if part != "." {
+            out.push(part);
+        }
+    }
+    out
+}

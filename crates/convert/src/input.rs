@@ -1,0 +1,151 @@
+//! Where a conversion reads from. Every input kind yields the same two things: the hierarchy of groups
+//! and arrays (as the source-independent model) and, per array, a reader of its encoded chunks by grid
+//! position. Stages and writers never learn which kind it was.
+
+use std::sync::Arc;
+
+use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
+use zshard_kerchunk::{Format, ReadStats, ReferenceSet};
+use zshard_store::{IoRuntime, Store};
+use zshard_zarr::{chunk_reader, open_hierarchy};
+
+use crate::error::{Error, Result};
+
+/// What kind of input a source is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceFormat {
+    /// A Zarr v2 or v3 array or group.
+    Zarr,
+    /// A kerchunk JSON reference file (version 0 or 1, optionally `.zst`/`.gz` compressed).
+    KerchunkJson,
+    /// A kerchunk Parquet reference folder.
+    KerchunkParquet,
+}
+
+impl std::str::FromStr for SourceFormat {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "zarr" => Ok(SourceFormat::Zarr),
+            "kerchunk-json" => Ok(SourceFormat::KerchunkJson),
+            "kerchunk-parquet" => Ok(SourceFormat::KerchunkParquet),
+            other => Err(Error::Options {
+                reason: format!(
+                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet)"
+                ),
+            }),
+        }
+    }
+}
+
+/// How the input is read.
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    /// The input's kind; detected when `None`.
+    pub format: Option<SourceFormat>,
+    /// Options of kerchunk reference sets; `None` for the defaults. Giving them for a Zarr source is
+    /// refused: they would be ignored, which is rarely what was meant.
+    pub references: Option<zshard_kerchunk::Options>,
+}
+
+/// An opened input.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A Zarr v2 or v3 array or group.
+    Zarr(Store),
+    /// A kerchunk reference set (JSON or Parquet).
+    Kerchunk(ReferenceSet),
+}
+
+impl Input {
+    /// Opens `location` as the kind `options` names, or the kind detected there: a `.json`,
+    /// `.json.zst` or `.json.gz` file (or any other local file) is a JSON reference set, a folder whose
+    /// `.zmetadata` has a `record_size` a Parquet reference set, anything else Zarr.
+    pub(crate) fn open(
+        location: &str,
+        options: &SourceOptions,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Input> {
+        let format = match options.format {
+            Some(SourceFormat::Zarr) => None,
+            Some(SourceFormat::KerchunkJson) => Some(Format::Json),
+            Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
+            None => zshard_kerchunk::detect(location, &runtime)?,
+        };
+        match format {
+            None if options.references.is_some() => Err(Error::Options {
+                reason: format!(
+                    "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr (see --source-format)"
+                ),
+            }),
+            None => Ok(Input::Zarr(Store::open(location, runtime, false)?)),
+            Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
+                location,
+                format,
+                &options.references.clone().unwrap_or_default(),
+                runtime,
+            )?)),
+        }
+    }
+
+    /// The input's location, for messages.
+    pub(crate) fn url(&self) -> String {
+        match self {
+            Input::Zarr(store) => store.url(""),
+            Input::Kerchunk(refs) => refs.url(),
+        }
+    }
+
+    /// Read requests made for a kerchunk reference set so far.
+    pub(crate) fn reference_reads(&self) -> Option<ReadStats> {
+        match self {
+            Input::Zarr(_) => None,
+            Input::Kerchunk(refs) => Some(refs.stats()),
+        }
+    }
+
+    /// Every group and array of the input.
+    pub(crate) fn nodes(&self) -> Result<Vec<Node>> {
+        match self {
+            // Already sharded arrays are read by inner chunk (see `ArrayMeta::read_by_inner_chunk`).
+            Input::Zarr(store) => Ok(open_hierarchy(store)?
+                .into_iter()
+                .map(|mut node| {
+                    if let NodeKind::Array(meta) = node.kind {
+                        node.kind = NodeKind::Array(Box::new(meta.read_by_inner_chunk()));
+                    }
+                    node
+                })
+                .collect()),
+            Input::Kerchunk(refs) => Ok(refs.nodes()),
+        }
+    }
+
+    /// The reader of the encoded chunks of the array at `path`.
+    pub(crate) fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+        match self {
+            Input::Zarr(store) => chunk_reader(store.child(path), meta),
+            Input::Kerchunk(refs) => refs.reader(path, meta),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SourceFormat;
+
+    #[test]
+    fn source_formats() {
+        assert_eq!(
+            "zarr".parse::<SourceFormat>().ok(),
+            Some(SourceFormat::Zarr)
+        );
+        assert_eq!(
+            "kerchunk-parquet".parse::<SourceFormat>().ok(),
+            Some(SourceFormat::KerchunkParquet)
+        );
+        assert!("hdf5".parse::<SourceFormat>().is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! The zshard conversion as a library: every front end (the `zshard` command, job files, Python)
+//! calls this crate, and only translates options and prints.
+//!
+//! A [`Conversion`] says where from, where to and how ([`Layout`], [`SourceOptions`],
+//! [`StoreOptions`], memory limit, threads, [`Partition`]); [`Conversion::plan`] answers what it
+//! would do from metadata alone, [`Conversion::convert`] converts (resuming an interrupted run with
+//! the same options), [`Conversion::finalize`] writes the metadata after a partitioned run, and
+//! [`Verification`] compares an output with its source element by element.
+//!
+//! ```
+//! use zshard_convert::{Conversion, Layout, Verification};
+//!
+//! // A 4x6 uint8 Zarr v2 array in 2x3 chunks, stored uncompressed.
+//! let dir = tempfile::tempdir().unwrap();
+//! let src = dir.path().join("src.zarr");
+//! std::fs::create_dir(&src).unwrap();
+//! std::fs::write(src.join(".zarray"), r#"{"zarr_format": 2, "shape": [4, 6], "chunks": [2, 3],
+//!     "dtype": "|u1", "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#).unwrap();
+//! for (i, j) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+//!     std::fs::write(src.join(format!("{i}.{j}")), [1 + i * 2 + j; 6]).unwrap();
+//! }
+//!
+//! // Into one shard of 2x3 inner chunks, zstd level 3 (the default layout with a shard shape).
+//! let dst = dir.path().join("dst.zarr");
+//! let mut conversion = Conversion::new(src.to_str().unwrap(), dst.to_str().unwrap());
+//! conversion.layouts.default = Layout { shard_shape: Some(vec![4, 6]), ..Layout::default() };
+//! conversion.threads = 2;
+//!
+//! let plan = conversion.plan().unwrap();
+//! assert_eq!(plan.plan.arrays[0].geometry.shard_count(), 1);
+//!
+//! let report = conversion.convert(&()).unwrap();
+//! assert_eq!(report.totals.stats.shards_written, 1);
+//! assert_eq!(report.totals.stats.chunks_read, 4);
+//! assert!(dst.join("zarr.json").exists());
+//!
+//! let verified = Verification::new(src.to_str().unwrap(), dst.to_str().unwrap()).run().unwrap();
+//! assert_eq!(verified.mismatches.count, 0);
+//! ```
+
+mod compressor;
+mod conversion;
+mod error;
+mod input;
+mod memory;
+mod partition;
+mod plan;
+mod plan_report;
+mod report;
+mod size;
+mod state;
+mod verify;
+
+pub use compressor::Compressor;
+pub use conversion::{Conversion, Finalized, Observer};
+pub use error::{Error, Result};
+pub use input::{SourceFormat, SourceOptions};
+pub use memory::default_limit;
+pub use partition::Partition;
+pub use plan::{Layout, Layouts, Plan, PlannedArray};
+pub use plan_report::PlanReport;
+pub use report::{ArrayReport, Counts, Report, Worker};
+pub use size::parse_size;
+pub use verify::{Mismatches, Verification, Verified};
+pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
+pub use zshard_pipeline::{ShardOutcome, Stats};
+pub use zshard_store::StoreOptions;

@@ -1,0 +1,114 @@
+//! What `plan` answers: per array its shapes, chunk and shard counts, codecs, raw sizes and the
+//! memory a worker needs, from metadata alone.
+
+use serde_json::{json, Value};
+use zshard_core::{grid_shape, product};
+use zshard_kerchunk::ReadStats;
+
+use crate::memory::{array_peak, keeps_source_chunks, parts_per_shard, Budget};
+use crate::plan::{array_name, Plan, PlannedArray};
+
+/// A checked plan and the budget it runs with.
+#[derive(Debug)]
+pub struct PlanReport {
+    /// Every array and group the conversion writes.
+    pub plan: Plan,
+    budget: Budget,
+    source: String,
+    destination: String,
+    /// Requests made for a kerchunk reference set while planning (none for other inputs).
+    pub reference_reads: Option<ReadStats>,
+}
+
+impl PlanReport {
+    pub(crate) fn new(
+        plan: Plan,
+        budget: Budget,
+        source: String,
+        destination: String,
+        reference_reads: Option<ReadStats>,
+    ) -> Self {
+        PlanReport {
+            plan,
+            budget,
+            source,
+            destination,
+            reference_reads,
+        }
+    }
+
+    /// Worker threads per CPU stage the conversion would use.
+    pub fn threads(&self) -> usize {
+        self.budget.threads
+    }
+
+    /// The memory limit the budget was made for, in bytes.
+    pub fn memory_limit(&self) -> u64 {
+        self.budget.limit
+    }
+
+    /// The plan as a JSON document (what `zshard plan --json` prints).
+    pub fn to_json(&self) -> Value {
+        let arrays: Vec<Value> = self
+            .plan
+            .arrays
+            .iter()
+            .map(|a| describe(a, &array_name(&self.source, &a.path), &self.budget))
+            .collect();
+        let total = |k: &str| {
+            arrays
+                .iter()
+                .map(|a| a[k].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
+        let peak = arrays
+            .iter()
+            .map(|a| a["estimated_peak_memory_per_worker"].as_u64().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        json!({
+            "source": self.source,
+            "destination": self.destination,
+            "threads": self.budget.threads,
+            "memory_limit": self.budget.limit,
+            "part_bytes": self.budget.part_bytes,
+            "arrays": arrays,
+            "groups": self.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
+                       "estimated_bytes_in": total("estimated_bytes_in"), "estimated_bytes_out": total("estimated_bytes_out"),
+                       "estimated_peak_memory_per_worker": peak},
+        })
+    }
+}
+
+fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
+    let size = a.output.data_type.size() as u64;
+    let raw = product(&a.source.shape) * size;
+    json!({
+        "path": a.path,
+        "name": name,
+        "shape": a.source.shape,
+        "data_type": a.output.data_type.to_v3_json(),
+        "fill_value": a.output.fill_value.to_v3_json(a.output.data_type),
+        "source_chunk_shape": a.source.chunk_shape,
+        // An already sharded source is read by inner chunk: these are its inner chunks.
+        "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
+        "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
+        "source_codecs": a.source.codecs,
+        "inner_chunk_shape": a.output.inner_shape,
+        "shard_shape": a.output.shard_shape,
+        "shards": a.geometry.shard_count(),
+        "inner_chunks_per_shard": product(&a.geometry.chunks_per_shard()),
+        "index_location": a.output.index_location.as_str(),
+        "output_codecs": a.output.inner_codecs,
+        "passthrough": a.passthrough,
+        // Compressed sizes depend on the data, which plan never reads: these are raw sizes, an upper
+        // bound on the data read and, for compressing codecs, on the data written.
+        "estimated_bytes_in": raw,
+        "estimated_bytes_out": raw,
+        "parts_per_shard": parts_per_shard(a, budget.part_bytes),
+        // Whether a source chunk under several parts of a shard is read once (kept between them).
+        "source_chunks_kept_between_parts": budget.keep_source_chunks && keeps_source_chunks(a),
+        "estimated_peak_memory_per_worker": array_peak(a, budget),
+    })
+}
