@@ -108,7 +108,7 @@ impl FromStr for Compressor {
             _ => {
                 return Err(invalid(
                     s,
-                    "expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs",
+                    format!("unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs"),
                 ))
             }
         })

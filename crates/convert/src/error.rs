@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A `--compressor` specification that is not one of the supported forms.
-    #[error("compressor {spec:?}: {reason}")]
+    #[error("{reason}")]
     Compressor {
         /// The specification as given.
         spec: String,

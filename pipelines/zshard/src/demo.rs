@@ -7,12 +7,9 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Value};
 use zshard_codecs::build_chain;
-use zshard_core::{c_order, grid_shape, product, IndexLocation, Region};
+use zshard_convert::Conversion;
+use zshard_core::{c_order, grid_shape, product, Region};
 use zshard_zarr::parse_v2_array;
-
-use crate::compressor::Compressor;
-use crate::convert::{convert, Conversion};
-use crate::plan::Layout;
 
 struct DemoArray {
     path: &'static str,
@@ -123,27 +120,13 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
         }
     }
     write_source(&source)?;
-    let conversion = Conversion {
-        source: source.to_string_lossy().into_owned(),
-        destination: output.to_string_lossy().into_owned(),
-        layouts: Layout {
-            shard_shape: None,
-            chunk_shape: None,
-            compressor: Compressor::Zstd { level: 3 },
-            index_location: IndexLocation::End,
-            passthrough: true,
-        }
-        .into(),
-        memory_limit: None,
-        threads,
-        quiet,
-        partition: crate::partition::Partition::ALL,
-        overwrite: true,
-        report: None,
-        source_args: Default::default(),
-        storage: Default::default(),
-    };
-    convert(&conversion)?;
+    let mut conversion = Conversion::new(
+        source.to_string_lossy().into_owned(),
+        output.to_string_lossy().into_owned(),
+    );
+    conversion.threads = threads;
+    conversion.overwrite = true;
+    crate::print::convert(&conversion, quiet)?;
     let out = output.display();
     println!("Demo source (Zarr v2): {}", source.display());
     println!("Sharded output (Zarr v3, sharding_indexed): {out}");

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use crate::compressor::Compressor;
-use crate::convert::{convert, Conversion};
-use crate::partition::Partition;
-use crate::plan::{Layout, Layouts};
+use zshard_convert::{parse_size, Compressor, Conversion, Layout, Layouts, Partition};
+use zshard_store::StoreOptions;
+
+use crate::args::StorageArgs;
 
 /// Settings that may appear at the top level, in a conversion, or for one array.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -89,38 +89,6 @@ struct JobFile {
     conversions: Vec<ConversionSpec>,
 }
 
-/// A byte count parsed from `512MiB`, `4GiB`, `2GB`, `1000000`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-pub fn parse_size(s: &str) -> Result<Size, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" => 1e12,
-        "tib" => 1024f64.powi(4),
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {s:?} (use e.g. 512MiB or 4GiB)"
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (use e.g. 512MiB or 4GiB)"))?;
-    Ok(Size((value * factor) as u64))
-}
-
 /// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole.
 fn resolve(base: &Path, location: &str) -> String {
     if location.contains("://") || Path::new(location).is_absolute() {
@@ -133,8 +101,8 @@ fn resolve(base: &Path, location: &str) -> String {
 fn conversions(
     path: &Path,
     partition: Partition,
-    storage: &crate::storage::StorageArgs,
-    quiet: bool,
+    store_options: &StoreOptions,
+    io_threads: Option<usize>,
 ) -> anyhow::Result<Vec<Conversion>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;
@@ -144,12 +112,7 @@ fn conversions(
         bail!("job file {} has no [[conversions]]", path.display());
     }
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let memory_limit = job
-        .memory_limit
-        .as_deref()
-        .map(parse_size)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let memory_limit = job.memory_limit.as_deref().map(parse_size).transpose()?;
     let threads = job
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -170,25 +133,23 @@ fn conversions(
                     ))
                 })
                 .collect::<anyhow::Result<_>>()?;
-            Ok(Conversion {
-                source: resolve(&base, &c.source),
-                destination: resolve(&base, &c.destination),
-                layouts: Layouts {
-                    default: settings.layout()?,
-                    per_array,
-                },
-                threads,
-                memory_limit: memory_limit.map(|m| m.0),
-                quiet,
-                partition,
-                overwrite: job.overwrite,
-                source_args: crate::source::SourceArgs::default(),
-                storage: storage.clone(),
-                report: job
-                    .report
-                    .as_ref()
-                    .map(|r| PathBuf::from(resolve(&base, &r.replace("{n}", &n.to_string())))),
-            })
+            let mut conversion =
+                Conversion::new(resolve(&base, &c.source), resolve(&base, &c.destination));
+            conversion.layouts = Layouts {
+                default: settings.layout()?,
+                per_array,
+            };
+            conversion.threads = threads;
+            conversion.memory_limit = memory_limit;
+            conversion.partition = partition;
+            conversion.overwrite = job.overwrite;
+            conversion.store_options = store_options.clone();
+            conversion.io_threads = io_threads;
+            conversion.report_path = job
+                .report
+                .as_ref()
+                .map(|r| PathBuf::from(resolve(&base, &r.replace("{n}", &n.to_string()))));
+            Ok(conversion)
         })
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| format!("job file {}", path.display()))
@@ -197,23 +158,18 @@ fn conversions(
 pub fn run(
     path: &Path,
     partition: Partition,
-    storage: &crate::storage::StorageArgs,
+    storage: &StorageArgs,
     quiet: bool,
 ) -> anyhow::Result<()> {
     // Every conversion is checked before the first one starts.
-    let all = conversions(path, partition, storage, quiet)?;
+    let all = conversions(path, partition, &storage.options(), storage.io_threads)?;
     for c in &all {
-        crate::convert::open(
-            &c.source,
-            &c.destination,
-            &c.layouts,
-            &c.source_args,
-            &c.storage,
-        )
-        .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
+        c.check()
+            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
     }
     for c in &all {
-        convert(c).with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
+        crate::print::convert(c, quiet)
+            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
     }
     Ok(())
 }
@@ -221,16 +177,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512MiB"), Ok(Size(512 << 20)));
-        assert_eq!(parse_size("4GiB"), Ok(Size(4 << 30)));
-        assert_eq!(parse_size("2GB"), Ok(Size(2_000_000_000)));
-        assert_eq!(parse_size("1000"), Ok(Size(1000)));
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("5 parsecs").is_err());
-    }
 
     #[test]
     fn settings_inherit_and_unknown_keys_are_errors() {
@@ -251,7 +197,8 @@ compressor = "none"
 "#,
         )
         .expect("write");
-        let all = conversions(&job, Partition::ALL, &Default::default(), true).expect("valid job");
+        let all =
+            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
         let c = &all[0];
         assert_eq!(c.threads, 3);
         assert_eq!(c.source, dir.path().join("in.zarr").to_string_lossy());
@@ -266,6 +213,6 @@ compressor = "none"
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",
         )
         .expect("write");
-        assert!(conversions(&job, Partition::ALL, &Default::default(), true).is_err());
+        assert!(conversions(&job, Partition::ALL, &StoreOptions::default(), None).is_err());
     }
 }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use zshard_core::IndexLocation;
 
 #[cfg(test)]
 mod tests {
@@ -19,27 +18,14 @@ mod tests {
     }
 }
 
-mod compressor;
-mod convert;
+mod args;
 mod demo;
 mod job;
-mod memory;
-mod partition;
-mod plan;
-mod plan_cmd;
+mod print;
 mod progress;
-mod report;
-mod source;
-mod state;
-mod storage;
-mod verify;
 
-use compressor::Compressor;
-use convert::{parse_index_location, parse_shape, Conversion, Shape};
-use partition::Partition;
-use plan::Layout;
-use source::SourceArgs;
-use storage::StorageArgs;
+use args::{LayoutArgs, SourceArgs, StorageArgs};
+use zshard_convert::{parse_size, Partition, Verification};
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -82,49 +68,9 @@ struct Cli {
     command: Command,
 }
 
-/// Options that decide the output; `convert`, `plan` and `finalize` must be given the same ones.
-#[derive(clap::Args, Debug, Clone)]
-struct LayoutArgs {
-    /// Source: a Zarr v2 or v3 array or group (a directory path or file:// URL).
-    src: String,
-    /// Destination of the sharded Zarr v3 array or group.
-    dst: String,
-    /// Shard shape, e.g. 4096,4096 (default: automatic, see below).
-    #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-    shard_shape: Option<Shape>,
-    /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
-    #[arg(long, value_parser = parse_shape, value_name = "a,b,...")]
-    chunk_shape: Option<Shape>,
-    /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
-    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
-    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples).
-    #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
-    compressor: Compressor,
-    /// Where each shard's index goes.
-    #[arg(long, default_value = "end", value_parser = parse_index_location, value_name = "start|end")]
-    index_location: IndexLocation,
-    /// Always decode and re-encode. By default, source chunks that already have the output's inner
-    /// chunk shape and codec chain are copied into the shards without decoding.
-    #[arg(long)]
-    no_passthrough: bool,
-    #[command(flatten)]
-    source_args: SourceArgs,
-    #[command(flatten)]
-    storage: StorageArgs,
+fn size(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
 }
-
-impl LayoutArgs {
-    fn layout(&self) -> Layout {
-        Layout {
-            shard_shape: self.shard_shape.clone().map(|s| s.0),
-            chunk_shape: self.chunk_shape.clone().map(|s| s.0),
-            compressor: self.compressor.clone(),
-            index_location: self.index_location,
-            passthrough: !self.no_passthrough,
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
@@ -152,8 +98,8 @@ enum Command {
         /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
         /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
         /// whose source chunks cannot fit even then is refused before it starts.
-        #[arg(long, value_parser = job::parse_size, value_name = "SIZE")]
-        memory_limit: Option<job::Size>,
+        #[arg(long, value_parser = size, value_name = "SIZE")]
+        memory_limit: Option<u64>,
         /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
         #[arg(long, value_name = "FILE.json")]
         report: Option<PathBuf>,
@@ -170,8 +116,8 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
-        #[arg(long, value_parser = job::parse_size, value_name = "SIZE")]
-        memory_limit: Option<job::Size>,
+        #[arg(long, value_parser = size, value_name = "SIZE")]
+        memory_limit: Option<u64>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -192,7 +138,7 @@ enum Command {
         /// The sharded Zarr v3 output.
         dst: String,
         #[command(flatten)]
-        source_args: SourceArgs,
+        source: SourceArgs,
         #[command(flatten)]
         storage: StorageArgs,
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01.
@@ -252,65 +198,48 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let partition =
+            let mut conversion = layout.conversion();
+            conversion.partition =
                 Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
-            let conversion = Conversion {
-                source: layout.src.clone(),
-                destination: layout.dst.clone(),
-                layouts: layout.layout().into(),
-                memory_limit: memory_limit.map(|m| m.0),
-                threads: threads.unwrap_or_else(default_threads),
-                quiet,
-                partition,
-                overwrite,
-                report,
-                source_args: layout.source_args.clone(),
-                storage: layout.storage.clone(),
-            };
-            convert::convert(&conversion).map(|_| ())
+            conversion.threads = threads.unwrap_or_else(default_threads);
+            conversion.memory_limit = memory_limit;
+            conversion.overwrite = overwrite;
+            conversion.report_path = report;
+            print::convert(&conversion, quiet)
         }
-        Command::Finalize { layout, quiet } => convert::finalize(
-            &layout.src,
-            &layout.dst,
-            &layout.layout().into(),
-            &layout.source_args,
-            &layout.storage,
-            quiet,
-        ),
+        Command::Finalize { layout, quiet } => {
+            let finalized = layout.conversion().finalize()?;
+            print::finalized(&finalized, quiet);
+            Ok(())
+        }
         Command::Plan {
             layout,
             threads,
             memory_limit,
             json,
-        } => plan_cmd::plan(
-            &layout.src,
-            &layout.dst,
-            &layout.layout().into(),
-            &layout.source_args,
-            &layout.storage,
-            (
-                threads.unwrap_or_else(default_threads),
-                memory_limit.map(|m| m.0),
-            ),
-            json,
-        ),
+        } => {
+            let mut conversion = layout.conversion();
+            conversion.threads = threads.unwrap_or_else(default_threads);
+            conversion.memory_limit = memory_limit;
+            print::plan(&conversion.plan()?, json)
+        }
         Command::Verify {
             src,
             dst,
-            source_args,
+            source,
             storage,
             sample,
             threads,
             quiet,
-        } => verify::verify(
-            &src,
-            &dst,
-            &source_args,
-            &storage,
-            sample,
-            threads.unwrap_or_else(default_threads),
-            quiet,
-        ),
+        } => {
+            let mut verification = Verification::new(src, dst);
+            verification.source_options = source.options();
+            verification.store_options = storage.options();
+            verification.io_threads = storage.io_threads;
+            verification.sample = sample;
+            verification.threads = threads.unwrap_or_else(default_threads);
+            print::verified(&verification.run()?, quiet)
+        }
         Command::Run {
             job,
             worker,

@@ -1,0 +1,219 @@
+//! Command-line flags shared by several subcommands, and how they become the library's typed options.
+//! Nothing below `main` sees a flag: each group turns into a `zshard_convert` value here.
+
+use std::time::Duration;
+
+use zshard_convert::{
+    parse_size, Compressor, Layout, ReferenceOptions, SourceFormat, SourceOptions, StoreOptions,
+};
+use zshard_core::IndexLocation;
+
+/// A size flag (`512MiB`, `4G`, `2GB`).
+fn size(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+/// `--ref-coalesce-gap`: a size, or `off` (`None`) for one request per reference. (A newtype, as
+/// clap reads `Option<Option<_>>` as a flag with an optional value.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CoalesceGap(Option<u64>);
+
+fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(CoalesceGap(None));
+    }
+    size(s).map(|gap| CoalesceGap(Some(gap)))
+}
+
+/// A shape given as `a,b,c`. (A newtype, as clap reads `Vec<_>` as a repeated flag.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape(Vec<u64>);
+
+fn shape(s: &str) -> Result<Shape, String> {
+    s.split(',')
+        .map(|part| {
+            part.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    format!("{part:?} is not a positive integer (expected a,b,... e.g. 4096,4096)")
+                })
+        })
+        .collect::<Result<_, _>>()
+        .map(Shape)
+}
+
+fn index_location(s: &str) -> Result<IndexLocation, String> {
+    IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
+}
+
+/// Options that decide the output; `convert`, `plan` and `finalize` must be given the same ones.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LayoutArgs {
+    /// Source: a Zarr v2 or v3 array or group, or a kerchunk reference set (a path or a file://,
+    /// s3://, gs://, az:// or http(s):// URL).
+    pub src: String,
+    /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
+    /// az:// URL).
+    pub dst: String,
+    /// Shard shape, e.g. 4096,4096 (default: automatic, see `zshard convert --help`).
+    #[arg(long, value_parser = shape, value_name = "a,b,...")]
+    shard_shape: Option<Shape>,
+    /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
+    #[arg(long, value_parser = shape, value_name = "a,b,...")]
+    chunk_shape: Option<Shape>,
+    /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
+    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
+    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples).
+    #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
+    compressor: Compressor,
+    /// Where each shard's index goes.
+    #[arg(long, default_value = "end", value_parser = index_location, value_name = "start|end")]
+    index_location: IndexLocation,
+    /// Always decode and re-encode. By default, source chunks that already have the output's inner
+    /// chunk shape and codec chain are copied into the shards without decoding.
+    #[arg(long)]
+    no_passthrough: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+impl LayoutArgs {
+    pub fn layout(&self) -> Layout {
+        Layout {
+            shard_shape: self.shard_shape.clone().map(|s| s.0),
+            chunk_shape: self.chunk_shape.clone().map(|s| s.0),
+            compressor: self.compressor.clone(),
+            index_location: self.index_location,
+            passthrough: !self.no_passthrough,
+        }
+    }
+
+    /// A conversion of SRC into DST with these options.
+    pub fn conversion(&self) -> zshard_convert::Conversion {
+        let mut c = zshard_convert::Conversion::new(&self.src, &self.dst);
+        c.layouts.default = self.layout();
+        c.source_options = self.source.options();
+        c.store_options = self.storage.options();
+        c.io_threads = self.storage.io_threads;
+        c
+    }
+}
+
+/// Options about the input.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SourceArgs {
+    /// Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON reference file,
+    /// version 0 or 1, optionally .zst/.gz compressed) or kerchunk-parquet (a kerchunk Parquet
+    /// reference folder). Detected when not given.
+    #[arg(long, value_name = "KIND")]
+    source_format: Option<SourceFormat>,
+    /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
+    /// local targets must lie under (default: the folder of the reference file, or of the Parquet
+    /// reference folder).
+    #[arg(long, value_name = "DIR")]
+    ref_root: Option<String>,
+    /// Kerchunk references: also read targets that start with PREFIX, e.g. http://127.0.0.1:8000/
+    /// or /data/ (repeatable; needed for http(s) targets on loopback, link-local or private
+    /// addresses and for local files outside --ref-root).
+    #[arg(long = "allow-ref-prefix", value_name = "PREFIX")]
+    allow_ref_prefix: Vec<String>,
+    /// Kerchunk references: byte ranges of one target file at most SIZE apart are read with one
+    /// request (default 64KiB); `off` reads every reference with its own request.
+    #[arg(long, value_parser = coalesce_gap, value_name = "SIZE|off")]
+    ref_coalesce_gap: Option<CoalesceGap>,
+}
+
+impl SourceArgs {
+    pub fn options(&self) -> SourceOptions {
+        let given = self.ref_root.is_some()
+            || !self.allow_ref_prefix.is_empty()
+            || self.ref_coalesce_gap.is_some();
+        let defaults = ReferenceOptions::default();
+        SourceOptions {
+            format: self.source_format,
+            references: given.then(|| ReferenceOptions {
+                ref_root: self.ref_root.clone(),
+                allow_prefixes: self.allow_ref_prefix.clone(),
+                coalesce_gap: self
+                    .ref_coalesce_gap
+                    .map_or(defaults.coalesce_gap, |gap| gap.0),
+                ..defaults
+            }),
+        }
+    }
+}
+
+/// Options about reaching storage (both the source and the destination).
+#[derive(clap::Args, Debug, Clone)]
+pub struct StorageArgs {
+    /// Endpoint of an S3-compatible store (MinIO, Ceph, ...), e.g. http://127.0.0.1:9000.
+    /// Credentials and region otherwise come from AWS_* variables.
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION).
+    #[arg(long, value_name = "REGION")]
+    s3_region: Option<String>,
+    /// Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want.
+    #[arg(long)]
+    s3_path_style: bool,
+    /// Unsigned requests, for public buckets and containers.
+    #[arg(long)]
+    anonymous: bool,
+    /// Retries of transient storage failures (5xx, 429, timeouts, reset connections), with backoff
+    /// and jitter; permanent ones (403, 404, missing bucket) fail at once.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    retries: usize,
+    /// No retry starts later than this after a request's first attempt.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    retry_timeout: u64,
+    /// Storage requests in flight per batch (the chunks of one shard, the parts of one upload).
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    max_requests: usize,
+    /// Shards larger than this are uploaded to object stores in parts of this size (min 5MiB).
+    #[arg(long, default_value = "32MiB", value_parser = size, value_name = "SIZE")]
+    part_size: u64,
+    /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths, 8
+    /// when the source or destination is a remote store).
+    #[arg(long, value_name = "N")]
+    pub io_threads: Option<usize>,
+}
+
+impl StorageArgs {
+    pub fn options(&self) -> StoreOptions {
+        StoreOptions {
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_path_style: self.s3_path_style,
+            anonymous: self.anonymous,
+            retries: self.retries,
+            retry_timeout: Duration::from_secs(self.retry_timeout),
+            max_requests: self.max_requests.max(1),
+            part_size: usize::try_from(self.part_size).unwrap_or(usize::MAX),
+            ..StoreOptions::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesce_gap_values() {
+        assert_eq!(coalesce_gap("off"), Ok(CoalesceGap(None)));
+        assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
+        assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
+        assert!(coalesce_gap("lots").is_err());
+    }
+
+    #[test]
+    fn shapes() {
+        assert_eq!(shape("4096, 4096"), Ok(Shape(vec![4096, 4096])));
+        assert!(shape("0,1").is_err());
+        assert!(shape("a").is_err());
+    }
+}

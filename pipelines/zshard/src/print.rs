@@ -1,0 +1,243 @@
+//! What the commands print: the plan, the summary after a run, verification results. Everything
+//! here formats values that `zshard_convert` returns.
+
+use anyhow::bail;
+use indicatif::HumanBytes;
+use serde_json::Value;
+use zshard_convert::{Conversion, Finalized, PlanReport, ReadStats, Report, Verified};
+use zshard_core::CodecSpec;
+
+use crate::progress::Progress;
+
+/// Environment variable: when set, the read requests made for a kerchunk reference set are printed
+/// to stderr (one line).
+const KERCHUNK_STATS_ENV: &str = "ZSHARD_KERCHUNK_STATS";
+
+fn reference_reads(source: &str, reads: Option<&ReadStats>) {
+    if let (Some(s), true) = (reads, std::env::var_os(KERCHUNK_STATS_ENV).is_some()) {
+        eprintln!(
+            "zshard: kerchunk {source}: {} chunk reference(s) read with {} request(s), {} byte(s)",
+            s.references, s.requests, s.bytes
+        );
+    }
+}
+
+/// `zshard convert`: runs with a progress bar, then prints the summary.
+pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
+    let progress = Progress::new(quiet);
+    let report = conversion.convert(&progress);
+    progress.finish(report.is_ok());
+    let report = report?;
+    reference_reads(&report.source, report.reference_reads.as_ref());
+    if quiet {
+        return Ok(());
+    }
+    if report.already_complete {
+        eprintln!(
+            "zshard: {} is already complete with these options; nothing to do",
+            report.destination
+        );
+        return Ok(());
+    }
+    eprintln!("{}", summary(&report));
+    if report.worker.count > 1 {
+        eprintln!(
+            "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
+            report.worker.index, report.worker.count
+        );
+    }
+    Ok(())
+}
+
+/// One paragraph for people.
+fn summary(report: &Report) -> String {
+    let t = &report.totals;
+    let skipped = if t.shards_skipped > 0 {
+        format!(", {} already done and skipped", t.shards_skipped)
+    } else {
+        String::new()
+    };
+    format!(
+        "zshard: converted {} array(s) into {}: {} shard(s) written, {} held only the fill value{skipped}; \
+         read {} in {} chunk(s) ({} missing), wrote {}, in {:.1} s ({}/s read)",
+        report.arrays.len(),
+        report.destination,
+        t.stats.shards_written,
+        t.stats.shards_empty,
+        HumanBytes(t.stats.bytes_read),
+        t.stats.chunks_read,
+        t.stats.chunks_missing,
+        HumanBytes(t.stats.bytes_written),
+        report.duration_seconds,
+        HumanBytes(report.read_bytes_per_second as u64),
+    )
+}
+
+/// `zshard finalize`.
+pub fn finalized(finalized: &Finalized, quiet: bool) {
+    if quiet {
+        return;
+    }
+    if finalized.already_finalized {
+        eprintln!("zshard: {} is already finalized", finalized.destination);
+    } else {
+        eprintln!(
+            "zshard: finalized {}: {} array(s), {} group(s)",
+            finalized.destination, finalized.arrays, finalized.groups
+        );
+    }
+}
+
+/// `zshard verify`: the mismatches, or one line saying that everything matches.
+pub fn verified(verified: &Verified, quiet: bool) -> anyhow::Result<()> {
+    let found = &verified.mismatches;
+    for m in &found.first {
+        eprintln!("zshard: mismatch: {m}");
+    }
+    if found.count > found.first.len() {
+        eprintln!(
+            "zshard: ... and {} more mismatch(es)",
+            found.count - found.first.len()
+        );
+    }
+    if found.count > 0 {
+        bail!(
+            "{} mismatch(es) in {} shard(s) checked of {}",
+            found.count,
+            verified.shards_checked,
+            verified.destination
+        );
+    }
+    if !quiet {
+        eprintln!(
+            "zshard: verified {} shard(s) in {} array(s) of {}: every element equals the source, every index is valid",
+            verified.shards_checked, verified.arrays, verified.destination
+        );
+    }
+    Ok(())
+}
+
+/// `zshard plan`: text for people or JSON.
+pub fn plan(plan: &PlanReport, as_json: bool) -> anyhow::Result<()> {
+    let doc = plan.to_json();
+    reference_reads(
+        doc["source"].as_str().unwrap_or_default(),
+        plan.reference_reads.as_ref(),
+    );
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
+    print_human(&arrays, plan.threads(), plan.memory_limit());
+    let totals = &doc["totals"];
+    let u = |k: &str| totals[k].as_u64().unwrap_or(0);
+    println!(
+        "total: {} array(s), {} group(s), {} source chunk(s) -> {} shard(s), {} raw; peak memory about {} per worker",
+        arrays.len(), plan.plan.groups.len(), u("source_chunks"), u("shards"),
+        HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
+    );
+    Ok(())
+}
+
+fn codecs_text(codecs: &[CodecSpec]) -> String {
+    codecs
+        .iter()
+        .map(|c| {
+            let config: Vec<String> = c
+                .configuration
+                .iter()
+                .flatten()
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                    )
+                })
+                .collect();
+            format!("{}({})", c.name, config.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}
+
+fn shape_text(shape: &[u64]) -> String {
+    if shape.is_empty() {
+        return "scalar".into();
+    }
+    shape
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(" x ")
+}
+
+fn print_human(arrays: &[Value], threads: usize, memory_limit: u64) {
+    for a in arrays {
+        let u = |k: &str| a[k].as_u64().unwrap_or(0);
+        let shape = |k: &str| {
+            shape_text(&serde_json::from_value::<Vec<u64>>(a[k].clone()).unwrap_or_default())
+        };
+        let codecs = |k: &str| {
+            codecs_text(&serde_json::from_value::<Vec<CodecSpec>>(a[k].clone()).unwrap_or_default())
+        };
+        println!("array {}", a["name"].as_str().unwrap_or_default());
+        println!(
+            "  shape          {} {} (fill value {})",
+            shape("shape"),
+            a["data_type"]
+                .as_str()
+                .map_or_else(|| a["data_type"].to_string(), str::to_string),
+            a["fill_value"]
+        );
+        println!(
+            "  source chunks  {}, {} chunk(s){}: {}",
+            shape("source_chunk_shape"),
+            u("source_chunks"),
+            if a["source_shard_shape"].is_array() {
+                format!(
+                    " (inner chunks of shards of {}, read one by one)",
+                    shape("source_shard_shape")
+                )
+            } else {
+                String::new()
+            },
+            codecs("source_codecs")
+        );
+        println!(
+            "  output         {} shard(s) of {}, {} inner chunk(s) of {} per shard, index at the {}",
+            u("shards"), shape("shard_shape"), u("inner_chunks_per_shard"), shape("inner_chunk_shape"),
+            a["index_location"].as_str().unwrap_or_default()
+        );
+        println!("  output codecs  {}", codecs("output_codecs"));
+        if a["passthrough"] == true {
+            println!("  passthrough    source chunks are copied into the shards without decoding");
+        }
+        if a["data_type"] == "string" {
+            // Only the 8-byte handles are known: string lengths are not in the metadata.
+            println!("  bytes          unknown (variable-length strings)");
+        } else {
+            println!(
+                "  bytes          {} raw in, at most {} raw out (compressed sizes depend on the data)",
+                HumanBytes(u("estimated_bytes_in")),
+                HumanBytes(u("estimated_bytes_out"))
+            );
+        }
+        if u("parts_per_shard") > 1 {
+            println!(
+                "  parts          each shard is converted and written in {} parts (memory limit {}); a source chunk under several parts is read {}",
+                u("parts_per_shard"),
+                HumanBytes(memory_limit),
+                if a["source_chunks_kept_between_parts"].as_bool() == Some(true) {
+                    "once"
+                } else {
+                    "for each"
+                }
+            );
+        }
+        println!(
+            "  peak memory    about {} per worker with {threads} thread(s)",
+            HumanBytes(u("estimated_peak_memory_per_worker"))
+        );
+    }
+}
