@@ -7,11 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
-use serde_json::Value;
 use zshard_codecs::build_chain;
 use zshard_core::{
-    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, CodecSpec,
-    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
+    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, IndexEncoding,
+    IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
 use zshard_pipeline::{ArrayJob, Options, ShardTask};
 use zshard_store::{IoRuntime, Store};
@@ -49,24 +48,13 @@ struct OutputArray {
 }
 
 fn output_array(meta: ArrayMeta) -> anyhow::Result<OutputArray> {
-    let sharding = match meta.codecs.as_slice() {
-        [c] if c.name == "sharding_indexed" => c.clone(),
+    let config = match (meta.codecs.len(), meta.sharding()) {
+        (1, Some(config)) => config?,
         _ => bail!("is not a sharded array (its only codec must be sharding_indexed)"),
     };
-    let field = |k: &str| {
-        sharding
-            .get(k)
-            .cloned()
-            .ok_or_else(|| anyhow!("sharding_indexed has no {k}"))
-    };
-    let inner_shape: Vec<u64> = serde_json::from_value(field("chunk_shape")?)?;
-    let inner_codecs: Vec<CodecSpec> = serde_json::from_value(field("codecs")?)?;
-    let index_codecs: Vec<CodecSpec> = serde_json::from_value(field("index_codecs")?)?;
-    let index_location = match sharding.get("index_location").and_then(Value::as_str) {
-        None => IndexLocation::End,
-        Some(s) => IndexLocation::parse(s).ok_or_else(|| anyhow!("bad index_location {s}"))?,
-    };
-    let index_encoding = zshard_codecs::index_encoding(&index_codecs)?;
+    let index_location = config.index_location;
+    let index_encoding = config.index_encoding()?;
+    let (inner_shape, inner_codecs) = (config.chunk_shape, config.codecs);
     let inner_repr = ChunkRepr {
         shape: inner_shape.clone(),
         data_type: meta.data_type,
