@@ -155,3 +155,80 @@ impl ArrayToBytesCodec for ShardingCodec {
         .to_codec_spec()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+    use zshard_core::{ChunkRepr, CodecSpec, DataType, Error, FillValue};
+
+    use crate::registry::build_codec;
+
+    fn repr() -> ChunkRepr {
+        ChunkRepr {
+            shape: vec![8, 4],
+            data_type: DataType::UInt16,
+            fill_value: FillValue::zero(DataType::UInt16),
+        }
+    }
+
+    fn build(configuration: Value) -> crate::Result<crate::Codec> {
+        build_codec(&CodecSpec::new("sharding_indexed", configuration), &repr())
+    }
+
+    /// The spec is written in full: the index location even when it was left out, the byte order
+    /// of the index, the canonical inner chain.
+    #[test]
+    fn the_spec_of_a_built_codec_is_the_full_configuration() {
+        let little = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let codec = build(
+            json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["bytes", "crc32c"]}),
+        )
+        .expect("valid");
+        let crate::Codec::ArrayToBytes(codec) = codec else {
+            panic!("sharding is an array-to-bytes codec")
+        };
+        assert_eq!(
+            serde_json::to_string(&codec.spec()).expect("json"),
+            r#"{"name":"sharding_indexed","configuration":{"chunk_shape":[4,2],"codecs":[{"name":"bytes","configuration":{"endian":"little"}}],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}],"index_location":"end"}}"#
+        );
+    }
+
+    #[test]
+    fn invalid_configurations_are_build_errors_naming_the_member() {
+        let little = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let cases = [
+            (
+                json!({"chunk_shape": [3, 2], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4, 0], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["zstd"]}),
+                "index_codecs",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["bytes"], "index_location": "middle"}),
+                "index_location",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "index_codecs": ["bytes"]}),
+                "configuration",
+            ),
+        ];
+        for (configuration, member) in cases {
+            match build(configuration.clone()) {
+                Err(crate::Error::Core(Error::InvalidShardingConfig { field, .. })) => {
+                    assert_eq!(field, member, "{configuration}")
+                }
+                other => panic!("{configuration}: expected an invalid {member}, got {other:?}"),
+            }
+        }
+    }
+}

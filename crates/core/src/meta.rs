@@ -211,6 +211,20 @@ mod tests {
         }
     }
 
+    /// Unknown members of the configuration are refused (as by zarr-python and zarrs), so such an
+    /// array is not read by inner chunk: building its chain reports the member.
+    #[test]
+    fn a_sharding_configuration_with_an_unknown_member_is_left_as_it_is() {
+        let meta = sharded(serde_json::json!({
+            "chunk_shape": [32, 32],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes"}],
+            "index_size": 16
+        }));
+        let before = meta.clone();
+        assert_eq!(meta.read_by_inner_chunk(), before);
+    }
+
     #[test]
     fn keys() {
         let d = ChunkKeyEncoding::Default { separator: '/' };
