@@ -58,6 +58,5 @@ pub use blosc::{CNAMES as BLOSC_CNAMES, SHUFFLES as BLOSC_SHUFFLES};
 pub use bytes_codec::BytesCodec;
 pub use error::{Error, Result};
 pub use registry::{build_chain, build_codec, supported_codecs, Codec};
-pub use sharding::index_encoding;
 pub use transpose::TransposeCodec;
 pub use vlen_utf8::MAX_STRING_CHUNK_BYTES;

@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use zshard_core::{
     assemble_shard, copy_region, product, ArrayToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
-    Error, IndexEncoding, IndexLocation, Region, Result, ShardReader,
+    Error, IndexEncoding, IndexLocation, Region, Result, ShardReader, ShardingConfig,
+    SHARDING_CODEC,
 };
 
-use crate::error::invalid;
 use crate::registry::{build_chain, Codec};
 
 #[derive(Debug)]
@@ -21,71 +20,27 @@ pub struct ShardingCodec {
 }
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
-    let name = "sharding_indexed";
-    let inner_shape: Vec<u64> = spec
-        .get("chunk_shape")
-        .and_then(|v| v.as_array())
-        .and_then(|a| a.iter().map(|x| x.as_u64()).collect())
-        .ok_or_else(|| invalid(name, "chunk_shape must be a list of integers"))?;
-    if inner_shape.len() != repr.shape.len()
-        || inner_shape.contains(&0)
-        || repr.shape.iter().zip(&inner_shape).any(|(s, i)| s % i != 0)
-    {
-        return Err(invalid(
-            name,
-            format!(
-                "chunk_shape {inner_shape:?} does not divide the shard shape {:?}",
-                repr.shape
-            ),
-        ));
-    }
+    let config = ShardingConfig::from_codec(spec)?;
+    let per_shard = config.chunks_per_shard(&repr.shape)?;
     // The index holds 16 bytes per inner chunk and each inner chunk is a buffer: both must be sane.
-    let per_shard: Vec<u64> = repr
-        .shape
-        .iter()
-        .zip(&inner_shape)
-        .map(|(s, i)| s / i)
-        .collect();
     zshard_core::checked_byte_size("shard index of", &per_shard, 16)?;
-    zshard_core::checked_byte_size("inner chunk shape", &inner_shape, repr.data_type.size())?;
-    let parse_list = |key: &str| -> crate::Result<Vec<CodecSpec>> {
-        let value = spec
-            .get(key)
-            .cloned()
-            .ok_or_else(|| invalid(name, format!("missing {key}")))?;
-        serde_json::from_value(value).map_err(|e| invalid(name, format!("{key}: {e}")))
-    };
+    zshard_core::checked_byte_size(
+        "inner chunk shape",
+        &config.chunk_shape,
+        repr.data_type.size(),
+    )?;
     let inner_repr = ChunkRepr {
-        shape: inner_shape.clone(),
+        shape: config.chunk_shape.clone(),
         ..repr.clone()
     };
-    let inner_chain = build_chain(&parse_list("codecs")?, &inner_repr)?;
-    let index_encoding = index_encoding(&parse_list("index_codecs")?)?;
-    let index_location = match spec.get("index_location").and_then(|v| v.as_str()) {
-        None => IndexLocation::End,
-        Some(s) => IndexLocation::parse(s)
-            .ok_or_else(|| invalid(name, format!("index_location {s:?} is not start or end")))?,
-    };
+    let inner_chain = build_chain(&config.codecs, &inner_repr)?;
+    let index_encoding = config.index_encoding()?;
     Ok(Codec::ArrayToBytes(Arc::new(ShardingCodec {
-        inner_shape,
+        inner_shape: config.chunk_shape,
         inner_chain,
         index_encoding,
-        index_location,
+        index_location: config.index_location,
     })))
-}
-
-/// The index chains zshard reads: `bytes` (either byte order), optionally followed by `crc32c`.
-pub fn index_encoding(specs: &[CodecSpec]) -> crate::Result<IndexEncoding> {
-    let unsupported = || {
-        invalid(
-            "sharding_indexed",
-            format!(
-                "index_codecs {} are not supported (bytes, optionally followed by crc32c)",
-                serde_json::to_string(specs).unwrap_or_default()
-            ),
-        )
-    };
-    IndexEncoding::from_codecs(specs).ok_or_else(unsupported)
 }
 
 impl ShardingCodec {
@@ -166,7 +121,7 @@ impl ArrayToBytesCodec for ShardingCodec {
                 self.inner_chain
                     .decode(bytes, &inner_repr)
                     .map_err(|e| Error::Codec {
-                        codec: "sharding_indexed".into(),
+                        codec: SHARDING_CODEC.into(),
                         reason: format!("inner chunk {i}: {e}"),
                     })?;
             let region = self.inner_region(i as u64, &cps);
@@ -191,19 +146,89 @@ impl ArrayToBytesCodec for ShardingCodec {
     }
 
     fn spec(&self) -> CodecSpec {
-        let index_codecs = if self.index_encoding.crc32c {
-            json!([{"name": "bytes", "configuration": {"endian": self.index_encoding.endian.as_str()}}, {"name": "crc32c"}])
-        } else {
-            json!([{"name": "bytes", "configuration": {"endian": self.index_encoding.endian.as_str()}}])
-        };
-        CodecSpec::new(
-            "sharding_indexed",
-            json!({
-                "chunk_shape": self.inner_shape,
-                "codecs": self.inner_chain.specs(),
-                "index_codecs": index_codecs,
-                "index_location": self.index_location.as_str(),
-            }),
+        ShardingConfig::new(
+            self.inner_shape.clone(),
+            self.inner_chain.specs(),
+            self.index_encoding,
+            self.index_location,
         )
+        .to_codec_spec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+    use zshard_core::{ChunkRepr, CodecSpec, DataType, Error, FillValue};
+
+    use crate::registry::build_codec;
+
+    fn repr() -> ChunkRepr {
+        ChunkRepr {
+            shape: vec![8, 4],
+            data_type: DataType::UInt16,
+            fill_value: FillValue::zero(DataType::UInt16),
+        }
+    }
+
+    fn build(configuration: Value) -> crate::Result<crate::Codec> {
+        build_codec(&CodecSpec::new("sharding_indexed", configuration), &repr())
+    }
+
+    /// The spec is written in full: the index location even when it was left out, the byte order
+    /// of the index, the canonical inner chain.
+    #[test]
+    fn the_spec_of_a_built_codec_is_the_full_configuration() {
+        let little = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let codec = build(
+            json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["bytes", "crc32c"]}),
+        )
+        .expect("valid");
+        let crate::Codec::ArrayToBytes(codec) = codec else {
+            panic!("sharding is an array-to-bytes codec")
+        };
+        assert_eq!(
+            serde_json::to_string(&codec.spec()).expect("json"),
+            r#"{"name":"sharding_indexed","configuration":{"chunk_shape":[4,2],"codecs":[{"name":"bytes","configuration":{"endian":"little"}}],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}],"index_location":"end"}}"#
+        );
+    }
+
+    #[test]
+    fn invalid_configurations_are_build_errors_naming_the_member() {
+        let little = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let cases = [
+            (
+                json!({"chunk_shape": [3, 2], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4, 0], "codecs": [little], "index_codecs": ["bytes"]}),
+                "chunk_shape",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["zstd"]}),
+                "index_codecs",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "codecs": [little], "index_codecs": ["bytes"], "index_location": "middle"}),
+                "index_location",
+            ),
+            (
+                json!({"chunk_shape": [4, 2], "index_codecs": ["bytes"]}),
+                "configuration",
+            ),
+        ];
+        for (configuration, member) in cases {
+            match build(configuration.clone()) {
+                Err(crate::Error::Core(Error::InvalidShardingConfig { field, .. })) => {
+                    assert_eq!(field, member, "{configuration}")
+                }
+                other => panic!("{configuration}: expected an invalid {member}, got {other:?}"),
+            }
+        }
     }
 }

@@ -165,17 +165,7 @@ impl Plan {
 
 /// The inner chunk shape of an already sharded source, which is the natural default for the output.
 fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
-    // Only when sharding comes first: after a transpose its chunk shape is in permuted axis order.
-    let sharding = meta
-        .codecs
-        .first()
-        .filter(|c| c.name == "sharding_indexed")?;
-    sharding
-        .get("chunk_shape")?
-        .as_array()?
-        .iter()
-        .map(Value::as_u64)
-        .collect()
+    meta.sharding()?.ok().map(|config| config.chunk_shape)
 }
 
 fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {

@@ -6,11 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use serde_json::Value;
 use zshard_codecs::build_chain;
 use zshard_core::{
-    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, CodecSpec,
-    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
+    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, IndexEncoding,
+    IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
 use zshard_pipeline::{ArrayJob, Options, ShardTask};
 use zshard_store::{IoRuntime, Store, StoreOptions};
@@ -52,38 +51,17 @@ struct OutputArray {
 }
 
 fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
-    let layout = |reason: String| Error::Layout { reason };
-    let sharding = match meta.codecs.as_slice() {
-        [c] if c.name == "sharding_indexed" => c.clone(),
+    let config = match (meta.codecs.len(), meta.sharding()) {
+        (1, Some(config)) => config?,
         _ => {
-            return Err(layout(
-                "is not a sharded array (its only codec must be sharding_indexed)".into(),
-            ))
+            return Err(Error::Layout {
+                reason: "is not a sharded array (its only codec must be sharding_indexed)".into(),
+            })
         }
     };
-    let field = |k: &str| {
-        sharding
-            .get(k)
-            .cloned()
-            .ok_or_else(|| layout(format!("sharding_indexed has no {k}")))
-    };
-    let inner_shape: Vec<u64> = serde_json::from_value(field("chunk_shape")?)
-        .map_err(|e| layout(format!("chunk_shape: {e}")))?;
-    let inner_codecs: Vec<CodecSpec> =
-        serde_json::from_value(field("codecs")?).map_err(|e| layout(format!("codecs: {e}")))?;
-    let index_codecs: Vec<CodecSpec> = serde_json::from_value(field("index_codecs")?)
-        .map_err(|e| layout(format!("index_codecs: {e}")))?;
-    let index_location = match sharding.get("index_location").and_then(Value::as_str) {
-        None => IndexLocation::End,
-        Some(s) => {
-            IndexLocation::parse(s).ok_or_else(|| layout(format!("bad index_location {s}")))?
-        }
-    };
-    let index_encoding =
-        zshard_codecs::index_encoding(&index_codecs).map_err(|source| Error::Codecs {
-            which: "index",
-            source,
-        })?;
+    let index_location = config.index_location;
+    let index_encoding = config.index_encoding()?;
+    let (inner_shape, inner_codecs) = (config.chunk_shape, config.codecs);
     let inner_repr = ChunkRepr {
         shape: inner_shape.clone(),
         data_type: meta.data_type,

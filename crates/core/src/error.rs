@@ -34,6 +34,11 @@ pub enum Error {
     #[error("decoded size is {actual} bytes, expected {expected} bytes")]
     DecodedSize { expected: usize, actual: usize },
 
+    /// A `sharding_indexed` configuration that breaks the specification or that zshard cannot read;
+    /// `field` is the member at fault (a path such as `chunk_shape[1]` inside it).
+    #[error("sharding_indexed: invalid {field}: {reason}")]
+    InvalidShardingConfig { field: String, reason: String },
+
     #[error("shard index: {reason}")]
     ShardIndex { reason: String },
 

@@ -26,6 +26,7 @@ mod geometry;
 mod io;
 mod meta;
 mod shard_index;
+mod sharding;
 mod vlen;
 
 pub use codec::{
@@ -45,4 +46,5 @@ pub use shard_index::{
     assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
     ShardReader, EMPTY,
 };
+pub use sharding::{ShardingConfig, SHARDING_CODEC};
 pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};

@@ -89,46 +89,26 @@ impl ArrayMeta {
     /// and inner chunks that are already what the output wants can be copied as they are. Any other
     /// array (or an invalid sharding configuration, reported when its chain is built) is unchanged.
     pub fn read_by_inner_chunk(self) -> ArrayMeta {
-        let [sharding] = self.codecs.as_slice() else {
-            return self;
-        };
-        if sharding.name != "sharding_indexed" || self.sharded.is_some() {
+        if self.codecs.len() != 1 || self.sharded.is_some() {
             return self;
         }
-        let inner_shape: Option<Vec<u64>> = sharding
-            .get("chunk_shape")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(Value::as_u64).collect());
-        let specs = |key: &str| -> Option<Vec<CodecSpec>> {
-            serde_json::from_value(sharding.get(key)?.clone()).ok()
-        };
-        let index_location = match sharding.get("index_location").map(Value::as_str) {
-            None => Some(IndexLocation::End),
-            Some(s) => s.and_then(IndexLocation::parse),
-        };
-        let index_encoding = specs("index_codecs").and_then(|c| IndexEncoding::from_codecs(&c));
-        let (Some(inner_shape), Some(codecs), Some(index_location), Some(index_encoding)) =
-            (inner_shape, specs("codecs"), index_location, index_encoding)
-        else {
+        let Some(Ok(config)) = self.sharding() else {
             return self;
         };
-        let divides = inner_shape.len() == self.chunk_shape.len()
-            && self
-                .chunk_shape
-                .iter()
-                .zip(&inner_shape)
-                .all(|(&s, &i)| i > 0 && s % i == 0);
-        if !divides || codecs.is_empty() {
+        let Ok(index_encoding) = config.index_encoding() else {
+            return self;
+        };
+        if config.chunks_per_shard(&self.chunk_shape).is_err() || config.codecs.is_empty() {
             return self;
         }
         ArrayMeta {
             sharded: Some(SourceShards {
                 shard_shape: self.chunk_shape.clone(),
                 index_encoding,
-                index_location,
+                index_location: config.index_location,
             }),
-            chunk_shape: inner_shape,
-            codecs,
+            chunk_shape: config.chunk_shape,
+            codecs: config.codecs,
             ..self
         }
     }
@@ -229,6 +209,20 @@ mod tests {
             let before = meta.clone();
             assert_eq!(meta.read_by_inner_chunk(), before);
         }
+    }
+
+    /// Unknown members of the configuration are refused (as by zarr-python and zarrs), so such an
+    /// array is not read by inner chunk: building its chain reports the member.
+    #[test]
+    fn a_sharding_configuration_with_an_unknown_member_is_left_as_it_is() {
+        let meta = sharded(serde_json::json!({
+            "chunk_shape": [32, 32],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes"}],
+            "index_size": 16
+        }));
+        let before = meta.clone();
+        assert_eq!(meta.read_by_inner_chunk(), before);
     }
 
     #[test]

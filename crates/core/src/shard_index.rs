@@ -1,11 +1,14 @@
 //! The binary shard format of the `sharding_indexed` codec: encoded inner chunks followed (or
 //! preceded) by an index of `(offset, nbytes)` pairs, one per inner chunk in C order.
 
+use serde::{Deserialize, Serialize};
+
 use crate::dtype::Endian;
 use crate::error::{Error, Result};
 
-/// Where the index sits in a shard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// Where the index sits in a shard (`"start"` or `"end"` in metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum IndexLocation {
     Start,
     #[default]
@@ -29,33 +32,12 @@ impl IndexLocation {
     }
 }
 
-/// How the index is encoded: the `bytes` codec's byte order, optionally followed by `crc32c`.
+/// How the index is encoded: the `bytes` codec's byte order, optionally followed by `crc32c` (see
+/// [`IndexEncoding::from_codecs`] for the metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEncoding {
     pub endian: Endian,
     pub crc32c: bool,
-}
-
-impl IndexEncoding {
-    /// The encoding of an `index_codecs` chain: `bytes` (either byte order), optionally followed by
-    /// `crc32c`; `None` for any other chain.
-    pub fn from_codecs(specs: &[crate::CodecSpec]) -> Option<Self> {
-        let (first, rest) = specs.split_first()?;
-        if first.name != "bytes" {
-            return None;
-        }
-        let endian = match first.get("endian").and_then(|v| v.as_str()) {
-            Some("big") => Endian::Big,
-            Some("little") | None => Endian::Little,
-            Some(_) => return None,
-        };
-        let crc32c = match rest {
-            [] => false,
-            [c] if c.name == "crc32c" => true,
-            _ => return None,
-        };
-        Some(IndexEncoding { endian, crc32c })
-    }
 }
 
 impl Default for IndexEncoding {

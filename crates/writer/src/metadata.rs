@@ -1,7 +1,9 @@
 //! Zarr v3 metadata documents for the output (pure: builds JSON, writes nothing).
 
 use serde_json::{json, Map, Value};
-use zshard_core::{ChunkKeyEncoding, CodecSpec, DataType, FillValue, IndexEncoding, IndexLocation};
+use zshard_core::{
+    ChunkKeyEncoding, CodecSpec, DataType, FillValue, IndexEncoding, IndexLocation, ShardingConfig,
+};
 
 /// The chunk key encoding of every array zshard writes: `c/0/1`.
 pub const OUTPUT_KEY_ENCODING: ChunkKeyEncoding = ChunkKeyEncoding::Default { separator: '/' };
@@ -21,16 +23,18 @@ pub struct ShardedArrayMetadata {
     pub dimension_names: Option<Vec<Option<String>>>,
 }
 
-fn index_codecs(encoding: IndexEncoding) -> Value {
-    let mut codecs =
-        vec![json!({"name": "bytes", "configuration": {"endian": encoding.endian.as_str()}})];
-    if encoding.crc32c {
-        codecs.push(json!({"name": "crc32c"}));
-    }
-    Value::Array(codecs)
-}
-
 impl ShardedArrayMetadata {
+    /// The configuration of the array's one codec: zshard writes every index as `bytes` (little
+    /// endian) + `crc32c`.
+    pub fn sharding(&self) -> ShardingConfig {
+        ShardingConfig::new(
+            self.inner_shape.clone(),
+            self.inner_codecs.clone(),
+            IndexEncoding::default(),
+            self.index_location,
+        )
+    }
+
     pub fn to_json(&self) -> Value {
         let mut doc = json!({
             "zarr_format": 3,
@@ -40,15 +44,7 @@ impl ShardedArrayMetadata {
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": self.shard_shape}},
             "chunk_key_encoding": OUTPUT_KEY_ENCODING.to_v3_json(),
             "fill_value": self.fill_value.to_v3_json(self.data_type),
-            "codecs": [{
-                "name": "sharding_indexed",
-                "configuration": {
-                    "chunk_shape": self.inner_shape,
-                    "codecs": self.inner_codecs,
-                    "index_codecs": index_codecs(IndexEncoding::default()),
-                    "index_location": self.index_location.as_str(),
-                }
-            }],
+            "codecs": [self.sharding().to_codec_spec()],
             "attributes": self.attributes,
         });
         if let (Some(names), Some(map)) = (&self.dimension_names, doc.as_object_mut()) {
@@ -95,5 +91,119 @@ mod tests {
             doc["chunk_key_encoding"]["configuration"]["separator"],
             json!("/")
         );
+    }
+
+    fn sharded_uint16() -> ShardedArrayMetadata {
+        ShardedArrayMetadata {
+            shape: vec![10, 7],
+            data_type: DataType::UInt16,
+            fill_value: FillValue::zero(DataType::UInt16),
+            shard_shape: vec![8, 4],
+            inner_shape: vec![4, 2],
+            inner_codecs: vec![
+                CodecSpec::new("bytes", json!({"endian": "little"})),
+                CodecSpec::new("zstd", json!({"level": 3, "checksum": false})),
+            ],
+            index_location: IndexLocation::End,
+            attributes: json!({"units": "K"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            dimension_names: None,
+        }
+    }
+
+    /// The text zshard has always written (interoperability tests compare whole documents).
+    #[test]
+    fn array_document_text_is_unchanged() {
+        let text = serde_json::to_string_pretty(&sharded_uint16().to_json()).expect("json");
+        let expected = r#"{
+  "zarr_format": 3,
+  "node_type": "array",
+  "shape": [
+    10,
+    7
+  ],
+  "data_type": "uint16",
+  "chunk_grid": {
+    "name": "regular",
+    "configuration": {
+      "chunk_shape": [
+        8,
+        4
+      ]
+    }
+  },
+  "chunk_key_encoding": {
+    "name": "default",
+    "configuration": {
+      "separator": "/"
+    }
+  },
+  "fill_value": 0,
+  "codecs": [
+    {
+      "name": "sharding_indexed",
+      "configuration": {
+        "chunk_shape": [
+          4,
+          2
+        ],
+        "codecs": [
+          {
+            "name": "bytes",
+            "configuration": {
+              "endian": "little"
+            }
+          },
+          {
+            "name": "zstd",
+            "configuration": {
+              "level": 3,
+              "checksum": false
+            }
+          }
+        ],
+        "index_codecs": [
+          {
+            "name": "bytes",
+            "configuration": {
+              "endian": "little"
+            }
+          },
+          {
+            "name": "crc32c"
+          }
+        ],
+        "index_location": "end"
+      }
+    }
+  ],
+  "attributes": {
+    "units": "K"
+  }
+}"#;
+        assert_eq!(text, expected);
+    }
+
+    /// Reading the written configuration and writing it again gives the same JSON, member order
+    /// included.
+    #[test]
+    fn written_sharding_configuration_round_trips() {
+        for index_location in [IndexLocation::Start, IndexLocation::End] {
+            let meta = ShardedArrayMetadata {
+                index_location,
+                ..sharded_uint16()
+            };
+            let doc = meta.to_json();
+            let written = &doc["codecs"][0];
+            let spec: CodecSpec = serde_json::from_value(written.clone()).expect("codec spec");
+            let config = ShardingConfig::from_codec(&spec).expect("valid configuration");
+            assert_eq!(config, meta.sharding());
+            assert_eq!(
+                serde_json::to_string(&config.to_codec_spec()).expect("json"),
+                serde_json::to_string(written).expect("json")
+            );
+        }
     }
 }
