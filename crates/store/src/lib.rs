@@ -17,6 +17,7 @@
 
 mod cloud;
 mod error;
+mod location;
 mod options;
 mod retry;
 mod runtime;
@@ -24,6 +25,7 @@ mod store;
 mod upload;
 
 pub use error::{Error, Result};
+pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
 pub use store::Store;
