@@ -33,6 +33,15 @@ pub enum Error {
         source: Box<object_store::Error>,
     },
 
+    /// A ranged read returned fewer bytes than a wanted range needs: the object ends at `len`.
+    #[error("{location}: bytes {start}..{end} are beyond its end ({len} bytes)")]
+    RangePastEnd {
+        location: String,
+        start: u64,
+        end: u64,
+        len: u64,
+    },
+
     #[error("{operation} {location}")]
     Io {
         operation: &'static str,

@@ -16,6 +16,7 @@
 //! ```
 
 mod cloud;
+mod coalesce;
 mod error;
 mod location;
 mod options;
@@ -24,6 +25,7 @@ mod runtime;
 mod store;
 mod upload;
 
+pub use coalesce::{coalesce, RangeRequest, COALESCE_GAP, MAX_REQUEST};
 pub use error::{Error, Result};
 pub use location::{Location, Overlap};
 pub use options::StoreOptions;
