@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use zshard_core::linear_index;
 use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
-use zshard_store::{IoRuntime, Store, StoreOptions};
+use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{write_array_metadata, write_group_metadata};
 
 use crate::error::{Error, Result};
@@ -84,12 +84,16 @@ impl Conversion {
     /// Opens the source and plans; fails on everything `convert` would reject, before anything is
     /// written.
     fn open(&self) -> Result<Opened> {
-        refuse_overlap(&self.source, &self.destination)?;
+        let (source, destination) = (
+            Location::parse(&self.source)?,
+            Location::parse(&self.destination)?,
+        );
+        refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
         let input = Input::open(&self.source, &self.source_options, runtime.clone())?;
         let nodes = input.nodes()?;
         let plan = Plan::new(&nodes, &self.layouts, &input.url())?;
-        let fingerprint = state::fingerprint(&source_id(&self.source), &plan);
+        let fingerprint = state::fingerprint(&source_id(&source), &plan);
         Ok(Opened {
             input,
             plan,
@@ -313,7 +317,7 @@ impl Opened {
 pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&str]) -> usize {
     let remote = locations
         .iter()
-        .any(|l| l.contains("://") && !l.starts_with("file://"));
+        .any(|l| Location::parse(l).is_ok_and(|l| l.is_remote()));
     explicit
         .unwrap_or(if remote {
             8
@@ -325,12 +329,12 @@ pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&str]) -> usize {
 
 /// The source as recorded in the destination's state: absolute for local paths, so that the same run
 /// started from another directory is recognised.
-fn source_id(source: &str) -> String {
-    if source.contains("://") {
-        return source.trim_end_matches('/').to_string();
+fn source_id(source: &Location) -> String {
+    match source.local_path().map(std::fs::canonicalize) {
+        Some(Ok(path)) => path.to_string_lossy().into_owned(),
+        Some(Err(_)) => source.as_str().to_string(),
+        None => source.as_str().trim_end_matches('/').to_string(),
     }
-    std::fs::canonicalize(source)
-        .map_or_else(|_| source.to_string(), |p| p.to_string_lossy().into_owned())
 }
 
 /// This worker's shards that are not done yet, in enumeration order.
@@ -365,76 +369,18 @@ fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
 }
 /// Source and destination must not overlap in either direction: converting into the source would read
 /// our own output, and a destination holding the source could be cleared by `--overwrite`.
-fn refuse_overlap(source: &str, destination: &str) -> Result<()> {
-    let local = |s: &str| match s.split_once("://") {
-        None => Some(std::path::PathBuf::from(s)),
-        Some(("file", rest)) => Some(std::path::PathBuf::from(rest)),
-        Some(_) => None,
+fn refuse_overlap(source: &Location, destination: &Location) -> Result<()> {
+    let overlap = Location::overlap(source, destination).map_err(|_| Error::Overlap {
+        reason: format!("source {source} does not exist"),
+    })?;
+    let reason = match overlap {
+        None => return Ok(()),
+        Some(Overlap::DestinationInSource) => {
+            format!("destination {destination} is inside the source {source}")
+        }
+        Some(Overlap::SourceInDestination) => {
+            format!("the source {source} is inside the destination {destination}")
+        }
     };
-    let (inside, holds) = match (local(source), local(destination)) {
-        (Some(src), Some(dst)) => {
-            let src = src.canonicalize().map_err(|_| Error::Overlap {
-                reason: format!("source {source} does not exist"),
-            })?;
-            let dst = resolve(&dst);
-            (dst.starts_with(&src), src.starts_with(&dst))
-        }
-        (None, None) => {
-            let norm = |s: &str| format!("{}/", s.trim_end_matches('/'));
-            let (src, dst) = (norm(source), norm(destination));
-            (dst.starts_with(&src), src.starts_with(&dst))
-        }
-        _ => (false, false),
-    };
-    if inside {
-        return Err(Error::Overlap {
-            reason: format!("destination {destination} is inside the source {source}"),
-        });
-    }
-    if holds {
-        return Err(Error::Overlap {
-            reason: format!("the source {source} is inside the destination {destination}"),
-        });
-    }
-    Ok(())
-}
-
-/// An absolute path with symlinks and `..` resolved, also when its last components do not exist yet:
-/// the nearest existing ancestor is canonicalized and the rest applied lexically.
-fn resolve(path: &std::path::Path) -> std::path::PathBuf {
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    // `..` lexically first (as create_dir_all would walk it), then symlinks of the existing part.
-    let mut lexical = std::path::PathBuf::new();
-    for component in absolute.components() {
-        match component {
-            std::path::Component::ParentDir => {
-                lexical.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
-    let mut existing = lexical.as_path();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                existing = parent;
-            }
-            // `..` at the end, or the root: let the lexical pass below handle it.
-            _ => break,
-        }
-    }
-    let mut out = existing
-        .canonicalize()
-        .unwrap_or_else(|_| existing.to_path_buf());
-    for part in rest.iter().rev() {
-        if part == ".." {
-            out.pop();
-        } else if part != "." {
-            out.push(part);
-        }
-    }
-    out
+    Err(Error::Overlap { reason })
 }

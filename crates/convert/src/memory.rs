@@ -141,7 +141,7 @@ pub(crate) fn array_peak(array: &PlannedArray, budget: &Budget) -> u64 {
 /// in flight (`zshard_store::Upload`), for the (about two) shards open at a time. Local outputs write
 /// each piece as it comes.
 pub(crate) fn upload_buffers(destination: &str, part_size: usize) -> u64 {
-    let remote = destination.contains("://") && !destination.starts_with("file://");
+    let remote = zshard_store::Location::parse(destination).is_ok_and(|l| l.is_remote());
     if remote {
         2 * 2 * part_size.max(5 << 20) as u64
     } else {

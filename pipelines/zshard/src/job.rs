@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use zshard_convert::{parse_size, Compressor, Conversion, Layout, Layouts, Partition};
-use zshard_store::StoreOptions;
+use zshard_store::{Location, StoreOptions};
 
 use crate::args::StorageArgs;
 
@@ -90,12 +90,8 @@ struct JobFile {
 }
 
 /// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole.
-fn resolve(base: &Path, location: &str) -> String {
-    if location.contains("://") || Path::new(location).is_absolute() {
-        location.to_string()
-    } else {
-        base.join(location).to_string_lossy().into_owned()
-    }
+fn resolve(base: &Path, location: &str) -> anyhow::Result<String> {
+    Ok(Location::parse(location)?.resolve_against(base).to_string())
 }
 
 fn conversions(
@@ -134,7 +130,7 @@ fn conversions(
                 })
                 .collect::<anyhow::Result<_>>()?;
             let mut conversion =
-                Conversion::new(resolve(&base, &c.source), resolve(&base, &c.destination));
+                Conversion::new(resolve(&base, &c.source)?, resolve(&base, &c.destination)?);
             conversion.layouts = Layouts {
                 default: settings.layout()?,
                 per_array,
@@ -148,7 +144,8 @@ fn conversions(
             conversion.report_path = job
                 .report
                 .as_ref()
-                .map(|r| PathBuf::from(resolve(&base, &r.replace("{n}", &n.to_string()))));
+                .map(|r| resolve(&base, &r.replace("{n}", &n.to_string())).map(PathBuf::from))
+                .transpose()?;
             Ok(conversion)
         })
         .collect::<anyhow::Result<Vec<_>>>()
