@@ -113,14 +113,3 @@ pub struct ShardOutcome {
     /// False when every inner chunk held only the fill value, so nothing was written.
     pub written: bool,
 }
-
-/// Totals of a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub shards_written: u64,
-    pub shards_empty: u64,
-    pub chunks_read: u64,
-    pub chunks_missing: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-}

@@ -23,11 +23,13 @@
 mod error;
 mod job;
 mod stages;
+mod stats;
 mod window;
 
 pub use error::{Error, Result};
 pub use job::{
-    ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
+    ArrayJob, Options, ShardOutcome, ShardTask, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
     DEFAULT_PART_BYTES,
 };
 pub use stages::{messages_in_flight, run, source_chunks_can_be_kept};
+pub use stats::Stats;

@@ -24,7 +24,8 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 use zshard_core::{DataType, Region, ShardSplit};
 
 use crate::error::{Error, Result};
-use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask, Stats};
+use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask};
+use crate::stats::Stats;
 use crate::window::Window;
 use message::{Assembled, Decoded, Encoded, Fetched, Msg, ShardPart};
 
@@ -185,15 +186,7 @@ impl<'a> RunContext<'a> {
         match outcome {
             Ok(None) => {}
             Ok(Some(outcome)) => {
-                stats.bytes_read += outcome.bytes_read;
-                stats.chunks_read += outcome.chunks_read;
-                stats.chunks_missing += outcome.chunks_missing;
-                stats.bytes_written += outcome.bytes_written;
-                if outcome.written {
-                    stats.shards_written += 1;
-                } else {
-                    stats.shards_empty += 1;
-                }
+                *stats += &outcome;
                 drop(result);
                 (self.progress)(&outcome);
             }
