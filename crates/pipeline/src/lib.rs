@@ -20,16 +20,15 @@
 //! println!("{} shards written", stats.shards_written);
 //! ```
 
+mod budget;
 mod error;
 mod job;
 mod stages;
 mod stats;
 mod window;
 
+pub use budget::{budget, Budget, BudgetRequest};
 pub use error::{Error, Result};
-pub use job::{
-    ArrayJob, Options, ShardOutcome, ShardTask, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
-    DEFAULT_PART_BYTES,
-};
-pub use stages::{messages_in_flight, run, source_chunks_can_be_kept};
+pub use job::{ArrayJob, ArrayLayout, Options, ShardOutcome, ShardTask, DEFAULT_IO_THREADS};
+pub use stages::run;
 pub use stats::Stats;

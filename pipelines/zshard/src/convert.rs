@@ -99,7 +99,7 @@ fn pending<'a>(
     ShardTask::all(jobs)
         .enumerate()
         .filter_map(move |(global, task)| {
-            let grid = jobs[task.array].geometry.shard_grid();
+            let grid = jobs[task.array].layout.geometry.shard_grid();
             let owned = partition.owns(global as u64);
             (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
         })

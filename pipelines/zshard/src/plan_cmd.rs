@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use zshard_core::{grid_shape, product, CodecSpec};
 
 use crate::convert::open;
-use crate::memory::{array_peak, keeps_source_chunks, parts_per_shard, Budget};
+use crate::memory::Budget;
 use crate::plan::{array_name, Layouts, PlannedArray};
 
 fn codecs_text(codecs: &[CodecSpec]) -> String {
@@ -44,6 +44,7 @@ fn shape_text(shape: &[u64]) -> String {
 fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
+    let layout = a.layout();
     json!({
         "path": a.path,
         "name": name,
@@ -66,10 +67,10 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,
         "estimated_bytes_out": raw,
-        "parts_per_shard": parts_per_shard(a, budget.part_bytes),
+        "parts_per_shard": budget.parts_per_shard(&layout),
         // Whether a source chunk under several parts of a shard is read once (kept between them).
-        "source_chunks_kept_between_parts": budget.keep_source_chunks && keeps_source_chunks(a),
-        "estimated_peak_memory_per_worker": array_peak(a, budget),
+        "source_chunks_kept_between_parts": budget.keeps_source_chunks(&layout),
+        "estimated_peak_memory_per_worker": budget.array_peak(&layout),
     })
 }
 
@@ -129,7 +130,9 @@ fn print_human(arrays: &[Value], budget: &Budget) {
             println!(
                 "  parts          each shard is converted and written in {} parts (memory limit {}); a source chunk under several parts is read {}",
                 u("parts_per_shard"),
-                HumanBytes(budget.limit),
+                budget
+                    .limit
+                    .map_or_else(|| "none".to_string(), |l| HumanBytes(l).to_string()),
                 if a["source_chunks_kept_between_parts"].as_bool() == Some(true) {
                     "once"
                 } else {

@@ -13,7 +13,7 @@ use zshard_core::{
     linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, CodecSpec,
     IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
-use zshard_pipeline::{ArrayJob, Options, ShardTask};
+use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
 use zshard_store::{IoRuntime, Store};
 use zshard_zarr::open_hierarchy;
 
@@ -267,7 +267,6 @@ pub fn verify(
         jobs.push(ArrayJob {
             name,
             source_chain,
-            source_repr: meta.chunk_repr(),
             reader: src.reader(&path, &meta),
             sink: Arc::new(VerifySink {
                 store: dst.child(&path),
@@ -279,32 +278,32 @@ pub fn verify(
                 index_encoding: out.index_encoding,
                 mismatches: mismatches.clone(),
             }),
-            geometry,
-            inner_repr,
+            layout: ArrayLayout {
+                geometry,
+                source_repr: meta.chunk_repr(),
+                inner_repr,
+                passthrough: false,
+            },
             inner_chain: None,
-            passthrough: false,
         });
     }
     let tasks = ShardTask::all(&jobs).filter(|t| {
-        let grid = jobs[t.array].geometry.shard_grid();
+        let grid = jobs[t.array].layout.geometry.shard_grid();
         sampled(t.array, linear_index(&t.shard, &grid), sample)
     });
-    let shard_bytes = jobs
-        .iter()
-        .map(|j| {
-            zshard_core::product(j.geometry.shard_shape()) * j.inner_repr.data_type.size() as u64
-        })
-        .max()
-        .unwrap_or(0);
-    let stats = zshard_pipeline::run(
-        &jobs,
-        tasks,
-        &Options {
+    // Sized by the conversion's memory model, without a limit: verify compares whole shards (its sink
+    // collects the parts), so it takes every thread and parts of the default size.
+    let layouts: Vec<ArrayLayout> = jobs.iter().map(|j| j.layout.clone()).collect();
+    let budget = zshard_pipeline::budget(
+        &layouts,
+        &BudgetRequest {
+            threads,
+            limit: None,
+            upload_buffers: 0,
             io_threads: storage.io_threads(&[source, destination]),
-            ..Options::for_shard_size(threads, shard_bytes)
         },
-        &|_| {},
     )?;
+    let stats = zshard_pipeline::run(&jobs, tasks, &budget.options(), &|_| {})?;
     let found = mismatches.lock().map_err(|_| anyhow!("lock"))?;
     for m in &found.first {
         eprintln!("zshard: mismatch: {m}");

@@ -86,19 +86,19 @@ impl Assembler {
 fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks>) -> Assembled {
     let job = array.job;
     let range = array.split.inner_range(decoded.part.index);
-    if job.passthrough {
+    if job.layout.passthrough {
         return place_encoded(array, range, decoded);
     }
-    let geometry = &job.geometry;
+    let geometry = &job.layout.geometry;
     let array_shape = geometry.array_shape();
-    let source_shape = &job.source_repr.shape;
-    let element = job.inner_repr.data_type.size();
+    let source_shape = &job.layout.source_repr.shape;
+    let element = job.layout.inner_repr.data_type.size();
     let handle_fill;
-    let fill = if job.inner_repr.data_type.is_variable() {
+    let fill = if job.layout.inner_repr.data_type.is_variable() {
         handle_fill = FillValue::from_bytes(StringHandle::FILL.to_le_bytes().to_vec());
         &handle_fill
     } else {
-        &job.inner_repr.fill_value
+        &job.layout.inner_repr.fill_value
     };
     let mut by_coord: HashMap<Vec<u64>, Option<Vec<u8>>> = decoded.chunks.into_iter().collect();
     // Source chunks that are exactly the inner chunks: each is used once and, inside the array,
@@ -116,7 +116,7 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
                     .flatten()?;
                 return (!fill.fills(&data)).then_some(data);
             }
-            let mut buffer = fill.repeat(job.inner_repr.elements() as usize);
+            let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
             for coord in covered.chunks_overlapping(source_shape) {
                 let data = match by_coord.get(&coord) {
                     Some(data) => data,
@@ -169,7 +169,7 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
 /// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the
 /// shard as it is. A missing source chunk is an empty inner chunk.
 fn place_encoded(array: &RunArray<'_>, range: std::ops::Range<u64>, decoded: Decoded) -> Assembled {
-    let per_shard = array.job.geometry.chunks_per_shard();
+    let per_shard = array.job.layout.geometry.chunks_per_shard();
     let mut inner: Vec<Option<Vec<u8>>> = vec![None; (range.end - range.start) as usize];
     for (coord, data) in decoded.chunks {
         let local: Vec<u64> = coord

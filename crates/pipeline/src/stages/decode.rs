@@ -9,9 +9,9 @@ use crate::error::{Error, Result};
 
 pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched) -> Msg<Decoded> {
     let job = array.job;
-    let strings_of = job.source_repr.data_type.is_variable() && !job.passthrough;
-    let count = job.source_repr.elements() as usize;
-    let fill = job.source_repr.fill_value.as_bytes();
+    let strings_of = job.layout.source_repr.data_type.is_variable() && !job.layout.passthrough;
+    let count = job.layout.source_repr.elements() as usize;
+    let fill = job.layout.source_repr.fill_value.as_bytes();
     let decoded = fetched
         .chunks
         .into_par_iter()
@@ -25,19 +25,19 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched) -> Msg<Decoded> {
             let Some(b) = bytes else {
                 return Ok((coord, None, None));
             };
-            if job.passthrough {
+            if job.layout.passthrough {
                 // The encoded bytes go to the shard as they are, but only once they are checked: a
                 // truncated or garbled source chunk stops the run as it does without passthrough.
                 // Frames that state their sizes are checked by their headers, others are decoded.
                 // `Vec::from` does not copy an unshared buffer.
                 job.source_chain
-                    .check(&b, &job.source_repr)
+                    .check(&b, &job.layout.source_repr)
                     .map_err(error)?;
                 return Ok((coord, Some(Vec::from(b)), None));
             }
             let data = job
                 .source_chain
-                .decode(&b, &job.source_repr)
+                .decode(&b, &job.layout.source_repr)
                 .map_err(error)?;
             if !strings_of {
                 return Ok((coord, Some(data), None));

@@ -11,9 +11,9 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled) -> Msg<Encoded>
     let job = array.job;
     let shard = &assembled.part.task.shard;
     let strings = &assembled.strings;
-    let string_fill = job.inner_repr.fill_value.as_bytes();
+    let string_fill = job.layout.inner_repr.fill_value.as_bytes();
     let resolve = |raw: Vec<u8>| {
-        if job.inner_repr.data_type.is_variable() {
+        if job.layout.inner_repr.data_type.is_variable() {
             strings.resolve(&raw, string_fill)
         } else {
             Ok(raw)
@@ -25,11 +25,11 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled) -> Msg<Encoded>
         .enumerate()
         .map(|(i, raw)| match raw {
             None => Ok(None),
-            Some(raw) if job.passthrough => Ok(Some(Bytes::from(raw))),
+            Some(raw) if job.layout.passthrough => Ok(Some(Bytes::from(raw))),
             Some(raw) => resolve(raw)
                 .and_then(|raw| match &job.inner_chain {
                     None => Ok(raw),
-                    Some(chain) => chain.encode(raw, &job.inner_repr),
+                    Some(chain) => chain.encode(raw, &job.layout.inner_repr),
                 })
                 .map(|b| Some(Bytes::from(b)))
                 .map_err(|source| Error::Encode {

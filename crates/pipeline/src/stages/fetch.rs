@@ -41,9 +41,11 @@ fn fetch(array: &RunArray<'_>, part: ShardPart) -> Msg<Fetched> {
     let job = array.job;
     let region = array
         .split
-        .region(&job.geometry, &part.task.shard, part.index)
-        .intersect(&job.geometry.array_region());
-    let mut coords = region.map_or_else(Vec::new, |r| r.chunks_overlapping(&job.source_repr.shape));
+        .region(&job.layout.geometry, &part.task.shard, part.index)
+        .intersect(&job.layout.geometry.array_region());
+    let mut coords = region.map_or_else(Vec::new, |r| {
+        r.chunks_overlapping(&job.layout.source_repr.shape)
+    });
     if array.keep {
         // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
         coords.retain(|coord| {

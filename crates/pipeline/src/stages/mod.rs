@@ -21,7 +21,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{ParallelBridge, ParallelIterator};
-use zshard_core::{DataType, Region, ShardSplit};
+use zshard_core::{Region, ShardSplit};
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask};
@@ -218,35 +218,28 @@ struct RunArray<'a> {
 
 impl<'a> RunArray<'a> {
     fn new(job: &'a ArrayJob, options: &Options) -> Self {
-        // Parts of at most `options.part_bytes` raw inner chunk bytes.
-        let split = job
-            .geometry
-            .split_by_bytes(options.part_bytes, job.inner_repr.data_type.size());
-        let keep = options.keep_source_chunks
-            && split.parts() > 1
-            && source_chunks_can_be_kept(job.passthrough, job.source_repr.data_type);
+        let split = job.layout.split(options.part_bytes);
+        let keep =
+            options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
         RunArray { job, split, keep }
     }
 
     /// The first and last part of `shard` that need source chunk `coord`.
     fn parts_needing(&self, shard: &[u64], coord: &[u64]) -> Option<(u64, u64)> {
-        let geometry = &self.job.geometry;
-        let chunk = Region::of_chunk(coord, &self.job.source_repr.shape, geometry.array_shape());
+        let geometry = &self.job.layout.geometry;
+        let chunk = Region::of_chunk(
+            coord,
+            &self.job.layout.source_repr.shape,
+            geometry.array_shape(),
+        );
         self.split.parts_meeting(geometry, shard, &chunk)
     }
-}
-
-/// Whether an array's decoded source chunks can be kept between the parts of a shard (see
-/// [`Options::keep_source_chunks`]): not when its chunks pass through encoded (each is one inner
-/// chunk anyway), nor for variable-size types (strings are handles into their own message's table).
-pub fn source_chunks_can_be_kept(passthrough: bool, source_type: DataType) -> bool {
-    !passthrough && !source_type.is_variable()
 }
 
 /// Messages allowed between the fetchers and the writer: what the channels and stages hold when full
 /// (four channels, an input and an output per worker of each pool, the fetch, assemble and write
 /// threads), so the window only binds when the writer keeps parts waiting for a predecessor.
-pub fn messages_in_flight(options: &Options) -> usize {
+pub(crate) fn messages_in_flight(options: &Options) -> usize {
     4 * options.channel_capacity.max(1)
         + 4 * options.threads.max(1)
         + 2 * options.io_threads.max(1)
@@ -283,4 +276,23 @@ fn map_stage<I: Send, O: Send>(
             ctx.cancel();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_holds_what_the_channels_and_stages_hold() {
+        // The options of the integration test `a_slow_part_does_not_let_the_fetchers_run_ahead`,
+        // which expects a window of 17.
+        let options = Options {
+            channel_capacity: 1,
+            io_threads: 2,
+            part_bytes: 16,
+            ..Options::with_threads(2)
+        };
+        assert_eq!(messages_in_flight(&options), 4 + 2 * 2 * 2 + 2 * 2 + 1);
+        assert_eq!(messages_in_flight(&options), 17);
+    }
 }

@@ -130,7 +130,7 @@ fn write_error(job: &ArrayJob, shard: &[u64], source: zshard_core::Error) -> Err
 fn append_ready<'a>(job: &'a ArrayJob, task: &ShardTask, shard: &mut OpenShard<'a>) -> Result<()> {
     while let Some(part) = shard.parts.pop_next() {
         if shard.stream.is_none() {
-            let chunks = zshard_core::product(&job.geometry.chunks_per_shard()) as usize;
+            let chunks = zshard_core::product(&job.layout.geometry.chunks_per_shard()) as usize;
             let stream = job
                 .sink
                 .begin_shard(&task.shard, chunks)
