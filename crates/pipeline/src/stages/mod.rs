@@ -2,10 +2,10 @@
 //!
 //! fetch (I/O threads) → decode (rayon) → assemble (one thread) → encode (rayon) → write (I/O threads).
 //!
-//! A message is one part of a shard (see [`message`]). The channels between the stages are bounded by
-//! the worker count, the stateless stages (decode, encode) are maps on their own rayon pool, and
-//! errors travel inside messages to the writer, which keeps the first one and tells the fetchers to
-//! stop. Everything the stages share lives in one [`RunContext`].
+//! A message is one part of a shard (see [`message`]). The channels between the stages are bounded
+//! ([`Options::channel_capacity`]: at most one message per worker when the budget sizes them), the
+//! stateless stages (decode, encode) are maps on their own rayon pool, and errors travel inside
+//! messages to the writer, which keeps the first one and tells the fetchers to stop. Everything the stages share lives in one [`RunContext`].
 
 mod assemble;
 mod decode;
@@ -135,8 +135,8 @@ fn spawn<'scope>(
 }
 
 /// What every stage of one run shares, so that each takes one reference instead of many: the arrays
-/// with how their shards are cut (from the options), the flag that stops the run, the window of messages in
-/// flight, the progress callback and the totals.
+/// with how their shards are cut (from the options), the flag that stops the run, the window of
+/// messages in flight, the progress callback and the totals.
 struct RunContext<'a> {
     arrays: Vec<RunArray<'a>>,
     cancel: AtomicBool,
