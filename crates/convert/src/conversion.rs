@@ -12,11 +12,12 @@ use zshard_writer::{write_array_metadata, write_group_metadata};
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
-use crate::memory::{self, Budget};
+use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
 use crate::report::{Report, ReportBuilder};
 use crate::state::{self, EmptyLog, Prepared};
+use zshard_pipeline::Budget;
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
 pub trait Observer: Sync {
@@ -109,7 +110,10 @@ impl Conversion {
     }
 
     fn budget(&self, plan: &Plan) -> Result<Budget> {
-        let uploads = memory::upload_buffers(&self.destination, self.store_options.part_size);
+        let uploads = match Location::parse(&self.destination) {
+            Ok(destination) => memory::upload_buffers(&destination, self.store_options.part_size),
+            Err(_) => 0,
+        };
         memory::budget(
             plan,
             self.threads,
@@ -346,7 +350,7 @@ fn pending<'a>(
     ShardTask::all(jobs)
         .enumerate()
         .filter_map(move |(global, task)| {
-            let grid = jobs[task.array].geometry.shard_grid();
+            let grid = jobs[task.array].layout.geometry.shard_grid();
             let owned = partition.owns(global as u64);
             (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
         })

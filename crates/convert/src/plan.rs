@@ -8,7 +8,7 @@ use zshard_codecs::build_chain;
 use zshard_core::{
     auto_shard_shape, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry,
 };
-use zshard_pipeline::ArrayJob;
+use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 
@@ -84,6 +84,22 @@ pub struct PlannedArray {
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }
 
+impl PlannedArray {
+    /// How its source chunks become shards, for the pipeline and its memory model.
+    pub fn layout(&self) -> ArrayLayout {
+        ArrayLayout {
+            geometry: self.geometry.clone(),
+            source_repr: self.source.chunk_repr(),
+            inner_repr: ChunkRepr {
+                shape: self.output.inner_shape.clone(),
+                data_type: self.output.data_type,
+                fill_value: self.output.fill_value.clone(),
+            },
+            passthrough: self.passthrough,
+        }
+    }
+}
+
 /// Every array and group a conversion writes, checked.
 #[derive(Debug)]
 pub struct Plan {
@@ -137,6 +153,11 @@ impl Plan {
         Ok(Plan { arrays, groups })
     }
 
+    /// The layout of each array, for the memory model.
+    pub fn layouts(&self) -> Vec<ArrayLayout> {
+        self.arrays.iter().map(PlannedArray::layout).collect()
+    }
+
     /// The pipeline jobs, reading from `source` and writing below `destination`.
     pub(crate) fn jobs(&self, source: &Input, destination: &Store) -> Vec<ArrayJob> {
         self.arrays
@@ -145,16 +166,9 @@ impl Plan {
                 let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
                 ArrayJob {
                     name: array_name(&source.url(), &a.path),
-                    geometry: a.geometry.clone(),
-                    source_repr: a.source.chunk_repr(),
+                    layout: a.layout(),
                     source_chain: a.job_parts.0.clone(),
-                    inner_repr: ChunkRepr {
-                        shape: a.output.inner_shape.clone(),
-                        data_type: a.output.data_type,
-                        fill_value: a.output.fill_value.clone(),
-                    },
                     inner_chain: Some(a.job_parts.1.clone()),
-                    passthrough: a.passthrough,
                     reader: source.reader(&a.path, &a.source),
                     sink: Arc::new(writer),
                 }

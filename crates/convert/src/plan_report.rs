@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 use zshard_core::{grid_shape, product};
 use zshard_kerchunk::ReadStats;
 
-use crate::memory::{array_peak, keeps_source_chunks, parts_per_shard, Budget};
 use crate::plan::{array_name, Plan, PlannedArray};
+use zshard_pipeline::Budget;
 
 /// A checked plan and the budget it runs with.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ impl PlanReport {
     }
 
     /// The memory limit the budget was made for, in bytes.
-    pub fn memory_limit(&self) -> u64 {
+    pub fn memory_limit(&self) -> Option<u64> {
         self.budget.limit
     }
 
@@ -84,6 +84,7 @@ impl PlanReport {
 fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
+    let layout = a.layout();
     json!({
         "path": a.path,
         "name": name,
@@ -106,9 +107,9 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,
         "estimated_bytes_out": raw,
-        "parts_per_shard": parts_per_shard(a, budget.part_bytes),
+        "parts_per_shard": budget.parts_per_shard(&layout),
         // Whether a source chunk under several parts of a shard is read once (kept between them).
-        "source_chunks_kept_between_parts": budget.keep_source_chunks && keeps_source_chunks(a),
-        "estimated_peak_memory_per_worker": array_peak(a, budget),
+        "source_chunks_kept_between_parts": budget.keeps_source_chunks(&layout),
+        "estimated_peak_memory_per_worker": budget.array_peak(&layout),
     })
 }

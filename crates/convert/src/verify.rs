@@ -11,7 +11,7 @@ use zshard_core::{
     linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, IndexEncoding,
     IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
-use zshard_pipeline::{ArrayJob, Options, ShardTask};
+use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
 use zshard_store::{IoRuntime, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
@@ -326,7 +326,6 @@ fn verify(v: &Verification) -> Result<Verified> {
         jobs.push(ArrayJob {
             name,
             source_chain,
-            source_repr: meta.chunk_repr(),
             reader: src.reader(&path, &meta),
             sink: Arc::new(VerifySink {
                 store: dst.child(&path),
@@ -338,32 +337,32 @@ fn verify(v: &Verification) -> Result<Verified> {
                 index_encoding: out.index_encoding,
                 mismatches: mismatches.clone(),
             }),
-            geometry,
-            inner_repr,
+            layout: ArrayLayout {
+                geometry,
+                source_repr: meta.chunk_repr(),
+                inner_repr,
+                passthrough: false,
+            },
             inner_chain: None,
-            passthrough: false,
         });
     }
     let tasks = ShardTask::all(&jobs).filter(|t| {
-        let grid = jobs[t.array].geometry.shard_grid();
+        let grid = jobs[t.array].layout.geometry.shard_grid();
         sampled(t.array, linear_index(&t.shard, &grid), sample)
     });
-    let shard_bytes = jobs
-        .iter()
-        .map(|j| {
-            zshard_core::product(j.geometry.shard_shape()) * j.inner_repr.data_type.size() as u64
-        })
-        .max()
-        .unwrap_or(0);
-    let stats = zshard_pipeline::run(
-        &jobs,
-        tasks,
-        &Options {
+    // Sized by the conversion's memory model, without a limit: verify compares whole shards (its sink
+    // collects the parts), so it takes every thread and parts of the default size.
+    let layouts: Vec<ArrayLayout> = jobs.iter().map(|j| j.layout.clone()).collect();
+    let budget = zshard_pipeline::budget(
+        &layouts,
+        &BudgetRequest {
+            threads: v.threads,
+            limit: None,
+            upload_buffers: 0,
             io_threads: crate::conversion::io_threads(v.io_threads, &[source, destination]),
-            ..Options::for_shard_size(v.threads, shard_bytes)
         },
-        &|_| {},
     )?;
+    let stats = zshard_pipeline::run(&jobs, tasks, &budget.options(), &|_| {})?;
     let mismatches = std::mem::take(&mut *lock(&mismatches)?);
     Ok(Verified {
         destination: dst.url(""),

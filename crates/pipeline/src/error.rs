@@ -1,4 +1,7 @@
-/// A failure of one shard's conversion, naming the array and the chunk or shard key.
+use crate::budget::HumanBytes;
+
+/// A failure of a run: of one shard's conversion, naming the array and the chunk or shard key, of its
+/// threads, or of its memory budget.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -40,6 +43,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// [`budget`](crate::budget) finds no thread count and part size under the memory limit.
+    #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape", HumanBytes(*.needed), HumanBytes(*.limit))]
+    MemoryLimit { needed: u64, limit: u64 },
 
     #[error("cannot start worker threads")]
     ThreadPool {

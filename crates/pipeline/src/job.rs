@@ -1,27 +1,56 @@
 use std::sync::Arc;
 
-use zshard_core::{ChunkReader, ChunkRepr, CodecChain, ShardGeometry, ShardSink};
+use zshard_core::{ChunkReader, ChunkRepr, CodecChain, ShardGeometry, ShardSink, ShardSplit};
 
-/// Everything the stages need to convert one array: where chunks come from and how they decode, the
-/// target geometry and inner codecs, and where shards go.
+/// Everything the stages need to convert one array: where chunks come from and how they decode, its
+/// layout, the inner codecs, and where shards go.
 #[derive(Debug, Clone)]
 pub struct ArrayJob {
     /// The array's name in messages (its path in the hierarchy, or its location).
     pub name: String,
-    pub geometry: ShardGeometry,
-    /// A decoded source chunk (its shape is the source chunk shape).
-    pub source_repr: ChunkRepr,
+    pub layout: ArrayLayout,
     pub source_chain: CodecChain,
-    /// A decoded inner chunk of the output.
-    pub inner_repr: ChunkRepr,
     /// How inner chunks are encoded; `None` hands the sink raw inner chunks (little-endian C order),
     /// which is how `verify` compares a source with an existing output.
     pub inner_chain: Option<CodecChain>,
+    pub reader: Arc<dyn ChunkReader>,
+    pub sink: Arc<dyn ShardSink>,
+}
+
+/// How one array's source chunks become shards: the sizes and types that decide what a run holds in
+/// memory, without the codecs or I/O. The memory model ([`budget`](crate::budget)) works on it alone,
+/// so a plan can be sized before any source chunk or output is opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayLayout {
+    /// The array, its shards and their inner chunks.
+    pub geometry: ShardGeometry,
+    /// A decoded source chunk (its shape is the source chunk shape).
+    pub source_repr: ChunkRepr,
+    /// A decoded inner chunk of the output.
+    pub inner_repr: ChunkRepr,
     /// Source chunks are already inner chunks, encoded exactly as the output's are (same chunk shape and
     /// codec chain): their bytes are copied without decoding. The planner decides when this is valid.
     pub passthrough: bool,
-    pub reader: Arc<dyn ChunkReader>,
-    pub sink: Arc<dyn ShardSink>,
+}
+
+impl ArrayLayout {
+    /// Bytes of one element of the output (at least one).
+    pub(crate) fn element_size(&self) -> usize {
+        self.inner_repr.data_type.size().max(1)
+    }
+
+    /// How shards are cut into parts of at most `part_bytes` raw bytes of inner chunks.
+    pub(crate) fn split(&self, part_bytes: u64) -> ShardSplit {
+        self.geometry
+            .split_by_bytes(part_bytes, self.element_size())
+    }
+
+    /// Whether decoded source chunks can be kept between the parts of a shard (see
+    /// [`Options::keep_source_chunks`]): not when chunks pass through encoded (each is one inner chunk
+    /// anyway), nor for variable-size types (strings are handles into their own message's table).
+    pub(crate) fn can_keep_source_chunks(&self) -> bool {
+        !self.passthrough && !self.source_repr.data_type.is_variable()
+    }
 }
 
 /// One unit of work: a shard of one of the jobs.
@@ -35,7 +64,7 @@ impl ShardTask {
     /// Every shard of every job, array by array, shards in C order.
     pub fn all(jobs: &[ArrayJob]) -> impl Iterator<Item = ShardTask> + '_ {
         jobs.iter().enumerate().flat_map(|(array, job)| {
-            let grid = job.geometry.shard_grid();
+            let grid = job.layout.geometry.shard_grid();
             (0..zshard_core::product(&grid)).map(move |i| ShardTask {
                 array,
                 shard: zshard_core::unravel_index(i, &grid),
@@ -67,34 +96,18 @@ pub struct Options {
 /// Fetch and write threads unless configured otherwise (local disks need few).
 pub const DEFAULT_IO_THREADS: usize = 2;
 
-/// Raw bytes of shards that one channel may hold when the capacity is derived from the shard size.
-pub const CHANNEL_BUDGET_BYTES: u64 = 32 << 20;
-
 /// Default of [`Options::part_bytes`]: the automatic shard size, so such shards are one message.
-pub const DEFAULT_PART_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_PART_BYTES: u64 = 64 << 20;
 
 impl Options {
+    /// `threads` workers for each CPU stage, channels of one message per worker, the default I/O
+    /// threads and part size, keeping source chunks between parts. For a run sized to a memory limit
+    /// use [`Budget::options`](crate::Budget::options).
     pub fn with_threads(threads: usize) -> Self {
         let threads = threads.max(1);
         Options {
             threads,
             channel_capacity: threads,
-            io_threads: DEFAULT_IO_THREADS,
-            part_bytes: DEFAULT_PART_BYTES,
-            keep_source_chunks: true,
-        }
-    }
-
-    /// Sizes the channels for shards of up to `shard_bytes` raw bytes: as many as fit in
-    /// [`CHANNEL_BUDGET_BYTES`], at least one and at most one per worker. Each message already spreads
-    /// its chunks over all workers, so a deeper queue of big shards only holds more memory (W1, 32 MiB
-    /// shards: capacity 2 peaked near 600 MiB, capacity 1 near 500 MiB, at the same speed).
-    pub fn for_shard_size(threads: usize, shard_bytes: u64) -> Self {
-        let threads = threads.max(1);
-        let fit = CHANNEL_BUDGET_BYTES / shard_bytes.max(1);
-        Options {
-            threads,
-            channel_capacity: usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, threads),
             io_threads: DEFAULT_IO_THREADS,
             part_bytes: DEFAULT_PART_BYTES,
             keep_source_chunks: true,
@@ -112,40 +125,4 @@ pub struct ShardOutcome {
     pub bytes_written: u64,
     /// False when every inner chunk held only the fill value, so nothing was written.
     pub written: bool,
-}
-
-/// Totals of a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Stats {
-    pub shards_written: u64,
-    pub shards_empty: u64,
-    pub chunks_read: u64,
-    pub chunks_missing: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-}
-
-impl std::ops::AddAssign<&Stats> for Stats {
-    fn add_assign(&mut self, other: &Stats) {
-        self.shards_written += other.shards_written;
-        self.shards_empty += other.shards_empty;
-        self.chunks_read += other.chunks_read;
-        self.chunks_missing += other.chunks_missing;
-        self.bytes_read += other.bytes_read;
-        self.bytes_written += other.bytes_written;
-    }
-}
-
-impl std::ops::AddAssign<&ShardOutcome> for Stats {
-    fn add_assign(&mut self, outcome: &ShardOutcome) {
-        if outcome.written {
-            self.shards_written += 1;
-        } else {
-            self.shards_empty += 1;
-        }
-        self.chunks_read += outcome.chunks_read;
-        self.chunks_missing += outcome.chunks_missing;
-        self.bytes_read += outcome.bytes_read;
-        self.bytes_written += outcome.bytes_written;
-    }
 }

@@ -1,13 +1,15 @@
 //! The conversion stages of zshard, joined by bounded channels:
 //!
-//! fetch (I/O thread) → decode (rayon) → assemble (one thread, per shard) → encode (rayon) → write.
+//! fetch (I/O threads) → decode (rayon) → assemble (one thread) → encode (rayon) → write (I/O threads).
 //!
-//! A message is one shard of one array. Stages know nothing of formats or stores: a
+//! A message is one part of a shard of one array: shards bigger than [`Options::part_bytes`] are cut
+//! into parts of whole inner chunks that go through the stages on their own and are streamed to the
+//! sink in order (a shard that fits is one part). Stages know nothing of formats or stores: a
 //! [`ChunkReader`](zshard_core::ChunkReader) yields encoded source chunks by grid position, codec
 //! chains decode and encode, and a [`ShardSink`](zshard_core::ShardSink) stores finished shards.
-//! Memory is bounded by the channel capacities (a few shards per stage), not by the array size, and the
-//! order of [`ShardTask`]s is the caller's: a subset of shards (one worker's part, the shards not done
-//! yet) is just a different iterator.
+//! Memory is bounded by the channel capacities (sized to the worker count) and a window of messages
+//! in flight, not by the array size, and the order of [`ShardTask`]s is the caller's: a subset of
+//! shards (one worker's part, the shards not done yet) is just a different iterator.
 //!
 //! ```no_run
 //! # fn jobs() -> Vec<zshard_pipeline::ArrayJob> { unimplemented!() }
@@ -18,14 +20,15 @@
 //! println!("{} shards written", stats.shards_written);
 //! ```
 
+mod budget;
 mod error;
 mod job;
 mod stages;
+mod stats;
 mod window;
 
+pub use budget::{budget, Budget, BudgetRequest};
 pub use error::{Error, Result};
-pub use job::{
-    ArrayJob, Options, ShardOutcome, ShardTask, Stats, CHANNEL_BUDGET_BYTES, DEFAULT_IO_THREADS,
-    DEFAULT_PART_BYTES,
-};
-pub use stages::{messages_in_flight, run, source_chunks_can_be_kept};
+pub use job::{ArrayJob, ArrayLayout, Options, ShardOutcome, ShardTask, DEFAULT_IO_THREADS};
+pub use stages::run;
+pub use stats::Stats;

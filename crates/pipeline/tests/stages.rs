@@ -11,7 +11,7 @@ use zshard_core::{
     c_order, grid_shape, ChunkReader, ChunkRepr, CodecSpec, DataType, Error as CoreError,
     FillValue, ShardGeometry, ShardSink,
 };
-use zshard_pipeline::{run, ArrayJob, Error, Options, ShardTask};
+use zshard_pipeline::{run, ArrayJob, ArrayLayout, Error, Options, ShardTask};
 
 /// Chunks held in memory; counts chunks read so tests can see how far the fetcher ran ahead.
 #[derive(Debug)]
@@ -132,12 +132,14 @@ fn job_with_source_chunks(
     let inner = repr(&[2, 4]);
     let job = ArrayJob {
         name: "mem".into(),
-        geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
-        source_repr: source,
         source_chain: chain.clone(),
         inner_chain: Some(build_chain(&codecs, &inner).expect("chain")),
-        inner_repr: inner,
-        passthrough: false,
+        layout: ArrayLayout {
+            geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
+            source_repr: source,
+            inner_repr: inner,
+            passthrough: false,
+        },
         reader: reader.clone(),
         sink: sink.clone(),
     };
@@ -394,7 +396,7 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
     // before writing the rest of the shard, and the fetchers must not read on meanwhile (the parts
     // would pile up at the writer).
     let (mut job, fast, _) = job(4000, None);
-    job.geometry = ShardGeometry::new(&[4000, 8], &[4000, 8], &[2, 4]).expect("geometry");
+    job.layout.geometry = ShardGeometry::new(&[4000, 8], &[4000, 8], &[2, 4]).expect("geometry");
     let reader = Arc::new(MemoryReader {
         chunks: fast.chunks.clone(),
         fail_at: None,
@@ -414,8 +416,11 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {}).expect("run");
     let ahead = reader.read_while_slow.load(Ordering::SeqCst);
     // The window is 4 channels + 2 per worker of each pool + 2 per I/O thread + 1 = 17 messages of
-    // one source chunk each.
-    let window = zshard_pipeline::messages_in_flight(&options) as u64;
+    // one source chunk each (the crate's `messages_in_flight`, whose unit test pins it for these
+    // options).
+    let window =
+        (4 * options.channel_capacity + 4 * options.threads + 2 * options.io_threads + 1) as u64;
+    assert_eq!(window, 17);
     assert!(
         ahead <= window,
         "{ahead} chunks read while one part stalled (window {window})"

@@ -172,7 +172,9 @@ fn shape_text(shape: &[u64]) -> String {
         .join(" x ")
 }
 
-fn print_human(arrays: &[Value], threads: usize, memory_limit: u64) {
+fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
+    let memory_limit =
+        memory_limit.map_or_else(|| "none".to_string(), |l| HumanBytes(l).to_string());
     for a in arrays {
         let u = |k: &str| a[k].as_u64().unwrap_or(0);
         let shape = |k: &str| {
@@ -227,7 +229,7 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: u64) {
             println!(
                 "  parts          each shard is converted and written in {} parts (memory limit {}); a source chunk under several parts is read {}",
                 u("parts_per_shard"),
-                HumanBytes(memory_limit),
+                memory_limit,
                 if a["source_chunks_kept_between_parts"].as_bool() == Some(true) {
                     "once"
                 } else {

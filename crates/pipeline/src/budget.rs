@@ -1,0 +1,384 @@
+//! How much memory a run holds, and how it is kept under a limit.
+//!
+//! The stages pass messages of one shard part each (see [`Options::part_bytes`]): a part's raw inner
+//! chunks, and the decoded source chunks it needs. The pipeline holds a bounded number of messages
+//! (its window of messages in flight), so the peak is that number times the biggest message, plus the
+//! source chunks that open shards keep between their parts, plus a fixed base. Under a limit the part
+//! size shrinks first (down to one inner chunk), then the thread count.
+//!
+//! The model works on [`ArrayLayout`]s alone, the part of an [`ArrayJob`](crate::ArrayJob) that
+//! decides its memory, so a plan is sized before any chunk is read or output opened, and a run sized
+//! by [`Budget::options`] is the run the model describes.
+
+use std::fmt;
+
+use zshard_core::{product, ShardGeometry};
+
+use crate::error::{Error, Result};
+use crate::job::{ArrayLayout, Options, DEFAULT_PART_BYTES};
+use crate::stages::messages_in_flight;
+
+/// What the process holds whatever the data: code, runtimes, I/O and allocator slack (measured: a
+/// conversion of a tiny array peaks near 30 MiB).
+const BASE_BYTES: u64 = 48 << 20;
+
+/// Raw bytes of messages that one channel may hold when its capacity is derived from the message size.
+const CHANNEL_BUDGET_BYTES: u64 = 32 << 20;
+
+/// Parts are not made smaller than this for memory's sake alone: enough inner chunks to keep every
+/// worker busy within one part.
+const SMALL_PART_BYTES: u64 = 4 << 20;
+
+/// What a run may use, for [`budget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetRequest {
+    /// Worker threads wanted for each CPU stage; fewer are used when they do not fit the limit.
+    pub threads: usize,
+    /// Bytes the whole process may hold at its peak. `None`: no limit, so every thread wanted and parts
+    /// of the default size, as a run that only checks (`verify`) has.
+    pub limit: Option<u64>,
+    /// Bytes held outside the pipeline for uploads of streamed shards (part of the peak).
+    pub upload_buffers: u64,
+    /// Fetch threads and write threads (each); see [`Options::io_threads`].
+    pub io_threads: usize,
+}
+
+/// Threads and part size of a run, and the memory they are expected to need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub threads: usize,
+    pub part_bytes: u64,
+    pub channel_capacity: usize,
+    /// The estimated peak of the whole process, upload buffers included.
+    pub estimated_peak: u64,
+    /// The limit it was sized for (`None`: no limit).
+    pub limit: Option<u64>,
+    /// Part of `estimated_peak` for uploads of streamed shards.
+    pub upload_buffers: u64,
+    pub io_threads: usize,
+    /// See [`Options::keep_source_chunks`].
+    pub keep_source_chunks: bool,
+}
+
+impl Budget {
+    /// The pipeline options of this budget.
+    pub fn options(&self) -> Options {
+        Options {
+            threads: self.threads,
+            channel_capacity: self.channel_capacity,
+            io_threads: self.io_threads,
+            part_bytes: self.part_bytes,
+            keep_source_chunks: self.keep_source_chunks,
+        }
+    }
+
+    /// Parts each shard of `array` is cut into.
+    pub fn parts_per_shard(&self, array: &ArrayLayout) -> u64 {
+        array.split(self.part_bytes).parts()
+    }
+
+    /// Whether a source chunk under several parts of a shard of `array` is read once (kept between
+    /// them) rather than once per part.
+    pub fn keeps_source_chunks(&self, array: &ArrayLayout) -> bool {
+        self.keep_source_chunks && array.can_keep_source_chunks()
+    }
+
+    /// Estimated peak of converting `array` alone within this budget, upload buffers included.
+    pub fn array_peak(&self, array: &ArrayLayout) -> u64 {
+        let (peak, _) = estimate(
+            std::slice::from_ref(array),
+            self.threads,
+            self.part_bytes,
+            self.io_threads,
+            self.keep_source_chunks,
+        );
+        peak.saturating_add(self.upload_buffers)
+    }
+}
+
+/// The most threads (up to `request.threads`) and the biggest parts (up to the default) whose estimated
+/// peak fits `request.limit`, keeping straddling source chunks between parts when that fits too.
+/// Refuses with [`Error::MemoryLimit`] when even one thread with parts of one inner chunk does not fit:
+/// the source chunks are then too big for the limit. Without a limit, every thread wanted and parts of
+/// the default size.
+pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget> {
+    let BudgetRequest {
+        threads: wanted,
+        limit,
+        upload_buffers,
+        io_threads,
+    } = *request;
+    let peak_of = |threads, part_bytes, keep| {
+        let (peak, capacity) = estimate(arrays, threads, part_bytes, io_threads, keep);
+        (peak.saturating_add(upload_buffers), capacity)
+    };
+    let budget_of = |threads, part_bytes, keep| {
+        let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep);
+        Budget {
+            threads,
+            part_bytes,
+            channel_capacity,
+            estimated_peak,
+            limit,
+            upload_buffers,
+            io_threads,
+            keep_source_chunks: keep,
+        }
+    };
+    let Some(limit) = limit else {
+        return Ok(budget_of(wanted.max(1), DEFAULT_PART_BYTES, true));
+    };
+    let part_sizes: Vec<u64> =
+        std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
+    for threads in (1..=wanted.max(1)).rev() {
+        // Keeping costs about a slab of source chunks per open shard; a source chunk read once
+        // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
+        for keep in [true, false] {
+            let Some(mut part_bytes) = part_sizes
+                .iter()
+                .copied()
+                .find(|&p| peak_of(threads, p, keep).0 <= limit)
+            else {
+                continue;
+            };
+            // Smaller parts hold less memory at the same speed as long as no source chunk has to be
+            // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
+            // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds:
+            // always when straddling source chunks are kept, else while none straddles two parts.
+            while part_bytes / 2 >= SMALL_PART_BYTES
+                && peak_of(threads, part_bytes / 2, keep).0 <= limit
+                && arrays.iter().all(|a| {
+                    (keep && a.can_keep_source_chunks())
+                        || reads_each_source_chunk_once(a, part_bytes / 2)
+                })
+            {
+                part_bytes /= 2;
+            }
+            return Ok(budget_of(threads, part_bytes, keep));
+        }
+    }
+    let (needed, _) = peak_of(1, 1, false);
+    Err(Error::MemoryLimit { needed, limit })
+}
+
+/// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
+/// between parts with `keep`), and the channel capacity.
+fn estimate(
+    arrays: &[ArrayLayout],
+    threads: usize,
+    part_bytes: u64,
+    io_threads: usize,
+    keep: bool,
+) -> (u64, usize) {
+    let message = arrays
+        .iter()
+        .map(|a| message_bytes(a, part_bytes))
+        .max()
+        .unwrap_or(0);
+    let capacity = channel_capacity(threads, message);
+    let in_flight = messages_in_flight(&Options {
+        channel_capacity: capacity,
+        io_threads,
+        ..Options::with_threads(threads)
+    }) as u64;
+    // The parts in flight are consecutive, so they span this many shards, each with its kept chunks.
+    let kept = arrays
+        .iter()
+        .filter(|_| keep)
+        .map(|a| {
+            let open_shards = in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
+            kept_bytes(a, part_bytes).saturating_mul(open_shards)
+        })
+        .max()
+        .unwrap_or(0);
+    let peak = BASE_BYTES
+        .saturating_add(message.saturating_mul(in_flight))
+        .saturating_add(kept);
+    (peak, capacity)
+}
+
+/// Channel capacity for messages of up to `message_bytes` raw bytes: as many as fit in
+/// [`CHANNEL_BUDGET_BYTES`], at least one and at most one per worker. Each message already spreads
+/// its chunks over all workers, so a deeper queue of big messages only holds more memory (W1, 32 MiB
+/// shards: capacity 2 peaked near 600 MiB, capacity 1 near 500 MiB, at the same speed).
+fn channel_capacity(threads: usize, message_bytes: u64) -> usize {
+    let fit = CHANNEL_BUDGET_BYTES / message_bytes.max(1);
+    usize::try_from(fit)
+        .unwrap_or(usize::MAX)
+        .clamp(1, threads.max(1))
+}
+
+/// Raw bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`, and of the
+/// decoded source chunks that part overlaps.
+fn message_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    let part = largest_part(array, part_bytes);
+    let footprint = source_footprint(&array.geometry, &array.source_repr.shape, &part);
+    product(&part).max(footprint) * array.element_size() as u64
+}
+
+/// The shape of the biggest part of `array`'s shards with parts of at most `part_bytes`.
+fn largest_part(array: &ArrayLayout, part_bytes: u64) -> Vec<u64> {
+    array.split(part_bytes).largest_part_shape(&array.geometry)
+}
+
+/// Elements of the source chunks that a part of extent `part` can overlap. Per dimension: parts
+/// start at multiples of `g` (the gcd of the part extent and the shard shape) from a source chunk
+/// boundary, so a part starting `s - g` into a chunk of `s` covers the most chunks. Never more than
+/// the array.
+fn source_footprint(geometry: &ShardGeometry, source_chunk: &[u64], part: &[u64]) -> u64 {
+    (0..part.len())
+        .map(|d| {
+            let (extent, chunk) = (part[d], source_chunk[d].max(1));
+            let g = gcd(gcd(extent, geometry.shard_shape()[d]), chunk);
+            let chunks = (chunk - g + extent).div_ceil(chunk);
+            (chunks * chunk).min(geometry.array_shape()[d].div_ceil(chunk) * chunk)
+        })
+        .product()
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Bytes of the decoded source chunks one shard keeps between its parts: they all meet one slab of
+/// the part grid (`ShardSplit::slab_shape`).
+fn kept_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    let split = array.split(part_bytes);
+    if split.parts() < 2 || !array.can_keep_source_chunks() {
+        return 0;
+    }
+    let slab = split.slab_shape(&array.geometry);
+    source_footprint(&array.geometry, &array.source_repr.shape, &slab)
+        .saturating_mul(array.element_size() as u64)
+}
+
+/// Whether parts of at most `part_bytes` need no source chunk that another part needs too: the
+/// decoded source chunks a part overlaps are no bigger than the part.
+fn reads_each_source_chunk_once(array: &ArrayLayout, part_bytes: u64) -> bool {
+    let part = largest_part(array, part_bytes);
+    source_footprint(&array.geometry, &array.source_repr.shape, &part) <= product(&part)
+}
+
+/// Bytes for people, in binary units with two decimals ("1.25 GiB", "15 B"), the way the progress
+/// bar of the command line (indicatif's `HumanBytes`) writes them, through the same `unit-prefix`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HumanBytes(pub(crate) u64);
+
+impl fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match unit_prefix::NumberPrefix::binary(self.0 as f64) {
+            unit_prefix::NumberPrefix::Standalone(number) => write!(f, "{number:.0} B"),
+            unit_prefix::NumberPrefix::Prefixed(prefix, number) => {
+                write!(f, "{number:.2} {prefix}B")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zshard_core::{ChunkRepr, DataType, FillValue};
+
+    #[test]
+    fn source_footprint_counts_the_chunks_a_part_can_straddle() {
+        let g = ShardGeometry::new(&[2048, 1000, 1000], &[2048, 512, 512], &[128, 64, 64])
+            .expect("test");
+        // 128 inside chunks of 256, parts on multiples of 128: one chunk. 64 in chunks of 100: two.
+        assert_eq!(
+            source_footprint(&g, &[256, 100, 100], &[128, 64, 64]),
+            256 * 200 * 200
+        );
+        // Aligned multiples cover exactly their chunks.
+        assert_eq!(
+            source_footprint(&g, &[128, 64, 64], &[256, 128, 64]),
+            256 * 128 * 64
+        );
+        // Never more than the array (rounded up to whole chunks).
+        assert_eq!(
+            source_footprint(&g, &[4096, 1000, 1000], &[128, 64, 64]),
+            4096 * 1000 * 1000
+        );
+    }
+
+    fn repr(shape: &[u64], data_type: DataType) -> ChunkRepr {
+        ChunkRepr {
+            shape: shape.to_vec(),
+            data_type,
+            fill_value: FillValue::zero(data_type),
+        }
+    }
+
+    /// A float32 array of `shape` in shards of `shard` with inner chunks of `inner`, read from source
+    /// chunks of `source`.
+    fn layout(shape: &[u64], shard: &[u64], inner: &[u64], source: &[u64]) -> ArrayLayout {
+        ArrayLayout {
+            geometry: ShardGeometry::new(shape, shard, inner).expect("geometry"),
+            source_repr: repr(source, DataType::Float32),
+            inner_repr: repr(inner, DataType::Float32),
+            passthrough: false,
+        }
+    }
+
+    fn request(threads: usize, limit: Option<u64>) -> BudgetRequest {
+        BudgetRequest {
+            threads,
+            limit,
+            upload_buffers: 0,
+            io_threads: 2,
+        }
+    }
+
+    #[test]
+    fn without_a_limit_every_thread_and_whole_shards_up_to_the_default_part_size() {
+        // Shards of 4, 16 and 128 MiB, source chunks inside the shards. The channel capacity is what
+        // it was for whole shards: as many as fit in 32 MiB, at least one, at most one per worker.
+        for (shard, capacity) in [([1024, 1024], 8), ([2048, 2048], 2), ([4096, 8192], 1)] {
+            let array = layout(&[8192, 8192], &shard, &[256, 256], &[512, 512]);
+            let budget = budget(std::slice::from_ref(&array), &request(8, None)).expect("budget");
+            let options = budget.options();
+            assert_eq!(
+                (options.threads, options.part_bytes, options.io_threads),
+                (8, DEFAULT_PART_BYTES, 2)
+            );
+            assert!(options.keep_source_chunks);
+            assert_eq!(options.channel_capacity, capacity, "shard {shard:?}");
+            assert_eq!(budget.limit, None);
+        }
+    }
+
+    #[test]
+    fn a_limit_shrinks_parts_then_threads_and_refuses_what_cannot_fit() {
+        let array = layout(&[8192, 8192], &[4096, 8192], &[256, 256], &[512, 512]);
+        let arrays = std::slice::from_ref(&array);
+        let roomy = budget(arrays, &request(8, Some(64 << 30))).expect("budget");
+        assert_eq!(roomy.threads, 8);
+        assert!(roomy.estimated_peak <= 64 << 30);
+        let tight = budget(arrays, &request(8, Some(256 << 20))).expect("budget");
+        assert!(tight.estimated_peak <= 256 << 20, "{tight:?}");
+        assert!(tight.part_bytes < roomy.part_bytes || tight.threads < roomy.threads);
+        assert!(tight.parts_per_shard(&array) > 1);
+        assert_eq!(tight.array_peak(&array), tight.estimated_peak);
+        let err = budget(arrays, &request(8, Some(1 << 20))).expect_err("too small");
+        assert!(matches!(err, Error::MemoryLimit { limit, .. } if limit == 1 << 20));
+        let message = err.to_string();
+        assert!(
+            message.contains("more than the memory limit of 1.00 MiB")
+                && message.contains("--memory-limit"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn human_bytes_reads_like_the_progress_bar() {
+        let text = |n| HumanBytes(n).to_string();
+        assert_eq!(text(15), "15 B");
+        assert_eq!(text(1_500), "1.46 KiB");
+        assert_eq!(text(1_500_000_000), "1.40 GiB");
+        assert_eq!(text(5 << 29), "2.50 GiB");
+    }
+}

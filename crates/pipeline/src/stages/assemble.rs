@@ -1,0 +1,196 @@
+//! The assemble stage, the one with state: one thread cuts each part's inner chunks out of its decoded
+//! source chunks, in order within each shard, keeping the source chunks that later parts need.
+
+use std::collections::HashMap;
+
+use crossbeam_channel::{Receiver, Sender};
+use zshard_core::{copy_region, FillValue, Region, StringHandle};
+
+use super::in_order::InOrder;
+use super::message::{Assembled, Decoded, Msg, ShardKey};
+use super::{RunArray, RunContext};
+
+/// Assembles the messages of `input` until it closes, the run is cancelled or the encoder has stopped.
+pub(super) fn stage(
+    ctx: &RunContext<'_>,
+    input: Receiver<Msg<Decoded>>,
+    output: &Sender<Msg<Assembled>>,
+) {
+    let _guard = ctx.cancel_on_panic();
+    let mut assembler = Assembler::default();
+    for msg in input {
+        if ctx.is_cancelled() {
+            continue;
+        }
+        let assembled = match msg {
+            Ok(decoded) => {
+                let array = ctx.array(decoded.part.task.array);
+                assembler
+                    .accept(array, decoded)
+                    .into_iter()
+                    .map(Ok)
+                    .collect()
+            }
+            Err(e) => vec![Err(e)],
+        };
+        if assembled.into_iter().any(|m| output.send(m).is_err()) {
+            ctx.cancel();
+            break;
+        }
+    }
+}
+
+/// Decoded source chunks a shard keeps for its later parts, with the last part that needs each.
+type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
+
+/// The shards whose parts share source chunks and are being assembled, by (array, shard). Parts that
+/// arrive early wait; like the writer's, they are within the window of messages in flight, and the
+/// part they wait for holds a permit.
+#[derive(Default)]
+struct Assembler {
+    open: HashMap<ShardKey, OpenAssembly>,
+}
+
+#[derive(Default)]
+struct OpenAssembly {
+    parts: InOrder<Decoded>,
+    kept: KeptChunks,
+}
+
+impl Assembler {
+    /// Assembles `decoded` and the parts of its shard that waited for it; none while it waits itself.
+    fn accept(&mut self, array: &RunArray<'_>, decoded: Decoded) -> Vec<Assembled> {
+        if !array.keep {
+            return vec![assemble(array, decoded, None)];
+        }
+        let key = decoded.part.shard_key();
+        let open = self.open.entry(key.clone()).or_default();
+        open.parts.insert(decoded.part.index, decoded);
+        let mut ready = Vec::new();
+        while let Some(decoded) = open.parts.pop_next() {
+            let last = decoded.part.is_last();
+            ready.push(assemble(array, decoded, Some(&mut open.kept)));
+            if last {
+                self.open.remove(&key);
+                break;
+            }
+        }
+        ready
+    }
+}
+
+/// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
+/// boundaries freely; what no source chunk covers keeps the fill value. Source chunks come from the
+/// message or, read for an earlier part of the shard, from `kept`; those of the message that a later
+/// part needs too go to `kept`, and those no later part needs leave it.
+fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks>) -> Assembled {
+    let job = array.job;
+    let range = array.split.inner_range(decoded.part.index);
+    if job.layout.passthrough {
+        return place_encoded(array, range, decoded);
+    }
+    let geometry = &job.layout.geometry;
+    let array_shape = geometry.array_shape();
+    let source_shape = &job.layout.source_repr.shape;
+    let element = job.layout.inner_repr.data_type.size();
+    let handle_fill;
+    let fill = if job.layout.inner_repr.data_type.is_variable() {
+        handle_fill = FillValue::from_bytes(StringHandle::FILL.to_le_bytes().to_vec());
+        &handle_fill
+    } else {
+        &job.layout.inner_repr.fill_value
+    };
+    let mut by_coord: HashMap<Vec<u64>, Option<Vec<u8>>> = decoded.chunks.into_iter().collect();
+    // Source chunks that are exactly the inner chunks: each is used once and, inside the array,
+    // becomes its inner chunk as it is (no fill, no copy).
+    let same_grid = source_shape.as_slice() == geometry.inner_shape();
+    let array_region = geometry.array_region();
+    let first_inner = range.start;
+    let inner = range
+        .map(|i| {
+            let region = geometry.inner_region(&decoded.part.task.shard, i);
+            let covered = region.intersect(&array_region)?;
+            if same_grid && covered == region {
+                let data = by_coord
+                    .remove(&region.first_chunk(source_shape))
+                    .flatten()?;
+                return (!fill.fills(&data)).then_some(data);
+            }
+            let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
+            for coord in covered.chunks_overlapping(source_shape) {
+                let data = match by_coord.get(&coord) {
+                    Some(data) => data,
+                    None => match kept.as_deref().and_then(|k| k.get(&coord)) {
+                        Some((_, data)) => data,
+                        None => continue,
+                    },
+                };
+                let Some(data) = data else {
+                    continue;
+                };
+                let source = Region::of_chunk(&coord, source_shape, array_shape);
+                let Some(overlap) = covered.intersect(&source) else {
+                    continue;
+                };
+                copy_region(
+                    data,
+                    source_shape,
+                    &source.start,
+                    &mut buffer,
+                    &region.shape,
+                    &region.start,
+                    &overlap,
+                    element,
+                );
+            }
+            (!fill.fills(&buffer)).then_some(buffer)
+        })
+        .collect();
+    if let Some(kept) = kept {
+        let (shard, index) = (&decoded.part.task.shard, decoded.part.index);
+        kept.retain(|_, (last, _)| *last > index);
+        for (coord, data) in by_coord {
+            if let Some((_, last)) = array.parts_needing(shard, &coord) {
+                if last > index {
+                    kept.insert(coord, (last, data));
+                }
+            }
+        }
+    }
+    Assembled {
+        part: decoded.part,
+        first_inner,
+        inner,
+        strings: decoded.strings,
+        read: decoded.read,
+    }
+}
+
+/// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the
+/// shard as it is. A missing source chunk is an empty inner chunk.
+fn place_encoded(array: &RunArray<'_>, range: std::ops::Range<u64>, decoded: Decoded) -> Assembled {
+    let per_shard = array.job.layout.geometry.chunks_per_shard();
+    let mut inner: Vec<Option<Vec<u8>>> = vec![None; (range.end - range.start) as usize];
+    for (coord, data) in decoded.chunks {
+        let local: Vec<u64> = coord
+            .iter()
+            .zip(&decoded.part.task.shard)
+            .zip(&per_shard)
+            .map(|((c, s), n)| c - s * n)
+            .collect();
+        let index = zshard_core::linear_index(&local, &per_shard);
+        if let Some(slot) = index
+            .checked_sub(range.start)
+            .and_then(|i| inner.get_mut(i as usize))
+        {
+            *slot = data;
+        }
+    }
+    Assembled {
+        part: decoded.part,
+        first_inner: range.start,
+        inner,
+        strings: decoded.strings,
+        read: decoded.read,
+    }
+}

@@ -1,0 +1,48 @@
+//! The encode stage, a map on the encode pool: inner chunks of one part are encoded in parallel.
+
+use bytes::Bytes;
+use rayon::iter::{IndexedParallelIterator, IntoParallelIterator, ParallelIterator};
+
+use super::message::{Assembled, Encoded, Msg};
+use super::RunArray;
+use crate::error::{Error, Result};
+
+pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled) -> Msg<Encoded> {
+    let job = array.job;
+    let shard = &assembled.part.task.shard;
+    let strings = &assembled.strings;
+    let string_fill = job.layout.inner_repr.fill_value.as_bytes();
+    let resolve = |raw: Vec<u8>| {
+        if job.layout.inner_repr.data_type.is_variable() {
+            strings.resolve(&raw, string_fill)
+        } else {
+            Ok(raw)
+        }
+    };
+    let inner = assembled
+        .inner
+        .into_par_iter()
+        .enumerate()
+        .map(|(i, raw)| match raw {
+            None => Ok(None),
+            Some(raw) if job.layout.passthrough => Ok(Some(Bytes::from(raw))),
+            Some(raw) => resolve(raw)
+                .and_then(|raw| match &job.inner_chain {
+                    None => Ok(raw),
+                    Some(chain) => chain.encode(raw, &job.layout.inner_repr),
+                })
+                .map(|b| Some(Bytes::from(b)))
+                .map_err(|source| Error::Encode {
+                    array: job.name.clone(),
+                    key: job.sink.shard_key(shard),
+                    inner: assembled.first_inner as usize + i,
+                    source: Box::new(source),
+                }),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Encoded {
+        part: assembled.part,
+        inner,
+        read: assembled.read,
+    })
+}

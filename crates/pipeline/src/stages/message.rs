@@ -1,0 +1,89 @@
+//! The messages between the stages. Each is one part of a shard (see [`ShardSplit`]); a shard that
+//! fits the part size is one part. A message carries its own error: a stage that fails on a part
+//! passes the error on in its place, and the writer keeps the first one.
+//!
+//! [`ShardSplit`]: zshard_core::ShardSplit
+
+use bytes::Bytes;
+use zshard_core::StringTable;
+
+use crate::error::Result;
+use crate::job::ShardTask;
+use crate::window::Permit;
+
+/// A message, or the error that took its place.
+pub(super) type Msg<T> = Result<T>;
+
+/// A shard of a run: the index of its array and its grid position.
+pub(super) type ShardKey = (usize, Vec<u64>);
+
+/// One part of one shard: the unit every message carries.
+#[derive(Debug)]
+pub(super) struct ShardPart {
+    pub(super) task: ShardTask,
+    pub(super) index: u64,
+    pub(super) count: u64,
+    /// This message's place in the window of messages in flight (see `window.rs`).
+    pub(super) permit: Option<Permit>,
+}
+
+impl ShardPart {
+    /// The shard this is a part of.
+    pub(super) fn shard_key(&self) -> ShardKey {
+        (self.task.array, self.task.shard.clone())
+    }
+
+    /// Whether this is its shard's last part.
+    pub(super) fn is_last(&self) -> bool {
+        self.index + 1 == self.count
+    }
+}
+
+/// What reading one part's (or, summed, one shard's) source chunks took.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ReadCounts {
+    pub(super) bytes: u64,
+    pub(super) chunks: u64,
+    pub(super) missing: u64,
+}
+
+impl std::ops::AddAssign for ReadCounts {
+    fn add_assign(&mut self, other: ReadCounts) {
+        self.bytes += other.bytes;
+        self.chunks += other.chunks;
+        self.missing += other.missing;
+    }
+}
+
+/// Encoded source chunks of one shard part, as read (`None` = missing chunk).
+pub(super) struct Fetched {
+    pub(super) part: ShardPart,
+    pub(super) chunks: Vec<(Vec<u64>, Option<Bytes>)>,
+    pub(super) read: ReadCounts,
+}
+
+/// Decoded source chunks of one shard part. Strings are handles into `strings`.
+pub(super) struct Decoded {
+    pub(super) part: ShardPart,
+    pub(super) chunks: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    pub(super) strings: StringTable,
+    pub(super) read: ReadCounts,
+}
+
+/// Raw inner chunks of one shard part, C order; `None` = empty (only fill value, or outside the
+/// array). Strings are handles into `strings` until they are encoded.
+pub(super) struct Assembled {
+    pub(super) part: ShardPart,
+    /// The C-order index within the shard of `inner[0]`.
+    pub(super) first_inner: u64,
+    pub(super) inner: Vec<Option<Vec<u8>>>,
+    pub(super) strings: StringTable,
+    pub(super) read: ReadCounts,
+}
+
+/// Encoded inner chunks of one shard part.
+pub(super) struct Encoded {
+    pub(super) part: ShardPart,
+    pub(super) inner: Vec<Option<Bytes>>,
+    pub(super) read: ReadCounts,
+}

@@ -1,0 +1,298 @@
+//! The stages and their wiring:
+//!
+//! fetch (I/O threads) → decode (rayon) → assemble (one thread) → encode (rayon) → write (I/O threads).
+//!
+//! A message is one part of a shard (see [`message`]). The channels between the stages are bounded
+//! ([`Options::channel_capacity`]: at most one message per worker when the budget sizes them), the
+//! stateless stages (decode, encode) are maps on their own rayon pool, and errors travel inside
+//! messages to the writer, which keeps the first one and tells the fetchers to stop. Everything the stages share lives in one [`RunContext`].
+
+mod assemble;
+mod decode;
+mod encode;
+mod fetch;
+mod in_order;
+mod message;
+mod write;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{Scope, ScopedJoinHandle};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use rayon::iter::{ParallelBridge, ParallelIterator};
+use zshard_core::{Region, ShardSplit};
+
+use crate::error::{Error, Result};
+use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask};
+use crate::stats::Stats;
+use crate::window::Window;
+use message::{Assembled, Decoded, Encoded, Fetched, Msg, ShardPart};
+
+/// Converts every shard that `tasks` yields. Returns the totals, or the first error (after the shards
+/// already under way have drained; a shard with an error is never written).
+pub fn run(
+    jobs: &[ArrayJob],
+    tasks: impl Iterator<Item = ShardTask> + Send,
+    options: &Options,
+    progress: &(dyn Fn(&ShardOutcome) + Sync),
+) -> Result<Stats> {
+    let pool = |name: &'static str| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads.max(1))
+            .thread_name(move |i| format!("zshard-{name}-{i}"))
+            .build()
+            .map_err(|source| Error::ThreadPool { source })
+    };
+    // Two pools: a decode worker blocked on a full channel must never hold a thread the encoder needs.
+    let decode_pool = pool("decode")?;
+    let encode_pool = pool("encode")?;
+    let context = RunContext::new(jobs, options, progress);
+    let ctx = &context;
+    let parts = Mutex::new(tasks.flat_map(|task| {
+        let count = ctx.array(task.array).split.parts();
+        (0..count).map(move |index| ShardPart {
+            task: task.clone(),
+            index,
+            count,
+            permit: None,
+        })
+    }));
+    let capacity = options.channel_capacity.max(1);
+    let (fetched_tx, fetched_rx) = bounded::<Msg<Fetched>>(capacity);
+    let (decoded_tx, decoded_rx) = bounded::<Msg<Decoded>>(capacity);
+    let (assembled_tx, assembled_rx) = bounded::<Msg<Assembled>>(capacity);
+    let (encoded_tx, encoded_rx) = bounded::<Msg<Encoded>>(capacity);
+    let writer = write::Writer::default();
+
+    std::thread::scope(|scope| {
+        // Threads already started must not go on converting when the run cannot start completely.
+        let spawn_failed = |source| {
+            ctx.cancel();
+            Error::SpawnThread { source }
+        };
+        // Several fetchers and writers, so that storage round trips of different shards overlap.
+        let parts = &parts;
+        for i in 0..options.io_threads.max(1) {
+            let out = fetched_tx.clone();
+            spawn(scope, format!("zshard-fetch-{i}"), move || {
+                fetch::stage(ctx, parts, out)
+            })
+            .map_err(spawn_failed)?;
+        }
+        drop(fetched_tx);
+        spawn(scope, "zshard-decode".into(), move || {
+            decode_pool.install(|| {
+                map_stage(ctx, fetched_rx, &decoded_tx, |m| {
+                    decode::decode(ctx.array(m.part.task.array), m)
+                })
+            })
+        })
+        .map_err(spawn_failed)?;
+        spawn(scope, "zshard-assemble".into(), move || {
+            assemble::stage(ctx, decoded_rx, &assembled_tx)
+        })
+        .map_err(spawn_failed)?;
+        spawn(scope, "zshard-encode".into(), move || {
+            encode_pool.install(|| {
+                map_stage(ctx, assembled_rx, &encoded_tx, |m| {
+                    encode::encode(ctx.array(m.part.task.array), m)
+                })
+            })
+        })
+        .map_err(spawn_failed)?;
+        let writer = &writer;
+        let writers: Vec<_> = (1..options.io_threads.max(1))
+            .map(|i| {
+                let input = encoded_rx.clone();
+                spawn(scope, format!("zshard-write-{i}"), move || {
+                    writer.stage(ctx, input)
+                })
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(spawn_failed)?;
+        writer.stage(ctx, encoded_rx);
+        for writer in writers {
+            // A writer only ends by panicking if a progress callback panicked; propagate that.
+            if let Err(panic) = writer.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Ok(())
+    })?;
+    context.finish()
+}
+
+/// Starts one thread of the run.
+fn spawn<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    name: String,
+    work: impl FnOnce() + Send + 'scope,
+) -> std::io::Result<ScopedJoinHandle<'scope, ()>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn_scoped(scope, work)
+}
+
+/// What every stage of one run shares, so that each takes one reference instead of many: the arrays
+/// with how their shards are cut (from the options), the flag that stops the run, the window of
+/// messages in flight, the progress callback and the totals.
+struct RunContext<'a> {
+    arrays: Vec<RunArray<'a>>,
+    cancel: AtomicBool,
+    window: Arc<Window>,
+    progress: &'a (dyn Fn(&ShardOutcome) + Sync),
+    /// The totals of the shards written, and the first error.
+    result: Mutex<(Stats, Option<Error>)>,
+}
+
+impl<'a> RunContext<'a> {
+    fn new(
+        jobs: &'a [ArrayJob],
+        options: &'a Options,
+        progress: &'a (dyn Fn(&ShardOutcome) + Sync),
+    ) -> Self {
+        RunContext {
+            arrays: jobs.iter().map(|job| RunArray::new(job, options)).collect(),
+            cancel: AtomicBool::new(false),
+            window: Window::new(messages_in_flight(options)),
+            progress,
+            result: Mutex::new((Stats::default(), None)),
+        }
+    }
+
+    fn array(&self, index: usize) -> &RunArray<'a> {
+        &self.arrays[index]
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Tells every stage to stop taking new work.
+    fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Cancels the run if the calling thread unwinds from a panic before the guard is dropped.
+    fn cancel_on_panic(&self) -> CancelOnPanic<'_> {
+        CancelOnPanic(&self.cancel)
+    }
+
+    /// Counts a completed shard and reports it, or keeps the first error and stops the run.
+    fn record(&self, outcome: Result<Option<ShardOutcome>>) {
+        let mut result = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        let (stats, first_error) = &mut *result;
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(outcome)) => {
+                *stats += &outcome;
+                drop(result);
+                (self.progress)(&outcome);
+            }
+            Err(e) => {
+                self.cancel();
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// The run's totals, or its first error.
+    fn finish(self) -> Result<Stats> {
+        let (stats, first_error) = self.result.into_inner().unwrap_or_else(|p| p.into_inner());
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    }
+}
+
+/// One job of a run, with how its shards are cut into parts and whether the parts share source chunks.
+struct RunArray<'a> {
+    job: &'a ArrayJob,
+    split: ShardSplit,
+    /// Whether the parts of a shard share source chunks through the assembler: a source chunk that
+    /// straddles two parts is then read and decoded once, not once per part.
+    keep: bool,
+}
+
+impl<'a> RunArray<'a> {
+    fn new(job: &'a ArrayJob, options: &Options) -> Self {
+        let split = job.layout.split(options.part_bytes);
+        let keep =
+            options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
+        RunArray { job, split, keep }
+    }
+
+    /// The first and last part of `shard` that need source chunk `coord`.
+    fn parts_needing(&self, shard: &[u64], coord: &[u64]) -> Option<(u64, u64)> {
+        let geometry = &self.job.layout.geometry;
+        let chunk = Region::of_chunk(
+            coord,
+            &self.job.layout.source_repr.shape,
+            geometry.array_shape(),
+        );
+        self.split.parts_meeting(geometry, shard, &chunk)
+    }
+}
+
+/// Messages allowed between the fetchers and the writer: what the channels and stages hold when full
+/// (four channels, an input and an output per worker of each pool, the fetch, assemble and write
+/// threads), so the window only binds when the writer keeps parts waiting for a predecessor.
+pub(crate) fn messages_in_flight(options: &Options) -> usize {
+    4 * options.channel_capacity.max(1)
+        + 4 * options.threads.max(1)
+        + 2 * options.io_threads.max(1)
+        + 1
+}
+
+/// Tells the other stages to stop when the thread holding it unwinds from a panic, so that a bug in
+/// one stage does not leave the others converting the rest of the array before the run can end.
+struct CancelOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for CancelOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A stateless stage: messages are taken by the pool's workers as they free up, so several shards are
+/// processed at once, and each shard's chunks are spread over the pool too.
+fn map_stage<I: Send, O: Send>(
+    ctx: &RunContext<'_>,
+    input: Receiver<Msg<I>>,
+    output: &Sender<Msg<O>>,
+    work: impl Fn(I) -> Msg<O> + Sync,
+) {
+    input.into_iter().par_bridge().for_each(|msg| {
+        if ctx.is_cancelled() {
+            return;
+        }
+        let _guard = ctx.cancel_on_panic();
+        // A closed output means a later stage has stopped: stop the earlier ones too.
+        if output.send(msg.and_then(&work)).is_err() {
+            ctx.cancel();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_holds_what_the_channels_and_stages_hold() {
+        // The options of the integration test `a_slow_part_does_not_let_the_fetchers_run_ahead`,
+        // which expects a window of 17.
+        let options = Options {
+            channel_capacity: 1,
+            io_threads: 2,
+            part_bytes: 16,
+            ..Options::with_threads(2)
+        };
+        assert_eq!(messages_in_flight(&options), 4 + 2 * 2 * 2 + 2 * 2 + 1);
+        assert_eq!(messages_in_flight(&options), 17);
+    }
+}
