@@ -53,7 +53,7 @@ mod verify;
 
 pub use compressor::Compressor;
 pub use conversion::{Conversion, Finalized, Observer};
-pub use error::{Error, Result};
+pub use error::{one_line, Error, Result};
 pub use input::{SourceFormat, SourceOptions};
 pub use memory::default_limit;
 pub use partition::Partition;

@@ -5,19 +5,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn error_lines_are_short_and_single() {
-        let inner = anyhow::anyhow!("status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>1</RequestId></Error>");
-        let e = inner.context("Generic S3 error: status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>1</RequestId></Error>").context("cannot list s3://b/out.zarr");
-        assert_eq!(
-            super::one_line(&e),
-            "cannot list s3://b/out.zarr: Generic S3 error: status code: 404 Not Found: NoSuchBucket (The specified bucket does not exist)"
-        );
-    }
-}
-
 mod args;
 mod demo;
 mod job;
@@ -25,7 +12,7 @@ mod print;
 mod progress;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs};
-use zshard_convert::{parse_size, Partition, Verification};
+use zshard_convert::{one_line, parse_size, Partition, Verification};
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -286,43 +273,6 @@ fn parse_cli() -> Result<Cli, ExitCode> {
     })
 }
 
-/// One readable line from an error and its causes, outermost first: a cause whose text is already
-/// shown (object_store repeats its sources) is left out, a server's XML error document becomes its
-/// code and message, and line breaks become spaces.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let text = condense(&cause.to_string());
-        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    }
-    parts.join(": ")
-}
-
-fn condense(text: &str) -> String {
-    let mut out = text.to_string();
-    while let Some(start) = out.find("<?xml").or_else(|| out.find("<Error>")) {
-        let end = out[start..]
-            .find("</Error>")
-            .map_or(out.len(), |e| start + e + "</Error>".len());
-        let block = &out[start..end];
-        let tag = |t: &str| {
-            let open = format!("<{t}>");
-            let from = block.find(&open)? + open.len();
-            let to = block[from..].find(&format!("</{t}>"))?;
-            Some(block[from..from + to].to_string())
-        };
-        let summary = match (tag("Code"), tag("Message")) {
-            (Some(code), Some(message)) => format!("{code} ({message})"),
-            (Some(code), None) => code,
-            _ => "(error document)".to_string(),
-        };
-        out.replace_range(start..end, &summary);
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 fn main() -> ExitCode {
     let cli = match parse_cli() {
         Ok(cli) => cli,
@@ -331,7 +281,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("zshard: error: {}", one_line(&e));
+            eprintln!("zshard: error: {}", one_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }
