@@ -81,7 +81,7 @@ enum Command {
         /// and one from a run with the same options is resumed).
         #[arg(long)]
         overwrite: bool,
-        /// Peak memory not to exceed, e.g. 512MiB or 4GiB (default: half of the machine's memory, or
+        /// Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; default: half of the machine's memory, or
         /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
         /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
         /// whose source chunks cannot fit even then is refused before it starts.
