@@ -221,15 +221,7 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
             source,
         })?;
     let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
-    let inner_repr = ChunkRepr {
-        shape: inner_shape.clone(),
-        data_type: meta.data_type,
-        fill_value: meta.fill_value.clone(),
-    };
-    let inner_chain = build_chain(&inner_codecs, &inner_repr).map_err(|source| Error::Codecs {
-        which: "output",
-        source,
-    })?;
+    let inner_chain = inner_chain(meta, &inner_shape, &inner_codecs, "output")?;
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
     let output = ShardedArrayMetadata {
@@ -251,6 +243,22 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
         passthrough,
         job_parts: (source_chain, inner_chain),
     })
+}
+
+/// The codec chain of inner chunks of `shape` of the array `meta`, built from `codecs` (`which` says
+/// whose codecs they are in errors).
+pub(crate) fn inner_chain(
+    meta: &ArrayMeta,
+    shape: &[u64],
+    codecs: &[zshard_core::CodecSpec],
+    which: &'static str,
+) -> Result<zshard_core::CodecChain> {
+    let repr = ChunkRepr {
+        shape: shape.to_vec(),
+        data_type: meta.data_type,
+        fill_value: meta.fill_value.clone(),
+    };
+    build_chain(codecs, &repr).map_err(|source| Error::Codecs { which, source })
 }
 
 /// Whether source chunks can be copied as inner chunks without decoding: the same chunk shape (so one

@@ -17,7 +17,7 @@ use zshard_zarr::open_hierarchy;
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
-use crate::plan::array_name;
+use crate::plan::{array_name, inner_chain};
 
 /// How many mismatches are kept one by one; the rest are counted.
 const KEPT: usize = 50;
@@ -62,15 +62,7 @@ fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
     let index_location = config.index_location;
     let index_encoding = config.index_encoding()?;
     let (inner_shape, inner_codecs) = (config.chunk_shape, config.codecs);
-    let inner_repr = ChunkRepr {
-        shape: inner_shape.clone(),
-        data_type: meta.data_type,
-        fill_value: meta.fill_value.clone(),
-    };
-    let inner_chain = build_chain(&inner_codecs, &inner_repr).map_err(|source| Error::Codecs {
-        which: "inner",
-        source,
-    })?;
+    let inner_chain = inner_chain(&meta, &inner_shape, &inner_codecs, "inner")?;
     Ok(OutputArray {
         meta,
         inner_shape,
