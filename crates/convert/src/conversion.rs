@@ -91,7 +91,7 @@ impl Conversion {
         );
         refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
-        let input = Input::open(&self.source, &self.source_options, runtime.clone())?;
+        let input = Input::open(&source, &self.source_options, runtime.clone())?;
         let nodes = input.nodes()?;
         let plan = Plan::new(&nodes, &self.layouts, &input.url())?;
         let fingerprint = state::fingerprint(&source_id(&source), &plan);
@@ -100,6 +100,7 @@ impl Conversion {
             plan,
             fingerprint,
             runtime,
+            destination,
         })
     }
 
@@ -147,7 +148,7 @@ impl Conversion {
     pub fn convert(&self, observer: &dyn Observer) -> Result<Report> {
         let opened = self.open()?;
         let budget = self.budget(&opened.plan)?;
-        let destination = &opened.destination(&self.destination, true)?;
+        let destination = &opened.destination(true)?;
         let Opened {
             input,
             plan,
@@ -247,7 +248,7 @@ impl Conversion {
     /// the metadata.
     pub fn finalize(&self) -> Result<Finalized> {
         let opened = self.open()?;
-        let destination = opened.destination(&self.destination, false)?;
+        let destination = opened.destination(false)?;
         let Opened {
             plan,
             fingerprint,
@@ -302,6 +303,7 @@ struct Opened {
     plan: Plan,
     fingerprint: serde_json::Value,
     runtime: Arc<IoRuntime>,
+    destination: Location,
 }
 
 impl Opened {
@@ -311,8 +313,12 @@ impl Opened {
     }
 
     /// Opens the destination (creating a local folder with `create`).
-    fn destination(&self, destination: &str, create: bool) -> Result<Store> {
-        Ok(Store::open(destination, self.runtime.clone(), create)?)
+    fn destination(&self, create: bool) -> Result<Store> {
+        Ok(Store::open_location(
+            &self.destination,
+            self.runtime.clone(),
+            create,
+        )?)
     }
 }
 

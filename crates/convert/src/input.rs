@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
 use zshard_kerchunk::{Format, ReadStats, ReferenceSet};
-use zshard_store::{IoRuntime, Store};
+use zshard_store::{IoRuntime, Location, Store};
 use zshard_zarr::{chunk_reader, open_hierarchy};
 
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ impl Input {
     /// `.json.zst` or `.json.gz` file (or any other local file) is a JSON reference set, a folder whose
     /// `.zmetadata` has a `record_size` a Parquet reference set, anything else Zarr.
     pub(crate) fn open(
-        location: &str,
+        location: &Location,
         options: &SourceOptions,
         runtime: Arc<IoRuntime>,
     ) -> Result<Input> {
@@ -72,7 +72,7 @@ impl Input {
             Some(SourceFormat::Zarr) => None,
             Some(SourceFormat::KerchunkJson) => Some(Format::Json),
             Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
-            None => zshard_kerchunk::detect(location, &runtime)?,
+            None => zshard_kerchunk::detect(location.as_str(), &runtime)?,
         };
         match format {
             None if options.references.is_some() => Err(Error::Options {
@@ -80,9 +80,9 @@ impl Input {
                     "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr (see --source-format)"
                 ),
             }),
-            None => Ok(Input::Zarr(Store::open(location, runtime, false)?)),
+            None => Ok(Input::Zarr(Store::open_location(location, runtime, false)?)),
             Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
-                location,
+                location.as_str(),
                 format,
                 &options.references.clone().unwrap_or_default(),
                 runtime,

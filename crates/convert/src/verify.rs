@@ -12,7 +12,7 @@ use zshard_core::{
     IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
 use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
-use zshard_store::{IoRuntime, Store, StoreOptions};
+use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{Error, Result};
@@ -272,8 +272,12 @@ fn verify(v: &Verification) -> Result<Verified> {
         });
     }
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
-    let src = Input::open(source, &v.source_options, runtime.clone())?;
-    let dst = Store::open(destination, runtime, false)?;
+    let src = Input::open(
+        &Location::parse(source)?,
+        &v.source_options,
+        runtime.clone(),
+    )?;
+    let dst = Store::open_location(&Location::parse(destination)?, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
