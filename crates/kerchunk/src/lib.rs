@@ -4,9 +4,9 @@
 //! (HDF5, netCDF, TIFF, GRIB...). [`ReferenceSet`] opens one, in either layout:
 //!
 //! - a JSON file, version 0 (the object is the map of references) or version 1 (`refs`,
-//!   `templates` with `{{name}}` substitution, `gen` with dimensions and the small expression language
-//!   of the spec), plain or compressed with zstd or gzip; trailing commas and bare `NaN`/`Infinity`
-//!   are accepted;
+//!   `templates` and `gen` with dimensions, whose strings are Jinja2 `{{ expression }}` strings
+//!   rendered with `minijinja` under limits, see `template.rs`), plain or compressed with zstd or
+//!   gzip; trailing commas and bare `NaN`/`Infinity` are accepted;
 //! - a Parquet folder as fsspec's `LazyReferenceMapper` writes it (`.zmetadata` with `metadata` and
 //!   `record_size`, `<array>/refs.<i>.parq`), read one file at a time as chunks need it.
 //!

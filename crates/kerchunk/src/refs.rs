@@ -20,7 +20,7 @@ use zshard_core::{ArrayMeta, ChunkKeyEncoding};
 
 use crate::error::{format, reference, Error, Result};
 use crate::gen::{Gen, Generated};
-use crate::template::{Template, Templates};
+use crate::template::Templates;
 
 /// What a reference holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -534,7 +534,7 @@ impl Builder {
                 ))
             }
         };
-        let templates = match (v1, self.templates.take()) {
+        let mut templates = match (v1, self.templates.take()) {
             (true, Some(Value::Object(t))) => {
                 let mut entries = Vec::with_capacity(t.len());
                 for (name, value) in &t {
@@ -570,8 +570,8 @@ impl Builder {
                 urls.push(url.to_string());
                 continue;
             }
-            let rendered = Template::compile(url)
-                .and_then(|t| t.render(&|_| None, &templates))
+            let rendered = templates
+                .render_once(url)
                 .map_err(|reason| Error::Template {
                     key: self.use_key(id),
                     template: url.to_string(),
@@ -595,10 +595,12 @@ impl Builder {
         };
         if let (true, Some(gen)) = (v1, self.gen.take()) {
             let gens =
-                Gen::parse_all(&gen).map_err(|(what, template, reason)| Error::Template {
-                    key: what,
-                    template,
-                    reason,
+                Gen::parse_all(&gen, &mut templates).map_err(|(what, template, reason)| {
+                    Error::Template {
+                        key: what,
+                        template,
+                        reason,
+                    }
                 })?;
             let mut gen_urls: HashMap<String, u32> = HashMap::new();
             for g in &gens {
