@@ -156,24 +156,12 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
     }
 }
 
-/// Decodes `%XX` escapes of a URL path.
+/// Decodes `%XX` escapes of a URL path; a `%` not followed by two hex digits stays as it is, and
+/// bytes that are not UTF-8 become U+FFFD.
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn remote(url: &url::Url) -> Result<Target, String> {
@@ -395,5 +383,8 @@ mod tests {
         assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
         assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
         assert_eq!(percent_decode("a%20b%2"), "a b%2");
+        assert_eq!(percent_decode("%zz%%41%"), "%zz%A%");
+        assert_eq!(percent_decode("x%2Fy%2fz"), "x/y/z");
+        assert_eq!(percent_decode("%C3%A9%ff"), "\u{e9}\u{fffd}");
     }
 }
