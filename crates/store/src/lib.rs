@@ -16,14 +16,18 @@
 //! ```
 
 mod cloud;
+mod coalesce;
 mod error;
+mod location;
 mod options;
 mod retry;
 mod runtime;
 mod store;
 mod upload;
 
+pub use coalesce::{coalesce, RangeRequest, COALESCE_GAP, MAX_REQUEST};
 pub use error::{Error, Result};
+pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
 pub use store::Store;

@@ -2,32 +2,44 @@
 //! dropped while a response body (a GET's data, a LIST page) is being read. Status codes (5xx, 429)
 //! and connection errors are already retried inside object_store; permanent failures never are.
 
+use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Whether an error is worth another attempt.
+use object_store::client::HttpError;
+
+/// Whether an error is worth another attempt: a transport failure ([`HttpError`], of any kind) while
+/// a response body was read. Everything else is an answer or was retried already:
+///
+/// - NotFound, PermissionDenied, Unauthenticated, Precondition, ... are answers, not accidents;
+/// - a status (4xx or 5xx) comes in object_store's `RetryError` without an [`HttpError`] below it:
+///   4xx are answers, and 5xx/429 were retried by object_store;
+/// - a transport failure of the request itself (connect, send, a timeout before the response) sits
+///   below object_store's `RetryError` and `RequestError`, which retried it as far as it is safe.
+///   Those two types are not public in object_store 0.14, so they cannot be downcast to: they are
+///   recognised by their place, the two links of the chain above the [`HttpError`]. A body failure's
+///   [`HttpError`] is the `Generic` error's source, or the source of the store's "response body"
+///   error (e.g. S3's `ListResponseBody`).
 pub(crate) fn is_transient(e: &object_store::Error) -> bool {
-    let object_store::Error::Generic { .. } = e else {
-        // NotFound, PermissionDenied, Unauthenticated, Precondition, ... are answers, not accidents.
+    let object_store::Error::Generic { source, .. } = e else {
         return false;
     };
-    let text = zshard_core::chain_text(e).to_ascii_lowercase();
-    if text.contains("status code: 4") {
-        return false;
+    let mut link: Option<&(dyn StdError + 'static)> = Some(source.as_ref());
+    let mut depth = 0;
+    while let Some(error) = link {
+        if error.downcast_ref::<HttpError>().is_some() {
+            return depth < REQUEST_LOOP_DEPTH;
+        }
+        link = error.source();
+        depth += 1;
     }
-    // Only failures while reading a body: statuses, timeouts and connects were retried by object_store
-    // already, and retrying them here too would multiply the attempts.
-    [
-        "body error",
-        "end of file",
-        "connection reset",
-        "broken pipe",
-        "error decoding response body",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
+    false
 }
+
+/// How deep below a `Generic` error's source an [`HttpError`] of the request loop is, at least
+/// (`RetryError`, then `RequestError::Http`, then the [`HttpError`]).
+const REQUEST_LOOP_DEPTH: usize = 2;
 
 /// Backoff before attempt `attempt` (1-based): exponential from 100 ms, capped at 10 s, with jitter.
 fn backoff(attempt: usize) -> Duration {
@@ -65,32 +77,149 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
+    use object_store::client::HttpErrorKind;
+    use object_store::http::HttpBuilder;
+    use object_store::path::Path;
+    use object_store::{ClientOptions, ObjectStoreExt, RetryConfig};
+
     use super::*;
 
-    fn generic(message: &str) -> object_store::Error {
+    /// A failure while reading a body, as object_store reports it for a GET's data.
+    fn body_error(kind: HttpErrorKind) -> object_store::Error {
         object_store::Error::Generic {
             store: "S3",
-            source: message.to_string().into(),
+            source: Box::new(HttpError::new(
+                kind,
+                std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+            )),
         }
     }
 
-    #[test]
-    fn transient_and_permanent() {
-        assert!(is_transient(&generic(
-            "Error getting list response body: request or response body error"
-        )));
-        assert!(!is_transient(&generic(
-            "Server returned non-2xx status code: 503 Service Unavailable"
-        )));
-        assert!(is_transient(&generic(
-            "error reading a body from connection: end of file before message length reached"
-        )));
-        assert!(!is_transient(&generic(
-            "Server returned non-2xx status code: 404 Not Found: NoSuchBucket"
-        )));
-        assert!(!is_transient(&generic(
-            "Server returned non-2xx status code: 403 Forbidden"
-        )));
+    /// The shape of S3's `Error::ListResponseBody` (not public): a store error holding the
+    /// [`HttpError`] of a LIST page's body.
+    #[derive(Debug, thiserror::Error)]
+    #[error("Error getting list response body: {source}")]
+    struct ListResponseBody {
+        source: HttpError,
+    }
+
+    /// A server on a local port that answers each of its connections with the next of `responses`
+    /// (`None`: read the request and close without answering), then stops.
+    fn serve(responses: Vec<Option<&'static str>>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("address");
+        std::thread::spawn(move || {
+            for response in responses {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                if let Some(response) = response {
+                    let _ = stream.write_all(response.as_bytes());
+                }
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// The error of a GET (and of reading its body) from a server that answers `response`, with
+    /// object_store's own retries off.
+    async fn get_error(url: String) -> object_store::Error {
+        let store = HttpBuilder::new()
+            .with_url(url)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                retry_timeout: Duration::from_secs(5),
+                ..RetryConfig::default()
+            })
+            .with_client_options(ClientOptions::new().with_allow_http(true))
+            .build()
+            .expect("http store");
+        match store.get(&Path::from("x")).await {
+            Err(e) => e,
+            Ok(response) => response.bytes().await.expect_err("a failing body"),
+        }
+    }
+
+    async fn answered(response: &'static str) -> object_store::Error {
+        get_error(serve(vec![Some(response)])).await
+    }
+
+    #[tokio::test]
+    async fn transient_and_permanent() {
+        // A body cut short by the server (a real error from object_store's HTTP client).
+        let cut = answered("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789").await;
+        assert!(matches!(cut, object_store::Error::Generic { .. }), "{cut}");
+        assert!(is_transient(&cut), "{cut}");
+        // Statuses: 5xx was retried by object_store, 4xx are answers.
+        let unavailable =
+            answered("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n").await;
+        assert!(
+            matches!(unavailable, object_store::Error::Generic { .. }),
+            "{unavailable}"
+        );
+        assert!(!is_transient(&unavailable), "{unavailable}");
+        let bad = answered("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+        assert!(matches!(bad, object_store::Error::Generic { .. }), "{bad}");
+        assert!(!is_transient(&bad), "{bad}");
+        let missing = answered("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").await;
+        assert!(
+            matches!(missing, object_store::Error::NotFound { .. }),
+            "{missing}"
+        );
+        assert!(!is_transient(&missing));
+        let forbidden = answered("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
+        assert!(!is_transient(&forbidden), "{forbidden}");
+        // A connection closed before any answer: a failure of the request, object_store's to retry.
+        let closed = get_error(serve(vec![None])).await;
+        assert!(
+            matches!(closed, object_store::Error::Generic { .. }),
+            "{closed}"
+        );
+        assert!(!is_transient(&closed), "{closed}");
+        // Nobody listening.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let refused = get_error(format!("http://127.0.0.1:{port}")).await;
+        assert!(!is_transient(&refused), "{refused}");
+
+        // Body failures of every kind, directly or inside a store's body error.
+        for kind in [
+            HttpErrorKind::Interrupted,
+            HttpErrorKind::Request,
+            HttpErrorKind::Timeout,
+            HttpErrorKind::Decode,
+            HttpErrorKind::Unknown,
+        ] {
+            assert!(is_transient(&body_error(kind)), "{kind:?}");
+        }
+        let list = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(ListResponseBody {
+                source: HttpError::new(
+                    HttpErrorKind::Unknown,
+                    std::io::Error::other("request or response body error"),
+                ),
+            }),
+        };
+        assert!(is_transient(&list));
+        // A message that reads like a body error is not one.
+        let text = object_store::Error::Generic {
+            store: "S3",
+            source: "request or response body error: connection reset".into(),
+        };
+        assert!(!is_transient(&text));
         assert!(!is_transient(&object_store::Error::NotFound {
             path: "x".into(),
             source: "gone".into()
@@ -113,7 +242,7 @@ mod tests {
             let fail = calls < 3;
             async move {
                 if fail {
-                    Err(generic("response body error"))
+                    Err(body_error(HttpErrorKind::Interrupted))
                 } else {
                     Ok(7)
                 }
@@ -123,7 +252,10 @@ mod tests {
         assert_eq!(result.ok(), Some(7));
         assert_eq!(counter.load(Ordering::Relaxed), 2);
         let permanent = with_retries(5, &counter, || async {
-            Err::<(), _>(generic("status code: 404 Not Found"))
+            Err::<(), _>(object_store::Error::NotFound {
+                path: "x".into(),
+                source: "404 Not Found".into(),
+            })
         })
         .await;
         assert!(permanent.is_err());

@@ -10,6 +10,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, Result};
+use crate::location::Location;
 use crate::runtime::IoRuntime;
 
 /// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
@@ -17,56 +18,54 @@ use crate::runtime::IoRuntime;
 #[derive(Debug, Clone)]
 pub struct Store {
     pub(crate) inner: Arc<dyn ObjectStore>,
+    /// The prefix of this store's keys in `inner` (empty for a local store as opened: its
+    /// `LocalFileSystem` is rooted at the folder).
     root: Path,
-    display: String,
+    /// Where this store is: messages name keys below it, and local stores read files below it directly.
+    location: Location,
     pub(crate) runtime: Arc<IoRuntime>,
     concurrency: usize,
-    /// For local stores: the directory `root` is relative to.
-    local_base: Option<PathBuf>,
 }
 
 impl Store {
-    /// Opens a location: a local path, a `file://` URL, or `s3://`, `gs://`, `az://`/`abfs://`,
+    /// Opens a location given as text (see [`Location::parse`] and [`Store::open_location`]).
+    pub fn open(location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
+        Self::open_location(&Location::parse(location)?, runtime, create)
+    }
+
+    /// Opens a location: a local path or `file://` URL, or `s3://`, `gs://`, `az://`/`abfs://`,
     /// `http(s)://` (read only) with the runtime's [`StoreOptions`](crate::StoreOptions). With
     /// `create`, a missing local directory is created.
-    pub fn open(location: &str, runtime: Arc<IoRuntime>, create: bool) -> Result<Store> {
-        let invalid = |reason: String| Error::InvalidLocation {
-            location: location.to_string(),
-            reason,
-        };
-        let local = match location.split_once("://") {
-            None => Some(PathBuf::from(location)),
-            Some(("file", _)) => {
-                let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
-                Some(
-                    url.to_file_path()
-                        .map_err(|()| invalid("not a local file URL".into()))?,
-                )
+    pub fn open_location(
+        location: &Location,
+        runtime: Arc<IoRuntime>,
+        create: bool,
+    ) -> Result<Store> {
+        let (inner, root) = match (location.local_path(), location.url()) {
+            (Some(path), _) => (Self::open_local(path, location, create)?, Path::default()),
+            (None, Some(url)) => crate::cloud::open(url, runtime.options())?,
+            // A location is local or has a URL.
+            (None, None) => {
+                return Err(Error::InvalidLocation {
+                    location: location.to_string(),
+                    reason: "neither a path nor a URL".into(),
+                })
             }
-            Some(_) => None,
         };
-        if let Some(path) = local {
-            return Self::open_local(&path, location, runtime, create);
-        }
-        let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
-        let (inner, root) = crate::cloud::open(&url, runtime.options())?;
-        let concurrency = runtime.options().max_requests;
         Ok(Store {
             inner,
             root,
-            display: location.trim_end_matches('/').to_string(),
+            location: location.clone(),
+            concurrency: runtime.options().max_requests,
             runtime,
-            concurrency,
-            local_base: None,
         })
     }
 
     fn open_local(
         path: &FsPath,
-        location: &str,
-        runtime: Arc<IoRuntime>,
+        location: &Location,
         create: bool,
-    ) -> Result<Store> {
+    ) -> Result<Arc<dyn ObjectStore>> {
         if create {
             std::fs::create_dir_all(path).map_err(|source| Error::CreateDir {
                 location: location.to_string(),
@@ -88,28 +87,21 @@ impl Store {
                 location: location.to_string(),
                 source: Box::new(source),
             })?;
-        Ok(Store {
-            inner: Arc::new(fs),
-            root: Path::default(),
-            display: location.trim_end_matches('/').to_string(),
-            concurrency: runtime.options().max_requests,
-            runtime,
-            local_base: Some(path.to_path_buf()),
-        })
+        Ok(Arc::new(fs))
     }
 
-    /// For a local store, the directory that holds key `key`'s file (or folder).
+    /// Where this store is (for a [`child`](Store::child), the parent's location joined with the
+    /// subpath).
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// For a local store, the path of key `key`'s file (or folder).
     pub fn local_path(&self, key: &str) -> Option<PathBuf> {
-        let mut path = self.local_base.clone()?;
-        for part in self
-            .root
-            .parts()
-            .map(|p| p.as_ref().to_string())
-            .chain(key.split('/').filter(|p| !p.is_empty()).map(str::to_string))
-        {
-            path.push(part);
-        }
-        Some(path)
+        self.location
+            .join(key)
+            .local_path()
+            .map(FsPath::to_path_buf)
     }
 
     /// The same store limited to `subpath` below this location.
@@ -125,7 +117,7 @@ impl Store {
         });
         Store {
             root,
-            display: self.url(subpath),
+            location: self.location.join(subpath),
             ..self.clone()
         }
     }
@@ -136,14 +128,13 @@ impl Store {
         self
     }
 
-    /// The full location of a key, for messages.
+    /// The full location of a key, for messages: the location without trailing `/`, then the key.
     pub fn url(&self, key: &str) -> String {
-        let key = key.trim_matches('/');
-        if key.is_empty() {
-            self.display.clone()
-        } else {
-            format!("{}/{}", self.display, key)
-        }
+        self.location
+            .join(key)
+            .as_str()
+            .trim_end_matches('/')
+            .to_string()
     }
 
     /// Runs a request with retries of transient failures (see `retry.rs`).
@@ -286,7 +277,7 @@ impl Store {
     /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
     /// results are in the order of `requests`. Callers coalesce nearby ranges first.
     pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {
-        if self.local_base.is_some() {
+        if self.location.is_local() {
             let mut open: Option<(&str, File)> = None;
             return requests
                 .iter()
@@ -307,7 +298,7 @@ impl Store {
     /// Reads several objects with up to the configured number of requests in flight; results are in
     /// the order of `keys`.
     pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
-        if self.local_base.is_some() {
+        if self.location.is_local() {
             return keys.iter().map(|key| self.read_local(key)).collect();
         }
         self.runtime.block_on(
@@ -398,7 +389,7 @@ impl Store {
         let total: usize = parts.iter().map(Bytes::len).sum();
         // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
         // failed one was aborted).
-        let result = if self.local_base.is_none() && total > part_size {
+        let result = if self.location.is_remote() && total > part_size {
             self.runtime
                 .block_on(self.retrying(|| self.put_multipart(&path, &parts, part_size)))
         } else {

@@ -6,7 +6,7 @@ use zshard_core::{
     chain_text, linear_index, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error,
     IndexLocation, Result, ShardIndex, SourceShards,
 };
-use zshard_store::Store;
+use zshard_store::{coalesce, Store, COALESCE_GAP, MAX_REQUEST};
 
 /// The reader of an array's chunks as `meta` describes them: by inner chunk for an array stored in
 /// shards (`meta.sharded`, see [`ArrayMeta::read_by_inner_chunk`]), else one stored chunk per key.
@@ -61,12 +61,6 @@ impl ChunkReader for ZarrChunkReader {
 /// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index
 /// is 16 bytes per inner chunk, and the parts being read span few shards at a time).
 const KEPT_INDEXES: usize = 64;
-
-/// Inner chunks of one shard that lie this close are read in one request.
-const COALESCE_GAP: u64 = 64 << 10;
-
-/// A coalesced request is not grown past this.
-const MAX_REQUEST: u64 = 64 << 20;
 
 /// Reads the inner chunks of an array stored in shards (`sharding_indexed`, see
 /// [`ArrayMeta::read_by_inner_chunk`]) by their grid
@@ -181,7 +175,7 @@ impl ShardedChunkReader {
             }
             return;
         };
-        // (slot, byte range) of every stored chunk, by offset.
+        // (slot, byte range) of every stored chunk.
         let mut wanted: Vec<(usize, std::ops::Range<u64>)> = Vec::with_capacity(members.len());
         for &(slot, inner) in members {
             match index.entries().get(inner as usize).copied().flatten() {
@@ -201,68 +195,39 @@ impl ShardedChunkReader {
                 },
             }
         }
-        wanted.sort_by_key(|(_, r)| r.start);
-        let requests = coalesce(wanted.iter().map(|(_, r)| r.clone()));
+        let ranges: Vec<std::ops::Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
+        let requests = coalesce(&ranges, Some(COALESCE_GAP), MAX_REQUEST);
         let key = self.encoding.key(shard);
-        let batch: Vec<(String, std::ops::Range<u64>)> =
-            requests.iter().map(|r| (key.clone(), r.clone())).collect();
-        let mut results = self.store.get_ranges(&batch).into_iter().zip(&requests);
-        let mut current = results.next();
-        for (slot, range) in wanted {
-            while let Some((_, request)) = &current {
-                if range.end <= request.end {
-                    break;
-                }
-                current = results.next();
-            }
-            out[slot] = match &current {
-                Some((Ok(bytes), request)) => {
-                    let (lo, hi) = (range.start - request.start, range.end - request.start);
-                    if hi as usize <= bytes.len() {
-                        Ok(Some(bytes.slice(lo as usize..hi as usize)))
-                    } else {
-                        Err(Error::Read {
-                            key: self.store.url(&key),
-                            source: format!(
-                                "bytes {}..{} are past the end of the shard",
-                                range.start, range.end
-                            )
-                            .into(),
-                        })
+        let url = self.store.url(&key);
+        let batch: Vec<(String, std::ops::Range<u64>)> = requests
+            .iter()
+            .map(|r| (key.clone(), r.range.clone()))
+            .collect();
+        for (request, result) in requests.iter().zip(self.store.get_ranges(&batch)) {
+            for &member in &request.members {
+                let (slot, range) = &wanted[member];
+                out[*slot] = match &result {
+                    Ok(bytes) => {
+                        request
+                            .slice(bytes, range, &url)
+                            .map(Some)
+                            .map_err(|e| Error::Read {
+                                key: url.clone(),
+                                source: Box::new(e),
+                            })
                     }
-                }
-                Some((Err(e), _)) => Err(Error::Read {
-                    key: self.store.url(&key),
-                    source: chain_text(e).into(),
-                }),
-                None => Err(Error::Read {
-                    key: self.store.url(&key),
-                    source: "no request covers this inner chunk".into(),
-                }),
-            };
+                    Err(e) => Err(Error::Read {
+                        key: url.clone(),
+                        source: chain_text(e).into(),
+                    }),
+                };
+            }
         }
     }
 }
 
 /// A shard's coordinates and the chunks of a batch in it: (slot in the batch, index in the shard).
 type ShardMembers = (Vec<u64>, Vec<(usize, u64)>);
-
-/// Merges sorted byte ranges that lie within [`COALESCE_GAP`] of each other (up to [`MAX_REQUEST`]).
-fn coalesce(ranges: impl Iterator<Item = std::ops::Range<u64>>) -> Vec<std::ops::Range<u64>> {
-    let mut merged: Vec<std::ops::Range<u64>> = Vec::new();
-    for range in ranges {
-        match merged.last_mut() {
-            Some(last)
-                if range.start <= last.end.saturating_add(COALESCE_GAP)
-                    && range.end.max(last.end) - last.start <= MAX_REQUEST =>
-            {
-                last.end = last.end.max(range.end);
-            }
-            _ => merged.push(range),
-        }
-    }
-    merged
-}
 
 impl ChunkReader for ShardedChunkReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
