@@ -1,16 +1,17 @@
 //! Fetching: resolving and checking the targets of references (cached by URL, one store per
 //! scheme and authority), turning what a batch of chunks needs into requests (ranges of one target
-//! coalesced, whole files read once), sending each store's requests together, and counting reads.
-
-use std::collections::HashMap;
+//! coalesced by the store's coalescer, whole files read once), sending each store's requests
+//! together, and counting reads. A range past the end of its target is the store's
+//! `RangePastEnd` error.
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use zshard_store::{IoRuntime, Store};
+use zshard_store::{coalesce, IoRuntime, RangeRequest, Store};
 
 use super::{Options, ReadStats};
-use crate::coalesce::{coalesce, Wanted};
 use crate::error::{format, Error, Result};
 use crate::refs::{Kind, Ref};
 use crate::target::{self, Policy, Target};
@@ -59,6 +60,37 @@ impl Want {
             }),
         }
     }
+}
+
+/// A request for the target numbered `target` in a batch; its `members` index the batch's ranges.
+#[derive(Debug, PartialEq)]
+struct TargetRequest {
+    target: usize,
+    request: RangeRequest,
+}
+
+/// Coalesces the byte ranges of a batch, `(target, range)`, target by target with the store's
+/// coalescer. Requests come out ordered by target and offset.
+fn coalesce_per_target(
+    ranges: &[(usize, Range<u64>)],
+    max_gap: Option<u64>,
+    max_request: u64,
+) -> Vec<TargetRequest> {
+    let mut by_target: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, (target, _)) in ranges.iter().enumerate() {
+        by_target.entry(*target).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    for (target, members) in by_target {
+        let wanted: Vec<Range<u64>> = members.iter().map(|&i| ranges[i].1.clone()).collect();
+        for mut request in coalesce(&wanted, max_gap, max_request) {
+            for m in &mut request.members {
+                *m = members[*m];
+            }
+            out.push(TargetRequest { target, request });
+        }
+    }
+    out
 }
 
 /// State shared by a reference set and its readers.
@@ -201,7 +233,7 @@ impl Shared {
                 })
             })
         };
-        let mut ranges: Vec<Wanted> = Vec::new();
+        let mut ranges: Vec<(usize, Range<u64>)> = Vec::new();
         let mut range_of: Vec<usize> = Vec::new();
         let mut wholes: Vec<(usize, usize)> = Vec::new();
         for (i, want) in wants.into_iter().enumerate() {
@@ -212,8 +244,8 @@ impl Shared {
                     if let Some(len) = target.len.filter(|&len| end > len) {
                         out[i] = Some(Err(read_error(
                             &target.display,
-                            Error::BeyondEnd {
-                                target: target.display.clone(),
+                            zshard_store::Error::RangePastEnd {
+                                location: target.display.clone(),
                                 start,
                                 end,
                                 len,
@@ -221,17 +253,14 @@ impl Shared {
                         )));
                         continue;
                     }
-                    ranges.push(Wanted {
-                        target: target_id(&target),
-                        start,
-                        end,
-                    });
+                    ranges.push((target_id(&target), start..end));
                     range_of.push(i);
                 }
                 Want::Whole(target) => wholes.push((i, target_id(&target))),
             }
         }
-        let requests = coalesce(&ranges, self.options.coalesce_gap, self.options.max_request);
+        let requests =
+            coalesce_per_target(&ranges, self.options.coalesce_gap, self.options.max_request);
         // Requests grouped by store, so that each store's requests run concurrently.
         let mut by_store: HashMap<&str, Vec<usize>> = HashMap::new();
         for (r, request) in requests.iter().enumerate() {
@@ -246,7 +275,7 @@ impl Shared {
                 .iter()
                 .map(|&r| {
                     let q = &requests[r];
-                    (targets[q.target].key.clone(), q.start..q.end)
+                    (targets[q.target].key.clone(), q.request.range.clone())
                 })
                 .collect();
             self.requests
@@ -257,28 +286,18 @@ impl Shared {
                 match result {
                     Ok(bytes) => {
                         self.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                        for &m in &q.members {
-                            let w = ranges[m];
-                            let (from, to) =
-                                ((w.start - q.start) as usize, (w.end - q.start) as usize);
-                            out[range_of[m]] = Some(if to <= bytes.len() {
-                                Ok(Some(bytes.slice(from..to)))
-                            } else {
-                                Err(read_error(
-                                    &t.display,
-                                    Error::BeyondEnd {
-                                        target: t.display.clone(),
-                                        start: w.start,
-                                        end: w.end,
-                                        len: q.start + bytes.len() as u64,
-                                    },
-                                ))
-                            });
+                        for &m in &q.request.members {
+                            out[range_of[m]] = Some(
+                                q.request
+                                    .slice(&bytes, &ranges[m].1, &t.display)
+                                    .map(Some)
+                                    .map_err(|e| read_error(&t.display, e)),
+                            );
                         }
                     }
                     Err(e) => {
                         let text = zshard_core::chain_text(&e);
-                        for &m in &q.members {
+                        for &m in &q.request.members {
                             out[range_of[m]] = Some(Err(read_error(&t.display, text.clone())));
                         }
                     }
@@ -342,5 +361,40 @@ impl Shared {
             requests: self.requests.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_near_ranges_per_target() {
+        let wanted = [
+            (0, 100..200),
+            (1, 0..10),
+            (0, 0..100),
+            (0, 250..300),
+            (0, 10_000..10_100),
+            (1, 5..8),
+        ];
+        let got = coalesce_per_target(&wanted, Some(64), 1 << 20);
+        let request = |target, range, members| TargetRequest {
+            target,
+            request: RangeRequest { range, members },
+        };
+        assert_eq!(
+            got,
+            vec![
+                request(0, 0..300, vec![2, 0, 3]),
+                request(0, 10_000..10_100, vec![4]),
+                request(1, 0..10, vec![1, 5]),
+            ]
+        );
+        // Ranges of different targets never share a request, however close.
+        assert_eq!(
+            coalesce_per_target(&[(0, 0..10), (1, 10..20)], Some(64), 1 << 20).len(),
+            2
+        );
     }
 }

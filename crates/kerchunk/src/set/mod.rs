@@ -18,11 +18,13 @@ use fetch::{Resolved, Shared};
 
 pub use open::{detect, is_json_name};
 
-/// Default largest gap between two byte ranges of one target that are still read as one request.
-pub const DEFAULT_COALESCE_GAP: u64 = 64 * 1024;
+/// Default largest gap between two byte ranges of one target that are still read as one request
+/// (the store's [`zshard_store::COALESCE_GAP`], 64 KiB).
+pub const DEFAULT_COALESCE_GAP: u64 = zshard_store::COALESCE_GAP;
 
-/// Default largest coalesced request.
-pub const DEFAULT_MAX_REQUEST: u64 = 256 * 1024 * 1024;
+/// Default largest coalesced request (the store's [`zshard_store::MAX_REQUEST`], 64 MiB, the same
+/// cap as the sharded-source reader's).
+pub const DEFAULT_MAX_REQUEST: u64 = zshard_store::MAX_REQUEST;
 
 /// Default number of decoded Parquet reference files kept per array.
 pub const DEFAULT_PARQUET_CACHE: usize = 4;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 use zshard_core::{ArrayMeta, NodeKind};
-use zshard_store::{IoRuntime, Store};
+use zshard_store::{IoRuntime, Location, Store};
 
 use super::fetch::Shared;
 use super::{Format, Layout, Options, ReferenceSet};
@@ -26,21 +26,10 @@ pub fn is_json_name(location: &str) -> bool {
         .any(|ext| lower.ends_with(ext))
 }
 
-fn is_local(location: &str) -> bool {
-    match target::scheme(location) {
-        None => true,
-        Some(s) => s.eq_ignore_ascii_case("file"),
-    }
-}
-
-fn local_path(location: &str) -> Result<PathBuf> {
-    if target::scheme(location).is_some() {
-        let url = url::Url::parse(location).map_err(|e| format(location, e.to_string()))?;
-        return url
-            .to_file_path()
-            .map_err(|()| format(location, "not a local file URL"));
-    }
-    Ok(PathBuf::from(location))
+/// `location` parsed by the store's rules (a path, a `file://` URL in any case, or a remote URL);
+/// the error names it.
+fn parse_location(location: &str) -> Result<Location> {
+    Location::parse(location).map_err(|e| format(location, target::location_error(e)))
 }
 
 /// The parent folder URL and the file name of a remote location.
@@ -58,8 +47,7 @@ pub fn detect(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<Format>
     if is_json_name(location) {
         return Ok(Some(Format::Json));
     }
-    let zmetadata = if is_local(location) {
-        let path = local_path(location)?;
+    let zmetadata = if let Some(path) = parse_location(location)?.local_path() {
         if path.is_file() {
             return Ok(Some(Format::Json));
         }
@@ -81,24 +69,21 @@ pub fn detect(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<Format>
 
 /// The security policy: root and allowed prefixes made absolute (local ones canonical).
 fn policy(default_root: Root, options: &Options) -> Result<Policy> {
-    let local_root = |location: &str| -> Result<Root> {
-        let path = local_path(location)?;
-        let real = std::fs::canonicalize(&path).map_err(|source| Error::Io {
-            file: path.display().to_string(),
-            source,
-        })?;
-        Ok(Root::Local(real))
-    };
     let root = match options.ref_root.as_deref() {
         None => default_root,
-        Some(r) if is_local(r) => local_root(r)?,
-        Some(r) => Root::Remote(r.trim_end_matches('/').to_string()),
+        Some(r) => match parse_location(r)?.local_path() {
+            Some(path) => Root::Local(std::fs::canonicalize(path).map_err(|source| Error::Io {
+                file: path.display().to_string(),
+                source,
+            })?),
+            None => Root::Remote(r.trim_end_matches('/').to_string()),
+        },
     };
     let allow = options
         .allow_prefixes
         .iter()
         .map(|p| {
-            if target::scheme(p).is_some() {
+            if target::is_url(p) {
                 return p.clone();
             }
             let absolute = std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
@@ -183,9 +168,8 @@ impl ReferenceSet {
         runtime: Arc<IoRuntime>,
     ) -> Result<ReferenceSet> {
         let display = location.to_string();
-        let (mut refs, root) = if is_local(location) {
-            let path = local_path(location)?;
-            let real = std::fs::canonicalize(&path).map_err(|source| Error::Io {
+        let (mut refs, root) = if let Some(path) = parse_location(location)?.local_path() {
+            let real = std::fs::canonicalize(path).map_err(|source| Error::Io {
                 file: display.clone(),
                 source,
             })?;
@@ -344,12 +328,11 @@ impl ReferenceSet {
                 }
             }
         }
-        let root = if is_local(location) {
-            let real =
-                std::fs::canonicalize(local_path(location)?).map_err(|source| Error::Io {
-                    file: display.clone(),
-                    source,
-                })?;
+        let root = if let Some(path) = parse_location(location)?.local_path() {
+            let real = std::fs::canonicalize(path).map_err(|source| Error::Io {
+                file: display.clone(),
+                source,
+            })?;
             Root::Local(real.parent().map(Path::to_path_buf).unwrap_or_default())
         } else {
             Root::Remote(split_url(&display).0)
