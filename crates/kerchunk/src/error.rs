@@ -44,15 +44,6 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// A byte range reaches past the end of its target.
-    #[error("{target}: bytes {start}..{end} are beyond its end ({len} bytes)")]
-    BeyondEnd {
-        target: String,
-        start: u64,
-        end: u64,
-        len: u64,
-    },
-
     /// A request for a target (or a reference file) failed.
     #[error("cannot read {file}")]
     Store {

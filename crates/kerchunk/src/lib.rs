@@ -4,17 +4,18 @@
 //! (HDF5, netCDF, TIFF, GRIB...). [`ReferenceSet`] opens one, in either layout:
 //!
 //! - a JSON file, version 0 (the object is the map of references) or version 1 (`refs`,
-//!   `templates` with `{{name}}` substitution, `gen` with dimensions and the small expression language
-//!   of the spec), plain or compressed with zstd or gzip; trailing commas and bare `NaN`/`Infinity`
-//!   are accepted;
+//!   `templates` and `gen` with dimensions, whose strings are Jinja2 `{{ expression }}` strings
+//!   rendered with `minijinja` under limits, see `template.rs`), plain or compressed with zstd or
+//!   gzip; trailing commas and bare `NaN`/`Infinity` are accepted;
 //! - a Parquet folder as fsspec's `LazyReferenceMapper` writes it (`.zmetadata` with `metadata` and
 //!   `record_size`, `<array>/refs.<i>.parq`), read one file at a time as chunks need it.
 //!
 //! Its [`ReferenceSet::nodes`] are the hierarchy of groups and arrays, and
 //! [`ReferenceSet::reader`] gives a [`zshard_core::ChunkReader`] per array that maps each chunk to its
 //! reference (inline bytes, a whole file, a byte range, or nothing), coalesces nearby ranges of the
-//! same target into one request (see [`Options::coalesce_gap`]) and reads with the store's bound on
-//! concurrent requests.
+//! same target into one request with the store's coalescer (see [`Options::coalesce_gap`] and
+//! [`Options::max_request`]) and reads with the store's bound on concurrent requests. Whether a
+//! location is local or remote is decided by [`zshard_store::Location`].
 //!
 //! A reference set is untrusted: local targets are read only under the reference file's folder (or
 //! [`Options::ref_root`]), remote ones only with the schemes s3, gs, az, http(s), and http(s) targets
@@ -49,7 +50,6 @@
 //! assert!(chunks[2].as_ref().unwrap().is_none()); // no reference: the fill value
 //! ```
 
-mod coalesce;
 mod error;
 mod gen;
 mod lenient;

@@ -15,6 +15,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
 
+use zshard_store::Location;
+
 /// Schemes of remote targets that are read.
 pub(crate) const REMOTE_SCHEMES: [&str; 5] = ["s3", "gs", "az", "http", "https"];
 
@@ -44,14 +46,18 @@ pub(crate) enum Target {
     Remote { base: String, key: String },
 }
 
-/// The scheme of `url` when it has the form `scheme://...`.
-pub(crate) fn scheme(url: &str) -> Option<&str> {
-    let (scheme, _) = url.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        && scheme.len() >= 2;
-    valid.then_some(scheme)
+/// Whether `text` is a URL (`scheme://...`, by the store's [`Location`] rule) rather than a path.
+pub(crate) fn is_url(text: &str) -> bool {
+    !matches!(Location::parse(text), Ok(l) if l.local_path() == Some(Path::new(text)))
+}
+
+/// Why [`Location::parse`] refused a location, as a reason for messages.
+pub(crate) fn location_error(e: zshard_store::Error) -> String {
+    match e {
+        zshard_store::Error::InvalidUrl { source, .. } => format!("invalid URL: {source}"),
+        zshard_store::Error::NotAFileUrl { .. } => "not a local file URL".into(),
+        other => other.to_string(),
+    }
 }
 
 /// `path` with `.` and `..` resolved lexically (`..` at the root stays at the root).
@@ -156,24 +162,12 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
     }
 }
 
-/// Decodes `%XX` escapes of a URL path.
+/// Decodes `%XX` escapes of a URL path; a `%` not followed by two hex digits stays as it is, and
+/// bytes that are not UTF-8 become U+FFFD.
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn remote(url: &url::Url) -> Result<Target, String> {
@@ -200,21 +194,13 @@ pub(crate) fn resolve(raw: &str, policy: &Policy) -> Result<Target, String> {
     if raw.is_empty() {
         return Err("the URL is empty".into());
     }
-    if let Some(scheme) = scheme(raw) {
-        let url = url::Url::parse(raw).map_err(|e| format!("invalid URL: {e}"))?;
-        let scheme = scheme.to_ascii_lowercase();
-        if scheme == "file" {
-            let path = url
-                .to_file_path()
-                .map_err(|()| "not a local file URL".to_string())?;
-            let path = normalize(&path);
-            local_allowed(&path, policy)?;
-            return Ok(Target::Local(path));
-        }
+    let location = Location::parse(raw).map_err(location_error)?;
+    if let Some(url) = location.url() {
+        let scheme = location.scheme().unwrap_or_default();
         if allowed_by_prefix(policy, &[url.as_str(), raw]) {
-            return remote(&url);
+            return remote(url);
         }
-        if !REMOTE_SCHEMES.contains(&scheme.as_str()) {
+        if !REMOTE_SCHEMES.contains(&scheme) {
             return Err(format!(
                 "scheme {scheme} is not allowed (file, {})",
                 REMOTE_SCHEMES.join(", ")
@@ -227,12 +213,13 @@ pub(crate) fn resolve(raw: &str, policy: &Policy) -> Result<Target, String> {
                 ));
             }
         }
-        return remote(&url);
+        return remote(url);
     }
+    // A plain path (`~` is the shell's, not ours), or a `file://` URL's path (always absolute).
     if raw.starts_with('~') {
         return Err("home-relative paths (~) are not allowed".into());
     }
-    let path = Path::new(raw);
+    let path = location.local_path().unwrap_or_else(|| Path::new(raw));
     if path.is_absolute() {
         let path = normalize(path);
         local_allowed(&path, policy)?;
@@ -389,11 +376,16 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert_eq!(scheme("s3://b/k"), Some("s3"));
-        assert_eq!(scheme("c://x"), None);
-        assert_eq!(scheme("a/b://c"), None);
+        assert!(is_url("s3://b/k"));
+        assert!(is_url("FILE:///x") && is_url("file://host/x") && is_url("http://"));
+        assert!(!is_url("c://x"));
+        assert!(!is_url("a/b://c"));
+        assert!(!is_url("/srv/data/"));
         assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
         assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
         assert_eq!(percent_decode("a%20b%2"), "a b%2");
+        assert_eq!(percent_decode("%zz%%41%"), "%zz%A%");
+        assert_eq!(percent_decode("x%2Fy%2fz"), "x/y/z");
+        assert_eq!(percent_decode("%C3%A9%ff"), "\u{e9}\u{fffd}");
     }
 }

@@ -1,101 +1,230 @@
-//! The jinja-like strings of reference sets: text with `{{ expression }}` parts. Expressions are the
-//! small safe subset the kerchunk spec uses: integer, float and string literals, variables (`gen`
-//! dimensions and templates), `+ - * / // % ~`, parentheses, and calls of templates with keyword
-//! arguments (`f(c='text')`, which renders template `f` with `c` set). Nothing else of jinja (no
-//! statements, filters or attribute access) is accepted; an undefined name is an error rather than
-//! an empty string.
+//! The Jinja2 strings of reference sets (`jinja-str` in the kerchunk spec), rendered with
+//! `minijinja`: text with `{{ expression }}` parts, where the variables are the set's `templates`
+//! (plus the dimensions, for `gen`). A template whose text contains `{{` is a function of keyword
+//! arguments (`f(c='text')` renders template `f` with `c` set, and sees only its arguments, as in
+//! fsspec); any other template is a plain string.
+//!
+//! A reference set is untrusted, so the environment is configured for safety:
+//! - only `{{ expression }}` parts, as the spec describes `jinja-str`: no `{% statements %}` (loops and
+//!   assignments are where unbounded work and memory hide) and no `{# comments #}`;
+//! - no filters, tests or global functions, no auto-escaping;
+//! - a name that is neither a variable nor a template is an error (found when the string is compiled,
+//!   and strict undefined behaviour for what only rendering can tell, such as `i.x`);
+//! - only strings and numbers print, integers only within i64 (so `{{ f }}`, a function, is an
+//!   error rather than a description of it);
+//! - every render has a fuel budget (instructions and bytes created), and template calls take only
+//!   strings and numbers, so a hostile string cannot hang or exhaust memory.
+//!
+//! Each string is compiled once; `gen` renders the same compiled templates for every combination.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-/// Deepest nesting of parentheses and unary operators an expression may have.
-const MAX_DEPTH: usize = 64;
+use minijinja::value::{from_args, Kwargs, Object, Value, ValueKind};
+use minijinja::{Environment, Error as JinjaError, ErrorKind, State, UndefinedBehavior};
 
-/// A value in an expression.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Val {
-    Int(i64),
-    Float(f64),
-    Str(String),
+/// The work one render may do, in minijinja fuel (about one instruction, or 64 bytes created): a
+/// `gen` key or url takes a few dozen, so this only stops hostile strings (about 6 MB of data).
+const FUEL: u64 = 100_000;
+
+/// Where a template of the set is stored in the environment (not a name a reference set can use
+/// for its own strings, which are stored under `gen[..]` and `refs`).
+fn template_slot(name: &str) -> String {
+    format!("templates.{name}")
 }
 
-impl Val {
-    /// The value as jinja prints it (Python's `str`).
-    fn write(&self, out: &mut String) {
-        use std::fmt::Write;
-        match self {
-            Val::Int(i) => {
-                let _ = write!(out, "{i}");
-            }
-            Val::Float(f) if f.is_nan() => out.push_str("nan"),
-            Val::Float(f) if f.is_infinite() => out.push_str(if *f > 0.0 { "inf" } else { "-inf" }),
-            Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e16 => {
-                let _ = write!(out, "{f:.1}");
-            }
-            Val::Float(f) => {
-                let _ = write!(out, "{f}");
-            }
-            Val::Str(s) => out.push_str(s),
-        }
-    }
-
-    fn to_text(&self) -> String {
-        let mut s = String::new();
-        self.write(&mut s);
-        s
-    }
-
-    fn as_f64(&self) -> Option<f64> {
-        match self {
-            Val::Int(i) => Some(*i as f64),
-            Val::Float(f) => Some(*f),
-            Val::Str(_) => None,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Op {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    FloorDiv,
-    Mod,
-    Concat,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Expr {
-    Lit(Val),
-    Var(String),
-    Call(String, Vec<(String, Expr)>),
-    Neg(Box<Expr>),
-    Bin(Op, Box<Expr>, Box<Expr>),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Part {
-    Text(String),
-    Expr(Expr),
-}
-
-/// A compiled jinja-like string.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Template {
-    parts: Vec<Part>,
-}
-
-/// The templates of a reference set: plain strings, or (when they contain `{{`) functions of keyword
-/// arguments.
-#[derive(Debug, Default)]
-pub(crate) struct Templates {
-    defs: HashMap<String, Def>,
-}
-
+/// The templates of a reference set, and the environment every string of the set is compiled in.
 #[derive(Debug)]
-enum Def {
+pub(crate) struct Templates {
+    env: Environment<'static>,
+    /// Each template as a value: a string, or a [`Callable`].
+    values: Arc<HashMap<String, Value>>,
+}
+
+impl Default for Templates {
+    fn default() -> Templates {
+        Templates {
+            env: environment(),
+            values: Arc::default(),
+        }
+    }
+}
+
+/// A compiled string: its slot in the environment. Plain text is kept as it is.
+#[derive(Debug)]
+pub(crate) enum Template {
     Text(String),
-    Callable(Template),
+    Compiled(String),
+}
+
+/// A compiled string looked up in its environment, to render it many times.
+#[derive(Debug)]
+pub(crate) enum Prepared<'a> {
+    Text(&'a str),
+    Jinja(minijinja::Template<'a, 'a>),
+}
+
+impl Prepared<'_> {
+    /// Renders in `scope` (from [`Templates::scope`]).
+    pub(crate) fn render(&self, scope: &Value) -> Result<String, String> {
+        match self {
+            Prepared::Text(text) => Ok(text.to_string()),
+            Prepared::Jinja(template) => {
+                template.render(scope.clone()).map_err(|e| jinja_reason(&e))
+            }
+        }
+    }
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::empty();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
+    env.set_formatter(|out, _state, value| {
+        print(out, value).map_err(|reason| JinjaError::new(ErrorKind::InvalidOperation, reason))
+    });
+    env
+}
+
+/// Writes `value` as Python's `str` prints it, if it is a string or a number.
+fn print(out: &mut impl std::fmt::Write, value: &Value) -> Result<(), String> {
+    let written = match value.kind() {
+        ValueKind::String => out.write_str(value.as_str().unwrap_or_default()),
+        ValueKind::Number if value.is_integer() => match i64::try_from(value.clone()) {
+            Ok(i) => write!(out, "{i}"),
+            Err(_) => return Err(format!("integer overflow: {value} is beyond 64 bits")),
+        },
+        ValueKind::Number => match f64::try_from(value.clone()) {
+            Ok(f) if f.is_nan() => out.write_str("nan"),
+            Ok(f) if f.is_infinite() => out.write_str(if f > 0.0 { "inf" } else { "-inf" }),
+            Ok(f) if f.fract() == 0.0 && f.abs() < 1e16 => write!(out, "{f:.1}"),
+            Ok(f) => write!(out, "{f}"),
+            Err(e) => return Err(e.to_string()),
+        },
+        ValueKind::Plain => {
+            return Err(format!(
+                "{value} takes arguments: call it as name(argument=value, ...)"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "a {other} cannot be printed (only strings and numbers)"
+            ))
+        }
+    };
+    written.map_err(|e| e.to_string())
+}
+
+/// A template that takes arguments: renders its text with only the keyword arguments it is given.
+#[derive(Debug)]
+struct Callable {
+    name: String,
+    /// The names its text uses, each of which must be an argument.
+    params: Vec<String>,
+}
+
+impl std::fmt::Display for Callable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "template {}", self.name)
+    }
+}
+
+impl Object for Callable {
+    fn call(
+        self: &Arc<Self>,
+        state: &mut State<'_, '_>,
+        args: &[Value],
+    ) -> Result<Value, JinjaError> {
+        let (kwargs,): (Kwargs,) = from_args(args).map_err(|_| {
+            JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "arguments of {}(...) must be keyword arguments (name=value)",
+                    self.name
+                ),
+            )
+        })?;
+        let mut context: Vec<(Arc<str>, Value)> = Vec::new();
+        for arg in kwargs.args() {
+            let value: Value = kwargs.peek(arg)?;
+            // Only strings and numbers: a function passed along could call itself without end.
+            if !matches!(value.kind(), ValueKind::String | ValueKind::Number) {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "argument {arg} of {}(...) must be a string or a number",
+                        self.name
+                    ),
+                ));
+            }
+            context.push((Arc::from(arg), value));
+        }
+        if let Some(missing) = self
+            .params
+            .iter()
+            .find(|p| !context.iter().any(|(arg, _)| **arg == ***p))
+        {
+            return Err(JinjaError::new(
+                ErrorKind::UndefinedError,
+                format!(
+                    "{missing} is not defined (template {} sees only its arguments)",
+                    self.name
+                ),
+            ));
+        }
+        let text = state
+            .env()
+            .get_template(&template_slot(&self.name))?
+            .render(Value::from_object(Scope {
+                vars: context,
+                templates: Arc::default(),
+            }))?;
+        Ok(Value::from(text))
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// The variables of one render: `vars` first (the `gen` dimensions), then the templates.
+#[derive(Debug)]
+struct Scope {
+    vars: Vec<(Arc<str>, Value)>,
+    templates: Arc<HashMap<String, Value>>,
+}
+
+impl Object for Scope {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let name = key.as_str()?;
+        self.vars
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| self.templates.get(name).cloned())
+    }
+}
+
+/// The first `{%` or `{#` of `text`: statements and comments are not part of `jinja-str`.
+fn refuse_statements(text: &str) -> Result<(), String> {
+    match ["{%", "{#"]
+        .iter()
+        .filter_map(|open| text.find(open).map(|i| (i, *open)))
+        .min()
+    {
+        Some((_, open)) => Err(format!(
+            "{open} ... is not supported (only {{{{ expression }}}})"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn jinja_reason(e: &JinjaError) -> String {
+    // The detail alone: the kind is repeated in it, and the slot name is internal.
+    match e.detail() {
+        Some(detail) => detail.to_string(),
+        None => e.kind().to_string(),
+    }
 }
 
 impl Templates {
@@ -103,420 +232,101 @@ impl Templates {
     pub(crate) fn new<'a>(
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Templates, (String, String)> {
-        let mut defs = HashMap::new();
+        let mut env = environment();
+        let mut values = HashMap::new();
         for (name, text) in entries {
-            let def = if text.contains("{{") {
-                Def::Callable(Template::compile(text).map_err(|e| (name.to_string(), e))?)
+            let value = if text.contains("{{") {
+                let fail = |reason: String| (name.to_string(), reason);
+                refuse_statements(text).map_err(fail)?;
+                let slot = template_slot(name);
+                env.add_template_owned(slot.clone(), text.to_string())
+                    .map_err(|e| fail(jinja_reason(&e)))?;
+                let mut params: Vec<String> = env
+                    .get_template(&slot)
+                    .map_err(|e| fail(jinja_reason(&e)))?
+                    .undeclared_variables(false)
+                    .into_iter()
+                    .collect();
+                params.sort();
+                Value::from_object(Callable {
+                    name: name.to_string(),
+                    params,
+                })
             } else {
-                Def::Text(text.to_string())
+                Value::from(text)
             };
-            defs.insert(name.to_string(), def);
+            values.insert(name.to_string(), value);
         }
-        Ok(Templates { defs })
-    }
-}
-
-/// Where names are looked up while rendering: variables first (the `gen` dimensions or a template
-/// call's arguments), then templates.
-struct Scope<'a> {
-    vars: &'a dyn Fn(&str) -> Option<Val>,
-    templates: Option<&'a Templates>,
-}
-
-impl Template {
-    /// Compiles `src`; the error says what is wrong.
-    pub(crate) fn compile(src: &str) -> Result<Template, String> {
-        let mut parts = Vec::new();
-        let mut rest = src;
-        while !rest.is_empty() {
-            let next = ["{{", "{%", "{#"]
-                .iter()
-                .filter_map(|open| rest.find(open).map(|i| (i, *open)))
-                .min();
-            match next {
-                None => {
-                    parts.push(Part::Text(rest.to_string()));
-                    break;
-                }
-                Some((_, open)) if open != "{{" => {
-                    return Err(format!(
-                        "{open} ... is not supported (only {{{{ expression }}}})"
-                    ))
-                }
-                Some((i, _)) => {
-                    if i > 0 {
-                        parts.push(Part::Text(rest[..i].to_string()));
-                    }
-                    let inner = &rest[i + 2..];
-                    let end = inner.find("}}").ok_or("unclosed {{")?;
-                    parts.push(Part::Expr(parse_expression(&inner[..end])?));
-                    rest = &inner[end + 2..];
-                }
-            }
-        }
-        Ok(Template { parts })
-    }
-
-    /// Renders with `vars` (looked up first) and `templates`.
-    pub(crate) fn render(
-        &self,
-        vars: &dyn Fn(&str) -> Option<Val>,
-        templates: &Templates,
-    ) -> Result<String, String> {
-        self.render_in(&Scope {
-            vars,
-            templates: Some(templates),
+        Ok(Templates {
+            env,
+            values: Arc::new(values),
         })
     }
 
-    fn render_in(&self, scope: &Scope) -> Result<String, String> {
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Expr(e) => eval(e, scope)?.write(&mut out),
-            }
+    /// Compiles `text` under `slot` (a name for the environment, unique per string), where
+    /// `variables` are the names rendering will set besides the templates.
+    pub(crate) fn compile(
+        &mut self,
+        slot: String,
+        text: &str,
+        variables: &[&str],
+    ) -> Result<Template, String> {
+        if !text.contains("{{") {
+            // Plain text renders as itself, unless it opens a statement or comment.
+            refuse_statements(text)?;
+            return Ok(Template::Text(text.to_string()));
         }
-        Ok(out)
-    }
-}
-
-fn eval(expr: &Expr, scope: &Scope) -> Result<Val, String> {
-    match expr {
-        Expr::Lit(v) => Ok(v.clone()),
-        Expr::Var(name) => {
-            if let Some(v) = (scope.vars)(name) {
-                return Ok(v);
-            }
-            match scope.templates.and_then(|t| t.defs.get(name)) {
-                Some(Def::Text(t)) => Ok(Val::Str(t.clone())),
-                Some(Def::Callable(_)) => Err(format!(
-                    "template {name} takes arguments: call it as {name}(name=value, ...)"
-                )),
-                None => Err(format!("{name} is not defined")),
-            }
+        refuse_statements(text)?;
+        self.env
+            .add_template_owned(slot.clone(), text.to_string())
+            .map_err(|e| jinja_reason(&e))?;
+        let template = self.env.get_template(&slot).map_err(|e| jinja_reason(&e))?;
+        let known: HashSet<&str> = variables.iter().copied().collect();
+        let mut unknown: Vec<String> = template
+            .undeclared_variables(false)
+            .into_iter()
+            .filter(|n| !known.contains(n.as_str()) && !self.values.contains_key(n))
+            .collect();
+        unknown.sort();
+        if let Some(name) = unknown.first() {
+            return Err(format!("{name} is not defined"));
         }
-        Expr::Call(name, args) => {
-            let Some(Def::Callable(body)) = scope.templates.and_then(|t| t.defs.get(name)) else {
-                return Err(format!("{name} is not a template with arguments"));
-            };
-            let mut values = HashMap::new();
-            for (arg, e) in args {
-                values.insert(arg.clone(), eval(e, scope)?);
-            }
-            let lookup = |n: &str| values.get(n).cloned();
-            // As in fsspec, a template call sees only its arguments.
-            body.render_in(&Scope {
-                vars: &lookup,
-                templates: None,
-            })
-            .map(Val::Str)
-        }
-        Expr::Neg(e) => match eval(e, scope)? {
-            Val::Int(i) => i.checked_neg().map(Val::Int).ok_or_else(overflow),
-            Val::Float(f) => Ok(Val::Float(-f)),
-            Val::Str(_) => Err("cannot negate a string".into()),
-        },
-        Expr::Bin(op, a, b) => binary(*op, eval(a, scope)?, eval(b, scope)?),
+        Ok(Template::Compiled(slot))
     }
-}
 
-fn overflow() -> String {
-    "integer overflow".into()
-}
-
-fn binary(op: Op, a: Val, b: Val) -> Result<Val, String> {
-    use Val::{Float, Int, Str};
-    if op == Op::Concat {
-        return Ok(Str(a.to_text() + &b.to_text()));
+    /// The variables of a render: `vars` (looked up before the templates) and the templates. One
+    /// scope serves every string rendered for the same values.
+    pub(crate) fn scope(&self, vars: Vec<(Arc<str>, Value)>) -> Value {
+        Value::from_object(Scope {
+            vars,
+            templates: Arc::clone(&self.values),
+        })
     }
-    match (op, &a, &b) {
-        (Op::Add, Str(x), Str(y)) => return Ok(Str(format!("{x}{y}"))),
-        (_, Str(_), _) | (_, _, Str(_)) => {
-            return Err(format!(
-                "operator {op:?} does not apply to {} and {}",
-                a.to_text(),
-                b.to_text()
-            ))
-        }
-        _ => {}
-    }
-    if let (Int(x), Int(y)) = (&a, &b) {
-        let (x, y) = (*x, *y);
-        return match op {
-            Op::Add => x.checked_add(y).map(Int).ok_or_else(overflow),
-            Op::Sub => x.checked_sub(y).map(Int).ok_or_else(overflow),
-            Op::Mul => x.checked_mul(y).map(Int).ok_or_else(overflow),
-            Op::Div if y == 0 => Err("division by zero".into()),
-            Op::Div => Ok(Float(x as f64 / y as f64)),
-            Op::FloorDiv | Op::Mod if y == 0 => Err("division by zero".into()),
-            Op::FloorDiv => {
-                let q = x.checked_div(y).ok_or_else(overflow)?;
-                Ok(Int(if (x % y != 0) && ((x < 0) != (y < 0)) {
-                    q - 1
-                } else {
-                    q
-                }))
-            }
-            Op::Mod => {
-                let r = x.checked_rem(y).ok_or_else(overflow)?;
-                Ok(Int(if r != 0 && ((r < 0) != (y < 0)) {
-                    r + y
-                } else {
-                    r
-                }))
-            }
-            Op::Concat => unreachable_concat(),
-        };
-    }
-    let (x, y) = (
-        a.as_f64().ok_or_else(overflow)?,
-        b.as_f64().ok_or_else(overflow)?,
-    );
-    match op {
-        Op::Add => Ok(Float(x + y)),
-        Op::Sub => Ok(Float(x - y)),
-        Op::Mul => Ok(Float(x * y)),
-        Op::Div | Op::FloorDiv | Op::Mod if y == 0.0 => Err("division by zero".into()),
-        Op::Div => Ok(Float(x / y)),
-        Op::FloorDiv => Ok(Float((x / y).floor())),
-        Op::Mod => Ok(Float(x - y * (x / y).floor())),
-        Op::Concat => unreachable_concat(),
-    }
-}
 
-/// `~` is handled before numbers are looked at.
-fn unreachable_concat() -> Result<Val, String> {
-    Err("internal: concatenation of numbers".into())
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Token {
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Name(String),
-    Op(&'static str),
-}
-
-fn tokenize(src: &str) -> Result<Vec<Token>, String> {
-    let chars: Vec<char> = src.chars().collect();
-    let mut tokens = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c.is_whitespace() {
-            i += 1;
-        } else if c.is_ascii_digit() {
-            let start = i;
-            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '_') {
-                i += 1;
-            }
-            let is_float = i + 1 < chars.len() && chars[i] == '.' && chars[i + 1].is_ascii_digit();
-            if is_float {
-                i += 1;
-                while i < chars.len() && chars[i].is_ascii_digit() {
-                    i += 1;
-                }
-            }
-            let text: String = chars[start..i].iter().filter(|c| **c != '_').collect();
-            tokens.push(if is_float {
-                Token::Float(text.parse().map_err(|_| format!("bad number {text}"))?)
-            } else {
-                Token::Int(
-                    text.parse()
-                        .map_err(|_| format!("number {text} is too large"))?,
-                )
-            });
-        } else if c.is_alphabetic() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            tokens.push(Token::Name(chars[start..i].iter().collect()));
-        } else if c == '\'' || c == '"' {
-            let mut s = String::new();
-            i += 1;
-            loop {
-                match chars.get(i) {
-                    None => return Err("unclosed string".into()),
-                    Some(&q) if q == c => break,
-                    Some('\\') => {
-                        let escaped = chars.get(i + 1).ok_or("unclosed string")?;
-                        s.push(match escaped {
-                            'n' => '\n',
-                            't' => '\t',
-                            other => *other,
-                        });
-                        i += 2;
-                    }
-                    Some(&other) => {
-                        s.push(other);
-                        i += 1;
-                    }
-                }
-            }
-            i += 1;
-            tokens.push(Token::Str(s));
-        } else {
-            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
-            let op = if two == "//" {
-                "//"
-            } else {
-                match c {
-                    '+' => "+",
-                    '-' => "-",
-                    '*' => "*",
-                    '/' => "/",
-                    '%' => "%",
-                    '~' => "~",
-                    '(' => "(",
-                    ')' => ")",
-                    ',' => ",",
-                    '=' => "=",
-                    other => return Err(format!("{other:?} is not supported in an expression")),
-                }
-            };
-            if two == "**" || two == "==" {
-                return Err(format!("{two} is not supported in an expression"));
-            }
-            i += op.len();
-            tokens.push(Token::Op(op));
-        }
-    }
-    Ok(tokens)
-}
-
-struct Parser {
-    tokens: Vec<Token>,
-    pos: usize,
-    depth: usize,
-}
-
-fn parse_expression(src: &str) -> Result<Expr, String> {
-    let mut p = Parser {
-        tokens: tokenize(src)?,
-        pos: 0,
-        depth: 0,
-    };
-    if p.tokens.is_empty() {
-        return Err("empty {{ }}".into());
-    }
-    let e = p.sum()?;
-    match p.tokens.get(p.pos) {
-        None => Ok(e),
-        Some(t) => Err(format!("unexpected {t:?} in {src:?}")),
-    }
-}
-
-impl Parser {
-    fn peek_op(&self) -> Option<&'static str> {
-        match self.tokens.get(self.pos) {
-            Some(Token::Op(op)) => Some(op),
-            _ => None,
+    /// `template`, ready to render many times.
+    pub(crate) fn prepare<'a>(&'a self, template: &'a Template) -> Result<Prepared<'a>, String> {
+        match template {
+            Template::Text(text) => Ok(Prepared::Text(text)),
+            Template::Compiled(slot) => self
+                .env
+                .get_template(slot)
+                .map(Prepared::Jinja)
+                .map_err(|e| jinja_reason(&e)),
         }
     }
 
-    fn expect(&mut self, op: &str) -> Result<(), String> {
-        if self.peek_op() == Some(op) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(format!("expected {op}"))
-        }
+    /// Renders `template` in `scope` (from [`Templates::scope`]).
+    pub(crate) fn render(&self, template: &Template, scope: &Value) -> Result<String, String> {
+        self.prepare(template)?.render(scope)
     }
 
-    fn sum(&mut self) -> Result<Expr, String> {
-        let mut left = self.product()?;
-        loop {
-            let op = match self.peek_op() {
-                Some("+") => Op::Add,
-                Some("-") => Op::Sub,
-                Some("~") => Op::Concat,
-                _ => return Ok(left),
-            };
-            self.pos += 1;
-            let right = self.product()?;
-            left = Expr::Bin(op, Box::new(left), Box::new(right));
-        }
-    }
-
-    fn product(&mut self) -> Result<Expr, String> {
-        let mut left = self.unary()?;
-        loop {
-            let op = match self.peek_op() {
-                Some("*") => Op::Mul,
-                Some("/") => Op::Div,
-                Some("//") => Op::FloorDiv,
-                Some("%") => Op::Mod,
-                _ => return Ok(left),
-            };
-            self.pos += 1;
-            let right = self.unary()?;
-            left = Expr::Bin(op, Box::new(left), Box::new(right));
-        }
-    }
-
-    fn unary(&mut self) -> Result<Expr, String> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err("expression is nested too deeply".into());
-        }
-        let e = match self.peek_op() {
-            Some("-") => {
-                self.pos += 1;
-                Expr::Neg(Box::new(self.unary()?))
-            }
-            Some("+") => {
-                self.pos += 1;
-                self.unary()?
-            }
-            _ => self.primary()?,
-        };
-        self.depth -= 1;
-        Ok(e)
-    }
-
-    fn primary(&mut self) -> Result<Expr, String> {
-        let token = self
-            .tokens
-            .get(self.pos)
-            .cloned()
-            .ok_or("incomplete expression")?;
-        self.pos += 1;
-        match token {
-            Token::Int(i) => Ok(Expr::Lit(Val::Int(i))),
-            Token::Float(f) => Ok(Expr::Lit(Val::Float(f))),
-            Token::Str(s) => Ok(Expr::Lit(Val::Str(s))),
-            Token::Op("(") => {
-                let e = self.sum()?;
-                self.expect(")")?;
-                Ok(e)
-            }
-            Token::Name(name) if self.peek_op() == Some("(") => {
-                self.pos += 1;
-                let mut args = Vec::new();
-                while self.peek_op() != Some(")") {
-                    let Some(Token::Name(arg)) = self.tokens.get(self.pos).cloned() else {
-                        return Err(format!(
-                            "arguments of {name}(...) must be keyword arguments (name=value)"
-                        ));
-                    };
-                    self.pos += 1;
-                    self.expect("=")?;
-                    args.push((arg, self.sum()?));
-                    if self.peek_op() == Some(",") {
-                        self.pos += 1;
-                    } else if self.peek_op() != Some(")") {
-                        return Err(format!("expected , or ) in the call of {name}"));
-                    }
-                }
-                self.pos += 1;
-                Ok(Expr::Call(name, args))
-            }
-            Token::Name(name) => Ok(Expr::Var(name)),
-            Token::Op(op) => Err(format!("unexpected {op}")),
-        }
+    /// Compiles and renders `text` once, with the templates as its only variables.
+    pub(crate) fn render_once(&mut self, text: &str) -> Result<String, String> {
+        const SLOT: &str = "refs";
+        let template = self.compile(SLOT.to_string(), text, &[])?;
+        let rendered = self.render(&template, &self.scope(Vec::new()));
+        self.env.remove_template(SLOT);
+        rendered
     }
 }
 
@@ -529,8 +339,9 @@ mod tests {
     }
 
     fn render(src: &str, i: i64) -> Result<String, String> {
-        let vars = move |n: &str| (n == "i").then_some(Val::Int(i));
-        Template::compile(src)?.render(&vars, &templates())
+        let mut t = templates();
+        let template = t.compile("test".into(), src, &["i"])?;
+        t.render(&template, &t.scope(vec![(Arc::from("i"), Value::from(i))]))
     }
 
     #[test]
@@ -572,24 +383,64 @@ mod tests {
             "{{ i | string }}",
             "{{ i.x }}",
             "{{ 1 // 0 }}",
-            "{{ 'a' * 2 }}",
             "{{ f }}",
             "{{ u(c=1) }}",
             "{{ f(1) }}",
             "{{ 9223372036854775807 + 1 }}",
             "{{ }}",
-            "{{ i ** 2 }}",
         ] {
             assert!(render(bad, 1).is_err(), "{bad} should fail");
         }
         let deep = format!("{{{{ {}1{} }}}}", "(".repeat(200), ")".repeat(200));
         assert!(render(&deep, 1).is_err());
         // Template calls see only their arguments.
-        let t = Templates::new([("g", "{{i}}")]).expect("compile");
-        let vars = |n: &str| (n == "i").then_some(Val::Int(1));
-        assert!(Template::compile("{{g()}}")
-            .expect("compiles")
-            .render(&vars, &t)
-            .is_err());
+        let mut t = Templates::new([("g", "{{i}}")]).expect("compile");
+        let call = t
+            .compile("call".into(), "{{g()}}", &["i"])
+            .expect("compiles");
+        let e = t
+            .render(&call, &t.scope(vec![(Arc::from("i"), Value::from(1))]))
+            .expect_err("i is not an argument");
+        assert!(e.contains("i is not defined"), "{e}");
+    }
+
+    #[test]
+    fn jinja2_operators_the_old_subset_refused() {
+        // `**` and string repetition are Jinja2 (fsspec renders them too).
+        assert_eq!(render("{{ i ** 2 }}", 3).as_deref(), Ok("9"));
+        assert_eq!(render("{{ 'a' * 2 }}", 1).as_deref(), Ok("aa"));
+    }
+
+    #[test]
+    fn hostile_strings_stop() {
+        // Exponential growth through template calls stops at the fuel budget of each render.
+        let mut t = Templates::new([("d", "{{c}}{{c}}{{c}}{{c}}")]).expect("compile");
+        let mut nested = "'xxxxxxxxxxxxxxxx'".to_string();
+        for _ in 0..20 {
+            nested = format!("d(c={nested})");
+        }
+        let bomb = t
+            .compile("bomb".into(), &format!("{{{{ {nested} }}}}"), &[])
+            .expect("compiles");
+        let e = t
+            .render(&bomb, &t.scope(Vec::new()))
+            .expect_err("runs out of fuel");
+        assert!(e.contains("fuel"), "{e}");
+        // A huge repetition is refused before it is made.
+        let e = render("{{ 'x' * 1000000000 }}", 1).expect_err("too large");
+        assert!(!e.is_empty());
+        // A template cannot be passed to a template (which could then call itself).
+        let mut t = Templates::new([("r", "{{c(c=c)}}")]).expect("compile");
+        let self_call = t
+            .compile("self".into(), "{{ r(c=r) }}", &[])
+            .expect("compiles");
+        let e = t
+            .render(&self_call, &t.scope(Vec::new()))
+            .expect_err("refused");
+        assert!(e.contains("must be a string or a number"), "{e}");
+        // Statements and comments are not part of jinja-str.
+        let mut t = Templates::default();
+        assert!(t.compile("s".into(), "{% set x = 1 %}", &[]).is_err());
+        assert!(t.compile("c".into(), "a{# note #}", &[]).is_err());
     }
 }

@@ -1,0 +1,273 @@
+//! Reading a reference set: [`ReferenceSet`] and its options. Opening (detecting the layout, reading
+//! and decompressing the reference file, the security policy) is in `open`, fetching (resolving and
+//! checking targets, coalescing ranges into requests, sending them, counting) in `fetch`, and the
+//! chunk readers of the JSON and Parquet layouts in `reader`.
+
+mod fetch;
+mod open;
+mod reader;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use zshard_core::Node;
+use zshard_store::Store;
+
+use crate::refs::{ChunkIndex, JsonRefs};
+use fetch::{Resolved, Shared};
+
+pub use open::{detect, is_json_name};
+
+/// Default largest gap between two byte ranges of one target that are still read as one request
+/// (the store's [`zshard_store::COALESCE_GAP`], 64 KiB).
+pub const DEFAULT_COALESCE_GAP: u64 = zshard_store::COALESCE_GAP;
+
+/// Default largest coalesced request (the store's [`zshard_store::MAX_REQUEST`], 64 MiB, the same
+/// cap as the sharded-source reader's).
+pub const DEFAULT_MAX_REQUEST: u64 = zshard_store::MAX_REQUEST;
+
+/// Default number of decoded Parquet reference files kept per array.
+pub const DEFAULT_PARQUET_CACHE: usize = 4;
+
+/// How a reference set is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Where relative targets resolve and local targets must lie (default: the folder of the reference
+    /// file, or the folder that holds a Parquet reference folder). A path or URL.
+    pub ref_root: Option<String>,
+    /// Targets starting with one of these (at a path boundary) are read whatever the other rules say.
+    pub allow_prefixes: Vec<String>,
+    /// Ranges of one target at most this far apart are read as one request; `None` reads every
+    /// reference with its own request.
+    pub coalesce_gap: Option<u64>,
+    /// The largest coalesced request, in bytes.
+    pub max_request: u64,
+    /// Decoded Parquet reference files kept in memory per array.
+    pub parquet_cache: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            ref_root: None,
+            allow_prefixes: Vec::new(),
+            coalesce_gap: Some(DEFAULT_COALESCE_GAP),
+            max_request: DEFAULT_MAX_REQUEST,
+            parquet_cache: DEFAULT_PARQUET_CACHE,
+        }
+    }
+}
+
+/// The layout of a reference set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A JSON file (version 0 or 1), possibly zstd or gzip compressed.
+    Json,
+    /// A folder in fsspec's `LazyReferenceMapper` layout (`.zmetadata` and `refs.<i>.parq` files).
+    Parquet,
+}
+
+/// Counts of the reads made for chunks so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Chunk references looked up (inline and missing ones included).
+    pub references: u64,
+    /// Read requests sent to targets (ranged and whole-file).
+    pub requests: u64,
+    /// Bytes received from targets (coalescing gaps included).
+    pub bytes: u64,
+}
+
+#[derive(Debug)]
+enum Layout {
+    Json {
+        refs: Arc<JsonRefs>,
+        targets: Arc<Vec<Option<Arc<Resolved>>>>,
+        indexes: HashMap<String, Arc<ChunkIndex>>,
+    },
+    Parquet {
+        store: Store,
+        record_size: u64,
+    },
+}
+
+/// An opened reference set: its hierarchy, and a chunk reader per array.
+#[derive(Debug)]
+pub struct ReferenceSet {
+    shared: Arc<Shared>,
+    layout: Layout,
+    nodes: Vec<Node>,
+}
+
+impl ReferenceSet {
+    /// The reference set's location, for messages.
+    pub fn url(&self) -> String {
+        self.shared.display.clone()
+    }
+
+    /// Every group and array, parents first, sorted by path.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.nodes.clone()
+    }
+
+    /// Number of chunk references of a JSON set (`None` for Parquet sets, which are read lazily).
+    pub fn reference_count(&self) -> Option<usize> {
+        match &self.layout {
+            Layout::Json { refs, .. } => Some(refs.len()),
+            Layout::Parquet { .. } => None,
+        }
+    }
+
+    /// The reads made for chunks so far.
+    pub fn stats(&self) -> ReadStats {
+        self.shared.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parquet_refs::tests::write;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+    use zshard_core::{ArrayMeta, NodeKind};
+    use zshard_store::IoRuntime;
+
+    pub(super) fn runtime() -> Arc<IoRuntime> {
+        IoRuntime::new(1).expect("runtime")
+    }
+
+    fn array_meta(set: &ReferenceSet, path: &str) -> ArrayMeta {
+        set.nodes()
+            .into_iter()
+            .find_map(|n| match n.kind {
+                NodeKind::Array(m) if n.path == path => Some(*m),
+                _ => None,
+            })
+            .expect("array")
+    }
+
+    /// A Parquet set next to `data.bin`: array `x` (10 chunks of 2 bytes, 4 rows per file).
+    pub(super) fn parquet_set(dir: &Path, files: &[(u64, Vec<u8>)]) -> PathBuf {
+        std::fs::write(dir.join("data.bin"), (0u8..32).collect::<Vec<_>>()).expect("data");
+        let root = dir.join("refs.parq");
+        std::fs::create_dir_all(root.join("x")).expect("mkdir");
+        let zmetadata = json!({"record_size": 4, "metadata": {
+            ".zgroup": {"zarr_format": 2},
+            "x/.zarray": {"zarr_format": 2, "shape": [20], "chunks": [2], "dtype": "|u1",
+                          "compressor": null, "fill_value": 9, "order": "C", "filters": null}}});
+        std::fs::write(root.join(".zmetadata"), zmetadata.to_string()).expect("zmetadata");
+        for (n, bytes) in files {
+            std::fs::write(root.join(format!("x/refs.{n}.parq")), bytes).expect("refs");
+        }
+        root
+    }
+
+    #[test]
+    fn parquet_rows_files_and_coalescing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data.bin");
+        let data = data.to_str().expect("utf-8");
+        // refs.1.parq is absent: chunks 4..8 are missing.
+        let root = parquet_set(
+            dir.path(),
+            &[
+                (
+                    0,
+                    write(&[
+                        (Some(data), 0, 2, None),
+                        (Some(data), 2, 2, None),
+                        (None, 0, 0, None),
+                        (None, 0, 0, Some(b"in")),
+                    ]),
+                ),
+                (
+                    2,
+                    write(&[
+                        (Some("data.bin"), 30, 2, None),
+                        (Some(data), 4, 2, None),
+                        (None, 0, 0, None),
+                        (None, 0, 0, None),
+                    ]),
+                ),
+            ],
+        );
+        let set = ReferenceSet::open(
+            root.to_str().expect("utf-8"),
+            Format::Parquet,
+            &Options::default(),
+            runtime(),
+        )
+        .expect("opens");
+        let meta = array_meta(&set, "x");
+        let reader = set.reader("x", &meta);
+        let coords: Vec<Vec<u64>> = (0..10).map(|i| vec![i]).collect();
+        let got: Vec<Option<Vec<u8>>> = reader
+            .read_chunks(&coords)
+            .into_iter()
+            .map(|r| r.expect("reads").map(|b| b.to_vec()))
+            .collect();
+        assert_eq!(got[0], Some(vec![0, 1]));
+        assert_eq!(got[1], Some(vec![2, 3]));
+        assert_eq!(got[2], None);
+        assert_eq!(got[3], Some(b"in".to_vec()));
+        assert!(got[4..8].iter().all(Option::is_none));
+        assert_eq!(got[8], Some(vec![30, 31]));
+        assert_eq!(got[9], Some(vec![4, 5]));
+        // 0..2 and 2..4 and 4..6 of data.bin coalesce; 30..32 is within 64 KiB too: one request.
+        assert_eq!(set.stats().requests, 1);
+        assert_eq!(reader.chunk_key(&[3]), "x/3");
+    }
+
+    #[test]
+    fn parquet_grid_mismatch_and_refused_targets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let short = write(&[(Some("data.bin"), 0, 2, None)]);
+        let root = parquet_set(
+            dir.path(),
+            &[
+                (0, short),
+                (1, write(&[(Some("/etc/passwd"), 0, 2, None); 4])),
+            ],
+        );
+        let set = ReferenceSet::open(
+            root.to_str().expect("utf-8"),
+            Format::Parquet,
+            &Options::default(),
+            runtime(),
+        )
+        .expect("opens");
+        let meta = array_meta(&set, "x");
+        let reader = set.reader("x", &meta);
+        let e = reader
+            .read_chunks(&[vec![0]])
+            .remove(0)
+            .expect_err("1 row, 4 needed");
+        let text = zshard_core::chain_text(&e);
+        assert!(
+            text.contains("refs.0.parq") && text.contains("has 1 rows"),
+            "{text}"
+        );
+        let e = reader
+            .read_chunks(&[vec![5]])
+            .remove(0)
+            .expect_err("refused");
+        let text = zshard_core::chain_text(&e);
+        assert!(
+            text.contains("x/5") && text.contains("/etc/passwd") && text.contains("refused"),
+            "{text}"
+        );
+        assert_eq!(set.stats().requests, 0);
+
+        // A file beyond the grid fails at open.
+        std::fs::write(root.join("x/refs.5.parq"), write(&[(None, 0, 0, None)])).expect("write");
+        let e = ReferenceSet::open(
+            root.to_str().expect("utf-8"),
+            Format::Parquet,
+            &Options::default(),
+            runtime(),
+        )
+        .expect_err("beyond");
+        assert!(e.to_string().contains("refs.5.parq"), "{e}");
+    }
+}

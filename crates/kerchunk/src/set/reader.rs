@@ -1,0 +1,218 @@
+//! The chunk readers: a chunk's grid position leads to its reference (through the JSON set's chunk
+//! index, or the row of a Parquet reference file, decoded files cached per array), and
+//! [`Want::of`] turns references into what `fetch` reads.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use zshard_core::{linear_index, ArrayMeta, ChunkReader};
+use zshard_store::Store;
+
+use super::fetch::{Resolved, Shared, Want};
+use super::{Layout, ReferenceSet};
+use crate::error::{format, Error, Result};
+use crate::parquet_refs::{self, RefRows};
+use crate::refs::{chunk_grid, grid_len, ChunkIndex, JsonRefs};
+
+impl ReferenceSet {
+    /// The reader of the chunks of the array at `path` with metadata `meta`.
+    pub fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+        let grid = chunk_grid(meta);
+        let common = ArrayCommon {
+            shared: self.shared.clone(),
+            path: path.to_string(),
+            encoding: meta.chunk_key_encoding,
+            grid,
+        };
+        match &self.layout {
+            Layout::Json {
+                refs,
+                targets,
+                indexes,
+            } => Arc::new(JsonReader {
+                common,
+                refs: refs.clone(),
+                targets: targets.clone(),
+                index: indexes
+                    .get(path)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(ChunkIndex::Sparse(Vec::new()))),
+            }),
+            Layout::Parquet { store, record_size } => Arc::new(ParquetReader {
+                common,
+                store: store.child(path),
+                record_size: *record_size,
+                cache: Mutex::new(VecDeque::new()),
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ArrayCommon {
+    shared: Arc<Shared>,
+    path: String,
+    encoding: zshard_core::ChunkKeyEncoding,
+    grid: Vec<u64>,
+}
+
+impl ArrayCommon {
+    fn key(&self, coord: &[u64]) -> String {
+        let key = self.encoding.key(coord);
+        if self.path.is_empty() {
+            key
+        } else {
+            format!("{}/{key}", self.path)
+        }
+    }
+
+    fn position(&self, coord: &[u64]) -> Option<u64> {
+        let inside =
+            coord.len() == self.grid.len() && coord.iter().zip(&self.grid).all(|(c, n)| c < n);
+        inside.then(|| linear_index(coord, &self.grid))
+    }
+}
+
+#[derive(Debug)]
+struct JsonReader {
+    common: ArrayCommon,
+    refs: Arc<JsonRefs>,
+    targets: Arc<Vec<Option<Arc<Resolved>>>>,
+    index: Arc<ChunkIndex>,
+}
+
+impl ChunkReader for JsonReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        self.common.key(coord)
+    }
+
+    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        let wants = coords
+            .iter()
+            .map(|coord| {
+                let Some(entry) = self.common.position(coord).and_then(|l| self.index.get(l))
+                else {
+                    return Want::Ready(None);
+                };
+                let r = self.refs.entry(entry);
+                Want::of(
+                    &r,
+                    || self.refs.inline(&r),
+                    || {
+                        self.targets
+                            .get(r.target as usize)
+                            .cloned()
+                            .flatten()
+                            .ok_or_else(|| format(self.refs.file(), "unresolved target"))
+                    },
+                )
+            })
+            .collect();
+        self.common.shared.fetch(wants)
+    }
+}
+
+/// A decoded reference file, or `None` when the file does not exist (every chunk in it is missing).
+type CachedFile = Arc<Option<RefRows>>;
+
+#[derive(Debug)]
+struct ParquetReader {
+    common: ArrayCommon,
+    store: Store,
+    record_size: u64,
+    cache: Mutex<VecDeque<(u64, CachedFile)>>,
+}
+
+impl ParquetReader {
+    fn file(&self, n: u64) -> Result<CachedFile> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, f)) = cache.iter().find(|(m, _)| *m == n) {
+                return Ok(f.clone());
+            }
+        }
+        let name = format!("refs.{n}.parq");
+        let display = self.store.url(&name);
+        let rows = match self.store.get(&name).map_err(|source| Error::Store {
+            file: display.clone(),
+            source,
+        })? {
+            None => None,
+            Some(bytes) => {
+                let rows = parquet_refs::decode(&display, bytes)?;
+                let total = grid_len(&self.common.grid).unwrap_or(u64::MAX);
+                let needed = self.record_size.min(total - n * self.record_size);
+                let have = rows.rows.len() as u64;
+                if have < needed || have > self.record_size {
+                    return Err(format(
+                        &display,
+                        format!(
+                            "has {have} rows, but the chunk grid {:?} ({total} chunks, record_size {}) needs {needed}",
+                            self.common.grid, self.record_size
+                        ),
+                    ));
+                }
+                Some(rows)
+            }
+        };
+        let file = Arc::new(rows);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.push_back((n, file.clone()));
+        while cache.len() > self.common.shared.options.parquet_cache.max(1) {
+            cache.pop_front();
+        }
+        Ok(file)
+    }
+}
+
+impl ChunkReader for ParquetReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        self.common.key(coord)
+    }
+
+    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        let mut files: HashMap<u64, Result<CachedFile, String>> = HashMap::new();
+        let wants = coords
+            .iter()
+            .map(|coord| {
+                let Some(linear) = self.common.position(coord) else {
+                    return Want::Ready(None);
+                };
+                let (n, row) = (
+                    linear / self.record_size,
+                    (linear % self.record_size) as usize,
+                );
+                let file = files
+                    .entry(n)
+                    .or_insert_with(|| self.file(n).map_err(|e| zshard_core::chain_text(&e)));
+                let file = match file {
+                    Ok(f) => f.clone(),
+                    Err(text) => {
+                        return Want::Failed(format(
+                            self.store.url(&format!("refs.{n}.parq")),
+                            text.clone(),
+                        ))
+                    }
+                };
+                let Some(rows) = file.as_ref() else {
+                    return Want::Ready(None);
+                };
+                let Some(r) = rows.rows.get(row) else {
+                    return Want::Ready(None);
+                };
+                Want::of(
+                    r,
+                    || rows.inline(r),
+                    || {
+                        let url = &rows.paths[r.target as usize];
+                        self.common
+                            .shared
+                            .resolve_with(url, || self.common.key(coord))
+                    },
+                )
+            })
+            .collect();
+        self.common.shared.fetch(wants)
+    }
+}
