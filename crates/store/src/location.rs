@@ -149,6 +149,24 @@ impl Location {
         &self.text
     }
 
+    /// The text of the parent and the last component: `s3://b/refs/a.json` gives `s3://b/refs` and
+    /// `a.json` (a trailing `/` is ignored), which is how a single object is opened through the store
+    /// of its folder.
+    ///
+    /// ```
+    /// use zshard_store::Location;
+    ///
+    /// let refs = Location::parse("s3://b/refs/a.json").unwrap();
+    /// assert_eq!(refs.split_last(), ("s3://b/refs".to_string(), "a.json".to_string()));
+    /// ```
+    pub fn split_last(&self) -> (String, String) {
+        let trimmed = self.as_str().trim_end_matches('/');
+        match trimmed.rsplit_once('/') {
+            Some((parent, name)) => (parent.to_string(), name.to_string()),
+            None => (String::new(), trimmed.to_string()),
+        }
+    }
+
     /// The location of `key` (`/`-separated, empty parts ignored) below this one. The text is this
     /// one's without trailing `/`, a `/`, and the key without surrounding `/`, as messages print a
     /// key of a store; an empty key gives this location unchanged.

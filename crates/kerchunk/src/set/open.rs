@@ -32,15 +32,6 @@ fn parse_location(location: &str) -> Result<Location> {
     Location::parse(location).map_err(|e| format(location, target::location_error(e)))
 }
 
-/// The parent folder URL and the file name of a remote location.
-fn split_url(location: &str) -> (String, String) {
-    let trimmed = location.trim_end_matches('/');
-    match trimmed.rsplit_once('/') {
-        Some((parent, name)) => (parent.to_string(), name.to_string()),
-        None => (String::new(), trimmed.to_string()),
-    }
-}
-
 /// Finds out whether `location` is a reference set: a JSON file (by name, or any local regular file),
 /// or a folder whose `.zmetadata` has a `record_size` (the Parquet layout). `None` otherwise.
 pub fn detect(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<Format>> {
@@ -192,7 +183,7 @@ impl ReferenceSet {
             let folder = real.parent().map(Path::to_path_buf).unwrap_or_default();
             (parsed, Root::Local(folder))
         } else {
-            let (parent, name) = split_url(location);
+            let (parent, name) = parse_location(location)?.split_last();
             let store =
                 Store::open(&parent, runtime.clone(), false).map_err(|source| Error::Store {
                     file: display.clone(),
@@ -335,7 +326,7 @@ impl ReferenceSet {
             })?;
             Root::Local(real.parent().map(Path::to_path_buf).unwrap_or_default())
         } else {
-            Root::Remote(split_url(&display).0)
+            Root::Remote(parse_location(&display)?.split_last().0)
         };
         let shared = Arc::new(Shared::new(
             display,
