@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use zshard_convert::{
-    parse_size, Compressor, Layout, ReferenceOptions, SourceFormat, SourceOptions, StoreOptions,
+    parse_size, Compressor, Layout, Partition, ReferenceOptions, SourceFormat, SourceOptions,
+    StoreOptions,
 };
 use zshard_core::IndexLocation;
 
@@ -100,6 +101,28 @@ impl LayoutArgs {
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c
+    }
+}
+
+/// Which share of the shards this process converts.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// Convert only part I of N of all shards (0-based). Without it, a SLURM job array
+    /// (SLURM_ARRAY_TASK_ID/COUNT/MIN) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with
+    /// --workers) decides; otherwise all shards. A partitioned run writes no metadata: run
+    /// `zshard finalize` once all workers are done.
+    #[arg(long, value_name = "I/N")]
+    worker: Option<String>,
+    /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N")]
+    workers: Option<u64>,
+}
+
+impl WorkerArgs {
+    pub fn partition(&self) -> zshard_convert::Result<Partition> {
+        Partition::resolve(self.worker.as_deref(), self.workers, |k| {
+            std::env::var(k).ok()
+        })
     }
 }
 

@@ -26,20 +26,14 @@ struct Settings {
 impl Settings {
     /// `self` where set, else `base`.
     fn over(&self, base: &Settings) -> Settings {
+        fn or<T: Clone>(own: &Option<T>, base: &Option<T>) -> Option<T> {
+            own.as_ref().or(base.as_ref()).cloned()
+        }
         Settings {
-            shard_shape: self
-                .shard_shape
-                .clone()
-                .or_else(|| base.shard_shape.clone()),
-            chunk_shape: self
-                .chunk_shape
-                .clone()
-                .or_else(|| base.chunk_shape.clone()),
-            compressor: self.compressor.clone().or_else(|| base.compressor.clone()),
-            index_location: self
-                .index_location
-                .clone()
-                .or_else(|| base.index_location.clone()),
+            shard_shape: or(&self.shard_shape, &base.shard_shape),
+            chunk_shape: or(&self.chunk_shape, &base.chunk_shape),
+            compressor: or(&self.compressor, &base.compressor),
+            index_location: or(&self.index_location, &base.index_location),
         }
     }
 

@@ -11,8 +11,8 @@ mod job;
 mod print;
 mod progress;
 
-use args::{LayoutArgs, SourceArgs, StorageArgs};
-use zshard_convert::{one_line, parse_size, Partition, Verification};
+use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
+use zshard_convert::{one_line, parse_size, Verification};
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -68,15 +68,8 @@ enum Command {
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
-        /// Convert only part I of N of all shards (0-based). Without it, a SLURM job array
-        /// (SLURM_ARRAY_TASK_ID/COUNT/MIN) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with
-        /// --workers) decides; otherwise all shards. A partitioned run writes no metadata: run
-        /// `zshard finalize` once all workers are done.
-        #[arg(long, value_name = "I/N")]
-        worker: Option<String>,
-        /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
-        #[arg(long, value_name = "N")]
-        workers: Option<u64>,
+        #[command(flatten)]
+        workers: WorkerArgs,
         /// Replace whatever DST holds (otherwise a DST from a run with other options is refused,
         /// and one from a run with the same options is resumed).
         #[arg(long)]
@@ -143,12 +136,8 @@ enum Command {
     Run {
         /// The job file (TOML).
         job: PathBuf,
-        /// Convert only part I of N of all shards (as for convert).
-        #[arg(long, value_name = "I/N")]
-        worker: Option<String>,
-        /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
-        #[arg(long, value_name = "N")]
-        workers: Option<u64>,
+        #[command(flatten)]
+        workers: WorkerArgs,
         #[command(flatten)]
         storage: StorageArgs,
         /// No progress bar and no summary.
@@ -178,7 +167,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Convert {
             layout,
             threads,
-            worker,
             workers,
             overwrite,
             memory_limit,
@@ -186,8 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             quiet,
         } => {
             let mut conversion = layout.conversion();
-            conversion.partition =
-                Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
+            conversion.partition = workers.partition()?;
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
             conversion.overwrite = overwrite;
@@ -229,15 +216,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run {
             job,
-            worker,
             workers,
             storage,
             quiet,
-        } => {
-            let partition =
-                Partition::resolve(worker.as_deref(), workers, |k| std::env::var(k).ok())?;
-            job::run(&job, partition, &storage, quiet)
-        }
+        } => job::run(&job, workers.partition()?, &storage, quiet),
         Command::Demo {
             dir,
             threads,
