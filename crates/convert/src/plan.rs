@@ -111,7 +111,7 @@ pub struct Plan {
 
 /// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
 /// when the source is a single array.
-pub fn array_name(source: &str, path: &str) -> String {
+pub(crate) fn array_name(source: &str, path: &str) -> String {
     if path.is_empty() {
         source.to_string()
     } else {
