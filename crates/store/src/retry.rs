@@ -9,27 +9,37 @@ use std::time::Duration;
 
 use object_store::client::HttpError;
 
-/// Whether an error is worth another attempt: a transport failure ([`HttpError`], of any kind) while
-/// a response body was read. Everything else is an answer or was retried already:
+/// Whether an error is worth another attempt: a transport failure while a response body was read.
+/// Everything else is an answer or was retried already:
 ///
 /// - NotFound, PermissionDenied, Unauthenticated, Precondition, ... are answers, not accidents;
 /// - a status (4xx or 5xx) comes in object_store's `RetryError` without an [`HttpError`] below it:
 ///   4xx are answers, and 5xx/429 were retried by object_store;
 /// - a transport failure of the request itself (connect, send, a timeout before the response) sits
 ///   below object_store's `RetryError` and `RequestError`, which retried it as far as it is safe.
-///   Those two types are not public in object_store 0.14, so they cannot be downcast to: they are
-///   recognised by their place, the two links of the chain above the [`HttpError`]. A body failure's
-///   [`HttpError`] is the `Generic` error's source, or the source of the store's "response body"
-///   error (e.g. S3's `ListResponseBody`).
+///
+/// A body failure is either an [`HttpError`] close to the `Generic` error (the body of a GET or a
+/// LIST page, read after object_store's request loop: the `Generic` error's source, or the source of
+/// the store's "response body" error such as S3's `ListResponseBody`), or, deeper inside the request
+/// loop, reqwest's body or decode error: object_store reads the body of an error status there
+/// (`RequestError::Http`) and does not retry when that read fails. `RetryError` and `RequestError`
+/// are not public in object_store 0.14, so the first case is recognised by its place in the chain.
 pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     let object_store::Error::Generic { source, .. } = e else {
         return false;
     };
     let mut link: Option<&(dyn StdError + 'static)> = Some(source.as_ref());
     let mut depth = 0;
+    let mut below_http = false;
     while let Some(error) = link {
         if error.downcast_ref::<HttpError>().is_some() {
-            return depth < REQUEST_LOOP_DEPTH;
+            if depth < REQUEST_LOOP_DEPTH {
+                return true;
+            }
+            below_http = true;
+        }
+        if let (true, Some(e)) = (below_http, error.downcast_ref::<reqwest::Error>()) {
+            return e.is_body() || e.is_decode();
         }
         link = error.source();
         depth += 1;
@@ -179,6 +189,20 @@ mod tests {
         assert!(!is_transient(&missing));
         let forbidden = answered("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
         assert!(!is_transient(&forbidden), "{forbidden}");
+        // The body of an error status cut short: object_store reads it inside its request loop and
+        // does not retry (a fault proxy dropping the body of a 404 for a zarr.json that is not there).
+        for status in [
+            "404 Not Found",
+            "400 Bad Request",
+            "503 Service Unavailable",
+        ] {
+            let response: &'static str = Box::leak(
+                format!("HTTP/1.1 {status}\r\nContent-Length: 100\r\n\r\nabc").into_boxed_str(),
+            );
+            let cut = answered(response).await;
+            assert!(matches!(cut, object_store::Error::Generic { .. }), "{cut}");
+            assert!(is_transient(&cut), "{status}: {cut}");
+        }
         // A connection closed before any answer: a failure of the request, object_store's to retry.
         let closed = get_error(serve(vec![None])).await;
         assert!(
