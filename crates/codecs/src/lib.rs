@@ -9,8 +9,9 @@
 //! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `crc32`, `adler32`,
 //! `crc32c` and `fletcher32`, and `categorize` (strings). zarr-python 3 places the filters that
 //! compute on elements (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`) before `bytes`;
-//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters are bytes→bytes codecs over the flattened elements in the
-//! element types their configuration names (for example `"<i4"`), so a v2 array is the chain
+//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters
+//! are bytes→bytes codecs over the flattened elements in the element types their configuration
+//! names (for example `"<i4"`), so a v2 array is the chain
 //! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
 //! they decode numcodecs' output bit for bit (tests/golden holds vectors written by numcodecs).
 //!

@@ -12,7 +12,7 @@ use zshard_core::{
 use crate::registry::{build_chain, Codec};
 
 #[derive(Debug)]
-pub struct ShardingCodec {
+pub(crate) struct ShardingCodec {
     inner_shape: Vec<u64>,
     inner_chain: CodecChain,
     index_encoding: IndexEncoding,
