@@ -1,8 +1,9 @@
 //! Codec implementations for zshard and the registry that builds codec chains from Zarr v3 metadata.
 //!
-//! Readers translate their source format's codecs into v3 [`CodecSpec`]s; [`build_chain`] turns those
-//! into a [`CodecChain`](zshard_core::CodecChain) that decodes chunks into little-endian C-order
-//! elements. Adding a codec is one new module plus one line in the registry.
+//! Readers translate their source format's codecs into v3 [`CodecSpec`](zshard_core::CodecSpec)s;
+//! [`build_chain`] turns those into a [`CodecChain`](zshard_core::CodecChain) that decodes chunks
+//! into little-endian C-order elements. Adding a codec is one new module plus one line in the
+//! registry.
 //!
 //! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
 //! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
