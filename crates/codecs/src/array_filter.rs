@@ -23,7 +23,7 @@ pub(crate) const ARRAY_FILTERS: &[&str] = &[
 ];
 
 #[derive(Debug)]
-pub struct ArrayFilter {
+pub(crate) struct ArrayFilter {
     filter: Arc<dyn BytesToBytesCodec>,
     /// Element type after encoding.
     encoded_type: DataType,

@@ -24,7 +24,7 @@ pub const SHUFFLES: [&str; 3] = ["noshuffle", "shuffle", "bitshuffle"];
 const MAX_OVERHEAD: usize = blosc_src::BLOSC_MAX_OVERHEAD as usize;
 
 #[derive(Debug)]
-pub struct BloscCodec {
+pub(crate) struct BloscCodec {
     cname: CString,
     clevel: c_int,
     shuffle: c_int,
@@ -127,7 +127,7 @@ impl BytesToBytesCodec for BloscCodec {
 
 /// Decompresses one Blosc frame after checking its header, refusing frames that claim more than
 /// `max_decoded_len` bytes.
-pub fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
+pub(crate) fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
     let mut nbytes = 0usize;
     // SAFETY: `encoded` is valid for `encoded.len()` bytes; the function reads at most that many and
     // writes one usize through a valid pointer.

@@ -9,12 +9,15 @@ use crate::config::string;
 use crate::error::invalid;
 use crate::registry::Codec;
 
+/// The v3 `bytes` codec: elements in the configured byte order, C order, nothing else. Without an
+/// `endian` (allowed for single-byte types) it leaves bytes as they are.
 #[derive(Debug)]
 pub struct BytesCodec {
     endian: Option<Endian>,
 }
 
 impl BytesCodec {
+    /// A `bytes` codec writing elements in `endian` byte order.
     pub fn new(endian: Endian) -> Self {
         BytesCodec {
             endian: Some(endian),

@@ -14,7 +14,7 @@ use crate::registry::Codec;
 const NAME: &str = "numcodecs.bz2";
 
 #[derive(Debug)]
-pub struct Bz2Codec {
+pub(crate) struct Bz2Codec {
     level: u32,
 }
 

@@ -22,7 +22,7 @@ enum Mode {
 }
 
 #[derive(Debug)]
-pub struct CastCodec {
+pub(crate) struct CastCodec {
     mode: Mode,
     /// The type of the decoded elements.
     decoded: ElemType,

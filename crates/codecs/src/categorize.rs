@@ -16,7 +16,7 @@ use crate::numeric::{ElemType, Kind, Num};
 use crate::registry::Codec;
 
 #[derive(Debug)]
-pub struct CategorizeCodec {
+pub(crate) struct CategorizeCodec {
     labels: Vec<String>,
     /// The stored integer type.
     astype: ElemType,

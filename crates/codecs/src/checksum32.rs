@@ -31,7 +31,7 @@ enum Location {
 }
 
 #[derive(Debug)]
-pub struct Checksum32Codec {
+pub(crate) struct Checksum32Codec {
     algorithm: Algorithm,
     location: Location,
 }

@@ -7,7 +7,7 @@ use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 use crate::registry::Codec;
 
 #[derive(Debug)]
-pub struct Crc32cCodec;
+pub(crate) struct Crc32cCodec;
 
 pub(crate) fn build(_spec: &CodecSpec, _repr: &ChunkRepr) -> crate::Result<Codec> {
     Ok(Codec::BytesToBytes(Arc::new(Crc32cCodec)))

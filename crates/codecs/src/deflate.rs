@@ -20,7 +20,7 @@ enum Framing {
 }
 
 #[derive(Debug)]
-pub struct DeflateCodec {
+pub(crate) struct DeflateCodec {
     framing: Framing,
     level: u32,
 }

@@ -20,7 +20,7 @@ use crate::registry::Codec;
 const NAME: &str = "numcodecs.delta";
 
 #[derive(Debug)]
-pub struct DeltaCodec {
+pub(crate) struct DeltaCodec {
     dtype: ElemType,
     astype: ElemType,
 }

@@ -2,19 +2,39 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A codec name the registry does not know.
     #[error("unsupported codec {name:?} (supported: {supported})")]
-    UnknownCodec { name: String, supported: String },
+    UnknownCodec {
+        /// The name as the metadata spelled it.
+        name: String,
+        /// The names the registry knows, for the message.
+        supported: String,
+    },
 
+    /// A known codec with a configuration it cannot work with (a missing or out-of-range member).
     #[error("codec {codec}: invalid configuration: {reason}")]
-    InvalidConfiguration { codec: String, reason: String },
+    InvalidConfiguration {
+        /// The codec's name.
+        codec: String,
+        /// What is wrong with the configuration.
+        reason: String,
+    },
 
+    /// Codecs in an order a chain cannot have: none or two array→bytes codecs, or a codec on the
+    /// wrong side of it.
     #[error("invalid codec chain: {reason}")]
-    InvalidChain { reason: String },
+    InvalidChain {
+        /// What is out of place, with the chain's codec names.
+        reason: String,
+    },
 
+    /// An error of the core model while building a chain (a representation an array→array codec
+    /// rejects).
     #[error(transparent)]
     Core(#[from] zshard_core::Error),
 }
 
+/// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn invalid(codec: &str, reason: impl Into<String>) -> Error {

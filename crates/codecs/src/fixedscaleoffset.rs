@@ -70,7 +70,7 @@ impl Scalar {
 }
 
 #[derive(Debug)]
-pub struct FixedScaleOffsetCodec {
+pub(crate) struct FixedScaleOffsetCodec {
     offset: Scalar,
     scale: Scalar,
     dtype: ElemType,

@@ -1,16 +1,18 @@
 //! Codec implementations for zshard and the registry that builds codec chains from Zarr v3 metadata.
 //!
-//! Readers translate their source format's codecs into v3 [`CodecSpec`]s; [`build_chain`] turns those
-//! into a [`CodecChain`](zshard_core::CodecChain) that decodes chunks into little-endian C-order
-//! elements. Adding a codec is one new module plus one line in the registry.
+//! Readers translate their source format's codecs into v3 [`CodecSpec`](zshard_core::CodecSpec)s;
+//! [`build_chain`] turns those into a [`CodecChain`](zshard_core::CodecChain) that decodes chunks
+//! into little-endian C-order elements. Adding a codec is one new module plus one line in the
+//! registry.
 //!
 //! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
 //! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
 //! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `crc32`, `adler32`,
 //! `crc32c` and `fletcher32`, and `categorize` (strings). zarr-python 3 places the filters that
 //! compute on elements (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`) before `bytes`;
-//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters are bytes→bytes codecs over the flattened elements in the
-//! element types their configuration names (for example `"<i4"`), so a v2 array is the chain
+//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters
+//! are bytes→bytes codecs over the flattened elements in the element types their configuration
+//! names (for example `"<i4"`), so a v2 array is the chain
 //! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
 //! they decode numcodecs' output bit for bit (tests/golden holds vectors written by numcodecs).
 //!

@@ -11,7 +11,7 @@ use crate::registry::Codec;
 const NAME: &str = "numcodecs.lz4";
 
 #[derive(Debug)]
-pub struct Lz4Codec {
+pub(crate) struct Lz4Codec {
     /// Kept for the metadata only: lz4_flex has one speed, and any LZ4 block decodes the same way.
     acceleration: i64,
 }

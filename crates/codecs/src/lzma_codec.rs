@@ -36,7 +36,7 @@ fn decoder_memlimit(max_decoded_len: usize) -> u64 {
 }
 
 #[derive(Debug)]
-pub struct LzmaCodec {
+pub(crate) struct LzmaCodec {
     format: i64,
     check: i64,
     preset: Option<u32>,

@@ -41,12 +41,12 @@ pub(crate) const FLOAT64: NumType = NumType {
 };
 
 impl NumType {
-    pub fn is_float(self) -> bool {
+    pub(crate) fn is_float(self) -> bool {
         self.kind == Kind::Float
     }
 
     /// The type numpy's `result_type` gives for two types (only the cases of bool, integers and floats).
-    pub fn promote(a: NumType, b: NumType) -> NumType {
+    pub(crate) fn promote(a: NumType, b: NumType) -> NumType {
         use Kind::*;
         // Smallest float that holds every value of an integer type, as numpy chooses it.
         let float_for = |size: usize| match size {
@@ -78,7 +78,7 @@ impl NumType {
     /// Casts a value into this type as numpy's `astype` does. Integers wrap; floats truncate toward
     /// zero into integers (numpy leaves out-of-range and NaN casts undefined; here they saturate to
     /// the 128-bit range and then wrap).
-    pub fn cast(self, v: Num) -> Num {
+    pub(crate) fn cast(self, v: Num) -> Num {
         match self.kind {
             Kind::Bool => Num::I(match v {
                 Num::I(i) => (i != 0) as i128,
@@ -141,22 +141,22 @@ impl NumType {
     }
 
     /// `a + b` in this type (both already values of it).
-    pub fn add(self, a: Num, b: Num) -> Num {
+    pub(crate) fn add(self, a: Num, b: Num) -> Num {
         self.binary(a, b, |x, y| x + y, i128::wrapping_add)
     }
 
     /// `a - b` in this type.
-    pub fn sub(self, a: Num, b: Num) -> Num {
+    pub(crate) fn sub(self, a: Num, b: Num) -> Num {
         self.binary(a, b, |x, y| x - y, i128::wrapping_sub)
     }
 
     /// `a * b` in this type.
-    pub fn mul(self, a: Num, b: Num) -> Num {
+    pub(crate) fn mul(self, a: Num, b: Num) -> Num {
         self.binary(a, b, |x, y| x * y, i128::wrapping_mul)
     }
 
     /// `a / b` in this float type.
-    pub fn div(self, a: Num, b: Num) -> Num {
+    pub(crate) fn div(self, a: Num, b: Num) -> Num {
         Num::F(self.round(Self::float(a) / Self::float(b)))
     }
 
@@ -174,7 +174,7 @@ impl NumType {
     }
 
     /// `np.around` (round half to even) in this type; integers are unchanged.
-    pub fn around(self, v: Num) -> Num {
+    pub(crate) fn around(self, v: Num) -> Num {
         match (self.kind, v) {
             (Kind::Float, Num::F(f)) => Num::F(self.round(f.round_ties_even())),
             _ => v,
@@ -192,7 +192,7 @@ pub(crate) struct ElemType {
 
 impl ElemType {
     /// Parses a numpy type string for codec `codec`, configuration key `key`.
-    pub fn parse(codec: &str, key: &str, typestr: &str) -> Result<Self> {
+    pub(crate) fn parse(codec: &str, key: &str, typestr: &str) -> Result<Self> {
         let unsupported = || {
             invalid(
                 codec,
@@ -219,16 +219,16 @@ impl ElemType {
         })
     }
 
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.ty.size
     }
 
-    pub fn typestr(&self) -> &str {
+    pub(crate) fn typestr(&self) -> &str {
         &self.typestr
     }
 
     /// Reads one element from exactly `size()` bytes.
-    pub fn read(&self, bytes: &[u8]) -> Num {
+    pub(crate) fn read(&self, bytes: &[u8]) -> Num {
         let mut le = [0u8; 8];
         le[..bytes.len()].copy_from_slice(bytes);
         if self.endian == Endian::Big {
@@ -251,7 +251,7 @@ impl ElemType {
     }
 
     /// Writes a value of this type into exactly `size()` bytes.
-    pub fn write(&self, v: Num, out: &mut [u8]) {
+    pub(crate) fn write(&self, v: Num, out: &mut [u8]) {
         let raw: u64 = match (self.ty.kind, self.ty.size, v) {
             (Kind::Float, 2, v) => f64_to_f16(NumType::float(v)) as u64,
             (Kind::Float, 4, v) => (NumType::float(v) as f32).to_bits() as u64,

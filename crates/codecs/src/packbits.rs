@@ -10,7 +10,7 @@ use crate::registry::Codec;
 const NAME: &str = "numcodecs.packbits";
 
 #[derive(Debug)]
-pub struct PackBitsCodec;
+pub(crate) struct PackBitsCodec;
 
 pub(crate) fn build(_spec: &CodecSpec, _repr: &ChunkRepr) -> crate::Result<Codec> {
     Ok(Codec::BytesToBytes(Arc::new(PackBitsCodec)))

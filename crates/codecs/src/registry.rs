@@ -12,8 +12,11 @@ use crate::error::{Error, Result};
 /// A built codec, by the kind of data it maps between.
 #[derive(Debug, Clone)]
 pub enum Codec {
+    /// Maps a chunk to a chunk, before the array→bytes codec (`transpose`, zarr-python 3's array filters).
     ArrayToArray(Arc<dyn ArrayToArrayCodec>),
+    /// Turns a chunk into bytes (`bytes`, `vlen-utf8`, `sharding_indexed`); one per chain.
     ArrayToBytes(Arc<dyn ArrayToBytesCodec>),
+    /// Maps bytes to bytes after the array→bytes codec (compressors, checksums, v2 filters).
     BytesToBytes(Arc<dyn BytesToBytesCodec>),
 }
 

@@ -1,5 +1,7 @@
-//! `sharding_indexed` as a codec: decodes whole shards of an already sharded source (and encodes them,
-//! for tests and small arrays). The pipeline's writer builds shards itself, streaming inner chunks.
+//! `sharding_indexed` as a codec: decodes whole shards of an already sharded source that is not read
+//! by inner chunk (most are: see `ArrayMeta::read_by_inner_chunk`; this covers the rest, such as a
+//! chain with codecs after the sharding codec), and encodes them, for tests and small arrays. The
+//! pipeline's writer builds shards itself, streaming inner chunks.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use zshard_core::{
 use crate::registry::{build_chain, Codec};
 
 #[derive(Debug)]
-pub struct ShardingCodec {
+pub(crate) struct ShardingCodec {
     inner_shape: Vec<u64>,
     inner_chain: CodecChain,
     index_encoding: IndexEncoding,

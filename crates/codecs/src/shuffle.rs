@@ -15,7 +15,7 @@ use crate::registry::Codec;
 const NAME: &str = "numcodecs.shuffle";
 
 #[derive(Debug)]
-pub struct ShuffleCodec {
+pub(crate) struct ShuffleCodec {
     /// As configured (numcodecs' default is 4, whatever the data type).
     elementsize: i64,
 }

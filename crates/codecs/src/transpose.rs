@@ -10,6 +10,8 @@ use zshard_core::{
 use crate::error::invalid;
 use crate::registry::Codec;
 
+/// The v3 `transpose` codec: encoding permutes the chunk's axes by `order` (axis `i` of the encoded
+/// chunk is axis `order[i]` of the decoded one); decoding undoes it.
 #[derive(Debug)]
 pub struct TransposeCodec {
     order: Vec<usize>,

@@ -17,7 +17,7 @@ const NAME: &str = "vlen-utf8";
 pub const MAX_STRING_CHUNK_BYTES: usize = 1 << 30;
 
 #[derive(Debug)]
-pub struct VlenUtf8Codec;
+pub(crate) struct VlenUtf8Codec;
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
     if repr.data_type != DataType::String {

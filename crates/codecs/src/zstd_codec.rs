@@ -11,7 +11,7 @@ use crate::error::invalid;
 use crate::registry::Codec;
 
 #[derive(Debug)]
-pub struct ZstdCodec {
+pub(crate) struct ZstdCodec {
     level: i32,
     checksum: bool,
 }

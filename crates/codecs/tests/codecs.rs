@@ -1,3 +1,7 @@
+//! The codec chain through the public API: every compressor and the numcodecs codecs round-trip,
+//! byte order and Fortran order are honoured, and wrong sizes, garbage, corrupt input, lying size
+//! headers and invalid configurations are errors rather than panics or huge allocations.
+
 use serde_json::json;
 use zshard_codecs::{build_chain, Error};
 use zshard_core::{

@@ -8,20 +8,27 @@
 //! --ignored generate_fuzz_seeds` writes `fuzz/corpus/`.
 
 mod probe {
-    pub fn arm() {}
-    pub fn disarm() -> usize {
+    pub(crate) fn arm() {}
+    pub(crate) fn disarm() -> usize {
         0
     }
 }
 
+// The fuzz crate's modules are `pub` for its targets; inside this test they cannot be reached from
+// outside, which `unreachable_pub` would report for every item of a file this crate does not own.
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/codecs.rs"]
 mod codecs;
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/input.rs"]
 mod input;
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/metadata.rs"]
 mod metadata;
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/seeds.rs"]
 mod seeds;
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/shard.rs"]
 mod shard;
 

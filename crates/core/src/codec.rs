@@ -15,12 +15,15 @@ use crate::geometry::product;
 /// A codec as Zarr v3 metadata names it: `{"name": ..., "configuration": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CodecSpec {
+    /// The codec's registered name, e.g. `"bytes"`, `"zstd"`, `"numcodecs.delta"`.
     pub name: String,
+    /// The codec's parameters; `None` when the metadata gives none (or the short string form).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub configuration: Option<Map<String, Value>>,
 }
 
 impl CodecSpec {
+    /// A spec from a name and a JSON configuration; anything but a JSON object counts as no configuration.
     pub fn new(name: impl Into<String>, configuration: Value) -> Self {
         let configuration = match configuration {
             Value::Object(map) => Some(map),
@@ -37,6 +40,7 @@ impl CodecSpec {
         self.configuration.as_ref().and_then(|c| c.get(key))
     }
 
+    /// The spec as it appears in a v3 `codecs` list.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
@@ -74,12 +78,16 @@ impl<'de> Deserialize<'de> for CodecSpec {
 /// What a chunk is while it is an array: its shape, element type and fill value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkRepr {
+    /// Extent of the chunk in elements, per dimension (C order, slowest first).
     pub shape: Vec<u64>,
+    /// The element type.
     pub data_type: DataType,
+    /// The value of elements that were never written.
     pub fill_value: FillValue,
 }
 
 impl ChunkRepr {
+    /// Number of elements (the product of `shape`).
     pub fn elements(&self) -> u64 {
         product(&self.shape)
     }
@@ -94,23 +102,29 @@ impl ChunkRepr {
 pub trait ArrayToArrayCodec: Send + Sync + Debug {
     /// The representation after encoding a chunk of `decoded` representation.
     fn encoded_repr(&self, decoded: &ChunkRepr) -> Result<ChunkRepr>;
+    /// Encodes a chunk of `decoded` representation into one of [`encoded_repr`](Self::encoded_repr).
     fn encode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>>;
+    /// Decodes a chunk back into `decoded` representation (the one it was encoded from).
     fn decode(&self, data: Vec<u8>, decoded: &ChunkRepr) -> Result<Vec<u8>>;
+    /// The codec as it appears in v3 metadata.
     fn spec(&self) -> CodecSpec;
 }
 
 /// The one codec from array to bytes in a chain (`bytes`, `sharding_indexed`).
 pub trait ArrayToBytesCodec: Send + Sync + Debug {
+    /// Encodes little-endian, C-order elements of `repr` into bytes.
     fn encode(&self, data: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>>;
     /// Decodes into little-endian, C-order elements of `repr`; fails unless the size is exact.
     fn decode(&self, encoded: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>>;
     /// An upper bound on the encoded size, used to bound allocations of the decoders before it.
     fn max_encoded_len(&self, repr: &ChunkRepr) -> usize;
+    /// The codec as it appears in v3 metadata.
     fn spec(&self) -> CodecSpec;
 }
 
 /// A codec from bytes to bytes (compressors, checksums).
 pub trait BytesToBytesCodec: Send + Sync + Debug {
+    /// Encodes `decoded` (compresses, or appends a checksum).
     fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>>;
     /// Decodes `encoded`; must fail rather than produce (or allocate) more than `max_decoded_len` bytes,
     /// so that a chunk that lies about its size cannot exhaust memory.
@@ -125,6 +139,7 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
         // Generous default for compressors: incompressible data grows by a small header and framing.
         decoded_len + decoded_len / 8 + 1024
     }
+    /// The codec as it appears in v3 metadata.
     fn spec(&self) -> CodecSpec;
 }
 
@@ -132,8 +147,11 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
 /// when encoding and in reverse when decoding.
 #[derive(Clone, Debug)]
 pub struct CodecChain {
+    /// Applied first when encoding, in list order (last when decoding).
     pub array_to_array: Vec<Arc<dyn ArrayToArrayCodec>>,
+    /// Turns the array into bytes, between the two lists.
     pub array_to_bytes: Arc<dyn ArrayToBytesCodec>,
+    /// Applied last when encoding, in list order (first when decoding, in reverse).
     pub bytes_to_bytes: Vec<Arc<dyn BytesToBytesCodec>>,
 }
 

@@ -3,11 +3,14 @@ use crate::error::{Error, Result};
 /// Byte order of multi-byte elements in an encoded chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Endian {
+    /// Least significant byte first (v3 `"little"`, v2 `<`).
     Little,
+    /// Most significant byte first (v3 `"big"`, v2 `>`).
     Big,
 }
 
 impl Endian {
+    /// The v3 `bytes` codec's spelling: `"little"` or `"big"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Endian::Little => "little",
@@ -21,19 +24,33 @@ impl Endian {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DataType {
+    /// `bool`: one byte, 0 or 1.
     Bool,
+    /// `int8`: signed 8-bit integer.
     Int8,
+    /// `int16`: signed 16-bit integer.
     Int16,
+    /// `int32`: signed 32-bit integer.
     Int32,
+    /// `int64`: signed 64-bit integer.
     Int64,
+    /// `uint8`: unsigned 8-bit integer.
     UInt8,
+    /// `uint16`: unsigned 16-bit integer.
     UInt16,
+    /// `uint32`: unsigned 32-bit integer.
     UInt32,
+    /// `uint64`: unsigned 64-bit integer.
     UInt64,
+    /// `float16`: IEEE 754 half precision, 2 bytes.
     Float16,
+    /// `float32`: IEEE 754 single precision, 4 bytes.
     Float32,
+    /// `float64`: IEEE 754 double precision, 8 bytes.
     Float64,
+    /// `complex64`: a float32 real part followed by a float32 imaginary part, 8 bytes.
     Complex64,
+    /// `complex128`: a float64 real part followed by a float64 imaginary part, 16 bytes.
     Complex128,
     /// numpy `S<n>`: fixed-length bytes, NUL-padded (zarr-python's v3 `null_terminated_bytes`).
     NullTerminatedBytes(u32),
@@ -53,19 +70,33 @@ pub enum DataType {
 /// The unit of a numpy `datetime64` / `timedelta64`, as numpy spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TimeUnit {
+    /// `Y`: calendar years.
     Years,
+    /// `M`: calendar months.
     Months,
+    /// `W`: weeks of 7 days.
     Weeks,
+    /// `D`: days.
     Days,
+    /// `h`: hours.
     Hours,
+    /// `m`: minutes.
     Minutes,
+    /// `s`: seconds.
     Seconds,
+    /// `ms`: milliseconds.
     Milliseconds,
+    /// `us` (also spelled `μs`): microseconds.
     Microseconds,
+    /// `ns`: nanoseconds.
     Nanoseconds,
+    /// `ps`: picoseconds.
     Picoseconds,
+    /// `fs`: femtoseconds.
     Femtoseconds,
+    /// `as`: attoseconds.
     Attoseconds,
+    /// `generic`: numpy's unit-less datetime, whose only meaningful value is NaT.
     Generic,
 }
 
@@ -87,6 +118,7 @@ const TIME_UNITS: [(TimeUnit, &str); 14] = [
 ];
 
 impl TimeUnit {
+    /// numpy's unit code (`"Y"`, `"ms"`, `"generic"`, ...), as written in a dtype string and the v3 `unit`.
     pub fn as_str(self) -> &'static str {
         TIME_UNITS
             .iter()
@@ -260,6 +292,7 @@ impl DataType {
         }
     }
 
+    /// Whether the elements are IEEE floats (float16, float32, float64).
     pub fn is_float(self) -> bool {
         matches!(
             self,
@@ -267,6 +300,7 @@ impl DataType {
         )
     }
 
+    /// Whether the elements are complex numbers (a pair of floats).
     pub fn is_complex(self) -> bool {
         matches!(self, DataType::Complex64 | DataType::Complex128)
     }

@@ -24,6 +24,7 @@ impl FillValue {
         }
     }
 
+    /// The little-endian bytes of one element; for strings, the UTF-8 bytes of the fill string.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }

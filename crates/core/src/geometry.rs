@@ -58,11 +58,14 @@ pub fn c_order(shape: &[u64]) -> impl Iterator<Item = Vec<u64>> + '_ {
 /// An axis-aligned box of elements: a start coordinate and an extent per dimension.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Region {
+    /// Coordinate of the first element, per dimension.
     pub start: Vec<u64>,
+    /// Extent in elements, per dimension (same rank as `start`).
     pub shape: Vec<u64>,
 }
 
 impl Region {
+    /// The exclusive end coordinate, `start + shape` per dimension.
     pub fn end(&self) -> Vec<u64> {
         self.start
             .iter()
@@ -290,12 +293,15 @@ impl ShardGeometry {
         })
     }
 
+    /// Extent of the whole array in elements.
     pub fn array_shape(&self) -> &[u64] {
         &self.array_shape
     }
+    /// Extent of one shard in elements (the array's chunk shape in the written metadata).
     pub fn shard_shape(&self) -> &[u64] {
         &self.shard_shape
     }
+    /// Extent of one inner chunk in elements; divides `shard_shape` in every dimension.
     pub fn inner_shape(&self) -> &[u64] {
         &self.inner_shape
     }
@@ -305,6 +311,7 @@ impl ShardGeometry {
         grid_shape(&self.array_shape, &self.shard_shape)
     }
 
+    /// Number of shards in the array (the product of [`shard_grid`](Self::shard_grid)).
     pub fn shard_count(&self) -> u64 {
         product(&self.shard_grid())
     }

@@ -1,5 +1,6 @@
 //! The core of zshard: the array model, data types, fill values, chunk and shard geometry, the codec
-//! traits and chain, the binary shard index format, and the reader/sink seams of the pipeline.
+//! traits and chain, the typed `sharding_indexed` configuration and its binary shard index format,
+//! the layout of variable-length strings, and the reader/sink seams of the pipeline.
 //!
 //! Everything here is pure code over bytes: no I/O, so it is unit-testable and fuzzable.
 //!

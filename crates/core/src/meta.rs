@@ -11,12 +11,19 @@ use crate::shard_index::{IndexEncoding, IndexLocation};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkKeyEncoding {
     /// v3 `default`: `c/1/2` (or `c.1.2`); `c` for a 0-d array.
-    Default { separator: char },
+    Default {
+        /// Between `c` and the coordinates, and between coordinates: `/` or `.`.
+        separator: char,
+    },
     /// v3 `v2` and Zarr v2 itself: `1.2` (or `1/2`); `0` for a 0-d array.
-    V2 { separator: char },
+    V2 {
+        /// Between coordinates: `.` or `/`.
+        separator: char,
+    },
 }
 
 impl ChunkKeyEncoding {
+    /// The store key (relative to the array) of the chunk at grid coordinate `coord`.
     pub fn key(&self, coord: &[u64]) -> String {
         let join = |sep: char| {
             coord
@@ -33,6 +40,7 @@ impl ChunkKeyEncoding {
         }
     }
 
+    /// The v3 `chunk_key_encoding` document.
     pub fn to_v3_json(&self) -> Value {
         let (name, sep) = match *self {
             ChunkKeyEncoding::Default { separator } => ("default", separator),
@@ -46,8 +54,11 @@ impl ChunkKeyEncoding {
 /// little-endian C-order elements of `chunk_shape`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArrayMeta {
+    /// Extent of the array in elements, per dimension.
     pub shape: Vec<u64>,
+    /// The element type.
     pub data_type: DataType,
+    /// The value of elements that no chunk stores.
     pub fill_value: FillValue,
     /// The shape of the chunks the source is read by: its stored chunks, or, for a source stored in
     /// shards (see `sharded`), their inner chunks.
@@ -55,8 +66,11 @@ pub struct ArrayMeta {
     /// The source chain as v3 codecs (v2 compressors, byte order and order F are translated); for a
     /// source stored in shards, the inner chunks' chain.
     pub codecs: Vec<CodecSpec>,
+    /// How the (outer) chunk grid coordinates map to keys in the source store.
     pub chunk_key_encoding: ChunkKeyEncoding,
+    /// User attributes (`.zattrs` in v2, `attributes` in v3), copied to the output.
     pub attributes: Map<String, Value>,
+    /// Names of the dimensions (v3 `dimension_names`, xarray's `_ARRAY_DIMENSIONS` in v2), if given.
     pub dimension_names: Option<Vec<Option<String>>>,
     /// Set when the chunks are stored inside shards (see [`ArrayMeta::read_by_inner_chunk`]).
     pub sharded: Option<SourceShards>,
@@ -66,8 +80,11 @@ pub struct ArrayMeta {
 /// array's chunk keys, each with an index of where its inner chunks are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceShards {
+    /// Extent of one shard in elements; a multiple of the array's `chunk_shape` in every dimension.
     pub shard_shape: Vec<u64>,
+    /// How the shard index entries are encoded (the `index_codecs`).
     pub index_encoding: IndexEncoding,
+    /// Whether the index is at the start or end of each shard.
     pub index_location: IndexLocation,
 }
 
@@ -126,14 +143,21 @@ impl ArrayMeta {
 /// What a node of a hierarchy is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeKind {
-    Group { attributes: Map<String, Value> },
+    /// A group, with its user attributes.
+    Group {
+        /// The group's attributes (`.zattrs` in v2, `attributes` in v3).
+        attributes: Map<String, Value>,
+    },
+    /// An array and its metadata.
     Array(Box<ArrayMeta>),
 }
 
 /// A group or array at `path` (`""` for the root, `a/b` below it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
+    /// Path of the node below the hierarchy's root, `""` for the root itself.
     pub path: String,
+    /// Whether it is a group or an array, with its metadata.
     pub kind: NodeKind,
 }
 

@@ -10,12 +10,15 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IndexLocation {
+    /// Before the first inner chunk; inner chunk offsets count the index's bytes.
     Start,
+    /// After the last inner chunk (the default, and what zshard writes).
     #[default]
     End,
 }
 
 impl IndexLocation {
+    /// The metadata spelling, `"start"` or `"end"`.
     pub fn as_str(self) -> &'static str {
         match self {
             IndexLocation::Start => "start",
@@ -23,6 +26,7 @@ impl IndexLocation {
         }
     }
 
+    /// Parses the metadata spelling; `None` for anything but `"start"` and `"end"`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "start" => Some(IndexLocation::Start),
@@ -36,7 +40,9 @@ impl IndexLocation {
 /// [`IndexEncoding::from_codecs`] for the metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEncoding {
+    /// Byte order of the 64-bit offsets and sizes.
     pub endian: Endian,
+    /// Whether a little-endian CRC-32C of the entries follows them.
     pub crc32c: bool,
 }
 
@@ -63,7 +69,9 @@ impl IndexEncoding {
 /// Where an inner chunk's bytes are in the shard; `None` for an empty inner chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkLocation {
+    /// Byte offset of the encoded inner chunk from the start of the shard.
     pub offset: u64,
+    /// Length of the encoded inner chunk in bytes.
     pub nbytes: u64,
 }
 
@@ -77,14 +85,18 @@ pub struct ShardIndex {
 pub const EMPTY: u64 = u64::MAX;
 
 impl ShardIndex {
+    /// An index over `entries`, one per inner chunk in C order of the shard's chunk grid.
     pub fn new(entries: Vec<Option<ChunkLocation>>) -> Self {
         ShardIndex { entries }
     }
 
+    /// The entries, one per inner chunk in C order; `None` for an empty inner chunk.
     pub fn entries(&self) -> &[Option<ChunkLocation>] {
         &self.entries
     }
 
+    /// The encoded index: 16 bytes per entry ([`EMPTY`] twice for an empty one), then the checksum
+    /// if `encoding` has one.
     pub fn encode(&self, encoding: IndexEncoding) -> Vec<u8> {
         let mut out = Vec::with_capacity(encoding.byte_len(self.entries.len()));
         for entry in &self.entries {
@@ -270,6 +282,7 @@ impl<'a> ShardReader<'a> {
         Ok(ShardReader { bytes, index })
     }
 
+    /// The shard's decoded and validated index.
     pub fn index(&self) -> &ShardIndex {
         &self.index
     }

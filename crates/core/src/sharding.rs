@@ -28,6 +28,7 @@ pub struct ShardingConfig {
     /// The chain of the shard index (zshard reads `bytes`, optionally followed by `crc32c`: see
     /// [`ShardingConfig::index_encoding`]).
     pub index_codecs: Vec<CodecSpec>,
+    /// Where the index sits in each shard; `end` when the metadata omits it.
     #[serde(default)]
     pub index_location: IndexLocation,
 }

@@ -77,6 +77,7 @@ impl StringHandle {
     /// The handle of the fill value; also what reassembly fills uncovered elements with.
     pub const FILL: StringHandle = StringHandle(u64::MAX);
 
+    /// The 8 bytes reassembly copies in place of the string.
     pub fn to_le_bytes(self) -> [u8; 8] {
         self.0.to_le_bytes()
     }

@@ -46,8 +46,11 @@ pub struct BudgetRequest {
 /// Threads and part size of a run, and the memory they are expected to need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
+    /// Worker threads for each CPU stage (at most the request's, fewer when the limit needs it).
     pub threads: usize,
+    /// Raw bytes of inner chunks in one message at most; see [`Options::part_bytes`].
     pub part_bytes: u64,
+    /// Capacity of each channel between stages, in messages; see [`Options::channel_capacity`].
     pub channel_capacity: usize,
     /// The estimated peak of the whole process, upload buffers included.
     pub estimated_peak: u64,
@@ -55,6 +58,7 @@ pub struct Budget {
     pub limit: Option<u64>,
     /// Part of `estimated_peak` for uploads of streamed shards.
     pub upload_buffers: u64,
+    /// Fetch threads and write threads (each); see [`Options::io_threads`].
     pub io_threads: usize,
     /// See [`Options::keep_source_chunks`].
     pub keep_source_chunks: bool,

@@ -5,54 +5,81 @@ use crate::budget::HumanBytes;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The reader could not fetch a source chunk.
     #[error("array {array}: cannot read chunk {key}")]
     Read {
+        /// The array's name ([`ArrayJob::name`](crate::ArrayJob::name)).
         array: String,
+        /// The source chunk's key (or grid position) as the reader names it.
         key: String,
+        /// The reader's error.
         #[source]
         source: Box<zshard_core::Error>,
     },
 
+    /// A source chunk did not decode through the source chain.
     #[error("array {array}: cannot decode chunk {key}")]
     Decode {
+        /// The array's name ([`ArrayJob::name`](crate::ArrayJob::name)).
         array: String,
+        /// The source chunk's key as the reader names it.
         key: String,
+        /// The codec's error.
         #[source]
         source: Box<zshard_core::Error>,
     },
 
+    /// An inner chunk did not encode through the output's inner chain.
     #[error("array {array}: cannot encode inner chunk {inner} of shard {key}")]
     Encode {
+        /// The array's name ([`ArrayJob::name`](crate::ArrayJob::name)).
         array: String,
+        /// The shard's key as the sink names it.
         key: String,
+        /// The inner chunk's C-order index within the shard.
         inner: usize,
+        /// The codec's error.
         #[source]
         source: Box<zshard_core::Error>,
     },
 
+    /// The sink could not store a shard (or a part of it).
     #[error("array {array}: cannot write shard {key}")]
     Write {
+        /// The array's name ([`ArrayJob::name`](crate::ArrayJob::name)).
         array: String,
+        /// The shard's key as the sink names it.
         key: String,
+        /// The sink's error.
         #[source]
         source: Box<zshard_core::Error>,
     },
 
+    /// A fetch, assemble or write thread could not be spawned.
     #[error("cannot start a pipeline thread")]
     SpawnThread {
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
 
     /// [`budget`](crate::budget) finds no thread count and part size under the memory limit.
     #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape", HumanBytes(*.needed), HumanBytes(*.limit))]
-    MemoryLimit { needed: u64, limit: u64 },
+    MemoryLimit {
+        /// Estimated peak in bytes of the smallest run: one thread, parts of one inner chunk.
+        needed: u64,
+        /// The limit in bytes it had to fit.
+        limit: u64,
+    },
 
+    /// A rayon pool of decode or encode workers could not be built.
     #[error("cannot start worker threads")]
     ThreadPool {
+        /// rayon's error.
         #[source]
         source: rayon::ThreadPoolBuildError,
     },
 }
 
+/// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -8,12 +8,16 @@ use zshard_core::{ChunkReader, ChunkRepr, CodecChain, ShardGeometry, ShardSink, 
 pub struct ArrayJob {
     /// The array's name in messages (its path in the hierarchy, or its location).
     pub name: String,
+    /// Sizes and types of the array, its source chunks and its shards.
     pub layout: ArrayLayout,
+    /// How source chunks decode into little-endian C-order elements of `layout.source_repr`.
     pub source_chain: CodecChain,
     /// How inner chunks are encoded; `None` hands the sink raw inner chunks (little-endian C order),
     /// which is how `verify` compares a source with an existing output.
     pub inner_chain: Option<CodecChain>,
+    /// Where encoded source chunks come from, by grid position.
     pub reader: Arc<dyn ChunkReader>,
+    /// Where finished shards go.
     pub sink: Arc<dyn ShardSink>,
 }
 
@@ -56,7 +60,9 @@ impl ArrayLayout {
 /// One unit of work: a shard of one of the jobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardTask {
+    /// Index of the array in the slice of [`ArrayJob`]s given to [`run`](crate::run).
     pub array: usize,
+    /// Grid coordinate of the shard in the array's shard grid.
     pub shard: Vec<u64>,
 }
 
@@ -78,7 +84,7 @@ impl ShardTask {
 pub struct Options {
     /// Worker threads for each CPU stage (decode, encode).
     pub threads: usize,
-    /// Capacity of each channel between stages, in shards.
+    /// Capacity of each channel between stages, in messages (one part of a shard each).
     pub channel_capacity: usize,
     /// Threads that fetch source chunks and threads that write shards (each), so that storage round
     /// trips overlap; they wait on I/O, not on the CPU.
@@ -118,10 +124,16 @@ impl Options {
 /// What happened to one shard, reported to the progress callback as it completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardOutcome {
+    /// The shard this outcome is of.
     pub task: ShardTask,
+    /// Encoded bytes of the source chunks read for the shard (missing chunks count nothing).
     pub bytes_read: u64,
+    /// Source chunk reads for the shard, missing ones included; a chunk needed by several parts counts
+    /// once per read, so once per shard only with [`Options::keep_source_chunks`].
     pub chunks_read: u64,
+    /// Source chunks that did not exist (they read as the fill value).
     pub chunks_missing: u64,
+    /// Bytes stored for the shard, index included; 0 when it was not written.
     pub bytes_written: u64,
     /// False when every inner chunk held only the fill value, so nothing was written.
     pub written: bool,

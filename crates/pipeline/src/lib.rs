@@ -7,9 +7,11 @@
 //! sink in order (a shard that fits is one part). Stages know nothing of formats or stores: a
 //! [`ChunkReader`](zshard_core::ChunkReader) yields encoded source chunks by grid position, codec
 //! chains decode and encode, and a [`ShardSink`](zshard_core::ShardSink) stores finished shards.
-//! Memory is bounded by the channel capacities (sized to the worker count) and a window of messages
-//! in flight, not by the array size, and the order of [`ShardTask`]s is the caller's: a subset of
-//! shards (one worker's part, the shards not done yet) is just a different iterator.
+//! Memory is bounded by the channel capacities (at most one message per worker) and a window of
+//! messages in flight, not by the array size; [`budget`] sizes threads, part size and channel
+//! capacity to a memory limit from the arrays' [`ArrayLayout`]s alone, before anything is read. The
+//! order of [`ShardTask`]s is the caller's: a subset of shards (one worker's part, the shards not
+//! done yet) is just a different iterator.
 //!
 //! ```no_run
 //! # fn jobs() -> Vec<zshard_pipeline::ArrayJob> { unimplemented!() }

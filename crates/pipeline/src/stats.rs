@@ -8,12 +8,17 @@ use crate::job::ShardOutcome;
 /// Totals of a run (or of any set of shards). Serializes as its six counts, in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
+    /// Shards stored in the output.
     pub shards_written: u64,
     /// Shards of only the fill value: recorded, not written.
     pub shards_empty: u64,
+    /// Source chunk reads, missing chunks included (see [`ShardOutcome::chunks_read`]).
     pub chunks_read: u64,
+    /// Source chunks that did not exist and read as the fill value.
     pub chunks_missing: u64,
+    /// Encoded bytes of the source chunks read.
     pub bytes_read: u64,
+    /// Bytes stored in the output, shard indexes included.
     pub bytes_written: u64,
 }
 

@@ -43,7 +43,9 @@ pub const MAX_REQUEST: u64 = 64 << 20;
 /// slice given to [`coalesce`], in the order of their start).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RangeRequest {
+    /// The byte range of the object this request reads.
     pub range: Range<u64>,
+    /// Indices (into the slice given to [`coalesce`]) of the wanted ranges this request serves, by start.
     pub members: Vec<usize>,
 }
 

@@ -2,33 +2,51 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A location that cannot be opened as a store, or a key that is not a valid object path: an
+    /// unknown scheme, a missing bucket name, a destination that is no directory.
     #[error("invalid location {location:?}: {reason}")]
-    InvalidLocation { location: String, reason: String },
+    InvalidLocation {
+        /// The location (or the URL of the key) as given.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// A location with a `scheme://` prefix that is not a valid URL.
     #[error("invalid location {location:?}")]
     InvalidUrl {
+        /// The location as given.
         location: String,
+        /// The URL parser's error.
         #[source]
         source: url::ParseError,
     },
 
     /// A `file://` URL that names no local path (another host, say).
     #[error("invalid location {location:?}: not a local file URL")]
-    NotAFileUrl { location: String },
+    NotAFileUrl {
+        /// The URL as given.
+        location: String,
+    },
 
     /// A local location that must exist (a source) cannot be resolved.
     #[error("cannot resolve {location}")]
     Resolve {
+        /// The path as given.
         location: String,
+        /// The file system's error (usually: it does not exist).
         #[source]
         source: std::io::Error,
     },
 
+    /// A request to an object store failed (after the retries the options allow).
     #[error("{operation} {location}")]
     Request {
+        /// What was attempted, as the message starts: `"cannot read"`, `"cannot list"`, ...
         operation: &'static str,
+        /// The URL of the object or prefix.
         location: String,
+        /// object_store's error, whose kind tells a missing object from a failed request.
         #[source]
         source: Box<object_store::Error>,
     },
@@ -36,32 +54,46 @@ pub enum Error {
     /// A ranged read returned fewer bytes than a wanted range needs: the object ends at `len`.
     #[error("{location}: bytes {start}..{end} are beyond its end ({len} bytes)")]
     RangePastEnd {
+        /// The URL of the object.
         location: String,
+        /// First byte of the wanted range.
         start: u64,
+        /// End of the wanted range (exclusive).
         end: u64,
+        /// Length of the object in bytes.
         len: u64,
     },
 
+    /// A file operation failed: a read of a local store's file, or the spool file of an upload.
     #[error("{operation} {location}")]
     Io {
+        /// What was attempted, as the message starts: `"cannot read"`, `"cannot spool"`, ...
         operation: &'static str,
+        /// The URL of the object.
         location: String,
+        /// The file system's error.
         #[source]
         source: std::io::Error,
     },
 
+    /// The directory of a local destination store could not be created.
     #[error("cannot create {location}")]
     CreateDir {
+        /// The directory's path.
         location: String,
+        /// The file system's error.
         #[source]
         source: std::io::Error,
     },
 
+    /// The tokio runtime of [`IoRuntime`](crate::IoRuntime) could not be built.
     #[error("cannot start the I/O runtime")]
     Runtime {
+        /// The operating system's error (threads, an event queue).
         #[source]
         source: std::io::Error,
     },
 }
 
+/// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,9 @@
-//! Storage for zshard. Every read and write goes through [`object_store`], so local directories and
-//! cloud buckets are the same code; requests run on a dedicated [`IoRuntime`] that is separate from
-//! the CPU workers.
+//! Storage for zshard. A [`Store`] is a [`Location`] (a local directory, a bucket prefix, an HTTP
+//! root) opened through [`object_store`], so local directories and cloud buckets have one API.
+//! Reads of local stores are plain file reads on the calling thread (cheaper than object_store's
+//! task per file); everything else is an object_store request on a dedicated [`IoRuntime`] that is
+//! separate from the CPU workers. Batched ranged reads are grouped by [`coalesce`], objects too big
+//! for memory are written as an [`Upload`], and transient failures are retried by their error kind.
 //!
 //! ```
 //! use bytes::Bytes;

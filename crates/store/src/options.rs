@@ -7,6 +7,8 @@ use std::time::Duration;
 pub struct StoreOptions {
     /// An S3-compatible endpoint (MinIO, Ceph, a local server), e.g. `http://127.0.0.1:9000`.
     pub s3_endpoint: Option<String>,
+    /// The S3 region; `None` lets object_store take it from the environment (`AWS_REGION`), else
+    /// `us-east-1`.
     pub s3_region: Option<String>,
     /// Path-style requests (`endpoint/bucket/key`) instead of virtual-hosted style.
     pub s3_path_style: bool,
@@ -17,7 +19,9 @@ pub struct StoreOptions {
     pub retries: usize,
     /// No retry starts after this long since the first attempt of a request.
     pub retry_timeout: Duration,
+    /// How long establishing a connection may take before the attempt fails (and may be retried).
     pub connect_timeout: Duration,
+    /// How long one request may take in all, body included, before it fails (and may be retried).
     pub request_timeout: Duration,
     /// Requests in flight per batch (chunk reads of one shard, parts of one upload).
     pub max_requests: usize,

@@ -14,6 +14,7 @@ pub struct IoRuntime {
 }
 
 impl IoRuntime {
+    /// A runtime of `threads` worker threads (at least one) whose stores use the default [`StoreOptions`].
     pub fn new(threads: usize) -> Result<Arc<Self>> {
         Self::with_options(threads, StoreOptions::default())
     }

@@ -1,7 +1,11 @@
 //! The output side of zshard: [`ShardWriter`] lays out shards in the `sharding_indexed` binary format
-//! (index `bytes` little endian + `crc32c`, at the start or end) and stores each one whole, so a shard
-//! never appears under its key half-written; [`write_array_metadata`] and [`write_group_metadata`]
-//! write the Zarr v3 `zarr.json` documents, which the caller writes after the data.
+//! (index `bytes` little endian + `crc32c`, at the start or end). A shard is stored either whole
+//! ([`ShardSink::write_shard`](zshard_core::ShardSink::write_shard)) or part by part as the pipeline
+//! delivers it ([`ShardSink::begin_shard`](zshard_core::ShardSink::begin_shard): inner chunks go to
+//! the store as they arrive and only the index entries stay in memory); either way it appears under
+//! its key only when complete, and a shard of nothing but the fill value is not stored at all.
+//! [`write_array_metadata`] and [`write_group_metadata`] write the Zarr v3 `zarr.json` documents,
+//! which the caller writes after the data; [`ShardedArrayMetadata`] builds the array's document.
 //!
 //! ```
 //! use bytes::Bytes;

@@ -11,15 +11,23 @@ pub const OUTPUT_KEY_ENCODING: ChunkKeyEncoding = ChunkKeyEncoding::Default { se
 /// What the `zarr.json` of a sharded output array says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardedArrayMetadata {
+    /// Extent of the array in elements.
     pub shape: Vec<u64>,
+    /// The element type.
     pub data_type: DataType,
+    /// The value of elements no shard stores; shards of nothing but it are not written.
     pub fill_value: FillValue,
+    /// Extent of one shard in elements: the array's `chunk_grid` chunk shape.
     pub shard_shape: Vec<u64>,
+    /// Extent of one inner chunk in elements; divides `shard_shape` in every dimension.
     pub inner_shape: Vec<u64>,
     /// The inner codecs (`bytes` first).
     pub inner_codecs: Vec<CodecSpec>,
+    /// Where each shard's index goes.
     pub index_location: IndexLocation,
+    /// User attributes, copied from the source.
     pub attributes: Map<String, Value>,
+    /// The source's dimension names, written as `dimension_names` when present.
     pub dimension_names: Option<Vec<Option<String>>>,
 }
 
@@ -35,6 +43,8 @@ impl ShardedArrayMetadata {
         )
     }
 
+    /// The array's `zarr.json` document: a regular grid of shards, `c/0/1` keys, one
+    /// `sharding_indexed` codec.
     pub fn to_json(&self) -> Value {
         let mut doc = json!({
             "zarr_format": 3,

@@ -2,30 +2,49 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A metadata document that is valid JSON but not valid Zarr metadata (a wrong `zarr_format`, an
+    /// unknown codec or filter, an unusable dtype).
     #[error("{key}: {reason}")]
-    Metadata { key: String, reason: String },
+    Metadata {
+        /// The URL (or key) of the metadata document.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
+    /// A metadata document that is not JSON, or not of the shape its format requires.
     #[error("{key}: invalid JSON")]
     Json {
+        /// The URL (or key) of the metadata document.
         key: String,
+        /// serde_json's error, with line and column.
         #[source]
         source: serde_json::Error,
     },
 
+    /// The core model rejected the metadata (a data type, fill value or geometry).
     #[error("{key}")]
     Core {
+        /// The URL (or key) of the metadata document.
         key: String,
+        /// The core model's error.
         #[source]
         source: zshard_core::Error,
     },
 
+    /// A location with no Zarr metadata at its root.
     #[error("{location} is not a Zarr array or group (no zarr.json, .zarray or .zgroup there)")]
-    NotZarr { location: String },
+    NotZarr {
+        /// The URL of the location.
+        location: String,
+    },
 
+    /// Reading from the store failed.
     #[error(transparent)]
     Store(#[from] zshard_store::Error),
 }
 
+/// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn metadata(key: &str, reason: impl Into<String>) -> Error {

@@ -3,8 +3,11 @@
 //! [`open_hierarchy`] finds every group and array at a location (using consolidated metadata when
 //! present) and translates their metadata into [`zshard_core::ArrayMeta`]: Zarr v2 compressors, byte
 //! order and `order: "F"` become the equivalent v3 codecs, `_ARRAY_DIMENSIONS` becomes
-//! `dimension_names`. [`ZarrChunkReader`] then reads an array's stored chunks by grid position.
-//! Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code over bytes.
+//! `dimension_names`. [`chunk_reader`] then gives the reader of an array's chunks by grid position:
+//! a [`ZarrChunkReader`] (one stored chunk per key) or, for a source already stored in
+//! `sharding_indexed` shards, a [`ShardedChunkReader`] that reads its inner chunks by ranged reads
+//! through the shard index. Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code
+//! over bytes.
 //!
 //! ```
 //! use zshard_zarr::parse_v2_array;

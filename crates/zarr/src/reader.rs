@@ -1,3 +1,6 @@
+//! Reading an array's chunks from its store by grid position: one object per chunk, or the inner
+//! chunks of a source stored in shards, by ranged reads grouped with [`zshard_store::coalesce`].
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -63,10 +66,9 @@ impl ChunkReader for ZarrChunkReader {
 const KEPT_INDEXES: usize = 64;
 
 /// Reads the inner chunks of an array stored in shards (`sharding_indexed`, see
-/// [`ArrayMeta::read_by_inner_chunk`]) by their grid
-/// position: the shard's index first (kept for the shard's later reads), then only the byte ranges of
-/// the inner chunks asked for, neighbours in one request. A missing shard, or an empty index entry,
-/// is a missing chunk.
+/// [`ArrayMeta::read_by_inner_chunk`]) by their grid position: the shard's index first (kept for the
+/// shard's later reads), then only the byte ranges of the inner chunks asked for, neighbours in one
+/// request. A missing shard, or an empty index entry, is a missing chunk.
 #[derive(Debug)]
 pub struct ShardedChunkReader {
     store: Store,

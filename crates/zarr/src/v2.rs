@@ -32,7 +32,7 @@ pub const V2_COMPRESSORS: [&str; 7] = ["blosc", "zstd", "gzip", "zlib", "bz2", "
 
 /// The v2 filters this build reads. Each becomes the bytes-to-bytes codec `numcodecs.<id>` with the
 /// same configuration, placed after `bytes` because numcodecs filters see the flattened elements.
-pub const V2_FILTERS: [&str; 10] = [
+pub(crate) const V2_FILTERS: [&str; 10] = [
     "shuffle",
     "delta",
     "fixedscaleoffset",
@@ -70,7 +70,7 @@ pub fn parse_attributes(key: &str, bytes: &[u8]) -> Result<Map<String, Value>> {
 }
 
 /// Builds the model from an already parsed `.zarray` value (as found in `.zmetadata`).
-pub fn array_from_value(
+pub(crate) fn array_from_value(
     key: &str,
     zarray: Value,
     attributes: Map<String, Value>,

@@ -29,10 +29,14 @@ struct ZarrJson {
 /// the nodes below it by relative path.
 #[derive(Debug)]
 pub struct ParsedNode {
+    /// The group or array this document describes.
     pub kind: NodeKind,
+    /// The `consolidated_metadata.metadata` member of a group, by path relative to the group; `None`
+    /// when the group has none.
     pub consolidated: Option<Map<String, Value>>,
 }
 
+/// Parses a `zarr.json` document read from `key` (named in errors) into a group or array.
 pub fn parse_node(key: &str, bytes: &[u8]) -> Result<ParsedNode> {
     let value: Value = serde_json::from_slice(bytes).map_err(|source| Error::Json {
         key: key.to_string(),
@@ -41,7 +45,7 @@ pub fn parse_node(key: &str, bytes: &[u8]) -> Result<ParsedNode> {
     parse_value(key, value)
 }
 
-pub fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
+pub(crate) fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
     let z: ZarrJson = serde_json::from_value(value).map_err(|source| Error::Json {
         key: key.to_string(),
         source,

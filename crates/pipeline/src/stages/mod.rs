@@ -5,7 +5,8 @@
 //! A message is one part of a shard (see [`message`]). The channels between the stages are bounded
 //! ([`Options::channel_capacity`]: at most one message per worker when the budget sizes them), the
 //! stateless stages (decode, encode) are maps on their own rayon pool, and errors travel inside
-//! messages to the writer, which keeps the first one and tells the fetchers to stop. Everything the stages share lives in one [`RunContext`].
+//! messages to the writer, which keeps the first one and tells the fetchers to stop. Everything the
+//! stages share lives in one [`RunContext`].
 
 mod assemble;
 mod decode;
