@@ -79,7 +79,7 @@ pub struct PlannedArray {
     pub geometry: ShardGeometry,
     /// The output's `zarr.json`.
     pub output: ShardedArrayMetadata,
-    /// Source chunks are copied as encoded (see [`passthrough_applies`]).
+    /// Source chunks are copied as encoded (same chunk shape and codec chain as the output).
     pub passthrough: bool,
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }

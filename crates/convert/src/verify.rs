@@ -22,7 +22,7 @@ use crate::plan::{array_name, inner_chain};
 /// How many mismatches are kept one by one; the rest are counted.
 const KEPT: usize = 50;
 
-/// Mismatches found: how many, and the first [`KEPT`] in full, so that a thoroughly broken output
+/// Mismatches found: how many, and the first 50 in full, so that a thoroughly broken output
 /// cannot exhaust memory.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Mismatches {
@@ -216,7 +216,7 @@ pub struct Verification {
     pub source_options: SourceOptions,
     /// How storage is reached.
     pub store_options: StoreOptions,
-    /// Threads fetching chunks and reading shards, each (see [`crate::Conversion::io_threads`]).
+    /// Threads fetching chunks and reading shards, each (see [`Conversion::io_threads`](crate::Conversion)).
     pub io_threads: Option<usize>,
     /// Check only this fraction of shards (a deterministic sample), in (0, 1].
     pub sample: f64,
