@@ -137,6 +137,16 @@ mod tests {
         IoRuntime::new(1).expect("runtime")
     }
 
+    /// The Parquet reference set at `root`, with the default options.
+    fn open_parquet(root: &Path) -> crate::Result<ReferenceSet> {
+        ReferenceSet::open(
+            root.to_str().expect("utf-8"),
+            Format::Parquet,
+            &Options::default(),
+            runtime(),
+        )
+    }
+
     fn array_meta(set: &ReferenceSet, path: &str) -> ArrayMeta {
         set.nodes()
             .into_iter()
@@ -192,13 +202,7 @@ mod tests {
                 ),
             ],
         );
-        let set = ReferenceSet::open(
-            root.to_str().expect("utf-8"),
-            Format::Parquet,
-            &Options::default(),
-            runtime(),
-        )
-        .expect("opens");
+        let set = open_parquet(&root).expect("opens");
         let meta = array_meta(&set, "x");
         let reader = set.reader("x", &meta);
         let coords: Vec<Vec<u64>> = (0..10).map(|i| vec![i]).collect();
@@ -230,13 +234,7 @@ mod tests {
                 (1, write(&[(Some("/etc/passwd"), 0, 2, None); 4])),
             ],
         );
-        let set = ReferenceSet::open(
-            root.to_str().expect("utf-8"),
-            Format::Parquet,
-            &Options::default(),
-            runtime(),
-        )
-        .expect("opens");
+        let set = open_parquet(&root).expect("opens");
         let meta = array_meta(&set, "x");
         let reader = set.reader("x", &meta);
         let e = reader
@@ -261,13 +259,7 @@ mod tests {
 
         // A file beyond the grid fails at open.
         std::fs::write(root.join("x/refs.5.parq"), write(&[(None, 0, 0, None)])).expect("write");
-        let e = ReferenceSet::open(
-            root.to_str().expect("utf-8"),
-            Format::Parquet,
-            &Options::default(),
-            runtime(),
-        )
-        .expect_err("beyond");
+        let e = open_parquet(&root).expect_err("beyond");
         assert!(e.to_string().contains("refs.5.parq"), "{e}");
     }
 }
