@@ -25,6 +25,9 @@ pub trait Observer: Sync {
     fn started(&self, _pending_shards: u64) {}
     /// A shard is done (written, or found to hold only the fill value).
     fn shard_done(&self, _outcome: &ShardOutcome) {}
+    /// Something went wrong that does not stop the run or change its result (a report that could
+    /// not be written after the run had failed anyway).
+    fn warning(&self, _message: &str) {}
 }
 
 /// Observes nothing.
@@ -168,6 +171,7 @@ impl Conversion {
                 ReportBuilder::new(plan, &self.source, destination.url(""), partition, &all);
             let mut report = builder.finish(true, opened.retries());
             report.already_complete = true;
+            report.reference_reads = input.reference_reads();
             self.write_report(&report)?;
             return Ok(report);
         }
@@ -216,8 +220,10 @@ impl Conversion {
             .map_err(|_| Error::Poisoned { what: "the report" })?;
         if let Err(e) = result {
             // The conversion's error is the one to return; a report that cannot be written is
-            // secondary (and the run's error says more).
-            let _ = self.write_report(&builder.finish(false, opened.retries()));
+            // secondary, so it is only a warning.
+            if let Err(report_error) = self.write_report(&builder.finish(false, opened.retries())) {
+                observer.warning(&crate::one_line(&report_error));
+            }
             return Err(e.into());
         }
         flushed?;
@@ -340,11 +346,14 @@ pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&str]) -> usize {
 /// The source as recorded in the destination's state: absolute for local paths, so that the same run
 /// started from another directory is recognised.
 fn source_id(source: &Location) -> String {
-    match source.local_path().map(std::fs::canonicalize) {
-        Some(Ok(path)) => path.to_string_lossy().into_owned(),
-        Some(Err(_)) => source.as_str().to_string(),
-        None => source.as_str().trim_end_matches('/').to_string(),
+    // URLs (`file://` ones too) are recorded as given, as every earlier version did: a run resumed by
+    // a newer zshard must be recognised.
+    let text = source.as_str();
+    if text.contains("://") {
+        return text.trim_end_matches('/').to_string();
     }
+    std::fs::canonicalize(text)
+        .map_or_else(|_| text.to_string(), |p| p.to_string_lossy().into_owned())
 }
 
 /// This worker's shards that are not done yet, in enumeration order.
@@ -380,8 +389,9 @@ fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
 /// Source and destination must not overlap in either direction: converting into the source would read
 /// our own output, and a destination holding the source could be cleared by `--overwrite`.
 fn refuse_overlap(source: &Location, destination: &Location) -> Result<()> {
-    let overlap = Location::overlap(source, destination).map_err(|_| Error::Overlap {
-        reason: format!("source {source} does not exist"),
+    let overlap = Location::overlap(source, destination).map_err(|cause| Error::SourceMissing {
+        location: source.to_string(),
+        source: cause,
     })?;
     let reason = match overlap {
         None => return Ok(()),

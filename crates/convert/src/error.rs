@@ -40,6 +40,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// The source cannot be found (or resolved) on the local file system.
+    #[error("source {location} does not exist")]
+    SourceMissing {
+        /// The source as given.
+        location: String,
+        /// Why it cannot be resolved.
+        #[source]
+        source: zshard_store::Error,
+    },
+
     /// Source and destination overlap.
     #[error("{reason}")]
     Overlap {
@@ -50,6 +60,16 @@ pub enum Error {
     /// An array that cannot be converted with these options (checked before anything is written).
     #[error("array {array}")]
     Array {
+        /// The array's path, or the source's location for a single array.
+        array: String,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// An array of the output that `verify` cannot read as a sharded array.
+    #[error("output array {array}")]
+    OutputArray {
         /// The array's path, or the source's location for a single array.
         array: String,
         /// Why.
@@ -144,17 +164,6 @@ pub enum Error {
         /// Why.
         #[source]
         source: Box<Error>,
-    },
-
-    /// `verify` found differences between the source and the output.
-    #[error("{count} mismatch(es) in {checked} shard(s) checked of {destination}")]
-    Mismatch {
-        /// How many mismatches.
-        count: usize,
-        /// How many shards were checked.
-        checked: u64,
-        /// The output's location.
-        destination: String,
     },
 
     /// An internal lock was poisoned by a panicking thread.

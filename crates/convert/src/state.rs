@@ -91,28 +91,28 @@ pub(crate) fn prepare(
     } else if dst.get(OVERWRITING)?.is_some() {
         return Err(Error::Destination {
             reason: format!(
-            "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
-            dst.url("")
-        ),
+                "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
+                dst.url("")
+            ),
         });
     } else if records.is_empty() && has_metadata(dst, plan)? {
         if metadata_matches(dst, plan)? {
             return Ok(Prepared::Complete);
         }
         return Err(Error::Destination {
- reason: format!(
-            "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use --overwrite to replace it",
-            dst.url("")
-        ),
- });
+            reason: format!(
+                "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use --overwrite to replace it",
+                dst.url("")
+            ),
+        });
     } else if let Some(key) = conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
- reason: format!(
-            "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
-            dst.url(""),
-            dst.url(&key)
-        ),
- });
+            reason: format!(
+                "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
+                dst.url(""),
+                dst.url(&key)
+            ),
+        });
     }
     let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
         what: "the conversion's options",

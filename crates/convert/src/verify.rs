@@ -236,6 +236,8 @@ pub struct Verified {
     pub arrays: usize,
     /// Differences: an empty list means every element equals the source and every index is valid.
     pub mismatches: Mismatches,
+    /// Requests made for a kerchunk reference set (none for other inputs).
+    pub reference_reads: Option<zshard_kerchunk::ReadStats>,
 }
 
 impl Verification {
@@ -287,8 +289,8 @@ fn verify(v: &Verification) -> Result<Verified> {
             lock(&mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
             continue;
         };
-        let out = output_array(out.clone()).map_err(|e| Error::Array {
-            array: format!("{name} (output)"),
+        let out = output_array(out.clone()).map_err(|e| Error::OutputArray {
+            array: name.clone(),
             source: Box::new(e),
         })?;
         if (
@@ -365,5 +367,6 @@ fn verify(v: &Verification) -> Result<Verified> {
         shards_checked: stats.shards_written + stats.shards_empty,
         arrays: jobs.len(),
         mismatches,
+        reference_reads: src.reference_reads(),
     })
 }

@@ -16,9 +16,9 @@ pub const SHARDING_CODEC: &str = "sharding_indexed";
 
 /// The `configuration` of a `sharding_indexed` codec (see the Zarr v3 sharding specification).
 /// Members are written in this order, `index_location` always; a missing `index_location` reads as
-/// `end`, and unknown members are refused, as zarr-python and zarrs refuse them.
+/// `end`. Unknown members are ignored, as zshard always did (zarr-python and zarrs refuse them; a
+/// converter that reads what it can serves migrations better).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ShardingConfig {
     /// The shape of the inner chunks; no entry is zero.
     #[serde(deserialize_with = "nonzero_shape")]
@@ -66,7 +66,7 @@ impl ShardingConfig {
     }
 
     /// Reads the configuration of a `sharding_indexed` codec; the error names the member at fault
-    /// (`configuration` for a missing or unknown member, which its reason names).
+    /// (`configuration` for a missing member, which its reason names).
     pub fn from_codec(spec: &CodecSpec) -> Result<Self> {
         if spec.name != SHARDING_CODEC {
             return Err(invalid(
@@ -228,7 +228,8 @@ mod tests {
             "index_location"
         );
         assert_eq!(field_of(with("index_location", json!(1))), "index_location");
-        assert_eq!(field_of(with("extra", json!(1))), "extra");
+        // Unknown members are ignored.
+        assert!(ShardingConfig::from_codec(&spec(with("extra", json!(1)))).is_ok());
         let mut missing = good.clone();
         missing.as_object_mut().expect("object").remove("codecs");
         let err = ShardingConfig::from_codec(&spec(missing)).expect_err("missing codecs");

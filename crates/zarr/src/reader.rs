@@ -209,15 +209,13 @@ impl ShardedChunkReader {
             for &member in &request.members {
                 let (slot, range) = &wanted[member];
                 out[*slot] = match &result {
-                    Ok(bytes) => {
-                        request
-                            .slice(bytes, range, &url)
-                            .map(Some)
-                            .map_err(|e| Error::Read {
-                                key: url.clone(),
-                                source: Box::new(e),
-                            })
-                    }
+                    Ok(bytes) => request
+                        .slice(bytes, range, "the shard")
+                        .map(Some)
+                        .map_err(|e| Error::Read {
+                            key: url.clone(),
+                            source: Box::new(e),
+                        }),
                     Err(e) => Err(Error::Read {
                         key: url.clone(),
                         source: chain_text(e).into(),

@@ -4,13 +4,12 @@
 use std::time::Duration;
 
 use zshard_convert::{
-    parse_size, Compressor, Layout, Partition, ReferenceOptions, SourceFormat, SourceOptions,
-    StoreOptions,
+    parse_size, Compressor, Layout, Partition, ReferenceOptions, SourceOptions, StoreOptions,
 };
 use zshard_core::IndexLocation;
 
 /// A size flag (`512MiB`, `4G`, `2GB`).
-fn size(s: &str) -> Result<u64, String> {
+pub fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
@@ -94,13 +93,13 @@ impl LayoutArgs {
     }
 
     /// A conversion of SRC into DST with these options.
-    pub fn conversion(&self) -> zshard_convert::Conversion {
+    pub fn conversion(&self) -> zshard_convert::Result<zshard_convert::Conversion> {
         let mut c = zshard_convert::Conversion::new(&self.src, &self.dst);
         c.layouts.default = self.layout();
-        c.source_options = self.source.options();
+        c.source_options = self.source.options()?;
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
-        c
+        Ok(c)
     }
 }
 
@@ -133,7 +132,7 @@ pub struct SourceArgs {
     /// version 0 or 1, optionally .zst/.gz compressed) or kerchunk-parquet (a kerchunk Parquet
     /// reference folder). Detected when not given.
     #[arg(long, value_name = "KIND")]
-    source_format: Option<SourceFormat>,
+    source_format: Option<String>,
     /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
     /// local targets must lie under (default: the folder of the reference file, or of the Parquet
     /// reference folder).
@@ -151,13 +150,14 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    pub fn options(&self) -> SourceOptions {
+    pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
         let given = self.ref_root.is_some()
             || !self.allow_ref_prefix.is_empty()
             || self.ref_coalesce_gap.is_some();
         let defaults = ReferenceOptions::default();
-        SourceOptions {
-            format: self.source_format,
+        Ok(SourceOptions {
+            // Parsed here rather than by clap, so that a wrong kind is a conversion error (exit 1).
+            format: self.source_format.as_deref().map(str::parse).transpose()?,
             references: given.then(|| ReferenceOptions {
                 ref_root: self.ref_root.clone(),
                 allow_prefixes: self.allow_ref_prefix.clone(),
@@ -166,7 +166,7 @@ impl SourceArgs {
                     .map_or(defaults.coalesce_gap, |gap| gap.0),
                 ..defaults
             }),
-        }
+        })
     }
 }
 

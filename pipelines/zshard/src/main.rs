@@ -12,7 +12,7 @@ mod print;
 mod progress;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
-use zshard_convert::{one_line, parse_size, Verification};
+use zshard_convert::{one_line, Verification};
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -55,9 +55,6 @@ struct Cli {
     command: Command,
 }
 
-fn size(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
-}
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
@@ -78,7 +75,7 @@ enum Command {
         /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
         /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
         /// whose source chunks cannot fit even then is refused before it starts.
-        #[arg(long, value_parser = size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
         memory_limit: Option<u64>,
         /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
         #[arg(long, value_name = "FILE.json")]
@@ -96,7 +93,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
-        #[arg(long, value_parser = size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
         memory_limit: Option<u64>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -173,7 +170,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let mut conversion = layout.conversion();
+            let mut conversion = layout.conversion()?;
             conversion.partition = workers.partition()?;
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
@@ -182,7 +179,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print::convert(&conversion, quiet)
         }
         Command::Finalize { layout, quiet } => {
-            let finalized = layout.conversion().finalize()?;
+            let finalized = layout.conversion()?.finalize()?;
             print::finalized(&finalized, quiet);
             Ok(())
         }
@@ -192,7 +189,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             memory_limit,
             json,
         } => {
-            let mut conversion = layout.conversion();
+            let mut conversion = layout.conversion()?;
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
             print::plan(&conversion.plan()?, json)
@@ -207,12 +204,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             quiet,
         } => {
             let mut verification = Verification::new(src, dst);
-            verification.source_options = source.options();
+            verification.source_options = source.options()?;
             verification.store_options = storage.options();
             verification.io_threads = storage.io_threads;
             verification.sample = sample;
             verification.threads = threads.unwrap_or_else(default_threads);
-            print::verified(&verification.run()?, quiet)
+            print::verified(&verification.source, &verification.run()?, quiet)
         }
         Command::Run {
             job,

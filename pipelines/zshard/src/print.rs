@@ -28,11 +28,12 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     let report = conversion.convert(&progress);
     progress.finish(report.is_ok());
     let report = report?;
-    reference_reads(&report.source, report.reference_reads.as_ref());
     if quiet {
+        reference_reads(&report.source, report.reference_reads.as_ref());
         return Ok(());
     }
     if report.already_complete {
+        reference_reads(&report.source, report.reference_reads.as_ref());
         eprintln!(
             "zshard: {} is already complete with these options; nothing to do",
             report.destination
@@ -40,6 +41,7 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("{}", summary(&report));
+    reference_reads(&report.source, report.reference_reads.as_ref());
     if report.worker.count > 1 {
         eprintln!(
             "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
@@ -89,7 +91,8 @@ pub fn finalized(finalized: &Finalized, quiet: bool) {
 }
 
 /// `zshard verify`: the mismatches, or one line saying that everything matches.
-pub fn verified(verified: &Verified, quiet: bool) -> anyhow::Result<()> {
+pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Result<()> {
+    reference_reads(source, verified.reference_reads.as_ref());
     let found = &verified.mismatches;
     for m in &found.first {
         eprintln!("zshard: mismatch: {m}");

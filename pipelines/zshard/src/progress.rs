@@ -1,7 +1,7 @@
 //! The progress bar on a terminal.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -12,6 +12,8 @@ use zshard_convert::{Observer, ShardOutcome};
 pub struct Progress {
     bar: ProgressBar,
     written: AtomicU64,
+    /// The run got as far as converting (no bar is left behind by a failure before that).
+    started: AtomicBool,
 }
 
 impl Progress {
@@ -31,12 +33,13 @@ impl Progress {
         Progress {
             bar,
             written: AtomicU64::new(0),
+            started: AtomicBool::new(false),
         }
     }
 
     /// Clears the bar after a run that succeeded, leaves it where it stopped after a failure.
     pub fn finish(&self, succeeded: bool) {
-        if succeeded {
+        if succeeded || !self.started.load(Ordering::Relaxed) {
             self.bar.finish_and_clear();
         } else {
             self.bar.abandon();
@@ -46,6 +49,7 @@ impl Progress {
 
 impl Observer for Progress {
     fn started(&self, pending_shards: u64) {
+        self.started.store(true, Ordering::Relaxed);
         self.bar.set_length(pending_shards);
         self.bar.enable_steady_tick(Duration::from_millis(200));
     }
@@ -57,5 +61,9 @@ impl Observer for Progress {
             + outcome.bytes_written;
         self.bar.set_message(HumanBytes(total).to_string());
         self.bar.inc(1);
+    }
+
+    fn warning(&self, message: &str) {
+        self.bar.suspend(|| eprintln!("zshard: warning: {message}"));
     }
 }
