@@ -103,6 +103,7 @@ impl Conversion {
             plan,
             fingerprint,
             runtime,
+            source,
             destination,
         })
     }
@@ -113,29 +114,23 @@ impl Conversion {
         self.open().map(|_| ())
     }
 
-    fn budget(&self, plan: &Plan) -> Result<Budget> {
-        let uploads = match Location::parse(&self.destination) {
-            Ok(destination) => memory::upload_buffers(&destination, self.store_options.part_size),
-            Err(_) => 0,
-        };
+    fn budget(&self, opened: &Opened) -> Result<Budget> {
+        let uploads = memory::upload_buffers(&opened.destination, self.store_options.part_size);
+        let io_threads = io_threads(self.io_threads, &[&opened.source, &opened.destination]);
         memory::budget(
-            plan,
+            &opened.plan,
             self.threads,
             self.memory_limit,
             uploads,
-            self.io_threads(),
+            io_threads,
         )
-    }
-
-    fn io_threads(&self) -> usize {
-        io_threads(self.io_threads, &[&self.source, &self.destination])
     }
 
     /// What the conversion would do, from metadata alone: no chunk is listed or read, and nothing is
     /// written.
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
-        let budget = self.budget(&opened.plan)?;
+        let budget = self.budget(&opened)?;
         Ok(crate::PlanReport::new(
             opened.plan,
             budget,
@@ -150,7 +145,7 @@ impl Conversion {
     /// holds another conversion unless [`Conversion::overwrite`] is set.
     pub fn convert(&self, observer: &dyn Observer) -> Result<Report> {
         let opened = self.open()?;
-        let budget = self.budget(&opened.plan)?;
+        let budget = self.budget(&opened)?;
         let destination = &opened.destination(true)?;
         let Opened {
             input,
@@ -309,6 +304,7 @@ struct Opened {
     plan: Plan,
     fingerprint: serde_json::Value,
     runtime: Arc<IoRuntime>,
+    source: Location,
     destination: Location,
 }
 
@@ -330,10 +326,8 @@ impl Opened {
 
 /// Threads fetching and threads writing for a run between `locations`: `explicit`, else 2 for local
 /// paths and 8 when any location is remote.
-pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&str]) -> usize {
-    let remote = locations
-        .iter()
-        .any(|l| Location::parse(l).is_ok_and(|l| l.is_remote()));
+pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&Location]) -> usize {
+    let remote = locations.iter().any(|l| l.is_remote());
     explicit
         .unwrap_or(if remote {
             8

@@ -273,13 +273,11 @@ fn verify(v: &Verification) -> Result<Verified> {
             reason: format!("--sample {sample} is not in (0, 1]"),
         });
     }
+    let (source_location, destination_location) =
+        (Location::parse(source)?, Location::parse(destination)?);
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
-    let src = Input::open(
-        &Location::parse(source)?,
-        &v.source_options,
-        runtime.clone(),
-    )?;
-    let dst = Store::open_location(&Location::parse(destination)?, runtime, false)?;
+    let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
+    let dst = Store::open_location(&destination_location, runtime, false)?;
     let outputs = arrays(open_hierarchy(&dst)?);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
@@ -357,7 +355,10 @@ fn verify(v: &Verification) -> Result<Verified> {
             threads: v.threads,
             limit: None,
             upload_buffers: 0,
-            io_threads: crate::conversion::io_threads(v.io_threads, &[source, destination]),
+            io_threads: crate::conversion::io_threads(
+                v.io_threads,
+                &[&source_location, &destination_location],
+            ),
         },
     )?;
     let stats = zshard_pipeline::run(&jobs, tasks, &budget.options(), &|_| {})?;
