@@ -2,7 +2,7 @@
 //! finalize refusing while shards are missing, a resume that skips what is done, verify (and verify
 //! finding damage), a rerun that has nothing to do, and options that conflict with the destination.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::json;
@@ -113,11 +113,17 @@ fn conversion(src: &Path, dst: &Path) -> Conversion {
     c
 }
 
-#[test]
-fn plan_partition_finalize_resume_verify() {
+/// A temporary folder holding the source `src.zarr`, and the path of the output `dst.zarr` in it.
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
     write_source(&src);
+    (tmp, src, dst)
+}
+
+#[test]
+fn plan_partition_finalize_resume_verify() {
+    let (_tmp, src, dst) = setup();
     let full = conversion(&src, &dst);
 
     // Plan: metadata only, nothing written.
@@ -174,9 +180,7 @@ fn plan_partition_finalize_resume_verify() {
 
 #[test]
 fn a_complete_destination_is_left_alone_and_other_options_are_refused() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
-    write_source(&src);
+    let (tmp, src, dst) = setup();
     let c = conversion(&src, &dst);
     let first = c.convert(&()).expect("first run");
     assert!(!first.already_complete);

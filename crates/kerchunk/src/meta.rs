@@ -69,6 +69,15 @@ fn split(key: &str) -> (&str, &str) {
 
 /// Builds every node from the documents (`(key, bytes)`, later entries winning). `file` names the
 /// reference set in errors.
+/// The bytes of a metadata document given inline in a reference set: a JSON string is the document's
+/// text, any other JSON value is the document itself.
+pub(crate) fn document_bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::String(s) => s.clone().into_bytes(),
+        other => other.to_string().into_bytes(),
+    }
+}
+
 pub(crate) fn nodes(file: &str, documents: &[(String, Vec<u8>)]) -> Result<Vec<Node>> {
     let mut docs: BTreeMap<&str, &[u8]> = BTreeMap::new();
     for (key, bytes) in documents {
@@ -210,13 +219,7 @@ mod tests {
     fn docs(entries: &[(&str, Value)]) -> Vec<(String, Vec<u8>)> {
         entries
             .iter()
-            .map(|(k, v)| {
-                let bytes = match v {
-                    Value::String(s) => s.clone().into_bytes(),
-                    other => other.to_string().into_bytes(),
-                };
-                (k.to_string(), bytes)
-            })
+            .map(|(k, v)| (k.to_string(), document_bytes(v)))
             .collect()
     }
 

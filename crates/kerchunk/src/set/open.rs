@@ -278,13 +278,7 @@ impl ReferenceSet {
         };
         let documents: Vec<(String, Vec<u8>)> = docs
             .iter()
-            .map(|(k, v)| {
-                let bytes = match v {
-                    Value::String(s) => s.clone().into_bytes(),
-                    other => other.to_string().into_bytes(),
-                };
-                (k.clone(), bytes)
-            })
+            .map(|(k, v)| (k.clone(), meta::document_bytes(v)))
             .collect();
         let nodes = meta::nodes(&zkey, &documents)?;
         // The files of each array must fit its chunk grid.
