@@ -105,6 +105,19 @@ pub(crate) fn prepare(
                 dst.url("")
             ),
         });
+    } else if records.is_empty() {
+        // Every run records its options before it writes a shard, so a shard without a record was
+        // not written by a run of this conversion (a finished one whose metadata was removed, or data
+        // from elsewhere): resuming would take it for done.
+        if let Some(key) = first_shard(dst, plan)? {
+            return Err(Error::Destination {
+                reason: format!(
+                    "{} holds {} but no record of the zshard conversion that wrote it, so its shards cannot be trusted; use --overwrite to replace it",
+                    dst.url(""),
+                    dst.url(&key)
+                ),
+            });
+        }
     } else if let Some(key) = conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
             reason: format!(
@@ -223,11 +236,8 @@ pub(crate) fn done_shards(
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         let prefix = join(&array.path, "c");
-        for key in dst.list_keys(&prefix)? {
-            let rest = key[prefix.len()..].trim_start_matches('/');
-            if let Some(coord) = parse_coord(rest, &grid) {
-                done[i].insert(linear_index(&coord, &grid));
-            }
+        for (_, coord) in shard_keys(dst, &prefix, &grid)? {
+            done[i].insert(linear_index(&coord, &grid));
         }
         remove_staged_leftovers(dst, &prefix, &grid, |index| {
             partition.owns(first_global + index)
@@ -252,6 +262,30 @@ pub(crate) fn done_shards(
         }
     }
     Ok(done)
+}
+
+/// The keys below `prefix` (an array's `c`) that are shards of `grid`, with their coordinates.
+fn shard_keys(dst: &Store, prefix: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>)>> {
+    Ok(dst
+        .list_keys(prefix)?
+        .into_iter()
+        .filter_map(|key| {
+            let coord = parse_coord(key[prefix.len()..].trim_start_matches('/'), grid)?;
+            Some((key, coord))
+        })
+        .collect())
+}
+
+/// The first object at a shard key of the plan, if any.
+fn first_shard(dst: &Store, plan: &Plan) -> Result<Option<String>> {
+    for array in &plan.arrays {
+        let prefix = join(&array.path, "c");
+        let grid = array.geometry.shard_grid();
+        if let Some((key, _)) = shard_keys(dst, &prefix, &grid)?.into_iter().next() {
+            return Ok(Some(key));
+        }
+    }
+    Ok(None)
 }
 
 /// Removes the temporary files of interrupted local writes of shards that `owned` selects. The local

@@ -212,3 +212,34 @@ fn a_complete_destination_is_left_alone_and_other_options_are_refused() {
     assert!(matches!(err, Error::Array { .. }), "{err}");
     assert!(!tmp.path().join("bad.zarr").exists());
 }
+
+/// Issue 15, point 1: a shard the destination holds without a record of the run that wrote it is
+/// never taken for done.
+#[test]
+fn shards_without_a_record_of_their_conversion_are_not_trusted() {
+    let (tmp, src, dst) = setup();
+    // Junk at a shard key of a fresh destination.
+    std::fs::create_dir_all(dst.join("c/0")).expect("mkdir");
+    std::fs::write(dst.join("c/0/0"), b"junk!").expect("junk");
+    let err = conversion(&src, &dst).convert(&()).expect_err("junk");
+    assert!(matches!(err, Error::Destination { .. }), "{err}");
+    assert!(err.to_string().contains("c/0/0"), "{err}");
+    assert_eq!(std::fs::read(dst.join("c/0/0")).expect("kept"), b"junk!");
+
+    // A finished conversion whose zarr.json was removed, converted again with other options.
+    let other = tmp.path().join("other.zarr");
+    conversion(&src, &other).convert(&()).expect("first");
+    std::fs::remove_file(other.join("zarr.json")).expect("remove zarr.json");
+    let mut again = conversion(&src, &other);
+    again.layouts.default.shard_shape = Some(vec![40, 60]);
+    again.layouts.default.index_location = zshard_core::IndexLocation::Start;
+    let err = again
+        .convert(&())
+        .expect_err("shards of another conversion");
+    assert!(matches!(err, Error::Destination { .. }), "{err}");
+
+    // --overwrite replaces them, and the result reads back right.
+    again.overwrite = true;
+    again.convert(&()).expect("overwrite");
+    assert_eq!(read_output(&other), expected());
+}
