@@ -1,0 +1,193 @@
+//! The adversarial classes that must keep holding: mutated metadata documents (v2 `.zarray` and v3
+//! `zarr.json`, sharded or not) are refused with exit code 1 and one line naming the source, never a
+//! panic (exit 101) or a signal, and nothing is published under the destination's final names.
+
+mod common;
+
+use std::path::Path;
+
+use common::{expected, write_v2, zshard};
+use serde_json::{json, Value};
+use zshard_core::DataType;
+
+/// A valid v2 array at `dir`: 32x32 uint16 in 8x8 zstd chunks.
+fn valid_v2(dir: &Path) -> Value {
+    let data = expected(DataType::UInt16, &[32, 32], 0);
+    write_v2(
+        dir,
+        DataType::UInt16,
+        &[32, 32],
+        &[8, 8],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    serde_json::from_slice(&std::fs::read(dir.join(".zarray")).expect(".zarray")).expect("json")
+}
+
+/// Converts `src` into a fresh destination and asserts the refusal contract.
+fn assert_refused(src: &Path, dst: &Path, case: &str) {
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        "16,16",
+        "--chunk-shape",
+        "8,8",
+        "--threads",
+        "2",
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{case}: exit code; stderr: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{case}: {stderr}");
+    assert_eq!(
+        stderr.trim().lines().count(),
+        1,
+        "{case}: one line: {stderr}"
+    );
+    assert!(
+        stderr.contains(src.file_name().and_then(|n| n.to_str()).expect("name")),
+        "{case}: the error names the source: {stderr}"
+    );
+    assert!(
+        !dst.join("zarr.json").exists(),
+        "{case}: no metadata published for a refused conversion"
+    );
+}
+
+/// Replaces `member` of a metadata document (or removes it with `None`).
+fn mutate(doc: &Value, member: &str, value: Option<Value>) -> Vec<u8> {
+    let mut doc = doc.clone();
+    let map = doc.as_object_mut().expect("object");
+    match value {
+        Some(v) => map.insert(member.to_string(), v),
+        None => map.remove(member),
+    };
+    serde_json::to_vec(&doc).expect("json")
+}
+
+fn v2_mutations(doc: &Value) -> Vec<(String, Vec<u8>)> {
+    let mut cases: Vec<(String, Vec<u8>)> = [
+        ("shape", Some(json!("x"))),
+        ("shape", Some(json!([-1, 32]))),
+        ("shape", Some(json!([32]))),
+        ("shape", Some(json!([32.5, 32]))),
+        ("shape", None),
+        ("chunks", Some(json!([0, 8]))),
+        ("chunks", Some(json!([8, -8]))),
+        ("chunks", Some(json!([8, 8, 8]))),
+        ("chunks", Some(json!(["a", 8]))),
+        ("dtype", Some(json!("<q9"))),
+        ("dtype", Some(json!(""))),
+        ("dtype", Some(json!(5))),
+        ("dtype", Some(json!("<u4"))),
+        ("compressor", Some(json!({"id": "no-such-codec"}))),
+        ("compressor", Some(json!({"id": "zstd", "level": "high"}))),
+        ("compressor", Some(json!("zstd"))),
+        ("compressor", Some(json!({"id": "blosc"}))),
+        ("filters", Some(json!([{"id": "delta", "dtype": "<f9"}]))),
+        ("filters", Some(json!({"id": "delta"}))),
+        ("fill_value", Some(json!("abc"))),
+        ("fill_value", Some(json!([1, 2]))),
+        ("fill_value", Some(json!(70000))),
+        ("order", Some(json!("X"))),
+        ("zarr_format", Some(json!(7))),
+        ("dimension_separator", Some(json!("::"))),
+    ]
+    .into_iter()
+    .map(|(member, value)| {
+        (
+            format!(".zarray {member} = {value:?}"),
+            mutate(doc, member, value),
+        )
+    })
+    .collect();
+    for (name, bytes) in [
+        ("empty .zarray", Vec::new()),
+        (
+            "truncated .zarray",
+            br#"{"zarr_format": 2, "shape": [3"#.to_vec(),
+        ),
+        ("binary .zarray", vec![0xff, 0xfe, 0x00, 0x9c, 0x22]),
+        ("nested .zarray", "[".repeat(100_000).into_bytes()),
+        ("array .zarray", b"[1, 2, 3]".to_vec()),
+    ] {
+        cases.push((name.to_string(), bytes));
+    }
+    cases
+}
+
+#[test]
+fn mutated_v2_metadata_is_refused_cleanly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let doc = valid_v2(&src);
+    let cases = v2_mutations(&doc);
+    for (i, (case, bytes)) in cases.iter().enumerate() {
+        std::fs::write(src.join(".zarray"), bytes).expect("mutate");
+        assert_refused(&src, &tmp.path().join(format!("dst{i}")), case);
+    }
+    assert_eq!(cases.len(), 30);
+}
+
+#[test]
+fn mutated_v3_sharded_metadata_is_refused_cleanly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let v2 = tmp.path().join("v2");
+    valid_v2(&v2);
+    let src = tmp.path().join("sharded");
+    let out = zshard(&[
+        "convert",
+        v2.to_str().expect("utf-8"),
+        src.to_str().expect("utf-8"),
+        "--shard-shape",
+        "16,16",
+        "--chunk-shape",
+        "8,8",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(src.join("zarr.json")).expect("zarr.json"))
+            .expect("json");
+    let sharding = |config: Value| json!([{"name": "sharding_indexed", "configuration": config}]);
+    let cases: Vec<(String, Vec<u8>)> = [
+        ("zarr_format", Some(json!(2))),
+        ("node_type", Some(json!("table"))),
+        ("node_type", None),
+        ("shape", Some(json!([32, -32]))),
+        ("data_type", Some(json!("uint128"))),
+        ("data_type", Some(json!({"name": "no_such_type"}))),
+        ("chunk_grid", Some(json!({"name": "irregular", "configuration": {}}))),
+        ("chunk_grid", Some(json!({"name": "regular", "configuration": {"chunk_shape": [0, 16]}}))),
+        ("chunk_grid", Some(json!({"name": "regular", "configuration": {"chunk_shape": [16]}}))),
+        ("chunk_key_encoding", Some(json!({"name": "hexadecimal"}))),
+        ("fill_value", Some(json!("NaN"))),
+        ("fill_value", Some(json!(1e300))),
+        ("codecs", Some(json!([]))),
+        ("codecs", Some(json!([{"name": "no_such_codec"}]))),
+        ("codecs", Some(sharding(json!({"chunk_shape": [0, 8], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]})))),
+        ("codecs", Some(sharding(json!({"chunk_shape": [5, 8], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]})))),
+        ("codecs", Some(sharding(json!({"chunk_shape": [8, 8], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "gzip", "configuration": {"level": 1}}]})))),
+        ("codecs", Some(sharding(json!({"chunk_shape": [8, 8], "codecs": [], "index_codecs": [{"name": "bytes"}]})))),
+        ("codecs", Some(sharding(json!({"chunk_shape": [8, 8]})))),
+        ("storage_transformers", Some(json!([{"name": "unknown_transformer"}]))),
+    ]
+    .into_iter()
+    .map(|(member, value)| (format!("zarr.json {member} = {value:?}"), mutate(&doc, member, value)))
+    .collect();
+    for (i, (case, bytes)) in cases.iter().enumerate() {
+        std::fs::write(src.join("zarr.json"), bytes).expect("mutate");
+        assert_refused(&src, &tmp.path().join(format!("dst{i}")), case);
+    }
+    assert_eq!(cases.len(), 20);
+}
