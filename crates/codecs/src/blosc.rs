@@ -22,6 +22,7 @@ pub const CNAMES: [&str; 5] = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"];
 pub const SHUFFLES: [&str; 3] = ["noshuffle", "shuffle", "bitshuffle"];
 /// Bytes blosc may add to incompressible input.
 const MAX_OVERHEAD: usize = blosc_src::BLOSC_MAX_OVERHEAD as usize;
+const MIN_HEADER: usize = blosc_src::BLOSC_MIN_HEADER_LENGTH as usize;
 
 #[derive(Debug)]
 pub(crate) struct BloscCodec {
@@ -125,9 +126,23 @@ impl BytesToBytesCodec for BloscCodec {
     }
 }
 
+/// The frame without bytes after the length its header states: numcodecs (and so zarr-python) decode
+/// such chunks, ignoring what follows the frame, while `blosc_cbuffer_validate` wants the exact length.
+fn without_trailing_bytes(encoded: &[u8]) -> &[u8] {
+    let stated = encoded
+        .get(12..16)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(|b| u32::from_le_bytes(b) as usize);
+    match stated {
+        Some(cbytes) if cbytes >= MIN_HEADER && cbytes < encoded.len() => &encoded[..cbytes],
+        _ => encoded,
+    }
+}
+
 /// Decompresses one Blosc frame after checking its header, refusing frames that claim more than
 /// `max_decoded_len` bytes.
 pub(crate) fn decode(encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
+    let encoded = without_trailing_bytes(encoded);
     let mut nbytes = 0usize;
     // SAFETY: `encoded` is valid for `encoded.len()` bytes; the function reads at most that many and
     // writes one usize through a valid pointer.

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{expected, write_v2, zshard};
+use common::{expected, read_v3, write_v2, zshard};
 use serde_json::{json, Value};
 use zshard_core::DataType;
 
@@ -190,4 +190,116 @@ fn mutated_v3_sharded_metadata_is_refused_cleanly() {
         assert_refused(&src, &tmp.path().join(format!("dst{i}")), case);
     }
     assert_eq!(cases.len(), 20);
+}
+
+/// How a stored chunk is damaged.
+fn damage(chunk: &[u8], how: &str) -> Vec<u8> {
+    match how {
+        "empty" => Vec::new(),
+        "one byte" => chunk[..1].to_vec(),
+        "truncated" => chunk[..chunk.len() / 2].to_vec(),
+        "junk" => (0..chunk.len()).map(|i| (i * 131 + 7) as u8).collect(),
+        "doubled" => [chunk, chunk].concat(),
+        other => panic!("no damage {other}"),
+    }
+}
+
+/// The array zarr-python reads where numcodecs decodes a damaged chunk to a full chunk (checked with
+/// numcodecs 0.16): zlib and Blosc ignore bytes after their stream, and uncompressed bytes of the right
+/// length are data. Every other damage fails in numcodecs or leaves a chunk of the wrong size.
+fn what_numcodecs_reads(
+    compressor: &Value,
+    how: &str,
+    data: &[u8],
+    chunk: &[u8],
+) -> Option<Vec<u8>> {
+    let id = compressor.get("id").and_then(Value::as_str);
+    match (id, how) {
+        (Some("zlib" | "blosc"), "doubled") => Some(data.to_vec()),
+        (None, "junk") => {
+            // Chunk (1,2) covers rows 8..16 and columns 16..24 of the 32x32 uint16 array.
+            let junk = damage(chunk, how);
+            let mut values = data.to_vec();
+            for row in 0..8 {
+                let at = ((8 + row) * 32 + 16) * 2;
+                values[at..at + 16].copy_from_slice(&junk[row * 16..row * 16 + 16]);
+            }
+            Some(values)
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn damaged_chunks_are_refused_with_their_key_for_every_compressor() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let compressors = [
+        json!({"id": "zstd", "level": 1}),
+        json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}),
+        json!({"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 0}),
+        json!({"id": "gzip", "level": 1}),
+        json!({"id": "zlib", "level": 1}),
+        json!({"id": "bz2", "level": 1}),
+        json!({"id": "lzma", "preset": 1}),
+        json!({"id": "lz4", "acceleration": 1}),
+        json!(null),
+    ];
+    let damages = ["empty", "one byte", "truncated", "junk", "doubled"];
+    let mut refused = 0;
+    for (c, compressor) in compressors.iter().enumerate() {
+        for how in damages {
+            let case = format!("{compressor} chunk {how}");
+            let src = tmp.path().join(format!("src{c}-{}", how.replace(' ', "_")));
+            let data = expected(DataType::UInt16, &[32, 32], 0);
+            write_v2(
+                &src,
+                DataType::UInt16,
+                &[32, 32],
+                &[8, 8],
+                compressor.clone(),
+                &data,
+            );
+            let chunk = std::fs::read(src.join("1.2")).expect("chunk 1.2");
+            std::fs::write(src.join("1.2"), damage(&chunk, how)).expect("damage");
+            let dst = tmp.path().join(format!("dst{c}-{}", how.replace(' ', "_")));
+            let out = zshard(&[
+                "convert",
+                src.to_str().expect("utf-8"),
+                dst.to_str().expect("utf-8"),
+                "--shard-shape",
+                "16,16",
+                "--chunk-shape",
+                "8,8",
+                "--quiet",
+            ]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if let Some(values) = what_numcodecs_reads(compressor, how, &data, &chunk) {
+                assert_eq!(out.status.code(), Some(0), "{case}: {stderr}");
+                assert_eq!(
+                    read_v3(&dst).0,
+                    values,
+                    "{case}: the values zarr-python reads"
+                );
+                continue;
+            }
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{case}: exit code; stderr: {stderr}"
+            );
+            assert!(!stderr.contains("panicked"), "{case}: {stderr}");
+            assert!(
+                stderr.contains("1.2"),
+                "{case}: names the chunk key: {stderr}"
+            );
+            // Chunk (1,2) lies in shard (0,1); a failed run publishes neither it nor the metadata.
+            assert!(!dst.join("c/0/1").exists(), "{case}: no shard published");
+            assert!(
+                !dst.join("zarr.json").exists(),
+                "{case}: no metadata published"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, compressors.len() * damages.len() - 4);
 }
