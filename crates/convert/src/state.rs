@@ -22,6 +22,8 @@ use crate::error::{Error, Result};
 use crate::partition::Partition;
 use crate::plan::Plan;
 
+/// The folder of a conversion's state.
+pub(crate) const STATE_DIR: &str = ".zshard";
 const OPTIONS_DIR: &str = ".zshard/options";
 const EMPTY_DIR: &str = ".zshard/empty";
 /// Present while `--overwrite` clears a destination.
