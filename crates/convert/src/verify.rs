@@ -234,14 +234,14 @@ fn metadata_differences(what: &str, source: &ArrayMeta, output: &ArrayMeta) -> V
     }
     if source.data_type != output.data_type {
         differ(
-            "data type",
+            "data_type",
             source.data_type.to_string(),
             output.data_type.to_string(),
         );
     }
     if source.fill_value != output.fill_value {
         differ(
-            "fill value",
+            "fill_value",
             source.fill_value.to_v3_json(source.data_type).to_string(),
             output.fill_value.to_v3_json(output.data_type).to_string(),
         );
@@ -254,7 +254,7 @@ fn metadata_differences(what: &str, source: &ArrayMeta, output: &ArrayMeta) -> V
             )
         };
         differ(
-            "dimension names",
+            "dimension_names",
             show(&source.dimension_names),
             show(&output.dimension_names),
         );
