@@ -158,33 +158,62 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The final tree equals the uninterrupted run's, and verify is clean.
-fn assert_like_reference(
+/// How the final tree differs from the uninterrupted run's (files, bytes), and verify's complaints.
+fn differences(
     reference: &BTreeMap<String, Option<Vec<u8>>>,
     src: &Path,
     dst: &Path,
     what: &str,
-) {
+) -> Vec<String> {
     let got = tree(dst);
-    let names = |t: &BTreeMap<String, Option<Vec<u8>>>| t.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(names(&got), names(reference), "{what}: the files differ");
-    assert!(&got == reference, "{what}: the bytes differ");
+    let mut found = Vec::new();
+    let extra: Vec<&String> = got.keys().filter(|k| !reference.contains_key(*k)).collect();
+    let missing: Vec<&String> = reference.keys().filter(|k| !got.contains_key(*k)).collect();
+    if !extra.is_empty() || !missing.is_empty() {
+        found.push(format!("{what}: extra {extra:?}, missing {missing:?}"));
+    }
+    let changed: Vec<&String> = got
+        .iter()
+        .filter(|(k, v)| reference.get(*k).is_some_and(|r| r != *v))
+        .map(|(k, _)| k)
+        .collect();
+    if !changed.is_empty() {
+        found.push(format!("{what}: bytes differ in {changed:?}"));
+    }
     let verified = run(&[
         "verify".into(),
         text(src).into(),
         text(dst).into(),
         "--quiet".into(),
     ]);
-    assert_success(&verified, &format!("{what}: verify"));
-    assert_eq!(String::from_utf8_lossy(&verified.stderr), "", "{what}");
+    if !verified.status.success() || !verified.stderr.is_empty() {
+        found.push(format!(
+            "{what}: verify: {:?} {}",
+            verified.status,
+            String::from_utf8_lossy(&verified.stderr)
+        ));
+    }
+    found
 }
 
-/// Kills a run with `inject` (strace options), asserts it was killed, then reruns `rerun` (each
-/// without faults) and compares with the reference.
+fn assert_like_reference(
+    reference: &BTreeMap<String, Option<Vec<u8>>>,
+    src: &Path,
+    dst: &Path,
+    what: &str,
+) {
+    let found = differences(reference, src, dst, what);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// Kills a run with `inject` (strace options), asserts it was killed, then reruns (without faults)
+/// and collects how the result differs from the reference; every case runs, then the test fails
+/// listing all that differed.
 struct KillCase<'a> {
     src: &'a Path,
     reference: &'a BTreeMap<String, Option<Vec<u8>>>,
     scratch: &'a Path,
+    failures: std::cell::RefCell<Vec<String>>,
 }
 
 impl KillCase<'_> {
@@ -201,7 +230,18 @@ impl KillCase<'_> {
         for args in rerun {
             assert_success(&run(args), &format!("{what}: rerun {}", args[0]));
         }
-        assert_like_reference(self.reference, self.src, dst, what);
+        let found = differences(self.reference, self.src, dst, what);
+        self.failures.borrow_mut().extend(found);
+    }
+
+    fn assert_all_equal(&self, cases: usize) {
+        let failures = self.failures.borrow();
+        assert!(
+            failures.is_empty(),
+            "{} difference(s) in {cases} case(s):\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 }
 
@@ -272,6 +312,7 @@ fn killed_at_every_rename_then_rerun_equals_an_uninterrupted_run() {
         src: &src,
         reference: &reference,
         scratch: tmp.path(),
+        failures: Default::default(),
     };
     let rerun = [counting.clone()];
 
@@ -320,6 +361,7 @@ fn killed_at_every_rename_then_rerun_equals_an_uninterrupted_run() {
         renames.len(),
         started.elapsed().as_secs_f64()
     );
+    case.assert_all_equal(at_renames + at_writes + nth);
     assert_eq!(at_renames, renames.iter().filter(|p| !per_run(p)).count());
     assert!(
         at_renames >= 11 && at_writes >= 5 && nth >= 1,
@@ -366,6 +408,7 @@ fn killed_during_finalize_of_two_workers_then_rerun_equals_an_uninterrupted_run(
         src: &src,
         reference: &reference,
         scratch: tmp.path(),
+        failures: Default::default(),
     };
     let mut kills = 0;
     for (path, syscalls) in renames.iter().flat_map(|p| [(p, RENAMES), (p, WRITES)]) {
@@ -408,6 +451,7 @@ fn killed_during_finalize_of_two_workers_then_rerun_equals_an_uninterrupted_run(
         "faults: finalize killed at {kills} renames and writes, workers at {worker_kills} renames; {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    case.assert_all_equal(kills + worker_kills);
     assert_eq!(kills, 2 * renames.len());
     assert!(worker_kills >= 8, "{worker_kills}");
 }
@@ -427,6 +471,7 @@ fn killed_at_random_times_then_rerun_equals_an_uninterrupted_run() {
     // A seeded linear congruential generator: the same delays on every run of the test.
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut interrupted = 0;
+    let mut failures = Vec::new();
     for kill in 0..8 {
         seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -440,11 +485,22 @@ fn killed_at_random_times_then_rerun_equals_an_uninterrupted_run() {
         let status = child.wait().expect("reap");
         interrupted += usize::from(status.signal() == Some(9));
         assert_success(&run(&convert), "rerun");
-        assert_like_reference(&reference, &src, &dst, &format!("random kill {kill}"));
+        failures.extend(differences(
+            &reference,
+            &src,
+            &dst,
+            &format!("random kill {kill}"),
+        ));
     }
     eprintln!(
         "faults: 8 random-time kills, {interrupted} landed before the run ended (run takes {:?})",
         duration
+    );
+    assert!(
+        failures.is_empty(),
+        "{} difference(s) in 8 cases:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }
 
