@@ -419,7 +419,7 @@ fn killed_during_finalize_of_two_workers_then_rerun_equals_an_uninterrupted_run(
             case.killed(&refs(&at_path(path, syscalls)), &finalize, &what),
             "{what}"
         );
-        case.resume(&dst, &[finalize.clone()], &what);
+        case.resume(&dst, std::slice::from_ref(&finalize), &what);
         kills += 1;
     }
     // Workers killed at each of their renames, then rerun, the other worker, and finalize.
@@ -566,6 +566,9 @@ fn verify_reports_stray_objects_by_key() {
     );
 }
 
+/// A change to an output `zarr.json`.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 /// Rewrites `g/b/zarr.json` of a copy of the output with `edit` and returns verify's output.
 fn verify_edited(src: &Path, dst: &Path, scratch: &Path, edit: impl Fn(&mut Value)) -> Output {
     let _ = std::fs::remove_dir_all(scratch);
@@ -592,7 +595,7 @@ fn verify_compares_what_readers_use_to_interpret_values() {
     assert_eq!(String::from_utf8_lossy(&clean.stderr), "");
 
     let scratch = tmp.path().join("edited");
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "fill value",
             Box::new(|d| d["fill_value"] = json!(1.5)),
