@@ -402,6 +402,8 @@ fn metadata_key(path: &str) -> String {
 fn clear_state(destination: &Store) -> Result<()> {
     state::clear(destination)?;
     destination.remove_staged_below(state::STATE_DIR)?;
+    // A run killed while deleting the state can leave its folders empty.
+    destination.remove_empty_folders(state::STATE_DIR)?;
     Ok(())
 }
 /// Source and destination must not overlap in either direction: converting into the source would read

@@ -319,7 +319,8 @@ fn remove_staged_leftovers(
             let relative = relative
                 .to_string_lossy()
                 .replace(std::path::MAIN_SEPARATOR, "/");
-            let Some((base, _)) = relative.split_once('#') else {
+            // Only zshard's staged names (`<key>#<n>`), never another file beside a shard.
+            let Some(base) = zshard_store::staged_base(&relative) else {
                 continue;
             };
             if let Some(coord) = parse_coord(base, grid) {

@@ -533,6 +533,29 @@ impl Store {
         Ok(())
     }
 
+    /// Removes the empty local folders below `prefix` and `prefix` itself when it ends up empty (a
+    /// process killed between deleting a folder's last key and the folder leaves it); folders holding
+    /// anything are kept. Never the store's own folder.
+    pub fn remove_empty_folders(&self, prefix: &str) -> Result<()> {
+        fn prune(dir: &FsPath) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for entry in entries.flatten() {
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        prune(&entry.path());
+                    }
+                }
+            }
+            // Fails, and so keeps the folder, unless it is empty.
+            let _ = std::fs::remove_dir(dir);
+        }
+        if let (Some(root), Some(dir)) = (self.local_path(""), self.local_path(prefix)) {
+            if dir != root && dir.starts_with(&root) && dir.is_dir() {
+                prune(&dir);
+            }
+        }
+        Ok(())
+    }
+
     fn remove_local_file(&self, file: &FsPath) -> Result<()> {
         match std::fs::remove_file(file) {
             Ok(()) => Ok(()),
@@ -651,8 +674,11 @@ mod staged_tests {
                 "zarr.jsonx#1"
             ]
         );
+        std::fs::create_dir_all(tmp.path().join(".zshard/done/empty")).expect("mkdir");
         store.remove_staged_of("zarr.json").expect("remove");
         store.remove_staged_below(".zshard").expect("remove");
+        assert!(tmp.path().join(".zshard/done/empty").exists());
+        store.remove_empty_folders(".zshard").expect("remove");
         assert!(!tmp.path().join(".zshard").exists());
         assert_eq!(
             store.staged_keys("").expect("list"),

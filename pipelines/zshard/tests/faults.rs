@@ -356,15 +356,46 @@ fn killed_at_every_rename_then_rerun_equals_an_uninterrupted_run() {
         case.resume(&dst, &rerun, &what);
         nth += 1;
     }
+    // The state is removed last (deletes, no renames): kill at the deletes of the options record and
+    // of the state's folders, then at a thread's n-th delete (which reaches the per-run records).
+    let mut state_deletes = 0;
+    for key in [".zshard/options/w0of1.json", ".zshard/options", ".zshard"] {
+        fresh();
+        let path = format!("{}/{key}", dst.display());
+        let what = format!("killed at the delete of {key}");
+        let inject = at_path(&path, "unlink,unlinkat,rmdir");
+        assert!(
+            case.killed(&refs(&inject), &counting, &what),
+            "{what}: not killed"
+        );
+        case.resume(&dst, &rerun, &what);
+        state_deletes += 1;
+    }
+    let mut deletes = 0;
+    for n in 1..=renames.len() {
+        fresh();
+        let what = format!("killed at a thread's delete number {n}");
+        let inject = [
+            "-e".to_string(),
+            "trace=unlink,unlinkat,rmdir".into(),
+            "-e".into(),
+            format!("inject=unlink,unlinkat,rmdir:signal=KILL:when={n}"),
+        ];
+        if !case.killed(&refs(&inject), &counting, &what) {
+            break;
+        }
+        case.resume(&dst, &rerun, &what);
+        deletes += 1;
+    }
     eprintln!(
-        "faults: {} renames in a run; killed at {at_renames} renames by name, {at_writes} metadata writes, {nth} n-th renames of a thread; {:.1} s",
+        "faults: {} renames in a run; killed at {at_renames} renames by name, {at_writes} metadata writes, {nth} n-th renames, {state_deletes} deletes of the state and {deletes} n-th deletes of a thread; {:.1} s",
         renames.len(),
         started.elapsed().as_secs_f64()
     );
-    case.assert_all_equal(at_renames + at_writes + nth);
+    case.assert_all_equal(at_renames + at_writes + nth + state_deletes + deletes);
     assert_eq!(at_renames, renames.iter().filter(|p| !per_run(p)).count());
     assert!(
-        at_renames >= 11 && at_writes >= 5 && nth >= 1,
+        at_renames >= 11 && at_writes >= 5 && nth >= 1 && deletes >= 1,
         "{at_renames} {at_writes} {nth}"
     );
 }
@@ -571,9 +602,20 @@ type Edit = Box<dyn Fn(&mut Value)>;
 
 /// Rewrites `g/b/zarr.json` of a copy of the output with `edit` and returns verify's output.
 fn verify_edited(src: &Path, dst: &Path, scratch: &Path, edit: impl Fn(&mut Value)) -> Output {
+    verify_edited_doc(src, dst, scratch, "g/b/zarr.json", edit)
+}
+
+/// Rewrites the document `doc` of a copy of the output with `edit` and returns verify's output.
+fn verify_edited_doc(
+    src: &Path,
+    dst: &Path,
+    scratch: &Path,
+    doc: &str,
+    edit: impl Fn(&mut Value),
+) -> Output {
     let _ = std::fs::remove_dir_all(scratch);
     copy_tree(dst, scratch);
-    let doc_path = scratch.join("g/b/zarr.json");
+    let doc_path = scratch.join(doc);
     let mut doc: Value =
         serde_json::from_slice(&std::fs::read(&doc_path).expect("read")).expect("json");
     edit(&mut doc);
@@ -646,4 +688,14 @@ fn verify_compares_what_readers_use_to_interpret_values() {
         assert_mismatches(&out, &[format!("array g/b: {message}")]);
         eprintln!("faults: verify reports {what}");
     }
+    let out = verify_edited_doc(&src, &dst, &scratch, "zarr.json", |d| {
+        d["attributes"]["title"] = json!("other")
+    });
+    assert_mismatches(
+        &out,
+        &[format!(
+            r#"group {}: attribute "title" differs: source "faults", output "other""#,
+            src.display()
+        )],
+    );
 }
