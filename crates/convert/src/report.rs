@@ -381,7 +381,10 @@ mod tests {
             .with_ymd_and_hms(2026, 11, 24, 15, 50, 57)
             .single()
             .expect("a valid time");
-        let worker = Partition { index: 3, count: 16 };
+        let worker = Partition {
+            index: 3,
+            count: 16,
+        };
         let path = expand_path(
             Path::new("/logs/{host}/run-{worker}-{date}-{n}.json"),
             worker,

@@ -288,7 +288,10 @@ fn a_cancelled_conversion_reports_it_and_resumes() {
         (1..4).contains(&finished),
         "stopped after {finished} of 4 shards"
     );
-    assert!(!dst.join("zarr.json").exists(), "no metadata after a cancel");
+    assert!(
+        !dst.join("zarr.json").exists(),
+        "no metadata after a cancel"
+    );
 
     // A cancelled handle stops the next run before it writes anything.
     assert!(matches!(c.convert(&()), Err(Error::Cancelled)));

@@ -163,7 +163,10 @@ pub fn run(
         if let Err(e) = c.check() {
             // The conversion that cannot start reports its failure like one that failed running.
             if let Err(report_error) = c.report_failure(&e) {
-                eprintln!("zshard: warning: {}", zshard_convert::one_line(&report_error));
+                eprintln!(
+                    "zshard: warning: {}",
+                    zshard_convert::one_line(&report_error)
+                );
             }
             return Err(anyhow::Error::new(e)
                 .context(format!("conversion {} -> {}", c.source, c.destination)));

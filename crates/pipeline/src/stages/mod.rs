@@ -87,7 +87,7 @@ pub fn run(
         spawn(scope, "zshard-decode".into(), move || {
             decode_pool.install(|| {
                 map_stage(ctx, fetched_rx, &decoded_tx, |m| {
-                    decode::decode(ctx.array(m.part.task.array), m)
+                    decode::decode(ctx.array(m.part.task.array), m, &ctx.external)
                 })
             })
         })
@@ -99,7 +99,7 @@ pub fn run(
         spawn(scope, "zshard-encode".into(), move || {
             encode_pool.install(|| {
                 map_stage(ctx, assembled_rx, &encoded_tx, |m| {
-                    encode::encode(ctx.array(m.part.task.array), m)
+                    encode::encode(ctx.array(m.part.task.array), m, &ctx.external)
                 })
             })
         })
