@@ -65,11 +65,12 @@ fn large_source(dir: &Path) -> PathBuf {
     src
 }
 
-/// `zshard convert` of [`large_source`] into 64 shards of 256x256, slowly (gzip level 9, one thread).
-fn slow_convert(src: &Path, dst: &Path, report: &Path, shard: &str) -> Command {
+/// `zshard convert` of [`large_source`] into shards of `shard` with inner chunks of `chunk`, slowly
+/// (gzip level 9, one thread).
+fn slow_convert(src: &Path, dst: &Path, report: &Path, shard: &str, chunk: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zshard"));
     c.args(["convert", s(src), s(dst), "--report", s(report)])
-        .args(["--shard-shape", shard, "--chunk-shape", "64,64"])
+        .args(["--shard-shape", shard, "--chunk-shape", chunk])
         .args(["--compressor", "gzip:9", "--threads", "1", "--quiet"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -121,16 +122,22 @@ fn sigterm_stops_within_the_bound_reports_cancelled_and_a_rerun_equals_an_uninte
         tmp.path().join("cancel.json"),
         tmp.path().join("rerun.json"),
     );
-    let out = slow_convert(&src, &reference, &tmp.path().join("ref.json"), "256,256")
-        .output()
-        .expect("reference run");
+    let out = slow_convert(
+        &src,
+        &reference,
+        &tmp.path().join("ref.json"),
+        "256,256",
+        "64,64",
+    )
+    .output()
+    .expect("reference run");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let mut child = slow_convert(&src, &dst, &report, "256,256")
+    let mut child = slow_convert(&src, &dst, &report, "256,256", "64,64")
         .spawn()
         .expect("spawn");
     wait_until(&mut child, "two shards were written", || shards(&dst) >= 2);
@@ -168,7 +175,7 @@ fn sigterm_stops_within_the_bound_reports_cancelled_and_a_rerun_equals_an_uninte
         left.keys().collect::<Vec<_>>()
     );
 
-    let out = slow_convert(&src, &dst, &rerun_report, "256,256")
+    let out = slow_convert(&src, &dst, &rerun_report, "256,256", "64,64")
         .output()
         .expect("rerun");
     assert!(
@@ -198,9 +205,9 @@ fn a_second_sigint_exits_at_once_without_waiting_for_the_report() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = large_source(tmp.path());
     let (dst, report) = (tmp.path().join("dst"), tmp.path().join("report.json"));
-    // One 8 MiB shard: stopping after the first signal waits for the part being encoded (gzip level
-    // 9, hundreds of milliseconds), which the second signal does not.
-    let mut child = slow_convert(&src, &dst, &report, "2048,2048")
+    // One 8 MiB shard of four 2 MiB inner chunks: stopping after the first signal waits for the
+    // inner chunk being encoded (gzip level 9, hundreds of milliseconds), the second signal does not.
+    let mut child = slow_convert(&src, &dst, &report, "2048,2048", "1024,1024")
         .spawn()
         .expect("spawn");
     wait_until(&mut child, "the conversion started", || {
@@ -229,6 +236,37 @@ fn a_second_sigint_exits_at_once_without_waiting_for_the_report() {
     assert!(
         files(&dst).keys().all(|k| !k.starts_with("c/")),
         "no shard was published"
+    );
+}
+
+#[test]
+fn sigterm_abandons_a_large_shard_in_flight_within_a_second() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = large_source(tmp.path());
+    let (dst, report) = (tmp.path().join("dst"), tmp.path().join("report.json"));
+    // One 8 MiB shard in one part of 1024 inner chunks, about 3 s of encoding: the run stops between
+    // two inner chunks rather than finishing the part.
+    let mut child = slow_convert(&src, &dst, &report, "2048,2048", "64,64")
+        .spawn()
+        .expect("spawn");
+    wait_until(&mut child, "the conversion started", || {
+        dst.join(".zshard/options").exists()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "TERM");
+    let (status, stderr, took) = finish(child);
+    eprintln!("SIGTERM to exit, one large shard in flight: {took:?}");
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(took < Duration::from_secs(1), "took {took:?} to stop");
+    assert_eq!(read_json(&report)["status"], json!("cancelled"));
+    assert!(
+        files(&dst).is_empty(),
+        "no shard, no staged part, no metadata: {:?}",
+        files(&dst).keys().collect::<Vec<_>>()
+    );
+    assert!(
+        dst.join(".zshard/options/w0of1.json").exists(),
+        "the state is kept"
     );
 }
 
