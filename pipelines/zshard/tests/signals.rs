@@ -140,7 +140,6 @@ fn sigterm_stops_within_the_bound_reports_cancelled_and_a_rerun_equals_an_uninte
     let mut child = slow_convert(&src, &dst, &report, "256,256", "64,64")
         .spawn()
         .expect("spawn");
-    // The first eight shards hold only the fill value; two written ones come after them.
     wait_until(&mut child, "two shards were written", || shards(&dst) >= 2);
     signal(&child, "TERM");
     let (status, stderr, took) = finish(child);
@@ -160,15 +159,22 @@ fn sigterm_stops_within_the_bound_reports_cancelled_and_a_rerun_equals_an_uninte
     assert_eq!(cancelled["status"], json!("cancelled"));
     assert_eq!(cancelled["succeeded"], json!(false));
     assert_eq!(cancelled["error"]["kind"], json!("cancelled"));
-    let done = cancelled["totals"]["shards_written"]
-        .as_u64()
-        .expect("count")
-        + cancelled["totals"]["shards_empty"].as_u64().expect("count");
+    let count = |what: &str| cancelled["totals"][what].as_u64().expect("count");
+    let (written, empty) = (count("shards_written"), count("shards_empty"));
+    // Shards finish roughly in order (two fetchers, two writers), so most of the first eight, which
+    // hold only the fill value, are done too.
     assert!(
-        (10..64).contains(&done),
-        "stopped after {done} of 64 shards"
+        written >= 2 && empty >= 1,
+        "{written} written, {empty} empty"
     );
+    let done = written + empty;
+    assert!(done < 64, "stopped after {done} of 64 shards");
     let left = files(&dst);
+    assert_eq!(
+        shards(&dst) as u64,
+        written,
+        "the report counts every published shard"
+    );
     assert!(
         !left.contains_key("zarr.json"),
         "no metadata after a cancel"
