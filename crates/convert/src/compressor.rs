@@ -115,6 +115,27 @@ impl FromStr for Compressor {
     }
 }
 
+/// The specification that parses back into the same compressor (`zstd:3`, `blosc:lz4:5:shuffle`,
+/// `none`, or the chain as a JSON list).
+impl std::fmt::Display for Compressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compressor::None => f.write_str("none"),
+            Compressor::Zstd { level } => write!(f, "zstd:{level}"),
+            Compressor::Gzip { level } => write!(f, "gzip:{level}"),
+            Compressor::Blosc {
+                cname,
+                clevel,
+                shuffle,
+            } => write!(f, "blosc:{cname}:{clevel}:{shuffle}"),
+            Compressor::Chain(chain) => {
+                let text = serde_json::to_string(chain).map_err(|_| std::fmt::Error)?;
+                f.write_str(&text)
+            }
+        }
+    }
+}
+
 impl Compressor {
     /// The inner codec chain: `bytes` (little endian; `vlen-utf8` for strings) then the compressor.
     pub fn inner_codecs(&self, data_type: DataType) -> Vec<CodecSpec> {

@@ -15,9 +15,9 @@ use crate::input::{Input, SourceOptions};
 use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
-use crate::report::{Report, ReportBuilder};
+use crate::report::{Report, ReportBuilder, Status};
 use crate::state::{self, EmptyLog, Prepared};
-use zshard_pipeline::Budget;
+use zshard_pipeline::{Budget, Cancel};
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
 pub trait Observer: Sync {
@@ -60,8 +60,16 @@ pub struct Conversion {
     /// Replace whatever the destination holds (otherwise a destination from a run with other
     /// options is refused, and one from a run with the same options is resumed).
     pub overwrite: bool,
-    /// Also write the report as JSON to this file (when the run fails too).
+    /// Also write the report as JSON to this file, on every exit of [`Conversion::convert`]: success,
+    /// failure (before or during the run), cancel, and a rerun of a complete conversion (status
+    /// `complete`). `{worker}` (the worker's index), `{host}` (the host name) and `{date}` (the start,
+    /// UTC, as `20261124T155057Z`) in it are replaced.
     pub report_path: Option<PathBuf>,
+    /// Stops [`Conversion::convert`] from another thread (a signal handler, Python's
+    /// `KeyboardInterrupt`): no further chunk is fetched, shards not complete are abandoned (never
+    /// published), what was done is recorded for a rerun, the report is written, and `convert`
+    /// returns [`Error::Cancelled`]. Clone it before starting the conversion.
+    pub cancel: Cancel,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -82,6 +90,7 @@ impl Conversion {
             partition: Partition::ALL,
             overwrite: false,
             report_path: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -142,10 +151,50 @@ impl Conversion {
 
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
     /// the metadata. Resumes an interrupted run with the same options; refuses a destination that
-    /// holds another conversion unless [`Conversion::overwrite`] is set.
+    /// holds another conversion unless [`Conversion::overwrite`] is set. Stops early with
+    /// [`Error::Cancelled`] once [`Conversion::cancel`] is cancelled. Writes the report (see
+    /// [`Conversion::report_path`]) however it ends.
     pub fn convert(&self, observer: &dyn Observer) -> Result<Report> {
+        let builder = Mutex::new(ReportBuilder::new(self));
+        let ran = self.run(observer, &builder);
+        let builder = builder
+            .into_inner()
+            .map_err(|_| Error::Poisoned { what: "the report" })?;
+        match ran {
+            Ok((status, reference_reads)) => {
+                let mut report = builder.finish(Ok(status));
+                report.reference_reads = reference_reads;
+                self.write_report(&builder, &report)?;
+                Ok(report)
+            }
+            Err(e) => {
+                // The conversion's error is the one to return; a report that cannot be written is
+                // secondary, so it is only a warning.
+                if let Err(report_error) = self.write_report(&builder, &builder.finish(Err(&e))) {
+                    observer.warning(&crate::one_line(&report_error));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// For front ends that fail before they can call [`Conversion::convert`] (options that do not
+    /// parse): writes the report of a run that failed with `error` at once, if there is a
+    /// [`Conversion::report_path`].
+    pub fn report_failure(&self, error: &Error) -> Result<()> {
+        let builder = ReportBuilder::new(self);
+        self.write_report(&builder, &builder.finish(Err(error)))
+    }
+
+    /// The conversion behind [`Conversion::convert`]: how it ended, and the reference reads made.
+    fn run(
+        &self,
+        observer: &dyn Observer,
+        builder: &Mutex<ReportBuilder>,
+    ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
         let opened = self.open()?;
         let budget = self.budget(&opened)?;
+        self.stop_if_cancelled()?;
         let destination = &opened.destination(true)?;
         let Opened {
             input,
@@ -153,6 +202,13 @@ impl Conversion {
             fingerprint,
             ..
         } = &opened;
+        let planned = |skipped: &[u64]| -> Result<()> {
+            builder
+                .lock()
+                .map_err(|_| Error::Poisoned { what: "the report" })?
+                .planned(plan, destination.url(""), skipped, opened.runtime.clone());
+            Ok(())
+        };
         let partition = self.partition;
         if state::prepare(destination, plan, fingerprint, partition, self.overwrite)?
             == Prepared::Complete
@@ -162,33 +218,26 @@ impl Conversion {
                 .iter()
                 .map(|a| a.geometry.shard_count())
                 .collect();
-            let builder =
-                ReportBuilder::new(plan, &self.source, destination.url(""), partition, &all);
             // A run killed while removing its state after writing the metadata left some of it.
             clear_state(destination)?;
-            let mut report = builder.finish(true, opened.retries());
-            report.already_complete = true;
-            report.reference_reads = input.reference_reads();
-            self.write_report(&report)?;
-            return Ok(report);
+            planned(&all)?;
+            return Ok((Status::Complete, input.reference_reads()));
         }
         let done = state::done_shards(destination, plan, partition)?;
+        let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
+        planned(&skipped)?;
         let jobs = plan.jobs(input, destination);
         observer.started(pending(&jobs, partition, &done).count() as u64);
-        let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
-        let builder = Mutex::new(ReportBuilder::new(
-            plan,
-            &self.source,
-            destination.url(""),
-            partition,
-            &skipped,
-        ));
         let log = Mutex::new(EmptyLog::new(destination.clone(), partition));
         let log_error = Mutex::new(None);
+        let options = zshard_pipeline::Options {
+            cancel: self.cancel.clone(),
+            ..budget.options()
+        };
         let result = zshard_pipeline::run(
             &jobs,
             pending(&jobs, partition, &done),
-            &budget.options(),
+            &options,
             &|outcome| {
                 observer.shard_done(outcome);
                 if let Ok(mut b) = builder.lock() {
@@ -207,22 +256,13 @@ impl Conversion {
                 }
             },
         );
-        // Keep what was learned about empty shards even when the run failed, so a rerun skips them.
+        // Keep what was learned about empty shards even when the run failed or was cancelled, so a
+        // rerun skips them.
         let flushed = log
             .lock()
             .map_err(|_| Error::Poisoned { what: "the record" })?
             .flush();
-        let builder = builder
-            .into_inner()
-            .map_err(|_| Error::Poisoned { what: "the report" })?;
-        if let Err(e) = result {
-            // The conversion's error is the one to return; a report that cannot be written is
-            // secondary, so it is only a warning.
-            if let Err(report_error) = self.write_report(&builder.finish(false, opened.retries())) {
-                observer.warning(&crate::one_line(&report_error));
-            }
-            return Err(e.into());
-        }
+        result?;
         flushed?;
         if let Some(e) = log_error.into_inner().ok().flatten() {
             return Err(Error::Record {
@@ -230,19 +270,25 @@ impl Conversion {
             });
         }
         if partition.is_all() {
+            // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
+            self.stop_if_cancelled()?;
             write_metadata(destination, plan)?;
             clear_state(destination)?;
         }
-        // The duration includes writing the metadata.
-        let mut report = builder.finish(true, opened.retries());
-        report.reference_reads = input.reference_reads();
-        self.write_report(&report)?;
-        Ok(report)
+        Ok((Status::Ok, input.reference_reads()))
     }
 
-    fn write_report(&self, report: &Report) -> Result<()> {
+    /// [`Error::Cancelled`] once [`Conversion::cancel`] is cancelled.
+    fn stop_if_cancelled(&self) -> Result<()> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    }
+
+    fn write_report(&self, builder: &ReportBuilder, report: &Report) -> Result<()> {
         match &self.report_path {
-            Some(path) => report.write_json(path),
+            Some(template) => report.write_json(&builder.path(template)),
             None => Ok(()),
         }
     }
@@ -312,11 +358,6 @@ struct Opened {
 }
 
 impl Opened {
-    /// Retries of transient storage failures so far.
-    fn retries(&self) -> u64 {
-        self.runtime.retries()
-    }
-
     /// Opens the destination (creating a local folder with `create`).
     fn destination(&self, create: bool) -> Result<Store> {
         Ok(Store::open_location(

@@ -116,7 +116,12 @@ pub enum Error {
 
     /// A shard that could not be converted (the pipeline's error names the array and key).
     #[error(transparent)]
-    Pipeline(#[from] zshard_pipeline::Error),
+    Pipeline(zshard_pipeline::Error),
+
+    /// The conversion was cancelled ([`Conversion::cancel`](crate::Conversion::cancel)) before it
+    /// finished; what was done is kept, and the same conversion resumes it.
+    #[error("cancelled before the conversion finished; rerun it to resume")]
+    Cancelled,
 
     /// The destination holds something this conversion must not resume or overwrite.
     #[error("{reason}")]
@@ -186,6 +191,46 @@ pub enum Error {
 
 /// A result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<zshard_pipeline::Error> for Error {
+    /// A cancelled pipeline is a cancelled conversion; every other failure keeps its detail.
+    fn from(e: zshard_pipeline::Error) -> Self {
+        match e {
+            zshard_pipeline::Error::Cancelled => Error::Cancelled,
+            e => Error::Pipeline(e),
+        }
+    }
+}
+
+impl Error {
+    /// What kind of failure this is, for reports and front ends: `options` (options that do not fit
+    /// the input), `source` (the source cannot be read as a hierarchy), `destination` (refused, or
+    /// its state is unreadable), `storage` (a request failed), `read`, `decode`, `encode`, `write`
+    /// (of one chunk or shard), `memory` (the memory limit is too low), `cancelled`, `file` (a local
+    /// file such as the report), `system` (threads) or `internal`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Compressor { .. }
+            | Error::Size { .. }
+            | Error::Worker { .. }
+            | Error::Options { .. }
+            | Error::Layout { .. }
+            | Error::Codecs { .. }
+            | Error::Core(_) => "options",
+            Error::Array { source, .. } | Error::OutputArray { source, .. } => source.kind(),
+            Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) => "source",
+            Error::Overlap { .. }
+            | Error::Destination { .. }
+            | Error::State { .. }
+            | Error::NotDone { .. } => "destination",
+            Error::Store(_) | Error::Writer(_) | Error::Record { .. } => "storage",
+            Error::Pipeline(e) => e.kind(),
+            Error::Cancelled => "cancelled",
+            Error::File { .. } => "file",
+            Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
+        }
+    }
+}
 
 /// One readable line from an error and its causes, outermost first: a cause whose text is already
 /// shown (object_store repeats its sources) is left out, a server's XML error document becomes its

@@ -1,16 +1,26 @@
-//! What a run did: counts per array and in total, bytes, duration and throughput. The same value is
-//! returned to the caller, written as `--report FILE.json`, and summarised by front ends.
+//! What a run did: how it ended (and why), with what options, where and when, and counts per array
+//! and in total, bytes, duration and throughput. The same value is returned to the caller, written as
+//! `--report FILE.json` on every exit of `convert` (success, failure, cancel, a no-op rerun), and
+//! summarised by front ends.
 
-use std::path::Path;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+use serde_json::{json, Value};
 use zshard_kerchunk::ReadStats;
 use zshard_pipeline::{ShardOutcome, Stats};
+use zshard_store::IoRuntime;
 
+use crate::conversion::Conversion;
 use crate::error::{Error, Result};
 use crate::partition::Partition;
-use crate::plan::Plan;
+use crate::plan::{Layout, Plan};
+
+/// The commit zshard was built from, when it was built from a git checkout (see `build.rs`).
+pub const GIT_COMMIT: Option<&str> = option_env!("ZSHARD_GIT_COMMIT");
 
 /// Shard counts of one array, or of all of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -51,19 +61,129 @@ pub struct Worker {
     pub count: u64,
 }
 
+impl From<Partition> for Worker {
+    fn from(p: Partition) -> Self {
+        Worker {
+            index: p.index,
+            count: p.count,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Status {
+    /// It converted every shard it was given (and wrote the metadata, unless partitioned).
+    Ok,
+    /// It stopped on an error (see [`Report::error`]); a rerun resumes.
+    Failed,
+    /// It was cancelled (a signal, [`Conversion::cancel`]); a rerun resumes.
+    Cancelled,
+    /// The destination was already complete with these options: nothing was done, and the counts
+    /// say what is there (every shard skipped).
+    Complete,
+}
+
+/// Why a run did not finish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// What kind of failure it is ([`Error::kind`]): `options`, `source`, `destination`, `read`, ...
+    pub kind: &'static str,
+    /// The error and its causes on one line ([`one_line`](crate::one_line)).
+    pub message: String,
+}
+
+impl Failure {
+    fn of(error: &Error) -> Self {
+        Failure {
+            kind: error.kind(),
+            message: crate::one_line(error),
+        }
+    }
+}
+
+/// The options a run was started with.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunOptions {
+    /// The source as given.
+    pub source: String,
+    /// The destination as given.
+    pub destination: String,
+    /// The default layout and the per-array ones: shapes (`null`: automatic), compressor spec,
+    /// index location, passthrough.
+    pub layouts: Value,
+    /// Worker threads per CPU stage asked for.
+    pub threads: usize,
+    /// The memory limit in bytes (`null`: the default, half of the machine's or cgroup's memory).
+    pub memory_limit: Option<u64>,
+    /// Fetch and write threads asked for (`null`: the default).
+    pub io_threads: Option<usize>,
+    /// This worker's share of the shards.
+    pub partition: Worker,
+    /// Whether the destination was to be replaced.
+    pub overwrite: bool,
+}
+
+impl RunOptions {
+    fn of(conversion: &Conversion) -> Self {
+        let per_array: serde_json::Map<String, Value> = conversion
+            .layouts
+            .per_array
+            .iter()
+            .map(|(path, layout)| (path.clone(), layout_json(layout)))
+            .collect();
+        RunOptions {
+            source: conversion.source.clone(),
+            destination: conversion.destination.clone(),
+            layouts: json!({"default": layout_json(&conversion.layouts.default), "per_array": per_array}),
+            threads: conversion.threads,
+            memory_limit: conversion.memory_limit,
+            io_threads: conversion.io_threads,
+            partition: conversion.partition.into(),
+            overwrite: conversion.overwrite,
+        }
+    }
+}
+
+fn layout_json(layout: &Layout) -> Value {
+    json!({
+        "shard_shape": layout.shard_shape,
+        "chunk_shape": layout.chunk_shape,
+        "compressor": layout.compressor.to_string(),
+        "index_location": layout.index_location.as_str(),
+        "passthrough": layout.passthrough,
+    })
+}
+
 /// A run's report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// How the run ended.
+    pub status: Status,
+    /// Why it failed or stopped (`null` for `ok` and `complete`).
+    pub error: Option<Failure>,
+    /// Whether the run converted everything it was given (`ok` or `complete`).
+    pub succeeded: bool,
     /// The version of zshard that ran.
     pub zshard_version: &'static str,
-    /// Whether the run converted everything it was given.
-    pub succeeded: bool,
+    /// The git commit it was built from, when known at build time.
+    pub git_commit: Option<&'static str>,
+    /// The machine it ran on.
+    pub host: String,
     /// The source's location.
     pub source: String,
-    /// The destination's location.
+    /// The destination's location (as resolved once it was opened, else as given).
     pub destination: String,
     /// This worker's share.
     pub worker: Worker,
+    /// The options the run was started with.
+    pub options: RunOptions,
+    /// Start time, RFC 3339 (UTC).
+    pub started: String,
+    /// End time, RFC 3339 (UTC).
+    pub ended: String,
     /// Start time, seconds since the Unix epoch.
     pub started_unix: f64,
     /// Wall-clock duration.
@@ -75,11 +195,12 @@ pub struct Report {
     /// Retries of transient storage failures by zshard's retry layer (object_store also retries
     /// failed statuses internally; those are not counted).
     pub retries: u64,
-    /// Counts of all arrays together.
+    /// Counts of all arrays together (none when the run failed before planning).
     pub totals: Counts,
     /// Counts per array, in hierarchy order.
     pub arrays: Vec<ArrayReport>,
-    /// The destination was already complete with these options: nothing was done.
+    /// The destination was already complete with these options: nothing was done
+    /// (`status` is `complete`).
     #[serde(skip)]
     pub already_complete: bool,
     /// Requests made for a kerchunk reference set (none for other inputs).
@@ -104,31 +225,77 @@ impl Report {
                 source,
             }
         };
+        // A template such as `logs/{host}/run.json` names a folder that may not exist yet.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(failed(parent))?;
+        }
         std::fs::write(&tmp, text).map_err(failed(&tmp))?;
         std::fs::rename(&tmp, path).map_err(failed(path))
     }
 }
 
-/// A report being filled in while a run goes.
+/// The machine's host name (empty when it cannot be read).
+pub(crate) fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// `template` with `{worker}` (the worker's index, from 0), `{host}` (the host name) and `{date}` (the
+/// run's start, UTC, as `20261124T155057Z`) replaced; other text, braces included, is kept.
+pub(crate) fn expand_path(
+    template: &Path,
+    partition: Partition,
+    host: &str,
+    started: DateTime<Utc>,
+) -> PathBuf {
+    let text = template.to_string_lossy();
+    if !text.contains('{') {
+        return template.to_path_buf();
+    }
+    let expanded = text
+        .replace("{worker}", &partition.index.to_string())
+        .replace("{host}", host)
+        .replace("{date}", &started.format("%Y%m%dT%H%M%SZ").to_string());
+    PathBuf::from(expanded)
+}
+
+/// A report being filled in while a run goes: the options and start from the beginning, the arrays
+/// once planned, the counts as shards complete.
 #[derive(Debug)]
 pub(crate) struct ReportBuilder {
-    source: String,
-    destination: String,
+    options: RunOptions,
     partition: Partition,
+    host: String,
+    destination: String,
     started: Instant,
-    started_unix: f64,
+    started_at: DateTime<Utc>,
     arrays: Vec<ArrayReport>,
+    runtime: Option<Arc<IoRuntime>>,
 }
 
 impl ReportBuilder {
-    pub(crate) fn new(
+    /// Starts the report of a run of `conversion` now.
+    pub(crate) fn new(conversion: &Conversion) -> Self {
+        ReportBuilder {
+            options: RunOptions::of(conversion),
+            partition: conversion.partition,
+            host: host_name(),
+            destination: conversion.destination.clone(),
+            started: Instant::now(),
+            started_at: Utc::now(),
+            arrays: Vec::new(),
+            runtime: None,
+        }
+    }
+
+    /// The plan is made and the destination opened: the arrays, with the shards an earlier run did.
+    pub(crate) fn planned(
+        &mut self,
         plan: &Plan,
-        source: &str,
         destination: String,
-        partition: Partition,
         skipped: &[u64],
-    ) -> Self {
-        let arrays = plan
+        runtime: Arc<IoRuntime>,
+    ) {
+        self.arrays = plan
             .arrays
             .iter()
             .zip(skipped)
@@ -141,16 +308,8 @@ impl ReportBuilder {
                 },
             })
             .collect();
-        ReportBuilder {
-            source: source.to_string(),
-            destination,
-            partition,
-            started: Instant::now(),
-            started_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            arrays,
-        }
+        self.destination = destination;
+        self.runtime = Some(runtime);
     }
 
     /// Counts a shard of array `array` that the pipeline finished.
@@ -160,7 +319,13 @@ impl ReportBuilder {
         }
     }
 
-    pub(crate) fn finish(&self, succeeded: bool, retries: u64) -> Report {
+    /// Where the report goes: `template` with its placeholders expanded (see [`expand_path`]).
+    pub(crate) fn path(&self, template: &Path) -> PathBuf {
+        expand_path(template, self.partition, &self.host, self.started_at)
+    }
+
+    /// The report of the run ending now: `Ok(status)` or the error it stopped on.
+    pub(crate) fn finish(&self, ending: std::result::Result<Status, &Error>) -> Report {
         let seconds = self.started.elapsed().as_secs_f64();
         let mut totals = Counts::default();
         for a in &self.arrays {
@@ -173,24 +338,66 @@ impl ReportBuilder {
                 0.0
             }
         };
+        let (status, error) = match ending {
+            Ok(status) => (status, None),
+            Err(Error::Cancelled) => (Status::Cancelled, Some(Failure::of(&Error::Cancelled))),
+            Err(e) => (Status::Failed, Some(Failure::of(e))),
+        };
+        let rfc3339 = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
         Report {
+            status,
+            error,
+            succeeded: matches!(status, Status::Ok | Status::Complete),
             zshard_version: env!("CARGO_PKG_VERSION"),
-            succeeded,
-            source: self.source.clone(),
+            git_commit: GIT_COMMIT,
+            host: self.host.clone(),
+            source: self.options.source.clone(),
             destination: self.destination.clone(),
-            worker: Worker {
-                index: self.partition.index,
-                count: self.partition.count,
-            },
-            started_unix: self.started_unix,
+            worker: self.partition.into(),
+            options: self.options.clone(),
+            started: rfc3339(self.started_at),
+            ended: rfc3339(Utc::now()),
+            started_unix: self.started_at.timestamp_micros() as f64 / 1e6,
             duration_seconds: seconds,
             read_bytes_per_second: per_second(totals.stats.bytes_read),
             written_bytes_per_second: per_second(totals.stats.bytes_written),
-            retries,
+            retries: self.runtime.as_ref().map_or(0, |r| r.retries()),
             totals,
             arrays: self.arrays.clone(),
-            already_complete: false,
+            already_complete: status == Status::Complete,
             reference_reads: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn report_paths_expand_worker_host_and_date() {
+        let started = Utc
+            .with_ymd_and_hms(2026, 11, 24, 15, 50, 57)
+            .single()
+            .expect("a valid time");
+        let worker = Partition {
+            index: 3,
+            count: 16,
+        };
+        let path = expand_path(
+            Path::new("/logs/{host}/run-{worker}-{date}-{n}.json"),
+            worker,
+            "node7",
+            started,
+        );
+        assert_eq!(
+            path,
+            PathBuf::from("/logs/node7/run-3-20261124T155057Z-{n}.json")
+        );
+        assert_eq!(
+            expand_path(Path::new("plain.json"), worker, "node7", started),
+            PathBuf::from("plain.json")
+        );
     }
 }

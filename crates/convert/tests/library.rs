@@ -243,3 +243,62 @@ fn shards_without_a_record_of_their_conversion_are_not_trusted() {
     again.convert(&()).expect("overwrite");
     assert_eq!(read_output(&other), expected());
 }
+
+/// Cancels its conversion once `after` shards are done, as a signal handler or Python's
+/// `KeyboardInterrupt` would from another thread.
+struct CancelAfter {
+    cancel: zshard_convert::Cancel,
+    after: u64,
+    done: AtomicU64,
+}
+
+impl Observer for CancelAfter {
+    fn shard_done(&self, _outcome: &ShardOutcome) {
+        if self.done.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            self.cancel.cancel();
+        }
+    }
+}
+
+/// Issue 15, point 9: a cancelled conversion stops with `Error::Cancelled`, publishes no shard it did
+/// not finish and no metadata, reports `cancelled`, and the same conversion then resumes it.
+#[test]
+fn a_cancelled_conversion_reports_it_and_resumes() {
+    let (tmp, src, dst) = setup();
+    let report_path = tmp.path().join("report.json");
+    let mut c = conversion(&src, &dst);
+    c.threads = 1;
+    c.io_threads = Some(1);
+    c.report_path = Some(report_path.clone());
+    let observer = CancelAfter {
+        cancel: c.cancel.clone(),
+        after: 1,
+        done: AtomicU64::new(0),
+    };
+    let err = c.convert(&observer).expect_err("cancelled");
+    assert!(matches!(err, Error::Cancelled), "{err}");
+    assert_eq!(err.kind(), "cancelled");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).expect("report")).expect("json");
+    assert_eq!(report["status"], json!("cancelled"));
+    assert_eq!(report["error"]["kind"], json!("cancelled"));
+    let finished = report["totals"]["shards_written"].as_u64().unwrap_or(0)
+        + report["totals"]["shards_empty"].as_u64().unwrap_or(0);
+    assert!(
+        (1..4).contains(&finished),
+        "stopped after {finished} of 4 shards"
+    );
+    assert!(
+        !dst.join("zarr.json").exists(),
+        "no metadata after a cancel"
+    );
+
+    // A cancelled handle stops the next run before it writes anything.
+    assert!(matches!(c.convert(&()), Err(Error::Cancelled)));
+
+    c.cancel = zshard_convert::Cancel::new();
+    let resumed = c.convert(&()).expect("resume");
+    assert_eq!(resumed.totals.shards_skipped, finished);
+    assert_eq!(resumed.status, zshard_convert::Status::Ok);
+    assert_eq!(read_output(&dst), expected());
+}

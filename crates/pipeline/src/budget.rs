@@ -73,6 +73,7 @@ impl Budget {
             io_threads: self.io_threads,
             part_bytes: self.part_bytes,
             keep_source_chunks: self.keep_source_chunks,
+            cancel: crate::Cancel::new(),
         }
     }
 

@@ -72,6 +72,10 @@ pub enum Error {
         limit: u64,
     },
 
+    /// The run was stopped through its [`Cancel`](crate::Cancel) handle before every shard was done.
+    #[error("the run was cancelled before every shard was done")]
+    Cancelled,
+
     /// A rayon pool of decode or encode workers could not be built.
     #[error("cannot start worker threads")]
     ThreadPool {
@@ -79,6 +83,22 @@ pub enum Error {
         #[source]
         source: rayon::ThreadPoolBuildError,
     },
+}
+
+impl Error {
+    /// What kind of failure this is: `read`, `decode`, `encode`, `write`, `memory`, `cancelled` or
+    /// `system` (threads that could not be started).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::Decode { .. } => "decode",
+            Error::Encode { .. } => "encode",
+            Error::Write { .. } => "write",
+            Error::MemoryLimit { .. } => "memory",
+            Error::Cancelled => "cancelled",
+            Error::SpawnThread { .. } | Error::ThreadPool { .. } => "system",
+        }
+    }
 }
 
 /// The result type of this crate, [`Error`] unless told otherwise.

@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use crate::cancel::Cancel;
 use zshard_core::{ChunkReader, ChunkRepr, CodecChain, ShardGeometry, ShardSink, ShardSplit};
 
 /// Everything the stages need to convert one array: where chunks come from and how they decode, its
@@ -97,6 +98,8 @@ pub struct Options {
     /// is read and decoded once per shard. It costs the memory of about one slab of source chunks
     /// across the shard (see `ShardSplit::slab_shape`); without it, such chunks are read for each part.
     pub keep_source_chunks: bool,
+    /// Stops the run from outside (see [`Cancel`]); a new handle by default.
+    pub cancel: Cancel,
 }
 
 /// Fetch and write threads unless configured otherwise (local disks need few).
@@ -117,6 +120,7 @@ impl Options {
             io_threads: DEFAULT_IO_THREADS,
             part_bytes: DEFAULT_PART_BYTES,
             keep_source_chunks: true,
+            cancel: Cancel::new(),
         }
     }
 }

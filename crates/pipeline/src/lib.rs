@@ -23,6 +23,7 @@
 //! ```
 
 mod budget;
+mod cancel;
 mod error;
 mod job;
 mod stages;
@@ -30,6 +31,7 @@ mod stats;
 mod window;
 
 pub use budget::{budget, Budget, BudgetRequest};
+pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use job::{ArrayJob, ArrayLayout, Options, ShardOutcome, ShardTask, DEFAULT_IO_THREADS};
 pub use stages::run;

@@ -5,7 +5,6 @@
 //! and the window never deadlocks; a permit is returned when its message is dropped (written, failed or
 //! abandoned).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -27,11 +26,11 @@ impl Window {
         })
     }
 
-    /// Waits for a free place; `None` once `cancel` is set.
-    pub(crate) fn acquire(self: &Arc<Self>, cancel: &AtomicBool) -> Option<Permit> {
+    /// Waits for a free place; `None` once `stopped` says the run is stopping.
+    pub(crate) fn acquire(self: &Arc<Self>, stopped: impl Fn() -> bool) -> Option<Permit> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
-            if cancel.load(Ordering::Relaxed) {
+            if stopped() {
                 return None;
             }
             // Wakes now and then to notice a cancelled run.
@@ -57,22 +56,23 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     #[test]
     fn permits_are_bounded_and_returned_on_drop() {
         let cancel = AtomicBool::new(false);
         let window = Window::new(2);
-        let a = window.acquire(&cancel);
-        let b = window.acquire(&cancel);
+        let a = window.acquire(|| cancel.load(Ordering::Relaxed));
+        let b = window.acquire(|| cancel.load(Ordering::Relaxed));
         assert!(a.is_some() && b.is_some());
         cancel.store(true, Ordering::Relaxed);
         assert!(
-            window.acquire(&cancel).is_none(),
+            window.acquire(|| cancel.load(Ordering::Relaxed)).is_none(),
             "full window and cancelled"
         );
         drop(a);
         assert!(
-            window.acquire(&cancel).is_some(),
+            window.acquire(|| cancel.load(Ordering::Relaxed)).is_some(),
             "a returned place is free again"
         );
     }

@@ -426,3 +426,43 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
         "{ahead} chunks read while one part stalled (window {window})"
     );
 }
+
+/// Issue 15, point 9: a run cancelled from outside (here from the progress callback, as a signal
+/// handler would from another thread) stops taking parts, returns `Error::Cancelled`, and every shard
+/// the sink got is complete: shards being streamed in parts are abandoned, not published.
+#[test]
+fn a_cancelled_run_stops_and_publishes_only_complete_shards() {
+    let (whole, expected, _) = run_in_parts(800, None, 2, 1 << 20);
+    whole.expect("uncancelled run");
+    assert_eq!(expected.len(), 100);
+    let (job, _, sink) = job(800, None);
+    let jobs = [job];
+    let options = Options {
+        part_bytes: 16,
+        io_threads: 2,
+        ..Options::with_threads(2)
+    };
+    let cancel = options.cancel.clone();
+    let reported = AtomicU64::new(0);
+    let result = run(&jobs, ShardTask::all(&jobs), &options, &|_| {
+        if reported.fetch_add(1, Ordering::SeqCst) + 1 == 3 {
+            cancel.cancel();
+        }
+    });
+    assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
+    assert_eq!(Error::Cancelled.kind(), "cancelled");
+    let shards = sink.shards.lock().expect("lock").clone();
+    assert!(
+        (3..100).contains(&shards.len()),
+        "{} of 100 shards written",
+        shards.len()
+    );
+    assert_eq!(shards.len() as u64, reported.load(Ordering::SeqCst));
+    for (coord, inner) in &shards {
+        assert_eq!(
+            Some(inner),
+            expected.get(coord),
+            "shard {coord:?} is complete"
+        );
+    }
+}

@@ -95,11 +95,18 @@ impl LayoutArgs {
     /// A conversion of SRC into DST with these options.
     pub fn conversion(&self) -> zshard_convert::Result<zshard_convert::Conversion> {
         let mut c = zshard_convert::Conversion::new(&self.src, &self.dst);
+        self.configure(&mut c)?;
+        Ok(c)
+    }
+
+    /// Sets these options on `c` (a conversion of SRC into DST); the ones that parse are set even
+    /// when another one does not, so a report of the failure shows them.
+    pub fn configure(&self, c: &mut zshard_convert::Conversion) -> zshard_convert::Result<()> {
         c.layouts.default = self.layout();
-        c.source_options = self.source.options()?;
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
-        Ok(c)
+        c.source_options = self.source.options()?;
+        Ok(())
     }
 }
 

@@ -153,11 +153,26 @@ pub fn run(
     quiet: bool,
 ) -> anyhow::Result<()> {
     // Every conversion is checked before the first one starts.
-    let all = conversions(path, partition, &storage.options(), storage.io_threads)?;
-    for c in &all {
-        c.check()
-            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
+    let mut all = conversions(path, partition, &storage.options(), storage.io_threads)?;
+    // One signal stops the conversion under way and the ones after it.
+    let cancel = zshard_convert::Cancel::new();
+    for c in &mut all {
+        c.cancel = cancel.clone();
     }
+    for c in &all {
+        if let Err(e) = c.check() {
+            // The conversion that cannot start reports its failure like one that failed running.
+            if let Err(report_error) = c.report_failure(&e) {
+                eprintln!(
+                    "zshard: warning: {}",
+                    zshard_convert::one_line(&report_error)
+                );
+            }
+            return Err(anyhow::Error::new(e)
+                .context(format!("conversion {} -> {}", c.source, c.destination)));
+        }
+    }
+    crate::signals::cancel_on_signals(cancel)?;
     for c in &all {
         crate::print::convert(c, quiet)
             .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;

@@ -10,9 +10,10 @@ mod demo;
 mod job;
 mod print;
 mod progress;
+mod signals;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
-use zshard_convert::{one_line, Verification};
+use zshard_convert::{one_line, Conversion, Verification};
 
 const CONVERT_HELP: &str = "\
 Examples:
@@ -77,7 +78,10 @@ enum Command {
         /// whose source chunks cannot fit even then is refused before it starts.
         #[arg(long, value_parser = args::size, value_name = "SIZE")]
         memory_limit: Option<u64>,
-        /// Write a JSON report (counts per array and in total, bytes, duration, throughput).
+        /// Write a JSON report however the run ends (status ok, failed, cancelled or complete; the
+        /// error; options, version, host, worker, times; counts per array and in total, bytes,
+        /// throughput). {worker}, {host} and {date} (the start, UTC, 20261124T155057Z) in FILE are
+        /// replaced.
         #[arg(long, value_name = "FILE.json")]
         report: Option<PathBuf>,
         /// No progress bar and no summary.
@@ -170,12 +174,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let mut conversion = layout.conversion()?;
-            conversion.partition = workers.partition()?;
+            let mut conversion = Conversion::new(&layout.src, &layout.dst);
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
             conversion.overwrite = overwrite;
             conversion.report_path = report;
+            let configured = layout
+                .configure(&mut conversion)
+                .and_then(|()| workers.partition())
+                .map(|partition| conversion.partition = partition);
+            if let Err(e) = configured {
+                // Options that do not parse are a failed run too: its report says so.
+                if let Err(report_error) = conversion.report_failure(&e) {
+                    eprintln!("zshard: warning: {}", one_line(&report_error));
+                }
+                return Err(e.into());
+            }
+            signals::cancel_on_signals(conversion.cancel.clone())?;
             print::convert(&conversion, quiet)
         }
         Command::Finalize { layout, quiet } => {
@@ -259,9 +274,20 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("zshard: error: {}", one_line(e.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(e) => match signals::received() {
+            // Stopped by a signal: exit as a shell reports a process that the signal ended.
+            Some(signal) => {
+                eprintln!(
+                    "zshard: stopped by {}: {}",
+                    signals::name(signal),
+                    one_line(e.as_ref())
+                );
+                ExitCode::from(u8::try_from(signals::exit_code(signal)).unwrap_or(u8::MAX))
+            }
+            None => {
+                eprintln!("zshard: error: {}", one_line(e.as_ref()));
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -30,6 +30,7 @@ impl Progress {
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
+        crate::signals::show_notices_above(Some(bar.clone()));
         Progress {
             bar,
             written: AtomicU64::new(0),
@@ -39,6 +40,7 @@ impl Progress {
 
     /// Clears the bar after a run that succeeded, leaves it where it stopped after a failure.
     pub fn finish(&self, succeeded: bool) {
+        crate::signals::show_notices_above(None);
         if succeeded || !self.started.load(Ordering::Relaxed) {
             self.bar.finish_and_clear();
         } else {

@@ -5,9 +5,12 @@ use zshard_core::StringTable;
 
 use super::message::{Decoded, Fetched, Msg};
 use super::RunArray;
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 
-pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched) -> Msg<Decoded> {
+/// Decodes the source chunks of `fetched`; stops between chunks with [`Error::Cancelled`] once
+/// `cancel` is cancelled, so that a large part does not hold up a cancelled run.
+pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) -> Msg<Decoded> {
     let job = array.job;
     let strings_of = job.layout.source_repr.data_type.is_variable() && !job.layout.passthrough;
     let count = job.layout.source_repr.elements() as usize;
@@ -17,6 +20,9 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched) -> Msg<Decoded> {
         .into_par_iter()
         .enumerate()
         .map(|(slot, (coord, bytes))| {
+            if cancel.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
             let error = |source| Error::Decode {
                 array: job.name.clone(),
                 key: job.reader.chunk_key(&coord),

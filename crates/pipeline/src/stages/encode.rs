@@ -5,9 +5,12 @@ use rayon::iter::{IndexedParallelIterator, IntoParallelIterator, ParallelIterato
 
 use super::message::{Assembled, Encoded, Msg};
 use super::RunArray;
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 
-pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled) -> Msg<Encoded> {
+/// Encodes the inner chunks of `assembled`; stops between chunks with [`Error::Cancelled`] once
+/// `cancel` is cancelled, so that a large part does not hold up a cancelled run.
+pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel) -> Msg<Encoded> {
     let job = array.job;
     let shard = &assembled.part.task.shard;
     let strings = &assembled.strings;
@@ -24,6 +27,7 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled) -> Msg<Encoded>
         .into_par_iter()
         .enumerate()
         .map(|(i, raw)| match raw {
+            _ if cancel.is_cancelled() => Err(Error::Cancelled),
             None => Ok(None),
             Some(raw) if job.layout.passthrough => Ok(Some(Bytes::from(raw))),
             Some(raw) => resolve(raw)

@@ -19,7 +19,7 @@ pub(super) fn stage<I: Iterator<Item = ShardPart>>(
             break;
         }
         // The permit first: parts are then taken in the order their permits were granted.
-        let Some(permit) = ctx.window.acquire(&ctx.cancel) else {
+        let Some(permit) = ctx.window.acquire(|| ctx.is_cancelled()) else {
             break;
         };
         let next = match parts.lock() {

@@ -24,6 +24,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{ParallelBridge, ParallelIterator};
 use zshard_core::{Region, ShardSplit};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask};
 use crate::stats::Stats;
@@ -31,7 +32,8 @@ use crate::window::Window;
 use message::{Assembled, Decoded, Encoded, Fetched, Msg, ShardPart};
 
 /// Converts every shard that `tasks` yields. Returns the totals, or the first error (after the shards
-/// already under way have drained; a shard with an error is never written).
+/// already under way have drained; a shard with an error is never written), or [`Error::Cancelled`]
+/// once [`Options::cancel`] is cancelled (shards not complete by then are abandoned, never published).
 pub fn run(
     jobs: &[ArrayJob],
     tasks: impl Iterator<Item = ShardTask> + Send,
@@ -85,7 +87,7 @@ pub fn run(
         spawn(scope, "zshard-decode".into(), move || {
             decode_pool.install(|| {
                 map_stage(ctx, fetched_rx, &decoded_tx, |m| {
-                    decode::decode(ctx.array(m.part.task.array), m)
+                    decode::decode(ctx.array(m.part.task.array), m, &ctx.external)
                 })
             })
         })
@@ -97,7 +99,7 @@ pub fn run(
         spawn(scope, "zshard-encode".into(), move || {
             encode_pool.install(|| {
                 map_stage(ctx, assembled_rx, &encoded_tx, |m| {
-                    encode::encode(ctx.array(m.part.task.array), m)
+                    encode::encode(ctx.array(m.part.task.array), m, &ctx.external)
                 })
             })
         })
@@ -140,7 +142,10 @@ fn spawn<'scope>(
 /// messages in flight, the progress callback and the totals.
 struct RunContext<'a> {
     arrays: Vec<RunArray<'a>>,
+    /// Set by the stages themselves: after an error, or when a later stage has stopped.
     cancel: AtomicBool,
+    /// Set from outside the run ([`Options::cancel`]).
+    external: Cancel,
     window: Arc<Window>,
     progress: &'a (dyn Fn(&ShardOutcome) + Sync),
     /// The totals of the shards written, and the first error.
@@ -156,6 +161,7 @@ impl<'a> RunContext<'a> {
         RunContext {
             arrays: jobs.iter().map(|job| RunArray::new(job, options)).collect(),
             cancel: AtomicBool::new(false),
+            external: options.cancel.clone(),
             window: Window::new(messages_in_flight(options)),
             progress,
             result: Mutex::new((Stats::default(), None)),
@@ -166,8 +172,15 @@ impl<'a> RunContext<'a> {
         &self.arrays[index]
     }
 
+    /// Whether the stages should stop taking work: after an error, or when cancelled from outside.
     fn is_cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
+        self.cancel.load(Ordering::Relaxed) || self.external.is_cancelled()
+    }
+
+    /// Whether the run was cancelled from outside: the writer then abandons shards not yet complete
+    /// instead of finishing them, so that the run stops within a bounded time.
+    fn is_cancelled_from_outside(&self) -> bool {
+        self.external.is_cancelled()
     }
 
     /// Tells every stage to stop taking new work.
@@ -198,11 +211,13 @@ impl<'a> RunContext<'a> {
         }
     }
 
-    /// The run's totals, or its first error.
+    /// The run's totals, or its first error, or [`Error::Cancelled`] when cancelled from outside.
     fn finish(self) -> Result<Stats> {
+        let cancelled = self.is_cancelled_from_outside();
         let (stats, first_error) = self.result.into_inner().unwrap_or_else(|p| p.into_inner());
         match first_error {
             Some(e) => Err(e),
+            None if cancelled => Err(Error::Cancelled),
             None => Ok(stats),
         }
     }

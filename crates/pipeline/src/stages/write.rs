@@ -35,6 +35,11 @@ impl<'a> Writer<'a> {
     pub(super) fn stage(&self, ctx: &RunContext<'a>, input: Receiver<Msg<Encoded>>) {
         let _guard = ctx.cancel_on_panic();
         for msg in input {
+            if ctx.is_cancelled_from_outside() {
+                // Parts in flight are dropped: a shard not begun is not written, and one being
+                // streamed is abandoned when the writer drops its stream at the end of the run.
+                continue;
+            }
             let outcome = msg.and_then(|encoded| {
                 let job = ctx.array(encoded.part.task.array).job;
                 if encoded.part.count == 1 {
