@@ -170,6 +170,7 @@ impl Conversion {
             self.write_report(&report)?;
             return Ok(report);
         }
+        let destination = &state::recording_uploads(destination, partition)?;
         let done = state::done_shards(destination, plan, partition)?;
         let jobs = plan.jobs(input, destination);
         observer.started(pending(&jobs, partition, &done).count() as u64);
@@ -278,6 +279,7 @@ impl Conversion {
                 key: jobs[first.array].sink.shard_key(&first.shard),
             });
         }
+        state::abort_recorded_uploads(&destination)?;
         write_metadata(&destination, &plan)?;
         state::clear(&destination)?;
         Ok(finalized)
