@@ -408,7 +408,11 @@ impl EmptyLog {
 /// now), and returns `dst` recording the uploads of this run.
 pub(crate) fn recording_uploads(dst: &Store, partition: Partition) -> Result<Store> {
     let own = format!("{UPLOADS_DIR}/{}", partition.tag());
-    let earlier = if partition.is_all() { UPLOADS_DIR } else { &own };
+    let earlier = if partition.is_all() {
+        UPLOADS_DIR
+    } else {
+        &own
+    };
     dst.abort_recorded_uploads(earlier)?;
     Ok(dst.with_upload_records(&own))
 }

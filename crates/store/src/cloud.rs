@@ -65,11 +65,7 @@ fn client_defaults(
 
 /// The store for `url` and the path of its location inside it, and the same store as a
 /// [`MultipartStore`] where it is one (so that upload ids can be recorded and aborted later).
-pub(crate) type Opened = (
-    Arc<dyn ObjectStore>,
-    Option<Arc<dyn MultipartStore>>,
-    Path,
-);
+pub(crate) type Opened = (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>, Path);
 
 fn client(o: &StoreOptions, allow_http: bool) -> ClientOptions {
     ClientOptions::new()
@@ -259,7 +255,9 @@ mod tests {
         // No flag: nothing forced (skip_signature stays whatever AWS_SKIP_SIGNATURE said).
         assert_eq!(
             b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::Timeout)),
-            std::env::var("AWS_TIMEOUT").ok().or(Some("300000ms".into()))
+            std::env::var("AWS_TIMEOUT")
+                .ok()
+                .or(Some("300000ms".into()))
         );
         o.s3_endpoint = Some("http://127.0.0.1:9".into());
         o.s3_region = Some("eu-west-3".into());

@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
-use object_store::{MultipartId, MultipartUpload, ObjectStoreExt, PutPayload, PutResult, UploadPart};
+use object_store::{
+    MultipartId, MultipartUpload, ObjectStoreExt, PutPayload, PutResult, UploadPart,
+};
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -203,13 +205,8 @@ impl MultipartUpload for RecordedUpload {
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
-        let mut parts = std::mem::take(
-            &mut *self
-                .state
-                .parts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let mut parts =
+            std::mem::take(&mut *self.state.parts.lock().unwrap_or_else(|p| p.into_inner()));
         parts.sort_by_key(|(index, _)| *index);
         if parts.len() != self.next_part {
             return Err(object_store::Error::Generic {

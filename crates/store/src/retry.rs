@@ -282,7 +282,10 @@ mod tests {
     fn waits_and_counts_follow_the_timeout() {
         assert_eq!(max_backoff(&options(None, 30_000)), Duration::from_secs(3));
         assert_eq!(max_backoff(&options(None, 600_000)), LONGEST_BACKOFF);
-        assert_eq!(max_backoff(&options(None, 1_000)), Duration::from_millis(200));
+        assert_eq!(
+            max_backoff(&options(None, 1_000)),
+            Duration::from_millis(200)
+        );
         assert_eq!(max_retries(&options(None, 30_000)), 300);
         assert_eq!(max_retries(&options(Some(4), 30_000)), 4);
     }
@@ -299,7 +302,10 @@ mod tests {
         let took = started.elapsed();
         assert!(result.is_err());
         assert!(took >= Duration::from_millis(1_500), "{took:?}");
-        assert!(took < Duration::from_millis(1_500) + Duration::from_millis(500), "{took:?}");
+        assert!(
+            took < Duration::from_millis(1_500) + Duration::from_millis(500),
+            "{took:?}"
+        );
         assert!(counter.load(Ordering::Relaxed) >= 5, "{counter:?}");
         // `--retries` given: that many and no more.
         let counter = AtomicU64::new(0);
