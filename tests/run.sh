@@ -22,6 +22,11 @@ step "cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
 step "cargo test (release)"
+# The kill tests (pipelines/zshard/tests/faults.rs) inject SIGKILL at each rename with strace.
+if ! command -v strace >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing strace from Debian"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+fi
 cargo test --workspace --release
 
 step "cargo build --release (the zshard binary)"

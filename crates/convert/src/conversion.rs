@@ -164,6 +164,8 @@ impl Conversion {
                 .collect();
             let builder =
                 ReportBuilder::new(plan, &self.source, destination.url(""), partition, &all);
+            // A run killed while removing its state after writing the metadata left some of it.
+            clear_state(destination)?;
             let mut report = builder.finish(true, opened.retries());
             report.already_complete = true;
             report.reference_reads = input.reference_reads();
@@ -230,7 +232,7 @@ impl Conversion {
         }
         if partition.is_all() {
             write_metadata(destination, plan)?;
-            state::clear(destination)?;
+            clear_state(destination)?;
         }
         // The duration includes writing the metadata.
         let mut report = builder.finish(true, opened.retries());
@@ -265,6 +267,7 @@ impl Conversion {
         };
         if state::check_recorded(&destination, &plan, &fingerprint)? == Prepared::Complete {
             finalized.already_finalized = true;
+            clear_state(&destination)?;
             return Ok(finalized);
         }
         let done = state::done_shards(&destination, &plan, Partition::ALL)?;
@@ -281,7 +284,7 @@ impl Conversion {
         }
         state::abort_recorded_uploads(&destination)?;
         write_metadata(&destination, &plan)?;
-        state::clear(&destination)?;
+        clear_state(&destination)?;
         Ok(finalized)
     }
 }
@@ -368,8 +371,11 @@ fn pending<'a>(
 }
 
 /// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
+/// Staged files that interrupted earlier writes of a document left are removed first, so the result
+/// equals an uninterrupted run's file for file.
 fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
     for array in &plan.arrays {
+        destination.remove_staged_of(&metadata_key(&array.path))?;
         write_array_metadata(destination, &array.path, &array.output)?;
     }
     // Deepest groups first, the root last.
@@ -378,8 +384,28 @@ fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
         std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
     });
     for (path, attributes) in groups {
+        destination.remove_staged_of(&metadata_key(path))?;
         write_group_metadata(destination, path, attributes)?;
     }
+    Ok(())
+}
+
+/// The key of the `zarr.json` of the node at `path`.
+fn metadata_key(path: &str) -> String {
+    if path.is_empty() {
+        "zarr.json".to_string()
+    } else {
+        format!("{path}/zarr.json")
+    }
+}
+
+/// Removes the state of a finished conversion, with the staged files of its interrupted writes
+/// (`.zshard/options/w0of1.json#1` of a run killed at that rename), which listings do not show.
+fn clear_state(destination: &Store) -> Result<()> {
+    state::clear(destination)?;
+    destination.remove_staged_below(state::STATE_DIR)?;
+    // A run killed while deleting the state can leave its folders empty.
+    destination.remove_empty_folders(state::STATE_DIR)?;
     Ok(())
 }
 /// Source and destination must not overlap in either direction: converting into the source would read

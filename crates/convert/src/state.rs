@@ -24,6 +24,8 @@ use crate::error::{Error, Result};
 use crate::partition::Partition;
 use crate::plan::Plan;
 
+/// The folder of a conversion's state.
+pub(crate) const STATE_DIR: &str = ".zshard";
 const OPTIONS_DIR: &str = ".zshard/options";
 const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
@@ -320,7 +322,8 @@ fn remove_staged_leftovers(
             let relative = relative
                 .to_string_lossy()
                 .replace(std::path::MAIN_SEPARATOR, "/");
-            let Some((base, _)) = relative.split_once('#') else {
+            // Only zshard's staged names (`<key>#<n>`), never another file beside a shard.
+            let Some(base) = zshard_store::staged_base(&relative) else {
                 continue;
             };
             if let Some(coord) = parse_coord(base, grid) {

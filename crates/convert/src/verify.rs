@@ -6,10 +6,11 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
 use zshard_core::{
-    linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, IndexEncoding,
-    IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
+    grid_shape, linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain,
+    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
 };
 use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
 use zshard_store::{IoRuntime, Location, Store, StoreOptions};
@@ -203,6 +204,141 @@ fn arrays(nodes: Vec<Node>) -> Vec<(String, ArrayMeta)> {
         .collect()
 }
 
+fn groups(nodes: Vec<Node>) -> Vec<(String, Map<String, Value>)> {
+    nodes
+        .into_iter()
+        .filter_map(|n| match n.kind {
+            NodeKind::Group { attributes } => Some((n.path, attributes)),
+            NodeKind::Array(_) => None,
+        })
+        .collect()
+}
+
+/// What a reader uses to interpret the values, where the output differs from the source: shape, data
+/// type, fill value (both as decoded), dimension names and user attributes (`_FillValue`,
+/// `scale_factor`, `units`, ...), each named with both values. Both sides are as zshard reads them:
+/// a v2 source's `_ARRAY_DIMENSIONS` attribute is its dimension names, as the conversion writes them.
+fn metadata_differences(what: &str, source: &ArrayMeta, output: &ArrayMeta) -> Vec<String> {
+    let mut differences = Vec::new();
+    let mut differ = |field: &str, source: String, output: String| {
+        differences.push(format!(
+            "{what}: {field} differs: source {source}, output {output}"
+        ));
+    };
+    if source.shape != output.shape {
+        differ(
+            "shape",
+            format!("{:?}", source.shape),
+            format!("{:?}", output.shape),
+        );
+    }
+    if source.data_type != output.data_type {
+        differ(
+            "data_type",
+            source.data_type.to_string(),
+            output.data_type.to_string(),
+        );
+    }
+    if source.fill_value != output.fill_value {
+        differ(
+            "fill_value",
+            source.fill_value.to_v3_json(source.data_type).to_string(),
+            output.fill_value.to_v3_json(output.data_type).to_string(),
+        );
+    }
+    if source.dimension_names != output.dimension_names {
+        let show = |names: &Option<Vec<Option<String>>>| {
+            names.as_ref().map_or_else(
+                || "none".to_string(),
+                |n| Value::from(n.clone()).to_string(),
+            )
+        };
+        differ(
+            "dimension_names",
+            show(&source.dimension_names),
+            show(&output.dimension_names),
+        );
+    }
+    differences.extend(attribute_differences(
+        what,
+        &source.attributes,
+        &output.attributes,
+    ));
+    differences
+}
+
+/// Attributes missing, added or changed in the output, by name with both values.
+fn attribute_differences(
+    what: &str,
+    source: &Map<String, Value>,
+    output: &Map<String, Value>,
+) -> Vec<String> {
+    let show = |value: Option<&Value>| value.map_or_else(|| "absent".to_string(), Value::to_string);
+    let names = source
+        .keys()
+        .chain(output.keys().filter(|k| !source.contains_key(*k)));
+    names
+        .filter(|name| source.get(*name) != output.get(*name))
+        .map(|name| {
+            format!(
+                "{what}: attribute {name:?} differs: source {}, output {}",
+                show(source.get(name)),
+                show(output.get(name))
+            )
+        })
+        .collect()
+}
+
+/// Objects in the output that no reader of it uses: keys under an array that are neither its
+/// `zarr.json` nor a shard of its grid, staged files of interrupted writes, and the state folder of a
+/// conversion (`.zshard/`), which a finished one removes. Each is named by its location.
+fn stray_objects(dst: &Store, outputs: &[(String, ArrayMeta)]) -> Result<Vec<String>> {
+    let mut strays = Vec::new();
+    for (path, meta) in outputs {
+        let array = dst.child(path);
+        let grid = grid_shape(&meta.shape, &meta.chunk_shape);
+        for key in array.list_keys("")? {
+            // A root array shares its folder with the state folder, reported below.
+            let state = path.is_empty() && key.starts_with(".zshard/");
+            if key == "zarr.json" || state || is_chunk_key(&key, meta.chunk_key_encoding, &grid) {
+                continue;
+            }
+            strays.push(format!(
+                "{}: stray object: not a shard of the array's grid {grid:?}",
+                array.url(&key)
+            ));
+        }
+    }
+    for key in dst.staged_keys("")? {
+        strays.push(format!(
+            "{}: stray object: staged file of an interrupted write",
+            dst.url(&key)
+        ));
+    }
+    for key in dst.list_keys(".zshard")? {
+        strays.push(format!(
+            "{}: stray object: state of an unfinished conversion (a finished one removes .zshard/)",
+            dst.url(&key)
+        ));
+    }
+    Ok(strays)
+}
+
+/// Whether `key` is the key of a chunk of `grid` under `encoding`: its numbers are a coordinate inside
+/// the grid, and that coordinate's key is exactly `key`.
+fn is_chunk_key(key: &str, encoding: ChunkKeyEncoding, grid: &[u64]) -> bool {
+    let coord: Option<Vec<u64>> = key
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|part| !part.is_empty())
+        .map(|part| part.parse().ok())
+        .collect();
+    coord.is_some_and(|coord| {
+        coord.len() == grid.len()
+            && coord.iter().zip(grid).all(|(c, g)| c < g)
+            && encoding.key(&coord) == key
+    })
+}
+
 /// A comparison of an output with its source: every element (or a sample of shards), and every
 /// output shard's index.
 #[derive(Debug, Clone)]
@@ -278,7 +414,9 @@ fn verify(v: &Verification) -> Result<Verified> {
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
     let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
     let dst = Store::open_location(&destination_location, runtime, false)?;
-    let outputs = arrays(open_hierarchy(&dst)?);
+    let output_nodes = open_hierarchy(&dst)?;
+    let output_groups = groups(output_nodes.clone());
+    let outputs = arrays(output_nodes);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
     for (path, meta) in arrays(src.nodes()?) {
@@ -291,15 +429,14 @@ fn verify(v: &Verification) -> Result<Verified> {
             array: name.clone(),
             source: Box::new(e),
         })?;
-        if (
-            out.meta.shape.as_slice(),
-            out.meta.data_type,
-            &out.meta.fill_value,
-        ) != (meta.shape.as_slice(), meta.data_type, &meta.fill_value)
+        let differences = metadata_differences(&format!("array {name}"), &meta, &out.meta);
+        for difference in differences {
+            lock(&mismatches)?.push(difference);
+        }
+        if (out.meta.shape.as_slice(), out.meta.data_type)
+            != (meta.shape.as_slice(), meta.data_type)
         {
-            lock(&mismatches)?.push(format!(
-                "array {name}: shape, data type or fill value differ"
-            ));
+            // The elements cannot be compared one for one.
             continue;
         }
         let in_array = |e: Error| Error::Array {
@@ -341,6 +478,20 @@ fn verify(v: &Verification) -> Result<Verified> {
             },
             inner_chain: None,
         });
+    }
+    for (path, attributes) in groups(src.nodes()?) {
+        let name = format!("group {}", array_name(&src.url(), &path));
+        match output_groups.iter().find(|(p, _)| *p == path) {
+            Some((_, out)) => {
+                for difference in attribute_differences(&name, &attributes, out) {
+                    lock(&mismatches)?.push(difference);
+                }
+            }
+            None => lock(&mismatches)?.push(format!("{name}: missing from {}", dst.url(""))),
+        }
+    }
+    for stray in stray_objects(&dst, &outputs)? {
+        lock(&mismatches)?.push(stray);
     }
     let tasks = ShardTask::all(&jobs).filter(|t| {
         let grid = jobs[t.array].layout.geometry.shard_grid();

@@ -34,5 +34,5 @@ pub use error::{Error, Result};
 pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
-pub use store::Store;
+pub use store::{staged_base, Store};
 pub use upload::Upload;

@@ -485,6 +485,128 @@ impl Store {
             .map(|_| ())
     }
 
+    /// Keys (relative to this store) of the staged files of interrupted local writes below `prefix`.
+    ///
+    /// The local backend writes each key `K` to a staged file `K#<n>` (`n` decimal, from 1), fsyncs it
+    /// and renames it to `K`; a process killed in between leaves `K#<n>` behind. Object store listings
+    /// hide such files, so they are found on disk. Object stores have none (an unfinished upload is
+    /// never visible), so this is empty for them.
+    pub fn staged_keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let Some(root) = self.local_path("") else {
+            return Ok(Vec::new());
+        };
+        let mut staged = Vec::new();
+        let mut stack = vec![root.join(prefix)];
+        while let Some(dir) = stack.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // A prefix naming a file (a key, not a folder) has no staged files below it.
+                Err(_) if dir.is_file() => continue,
+                Err(source) => {
+                    return Err(Error::Io {
+                        operation: "cannot list",
+                        location: dir.display().to_string(),
+                        source,
+                    })
+                }
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path);
+                } else if let Ok(relative) = path.strip_prefix(&root) {
+                    let key = relative
+                        .to_string_lossy()
+                        .replace(std::path::MAIN_SEPARATOR, "/");
+                    if staged_base(&key).is_some() {
+                        staged.push(key);
+                    }
+                }
+            }
+        }
+        staged.sort();
+        Ok(staged)
+    }
+
+    /// Removes the staged files of interrupted local writes of `key` (`key#<n>`, see
+    /// [`Store::staged_keys`]), so that writing `key` again leaves nothing else behind.
+    pub fn remove_staged_of(&self, key: &str) -> Result<()> {
+        let Some(file) = self.local_path(key) else {
+            return Ok(());
+        };
+        let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
+            return Ok(());
+        };
+        let name = name.to_string_lossy();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let entry_name = entry.file_name();
+            if staged_base(&entry_name.to_string_lossy()) == Some(name.as_ref()) {
+                self.remove_local_file(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every staged file of an interrupted local write below `prefix` (see
+    /// [`Store::staged_keys`]) and the folders that leaves empty; nothing else is touched.
+    pub fn remove_staged_below(&self, prefix: &str) -> Result<()> {
+        let Some(root) = self.local_path("") else {
+            return Ok(());
+        };
+        for key in self.staged_keys(prefix)? {
+            let file = root.join(&key);
+            self.remove_local_file(&file)?;
+            // As `delete` does for a key: folders left empty go too (`remove_dir` keeps non-empty ones).
+            let mut dir = file.parent();
+            while let Some(d) = dir.filter(|d| *d != root && d.starts_with(&root)) {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the empty local folders below `prefix` and `prefix` itself when it ends up empty (a
+    /// process killed between deleting a folder's last key and the folder leaves it); folders holding
+    /// anything are kept. Never the store's own folder.
+    pub fn remove_empty_folders(&self, prefix: &str) -> Result<()> {
+        fn prune(dir: &FsPath) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for entry in entries.flatten() {
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        prune(&entry.path());
+                    }
+                }
+            }
+            // Fails, and so keeps the folder, unless it is empty.
+            let _ = std::fs::remove_dir(dir);
+        }
+        if let (Some(root), Some(dir)) = (self.local_path(""), self.local_path(prefix)) {
+            if dir != root && dir.starts_with(&root) && dir.is_dir() {
+                prune(&dir);
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_local_file(&self, file: &FsPath) -> Result<()> {
+        match std::fs::remove_file(file) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::Io {
+                operation: "cannot remove",
+                location: file.display().to_string(),
+                source,
+            }),
+        }
+    }
+
     /// Names of the immediate "subdirectories" of `prefix` (common prefixes of keys below it).
     pub fn list_children(&self, prefix: &str) -> Result<Vec<String>> {
         let path = self.path(prefix)?;
@@ -530,5 +652,78 @@ impl Store {
             .collect();
         keys.sort();
         Ok(keys)
+    }
+}
+
+/// For the name (or key) of a staged file of an interrupted local write, `<base>#<n>` with `n` decimal,
+/// the name it was being written to; `None` for any other name. This is the one pattern of staged
+/// files (the local backend's, see [`Store::staged_keys`]); nothing else is ever removed as one.
+pub fn staged_base(name: &str) -> Option<&str> {
+    let (base, n) = name.rsplit_once('#')?;
+    let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    (digits && !base.is_empty() && !base.ends_with('/')).then_some(base)
+}
+
+#[cfg(test)]
+mod staged_tests {
+    use super::*;
+
+    #[test]
+    fn staged_names() {
+        assert_eq!(staged_base("zarr.json#1"), Some("zarr.json"));
+        assert_eq!(staged_base("a/c/3/5#12"), Some("a/c/3/5"));
+        assert_eq!(staged_base("notes#draft"), None);
+        assert_eq!(staged_base("a#b#2"), Some("a#b"));
+        assert_eq!(staged_base("zarr.json"), None);
+        assert_eq!(staged_base("#1"), None);
+        assert_eq!(staged_base("a/#1"), None);
+        assert_eq!(staged_base("x#"), None);
+    }
+
+    #[test]
+    fn removes_only_staged_files() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let runtime = IoRuntime::new(1).expect("runtime");
+        let store = Store::open(tmp.path().to_str().expect("utf-8"), runtime, false).expect("open");
+        let write = |rel: &str| {
+            let path = tmp.path().join(rel);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, b"x").expect("write");
+        };
+        for rel in [
+            "zarr.json#1",
+            "zarr.json#2",
+            "zarr.json",
+            "zarr.jsonx#1",
+            "notes#draft",
+            ".zshard/options/w.json#1",
+            ".zshard/empty/e.txt#3",
+            "a/c/1/2#1",
+        ] {
+            write(rel);
+        }
+        assert_eq!(
+            store.staged_keys("").expect("list"),
+            [
+                ".zshard/empty/e.txt#3",
+                ".zshard/options/w.json#1",
+                "a/c/1/2#1",
+                "zarr.json#1",
+                "zarr.json#2",
+                "zarr.jsonx#1"
+            ]
+        );
+        std::fs::create_dir_all(tmp.path().join(".zshard/done/empty")).expect("mkdir");
+        store.remove_staged_of("zarr.json").expect("remove");
+        store.remove_staged_below(".zshard").expect("remove");
+        assert!(tmp.path().join(".zshard/done/empty").exists());
+        store.remove_empty_folders(".zshard").expect("remove");
+        assert!(!tmp.path().join(".zshard").exists());
+        assert_eq!(
+            store.staged_keys("").expect("list"),
+            ["a/c/1/2#1", "zarr.jsonx#1"]
+        );
+        assert!(tmp.path().join("zarr.json").exists());
+        assert!(tmp.path().join("notes#draft").exists());
     }
 }
