@@ -93,6 +93,11 @@ class FaultProxy:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def handle_any(self):
+                if proxy.down:
+                    proxy.record(self.command, self.path, 0, "down")
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 body = self.read_body()
                 with proxy.lock:
                     roll = proxy.random.random()
@@ -135,12 +140,36 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.handler = Handler
+        self.down = False
+        self.port = 0
+        self.serve()
+
+    def serve(self):
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler)
         self.server.daemon_threads = True
         # Clients that hang up (a killed zshard, a dropped body) are part of these tests, not errors.
         self.server.handle_error = lambda request, address: None
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take_down(self):
+        """An outage: new connections are refused, requests on open ones are cut off unanswered."""
+        self.down = True
+        self.server.shutdown()
+        self.server.server_close()
+
+    def bring_up(self):
+        self.serve()
+        self.down = False
+
+    def outage(self, seconds):
+        """Takes the endpoint down now and brings it back after `seconds` (in the background)."""
+        self.take_down()
+        timer = threading.Timer(seconds, self.bring_up)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def record(self, method, path, size, outcome):
         with self.lock:
@@ -151,7 +180,9 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self):
-        self.server.shutdown()
+        if not self.down:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import (S3_ENV, ZSHARD, azure_client, azure_env, download_prefix, run_zshard, s3_client,
-                      upload_dir)
+from conftest import (AZURE_ACCOUNT, AZURE_KEY, S3_ENV, ZSHARD, azure_client, azure_env, download_prefix,
+                      free_port, run_zshard, s3_client, upload_dir)
 
 
 def make_group(path):
@@ -121,10 +121,19 @@ def test_large_shards_use_multipart_uploads(tmp_path, s3, fault_proxy):
     assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
 
 
-def test_a_kill_during_a_multipart_upload_leaves_no_object(tmp_path, s3, fault_proxy):
-    big_array(tmp_path / "big.zarr")
+def open_uploads(s3, bucket):
+    """(key, upload id) of every multipart upload open in `bucket`."""
+    listed = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return sorted((u["Key"], u["UploadId"]) for u in listed)
+
+
+def test_a_kill_during_a_multipart_upload_leaves_no_object_and_the_rerun_aborts_it(tmp_path, s3, fault_proxy):
+    data = big_array(tmp_path / "big.zarr")
     create_buckets(s3, "src4", "dst4")
     upload_dir(s3, tmp_path / "big.zarr", "src4", "big.zarr")
+    # Uploads that are not zshard's, inside the destination's prefix and beside it: never touched.
+    foreign = sorted((key, s3.create_multipart_upload(Bucket="dst4", Key=key)["UploadId"])
+                     for key in ("big.zarr/c/9/9", "elsewhere/object"))
     proxy = fault_proxy(delay_parts=1.0)
     env = dict(S3_ENV)
     import os
@@ -142,6 +151,53 @@ def test_a_kill_during_a_multipart_upload_leaves_no_object(tmp_path, s3, fault_p
     listed = s3.list_objects_v2(Bucket="dst4", Prefix="big.zarr/c/").get("KeyCount", 0)
     assert listed == 0, "a shard object is visible after a killed multipart upload"
     assert s3.list_objects_v2(Bucket="dst4", Prefix="big.zarr/zarr.json").get("KeyCount", 0) == 0
+    # The killed upload is open, and recorded (object path and upload id) under .zshard/uploads/.
+    orphans = [u for u in open_uploads(s3, "dst4") if u not in foreign]
+    assert [key for key, _ in orphans] == ["big.zarr/c/0/0"], orphans
+    records = s3.list_objects_v2(Bucket="dst4", Prefix="big.zarr/.zshard/uploads/").get("Contents", [])
+    assert len(records) == 1 and records[0]["Key"].startswith("big.zarr/.zshard/uploads/w0of1/"), records
+    record = json.loads(s3.get_object(Bucket="dst4", Key=records[0]["Key"])["Body"].read())
+    assert record == {"path": "big.zarr/c/0/0", "upload_id": orphans[0][1]}, record
+    # The rerun aborts what the killed run left open, and only that.
+    run_zshard("convert", "s3://src4/big.zarr", "s3://dst4/big.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", *BIG_OPTS, env=S3_ENV)
+    assert open_uploads(s3, "dst4") == foreign
+    assert not any(k.startswith(".zshard") for k in download_prefix(s3, "dst4", "big.zarr", tmp_path / "out.zarr"))
+    assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
+
+
+def test_a_worker_aborts_only_its_own_orphaned_uploads(tmp_path, s3, fault_proxy):
+    """Two workers: worker 0's upload is killed; worker 1 runs and leaves worker 0's upload alone (worker 0
+    might still be running); worker 0's rerun aborts its own orphan; finalize then finds nothing open."""
+    big_array(tmp_path / "big.zarr")
+    create_buckets(s3, "workers")
+    proxy = fault_proxy(delay_parts=1.0)
+    import os
+    env = {**os.environ, **S3_ENV}
+    opts = [tmp_path / "big.zarr", "s3://workers/out.zarr", "--s3-endpoint", proxy.endpoint, "--s3-path-style",
+            "--quiet", "--shard-shape", "2048,4096", *BIG_OPTS[2:]]
+
+    def killed_worker_0():
+        start = len(proxy.log)
+        proc = subprocess.Popen([ZSHARD, "convert", *map(str, opts), "--worker", "0/2"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline and not any("partNumber=" in e[1] for e in proxy.log[start:]):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(1.5)
+
+    killed_worker_0()
+    assert [k for k, _ in open_uploads(s3, "workers")] == ["out.zarr/c/0/0"]
+    run_zshard("convert", *opts, "--worker", "1/2", env=S3_ENV)
+    assert [k for k, _ in open_uploads(s3, "workers")] == ["out.zarr/c/0/0"], "worker 1 aborted worker 0's upload"
+    run_zshard("convert", *opts, "--worker", "0/2", env=S3_ENV)
+    assert open_uploads(s3, "workers") == []
+    run_zshard("finalize", *opts, env=S3_ENV)
+    assert open_uploads(s3, "workers") == []
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="workers", Prefix="out.zarr/")["Contents"]]
+    assert sorted(keys) == ["out.zarr/c/0/0", "out.zarr/c/1/0", "out.zarr/zarr.json"], keys
 
 
 def test_missing_bucket_fails_fast_with_the_url(tmp_path, moto):
@@ -318,3 +374,83 @@ def test_sharded_sources_on_object_stores_are_read_by_inner_chunk(tmp_path, s3, 
                "--shard-shape", "100,200", "--chunk-shape", "50,40", env=azure_env(azurite))
     got = zarr.open_array(str(tmp_path / "from-azure.zarr"), mode="r")[:]
     assert np.array_equal(got, data)
+
+
+def small_array_on_s3(tmp_path, s3, bucket):
+    expected = make_group(tmp_path / "in.zarr")
+    create_buckets(s3, bucket)
+    return expected
+
+
+ENDPOINT_ENV_ONLY = {"AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_SESSION_TOKEN": "session"}
+
+
+def test_s3_from_the_standard_environment_only(tmp_path, s3, moto):
+    """AWS_ENDPOINT_URL and AWS_ALLOW_HTTP as the AWS CLI and MinIO users set them, no flags."""
+    expected = small_array_on_s3(tmp_path, s3, "envonly")
+    env = {**ENDPOINT_ENV_ONLY, "AWS_ENDPOINT_URL": moto}
+    run_zshard("convert", tmp_path / "in.zarr", "s3://envonly/out.zarr", "--quiet", env=env)
+    download_prefix(s3, "envonly", "out.zarr", tmp_path / "out.zarr")
+    assert_same(tmp_path / "out.zarr", expected)
+    run_zshard("verify", tmp_path / "in.zarr", "s3://envonly/out.zarr", "--quiet", env=env)
+
+
+def test_a_flag_overrides_the_environment(tmp_path, s3, moto):
+    """AWS_ENDPOINT_URL names a port nobody listens on; --s3-endpoint wins. Without the flag the same
+    environment fails, naming the destination."""
+    expected = small_array_on_s3(tmp_path, s3, "flagwins")
+    env = {**ENDPOINT_ENV_ONLY, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    failed = run_zshard("convert", tmp_path / "in.zarr", "s3://flagwins/out.zarr", "--quiet", "--retry-timeout", "1",
+                        env=env, check=False)
+    assert failed.returncode == 1 and "s3://flagwins/out.zarr" in failed.stderr, failed.stderr
+    run_zshard("convert", tmp_path / "in.zarr", "s3://flagwins/out.zarr", "--quiet", "--s3-endpoint", moto, env=env)
+    download_prefix(s3, "flagwins", "out.zarr", tmp_path / "out.zarr")
+    assert_same(tmp_path / "out.zarr", expected)
+
+
+def test_azure_from_the_standard_environment_only(tmp_path, azurite):
+    """An account, its key and AZURE_STORAGE_ENDPOINT over http with AZURE_ALLOW_HTTP, no emulator switch."""
+    expected = make_group(tmp_path / "in.zarr")
+    client = azure_client(azurite)
+    client.create_container("envonly")
+    env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY,
+           "AZURE_STORAGE_ENDPOINT": f"{azurite}/{AZURE_ACCOUNT}", "AZURE_ALLOW_HTTP": "true"}
+    run_zshard("convert", tmp_path / "in.zarr", "az://envonly/sharded.zarr", "--quiet", env=env)
+    container = client.get_container_client("envonly")
+    local = tmp_path / "downloaded"
+    for blob in container.list_blobs(name_starts_with="sharded.zarr/"):
+        target = local / blob.name[len("sharded.zarr/"):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(container.download_blob(blob.name).readall())
+    assert_same(local, expected)
+
+
+def test_an_outage_shorter_than_the_retry_timeout_is_ridden_out(tmp_path, s3, fault_proxy):
+    """The endpoint refuses connections for 3 s from the start of the run: with --retry-timeout 30 the
+    run waits it out, exits 0, and the data is exact."""
+    expected = small_array_on_s3(tmp_path, s3, "outage")
+    proxy = fault_proxy()
+    started = time.time()
+    proxy.outage(3.0)
+    run_zshard("convert", tmp_path / "in.zarr", "s3://outage/out.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", "--retry-timeout", "30", env=S3_ENV)
+    took = time.time() - started
+    assert 3.0 <= took < 30, took
+    download_prefix(s3, "outage", "out.zarr", tmp_path / "out.zarr")
+    assert_same(tmp_path / "out.zarr", expected)
+    print(f"OUTAGE-RIDDEN-OUT {took:.2f}s")
+
+
+def test_a_permanent_outage_fails_after_about_the_retry_timeout(tmp_path, s3, fault_proxy):
+    small_array_on_s3(tmp_path, s3, "gone")
+    proxy = fault_proxy()
+    proxy.take_down()
+    started = time.time()
+    out = run_zshard("convert", tmp_path / "in.zarr", "s3://gone/out.zarr", "--s3-endpoint", proxy.endpoint,
+                     "--s3-path-style", "--quiet", "--retry-timeout", "6", env=S3_ENV, check=False)
+    took = time.time() - started
+    print(f"PERMANENT-OUTAGE {took:.2f}s: {out.stderr.strip()}")
+    assert out.returncode == 1, out.stderr
+    assert 6 <= took < 12, took
+    assert "s3://gone/out.zarr" in out.stderr and "retry_timeout: 6s" in out.stderr, out.stderr

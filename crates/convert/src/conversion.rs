@@ -223,6 +223,7 @@ impl Conversion {
             planned(&all)?;
             return Ok((Status::Complete, input.reference_reads()));
         }
+        let destination = &state::recording_uploads(destination, partition)?;
         let done = state::done_shards(destination, plan, partition)?;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
@@ -327,6 +328,7 @@ impl Conversion {
                 key: jobs[first.array].sink.shard_key(&first.shard),
             });
         }
+        state::abort_recorded_uploads(&destination)?;
         write_metadata(&destination, &plan)?;
         clear_state(&destination)?;
         Ok(finalized)

@@ -4,6 +4,8 @@
 //!   `zarr.json`). A run with different options into the same destination is refused.
 //! - `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
 //!   one `array-path<TAB>i,j,...` per line, flushed in batches.
+//! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
+//!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
 //!
 //! A written shard needs no record: shard objects only ever appear complete, so listing them is enough.
 //! Every key is written by one worker only. Once the metadata is written the conversion is complete,
@@ -26,6 +28,7 @@ use crate::plan::Plan;
 pub(crate) const STATE_DIR: &str = ".zshard";
 const OPTIONS_DIR: &str = ".zshard/options";
 const EMPTY_DIR: &str = ".zshard/empty";
+const UPLOADS_DIR: &str = ".zshard/uploads";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
 
@@ -401,6 +404,27 @@ impl EmptyLog {
         self.entries = 0;
         Ok(())
     }
+}
+
+/// Aborts the multipart uploads that earlier runs of `partition` left open (all of them for an
+/// unpartitioned run, which owns every shard; a worker's own only, as other workers may be uploading
+/// now), and returns `dst` recording the uploads of this run.
+pub(crate) fn recording_uploads(dst: &Store, partition: Partition) -> Result<Store> {
+    let own = format!("{UPLOADS_DIR}/{}", partition.tag());
+    let earlier = if partition.is_all() {
+        UPLOADS_DIR
+    } else {
+        &own
+    };
+    dst.abort_recorded_uploads(earlier)?;
+    Ok(dst.with_upload_records(&own))
+}
+
+/// Aborts every multipart upload recorded under the destination (before `finalize` writes the
+/// metadata and removes the state folder, when no worker runs any more).
+pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
+    dst.abort_recorded_uploads(UPLOADS_DIR)?;
+    Ok(())
 }
 
 #[cfg(test)]

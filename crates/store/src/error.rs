@@ -86,6 +86,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A record of a multipart upload (under a destination's `.zshard/uploads/`) that cannot be
+    /// used: not zshard's format, or naming an object outside the destination.
+    #[error("{location}: {reason}")]
+    UploadRecord {
+        /// The URL of the record.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The tokio runtime of [`IoRuntime`](crate::IoRuntime) could not be built.
     #[error("cannot start the I/O runtime")]
     Runtime {

@@ -22,6 +22,7 @@ mod cloud;
 mod coalesce;
 mod error;
 mod location;
+mod multipart;
 mod options;
 mod retry;
 mod runtime;

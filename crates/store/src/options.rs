@@ -1,8 +1,10 @@
 use std::time::Duration;
 
 /// How stores are reached: endpoints, credentials choices, retries, request concurrency and upload
-/// part size. Credentials themselves come from each cloud's standard environment variables (`AWS_*`,
-/// `GOOGLE_*`, `AZURE_*`), as object_store reads them.
+/// part size. Everything else (credentials, endpoints, `AWS_ALLOW_HTTP`, proxies, CA bundles, ...)
+/// comes from each cloud's standard environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`,
+/// `STORAGE_EMULATOR_HOST`, `HTTPS_PROXY`, `SSL_CERT_FILE`), as object_store and reqwest read them;
+/// the options set here override the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreOptions {
     /// An S3-compatible endpoint (MinIO, Ceph, a local server), e.g. `http://127.0.0.1:9000`.
@@ -14,14 +16,19 @@ pub struct StoreOptions {
     pub s3_path_style: bool,
     /// Unsigned requests (public buckets and containers).
     pub anonymous: bool,
-    /// Retries of transient failures (5xx, 429 slow-down, timeouts, reset connections), with backoff and
-    /// jitter. Permanent failures (403, 404 on a required key, a missing bucket) are never retried.
-    pub retries: usize,
-    /// No retry starts after this long since the first attempt of a request.
+    /// Retries of one request at most; `None`: as many as [`retry_timeout`](Self::retry_timeout)
+    /// allows. Transient failures (5xx, 429 slow-down, timeouts, refused or reset connections) are
+    /// retried with exponential backoff and jitter; permanent failures (403, 404 on a required key, a
+    /// missing bucket) never are.
+    pub retries: Option<usize>,
+    /// No retry starts after this long since the first attempt of a request: an outage shorter than
+    /// this is ridden out.
     pub retry_timeout: Duration,
-    /// How long establishing a connection may take before the attempt fails (and may be retried).
+    /// How long establishing a connection may take before the attempt fails (and may be retried),
+    /// unless the environment says otherwise (`AWS_CONNECT_TIMEOUT`, ...).
     pub connect_timeout: Duration,
-    /// How long one request may take in all, body included, before it fails (and may be retried).
+    /// How long one request may take in all, body included, before it fails (and may be retried),
+    /// unless the environment says otherwise (`AWS_TIMEOUT`, ...).
     pub request_timeout: Duration,
     /// Requests in flight per batch (chunk reads of one shard, parts of one upload).
     pub max_requests: usize,
@@ -36,7 +43,7 @@ impl Default for StoreOptions {
             s3_region: None,
             s3_path_style: false,
             anonymous: false,
-            retries: 10,
+            retries: None,
             retry_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(300),

@@ -5,9 +5,12 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use backon::{ExponentialBuilder, Retryable};
 use object_store::client::HttpError;
+
+use crate::options::StoreOptions;
 
 /// Whether an error is worth another attempt: a transport failure while a response body was read.
 /// Everything else is an answer or was retried already:
@@ -51,38 +54,55 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
 /// (`RetryError`, then `RequestError::Http`, then the [`HttpError`]).
 const REQUEST_LOOP_DEPTH: usize = 2;
 
-/// Backoff before attempt `attempt` (1-based): exponential from 100 ms, capped at 10 s, with jitter.
-fn backoff(attempt: usize) -> Duration {
-    let base = 100u64.saturating_mul(1 << attempt.min(7)).min(10_000);
-    // Jitter without a random number generator: the clock's nanoseconds are unpredictable enough to
-    // keep workers that failed together from retrying together.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    Duration::from_millis(base / 2 + nanos % (base / 2 + 1))
+/// The first wait between two attempts; each later one doubles, up to [`max_backoff`], with jitter.
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest wait between two attempts at all. Short enough that the end of an outage is noticed
+/// within seconds, long enough that a fleet of workers does not hammer a struggling endpoint.
+const LONGEST_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The longest wait between two attempts under `o`: a tenth of the retry timeout (so that the last
+/// wait overshoots the timeout by little), between 200 ms and [`LONGEST_BACKOFF`].
+pub(crate) fn max_backoff(o: &StoreOptions) -> Duration {
+    (o.retry_timeout / 10).clamp(Duration::from_millis(200), LONGEST_BACKOFF)
 }
 
-/// Runs `operation` until it succeeds, fails permanently, or `retries` retries are spent.
+/// Attempts after the first that `o` allows: `--retries` when given, else as many as the retry
+/// timeout can hold (the timeout is what ends the retries then).
+pub(crate) fn max_retries(o: &StoreOptions) -> usize {
+    o.retries.unwrap_or_else(|| {
+        let most = o.retry_timeout.as_millis() / INITIAL_BACKOFF.as_millis();
+        usize::try_from(most).unwrap_or(usize::MAX).max(1)
+    })
+}
+
+/// Runs `operation` until it succeeds, fails permanently, or the retries `o` allows are spent: no
+/// retry starts later than the retry timeout after the first attempt. Waits grow exponentially with
+/// jitter (so that workers that failed together do not retry together). Every retry is counted.
 pub(crate) async fn with_retries<T, F, Fut>(
-    retries: usize,
+    o: &StoreOptions,
     counter: &AtomicU64,
-    mut operation: F,
+    operation: F,
 ) -> object_store::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = object_store::Result<T>>,
 {
-    let mut attempt = 0;
-    loop {
-        match operation().await {
-            Err(e) if attempt < retries && is_transient(&e) => {
-                attempt += 1;
-                counter.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(backoff(attempt)).await;
-            }
-            other => return other,
-        }
-    }
+    let started = Instant::now();
+    let policy = ExponentialBuilder::new()
+        .with_min_delay(INITIAL_BACKOFF)
+        .with_max_delay(max_backoff(o))
+        .with_factor(2.0)
+        .with_jitter()
+        .with_max_times(max_retries(o));
+    operation
+        .retry(policy)
+        .sleep(tokio::time::sleep)
+        .when(|e| is_transient(e) && started.elapsed() < o.retry_timeout)
+        .notify(|_, _| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        })
+        .await
 }
 
 #[cfg(test)]
@@ -250,18 +270,58 @@ mod tests {
         }));
     }
 
+    fn options(retries: Option<usize>, timeout_ms: u64) -> StoreOptions {
+        StoreOptions {
+            retries,
+            retry_timeout: Duration::from_millis(timeout_ms),
+            ..StoreOptions::default()
+        }
+    }
+
     #[test]
-    fn backoff_grows_and_is_bounded() {
-        assert!(backoff(1) <= Duration::from_millis(200));
-        assert!(backoff(20) <= Duration::from_secs(10));
-        assert!(backoff(20) >= Duration::from_secs(5));
+    fn waits_and_counts_follow_the_timeout() {
+        assert_eq!(max_backoff(&options(None, 30_000)), Duration::from_secs(3));
+        assert_eq!(max_backoff(&options(None, 600_000)), LONGEST_BACKOFF);
+        assert_eq!(
+            max_backoff(&options(None, 1_000)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(max_retries(&options(None, 30_000)), 300);
+        assert_eq!(max_retries(&options(Some(4), 30_000)), 4);
+    }
+
+    /// A body failure that never goes away is retried until the timeout, not for a number of tries.
+    #[tokio::test]
+    async fn transient_failures_are_retried_until_the_timeout() {
+        let counter = AtomicU64::new(0);
+        let started = Instant::now();
+        let result = with_retries(&options(None, 1_500), &counter, || async {
+            Err::<(), _>(body_error(HttpErrorKind::Interrupted))
+        })
+        .await;
+        let took = started.elapsed();
+        assert!(result.is_err());
+        assert!(took >= Duration::from_millis(1_500), "{took:?}");
+        assert!(
+            took < Duration::from_millis(1_500) + Duration::from_millis(500),
+            "{took:?}"
+        );
+        assert!(counter.load(Ordering::Relaxed) >= 5, "{counter:?}");
+        // `--retries` given: that many and no more.
+        let counter = AtomicU64::new(0);
+        let result = with_retries(&options(Some(2), 60_000), &counter, || async {
+            Err::<(), _>(body_error(HttpErrorKind::Interrupted))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(counter.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]
     async fn retries_transient_then_succeeds_and_counts() {
         let counter = AtomicU64::new(0);
         let mut calls = 0;
-        let result = with_retries(5, &counter, || {
+        let result = with_retries(&options(Some(5), 60_000), &counter, || {
             calls += 1;
             let fail = calls < 3;
             async move {
@@ -275,7 +335,7 @@ mod tests {
         .await;
         assert_eq!(result.ok(), Some(7));
         assert_eq!(counter.load(Ordering::Relaxed), 2);
-        let permanent = with_retries(5, &counter, || async {
+        let permanent = with_retries(&options(Some(5), 60_000), &counter, || async {
             Err::<(), _>(object_store::Error::NotFound {
                 path: "x".into(),
                 source: "404 Not Found".into(),

@@ -6,25 +6,42 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, Result};
 use crate::location::Location;
+use crate::multipart::UploadRecords;
 use crate::runtime::IoRuntime;
 
 /// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
 /// that run on the shared [`IoRuntime`]. Keys are `/`-separated and relative to the location.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<dyn ObjectStore>,
+    /// `inner` as a [`MultipartStore`] (cloud stores), whose upload ids can be recorded and aborted.
+    pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
+    /// Where multipart uploads are recorded (see `multipart.rs`), if they are.
+    pub(crate) records: Option<Arc<UploadRecords>>,
     /// The prefix of this store's keys in `inner` (empty for a local store as opened: its
     /// `LocalFileSystem` is rooted at the folder).
-    root: Path,
+    pub(crate) root: Path,
     /// Where this store is: messages name keys below it, and local stores read files below it directly.
     location: Location,
     pub(crate) runtime: Arc<IoRuntime>,
     concurrency: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("location", &self.location)
+            .field("root", &self.root)
+            .field("records", &self.records)
+            .field("concurrency", &self.concurrency)
+            .finish()
+    }
 }
 
 impl Store {
@@ -41,8 +58,12 @@ impl Store {
         runtime: Arc<IoRuntime>,
         create: bool,
     ) -> Result<Store> {
-        let (inner, root) = match (location.local_path(), location.url()) {
-            (Some(path), _) => (Self::open_local(path, location, create)?, Path::default()),
+        let (inner, multipart, root) = match (location.local_path(), location.url()) {
+            (Some(path), _) => (
+                Self::open_local(path, location, create)?,
+                None,
+                Path::default(),
+            ),
             (None, Some(url)) => crate::cloud::open(url, runtime.options())?,
             // A location is local or has a URL.
             (None, None) => {
@@ -54,6 +75,8 @@ impl Store {
         };
         Ok(Store {
             inner,
+            multipart,
+            records: None,
             root,
             location: location.clone(),
             concurrency: runtime.options().max_requests,
@@ -138,13 +161,17 @@ impl Store {
     }
 
     /// Runs a request with retries of transient failures (see `retry.rs`).
-    async fn retrying<T, F, Fut>(&self, operation: F) -> object_store::Result<T>
+    pub(crate) async fn retrying<T, F, Fut>(&self, operation: F) -> object_store::Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = object_store::Result<T>>,
     {
-        let retries = self.runtime.options().retries;
-        crate::retry::with_retries(retries, self.runtime.retry_counter(), operation).await
+        crate::retry::with_retries(
+            self.runtime.options(),
+            self.runtime.retry_counter(),
+            operation,
+        )
+        .await
     }
 
     pub(crate) fn path(&self, key: &str) -> Result<Path> {
@@ -412,7 +439,7 @@ impl Store {
         parts: &[Bytes],
         part_size: usize,
     ) -> object_store::Result<()> {
-        let upload = self.inner.put_multipart(path).await?;
+        let upload = self.start_multipart(path).await?;
         let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
         for part in parts {
             let mut offset = 0;
@@ -432,11 +459,12 @@ impl Store {
 
     /// Removes an object if it exists.
     pub fn delete(&self, key: &str) -> Result<()> {
+        self.runtime.block_on(self.delete_async(key))
+    }
+
+    pub(crate) async fn delete_async(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
-        match self
-            .runtime
-            .block_on(self.retrying(|| self.inner.delete(&path)))
-        {
+        match self.retrying(|| self.inner.delete(&path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(Error::Request {
                 operation: "cannot delete",
@@ -444,6 +472,17 @@ impl Store {
                 source: Box::new(source),
             }),
         }
+    }
+
+    /// Writes a small object with one PUT (inside the I/O runtime).
+    pub(crate) async fn put_async(&self, key: &str, data: Bytes) -> object_store::Result<()> {
+        let path = self.path(key).map_err(|e| object_store::Error::Generic {
+            store: "zshard",
+            source: Box::new(e),
+        })?;
+        self.retrying(|| self.inner.put(&path, PutPayload::from(data.clone())))
+            .await
+            .map(|_| ())
     }
 
     /// Keys (relative to this store) of the staged files of interrupted local writes below `prefix`.

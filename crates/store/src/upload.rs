@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use object_store::{ObjectStoreExt, WriteMultipart};
+use object_store::WriteMultipart;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -89,7 +89,7 @@ impl Store {
                 let path = self.path(key)?;
                 let upload = self
                     .runtime
-                    .block_on(self.inner.put_multipart(&path))
+                    .block_on(self.start_multipart(&path))
                     .map_err(|e| self.request_error("cannot write", key, e))?;
                 Target::Multipart(WriteMultipart::new_with_chunk_size(
                     upload,

@@ -177,38 +177,54 @@ impl SourceArgs {
     }
 }
 
+/// The `--help` heading of the storage flags: where everything else comes from.
+const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see the README's cloud section)";
+
 /// Options about reaching storage (both the source and the destination).
+///
+/// Everything else comes from each cloud's standard environment, and these flags override it:
+/// S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
+/// AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true for http://), AWS_VIRTUAL_HOSTED_STYLE_REQUEST;
+/// Azure: AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN,
+/// AZURE_STORAGE_ENDPOINT (with AZURE_ALLOW_HTTP=true), AZURE_STORAGE_USE_EMULATOR with
+/// AZURITE_BLOB_STORAGE_URL; GCS: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS,
+/// GOOGLE_BASE_URL, STORAGE_EMULATOR_HOST; all: HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
+/// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
 #[derive(clap::Args, Debug, Clone)]
 pub struct StorageArgs {
-    /// Endpoint of an S3-compatible store (MinIO, Ceph, ...), e.g. http://127.0.0.1:9000.
-    /// Credentials and region otherwise come from AWS_* variables.
-    #[arg(long, value_name = "URL")]
+    /// Endpoint of an S3-compatible store (MinIO, Ceph, ...), e.g. http://127.0.0.1:9000 (overrides
+    /// AWS_ENDPOINT_URL; an http:// endpoint needs no AWS_ALLOW_HTTP). Credentials, session token and
+    /// region otherwise come from AWS_* variables.
+    #[arg(long, help_heading = STORAGE, value_name = "URL")]
     s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION).
-    #[arg(long, value_name = "REGION")]
+    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).
+    #[arg(long, help_heading = STORAGE, value_name = "REGION")]
     s3_region: Option<String>,
-    /// Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want.
-    #[arg(long)]
+    /// Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want (the default
+    /// with a custom endpoint unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true).
+    #[arg(long, help_heading = STORAGE)]
     s3_path_style: bool,
-    /// Unsigned requests, for public buckets and containers.
-    #[arg(long)]
+    /// Unsigned requests, for public buckets and containers (also AWS_SKIP_SIGNATURE=true, ...).
+    #[arg(long, help_heading = STORAGE)]
     anonymous: bool,
-    /// Retries of transient storage failures (5xx, 429, timeouts, reset connections), with backoff
-    /// and jitter; permanent ones (403, 404, missing bucket) fail at once.
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    retries: usize,
-    /// No retry starts later than this after a request's first attempt.
-    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    /// Retries of one request at most (default: as many as --retry-timeout allows). Transient storage
+    /// failures (5xx, 429, timeouts, refused or reset connections) are retried with exponential
+    /// backoff and jitter; permanent ones (403, 404, missing bucket) fail at once.
+    #[arg(long, help_heading = STORAGE, value_name = "N")]
+    retries: Option<usize>,
+    /// How long a request is retried: no retry starts later than this after its first attempt, so an
+    /// outage shorter than this is ridden out (waits grow from 0.1 s to a tenth of this, at most 10 s).
+    #[arg(long, help_heading = STORAGE, default_value_t = 120, value_name = "SECONDS")]
     retry_timeout: u64,
     /// Storage requests in flight per batch (the chunks of one shard, the parts of one upload).
-    #[arg(long, default_value_t = 32, value_name = "N")]
+    #[arg(long, help_heading = STORAGE, default_value_t = 32, value_name = "N")]
     max_requests: usize,
     /// Shards larger than this are uploaded to object stores in parts of this size (min 5MiB).
-    #[arg(long, default_value = "32MiB", value_parser = size, value_name = "SIZE")]
+    #[arg(long, help_heading = STORAGE, default_value = "32MiB", value_parser = size, value_name = "SIZE")]
     part_size: u64,
     /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths, 8
     /// when the source or destination is a remote store).
-    #[arg(long, value_name = "N")]
+    #[arg(long, help_heading = STORAGE, value_name = "N")]
     pub io_threads: Option<usize>,
 }
 
