@@ -11,6 +11,7 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::guard::{GuardedConnector, HttpGuard};
 use crate::options::StoreOptions;
 
 fn retry(o: &StoreOptions) -> RetryConfig {
@@ -74,15 +75,34 @@ pub(crate) fn open(url: &Url, o: &StoreOptions) -> Result<(Arc<dyn ObjectStore>,
                 .with_client_options(client(o, emulator));
             Ok((build(b.build().map(|s| Arc::new(s) as _))?, path(url.path())?))
         }
-        "http" | "https" => {
-            let b = HttpBuilder::new()
-                .with_url(url.as_str())
-                .with_retry(retry(o))
-                .with_client_options(client(o, url.scheme() == "http"));
-            Ok((build(b.build().map(|s| Arc::new(s) as _))?, Path::default()))
-        }
+        "http" | "https" => http(url, o, None),
         other => Err(invalid(format!(
             "unsupported scheme {other}:// (use a local path, file://, s3://, gs://, az://, abfs:// or http(s)://)"
         ))),
     }
+}
+
+/// The store of an `http(s)://` URL; with a guard, every connection and redirect is checked by it.
+pub(crate) fn http(
+    url: &Url,
+    o: &StoreOptions,
+    guard: Option<Arc<dyn HttpGuard>>,
+) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let allow_http = url.scheme() == "http";
+    let mut b = HttpBuilder::new()
+        .with_url(url.as_str())
+        .with_retry(retry(o))
+        .with_client_options(client(o, allow_http));
+    if let Some(guard) = guard {
+        b = b.with_http_connector(GuardedConnector {
+            guard,
+            options: o.clone(),
+            allow_http,
+        });
+    }
+    let store = b.build().map_err(|e| Error::InvalidLocation {
+        location: url.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((Arc::new(store), Path::default()))
 }
