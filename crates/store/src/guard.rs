@@ -108,14 +108,14 @@ struct GuardedService(reqwest::Client);
 #[async_trait::async_trait]
 impl HttpService for GuardedService {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let url = request.uri().to_string();
+        // object_store's message names the method and URL around it.
         <reqwest::Client as HttpService>::call(&self.0, request)
             .await
             .map_err(|e| match refusal_in(Some(&e)) {
-                Some((what, reason)) => HttpError::new(
+                Some((request, reason)) => HttpError::new(
                     HttpErrorKind::Unknown,
                     Error::Refused {
-                        request: format!("{url}: {what}"),
+                        request: request.to_string(),
                         reason: reason.to_string(),
                     },
                 ),
