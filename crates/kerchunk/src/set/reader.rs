@@ -154,10 +154,9 @@ impl ParquetReader {
             false => None,
         };
         let rows = match bytes {
-            // A file that is not there may have been deleted or lost: reading its chunks as the fill
-            // value would lose data silently. (kerchunk's writer also leaves out the file of a
-            // record without a single reference; such a set is refused too, naming the file.)
-            None => return Err(self.missing_file(n, &display)),
+            // kerchunk's writer leaves out the file of a record without a single reference
+            // (fsspec then reads its chunks as missing): an absent file is such a record.
+            None => RefRows::default(),
             Some(bytes) => {
                 let rows = parquet_refs::decode(&display, bytes)?;
                 let total = grid_len(&self.common.grid).unwrap_or(u64::MAX);
@@ -182,25 +181,6 @@ impl ParquetReader {
             cache.pop_front();
         }
         Ok(file)
-    }
-}
-
-impl ParquetReader {
-    /// The error for reference file `n` (`display`) that does not exist.
-    fn missing_file(&self, n: u64, display: &str) -> Error {
-        let total = grid_len(&self.common.grid).unwrap_or(u64::MAX);
-        let first = n.saturating_mul(self.record_size);
-        let last = first.saturating_add(self.record_size).min(total) - 1;
-        let array = match self.common.path.as_str() {
-            "" => "the root array".to_string(),
-            path => format!("array {path}"),
-        };
-        format(
-            display,
-            format!(
-                "does not exist; it holds the references of chunks {first} to {last} of {array}"
-            ),
-        )
     }
 }
 
