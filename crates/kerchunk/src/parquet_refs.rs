@@ -170,6 +170,25 @@ pub(crate) fn decode(file: &str, data: Bytes) -> Result<RefRows> {
                 }
                 (None, None) => Ref::MISSING,
                 (None, Some(path)) => {
+                    let needed = |value: Option<i64>, name: &str, col: Option<(usize, i16)>| {
+                        value.ok_or_else(|| {
+                            let what = match col {
+                                None => format!("has no {name} column"),
+                                Some(_) => format!("has a null {name}"),
+                            };
+                            format(
+                                file,
+                                format!(
+                                    "{what} in row {row}, which names the path {}: a reference to a path needs its offset and size (size 0 for the whole file)",
+                                    String::from_utf8_lossy(&path)
+                                ),
+                            )
+                        })
+                    };
+                    let (offset, size) = (
+                        needed(offset, "offset", offset_col)?,
+                        needed(size, "size", size_col)?,
+                    );
                     let next = out.paths.len() as u32;
                     let target = match path_ids.get(&path) {
                         Some(&id) => id,
@@ -182,7 +201,6 @@ pub(crate) fn decode(file: &str, data: Bytes) -> Result<RefRows> {
                             next
                         }
                     };
-                    let (offset, size) = (offset.unwrap_or(0), size.unwrap_or(0));
                     let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(size))
                     else {
                         return Err(format(
@@ -225,6 +243,11 @@ pub(crate) mod tests {
 
     /// Writes a reference file as fastparquet does (zstd, nullable path and raw, required ints).
     pub(crate) fn write(rows: &[Row]) -> Vec<u8> {
+        write_columns(rows, &["path", "offset", "size", "raw"])
+    }
+
+    /// As [`write`], with only the columns named.
+    pub(crate) fn write_columns(rows: &[Row], columns: &[&str]) -> Vec<u8> {
         let field = |name: &str, t, rep| {
             Arc::new(
                 Type::primitive_type_builder(name, t)
@@ -233,14 +256,16 @@ pub(crate) mod tests {
                     .expect("field"),
             )
         };
+        let all = [
+            ("path", PhysicalType::BYTE_ARRAY, Repetition::OPTIONAL),
+            ("offset", PhysicalType::INT64, Repetition::REQUIRED),
+            ("size", PhysicalType::INT64, Repetition::REQUIRED),
+            ("raw", PhysicalType::BYTE_ARRAY, Repetition::OPTIONAL),
+        ];
+        let kept: Vec<_> = all.iter().filter(|c| columns.contains(&c.0)).collect();
         let schema = Arc::new(
             Type::group_type_builder("schema")
-                .with_fields(vec![
-                    field("path", PhysicalType::BYTE_ARRAY, Repetition::OPTIONAL),
-                    field("offset", PhysicalType::INT64, Repetition::REQUIRED),
-                    field("size", PhysicalType::INT64, Repetition::REQUIRED),
-                    field("raw", PhysicalType::BYTE_ARRAY, Repetition::OPTIONAL),
-                ])
+                .with_fields(kept.iter().map(|c| field(c.0, c.1, c.2)).collect())
                 .build()
                 .expect("schema"),
         );
@@ -252,36 +277,79 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         let mut writer = SerializedFileWriter::new(&mut out, schema, props).expect("writer");
         let mut rg = writer.next_row_group().expect("row group");
-        let optional_bytes = |values: Vec<Option<&[u8]>>| {
-            let defs: Vec<i16> = values.iter().map(|v| i16::from(v.is_some())).collect();
-            let data: Vec<ByteArray> = values.into_iter().flatten().map(ByteArray::from).collect();
-            (defs, data)
-        };
-        let (defs, data) = optional_bytes(rows.iter().map(|r| r.0.map(str::as_bytes)).collect());
-        let mut col = rg.next_column().expect("col").expect("path");
-        col.typed::<ByteArrayType>()
-            .write_batch(&data, Some(&defs), None)
-            .expect("write");
-        col.close().expect("close");
-        for values in [
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-            rows.iter().map(|r| r.2).collect(),
-        ] {
-            let mut col = rg.next_column().expect("col").expect("int");
-            col.typed::<Int64Type>()
-                .write_batch(&values, None, None)
-                .expect("write");
+        for (name, _, _) in kept {
+            let mut col = rg.next_column().expect("col").expect(name);
+            let optional = |values: Vec<Option<&[u8]>>| {
+                let defs: Vec<i16> = values.iter().map(|v| i16::from(v.is_some())).collect();
+                let data: Vec<ByteArray> =
+                    values.into_iter().flatten().map(ByteArray::from).collect();
+                (defs, data)
+            };
+            match *name {
+                "path" | "raw" => {
+                    let (defs, data) = optional(
+                        rows.iter()
+                            .map(|r| {
+                                if *name == "path" {
+                                    r.0.map(str::as_bytes)
+                                } else {
+                                    r.3
+                                }
+                            })
+                            .collect(),
+                    );
+                    col.typed::<ByteArrayType>()
+                        .write_batch(&data, Some(&defs), None)
+                        .expect("write");
+                }
+                _ => {
+                    let values: Vec<i64> = rows
+                        .iter()
+                        .map(|r| if *name == "offset" { r.1 } else { r.2 })
+                        .collect();
+                    col.typed::<Int64Type>()
+                        .write_batch(&values, None, None)
+                        .expect("write");
+                }
+            }
             col.close().expect("close");
         }
-        let (defs, data) = optional_bytes(rows.iter().map(|r| r.3).collect());
-        let mut col = rg.next_column().expect("col").expect("raw");
-        col.typed::<ByteArrayType>()
-            .write_batch(&data, Some(&defs), None)
-            .expect("write");
-        col.close().expect("close");
         rg.close().expect("close");
         writer.close().expect("close");
         out
+    }
+
+    #[test]
+    fn paths_need_offset_and_size_columns() {
+        // Without a size column, rows that are inline or missing still read...
+        let rows = [(None, 0, 0, Some(&b"ab"[..])), (None, 0, 0, None)];
+        let decoded = decode(
+            "x/refs.0.parq",
+            Bytes::from(write_columns(&rows, &["path", "offset", "raw"])),
+        )
+        .expect("no path rows");
+        assert_eq!(decoded.rows[1], Ref::MISSING);
+        // ...but a path without its size is refused, naming the file, the column and the row.
+        let rows = [(None, 0, 0, Some(&b"ab"[..])), (Some("a.h5"), 0, 16, None)];
+        let e = decode(
+            "x/refs.0.parq",
+            Bytes::from(write_columns(&rows, &["path", "offset", "raw"])),
+        )
+        .expect_err("no size");
+        assert_eq!(
+            e.to_string(),
+            "x/refs.0.parq: has no size column in row 1, which names the path a.h5: a reference to a path needs its offset and size (size 0 for the whole file)"
+        );
+        let e = decode(
+            "x/refs.2.parq",
+            Bytes::from(write_columns(&rows, &["path", "size", "raw"])),
+        )
+        .expect_err("no offset");
+        assert!(
+            e.to_string()
+                .starts_with("x/refs.2.parq: has no offset column in row 1"),
+            "{e}"
+        );
     }
 
     #[test]

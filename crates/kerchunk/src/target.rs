@@ -108,8 +108,10 @@ pub(crate) fn local_allowed(path: &Path, policy: &Policy) -> Result<(), String> 
     }
 }
 
-/// Why a host may not be reached without an allowed prefix, if it may not.
-fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
+/// Why an address may not be reached without an allowed prefix, if it may not: loopback,
+/// link-local, private (and carrier-grade NAT), unique-local, unspecified, broadcast and multicast
+/// addresses, IPv4-mapped IPv6 forms included.
+pub(crate) fn internal_address(ip: IpAddr) -> Option<&'static str> {
     fn v4(ip: Ipv4Addr) -> Option<&'static str> {
         let o = ip.octets();
         if ip.is_loopback() {
@@ -120,6 +122,8 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
             Some("a private address")
         } else if ip.is_unspecified() || o[0] == 0 || ip.is_broadcast() {
             Some("an unspecified address")
+        } else if ip.is_multicast() {
+            Some("a multicast address")
         } else {
             None
         }
@@ -137,13 +141,24 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
             Some("a link-local address")
         } else if (first & 0xfe00) == 0xfc00 {
             Some("a private address")
+        } else if ip.is_multicast() {
+            Some("a multicast address")
         } else {
             None
         }
     }
+    match ip {
+        IpAddr::V4(ip) => v4(ip),
+        IpAddr::V6(ip) => v6(ip),
+    }
+}
+
+/// Why a host may not be reached without an allowed prefix, if it may not (by its text: a literal
+/// address, or a name that is internal by definition).
+fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
     match host {
-        url::Host::Ipv4(ip) => v4(*ip),
-        url::Host::Ipv6(ip) => v6(*ip),
+        url::Host::Ipv4(ip) => internal_address(IpAddr::V4(*ip)),
+        url::Host::Ipv6(ip) => internal_address(IpAddr::V6(*ip)),
         url::Host::Domain(d) => {
             let d = d.trim_end_matches('.').to_ascii_lowercase();
             if d == "localhost" || d.ends_with(".localhost") {
@@ -151,14 +166,63 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
             } else if d == "metadata" || d == "metadata.google.internal" {
                 Some("a cloud metadata service")
             } else if let Ok(ip) = d.parse::<IpAddr>() {
-                match ip {
-                    IpAddr::V4(ip) => v4(ip),
-                    IpAddr::V6(ip) => v6(ip),
-                }
+                internal_address(ip)
             } else {
                 None
             }
         }
+    }
+}
+
+/// Whether the remote URL `url` (`raw` as the reference writes it) may be read under `policy`:
+/// an allowed prefix admits it; otherwise its scheme must be a remote one, and an `http(s)` host
+/// must not be internal by its text. (Connections check the addresses a name resolves to too:
+/// see the [`HttpGuard`](zshard_store::HttpGuard) implementation below.)
+fn remote_allowed(url: &url::Url, raw: &str, policy: &Policy) -> Result<(), String> {
+    if allowed_by_prefix(policy, &[url.as_str(), raw]) {
+        return Ok(());
+    }
+    let scheme = url.scheme();
+    if !REMOTE_SCHEMES.contains(&scheme) {
+        return Err(format!(
+            "scheme {scheme} is not allowed (file, {})",
+            REMOTE_SCHEMES.join(", ")
+        ));
+    }
+    if scheme == "http" || scheme == "https" {
+        if let Some(why) = url.host().as_ref().and_then(internal_host) {
+            return Err(format!(
+                "it is {why}, read only when --allow-ref-prefix names it"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl zshard_store::HttpGuard for Policy {
+    /// The addresses of a host that an allowed prefix names (`http://localhost:8000/` names
+    /// `localhost`) are all allowed; other hosts may not resolve to internal addresses.
+    fn check_address(&self, host: &str, address: IpAddr) -> Result<(), String> {
+        let named = self.allow.iter().any(|prefix| {
+            url::Url::parse(prefix)
+                .ok()
+                .and_then(|u| u.host_str().map(|h| h.eq_ignore_ascii_case(host)))
+                .unwrap_or(false)
+        });
+        match internal_address(address) {
+            Some(why) if !named => Err(format!(
+                "{address} is {why}, read only when --allow-ref-prefix names the host {host}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A redirect is followed only to a URL that a reference could name directly.
+    fn check_redirect(&self, to: &url::Url) -> Result<(), String> {
+        if !matches!(to.scheme(), "http" | "https") {
+            return Err(format!("scheme {} is not followed", to.scheme()));
+        }
+        remote_allowed(to, to.as_str(), self)
     }
 }
 
@@ -196,23 +260,7 @@ pub(crate) fn resolve(raw: &str, policy: &Policy) -> Result<Target, String> {
     }
     let location = Location::parse(raw).map_err(location_error)?;
     if let Some(url) = location.url() {
-        let scheme = location.scheme().unwrap_or_default();
-        if allowed_by_prefix(policy, &[url.as_str(), raw]) {
-            return remote(url);
-        }
-        if !REMOTE_SCHEMES.contains(&scheme) {
-            return Err(format!(
-                "scheme {scheme} is not allowed (file, {})",
-                REMOTE_SCHEMES.join(", ")
-            ));
-        }
-        if scheme == "http" || scheme == "https" {
-            if let Some(why) = url.host().as_ref().and_then(internal_host) {
-                return Err(format!(
-                    "it is {why}, read only when --allow-ref-prefix names it"
-                ));
-            }
-        }
+        remote_allowed(url, raw, policy)?;
         return remote(url);
     }
     // A plain path (`~` is the shell's, not ours), or a `file://` URL's path (always absolute).
@@ -332,6 +380,8 @@ mod tests {
             "http://[fe80::1]/f",
             "http://[fd00::1]/f",
             "http://[::ffff:127.0.0.1]/f",
+            "http://239.1.2.3/f",
+            "http://[ff05::2]/f",
             "http://0.0.0.0/f",
             "http://2130706433/f",
             "http://metadata.google.internal/computeMetadata/v1/",
@@ -355,6 +405,62 @@ mod tests {
         assert!(resolve("/srv/database/x.h5", &p).is_err());
         assert!(resolve("/srv/data/../../etc/passwd", &p).is_err());
         assert!(has_prefix("/a/b", "/a") && has_prefix("/a/b", "/a/") && !has_prefix("/ab", "/a"));
+    }
+
+    #[test]
+    fn resolved_addresses_and_redirects() {
+        use zshard_store::HttpGuard;
+        let p = policy(&["http://data.example:8000/", "http://127.0.0.1:9000/"]);
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        // A name that no prefix names may not resolve to an internal address, in any notation.
+        for internal in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "169.254.169.254",
+            "10.0.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd12::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            let e = p
+                .check_address("evil.example", ip(internal))
+                .expect_err(internal);
+            assert!(
+                e.starts_with(&format!("{internal} is a"))
+                    && e.ends_with("names the host evil.example"),
+                "{e}"
+            );
+        }
+        assert!(p.check_address("evil.example", ip("93.184.216.34")).is_ok());
+        assert!(p.check_address("evil.example", ip("2606:2800::1")).is_ok());
+        // A host that an allowed prefix names may resolve anywhere (any case).
+        assert!(p.check_address("data.example", ip("127.0.0.1")).is_ok());
+        assert!(p.check_address("DATA.example", ip("10.1.1.1")).is_ok());
+        // Redirects: only where a reference could point.
+        let url = |s: &str| url::Url::parse(s).expect("url");
+        assert!(p.check_redirect(&url("http://127.0.0.1:9000/x")).is_ok());
+        assert!(p
+            .check_redirect(&url("https://public.example/x?sig=1"))
+            .is_ok());
+        for (refused, why) in [
+            ("http://127.0.0.1:9001/x", "a loopback address"),
+            ("http://169.254.169.254/latest", "a link-local address"),
+            ("http://localhost:9000/x", "a loopback address"),
+            ("http://[::ffff:10.0.0.1]/x", "a private address"),
+            ("http://224.0.0.1/x", "a multicast address"),
+            ("file:///etc/passwd", "scheme file is not followed"),
+        ] {
+            let e = p.check_redirect(&url(refused)).expect_err(refused);
+            assert!(e.contains(why), "{refused}: {e}");
+        }
     }
 
     #[test]

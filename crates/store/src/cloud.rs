@@ -17,6 +17,7 @@ use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, ObjectStore, R
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::guard::{GuardedConnector, HttpGuard};
 use crate::options::StoreOptions;
 
 /// object_store's retries of failed requests (statuses 5xx and 429, connections refused or reset,
@@ -96,11 +97,8 @@ pub(crate) fn open(url: &Url, o: &StoreOptions) -> Result<Opened> {
             Ok((store.clone(), Some(store), path(url.path())?))
         }
         "http" | "https" => {
-            let b = HttpBuilder::new()
-                .with_url(url.as_str())
-                .with_retry(retry(o))
-                .with_client_options(client(o, url.scheme() == "http"));
-            Ok((Arc::new(b.build().map_err(build)?), None, Path::default()))
+            let (store, path) = http(url, o, None)?;
+            Ok((store, None, path))
         }
         other => Err(invalid(format!(
             "unsupported scheme {other}:// (use a local path, file://, s3://, gs://, az://, abfs:// or http(s)://)"
@@ -207,6 +205,31 @@ fn gcs(url: &Url, o: &StoreOptions, env: &Environment) -> GoogleCloudStorageBuil
         b = b.with_skip_signature(true);
     }
     b
+}
+
+/// The store of an `http(s)://` URL; with a guard, every connection and redirect is checked by it.
+pub(crate) fn http(
+    url: &Url,
+    o: &StoreOptions,
+    guard: Option<Arc<dyn HttpGuard>>,
+) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let allow_http = url.scheme() == "http";
+    let mut b = HttpBuilder::new()
+        .with_url(url.as_str())
+        .with_retry(retry(o))
+        .with_client_options(client(o, allow_http));
+    if let Some(guard) = guard {
+        b = b.with_http_connector(GuardedConnector {
+            guard,
+            options: o.clone(),
+            allow_http,
+        });
+    }
+    let store = b.build().map_err(|e| Error::InvalidLocation {
+        location: url.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((Arc::new(store), Path::default()))
 }
 
 #[cfg(test)]

@@ -96,6 +96,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// The guard of an HTTP(S) store (see [`HttpGuard`](crate::HttpGuard)) refused a connection
+    /// or a redirect.
+    #[error("{request} is refused: {reason}")]
+    Refused {
+        /// The request, connection or redirect, with its URLs, host and address.
+        request: String,
+        /// Why, for people.
+        reason: String,
+    },
+
     /// The tokio runtime of [`IoRuntime`](crate::IoRuntime) could not be built.
     #[error("cannot start the I/O runtime")]
     Runtime {

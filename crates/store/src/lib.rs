@@ -21,6 +21,7 @@
 mod cloud;
 mod coalesce;
 mod error;
+mod guard;
 mod location;
 mod multipart;
 mod options;
@@ -31,6 +32,7 @@ mod upload;
 
 pub use coalesce::{coalesce, RangeRequest, COALESCE_GAP, MAX_REQUEST};
 pub use error::{Error, Result};
+pub use guard::HttpGuard;
 pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;

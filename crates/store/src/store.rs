@@ -11,6 +11,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, Result};
+use crate::guard::HttpGuard;
 use crate::location::Location;
 use crate::multipart::UploadRecords;
 use crate::runtime::IoRuntime;
@@ -82,6 +83,31 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime,
         })
+    }
+
+    /// Opens a location as [`Store::open`] does (never creating it), except that an `http(s)://`
+    /// store connects and follows redirects only as `guard` allows (for untrusted URLs).
+    pub fn open_guarded(
+        location: &str,
+        runtime: Arc<IoRuntime>,
+        guard: Arc<dyn HttpGuard>,
+    ) -> Result<Store> {
+        let parsed = Location::parse(location)?;
+        match parsed.url() {
+            Some(url) if matches!(url.scheme(), "http" | "https") => {
+                let (inner, root) = crate::cloud::http(url, runtime.options(), Some(guard))?;
+                Ok(Store {
+                    inner,
+                    root,
+                    location: parsed.clone(),
+                    concurrency: runtime.options().max_requests,
+                    runtime,
+                    multipart: None,
+                    records: None,
+                })
+            }
+            _ => Self::open_location(&parsed, runtime, false),
+        }
     }
 
     fn open_local(

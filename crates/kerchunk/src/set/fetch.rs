@@ -98,7 +98,8 @@ fn coalesce_per_target(
 pub(super) struct Shared {
     pub display: String,
     runtime: Arc<IoRuntime>,
-    policy: Policy,
+    /// Also the guard of every HTTP(S) target's store.
+    policy: Arc<Policy>,
     pub options: Options,
     stores: Mutex<HashMap<String, Store>>,
     resolved: Mutex<HashMap<String, Arc<Resolved>>>,
@@ -124,7 +125,7 @@ impl Shared {
         Shared {
             display,
             runtime,
-            policy,
+            policy: Arc::new(policy),
             options: options.clone(),
             stores: Mutex::new(HashMap::new()),
             resolved: Mutex::new(HashMap::new()),
@@ -139,8 +140,9 @@ impl Shared {
         if let Some(s) = stores.get(id) {
             return Ok(s.clone());
         }
-        let store =
-            Store::open(location, self.runtime.clone(), false).map_err(|source| Error::Store {
+        // Targets are untrusted: their connections and redirects obey the policy too.
+        let store = Store::open_guarded(location, self.runtime.clone(), self.policy.clone())
+            .map_err(|source| Error::Store {
                 file: location.to_string(),
                 source,
             })?;

@@ -8,11 +8,13 @@ mod open;
 mod reader;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zshard_core::Node;
 use zshard_store::Store;
 
+use crate::error::{format, Error, Result};
 use crate::refs::{ChunkIndex, JsonRefs};
 use fetch::{Resolved, Shared};
 
@@ -88,6 +90,8 @@ enum Layout {
     Parquet {
         store: Store,
         record_size: u64,
+        /// The real path of a local set's folder: its reference files must resolve inside it.
+        real_root: Option<PathBuf>,
     },
 }
 
@@ -124,12 +128,33 @@ impl ReferenceSet {
     }
 }
 
+/// Refuses a reference file of a local Parquet set (`path`, `display` in messages) whose real path
+/// leads out of the set's real folder `real_root` (a symbolic link). `Ok(false)` when it does not
+/// exist.
+pub(super) fn contained(path: &Path, real_root: &Path, display: &str) -> Result<bool> {
+    match std::fs::canonicalize(path) {
+        Ok(real) if real.starts_with(real_root) => Ok(true),
+        Ok(real) => Err(format(
+            display,
+            format!(
+                "is refused: it leads to {}, outside the reference set {}",
+                real.display(),
+                real_root.display()
+            ),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(Error::Io {
+            file: display.to_string(),
+            source,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::parquet_refs::tests::write;
     use serde_json::json;
-    use std::path::{Path, PathBuf};
     use zshard_core::{ArrayMeta, NodeKind};
     use zshard_store::IoRuntime;
 
@@ -178,7 +203,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data.bin");
         let data = data.to_str().expect("utf-8");
-        // refs.1.parq is absent: chunks 4..8 are missing.
+        // refs.1.parq is absent (as kerchunk leaves out a record without references): 4..8 are missing.
         let root = parquet_set(
             dir.path(),
             &[
@@ -206,16 +231,29 @@ mod tests {
         let meta = array_meta(&set, "x");
         let reader = set.reader("x", &meta);
         let coords: Vec<Vec<u64>> = (0..10).map(|i| vec![i]).collect();
-        let got: Vec<Option<Vec<u8>>> = reader
+        let got: Vec<Result<Option<Vec<u8>>, String>> = reader
             .read_chunks(&coords)
             .into_iter()
-            .map(|r| r.expect("reads").map(|b| b.to_vec()))
+            .map(|r| {
+                r.map(|b| b.map(|b| b.to_vec()))
+                    .map_err(|e| zshard_core::chain_text(&e))
+            })
             .collect();
-        assert_eq!(got[0], Some(vec![0, 1]));
-        assert_eq!(got[1], Some(vec![2, 3]));
-        assert_eq!(got[2], None);
-        assert_eq!(got[3], Some(b"in".to_vec()));
-        assert!(got[4..8].iter().all(Option::is_none));
+        let got_ok = |i: usize| got[i].clone().expect("reads");
+        assert_eq!(got_ok(0), Some(vec![0, 1]));
+        assert_eq!(got_ok(1), Some(vec![2, 3]));
+        assert_eq!(got_ok(2), None);
+        assert_eq!(got_ok(3), Some(b"in".to_vec()));
+        for r in &got[4..8] {
+            assert_eq!(
+                r,
+                &Ok(None),
+                "chunks of a record without a file are missing"
+            );
+        }
+        let got: Vec<Option<Vec<u8>>> = (0..10)
+            .map(|i| got[i].clone().unwrap_or_default())
+            .collect();
         assert_eq!(got[8], Some(vec![30, 31]));
         assert_eq!(got[9], Some(vec![4, 5]));
         // 0..2 and 2..4 and 4..6 of data.bin coalesce; 30..32 is within 64 KiB too: one request.
@@ -257,5 +295,50 @@ mod tests {
         std::fs::write(root.join("x/refs.5.parq"), write(&[(None, 0, 0, None)])).expect("write");
         let e = open_parquet(&root).expect_err("beyond");
         assert!(e.to_string().contains("refs.5.parq"), "{e}");
+    }
+
+    #[test]
+    fn parquet_files_that_lead_out_of_the_set_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(
+            outside.join("refs.0.parq"),
+            write(&[(Some("data.bin"), 0, 2, None); 4]),
+        )
+        .expect("write");
+        let root = parquet_set(dir.path(), &[]);
+        std::os::unix::fs::symlink(outside.join("refs.0.parq"), root.join("x/refs.0.parq"))
+            .expect("symlink");
+        let set = open_parquet(&root).expect("opens");
+        let reader = set.reader("x", &array_meta(&set, "x"));
+        let e = match reader.read_chunks(&[vec![0]]).remove(0) {
+            Ok(_) => panic!("the link must be refused"),
+            Err(e) => zshard_core::chain_text(&e),
+        };
+        let real = std::fs::canonicalize(outside.join("refs.0.parq")).expect("real");
+        let want = format!(
+            "{}: is refused: it leads to {}, outside the reference set",
+            root.join("x/refs.0.parq").display(),
+            real.display()
+        );
+        assert!(e.contains(&want), "{e}");
+        assert_eq!(set.stats().requests, 0);
+
+        // .zmetadata too, when the set is opened.
+        std::fs::rename(root.join(".zmetadata"), outside.join(".zmetadata")).expect("move");
+        std::os::unix::fs::symlink(outside.join(".zmetadata"), root.join(".zmetadata"))
+            .expect("symlink");
+        let e = open_parquet(&root).expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains(".zmetadata: is refused: it leads to"),
+            "{e}"
+        );
+        // A link inside the set is read.
+        std::fs::remove_file(root.join(".zmetadata")).expect("rm");
+        std::fs::rename(outside.join(".zmetadata"), root.join("meta.json")).expect("move");
+        std::os::unix::fs::symlink("meta.json", root.join(".zmetadata")).expect("symlink");
+        assert!(open_parquet(&root).is_ok());
     }
 }

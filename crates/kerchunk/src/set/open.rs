@@ -260,6 +260,19 @@ impl ReferenceSet {
                 source,
             })?;
         let zkey = store.url(".zmetadata");
+        let local = parse_location(location)?
+            .local_path()
+            .map(Path::to_path_buf);
+        let real_root = match &local {
+            Some(path) => Some(std::fs::canonicalize(path).map_err(|source| Error::Io {
+                file: display.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        if let (Some(real_root), Some(path)) = (&real_root, store.local_path(".zmetadata")) {
+            super::contained(&path, real_root, &zkey)?;
+        }
         let bytes = store
             .get(".zmetadata")
             .map_err(|source| Error::Store {
@@ -313,11 +326,7 @@ impl ReferenceSet {
                 }
             }
         }
-        let root = if let Some(path) = parse_location(location)?.local_path() {
-            let real = std::fs::canonicalize(path).map_err(|source| Error::Io {
-                file: display.clone(),
-                source,
-            })?;
+        let root = if let Some(real) = &real_root {
             Root::Local(real.parent().map(Path::to_path_buf).unwrap_or_default())
         } else {
             Root::Remote(parse_location(&display)?.split_last().0)
@@ -330,7 +339,11 @@ impl ReferenceSet {
         ));
         Ok(ReferenceSet {
             shared,
-            layout: Layout::Parquet { store, record_size },
+            layout: Layout::Parquet {
+                store,
+                record_size,
+                real_root,
+            },
             nodes,
         })
     }

@@ -3,6 +3,7 @@
 //! [`Want::of`] turns references into what `fetch` reads.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -39,10 +40,15 @@ impl ReferenceSet {
                     .cloned()
                     .unwrap_or_else(|| Arc::new(ChunkIndex::Sparse(Vec::new()))),
             }),
-            Layout::Parquet { store, record_size } => Arc::new(ParquetReader {
+            Layout::Parquet {
+                store,
+                record_size,
+                real_root,
+            } => Arc::new(ParquetReader {
                 common,
                 store: store.child(path),
                 record_size: *record_size,
+                real_root: real_root.clone(),
                 cache: Mutex::new(VecDeque::new()),
             }),
         }
@@ -113,14 +119,16 @@ impl ChunkReader for JsonReader {
     }
 }
 
-/// A decoded reference file, or `None` when the file does not exist (every chunk in it is missing).
-type CachedFile = Arc<Option<RefRows>>;
+/// A decoded reference file.
+type CachedFile = Arc<RefRows>;
 
 #[derive(Debug)]
 struct ParquetReader {
     common: ArrayCommon,
     store: Store,
     record_size: u64,
+    /// The real path of a local set's folder (see [`super::contained`]).
+    real_root: Option<PathBuf>,
     cache: Mutex<VecDeque<(u64, CachedFile)>>,
 }
 
@@ -134,11 +142,21 @@ impl ParquetReader {
         }
         let name = format!("refs.{n}.parq");
         let display = self.store.url(&name);
-        let rows = match self.store.get(&name).map_err(|source| Error::Store {
-            file: display.clone(),
-            source,
-        })? {
-            None => None,
+        let exists = match (&self.real_root, self.store.local_path(&name)) {
+            (Some(real_root), Some(path)) => super::contained(&path, real_root, &display)?,
+            _ => true,
+        };
+        let bytes = match exists {
+            true => self.store.get(&name).map_err(|source| Error::Store {
+                file: display.clone(),
+                source,
+            })?,
+            false => None,
+        };
+        let rows = match bytes {
+            // kerchunk's writer leaves out the file of a record without a single reference
+            // (fsspec then reads its chunks as missing): an absent file is such a record.
+            None => RefRows::default(),
             Some(bytes) => {
                 let rows = parquet_refs::decode(&display, bytes)?;
                 let total = grid_len(&self.common.grid).unwrap_or(u64::MAX);
@@ -153,7 +171,7 @@ impl ParquetReader {
                         ),
                     ));
                 }
-                Some(rows)
+                rows
             }
         };
         let file = Arc::new(rows);
@@ -195,9 +213,7 @@ impl ChunkReader for ParquetReader {
                         ))
                     }
                 };
-                let Some(rows) = file.as_ref() else {
-                    return Want::Ready(None);
-                };
+                let rows = file.as_ref();
                 let Some(r) = rows.rows.get(row) else {
                     return Want::Ready(None);
                 };
