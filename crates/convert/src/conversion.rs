@@ -16,7 +16,7 @@ use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
 use crate::report::{Report, ReportBuilder};
-use crate::state::{self, EmptyLog, Prepared};
+use crate::state::{self, Prepared, ShardLog};
 use zshard_pipeline::Budget;
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
@@ -154,8 +154,14 @@ impl Conversion {
             ..
         } = &opened;
         let partition = self.partition;
-        if state::prepare(destination, plan, fingerprint, partition, self.overwrite)?
-            == Prepared::Complete
+        if state::prepare(
+            destination,
+            plan,
+            fingerprint,
+            partition,
+            self.overwrite,
+            observer,
+        )? == Prepared::Complete
         {
             let all: Vec<u64> = plan
                 .arrays
@@ -170,7 +176,9 @@ impl Conversion {
             self.write_report(&report)?;
             return Ok(report);
         }
-        let done = state::done_shards(destination, plan, partition)?;
+        let resume = state::done_shards(destination, plan, partition)?;
+        state::remove_untrusted(destination, &resume.untrusted)?;
+        let done = resume.done;
         let jobs = plan.jobs(input, destination);
         observer.started(pending(&jobs, partition, &done).count() as u64);
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
@@ -181,7 +189,11 @@ impl Conversion {
             partition,
             &skipped,
         ));
-        let log = Mutex::new(EmptyLog::new(destination.clone(), partition));
+        // Written shards are recorded with their size, so that a resumed run can prove them ours.
+        let log = Mutex::new((
+            ShardLog::written(destination.clone(), partition),
+            ShardLog::empty(destination.clone(), partition),
+        ));
         let log_error = Mutex::new(None);
         let result = zshard_pipeline::run(
             &jobs,
@@ -192,24 +204,31 @@ impl Conversion {
                 if let Ok(mut b) = builder.lock() {
                     b.add(outcome);
                 }
-                if !outcome.written {
-                    let recorded = log
-                        .lock()
-                        .map_err(|_| Error::Poisoned { what: "the record" })
-                        .and_then(|mut l| {
-                            l.record(&plan.arrays[outcome.task.array].path, &outcome.task.shard)
-                        });
-                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                        slot.get_or_insert(e);
-                    }
+                let path = &plan.arrays[outcome.task.array].path;
+                let recorded = log
+                    .lock()
+                    .map_err(|_| Error::Poisoned { what: "the record" })
+                    .and_then(|mut logs| {
+                        let (written, empty) = &mut *logs;
+                        if outcome.written {
+                            written.record(path, &outcome.task.shard, Some(outcome.bytes_written))
+                        } else {
+                            empty.record(path, &outcome.task.shard, None)
+                        }
+                    });
+                if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                    slot.get_or_insert(e);
                 }
             },
         );
-        // Keep what was learned about empty shards even when the run failed, so a rerun skips them.
+        // Keep what was learned about shards even when the run failed, so a rerun skips them.
         let flushed = log
             .lock()
-            .map_err(|_| Error::Poisoned { what: "the record" })?
-            .flush();
+            .map_err(|_| Error::Poisoned { what: "the record" })
+            .and_then(|mut logs| {
+                let (written, empty) = &mut *logs;
+                written.flush().and(empty.flush())
+            });
         let builder = builder
             .into_inner()
             .map_err(|_| Error::Poisoned { what: "the report" })?;
@@ -266,7 +285,7 @@ impl Conversion {
             finalized.already_finalized = true;
             return Ok(finalized);
         }
-        let done = state::done_shards(&destination, &plan, Partition::ALL)?;
+        let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {

@@ -33,5 +33,5 @@ pub use error::{Error, Result};
 pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
-pub use store::Store;
+pub use store::{PutNew, Store};
 pub use upload::Upload;
