@@ -382,8 +382,7 @@ pub(crate) fn clear(dst: &Store) -> Result<()> {
     for key in dst.list_keys(".zshard")?.iter().filter(|k| *k != CLAIM) {
         dst.delete(key)?;
     }
-    dst.delete(CLAIM)
-        .map_err(Error::from)
+    dst.delete(CLAIM).map_err(Error::from)
 }
 
 /// The key of a recorded conversion whose options differ from `fingerprint`, if any.
