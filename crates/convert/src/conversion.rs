@@ -177,10 +177,9 @@ impl Conversion {
             return Ok(report);
         }
         let resume = state::done_shards(destination, plan, partition)?;
-        state::remove_untrusted(destination, &resume.untrusted)?;
-        let done = resume.done;
+        let done = &resume.done;
         let jobs = plan.jobs(input, destination);
-        observer.started(pending(&jobs, partition, &done).count() as u64);
+        observer.started(pending(&jobs, partition, done).count() as u64);
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         let builder = Mutex::new(ReportBuilder::new(
             plan,
@@ -197,24 +196,32 @@ impl Conversion {
         let log_error = Mutex::new(None);
         let result = zshard_pipeline::run(
             &jobs,
-            pending(&jobs, partition, &done),
+            pending(&jobs, partition, done),
             &budget.options(),
             &|outcome| {
                 observer.shard_done(outcome);
                 if let Ok(mut b) = builder.lock() {
                     b.add(outcome);
                 }
-                let path = &plan.arrays[outcome.task.array].path;
+                let array = &plan.arrays[outcome.task.array];
                 let recorded = log
                     .lock()
                     .map_err(|_| Error::Poisoned { what: "the record" })
                     .and_then(|mut logs| {
                         let (written, empty) = &mut *logs;
                         if outcome.written {
-                            written.record(path, &outcome.task.shard, Some(outcome.bytes_written))
-                        } else {
-                            empty.record(path, &outcome.task.shard, None)
+                            return written.record(
+                                &array.path,
+                                &outcome.task.shard,
+                                Some(outcome.bytes_written),
+                            );
                         }
+                        // An object we could not trust sits where no shard belongs.
+                        let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                        if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
+                            destination.delete(key)?;
+                        }
+                        empty.record(&array.path, &outcome.task.shard, None)
                     });
                 if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
                     slot.get_or_insert(e);

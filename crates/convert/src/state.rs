@@ -448,11 +448,13 @@ pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> R
 #[derive(Debug, Default)]
 pub(crate) struct Resume {
     /// Shards done, per array, as C-order shard indices: listed shards that a record names with
-    /// their listed size, and recorded all-fill shards.
+    /// their listed size, and recorded all-fill shards that have no object.
     pub(crate) done: Vec<HashSet<u64>>,
-    /// Keys of this worker's shards that are listed but not proven ours (no record, or another
-    /// size): a shard whose record a kill lost, junk, a truncated copy. Remove them before converting.
-    pub(crate) untrusted: Vec<String>,
+    /// This worker's shards whose key holds an object not proven ours (no record, or another size):
+    /// a shard whose record a kill lost, junk, a truncated copy. They are converted again, which
+    /// replaces the object; one that turns out to hold only the fill value must have it removed.
+    /// Keyed by (array, C-order shard index).
+    pub(crate) untrusted: HashMap<(usize, u64), String>,
 }
 
 /// What is done (see [`Resume`]), from one listing of each array's shards and zshard's records.
@@ -461,8 +463,11 @@ pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Res
     let written = records(dst, plan, DONE_DIR)?;
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
-        untrusted: Vec::new(),
+        untrusted: HashMap::new(),
     };
+    for (i, index) in records(dst, plan, EMPTY_DIR)?.into_keys() {
+        resume.done[i].insert(index);
+    }
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
@@ -474,17 +479,18 @@ pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Res
                 .is_some_and(|sizes| sizes.contains(&Some(size)));
             if proven {
                 resume.done[i].insert(index);
-            } else if partition.owns(first_global + index) {
-                resume.untrusted.push(key);
+            } else {
+                // Not done, even if recorded as all fill: an all-fill shard has no object.
+                resume.done[i].remove(&index);
+                if partition.owns(first_global + index) {
+                    resume.untrusted.insert((i, index), key);
+                }
             }
         }
         remove_staged_leftovers(dst, &prefix, &grid, |index| {
             partition.owns(first_global + index)
         })?;
         first_global += array.geometry.shard_count();
-    }
-    for (i, index) in records(dst, plan, EMPTY_DIR)?.into_keys() {
-        resume.done[i].insert(index);
     }
     Ok(resume)
 }
@@ -520,15 +526,6 @@ fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<HashMap<(usize, u64), 
         }
     }
     Ok(found)
-}
-
-/// Removes shard keys that resume could not prove ours, so that they are converted again (an all-fill
-/// shard is then recorded, not written, and must not keep an object).
-pub(crate) fn remove_untrusted(dst: &Store, keys: &[String]) -> Result<()> {
-    for key in keys {
-        dst.delete(key)?;
-    }
-    Ok(())
 }
 
 /// The keys below `prefix` (an array's `c`) that are shards of `grid`, with their coordinates and
