@@ -495,10 +495,13 @@ pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Res
     Ok(resume)
 }
 
+/// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
+type Recorded = HashMap<(usize, u64), Vec<Option<u64>>>;
+
 /// The shards that the record files under `dir` name: (array, C-order shard index) to the sizes
 /// recorded (`None` in records without a size). Lines of other arrays or grids are ignored.
-fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<HashMap<(usize, u64), Vec<Option<u64>>>> {
-    let mut found: HashMap<(usize, u64), Vec<Option<u64>>> = HashMap::new();
+fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
+    let mut found = Recorded::new();
     for key in dst.list_keys(dir)? {
         let Some(bytes) = dst.get(&key)? else {
             continue;
