@@ -16,7 +16,7 @@ use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
 use crate::report::{Report, ReportBuilder, Status};
-use crate::state::{self, EmptyLog, Prepared};
+use crate::state::{self, Prepared, ShardLog};
 use zshard_pipeline::{Budget, Cancel};
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
@@ -210,8 +210,14 @@ impl Conversion {
             Ok(())
         };
         let partition = self.partition;
-        if state::prepare(destination, plan, fingerprint, partition, self.overwrite)?
-            == Prepared::Complete
+        if state::prepare(
+            destination,
+            plan,
+            fingerprint,
+            partition,
+            self.overwrite,
+            observer,
+        )? == Prepared::Complete
         {
             let all: Vec<u64> = plan
                 .arrays
@@ -224,12 +230,17 @@ impl Conversion {
             return Ok((Status::Complete, input.reference_reads()));
         }
         let destination = &state::recording_uploads(destination, partition)?;
-        let done = state::done_shards(destination, plan, partition)?;
+        let resume = state::done_shards(destination, plan, partition)?;
+        let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
         let jobs = plan.jobs(input, destination);
-        observer.started(pending(&jobs, partition, &done).count() as u64);
-        let log = Mutex::new(EmptyLog::new(destination.clone(), partition));
+        observer.started(pending(&jobs, partition, done).count() as u64);
+        // Written shards are recorded with their size, so that a resumed run can prove them ours.
+        let log = Mutex::new((
+            ShardLog::written(destination.clone(), partition),
+            ShardLog::empty(destination.clone(), partition),
+        ));
         let log_error = Mutex::new(None);
         let options = zshard_pipeline::Options {
             cancel: self.cancel.clone(),
@@ -237,32 +248,47 @@ impl Conversion {
         };
         let result = zshard_pipeline::run(
             &jobs,
-            pending(&jobs, partition, &done),
+            pending(&jobs, partition, done),
             &options,
             &|outcome| {
                 observer.shard_done(outcome);
                 if let Ok(mut b) = builder.lock() {
                     b.add(outcome);
                 }
-                if !outcome.written {
-                    let recorded = log
-                        .lock()
-                        .map_err(|_| Error::Poisoned { what: "the record" })
-                        .and_then(|mut l| {
-                            l.record(&plan.arrays[outcome.task.array].path, &outcome.task.shard)
-                        });
-                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                        slot.get_or_insert(e);
-                    }
+                let array = &plan.arrays[outcome.task.array];
+                let recorded = log
+                    .lock()
+                    .map_err(|_| Error::Poisoned { what: "the record" })
+                    .and_then(|mut logs| {
+                        let (written, empty) = &mut *logs;
+                        if outcome.written {
+                            return written.record(
+                                &array.path,
+                                &outcome.task.shard,
+                                Some(outcome.bytes_written),
+                            );
+                        }
+                        // An object we could not trust sits where no shard belongs.
+                        let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                        if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
+                            destination.delete(key)?;
+                        }
+                        empty.record(&array.path, &outcome.task.shard, None)
+                    });
+                if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                    slot.get_or_insert(e);
                 }
             },
         );
-        // Keep what was learned about empty shards even when the run failed or was cancelled, so a
-        // rerun skips them.
+        // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
+        // skips them.
         let flushed = log
             .lock()
-            .map_err(|_| Error::Poisoned { what: "the record" })?
-            .flush();
+            .map_err(|_| Error::Poisoned { what: "the record" })
+            .and_then(|mut logs| {
+                let (written, empty) = &mut *logs;
+                written.flush().and(empty.flush())
+            });
         result?;
         flushed?;
         if let Some(e) = log_error.into_inner().ok().flatten() {
@@ -316,7 +342,7 @@ impl Conversion {
             clear_state(&destination)?;
             return Ok(finalized);
         }
-        let done = state::done_shards(&destination, &plan, Partition::ALL)?;
+        let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {

@@ -163,8 +163,8 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// Records of empty shards could not be stored.
-    #[error("cannot record empty shards")]
+    /// Records of done shards (written or all-fill) could not be stored.
+    #[error("cannot record which shards are done")]
     Record {
         /// Why.
         #[source]

@@ -43,6 +43,7 @@ mod conversion;
 mod error;
 mod input;
 mod memory;
+mod owned;
 mod partition;
 mod plan;
 mod plan_report;

@@ -1,26 +1,34 @@
 //! What makes a conversion resumable and safe to spread over workers, kept under `DST/.zshard/`:
 //!
+//! - `claim.json`: the options of the conversion that owns the destination, created with a
+//!   create-only write before anything else is written, so that two runs with different options can
+//!   never both write into one destination; runs with the same options join it (they write the same
+//!   bytes), and a rerun after a kill finds its own claim and resumes.
 //! - `options/<worker>.json`: the conversion each worker was started with (source and every output
 //!   `zarr.json`). A run with different options into the same destination is refused.
-//! - `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
-//!   one `array-path<TAB>i,j,...` per line, flushed in batches.
+//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size` per line;
+//!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
+//!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches.
 //! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
 //!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
 //!
-//! A written shard needs no record: shard objects only ever appear complete, so listing them is enough.
-//! Every key is written by one worker only. Once the metadata is written the conversion is complete,
-//! its metadata is the record of that, and the state folder is removed (Zarr readers would otherwise
-//! list it as an unknown member of the root group).
+//! Resume trusts a listed shard only when a record of this conversion names it with the listed size:
+//! anything else at one of our shard keys (a shard whose record was lost to a kill, junk, a truncated
+//! copy) is removed and converted again. Every key is written by one worker only. Once the metadata
+//! is written the conversion is complete, its metadata is the record of that, and the state folder is
+//! removed (Zarr readers would otherwise list it as an unknown member of the root group).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use zshard_core::linear_index;
-use zshard_store::Store;
+use zshard_store::{PutNew, Store};
 
+use crate::conversion::Observer;
 use crate::error::{Error, Result};
+use crate::owned::{owned_keys, ChunkKeys};
 use crate::partition::Partition;
 use crate::plan::Plan;
 
@@ -29,6 +37,8 @@ pub(crate) const STATE_DIR: &str = ".zshard";
 const OPTIONS_DIR: &str = ".zshard/options";
 const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
+const DONE_DIR: &str = ".zshard/done";
+const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
 
@@ -59,40 +69,19 @@ pub(crate) enum Prepared {
     Complete,
 }
 
-/// Checks the destination against this run and records its options. With `overwrite`, a destination
-/// holding anything is cleared first (single-process runs only: a worker must never delete what another
-/// one wrote).
+/// Claims the destination for this conversion, checks what it holds against this run and records
+/// its options. With `overwrite`, what an earlier conversion or Zarr hierarchy left there is removed
+/// first (single-process runs only: a worker must never delete what another one wrote).
 pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
     fingerprint: &Value,
     partition: Partition,
     overwrite: bool,
+    observer: &dyn Observer,
 ) -> Result<Prepared> {
-    let records = dst.list_keys(OPTIONS_DIR)?;
     if overwrite {
-        if !dst.list_keys("")?.is_empty() {
-            if !partition.is_all() {
-                return Err(Error::Destination {
-                    reason: format!(
-                        "--overwrite cannot be combined with a partitioned run; empty {} first",
-                        dst.url("")
-                    ),
-                });
-            }
-            // The marker goes first and leaves last: if this is interrupted, old shards may remain, and
-            // a later run must not take them for done ones of its own.
-            dst.put(
-                OVERWRITING,
-                Bytes::from_static(b"an --overwrite is clearing this destination\n"),
-            )?;
-            for key in dst.list_keys("")? {
-                if key != OVERWRITING {
-                    dst.delete(&key)?;
-                }
-            }
-            dst.delete(OVERWRITING)?;
-        }
+        remove_owned(dst, plan, partition)?;
     } else if dst.get(OVERWRITING)?.is_some() {
         return Err(Error::Destination {
             reason: format!(
@@ -100,7 +89,145 @@ pub(crate) fn prepare(
                 dst.url("")
             ),
         });
-    } else if records.is_empty() && has_metadata(dst, plan)? {
+    }
+    // The claim comes before every check of what the destination holds: a run that finishes in
+    // between (metadata written, state removed) is then seen by the checks, and a run that starts in
+    // between finds this claim.
+    let claim = claim(dst, fingerprint, observer)?;
+    let checked = check_holdings(dst, plan, fingerprint);
+    if claim == Claim::Created && !matches!(checked, Ok(Prepared::Run)) {
+        // Nothing of this run is needed there: a complete conversion, or one we must not touch.
+        dst.delete(CLAIM)?;
+    }
+    if checked? == Prepared::Complete {
+        return Ok(Prepared::Complete);
+    }
+    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
+        what: "the conversion's options",
+        source,
+    })?;
+    dst.put(
+        &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
+        Bytes::from(text),
+    )?;
+    Ok(Prepared::Run)
+}
+
+/// How this run holds the destination's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// This run created it.
+    Created,
+    /// A run with the same options (a live one, or a killed one being resumed) holds it.
+    Joined,
+}
+
+/// Makes this conversion the destination's owner, or joins the owner with the same options; refuses
+/// when a conversion with other options holds it.
+fn claim(dst: &Store, fingerprint: &Value, observer: &dyn Observer) -> Result<Claim> {
+    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
+        what: "the conversion's options",
+        source,
+    })?;
+    // A claim removed between our write and our read (its run finished) is claimed again.
+    for _ in 0..3 {
+        match dst.put_new(CLAIM, Bytes::from(text.clone()))? {
+            PutNew::Created => return Ok(Claim::Created),
+            PutNew::Exists => {}
+            PutNew::Unsupported => {
+                observer.warning(&format!(
+                    "{} cannot write conditionally, so a concurrent run with other options into it would not be detected",
+                    dst.url("")
+                ));
+                if dst.get(CLAIM)?.is_none() {
+                    dst.put(CLAIM, Bytes::from(text))?;
+                    return Ok(Claim::Created);
+                }
+            }
+        }
+        let Some(bytes) = dst.get(CLAIM)? else {
+            continue;
+        };
+        let claimed: Value = serde_json::from_slice(&bytes).map_err(|source| Error::State {
+            key: dst.url(CLAIM),
+            source,
+        })?;
+        if &claimed == fingerprint {
+            return Ok(Claim::Joined);
+        }
+        return Err(Error::Destination {
+            reason: format!(
+                "{} is claimed by a conversion with different options ({}; see {}), running now or interrupted; rerun with its options to resume it, or use --overwrite to replace it once no run writes into it",
+                dst.url(""),
+                differences(&claimed, fingerprint),
+                dst.url(CLAIM)
+            ),
+        });
+    }
+    Err(Error::Destination {
+        reason: format!(
+            "{} could not be claimed: its claim {} kept appearing and disappearing",
+            dst.url(""),
+            dst.url(CLAIM)
+        ),
+    })
+}
+
+/// What differs between two conversions' fingerprints, in a few words for a message.
+fn differences(recorded: &Value, ours: &Value) -> String {
+    if recorded.get("source") != ours.get("source") {
+        return format!(
+            "source {} instead of {}",
+            recorded.get("source").unwrap_or(&Value::Null),
+            ours.get("source").unwrap_or(&Value::Null)
+        );
+    }
+    let arrays = |v: &Value| -> Vec<(String, Value)> {
+        v.get("arrays")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .map(|a| {
+                        let path = a.get("path").and_then(Value::as_str).unwrap_or("");
+                        (path.to_string(), a["zarr.json"].clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (theirs, mine) = (arrays(recorded), arrays(ours));
+    for (path, doc) in &mine {
+        let name = if path.is_empty() { "/" } else { path };
+        let Some((_, other)) = theirs.iter().find(|(p, _)| p == path) else {
+            return format!("array {name} is not part of it");
+        };
+        let fields: Vec<&str> = doc
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(field, value)| other.get(field.as_str()) != Some(value))
+            .map(|(field, _)| field.as_str())
+            .collect();
+        if !fields.is_empty() {
+            return format!("array {name}: {} differ", fields.join(", "));
+        }
+    }
+    "other arrays".to_string()
+}
+
+/// Checks what the destination holds against this conversion (after claiming it).
+fn check_holdings(dst: &Store, plan: &Plan, fingerprint: &Value) -> Result<Prepared> {
+    if let Some(key) = first_v2_metadata(dst, plan)? {
+        return Err(Error::Destination {
+            reason: format!(
+                "{} holds Zarr v2 metadata ({}); use --overwrite to replace it",
+                dst.url(""),
+                dst.url(&key)
+            ),
+        });
+    }
+    let records = dst.list_keys(OPTIONS_DIR)?;
+    if records.is_empty() && has_metadata(dst, plan)? {
         if metadata_matches(dst, plan)? {
             return Ok(Prepared::Complete);
         }
@@ -110,7 +237,8 @@ pub(crate) fn prepare(
                 dst.url("")
             ),
         });
-    } else if records.is_empty() {
+    }
+    if records.is_empty() {
         // Every run records its options before it writes a shard, so a shard without a record was
         // not written by a run of this conversion (a finished one whose metadata was removed, or data
         // from elsewhere): resuming would take it for done.
@@ -132,15 +260,90 @@ pub(crate) fn prepare(
             ),
         });
     }
-    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
-        what: "the conversion's options",
-        source,
-    })?;
-    dst.put(
-        &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
-        Bytes::from(text),
-    )?;
     Ok(Prepared::Run)
+}
+
+/// The first Zarr v2 `.zarray` or `.zgroup` at the root or at a node this conversion writes.
+fn first_v2_metadata(dst: &Store, plan: &Plan) -> Result<Option<String>> {
+    let paths = std::iter::once("")
+        .chain(plan.arrays.iter().map(|a| a.path.as_str()))
+        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+    for path in paths {
+        for document in [".zarray", ".zgroup"] {
+            let key = join(path, document);
+            if dst.get(&key)?.is_some() {
+                return Ok(Some(key));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// For `--overwrite`: removes zshard's state, the Zarr hierarchy the destination holds and the chunk
+/// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`).
+fn remove_owned(dst: &Store, plan: &Plan, partition: Partition) -> Result<()> {
+    let keys: BTreeSet<String> = dst.list_keys("")?.into_iter().collect();
+    let mut roots = vec![String::new()];
+    roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
+    roots.extend(plan.groups.iter().map(|(p, _)| p.clone()));
+    let mut arrays = recorded_arrays(dst, &keys)?;
+    arrays.extend(plan.arrays.iter().filter_map(|a| {
+        ChunkKeys::of_v3(&a.output.to_json()).map(|chunk_keys| (a.path.clone(), chunk_keys))
+    }));
+    let read = |key: &str| -> Option<Value> {
+        let bytes = dst.get(key).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    };
+    let owned = owned_keys(&keys, &roots, &arrays, &read);
+    if owned.is_empty() {
+        return Ok(());
+    }
+    if !partition.is_all() {
+        return Err(Error::Destination {
+            reason: format!(
+                "--overwrite cannot be combined with a partitioned run; empty {} first",
+                dst.url("")
+            ),
+        });
+    }
+    // The marker goes first and leaves last: if this is interrupted, old shards may remain, and a
+    // later run must not take them for done ones of its own.
+    dst.put(
+        OVERWRITING,
+        Bytes::from_static(b"an --overwrite is clearing this destination\n"),
+    )?;
+    for key in owned.iter().filter(|k| *k != OVERWRITING) {
+        dst.delete(key)?;
+    }
+    dst.delete(OVERWRITING)?;
+    Ok(())
+}
+
+/// The arrays that zshard's recorded options (claim and per-worker records) describe, with their
+/// chunk keys: an interrupted conversion has shards but no metadata yet.
+fn recorded_arrays(dst: &Store, keys: &BTreeSet<String>) -> Result<Vec<(String, ChunkKeys)>> {
+    let mut arrays = Vec::new();
+    let records = keys
+        .iter()
+        .filter(|k| *k == CLAIM || k.starts_with(&format!("{OPTIONS_DIR}/")));
+    for key in records {
+        let Some(bytes) = dst.get(key)? else {
+            continue;
+        };
+        // A record we cannot read describes nothing we could remove.
+        let Ok(recorded) = serde_json::from_slice::<Value>(&bytes) else {
+            continue;
+        };
+        for array in recorded["arrays"].as_array().into_iter().flatten() {
+            if let (Some(path), Some(chunk_keys)) = (
+                array["path"].as_str(),
+                ChunkKeys::of_v3(&array["zarr.json"]),
+            ) {
+                arrays.push((path.to_string(), chunk_keys));
+            }
+        }
+    }
+    Ok(arrays)
 }
 
 /// Whether any node of the plan already has a `zarr.json` in the destination.
@@ -180,10 +383,11 @@ fn metadata_matches(dst: &Store, plan: &Plan) -> Result<bool> {
 
 /// Removes the state folder once the metadata is written.
 pub(crate) fn clear(dst: &Store) -> Result<()> {
-    for key in dst.list_keys(".zshard")? {
-        dst.delete(&key)?;
+    // The claim goes last: while any state is left, the destination stays claimed.
+    for key in dst.list_keys(".zshard")?.iter().filter(|k| *k != CLAIM) {
+        dst.delete(key)?;
     }
-    Ok(())
+    dst.delete(CLAIM).map_err(Error::from)
 }
 
 /// The key of a recorded conversion whose options differ from `fingerprint`, if any.
@@ -217,6 +421,22 @@ pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> R
             ),
         });
     }
+    let claimed = dst.get(CLAIM)?.map(|bytes| {
+        serde_json::from_slice::<Value>(&bytes).map_err(|source| Error::State {
+            key: dst.url(CLAIM),
+            source,
+        })
+    });
+    if let Some(claimed) = claimed.transpose()?.filter(|c| c != fingerprint) {
+        return Err(Error::Destination {
+            reason: format!(
+                "{} was claimed by a conversion with different options ({}; see {})",
+                dst.url(""),
+                differences(&claimed, fingerprint),
+                dst.url(CLAIM)
+            ),
+        });
+    }
     if let Some(key) = conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
             reason: format!(
@@ -229,54 +449,102 @@ pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> R
     Ok(Prepared::Run)
 }
 
-/// Shards already done, per array, as C-order shard indices: written shard objects plus recorded
-/// all-fill shards. Leftover temporary files of interrupted writes of `partition`'s shards are removed.
-pub(crate) fn done_shards(
-    dst: &Store,
-    plan: &Plan,
-    partition: Partition,
-) -> Result<Vec<HashSet<u64>>> {
-    let mut done = vec![HashSet::new(); plan.arrays.len()];
+/// What an earlier run of this conversion left in the destination.
+#[derive(Debug, Default)]
+pub(crate) struct Resume {
+    /// Shards done, per array, as C-order shard indices: listed shards that a record names with
+    /// their listed size, and recorded all-fill shards that have no object.
+    pub(crate) done: Vec<HashSet<u64>>,
+    /// This worker's shards whose key holds an object not proven ours (no record, or another size):
+    /// a shard whose record a kill lost, junk, a truncated copy. They are converted again, which
+    /// replaces the object; one that turns out to hold only the fill value must have it removed.
+    /// Keyed by (array, C-order shard index).
+    pub(crate) untrusted: HashMap<(usize, u64), String>,
+}
+
+/// What is done (see [`Resume`]), from one listing of each array's shards and zshard's records.
+/// Leftover temporary files of interrupted writes of `partition`'s shards are removed.
+pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Result<Resume> {
+    let written = records(dst, plan, DONE_DIR)?;
+    let mut resume = Resume {
+        done: vec![HashSet::new(); plan.arrays.len()],
+        untrusted: HashMap::new(),
+    };
+    for (i, index) in records(dst, plan, EMPTY_DIR)?.into_keys() {
+        resume.done[i].insert(index);
+    }
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         let prefix = join(&array.path, "c");
-        for (_, coord) in shard_keys(dst, &prefix, &grid)? {
-            done[i].insert(linear_index(&coord, &grid));
+        for (key, coord, size) in shard_keys(dst, &prefix, &grid)? {
+            let index = linear_index(&coord, &grid);
+            let proven = written
+                .get(&(i, index))
+                .is_some_and(|sizes| sizes.contains(&Some(size)));
+            if proven {
+                resume.done[i].insert(index);
+            } else {
+                // Not done, even if recorded as all fill: an all-fill shard has no object.
+                resume.done[i].remove(&index);
+                if partition.owns(first_global + index) {
+                    resume.untrusted.insert((i, index), key);
+                }
+            }
         }
         remove_staged_leftovers(dst, &prefix, &grid, |index| {
             partition.owns(first_global + index)
         })?;
         first_global += array.geometry.shard_count();
     }
-    for key in dst.list_keys(EMPTY_DIR)? {
+    Ok(resume)
+}
+
+/// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
+type Recorded = HashMap<(usize, u64), Vec<Option<u64>>>;
+
+/// The shards that the record files under `dir` name: (array, C-order shard index) to the sizes
+/// recorded (`None` in records without a size). Lines of other arrays or grids are ignored.
+fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
+    let mut found = Recorded::new();
+    for key in dst.list_keys(dir)? {
         let Some(bytes) = dst.get(&key)? else {
             continue;
         };
         for line in String::from_utf8_lossy(&bytes).lines() {
-            let Some((path, coord)) = line.split_once('\t') else {
+            let mut fields = line.split('\t');
+            let (Some(path), Some(coord)) = (fields.next(), fields.next()) else {
                 continue;
+            };
+            let size = match fields.next().map(str::parse::<u64>) {
+                None => None,
+                Some(Ok(size)) => Some(size),
+                Some(Err(_)) => continue,
             };
             let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
                 continue;
             };
             let grid = plan.arrays[i].geometry.shard_grid();
             if let Some(coord) = parse_coord(&coord.replace(',', "/"), &grid) {
-                done[i].insert(linear_index(&coord, &grid));
+                found
+                    .entry((i, linear_index(&coord, &grid)))
+                    .or_default()
+                    .push(size);
             }
         }
     }
-    Ok(done)
+    Ok(found)
 }
 
-/// The keys below `prefix` (an array's `c`) that are shards of `grid`, with their coordinates.
-fn shard_keys(dst: &Store, prefix: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>)>> {
+/// The keys below `prefix` (an array's `c`) that are shards of `grid`, with their coordinates and
+/// sizes.
+fn shard_keys(dst: &Store, prefix: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>, u64)>> {
     Ok(dst
-        .list_keys(prefix)?
+        .list_sizes(prefix)?
         .into_iter()
-        .filter_map(|key| {
+        .filter_map(|(key, size)| {
             let coord = parse_coord(key[prefix.len()..].trim_start_matches('/'), grid)?;
-            Some((key, coord))
+            Some((key, coord, size))
         })
         .collect())
 }
@@ -286,7 +554,7 @@ fn first_shard(dst: &Store, plan: &Plan) -> Result<Option<String>> {
     for array in &plan.arrays {
         let prefix = join(&array.path, "c");
         let grid = array.geometry.shard_grid();
-        if let Some((key, _)) = shard_keys(dst, &prefix, &grid)?.into_iter().next() {
+        if let Some((key, _, _)) = shard_keys(dst, &prefix, &grid)?.into_iter().next() {
             return Ok(Some(key));
         }
     }
@@ -352,9 +620,10 @@ fn parse_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
     (coord.len() == grid.len() && coord.iter().zip(grid).all(|(c, g)| c < g)).then_some(coord)
 }
 
-/// Batches records of all-fill shards and stores each batch under its own key.
+/// Batches records of shards (written ones with their size, or all-fill ones) and stores each batch
+/// under its own key, so that records are never rewritten.
 #[derive(Debug)]
-pub(crate) struct EmptyLog {
+pub(crate) struct ShardLog {
     store: Store,
     prefix: String,
     seq: u64,
@@ -366,14 +635,24 @@ pub(crate) struct EmptyLog {
 const FLUSH_ENTRIES: usize = 10_000;
 const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 
-impl EmptyLog {
-    pub(crate) fn new(store: Store, partition: Partition) -> Self {
+impl ShardLog {
+    /// Records of written shards.
+    pub(crate) fn written(store: Store, partition: Partition) -> Self {
+        Self::new(store, DONE_DIR, partition)
+    }
+
+    /// Records of all-fill shards.
+    pub(crate) fn empty(store: Store, partition: Partition) -> Self {
+        Self::new(store, EMPTY_DIR, partition)
+    }
+
+    fn new(store: Store, dir: &str, partition: Partition) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        EmptyLog {
+        ShardLog {
             store,
-            prefix: format!("{EMPTY_DIR}/{}-{run}", partition.tag()),
+            prefix: format!("{dir}/{}-{run}", partition.tag()),
             seq: 0,
             pending: String::new(),
             entries: 0,
@@ -381,10 +660,21 @@ impl EmptyLog {
         }
     }
 
-    pub(crate) fn record(&mut self, array_path: &str, shard: &[u64]) -> Result<()> {
+    /// Records a shard; `size` is the written object's size (`None` for an all-fill shard).
+    pub(crate) fn record(
+        &mut self,
+        array_path: &str,
+        shard: &[u64],
+        size: Option<u64>,
+    ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
-        self.pending
-            .push_str(&format!("{array_path}\t{}\n", coord.join(",")));
+        self.pending.push_str(array_path);
+        self.pending.push('\t');
+        self.pending.push_str(&coord.join(","));
+        if let Some(size) = size {
+            self.pending.push_str(&format!("\t{size}"));
+        }
+        self.pending.push('\n');
         self.entries += 1;
         if self.entries >= FLUSH_ENTRIES || self.last_flush.elapsed() >= FLUSH_INTERVAL {
             self.flush()?;

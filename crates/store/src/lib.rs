@@ -36,5 +36,5 @@ pub use guard::HttpGuard;
 pub use location::{Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
-pub use store::{staged_base, Store};
+pub use store::{staged_base, PutNew, Store};
 pub use upload::Upload;

@@ -8,7 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::error::{Error, Result};
 use crate::guard::HttpGuard;
@@ -655,6 +655,16 @@ impl Store {
 
     /// Every key below `prefix`, relative to this store (used by tests and checks, never on the hot path).
     pub fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_sizes(prefix)?
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect())
+    }
+
+    /// Every key below `prefix` with its object's size in bytes, sorted by key: one listing, no
+    /// request per object.
+    pub fn list_sizes(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         let path = self.path(prefix)?;
         let root = self.root.clone();
         let metas: Vec<_> = self
@@ -665,20 +675,55 @@ impl Store {
                 location: self.url(prefix),
                 source: Box::new(source),
             })?;
-        let mut keys: Vec<String> = metas
+        let mut keys: Vec<(String, u64)> = metas
             .into_iter()
             .filter_map(|m| {
                 m.location.prefix_match(&root).map(|parts| {
-                    parts
+                    let key = parts
                         .map(|p| p.as_ref().to_string())
                         .collect::<Vec<_>>()
-                        .join("/")
+                        .join("/");
+                    (key, m.size)
                 })
             })
             .collect();
         keys.sort();
         Ok(keys)
     }
+
+    /// Writes an object only if no object exists under its key, atomically (local files: a hard link
+    /// of the complete file; object stores: a conditional PUT, `If-None-Match: *` on S3). Two callers
+    /// racing for one key cannot both get [`PutNew::Created`].
+    pub fn put_new(&self, key: &str, data: Bytes) -> Result<PutNew> {
+        let path = self.path(key)?;
+        let options = PutOptions::from(PutMode::Create);
+        let result = self.runtime.block_on(self.retrying(|| {
+            self.inner
+                .put_opts(&path, PutPayload::from_bytes(data.clone()), options.clone())
+        }));
+        match result {
+            Ok(_) => Ok(PutNew::Created),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(PutNew::Exists),
+            Err(object_store::Error::NotImplemented { .. }) => Ok(PutNew::Unsupported),
+            Err(source) => Err(Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source: Box::new(source),
+            }),
+        }
+    }
+}
+
+/// What [`Store::put_new`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutNew {
+    /// The object was written: no object existed under its key.
+    Created,
+    /// An object existed under the key (written by someone else, or by an earlier attempt of this
+    /// request that was retried); nothing was written.
+    Exists,
+    /// The store cannot write conditionally; nothing was written.
+    Unsupported,
 }
 
 /// For the name (or key) of a staged file of an interrupted local write, `<base>#<n>` with `n` decimal,

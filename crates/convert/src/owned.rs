@@ -1,0 +1,277 @@
+//! Which keys of a destination belong to zshard, so that `--overwrite` removes only those: zshard's
+//! state folder, the metadata documents of the Zarr hierarchy found there (v3 `zarr.json`, v2
+//! `.zarray`/`.zgroup`/`.zattrs`/`.zmetadata`), walked from the root and from every node this
+//! conversion writes, and the chunk keys of each array found (keys below the array that parse as its
+//! chunk keys under its metadata's chunk key encoding) or described by zshard's own state. Anything
+//! else (a `notes.txt` beside the data, another tool's folder) is not ours and stays.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChunkKeys {
+    /// Dimensions of the array (coordinates per key).
+    ndim: usize,
+    /// `Some("c")` for the v3 default encoding, `None` for v2 keys.
+    prefix: Option<&'static str>,
+    /// Between coordinates (and after the prefix).
+    separator: String,
+}
+
+impl ChunkKeys {
+    /// The chunk keys of a v3 array's `zarr.json` document; `None` when it is not one.
+    pub(crate) fn of_v3(doc: &Value) -> Option<ChunkKeys> {
+        let ndim = doc.get("shape")?.as_array()?.len();
+        let encoding = doc.get("chunk_key_encoding");
+        let name = encoding
+            .and_then(|e| e.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let separator = encoding
+            .and_then(|e| e.get("configuration"))
+            .and_then(|c| c.get("separator"))
+            .and_then(Value::as_str);
+        let (prefix, default_separator) = match name {
+            "default" => (Some("c"), "/"),
+            "v2" => (None, "."),
+            _ => return None,
+        };
+        Some(ChunkKeys {
+            ndim,
+            prefix,
+            separator: separator.unwrap_or(default_separator).to_string(),
+        })
+    }
+
+    /// The chunk keys of a v2 array's `.zarray` document.
+    pub(crate) fn of_v2(doc: &Value) -> Option<ChunkKeys> {
+        let ndim = doc.get("shape")?.as_array()?.len();
+        let separator = doc
+            .get("dimension_separator")
+            .and_then(Value::as_str)
+            .unwrap_or(".");
+        Some(ChunkKeys {
+            ndim,
+            prefix: None,
+            separator: separator.to_string(),
+        })
+    }
+
+    /// Whether `relative` (a key relative to the array's path) is one of its chunk keys.
+    pub(crate) fn matches(&self, relative: &str) -> bool {
+        let coords = match self.prefix {
+            Some(prefix) if self.ndim == 0 => return relative == prefix,
+            None if self.ndim == 0 => return relative == "0",
+            Some(prefix) => {
+                let Some(rest) = relative
+                    .strip_prefix(prefix)
+                    .and_then(|r| r.strip_prefix(self.separator.as_str()))
+                else {
+                    return false;
+                };
+                rest
+            }
+            None => relative,
+        };
+        let parts: Vec<&str> = coords.split(self.separator.as_str()).collect();
+        parts.len() == self.ndim
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    }
+}
+
+/// A node of a Zarr hierarchy as the destination's keys describe it.
+enum Node {
+    Group,
+    Array(ChunkKeys),
+    /// Metadata that cannot be read as either: its documents are ours to replace, nothing below it.
+    Unreadable,
+}
+
+/// Metadata document names of Zarr v2 and v3.
+const METADATA_DOCUMENTS: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}/{key}")
+    }
+}
+
+/// The keys among `keys` (every key of the destination) that `--overwrite` may remove: the hierarchy
+/// walked from `roots` (the root and the paths this conversion writes), the chunk keys of `arrays`
+/// (arrays described by zshard's state or this conversion, as path and chunk keys), and the state
+/// folder. `read` reads a metadata document.
+pub(crate) fn owned_keys(
+    keys: &BTreeSet<String>,
+    roots: &[String],
+    arrays: &[(String, ChunkKeys)],
+    read: &dyn Fn(&str) -> Option<Value>,
+) -> BTreeSet<String> {
+    let mut owned: BTreeSet<String> = keys
+        .iter()
+        .filter(|k| k.starts_with(".zshard/"))
+        .cloned()
+        .collect();
+    let mut arrays = arrays.to_vec();
+    let mut visited = BTreeSet::new();
+    let mut stack: Vec<String> = roots.to_vec();
+    while let Some(path) = stack.pop() {
+        if !visited.insert(path.clone()) {
+            continue;
+        }
+        let Some(node) = node_at(keys, &path, read) else {
+            continue;
+        };
+        owned.extend(
+            METADATA_DOCUMENTS
+                .iter()
+                .map(|doc| join(&path, doc))
+                .filter(|k| keys.contains(k)),
+        );
+        match node {
+            Node::Array(chunk_keys) => arrays.push((path, chunk_keys)),
+            Node::Group => stack.extend(children(keys, &path).map(|c| join(&path, &c))),
+            Node::Unreadable => {}
+        }
+    }
+    for (path, chunk_keys) in &arrays {
+        owned.extend(
+            below(keys, path)
+                .filter(|(_, relative)| chunk_keys.matches(relative))
+                .map(|(key, _)| key.clone()),
+        );
+    }
+    owned
+}
+
+/// The node whose metadata is at `path`, if any.
+fn node_at(
+    keys: &BTreeSet<String>,
+    path: &str,
+    read: &dyn Fn(&str) -> Option<Value>,
+) -> Option<Node> {
+    let v3 = join(path, "zarr.json");
+    if keys.contains(&v3) {
+        let doc = read(&v3);
+        return Some(match doc.as_ref().and_then(|d| d.get("node_type")) {
+            Some(t) if t == "group" => Node::Group,
+            Some(t) if t == "array" => doc
+                .as_ref()
+                .and_then(ChunkKeys::of_v3)
+                .map_or(Node::Unreadable, Node::Array),
+            _ => Node::Unreadable,
+        });
+    }
+    let zarray = join(path, ".zarray");
+    if keys.contains(&zarray) {
+        return Some(
+            read(&zarray)
+                .as_ref()
+                .and_then(ChunkKeys::of_v2)
+                .map_or(Node::Unreadable, Node::Array),
+        );
+    }
+    keys.contains(&join(path, ".zgroup")).then_some(Node::Group)
+}
+
+/// The keys below `path` with their part relative to it.
+fn below<'a>(
+    keys: &'a BTreeSet<String>,
+    path: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a str)> + 'a {
+    keys.iter().filter_map(move |key| {
+        let relative = if path.is_empty() {
+            Some(key.as_str())
+        } else {
+            key.strip_prefix(path).and_then(|r| r.strip_prefix('/'))
+        };
+        relative.map(|r| (key, r))
+    })
+}
+
+/// Names of the immediate sub-folders of `path` (candidate child nodes), zshard's state excluded.
+fn children(keys: &BTreeSet<String>, path: &str) -> impl Iterator<Item = String> {
+    below(keys, path)
+        .filter_map(|(_, relative)| relative.split_once('/').map(|(first, _)| first.to_string()))
+        .filter(|name| name != ".zshard")
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn chunk_keys_of_each_encoding() {
+        let v3 = ChunkKeys::of_v3(&json!({"shape": [4, 4]})).expect("v3");
+        assert!(v3.matches("c/0/1"));
+        assert!(!v3.matches("c/0"));
+        assert!(!v3.matches("c/0/x"));
+        assert!(!v3.matches("notes.txt"));
+        let dotted = ChunkKeys::of_v3(&json!({"shape": [4, 4],
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}}}))
+        .expect("v3 dotted");
+        assert!(dotted.matches("c.0.1"));
+        assert!(!dotted.matches("c/0/1"));
+        let v2 = ChunkKeys::of_v2(&json!({"shape": [4, 4]})).expect("v2");
+        assert!(v2.matches("3.0"));
+        assert!(!v2.matches("3/0"));
+        let nested = ChunkKeys::of_v2(&json!({"shape": [4, 4], "dimension_separator": "/"}))
+            .expect("nested");
+        assert!(nested.matches("3/0"));
+        let scalar = ChunkKeys::of_v3(&json!({"shape": []})).expect("0-d");
+        assert!(scalar.matches("c"));
+        assert!(!scalar.matches("c/0"));
+    }
+
+    #[test]
+    fn only_the_hierarchy_and_the_state_are_owned() {
+        let keys: BTreeSet<String> = [
+            ".zgroup",
+            ".zattrs",
+            "notes.txt",
+            "sub/keep.txt",
+            "a/.zarray",
+            "a/0.0",
+            "a/0.1",
+            "a/readme",
+            "b/zarr.json",
+            "b/c/0/0",
+            "b/c/x",
+            "other/data.bin",
+            ".zshard/options/all.json",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        let read = |key: &str| -> Option<Value> {
+            Some(match key {
+                "a/.zarray" => json!({"shape": [10, 10]}),
+                "b/zarr.json" => json!({"node_type": "array", "shape": [10, 10]}),
+                _ => json!({}),
+            })
+        };
+        let owned = owned_keys(&keys, &[String::new()], &[], &read);
+        let expected: BTreeSet<String> = [
+            ".zgroup",
+            ".zattrs",
+            "a/.zarray",
+            "a/0.0",
+            "a/0.1",
+            "b/zarr.json",
+            "b/c/0/0",
+            ".zshard/options/all.json",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        assert_eq!(owned, expected);
+    }
+}

@@ -1,0 +1,493 @@
+//! The destination contract (issue 15, points 1, 2 and 4): resume skips only shards it can prove it
+//! wrote with these options, a destination is claimed atomically so that runs with different options
+//! cannot both write, and `--overwrite` removes only what the old hierarchy and zshard's state describe.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{expected, files, read_v3, write_v2};
+use serde_json::{json, Value};
+use zshard_core::DataType;
+
+/// The binary under test: `ZSHARD_BIN` when set (a copy that a concurrent build in a shared target
+/// folder cannot replace mid-test), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("ZSHARD_BIN")
+        .map_or_else(|| env!("CARGO_BIN_EXE_zshard").into(), PathBuf::from)
+}
+
+fn zshard(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .output()
+        .expect("run zshard")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A 96x80 uint16 array in 8x8 chunks, the first 1000 elements equal to the fill value: 30 shards of
+/// 16x16, of which the first few hold only the fill value.
+fn source(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    let data = expected(DataType::UInt16, &[96, 80], 2000);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[96, 80],
+        &[8, 8],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    src
+}
+
+const SHAPES: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
+
+fn convert(src: &Path, dst: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["convert", s(src), s(dst), "--quiet", "--threads", "2"];
+    args.extend(SHAPES);
+    args.extend(extra);
+    zshard(&args)
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Asserts exit status 1 and a message holding every one of `parts`.
+fn refused(out: &Output, parts: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for part in parts {
+        assert!(stderr.contains(part), "{part:?} not in: {stderr}");
+    }
+}
+
+fn verify(src: &Path, dst: &Path) -> Output {
+    zshard(&["verify", s(src), s(dst), "--quiet"])
+}
+
+fn report(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).expect("report")).expect("json")
+}
+
+/// The shard keys (`c/...`) among `files`.
+fn shard_keys(files: &BTreeMap<String, Vec<u8>>) -> Vec<String> {
+    files
+        .keys()
+        .filter(|k| k.starts_with("c/"))
+        .cloned()
+        .collect()
+}
+
+/// The output of an uninterrupted conversion with `extra` options into a fresh destination.
+fn reference(tmp: &Path, src: &Path, name: &str, extra: &[&str]) -> BTreeMap<String, Vec<u8>> {
+    let dst = tmp.join(name);
+    ok(&convert(src, &dst, extra));
+    files(&dst)
+}
+
+/// Issue 15, point 1, first reproduction: a finished output whose `zarr.json` was removed, converted
+/// again with other shapes and index location, is refused rather than taken for done; `--overwrite`
+/// replaces it and the result verifies.
+#[test]
+fn other_options_after_zarr_json_was_removed_are_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    ok(&convert(&src, &dst, &[]));
+    std::fs::remove_file(dst.join("zarr.json")).expect("remove zarr.json");
+    let before = files(&dst);
+    let other = [
+        "--shard-shape",
+        "32,32",
+        "--chunk-shape",
+        "16,16",
+        "--index-location",
+        "start",
+    ];
+    let mut args = vec!["convert", s(&src), s(&dst), "--quiet"];
+    args.extend(other);
+    refused(&zshard(&args), &["no record of the zshard conversion"]);
+    assert_eq!(files(&dst), before, "a refused run changes nothing");
+    args.push("--overwrite");
+    ok(&zshard(&args));
+    ok(&verify(&src, &dst));
+    let (values, doc) = read_v3(&dst);
+    assert_eq!(values, expected(DataType::UInt16, &[96, 80], 2000));
+    assert_eq!(
+        doc["chunk_grid"]["configuration"]["chunk_shape"],
+        json!([32, 32])
+    );
+}
+
+/// Issue 15, point 1, second reproduction: 5 bytes of junk at `c/0/0` of a fresh destination.
+#[test]
+fn junk_at_a_shard_key_of_a_fresh_destination_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir_all(dst.join("c/0")).expect("mkdir");
+    std::fs::write(dst.join("c/0/0"), b"junk!").expect("junk");
+    refused(&convert(&src, &dst, &[]), &["c/0/0", "cannot be trusted"]);
+    assert_eq!(std::fs::read(dst.join("c/0/0")).expect("kept"), b"junk!");
+    ok(&convert(&src, &dst, &["--overwrite"]));
+    ok(&verify(&src, &dst));
+    assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
+}
+
+/// Worker 0 of 2 converts its half and leaves its records; the rest of a test resumes from there.
+fn half_done(tmp: &Path, src: &Path) -> PathBuf {
+    let dst = tmp.join("dst");
+    ok(&convert(src, &dst, &["--worker", "0/2"]));
+    assert!(!dst.join("zarr.json").exists());
+    dst
+}
+
+/// Shards recorded with their size are skipped by a resumed run: nothing is read again.
+#[test]
+fn recorded_shards_are_skipped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = half_done(tmp.path(), &src);
+    let written = shard_keys(&files(&dst)).len();
+    assert!(written >= 5, "{written} shards");
+    let path = tmp.path().join("report.json");
+    ok(&convert(
+        &src,
+        &dst,
+        &["--worker", "0/2", "--report", s(&path)],
+    ));
+    let second = report(&path);
+    assert_eq!(second["totals"]["shards_skipped"], json!(15), "{second}");
+    assert_eq!(second["totals"]["chunks_read"], json!(0), "{second}");
+}
+
+/// Issue 15, point 1: with a record of the conversion present, a shard replaced by junk and a
+/// truncated shard are converted again (never skipped), junk at the key of a shard recorded as all
+/// fill is removed, and the result equals an uninterrupted run byte for byte and verifies.
+#[test]
+fn a_shard_replaced_by_junk_or_truncated_is_converted_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = half_done(tmp.path(), &src);
+    let keys = shard_keys(&files(&dst));
+    let (junk, truncated) = (&keys[0], &keys[1]);
+    std::fs::write(dst.join(junk), b"junk!").expect("junk");
+    let bytes = std::fs::read(dst.join(truncated)).expect("shard");
+    std::fs::write(dst.join(truncated), &bytes[..bytes.len() - 10]).expect("truncate");
+    // c/0/0 is worker 0's and holds only the fill value, so it was recorded, not written.
+    assert!(!dst.join("c/0/0").exists());
+    std::fs::create_dir_all(dst.join("c/0")).expect("mkdir");
+    std::fs::write(dst.join("c/0/0"), b"junk at an empty shard").expect("junk");
+
+    let path = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--report", s(&path)]));
+    let resumed = report(&path);
+    // Worker 0's 15 shards were done; the two damaged ones and the all-fill one with junk at its key
+    // were not skipped.
+    assert_eq!(resumed["totals"]["shards_skipped"], json!(12), "{resumed}");
+    assert!(
+        !dst.join("c/0/0").exists(),
+        "the junk at an all-fill shard's key is removed"
+    );
+    assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
+    ok(&verify(&src, &dst));
+}
+
+/// A shard published but not recorded (a kill between the write and the flush of its record) is
+/// converted again rather than trusted.
+#[test]
+fn a_shard_without_a_record_is_converted_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = half_done(tmp.path(), &src);
+    let written = shard_keys(&files(&dst)).len() as u64;
+    std::fs::remove_dir_all(dst.join(".zshard/done")).expect("drop the records of written shards");
+    let path = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--report", s(&path)]));
+    let resumed = report(&path);
+    // Only worker 0's shards recorded as all fill are skipped; its written ones are converted again.
+    assert_eq!(
+        resumed["totals"]["shards_skipped"],
+        json!(15 - written),
+        "{resumed}"
+    );
+    assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
+}
+
+/// A 2048x2048 uint16 array in 64x64 chunks: large enough that a conversion with gzip level 9 on one
+/// thread takes a second or more, so that runs overlap.
+fn big_source(dir: &Path) -> PathBuf {
+    let src = dir.join("big");
+    let data = expected(DataType::UInt16, &[2048, 2048], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[2048, 2048],
+        &[64, 64],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    src
+}
+
+/// The options of run A and of run B (another compressor and shard shape) on the big source.
+const A: [&str; 6] = [
+    "--shard-shape",
+    "256,256",
+    "--chunk-shape",
+    "64,64",
+    "--compressor",
+    "gzip:9",
+];
+const B: [&str; 6] = [
+    "--shard-shape",
+    "512,512",
+    "--chunk-shape",
+    "64,64",
+    "--compressor",
+    "gzip:1",
+];
+
+fn big_command(src: &Path, dst: &Path, options: &[&str]) -> Command {
+    let mut c = Command::new(binary());
+    c.args(["convert", s(src), s(dst), "--quiet", "--threads", "1"])
+        .args(options)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn big_reference(
+    tmp: &Path,
+    src: &Path,
+    name: &str,
+    options: &[&str],
+) -> BTreeMap<String, Vec<u8>> {
+    let dst = tmp.join(name);
+    ok(&big_command(src, &dst, options).output().expect("run"));
+    files(&dst)
+}
+
+/// Waits until `path` exists (at most 30 s).
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{path:?} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts run A, waits for its claim and its first shard, and kills it (SIGKILL).
+fn killed_run(src: &Path, dst: &Path) {
+    let mut child: Child = big_command(src, dst, &A).spawn().expect("spawn");
+    wait_for(&dst.join("c/0/0"));
+    child.kill().expect("kill"); // SIGKILL
+    child.wait().expect("reap");
+    assert!(dst.join(".zshard/claim.json").exists());
+    assert!(
+        !dst.join("zarr.json").exists(),
+        "the kill landed after the end"
+    );
+}
+
+const CLAIM_ERROR: &str = "is claimed by a conversion with different options";
+
+/// Issue 15, point 2: two converts with different options started together into one destination:
+/// exactly one writes (the other is refused by the claim and writes nothing), and the result is the
+/// winner's uninterrupted output and verifies.
+#[test]
+fn concurrent_runs_with_different_options_cannot_both_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = big_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let a = big_command(&src, &dst, &A).spawn().expect("spawn A");
+    let b = big_command(&src, &dst, &B).spawn().expect("spawn B");
+    let (a, b) = (
+        a.wait_with_output().expect("A"),
+        b.wait_with_output().expect("B"),
+    );
+    let (winner, loser) = match (a.status.success(), b.status.success()) {
+        (true, false) => (&A, &b),
+        (false, true) => (&B, &a),
+        _ => panic!(
+            "exactly one run must succeed: A {:?} {}, B {:?} {}",
+            a.status,
+            String::from_utf8_lossy(&a.stderr),
+            b.status,
+            String::from_utf8_lossy(&b.stderr)
+        ),
+    };
+    refused(loser, &[CLAIM_ERROR, "codecs", "claim.json"]);
+    ok(&verify(&src, &dst));
+    assert_eq!(
+        files(&dst),
+        big_reference(tmp.path(), &src, "reference", winner)
+    );
+}
+
+/// Runs with the same options join one claim: both succeed and write the same bytes.
+#[test]
+fn concurrent_runs_with_the_same_options_both_succeed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = big_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let first = big_command(&src, &dst, &A).spawn().expect("spawn");
+    let second = big_command(&src, &dst, &A).spawn().expect("spawn");
+    ok(&first.wait_with_output().expect("first"));
+    ok(&second.wait_with_output().expect("second"));
+    assert_eq!(
+        files(&dst),
+        big_reference(tmp.path(), &src, "reference", &A)
+    );
+    assert!(!dst.join(".zshard").exists());
+}
+
+/// The claim of a run killed by SIGKILL: a run with other options is refused (and writes nothing),
+/// the same options resume it to exactly the uninterrupted output.
+#[test]
+fn a_killed_runs_claim_refuses_other_options_and_is_resumed_by_the_same() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = big_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    killed_run(&src, &dst);
+    let before = files(&dst);
+    refused(
+        &big_command(&src, &dst, &B).output().expect("B"),
+        &[CLAIM_ERROR, "chunk_grid", "codecs"],
+    );
+    assert_eq!(files(&dst), before, "the refused run wrote nothing");
+    ok(&big_command(&src, &dst, &A).output().expect("resume"));
+    assert_eq!(
+        files(&dst),
+        big_reference(tmp.path(), &src, "reference", &A)
+    );
+    assert!(!dst.join(".zshard").exists());
+}
+
+/// `--overwrite` replaces a killed run with other options, including its shards at keys the new
+/// conversion does not write (its recorded options describe them).
+#[test]
+fn overwrite_replaces_a_killed_run_with_other_options() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = big_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    killed_run(&src, &dst);
+    let mut options = B.to_vec();
+    options.push("--overwrite");
+    ok(&big_command(&src, &dst, &options).output().expect("B"));
+    assert_eq!(
+        files(&dst),
+        big_reference(tmp.path(), &src, "reference", &B)
+    );
+    ok(&verify(&src, &dst));
+}
+
+/// With `files` of a destination and files added beside it: the expected listing.
+fn with(
+    mut files: BTreeMap<String, Vec<u8>>,
+    extra: &[(&str, &[u8])],
+) -> BTreeMap<String, Vec<u8>> {
+    for (key, bytes) in extra {
+        files.insert(key.to_string(), bytes.to_vec());
+    }
+    files
+}
+
+const NOTES: &[u8] = b"my notes, not zshard's\n";
+const KEEP: &[u8] = b"keep me\n";
+
+/// Issue 15, point 4: `--overwrite` removes the old conversion, and files beside it that zshard did
+/// not write survive byte for byte.
+#[test]
+fn overwrite_keeps_files_zshard_did_not_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    std::fs::create_dir_all(dst.join("sub")).expect("mkdir");
+    std::fs::write(dst.join("notes.txt"), NOTES).expect("notes");
+    std::fs::write(dst.join("sub/keep.txt"), KEEP).expect("keep");
+    ok(&convert(&src, &dst, &[]));
+    let first = reference(tmp.path(), &src, "first", &[]);
+    let extra: [(&str, &[u8]); 2] = [("notes.txt", NOTES), ("sub/keep.txt", KEEP)];
+    assert_eq!(files(&dst), with(first, &extra));
+
+    // A partitioned worker never deletes.
+    refused(
+        &convert(&src, &dst, &["--overwrite", "--worker", "0/2"]),
+        &["cannot be combined with a partitioned run"],
+    );
+
+    let other = ["--compressor", "gzip:1", "--index-location", "start"];
+    let mut options = other.to_vec();
+    options.push("--overwrite");
+    ok(&convert(&src, &dst, &options));
+    let second = reference(tmp.path(), &src, "second", &other);
+    assert_eq!(files(&dst), with(second, &extra));
+    ok(&verify(&src, &dst));
+}
+
+/// Issue 15, point 4: a destination holding a Zarr v2 array (or group) is refused with the key named;
+/// `--overwrite` replaces it (its metadata and chunks go, other files stay).
+#[test]
+fn a_zarr_v2_destination_is_refused_and_replaced_with_overwrite() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let expected_output = reference(tmp.path(), &src, "reference", &[]);
+
+    // A v2 array at the root.
+    let array = tmp.path().join("v2array");
+    write_v2(
+        &array,
+        DataType::UInt16,
+        &[20, 20],
+        &[10, 10],
+        Value::Null,
+        &expected(DataType::UInt16, &[20, 20], 0),
+    );
+    let before = files(&array);
+    assert!(before.contains_key("1.1"));
+    refused(
+        &convert(&src, &array, &[]),
+        &[&format!("{}/.zarray", s(&array))],
+    );
+    assert_eq!(files(&array), before, "a refused run changes nothing");
+    ok(&convert(&src, &array, &["--overwrite"]));
+    assert_eq!(files(&array), expected_output);
+
+    // A v2 group holding an array with a file of its own beside the chunks.
+    let group = tmp.path().join("v2group");
+    write_v2(
+        &group.join("a"),
+        DataType::UInt16,
+        &[20, 20],
+        &[10, 10],
+        Value::Null,
+        &expected(DataType::UInt16, &[20, 20], 0),
+    );
+    std::fs::write(group.join(".zgroup"), br#"{"zarr_format": 2}"#).expect(".zgroup");
+    std::fs::write(group.join(".zattrs"), br#"{"title": "old"}"#).expect(".zattrs");
+    std::fs::write(group.join("a/readme.txt"), KEEP).expect("readme");
+    std::fs::write(group.join("notes.txt"), NOTES).expect("notes");
+    refused(
+        &convert(&src, &group, &[]),
+        &[&format!("{}/.zgroup", s(&group))],
+    );
+    ok(&convert(&src, &group, &["--overwrite"]));
+    let extra: [(&str, &[u8]); 2] = [("notes.txt", NOTES), ("a/readme.txt", KEEP)];
+    assert_eq!(files(&group), with(expected_output, &extra));
+}
