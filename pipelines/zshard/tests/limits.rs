@@ -7,9 +7,23 @@ mod common;
 
 use std::path::Path;
 
-use common::{expected, write_v2, zshard};
+use common::{expected, write_v2};
 use serde_json::json;
 use zshard_core::DataType;
+
+/// The binary under test: `ZSHARD_BIN` when set (a copy made right after building, since other
+/// builds into a shared target dir may replace `target/release/zshard`), else cargo's.
+fn binary() -> String {
+    std::env::var("ZSHARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zshard").to_string())
+}
+
+/// Runs the binary under test.
+fn zshard(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary())
+        .args(args)
+        .output()
+        .expect("run zshard")
+}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -66,4 +80,90 @@ fn a_job_file_with_zero_extents_is_refused_naming_the_array() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(!tmp.path().join("out").exists());
     }
+}
+
+/// A v3 array of 4 uint8 values in one raw chunk at `dir/v3`, with `extra` members in its zarr.json.
+fn v3_source(dir: &Path, extra: serde_json::Value) -> std::path::PathBuf {
+    let src = dir.join("v3");
+    std::fs::create_dir_all(src.join("c")).expect("mkdir");
+    let mut doc = json!({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+        doc.extend(extra.clone());
+    }
+    std::fs::write(src.join("zarr.json"), doc.to_string()).expect("write zarr.json");
+    std::fs::write(src.join("c/0"), [1u8, 2, 3, 4]).expect("write chunk");
+    src
+}
+
+#[test]
+fn a_v3_field_that_must_be_understood_is_refused_and_one_that_need_not_be_is_ignored() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = v3_source(
+        tmp.path(),
+        json!({"ext": {"must_understand": true, "configuration": {}}}),
+    );
+    let out = tmp.path().join("out");
+    let (code, stderr) = failure(&zshard(&["convert", s(&src), s(&out), "--quiet"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: unknown extension field \"ext\" must be understood (only fields that are an object with \"must_understand\": false may be ignored)",
+            src.join("zarr.json").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = v3_source(
+        tmp.path(),
+        json!({"ext": {"must_understand": false, "configuration": {}}}),
+    );
+    let out = tmp.path().join("out");
+    let run = zshard(&["convert", s(&src), s(&out), "--quiet"]);
+    assert_eq!(run.status.code(), Some(0), "{}", failure(&run).1);
+    let (data, doc) = common::read_v3(&out);
+    assert_eq!(data, vec![1, 2, 3, 4]);
+    assert!(doc.get("ext").is_none(), "{doc}");
+}
+
+/// A zstd frame whose header says `content_size` bytes (single segment, 2-byte size) and whose
+/// blocks are `count` RLE blocks of 128 KiB each: they promise `count` × 128 KiB.
+fn frame_promising_more(content_size: u16, count: usize) -> Vec<u8> {
+    let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd, 0x60];
+    frame.extend_from_slice(&(content_size - 256).to_le_bytes());
+    for i in 0..count {
+        let last = u32::from(i + 1 == count);
+        let header = last | 1 << 1 | (128 << 10) << 3;
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.push(0xAB);
+    }
+    frame
+}
+
+#[test]
+fn passthrough_refuses_a_zstd_frame_whose_blocks_promise_more_than_its_header() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path());
+    // 16x16 uint16 chunks are 512 bytes; this frame's header says 512 and its blocks 1 GiB.
+    std::fs::write(src.join("1.2"), frame_promising_more(512, 8192)).expect("damage chunk 1.2");
+    let out = tmp.path().join("out");
+    let plan = zshard(&["plan", s(&src), s(&out)]);
+    assert!(
+        String::from_utf8_lossy(&plan.stdout).contains("passthrough"),
+        "the source must pass through for this test: {}",
+        String::from_utf8_lossy(&plan.stdout)
+    );
+    let (code, stderr) = failure(&zshard(&["convert", s(&src), s(&out), "--quiet"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot decode chunk {}: codec zstd: the frame's blocks decode to at least 131072 bytes, its header says 512",
+            src.join("1.2").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!out.join("zarr.json").exists());
 }
