@@ -262,8 +262,13 @@ mod tests {
             assert!(matches!(node.kind, NodeKind::Array(_)));
         }
         let group = br#"{"zarr_format":3,"node_type":"group","ext":{"must_understand":true}}"#;
-        let e = parse_node("g/zarr.json", group).expect_err("group").to_string();
-        assert!(e.contains("g/zarr.json: unknown extension field \"ext\""), "{e}");
+        let e = parse_node("g/zarr.json", group)
+            .expect_err("group")
+            .to_string();
+        assert!(
+            e.contains("g/zarr.json: unknown extension field \"ext\""),
+            "{e}"
+        );
     }
 
     #[test]
