@@ -167,3 +167,121 @@ fn passthrough_refuses_a_zstd_frame_whose_blocks_promise_more_than_its_header() 
     );
     assert!(!out.join("zarr.json").exists());
 }
+
+/// Memory the cgroup allows beyond `--memory-limit`: the page cache of the shards just written,
+/// which the kernel charges to the cgroup too (it reclaims it rather than kill, but not always in
+/// time).
+const CGROUP_ALLOWANCE: u64 = 32 << 20;
+
+/// A cgroup v1 memory group of its own, removed when dropped; `None` where the memory controller is
+/// not there or not writable (not root, cgroup v2).
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> Option<MemoryCgroup> {
+        let dir =
+            Path::new("/sys/fs/cgroup/memory").join(format!("zshard-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let group = MemoryCgroup { dir };
+        std::fs::write(group.dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+        Some(group)
+    }
+
+    /// Runs the binary under test with `args` inside the group.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let procs = self.dir.join("cgroup.procs");
+        let script = format!("echo $$ > {} && exec \"$0\" \"$@\"", procs.display());
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(binary())
+            .args(args)
+            .output()
+            .expect("run zshard in the cgroup")
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// One-element inner chunks in shards of 512 x 512: 262144 inner chunks per shard, whose per-chunk
+/// bookkeeping and index the estimate must count. Run in a cgroup at the limit (plus
+/// [`CGROUP_ALLOWANCE`]): the kernel kills the run if it holds more than the limit allows.
+#[test]
+fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
+    const LIMIT: u64 = 128 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt16, &[2048, 2048], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[2048, 2048],
+        &[256, 256],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let run = group.run(&[
+        "convert",
+        s(&src),
+        s(&out),
+        "--chunk-shape",
+        "1,1",
+        "--shard-shape",
+        "512,512",
+        "--memory-limit",
+        "128MiB",
+        "--threads",
+        "2",
+        "--quiet",
+    ]);
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("peak charged to the cgroup: {peak} bytes");
+    let (converted, _) = common::read_v3(&out);
+    assert!(converted == data, "the output differs from the source");
+    // What cannot fit is refused up front, naming the array and what needs the memory.
+    let refused = group.run(&[
+        "convert",
+        s(&src),
+        s(&tmp.path().join("big")),
+        "--chunk-shape",
+        "1,1",
+        "--shard-shape",
+        "2048,2048",
+        "--memory-limit",
+        "128MiB",
+        "--quiet",
+    ]);
+    let (code, stderr) = failure(&refused);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("array {}: the conversion needs about", s(&src)))
+            && stderr.contains("more than the memory limit of 128.00 MiB: the shard index takes 320.00 MiB (4194304 inner chunks per shard at 40 B each, 2 shards open at a time): use a smaller --shard-shape or a larger --chunk-shape; or use a --memory-limit of at least"),
+        "{stderr}"
+    );
+}
