@@ -34,15 +34,15 @@ const SMALL_PART_BYTES: u64 = 4 << 20;
 /// bound, 64 bytes or more), its `Bytes` handle and share, and, for a shard of one part, its index
 /// entry and piece. With one-element chunks this is what a part is made of (measured: a part of
 /// 2^20 uint16 inner chunks of 1 x 1 held about 230 MiB).
-pub const INNER_CHUNK_OVERHEAD: u64 = 256;
+pub(crate) const INNER_CHUNK_OVERHEAD: u64 = 256;
 
 /// What a message holds for each source chunk it reads besides its bytes: its grid coordinate, the
 /// encoded buffer's handle and the decoded buffer's slot, and the assembler's map entry.
-pub const SOURCE_CHUNK_OVERHEAD: u64 = 160;
+pub(crate) const SOURCE_CHUNK_OVERHEAD: u64 = 160;
 
 /// Bytes of index a shard streamed in parts holds per inner chunk until it is complete: its entry
 /// (24 bytes) and, when it is written at the end, the encoded index (16 bytes per chunk).
-pub const INDEX_BYTES_PER_CHUNK: u64 = 40;
+pub(crate) const INDEX_BYTES_PER_CHUNK: u64 = 40;
 
 /// What a run may use, for [`budget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
