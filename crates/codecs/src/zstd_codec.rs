@@ -112,6 +112,9 @@ impl BytesToBytesCodec for ZstdCodec {
                     "not a valid zstd frame (bad header or truncated)",
                 )));
             };
+            if let Err(reason) = check_blocks(&rest[..frame_len.min(rest.len())], size) {
+                return Some(Err(Error::codec("zstd", reason)));
+            }
             total = total.saturating_add(size);
             offset += frame_len.max(1);
         }
@@ -134,6 +137,75 @@ impl BytesToBytesCodec for ZstdCodec {
             json!({"level": self.level, "checksum": self.checksum}),
         )
     }
+}
+
+/// The most bytes one block decodes to (the format's `Block_Maximum_Size`, 128 KiB).
+const BLOCK_MAX: u64 = 128 << 10;
+
+/// Length of the header of the zstd frame `frame`, from its descriptor byte (RFC 8878, 3.1.1.1).
+fn frame_header_len(frame: &[u8]) -> Option<usize> {
+    let descriptor = *frame.get(4)?;
+    let single_segment = descriptor & 0x20 != 0;
+    let dictionary_id = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let content_size = match descriptor >> 6 {
+        0 => usize::from(single_segment),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    Some(5 + usize::from(!single_segment) + dictionary_id + content_size)
+}
+
+/// Checks the block headers of the one whole frame `frame` against the content size its header
+/// states, without decoding: raw and RLE blocks state what they decode to, a compressed block decodes
+/// to at most [`BLOCK_MAX`]. A frame whose blocks promise more (or can hold less) than its header
+/// says is damaged, and would be copied as it is by passthrough if only its header were read.
+fn check_blocks(frame: &[u8], content_size: u64) -> std::result::Result<(), String> {
+    let truncated = || "not a valid zstd frame (bad header or truncated)".to_string();
+    let mut at = frame_header_len(frame).ok_or_else(truncated)?;
+    let (mut least, mut most) = (0u64, 0u64);
+    loop {
+        let header = frame.get(at..at + 3).ok_or_else(truncated)?;
+        let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+        let (last, kind, size) = (header & 1 != 0, (header >> 1) & 3, u64::from(header >> 3));
+        if size > BLOCK_MAX {
+            return Err(format!(
+                "a block of the frame states {size} bytes, more than a block may hold ({BLOCK_MAX})"
+            ));
+        }
+        let stored = match kind {
+            // Raw: `size` bytes as they are; RLE: one byte repeated `size` times.
+            0 | 1 => {
+                least += size;
+                most += size;
+                if kind == 0 {
+                    size
+                } else {
+                    1
+                }
+            }
+            2 => {
+                most += BLOCK_MAX;
+                size
+            }
+            _ => return Err("a block of the frame has the reserved block type".to_string()),
+        };
+        at += 3 + stored as usize;
+        if least > content_size {
+            return Err(format!(
+                "the frame's blocks decode to at least {least} bytes, its header says {content_size}"
+            ));
+        }
+        if last {
+            break;
+        }
+    }
+    if most < content_size {
+        return Err(format!(
+            "the frame's blocks decode to at most {most} bytes, its header says {content_size}"
+        ));
+    }
+    Ok(())
 }
 
 thread_local! {
@@ -231,6 +303,49 @@ mod tests {
             codec().check_framing(&two, data.len()),
             Some(Ok(()))
         ));
+    }
+
+    /// A single-segment frame stating `content_size` (256..65791) bytes, then `blocks` (type, size,
+    /// content bytes), the last one marked last.
+    fn frame(content_size: u64, blocks: &[(u32, u32, usize)]) -> Vec<u8> {
+        let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x60];
+        out.extend_from_slice(&((content_size - 256) as u16).to_le_bytes());
+        for (i, &(kind, size, stored)) in blocks.iter().enumerate() {
+            let last = u32::from(i + 1 == blocks.len());
+            let header = last | kind << 1 | size << 3;
+            out.extend_from_slice(&header.to_le_bytes()[..3]);
+            out.extend(std::iter::repeat_n(7u8, stored));
+        }
+        out
+    }
+
+    #[test]
+    fn blocks_that_promise_more_than_the_header_says_are_refused_without_decoding() {
+        let message = |bytes: &[u8], len: usize| match codec().check_framing(bytes, len) {
+            Some(Err(e)) => e.to_string(),
+            other => format!("{other:?}"),
+        };
+        // The header says 512 bytes; 8000 RLE blocks of 128 KiB promise a gigabyte.
+        let rle = frame(512, &vec![(1, 128 << 10, 1); 8000]);
+        assert_eq!(rle.len(), 7 + 8000 * 4);
+        assert_eq!(
+            message(&rle, 512),
+            "codec zstd: the frame's blocks decode to at least 131072 bytes, its header says 512"
+        );
+        // Blocks of more than 128 KiB do not exist.
+        assert_eq!(
+            message(&frame(512, &[(1, 1 << 20, 1)]), 512),
+            "codec zstd: a block of the frame states 1048576 bytes, more than a block may hold (131072)"
+        );
+        // A raw block of 100 bytes cannot make 512.
+        assert_eq!(
+            message(&frame(512, &[(0, 100, 100)]), 512),
+            "codec zstd: the frame's blocks decode to at most 100 bytes, its header says 512"
+        );
+        // What the blocks state adds up: accepted, and it decodes to what the header says.
+        let good = frame(512, &[(1, 256, 1), (0, 256, 256)]);
+        assert!(matches!(codec().check_framing(&good, 512), Some(Ok(()))));
+        assert_eq!(codec().decode(&good, 512).map(|d| d.len()).ok(), Some(512));
     }
 
     #[test]

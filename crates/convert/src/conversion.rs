@@ -124,13 +124,20 @@ impl Conversion {
     }
 
     fn budget(&self, opened: &Opened) -> Result<Budget> {
-        let uploads = memory::upload_buffers(&opened.destination, self.store_options.part_size);
+        let outside = memory::Outside {
+            upload_buffers: memory::upload_buffers(
+                &opened.destination,
+                self.store_options.part_size,
+            ),
+            resident: opened.input.memory_bytes(),
+        };
         let io_threads = io_threads(self.io_threads, &[&opened.source, &opened.destination]);
         memory::budget(
             &opened.plan,
+            &opened.input.url(),
             self.threads,
             self.memory_limit,
-            uploads,
+            outside,
             io_threads,
         )
     }

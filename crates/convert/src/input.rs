@@ -106,6 +106,14 @@ impl Input {
         }
     }
 
+    /// Bytes the input holds in memory for the whole conversion (a kerchunk set's references).
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        match self {
+            Input::Zarr(_) => 0,
+            Input::Kerchunk(refs) => refs.memory_bytes(),
+        }
+    }
+
     /// Every group and array of the input.
     pub(crate) fn nodes(&self) -> Result<Vec<Node>> {
         match self {

@@ -4,8 +4,8 @@
 use zshard_pipeline::{Budget, BudgetRequest};
 use zshard_store::Location;
 
-use crate::error::Result;
-use crate::plan::Plan;
+use crate::error::{Error, Result};
+use crate::plan::{array_name, Plan};
 
 /// The memory limit when none is given: half of what this machine (or its cgroup) has, so that a job
 /// never takes all of a node; 4 GiB when that cannot be read.
@@ -18,9 +18,16 @@ pub fn default_limit() -> u64 {
     total / 2
 }
 
+/// The memory limit of this process's cgroup: v2 (`memory.max`, "max" when unlimited) or v1
+/// (`memory.limit_in_bytes`, a huge number when unlimited, which the machine's memory then undercuts).
 fn cgroup_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?;
-    text.trim().parse().ok()
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|path| std::fs::read_to_string(path).ok())
+    .find_map(|text| text.trim().parse().ok())
 }
 
 fn physical_memory() -> Option<u64> {
@@ -41,19 +48,41 @@ pub(crate) fn upload_buffers(destination: &Location, part_size: usize) -> u64 {
     }
 }
 
-/// The pipeline's budget for `plan` under `limit` (the default limit when `None`).
+/// What a conversion holds outside the pipeline, for its budget.
+pub(crate) struct Outside {
+    /// See [`upload_buffers`].
+    pub(crate) upload_buffers: u64,
+    /// What the input holds for the whole run (a kerchunk set's references).
+    pub(crate) resident: u64,
+}
+
+/// The pipeline's budget for `plan` (of the source at `source`) under `limit` (the default limit
+/// when `None`). A refusal names the array it is about.
 pub(crate) fn budget(
     plan: &Plan,
+    source: &str,
     wanted: usize,
     limit: Option<u64>,
-    upload_buffers: u64,
+    outside: Outside,
     io_threads: usize,
 ) -> Result<Budget> {
     let request = BudgetRequest {
         threads: wanted,
         limit: Some(limit.unwrap_or_else(default_limit)),
-        upload_buffers,
+        upload_buffers: outside.upload_buffers,
         io_threads,
+        resident: outside.resident,
     };
-    Ok(zshard_pipeline::budget(&plan.layouts(), &request)?)
+    zshard_pipeline::budget(&plan.layouts(), &request).map_err(|e| match &e {
+        zshard_pipeline::Error::MemoryLimit {
+            array: Some(index), ..
+        } => match plan.arrays.get(*index) {
+            Some(array) => Error::Array {
+                array: array_name(source, &array.path),
+                source: Box::new(e.into()),
+            },
+            None => e.into(),
+        },
+        _ => e.into(),
+    })
 }

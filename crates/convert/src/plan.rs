@@ -182,7 +182,10 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
     meta.sharding()?.ok().map(|config| config.chunk_shape)
 }
 
-fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
+/// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
+/// Every front end (flags, job files, the library) goes through here, before any geometry divides by
+/// an extent.
+fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
         return Err(Error::Layout {
             reason: format!(
@@ -193,20 +196,27 @@ fn check_rank(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
             ),
         });
     }
+    if let Some(d) = shape.iter().position(|&n| n == 0) {
+        return Err(Error::Layout {
+            reason: format!(
+                "{what} {shape:?} has a zero extent (dimension {d}): every extent must be at least 1"
+            ),
+        });
+    }
     Ok(())
 }
 
 fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
     let inner_shape = match &layout.chunk_shape {
         Some(shape) => {
-            check_rank("--chunk-shape", shape, meta)?;
+            check_shape("--chunk-shape", shape, meta)?;
             shape.clone()
         }
         None => source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone()),
     };
     let shard_shape = match &layout.shard_shape {
         Some(shape) => {
-            check_rank("--shard-shape", shape, meta)?;
+            check_shape("--shard-shape", shape, meta)?;
             shape.clone()
         }
         None => auto_shard_shape(&meta.shape, &inner_shape, meta.data_type.size()),

@@ -506,6 +506,7 @@ fn verify(v: &Verification) -> Result<Verified> {
             threads: v.threads,
             limit: None,
             upload_buffers: 0,
+            resident: 0,
             io_threads: crate::conversion::io_threads(
                 v.io_threads,
                 &[&source_location, &destination_location],

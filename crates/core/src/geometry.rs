@@ -280,6 +280,17 @@ impl ShardGeometry {
                 "array shape {array_shape:?} has more elements than fit in 64 bits"
             ));
         }
+        // Shard regions are not clipped to the array: the last shard's end must fit in 64 bits too.
+        if let Some(d) = (0..ndim).find(|&d| {
+            array_shape[d]
+                .div_ceil(shard_shape[d])
+                .checked_mul(shard_shape[d])
+                .is_none()
+        }) {
+            return bad(format!(
+                "array shape {array_shape:?} in shards of {shard_shape:?}: the shards of dimension {d} end past 2^64 elements"
+            ));
+        }
         if let Some(d) = (0..ndim).find(|&d| shard_shape[d] % inner_shape[d] != 0) {
             return bad(format!(
                 "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
@@ -519,24 +530,41 @@ impl ShardGeometry {
 /// Raw shard size (bytes) that the automatic shard shape aims for.
 pub const AUTO_SHARD_TARGET_BYTES: u64 = 64 << 20;
 
+/// Most inner chunks the automatic shard shape puts in a shard. A shard's index (16 bytes per inner
+/// chunk) stays in memory until the shard is complete: with tiny inner chunks a 64 MiB shard would
+/// hold millions of them, and its index would outweigh its data (one-element chunks: 8 times).
+pub const AUTO_SHARD_MAX_CHUNKS: u64 = 1 << 20;
+
 /// Picks a shard shape for `--shard-shape` when the user gives none: start from the inner chunk and
 /// double the dimension with the fewest inner chunks per shard (the last dimension on ties), as long as
-/// the shard's raw size stays within [`AUTO_SHARD_TARGET_BYTES`] and the shard does not grow past the
-/// array's extent rounded up to whole inner chunks.
+/// the shard's raw size stays within [`AUTO_SHARD_TARGET_BYTES`], its inner chunks within
+/// [`AUTO_SHARD_MAX_CHUNKS`], and the shard does not grow past the array's extent rounded up to whole
+/// inner chunks. Zero extents (refused by [`ShardGeometry::new`]) count as one.
 pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: usize) -> Vec<u64> {
+    let inner_shape: Vec<u64> = inner_shape.iter().map(|&i| i.max(1)).collect();
+    let inner_shape = inner_shape.as_slice();
     let mut shard = inner_shape.to_vec();
     let limit: Vec<u64> = array_shape
         .iter()
         .zip(inner_shape)
-        .map(|(&a, &i)| a.div_ceil(i).max(1) * i)
+        .map(|(&a, &i)| a.div_ceil(i).max(1).saturating_mul(i))
         .collect();
     loop {
-        let bytes = product(&shard).saturating_mul(element_size as u64);
+        let bytes = shard
+            .iter()
+            .fold(element_size as u64, |acc, &n| acc.saturating_mul(n));
+        let chunks = shard
+            .iter()
+            .zip(inner_shape)
+            .fold(1u64, |acc, (s, i)| acc.saturating_mul(s / i));
         let candidate = (0..shard.len())
             .filter(|&d| shard[d] < limit[d])
             .min_by_key(|&d| (shard[d] / inner_shape[d], std::cmp::Reverse(d)));
         match candidate {
-            Some(d) if bytes.saturating_mul(2) <= AUTO_SHARD_TARGET_BYTES => {
+            Some(d)
+                if bytes.saturating_mul(2) <= AUTO_SHARD_TARGET_BYTES
+                    && chunks.saturating_mul(2) <= AUTO_SHARD_MAX_CHUNKS =>
+            {
                 shard[d] = (shard[d] * 2).min(limit[d]);
             }
             _ => return shard,
@@ -732,5 +760,22 @@ mod tests {
         assert_eq!(auto_shard_shape(&[1000, 7], &[64, 7], 1), vec![1024, 7]);
         let s = auto_shard_shape(&[1 << 20, 1 << 20], &[1000, 1000], 8);
         assert!(product(&s) * 8 <= AUTO_SHARD_TARGET_BYTES);
+        // One-element chunks: 2^20 of them (a 16 MiB index), not 2^25 (64 MiB of uint16).
+        assert_eq!(
+            auto_shard_shape(&[1_000_000_000_000_000, 1], &[1, 1], 2),
+            vec![1 << 20, 1]
+        );
+        // A zero extent does not divide by zero (the geometry refuses it).
+        assert_eq!(auto_shard_shape(&[10, 10], &[0, 5], 1), vec![10, 10]);
+    }
+
+    #[test]
+    fn shapes_whose_shards_end_past_64_bits_are_refused() {
+        let e = ShardGeometry::new(&[u64::MAX - 5, 1], &[1 << 20, 1], &[1, 1])
+            .expect_err("overflow")
+            .to_string();
+        assert!(e.contains("dimension 0") && e.contains("2^64"), "{e}");
+        assert!(ShardGeometry::new(&[u64::MAX - 5, 1], &[1, 1], &[1, 1]).is_ok());
+        assert!(ShardGeometry::new(&[10, 10], &[0, 10], &[1, 1]).is_err());
     }
 }

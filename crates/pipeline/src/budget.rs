@@ -29,6 +29,21 @@ const CHANNEL_BUDGET_BYTES: u64 = 32 << 20;
 /// worker busy within one part.
 const SMALL_PART_BYTES: u64 = 4 << 20;
 
+/// What a message holds for each of its inner chunks besides their bytes, from the read to the write:
+/// the raw chunk's buffer and its slot, the encoded chunk's buffer (zstd's output is allocated at its
+/// bound, 64 bytes or more), its `Bytes` handle and share, and, for a shard of one part, its index
+/// entry and piece. With one-element chunks this is what a part is made of (measured: a part of
+/// 2^20 uint16 inner chunks of 1 x 1 held about 230 MiB).
+pub(crate) const INNER_CHUNK_OVERHEAD: u64 = 256;
+
+/// What a message holds for each source chunk it reads besides its bytes: its grid coordinate, the
+/// encoded buffer's handle and the decoded buffer's slot, and the assembler's map entry.
+pub(crate) const SOURCE_CHUNK_OVERHEAD: u64 = 160;
+
+/// Bytes of index a shard streamed in parts holds per inner chunk until it is complete: its entry
+/// (24 bytes) and, when it is written at the end, the encoded index (16 bytes per chunk).
+pub(crate) const INDEX_BYTES_PER_CHUNK: u64 = 40;
+
 /// What a run may use, for [`budget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetRequest {
@@ -41,6 +56,9 @@ pub struct BudgetRequest {
     pub upload_buffers: u64,
     /// Fetch threads and write threads (each); see [`Options::io_threads`].
     pub io_threads: usize,
+    /// Bytes the source holds for the whole run outside the pipeline (the parsed references of a
+    /// kerchunk set); part of the peak.
+    pub resident: u64,
 }
 
 /// Threads and part size of a run, and the memory they are expected to need.
@@ -62,6 +80,9 @@ pub struct Budget {
     pub io_threads: usize,
     /// See [`Options::keep_source_chunks`].
     pub keep_source_chunks: bool,
+    /// Part of `estimated_peak` that the source holds for the whole run (see
+    /// [`BudgetRequest::resident`]).
+    pub resident: u64,
 }
 
 impl Budget {
@@ -90,14 +111,17 @@ impl Budget {
 
     /// Estimated peak of converting `array` alone within this budget, upload buffers included.
     pub fn array_peak(&self, array: &ArrayLayout) -> u64 {
-        let (peak, _) = estimate(
+        let estimate = estimate(
             std::slice::from_ref(array),
             self.threads,
             self.part_bytes,
             self.io_threads,
             self.keep_source_chunks,
         );
-        peak.saturating_add(self.upload_buffers)
+        estimate
+            .peak()
+            .saturating_add(self.upload_buffers)
+            .saturating_add(self.resident)
     }
 }
 
@@ -112,10 +136,12 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
         limit,
         upload_buffers,
         io_threads,
+        resident,
     } = *request;
+    let outside = upload_buffers.saturating_add(resident);
     let peak_of = |threads, part_bytes, keep| {
-        let (peak, capacity) = estimate(arrays, threads, part_bytes, io_threads, keep);
-        (peak.saturating_add(upload_buffers), capacity)
+        let estimate = estimate(arrays, threads, part_bytes, io_threads, keep);
+        (estimate.peak().saturating_add(outside), estimate.capacity)
     };
     let budget_of = |threads, part_bytes, keep| {
         let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep);
@@ -128,6 +154,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             upload_buffers,
             io_threads,
             keep_source_chunks: keep,
+            resident,
         }
     };
     let Some(limit) = limit else {
@@ -162,8 +189,122 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             return Ok(budget_of(threads, part_bytes, keep));
         }
     }
-    let (needed, _) = peak_of(1, 1, false);
-    Err(Error::MemoryLimit { needed, limit })
+    Err(refusal(arrays, io_threads, outside, resident, limit))
+}
+
+/// Why even the smallest run (one thread, parts of one inner chunk, nothing kept) does not fit
+/// `limit`: the array whose own smallest run needs the most, and what in it needs the most.
+fn refusal(
+    arrays: &[ArrayLayout],
+    io_threads: usize,
+    outside: u64,
+    resident: u64,
+    limit: u64,
+) -> Error {
+    let smallest = |a: &ArrayLayout| estimate(std::slice::from_ref(a), 1, 1, io_threads, false);
+    let worst = arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i, smallest(a)))
+        .max_by_key(|(_, e)| e.peak());
+    let needed = estimate(arrays, 1, 1, io_threads, false)
+        .peak()
+        .saturating_add(outside);
+    let (array, cause) = match worst {
+        Some((i, e)) if e.index > e.messages.max(resident) => (
+            Some(i),
+            MemoryUse::ShardIndex {
+                chunks_per_shard: product(&arrays[i].geometry.chunks_per_shard()),
+                open_shards: e.open_shards,
+                bytes: e.index,
+            },
+        ),
+        Some((i, e)) if e.messages >= resident => {
+            (Some(i), MemoryUse::Chunks { bytes: e.messages })
+        }
+        _ => (None, MemoryUse::Source { bytes: resident }),
+    };
+    Error::MemoryLimit {
+        array,
+        needed,
+        limit,
+        cause,
+    }
+}
+
+/// What needs the memory that a conversion cannot do without, in [`Error::MemoryLimit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemoryUse {
+    /// The source and inner chunks of the messages in flight, with parts of one inner chunk.
+    Chunks {
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// The index entries of the shards open at the writer, which stay until each shard is complete.
+    ShardIndex {
+        /// Inner chunks per shard (one index entry each).
+        chunks_per_shard: u64,
+        /// Shards open at a time.
+        open_shards: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// What the source holds for the whole run (the parsed references of a kerchunk set).
+    Source {
+        /// Its bytes.
+        bytes: u64,
+    },
+}
+
+impl fmt::Display for MemoryUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            MemoryUse::Chunks { bytes } => write!(
+                f,
+                "the source chunks (or inner chunks) in flight take {}, too big for it: use smaller --chunk-shape",
+                HumanBytes(bytes)
+            ),
+            MemoryUse::ShardIndex {
+                chunks_per_shard,
+                open_shards,
+                bytes,
+            } => write!(
+                f,
+                "the shard index takes {} ({chunks_per_shard} inner chunks per shard at {INDEX_BYTES_PER_CHUNK} B each, {open_shards} shards open at a time): use a smaller --shard-shape or a larger --chunk-shape",
+                HumanBytes(bytes)
+            ),
+            MemoryUse::Source { bytes } => write!(
+                f,
+                "the source's references take {} for the whole run: split the reference set",
+                HumanBytes(bytes)
+            ),
+        }
+    }
+}
+
+/// What a run of the pipeline holds at its peak, by structure (upload buffers and what the source
+/// holds are outside it), and the channel capacity it was sized with.
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    /// The messages in flight.
+    messages: u64,
+    /// Decoded source chunks kept between the parts of the open shards.
+    kept: u64,
+    /// Index entries of the shards streamed in parts that are open at the writer.
+    index: u64,
+    /// Shards open at a time (of the array with the most index bytes).
+    open_shards: u64,
+    capacity: usize,
+}
+
+impl Estimate {
+    fn peak(&self) -> u64 {
+        BASE_BYTES
+            .saturating_add(self.messages)
+            .saturating_add(self.kept)
+            .saturating_add(self.index)
+    }
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
@@ -174,32 +315,65 @@ fn estimate(
     part_bytes: u64,
     io_threads: usize,
     keep: bool,
-) -> (u64, usize) {
+) -> Estimate {
+    let largest = |bytes: fn(&ArrayLayout, u64) -> (u64, u64)| {
+        arrays
+            .iter()
+            .map(|a| bytes(a, part_bytes))
+            .max()
+            .unwrap_or((0, 0))
+    };
+    // Channels are sized by the raw bytes of a message, as they were before its per-chunk costs
+    // were counted, so runs of big chunks keep their speed; the peak counts everything.
+    let capacity = channel_capacity(threads, largest(message_bytes).0);
     let message = arrays
         .iter()
-        .map(|a| message_bytes(a, part_bytes))
+        .map(|a| {
+            let (raw, overhead) = message_bytes(a, part_bytes);
+            raw.saturating_add(overhead)
+        })
         .max()
         .unwrap_or(0);
-    let capacity = channel_capacity(threads, message);
     let in_flight = messages_in_flight(&Options {
         channel_capacity: capacity,
         io_threads,
         ..Options::with_threads(threads)
     }) as u64;
-    // The parts in flight are consecutive, so they span this many shards, each with its kept chunks.
+    // The parts in flight are consecutive, so they span this many shards, each with its kept chunks
+    // and, when it comes in several parts, its index entries.
+    let open_shards = |a: &ArrayLayout| in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
     let kept = arrays
         .iter()
         .filter(|_| keep)
-        .map(|a| {
-            let open_shards = in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
-            kept_bytes(a, part_bytes).saturating_mul(open_shards)
-        })
+        .map(|a| kept_bytes(a, part_bytes).saturating_mul(open_shards(a)))
         .max()
         .unwrap_or(0);
-    let peak = BASE_BYTES
-        .saturating_add(message.saturating_mul(in_flight))
-        .saturating_add(kept);
-    (peak, capacity)
+    let (index, open) = arrays
+        .iter()
+        .map(|a| {
+            (
+                index_bytes(a, part_bytes).saturating_mul(open_shards(a)),
+                open_shards(a),
+            )
+        })
+        .max()
+        .unwrap_or((0, 0));
+    Estimate {
+        messages: message.saturating_mul(in_flight),
+        kept,
+        index,
+        open_shards: open,
+        capacity,
+    }
+}
+
+/// Bytes of index entries one shard of `array` holds while it is streamed in parts of at most
+/// `part_bytes` (a shard of one part builds its index within its message).
+fn index_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    if array.split(part_bytes).parts() < 2 {
+        return 0;
+    }
+    product(&array.geometry.chunks_per_shard()).saturating_mul(INDEX_BYTES_PER_CHUNK)
 }
 
 /// Channel capacity for messages of up to `message_bytes` raw bytes: as many as fit in
@@ -213,12 +387,25 @@ fn channel_capacity(threads: usize, message_bytes: u64) -> usize {
         .clamp(1, threads.max(1))
 }
 
-/// Raw bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`, and of the
-/// decoded source chunks that part overlaps.
-fn message_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+/// Bytes of the biggest part of `array`'s shards with parts of at most `part_bytes`: its raw inner
+/// chunks or the decoded source chunks it overlaps, whichever is more; and what its inner and source
+/// chunks cost besides their bytes.
+fn message_bytes(array: &ArrayLayout, part_bytes: u64) -> (u64, u64) {
     let part = largest_part(array, part_bytes);
-    let footprint = source_footprint(&array.geometry, &array.source_repr.shape, &part);
-    product(&part).max(footprint) * array.element_size() as u64
+    let source_chunk = &array.source_repr.shape;
+    let footprint = source_footprint(&array.geometry, source_chunk, &part);
+    let inner_chunks = product(&part) / product(array.geometry.inner_shape()).max(1);
+    let source_chunks = footprint
+        / source_chunk
+            .iter()
+            .fold(1u64, |a, &c| a.saturating_mul(c.max(1)));
+    let raw = product(&part)
+        .max(footprint)
+        .saturating_mul(array.element_size() as u64);
+    let overhead = inner_chunks
+        .saturating_mul(INNER_CHUNK_OVERHEAD)
+        .saturating_add(source_chunks.saturating_mul(SOURCE_CHUNK_OVERHEAD));
+    (raw, overhead)
 }
 
 /// The shape of the biggest part of `array`'s shards with parts of at most `part_bytes`.
@@ -236,9 +423,13 @@ fn source_footprint(geometry: &ShardGeometry, source_chunk: &[u64], part: &[u64]
             let (extent, chunk) = (part[d], source_chunk[d].max(1));
             let g = gcd(gcd(extent, geometry.shard_shape()[d]), chunk);
             let chunks = (chunk - g + extent).div_ceil(chunk);
-            (chunks * chunk).min(geometry.array_shape()[d].div_ceil(chunk) * chunk)
+            chunks.saturating_mul(chunk).min(
+                geometry.array_shape()[d]
+                    .div_ceil(chunk)
+                    .saturating_mul(chunk),
+            )
         })
-        .product()
+        .fold(1, u64::saturating_mul)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -335,6 +526,7 @@ mod tests {
             limit,
             upload_buffers: 0,
             io_threads: 2,
+            resident: 0,
         }
     }
 

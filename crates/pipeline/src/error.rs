@@ -1,4 +1,4 @@
-use crate::budget::HumanBytes;
+use crate::budget::{HumanBytes, MemoryUse};
 
 /// A failure of a run: of one shard's conversion, naming the array and the chunk or shard key, of its
 /// threads, or of its memory budget.
@@ -64,12 +64,17 @@ pub enum Error {
     },
 
     /// [`budget`](crate::budget) finds no thread count and part size under the memory limit.
-    #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}; the source chunks (or inner chunks) are too big for it: use a higher --memory-limit or smaller --chunk-shape", HumanBytes(*.needed), HumanBytes(*.limit))]
+    #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}: {cause}; or use a --memory-limit of at least {}", HumanBytes(*.needed), HumanBytes(*.limit), HumanBytes(*.needed))]
     MemoryLimit {
+        /// Index (in the layouts given to [`budget`](crate::budget)) of the array whose smallest run
+        /// needs the most; `None` when what the source holds is the cause.
+        array: Option<usize>,
         /// Estimated peak in bytes of the smallest run: one thread, parts of one inner chunk.
         needed: u64,
         /// The limit in bytes it had to fit.
         limit: u64,
+        /// What needs the most memory.
+        cause: MemoryUse,
     },
 
     /// The run was stopped through its [`Cancel`](crate::Cancel) handle before every shard was done.

@@ -30,7 +30,7 @@ mod stages;
 mod stats;
 mod window;
 
-pub use budget::{budget, Budget, BudgetRequest};
+pub use budget::{budget, Budget, BudgetRequest, MemoryUse};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use job::{ArrayJob, ArrayLayout, Options, ShardOutcome, ShardTask, DEFAULT_IO_THREADS};

@@ -45,7 +45,46 @@ pub fn parse_node(key: &str, bytes: &[u8]) -> Result<ParsedNode> {
     parse_value(key, value)
 }
 
+/// The members of a `zarr.json` that zshard reads (those of arrays and of groups).
+const KNOWN_MEMBERS: [&str; 12] = [
+    "zarr_format",
+    "node_type",
+    "attributes",
+    "shape",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "fill_value",
+    "codecs",
+    "dimension_names",
+    "storage_transformers",
+    "consolidated_metadata",
+];
+
+/// Refuses a document with a member zshard does not know, unless it is an object that says
+/// `"must_understand": false`: the v3 core spec ("Extensions", must_understand) requires readers to
+/// fail on any other, as zarr-python does, since such a member may change what the data means.
+fn check_extensions(key: &str, value: &Value) -> Result<()> {
+    let Some(members) = value.as_object() else {
+        return Ok(());
+    };
+    let ignorable = |v: &Value| v.get("must_understand") == Some(&Value::Bool(false));
+    match members
+        .iter()
+        .find(|(name, v)| !KNOWN_MEMBERS.contains(&name.as_str()) && !ignorable(v))
+    {
+        Some((name, _)) => Err(metadata(
+            key,
+            format!(
+                "unknown extension field {name:?} must be understood (only fields that are an object with \"must_understand\": false may be ignored)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn parse_value(key: &str, value: Value) -> Result<ParsedNode> {
+    check_extensions(key, &value)?;
     let z: ZarrJson = serde_json::from_value(value).map_err(|source| Error::Json {
         key: key.to_string(),
         source,
@@ -193,6 +232,43 @@ mod tests {
         assert_eq!(meta.codecs[0].name, "sharding_indexed");
         assert_eq!(meta.chunk_key_encoding.key(&[1, 0]), "c/1/0");
         assert_eq!(meta.dimension_names, Some(vec![Some("y".into()), None]));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_unless_they_need_not_be_understood() {
+        let doc = |extra: &str| {
+            format!(
+                r#"{{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
+                "chunk_grid":{{"name":"regular","configuration":{{"chunk_shape":[2]}}}},
+                "chunk_key_encoding":{{"name":"default"}},"fill_value":0,
+                "codecs":[{{"name":"bytes"}}]{extra}}}"#
+            )
+        };
+        let refused = "a/zarr.json: unknown extension field \"ext\" must be understood (only fields that are an object with \"must_understand\": false may be ignored)";
+        for extra in [
+            r#","ext":{"must_understand":true}"#,
+            r#","ext":{"must_understand":true,"configuration":{}}"#,
+            r#","ext":{"configuration":{}}"#,
+            r#","ext":1"#,
+            r#","ext":{"must_understand":"false"}"#,
+        ] {
+            let e = parse_node("a/zarr.json", doc(extra).as_bytes())
+                .expect_err(extra)
+                .to_string();
+            assert_eq!(e, refused, "{extra}");
+        }
+        for extra in ["", r#","ext":{"must_understand":false,"anything":[1]}"#] {
+            let node = parse_node("a/zarr.json", doc(extra).as_bytes()).expect(extra);
+            assert!(matches!(node.kind, NodeKind::Array(_)));
+        }
+        let group = br#"{"zarr_format":3,"node_type":"group","ext":{"must_understand":true}}"#;
+        let e = parse_node("g/zarr.json", group)
+            .expect_err("group")
+            .to_string();
+        assert!(
+            e.contains("g/zarr.json: unknown extension field \"ext\""),
+            "{e}"
+        );
     }
 
     #[test]

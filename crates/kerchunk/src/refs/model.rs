@@ -146,6 +146,14 @@ pub(crate) enum ChunkIndex {
 const ABSENT: u32 = u32::MAX;
 
 impl ChunkIndex {
+    /// Bytes it holds.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        match self {
+            ChunkIndex::Dense(v) => (v.capacity() * std::mem::size_of::<u32>()) as u64,
+            ChunkIndex::Sparse(v) => (v.capacity() * std::mem::size_of::<(u64, u32)>()) as u64,
+        }
+    }
+
     pub(crate) fn get(&self, linear: u64) -> Option<u32> {
         match self {
             ChunkIndex::Dense(v) => v
@@ -234,6 +242,16 @@ impl JsonRefs {
     /// Number of chunk references (metadata documents not counted).
     pub(crate) fn len(&self) -> usize {
         self.refs.len()
+    }
+
+    /// Bytes it holds: the references, their keys until [`JsonRefs::index`] drops them, the inline
+    /// data and the target URLs.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let refs = self.refs.capacity() * std::mem::size_of::<Ref>();
+        let keys = self.keys.capacity() * std::mem::size_of::<Key>() + self.long_leaves.capacity();
+        let urls: usize = self.urls.iter().map(|u| u.capacity() + 24).sum();
+        let prefixes: usize = self.prefixes.iter().map(|p| p.len() + 16).sum();
+        (refs + keys + self.inline.len() + urls + prefixes + self.first_use.capacity() * 8) as u64
     }
 
     /// The target URLs, indexed by `Ref::target`.

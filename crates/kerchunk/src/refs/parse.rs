@@ -267,6 +267,9 @@ impl Builder {
         refs.prefixes = std::mem::take(&mut self.prefixes.strings);
         refs.keys = std::mem::take(&mut self.keys);
         refs.refs = std::mem::take(&mut self.refs);
+        // The references stay for the whole run: without the room the vector grew into (up to as
+        // much again), which a memory budget would have to count.
+        refs.refs.shrink_to_fit();
         refs.long_leaves = std::mem::take(&mut self.long_leaves);
         refs.inline = Bytes::from(std::mem::take(&mut self.inline));
         refs.metadata = std::mem::take(&mut self.metadata)

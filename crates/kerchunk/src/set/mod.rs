@@ -126,6 +126,35 @@ impl ReferenceSet {
     pub fn stats(&self) -> ReadStats {
         self.shared.stats()
     }
+
+    /// Bytes this set holds in memory while its chunks are read, for a memory budget: a JSON set's
+    /// parsed references, their grid indexes and resolved targets; for a Parquet set, the decoded
+    /// reference files each array's reader caches (`parquet_cache` files of `record_size` rows).
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.layout {
+            Layout::Json {
+                refs,
+                targets,
+                indexes,
+            } => {
+                let resolved = targets.len() as u64 * RESOLVED_TARGET_BYTES;
+                let indexes: u64 = indexes.values().map(|i| i.memory_bytes()).sum();
+                refs.memory_bytes() + resolved + indexes
+            }
+            Layout::Parquet { record_size, .. } => {
+                let arrays = self
+                    .nodes
+                    .iter()
+                    .filter(|n| matches!(n.kind, zshard_core::NodeKind::Array(_)))
+                    .count() as u64;
+                let cached = self.shared.options.parquet_cache.max(1) as u64;
+                arrays
+                    .saturating_mul(cached)
+                    .saturating_mul(*record_size)
+                    .saturating_mul(PARQUET_ROW_BYTES)
+            }
+        }
+    }
 }
 
 /// Refuses a reference file of a local Parquet set (`path`, `display` in messages) whose real path
@@ -149,6 +178,12 @@ pub(super) fn contained(path: &Path, real_root: &Path, display: &str) -> Result<
         }),
     }
 }
+
+/// A resolved target (its store handle, key and names), about.
+const RESOLVED_TARGET_BYTES: u64 = 512;
+
+/// A decoded Parquet reference row: its `Ref` and its share of the row group's path strings, about.
+const PARQUET_ROW_BYTES: u64 = 96;
 
 #[cfg(test)]
 mod tests {

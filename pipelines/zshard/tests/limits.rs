@@ -1,0 +1,287 @@
+//! Issue 15, points 5 and 10: the memory limit bounds what a run holds (checked under a cgroup at the
+//! limit), and small inputs that must be refused with a message rather than a panic or a silent
+//! conversion: zero extents, unknown `must_understand` extension fields, zstd frames whose blocks
+//! promise more than their header says.
+
+mod common;
+
+use std::path::Path;
+
+use common::{expected, write_v2};
+use serde_json::json;
+use zshard_core::DataType;
+
+/// The binary under test: `ZSHARD_BIN` when set (a copy made right after building, since other
+/// builds into a shared target dir may replace `target/release/zshard`), else cargo's.
+fn binary() -> String {
+    std::env::var("ZSHARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zshard").to_string())
+}
+
+/// Runs the binary under test.
+fn zshard(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary())
+        .args(args)
+        .output()
+        .expect("run zshard")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A 64x64 uint16 Zarr v2 array in 16x16 zstd chunks at `dir/src`.
+fn small_source(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("src");
+    let data = expected(DataType::UInt16, &[64, 64], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[64, 64],
+        &[16, 16],
+        json!({"id": "zstd", "level": 3}),
+        &data,
+    );
+    src
+}
+
+/// Exit code and stderr of a run.
+fn failure(out: &std::process::Output) -> (Option<i32>, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+#[test]
+fn a_job_file_with_zero_extents_is_refused_naming_the_array() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path());
+    for (key, shape) in [("chunk_shape", "[0, 0]"), ("shard_shape", "[16, 0]")] {
+        let job = tmp.path().join("job.toml");
+        std::fs::write(
+            &job,
+            format!(
+                "{key} = {shape}\n[[conversions]]\nsource = \"{}\"\ndestination = \"out\"\n",
+                s(&src)
+            ),
+        )
+        .expect("write job");
+        let (code, stderr) = failure(&zshard(&["run", s(&job), "--quiet"]));
+        let option = key.replace('_', "-");
+        let dimension = if key == "chunk_shape" { 0 } else { 1 };
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("array {}", s(&src)))
+                && stderr.contains(&format!(
+                    "--{option} {shape} has a zero extent (dimension {dimension}): every extent must be at least 1"
+                )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!tmp.path().join("out").exists());
+    }
+}
+
+/// A v3 array of 4 uint8 values in one raw chunk at `dir/v3`, with `extra` members in its zarr.json.
+fn v3_source(dir: &Path, extra: serde_json::Value) -> std::path::PathBuf {
+    let src = dir.join("v3");
+    std::fs::create_dir_all(src.join("c")).expect("mkdir");
+    let mut doc = json!({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]});
+    if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+        doc.extend(extra.clone());
+    }
+    std::fs::write(src.join("zarr.json"), doc.to_string()).expect("write zarr.json");
+    std::fs::write(src.join("c/0"), [1u8, 2, 3, 4]).expect("write chunk");
+    src
+}
+
+#[test]
+fn a_v3_field_that_must_be_understood_is_refused_and_one_that_need_not_be_is_ignored() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = v3_source(
+        tmp.path(),
+        json!({"ext": {"must_understand": true, "configuration": {}}}),
+    );
+    let out = tmp.path().join("out");
+    let (code, stderr) = failure(&zshard(&["convert", s(&src), s(&out), "--quiet"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: unknown extension field \"ext\" must be understood (only fields that are an object with \"must_understand\": false may be ignored)",
+            src.join("zarr.json").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = v3_source(
+        tmp.path(),
+        json!({"ext": {"must_understand": false, "configuration": {}}}),
+    );
+    let out = tmp.path().join("out");
+    let run = zshard(&["convert", s(&src), s(&out), "--quiet"]);
+    assert_eq!(run.status.code(), Some(0), "{}", failure(&run).1);
+    let (data, doc) = common::read_v3(&out);
+    assert_eq!(data, vec![1, 2, 3, 4]);
+    assert!(doc.get("ext").is_none(), "{doc}");
+}
+
+/// A zstd frame whose header says `content_size` bytes (single segment, 2-byte size) and whose
+/// blocks are `count` RLE blocks of 128 KiB each: they promise `count` × 128 KiB.
+fn frame_promising_more(content_size: u16, count: usize) -> Vec<u8> {
+    let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd, 0x60];
+    frame.extend_from_slice(&(content_size - 256).to_le_bytes());
+    for i in 0..count {
+        let last = u32::from(i + 1 == count);
+        let header = last | 1 << 1 | (128 << 10) << 3;
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.push(0xAB);
+    }
+    frame
+}
+
+#[test]
+fn passthrough_refuses_a_zstd_frame_whose_blocks_promise_more_than_its_header() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path());
+    // 16x16 uint16 chunks are 512 bytes; this frame's header says 512 and its blocks 1 GiB.
+    std::fs::write(src.join("1.2"), frame_promising_more(512, 8192)).expect("damage chunk 1.2");
+    let out = tmp.path().join("out");
+    let plan = zshard(&["plan", s(&src), s(&out)]);
+    assert!(
+        String::from_utf8_lossy(&plan.stdout).contains("passthrough"),
+        "the source must pass through for this test: {}",
+        String::from_utf8_lossy(&plan.stdout)
+    );
+    let (code, stderr) = failure(&zshard(&["convert", s(&src), s(&out), "--quiet"]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot decode chunk {}: codec zstd: the frame's blocks decode to at least 131072 bytes, its header says 512",
+            src.join("1.2").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!out.join("zarr.json").exists());
+}
+
+/// Memory the cgroup allows beyond `--memory-limit`: the page cache of the shards just written,
+/// which the kernel charges to the cgroup too (it reclaims it rather than kill, but not always in
+/// time).
+const CGROUP_ALLOWANCE: u64 = 32 << 20;
+
+/// A cgroup v1 memory group of its own, removed when dropped; `None` where the memory controller is
+/// not there or not writable (not root, cgroup v2).
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> Option<MemoryCgroup> {
+        let dir =
+            Path::new("/sys/fs/cgroup/memory").join(format!("zshard-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let group = MemoryCgroup { dir };
+        std::fs::write(group.dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+        Some(group)
+    }
+
+    /// Runs the binary under test with `args` inside the group.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let procs = self.dir.join("cgroup.procs");
+        let script = format!("echo $$ > {} && exec \"$0\" \"$@\"", procs.display());
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(binary())
+            .args(args)
+            .output()
+            .expect("run zshard in the cgroup")
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// One-element inner chunks in shards of 512 x 512: 262144 inner chunks per shard, whose per-chunk
+/// bookkeeping and index the estimate must count. Run in a cgroup at the limit (plus
+/// [`CGROUP_ALLOWANCE`]): the kernel kills the run if it holds more than the limit allows.
+#[test]
+fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
+    const LIMIT: u64 = 128 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt16, &[2048, 2048], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[2048, 2048],
+        &[256, 256],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let run = group.run(&[
+        "convert",
+        s(&src),
+        s(&out),
+        "--chunk-shape",
+        "1,1",
+        "--shard-shape",
+        "512,512",
+        "--memory-limit",
+        "128MiB",
+        "--threads",
+        "2",
+        "--quiet",
+    ]);
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("peak charged to the cgroup: {peak} bytes");
+    let (converted, _) = common::read_v3(&out);
+    assert!(converted == data, "the output differs from the source");
+    // What cannot fit is refused up front, naming the array and what needs the memory.
+    let refused = group.run(&[
+        "convert",
+        s(&src),
+        s(&tmp.path().join("big")),
+        "--chunk-shape",
+        "1,1",
+        "--shard-shape",
+        "2048,2048",
+        "--memory-limit",
+        "128MiB",
+        "--quiet",
+    ]);
+    let (code, stderr) = failure(&refused);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("array {}: the conversion needs about", s(&src)))
+            && stderr.contains("more than the memory limit of 128.00 MiB: the shard index takes 320.00 MiB (4194304 inner chunks per shard at 40 B each, 2 shards open at a time): use a smaller --shard-shape or a larger --chunk-shape; or use a --memory-limit of at least"),
+        "{stderr}"
+    );
+}
