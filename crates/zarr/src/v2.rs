@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue};
 
 use crate::error::{metadata, Error, Result};
+use crate::xarray::{xarray_v3_fill_value, XarrayFill};
 
 #[derive(Deserialize)]
 struct ZArray {
@@ -170,6 +171,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         }
     };
     let dimension_names = take_array_dimensions(&mut attributes, z.shape.len());
+    let warnings = move_fill_value_to_attribute(&z.fill_value, &mut attributes, data_type);
     Ok(ArrayMeta {
         shape: z.shape,
         data_type,
@@ -180,7 +182,31 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         attributes,
         dimension_names,
         sharded: None,
+        warnings,
     })
+}
+
+/// Gives the array the `_FillValue` attribute by which xarray masks in Zarr v3 what it masks in the
+/// v2 source (any `_FillValue` attribute of the source is replaced); returns a warning when xarray
+/// cannot be told in v3.
+fn move_fill_value_to_attribute(
+    fill_value: &Value,
+    attributes: &mut Map<String, Value>,
+    data_type: DataType,
+) -> Vec<String> {
+    let xarray = xarray_v3_fill_value(fill_value, attributes, data_type);
+    attributes.shift_remove("_FillValue");
+    match xarray {
+        XarrayFill::Attribute(value) => {
+            attributes.insert("_FillValue".into(), value);
+            Vec::new()
+        }
+        XarrayFill::Unrepresentable { fill_value } => vec![format!(
+            "xarray masks the Zarr v2 fill value {fill_value} of this {data_type} array, but \
+             cannot read a _FillValue for it in Zarr v3: xarray reads the output unmasked"
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// The largest element accepted (fixed-length strings of up to 4 Mi characters): a larger one is
