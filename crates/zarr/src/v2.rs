@@ -369,6 +369,45 @@ mod tests {
     }
 
     #[test]
+    fn the_fill_value_xarray_masks_by_becomes_the_v3_fill_value_attribute() {
+        let parse = |fill: &str, dtype: &str, zattrs: &str| {
+            let zarray = format!(
+                r#"{{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"{dtype}","compressor":null,"fill_value":{fill},"order":"C","filters":null}}"#
+            );
+            parse_array("v/.zarray", zarray.as_bytes(), Some(zattrs.as_bytes())).expect("parses")
+        };
+        // A .zattrs _FillValue that xarray ignores (the .zarray one wins) is replaced.
+        let meta = parse("-9999.0", "<f4", r#"{"_FillValue": 1.0, "units": "K"}"#);
+        assert_eq!(
+            Value::Object(meta.attributes),
+            json!({"units": "K", "_FillValue": "AAAAAICHw8A="})
+        );
+        assert!(meta.warnings.is_empty());
+        // kerchunk/netCDF style: fill_value null, the attribute masks; the array fill stays zero.
+        let meta = parse(
+            "null",
+            "<i2",
+            r#"{"_FillValue": -32768, "scale_factor": 0.5}"#,
+        );
+        assert_eq!(
+            Value::Object(meta.attributes),
+            json!({"scale_factor": 0.5, "_FillValue": -32768})
+        );
+        assert_eq!(meta.fill_value, FillValue::zero(DataType::Int16));
+        let meta = parse("null", "<f8", r#"{"units": "m"}"#);
+        assert_eq!(Value::Object(meta.attributes), json!({"units": "m"}));
+        // A fixed-length string fill xarray cannot read in v3: no attribute, a warning.
+        let meta = parse(r#""ab""#, "<U2", r#"{"_FillValue": "ab"}"#);
+        assert!(meta.attributes.is_empty());
+        assert_eq!(meta.warnings.len(), 1);
+        assert!(
+            meta.warnings[0].contains(r#"fill value "ab""#),
+            "{:?}",
+            meta.warnings
+        );
+    }
+
+    #[test]
     fn rejects_unsupported_and_malformed() {
         let bad = |s: &str| parse_array("a/.zarray", s.as_bytes(), None).is_err();
         assert!(bad(

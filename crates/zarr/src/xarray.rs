@@ -149,13 +149,25 @@ mod tests {
         // The values xarray's FillValueCoder writes (research: dump of xarray's own v3 output).
         for data_type in [DataType::Float16, DataType::Float32, DataType::Float64] {
             let f = |v: Value| fill(v, json!({}), data_type);
-            assert_eq!(f(json!(-9999.0)), attribute(json!("AAAAAICHw8A=")));
             assert_eq!(f(json!("NaN")), attribute(json!("AAAAAAAA+H8=")));
             assert_eq!(f(json!(-1)), attribute(json!("AAAAAAAA8L8=")));
             assert_eq!(f(json!(0.0)), attribute(json!("AAAAAAAAAAA=")));
             assert_eq!(f(json!("Infinity")), attribute(json!("AAAAAAAA8H8=")));
             assert_eq!(f(json!("-Infinity")), attribute(json!("AAAAAAAA8P8=")));
         }
+        for data_type in [DataType::Float32, DataType::Float64] {
+            assert_eq!(
+                fill(json!(-9999.0), json!({}), data_type),
+                attribute(json!("AAAAAICHw8A="))
+            );
+        }
+        // float16 and float32 round first: -9999 is -10000 in float16, as numpy casts it, and 0.1
+        // becomes float(np.float32(0.1)) = 0.10000000149011612.
+        let b64 = |v: f64| json!(base64::engine::general_purpose::STANDARD.encode(v.to_le_bytes()));
+        assert_eq!(
+            fill(json!(-9999.0), json!({}), DataType::Float16),
+            attribute(b64(-10000.0))
+        );
         // float32 rounds first: 0.1 becomes float(np.float32(0.1)) = 0.10000000149011612.
         let rounded =
             base64::engine::general_purpose::STANDARD.encode(f64::from(0.1f32).to_le_bytes());
@@ -220,8 +232,8 @@ mod tests {
             DataType::String,
             DataType::FixedLengthUtf32(3),
             DataType::NullTerminatedBytes(2),
-            DataType::DateTime64(TimeUnit::Nanosecond, 1),
-            DataType::TimeDelta64(TimeUnit::Second, 1),
+            DataType::DateTime64(TimeUnit::Nanoseconds, 1),
+            DataType::TimeDelta64(TimeUnit::Seconds, 1),
         ] {
             assert_eq!(
                 fill(json!(null), json!({}), data_type),
@@ -239,7 +251,7 @@ mod tests {
             fill(
                 json!("NaT"),
                 json!({}),
-                DataType::DateTime64(TimeUnit::Nanosecond, 1)
+                DataType::DateTime64(TimeUnit::Nanoseconds, 1)
             ),
             XarrayFill::Unrepresentable {
                 fill_value: json!("NaT")
