@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use zshard_core::linear_index;
 use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
 use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
-use zshard_writer::{write_array_metadata, write_group_metadata};
+use zshard_writer::{
+    group_json, write_array_metadata, write_consolidated_group_metadata, write_group_metadata,
+};
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
@@ -26,7 +28,8 @@ pub trait Observer: Sync {
     /// A shard is done (written, or found to hold only the fill value).
     fn shard_done(&self, _outcome: &ShardOutcome) {}
     /// Something went wrong that does not stop the run or change its result (a report that could
-    /// not be written after the run had failed anyway).
+    /// not be written after the run had failed anyway), or the output will read differently in some
+    /// reader than the source (a v2 fill value xarray cannot be told about in v3).
     fn warning(&self, _message: &str) {}
 }
 
@@ -70,6 +73,10 @@ pub struct Conversion {
     /// published), what was done is recorded for a rerun, the report is written, and `convert`
     /// returns [`Error::Cancelled`]. Clone it before starting the conversion.
     pub cancel: Cancel,
+    /// Consolidate the metadata of a hierarchy into its root `zarr.json`, as zarr-python 3.1 does
+    /// (xarray opens such an output without a warning, and reads one document instead of one per
+    /// node). A single array has nothing to consolidate.
+    pub consolidate: bool,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -91,6 +98,7 @@ impl Conversion {
             overwrite: false,
             report_path: None,
             cancel: Cancel::new(),
+            consolidate: true,
         }
     }
 
@@ -217,6 +225,9 @@ impl Conversion {
             Ok(())
         };
         let partition = self.partition;
+        for warning in reader_warnings(plan, &input.url()) {
+            observer.warning(&warning);
+        }
         if state::prepare(
             destination,
             plan,
@@ -306,7 +317,7 @@ impl Conversion {
         if partition.is_all() {
             // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
             self.stop_if_cancelled()?;
-            write_metadata(destination, plan)?;
+            write_metadata(destination, plan, self.consolidate)?;
             clear_state(destination)?;
         }
         Ok((Status::Ok, input.reference_reads()))
@@ -362,7 +373,7 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
-        write_metadata(&destination, &plan)?;
+        write_metadata(&destination, &plan, self.consolidate)?;
         clear_state(&destination)?;
         Ok(finalized)
     }
@@ -444,10 +455,28 @@ fn pending<'a>(
         })
 }
 
+/// What readers will see differently in the output than in the source, one message per thing,
+/// naming the array.
+pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
+    plan.arrays
+        .iter()
+        .flat_map(|array| {
+            let name = array_name(source, &array.path);
+            array
+                .source
+                .warnings
+                .iter()
+                .map(move |warning| format!("array {name}: {warning}"))
+        })
+        .collect()
+}
+
 /// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
 /// Staged files that interrupted earlier writes of a document left are removed first, so the result
-/// equals an uninterrupted run's file for file.
-fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
+/// equals an uninterrupted run's file for file. The root group's comes last, with every other
+/// document consolidated into it when `consolidate` (a reader trusts consolidated metadata over the
+/// files, so it must describe the final ones).
+fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result<()> {
     for array in &plan.arrays {
         destination.remove_staged_of(&metadata_key(&array.path))?;
         write_array_metadata(destination, &array.path, &array.output)?;
@@ -459,7 +488,11 @@ fn write_metadata(destination: &Store, plan: &Plan) -> Result<()> {
     });
     for (path, attributes) in groups {
         destination.remove_staged_of(&metadata_key(path))?;
-        write_group_metadata(destination, path, attributes)?;
+        if path.is_empty() && consolidate {
+            write_consolidated_group_metadata(destination, path, attributes, members(plan))?;
+        } else {
+            write_group_metadata(destination, path, attributes)?;
+        }
     }
     Ok(())
 }
@@ -481,6 +514,19 @@ fn clear_state(destination: &Store) -> Result<()> {
     // A run killed while deleting the state can leave its folders empty.
     destination.remove_empty_folders(state::STATE_DIR)?;
     Ok(())
+}
+
+/// The `zarr.json` document of every node below the root, by path.
+fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
+    let arrays = plan
+        .arrays
+        .iter()
+        .map(|array| (array.path.clone(), array.output.to_json()));
+    let groups = plan
+        .groups
+        .iter()
+        .map(|(path, attributes)| (path.clone(), group_json(attributes)));
+    arrays.chain(groups).filter(|(path, _)| !path.is_empty())
 }
 /// Source and destination must not overlap in either direction: converting into the source would read
 /// our own output, and a destination holding the source could be cleared by `--overwrite`.

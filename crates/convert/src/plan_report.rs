@@ -21,6 +21,12 @@ pub struct PlanReport {
 }
 
 impl PlanReport {
+    /// What readers will see differently in the output than in the source (see
+    /// [`Observer::warning`](crate::Observer::warning)), one message per thing, naming the array.
+    pub fn warnings(&self) -> Vec<String> {
+        crate::conversion::reader_warnings(&self.plan, &self.source)
+    }
+
     pub(crate) fn new(
         plan: Plan,
         budget: Budget,

@@ -74,6 +74,9 @@ pub struct ArrayMeta {
     pub dimension_names: Option<Vec<Option<String>>>,
     /// Set when the chunks are stored inside shards (see [`ArrayMeta::read_by_inner_chunk`]).
     pub sharded: Option<SourceShards>,
+    /// What readers will see differently in the output than in the source, which the conversion
+    /// cannot help (a Zarr v2 fill value xarray cannot be told about in v3); reported as warnings.
+    pub warnings: Vec<String>,
 }
 
 /// How an already sharded source stores its (inner) chunks: in shards of `shard_shape` under the
@@ -177,6 +180,7 @@ mod tests {
             attributes: Map::new(),
             dimension_names: None,
             sharded: None,
+            warnings: Vec::new(),
         }
     }
 

@@ -26,5 +26,9 @@ mod metadata;
 mod writer;
 
 pub use error::{Error, Result};
-pub use metadata::{group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING};
-pub use writer::{write_array_metadata, write_group_metadata, ShardWriter};
+pub use metadata::{
+    consolidated_group_json, group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING,
+};
+pub use writer::{
+    write_array_metadata, write_consolidated_group_metadata, write_group_metadata, ShardWriter,
+};

@@ -69,9 +69,78 @@ pub fn group_json(attributes: &Map<String, Value>) -> Value {
     json!({"zarr_format": 3, "node_type": "group", "attributes": attributes})
 }
 
+/// The `zarr.json` of a group with the documents of every node below it consolidated into it, as
+/// zarr-python 3.1's `consolidate_metadata` writes it (and `open_consolidated` and xarray read it):
+/// one flat `consolidated_metadata.metadata` object keyed by paths relative to the group, depth
+/// first then by name, each entry the node's own `zarr.json`; each group below carries an empty
+/// consolidated marker of its own (its members are listed flat at the top).
+pub fn consolidated_group_json(
+    attributes: &Map<String, Value>,
+    members: impl IntoIterator<Item = (String, Value)>,
+) -> Value {
+    let mut members: Vec<(String, Value)> = members.into_iter().collect();
+    members.sort_by(|(a, _), (b, _)| (a.matches('/').count(), a).cmp(&(b.matches('/').count(), b)));
+    let metadata: Map<String, Value> = members
+        .into_iter()
+        .map(|(path, mut doc)| {
+            if let Some(group) = doc.as_object_mut().filter(|d| d["node_type"] == "group") {
+                group
+                    .entry("consolidated_metadata")
+                    .or_insert_with(|| inline_consolidated(Map::new()));
+            }
+            (path, doc)
+        })
+        .collect();
+    let mut doc = group_json(attributes);
+    if let Some(map) = doc.as_object_mut() {
+        map.insert(
+            "consolidated_metadata".into(),
+            inline_consolidated(metadata),
+        );
+    }
+    doc
+}
+
+/// A `consolidated_metadata` member holding `metadata`.
+fn inline_consolidated(metadata: Map<String, Value>) -> Value {
+    json!({"kind": "inline", "must_understand": false, "metadata": metadata})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consolidated_group_document_lists_every_member_flat_as_zarr_python_does() {
+        let attrs = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let array = sharded_uint16().to_json();
+        let doc = consolidated_group_json(
+            &attrs(json!({"title": "root"})),
+            [
+                ("a/b/z".to_string(), array.clone()),
+                ("x".to_string(), array.clone()),
+                ("a/b".to_string(), group_json(&Map::new())),
+                ("a".to_string(), group_json(&attrs(json!({"k": 1})))),
+                ("a/y".to_string(), array.clone()),
+            ],
+        );
+        let empty = json!({"kind": "inline", "must_understand": false, "metadata": {}});
+        assert_eq!(doc["attributes"], json!({"title": "root"}));
+        assert_eq!(doc["node_type"], json!("group"));
+        let consolidated = &doc["consolidated_metadata"];
+        assert_eq!(consolidated["kind"], json!("inline"));
+        assert_eq!(consolidated["must_understand"], json!(false));
+        let metadata = consolidated["metadata"].as_object().expect("an object");
+        let keys: Vec<&str> = metadata.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["a", "x", "a/b", "a/y", "a/b/z"]);
+        assert_eq!(
+            metadata["a"],
+            json!({"zarr_format": 3, "node_type": "group", "attributes": {"k": 1},
+                   "consolidated_metadata": empty})
+        );
+        assert_eq!(metadata["a/b"]["consolidated_metadata"], empty);
+        assert_eq!(metadata["a/b/z"], array);
+    }
 
     #[test]
     fn array_document() {

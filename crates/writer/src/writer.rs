@@ -7,7 +7,9 @@ use zshard_core::{
 use zshard_store::{Store, Upload};
 
 use crate::error::{Error, Result};
-use crate::metadata::{group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING};
+use crate::metadata::{
+    consolidated_group_json, group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING,
+};
 
 /// Writes the shards of one array into its folder of the output store.
 #[derive(Debug)]
@@ -200,6 +202,17 @@ pub fn write_group_metadata(
     attributes: &Map<String, Value>,
 ) -> Result<()> {
     put_json(store, path, &group_json(attributes))
+}
+
+/// Writes the `zarr.json` of the group at `path` with `members` (the documents of every node below
+/// it, by path relative to it) consolidated into it; see [`consolidated_group_json`].
+pub fn write_consolidated_group_metadata(
+    store: &Store,
+    path: &str,
+    attributes: &Map<String, Value>,
+    members: impl IntoIterator<Item = (String, Value)>,
+) -> Result<()> {
+    put_json(store, path, &consolidated_group_json(attributes, members))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! [`open_hierarchy`] finds every group and array at a location (using consolidated metadata when
 //! present) and translates their metadata into [`zshard_core::ArrayMeta`]: Zarr v2 compressors, byte
 //! order and `order: "F"` become the equivalent v3 codecs, `_ARRAY_DIMENSIONS` becomes
-//! `dimension_names`. [`chunk_reader`] then gives the reader of an array's chunks by grid position:
+//! `dimension_names`, and the fill value by which xarray masks a v2 array becomes the v3
+//! `_FillValue` attribute xarray masks by ([`xarray_v3_fill_value`]). [`chunk_reader`] then gives the reader of an array's chunks by grid position:
 //! a [`ZarrChunkReader`] (one stored chunk per key) or, for a source already stored in
 //! `sharding_indexed` shards, a [`ShardedChunkReader`] that reads its inner chunks by ranged reads
 //! through the shard index. Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code
@@ -24,6 +25,7 @@ mod hierarchy;
 mod reader;
 mod v2;
 mod v3;
+mod xarray;
 
 pub use error::{Error, Result};
 pub use hierarchy::open_hierarchy;
@@ -32,3 +34,4 @@ pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
 };
 pub use v3::{parse_node as parse_v3_node, ParsedNode};
+pub use xarray::{xarray_v3_fill_value, XarrayFill};

@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue};
 
 use crate::error::{metadata, Error, Result};
+use crate::xarray::{xarray_v3_fill_value, XarrayFill};
 
 #[derive(Deserialize)]
 struct ZArray {
@@ -170,6 +171,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         }
     };
     let dimension_names = take_array_dimensions(&mut attributes, z.shape.len());
+    let warnings = move_fill_value_to_attribute(&z.fill_value, &mut attributes, data_type);
     Ok(ArrayMeta {
         shape: z.shape,
         data_type,
@@ -180,7 +182,31 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         attributes,
         dimension_names,
         sharded: None,
+        warnings,
     })
+}
+
+/// Gives the array the `_FillValue` attribute by which xarray masks in Zarr v3 what it masks in the
+/// v2 source (any `_FillValue` attribute of the source is replaced); returns a warning when xarray
+/// cannot be told in v3.
+fn move_fill_value_to_attribute(
+    fill_value: &Value,
+    attributes: &mut Map<String, Value>,
+    data_type: DataType,
+) -> Vec<String> {
+    let xarray = xarray_v3_fill_value(fill_value, attributes, data_type);
+    attributes.shift_remove("_FillValue");
+    match xarray {
+        XarrayFill::Attribute(value) => {
+            attributes.insert("_FillValue".into(), value);
+            Vec::new()
+        }
+        XarrayFill::Unrepresentable { fill_value } => vec![format!(
+            "xarray masks the Zarr v2 fill value {fill_value} of this {data_type} array, but \
+             cannot read a _FillValue for it in Zarr v3: xarray reads the output unmasked"
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// The largest element accepted (fixed-length strings of up to 4 Mi characters): a larger one is
@@ -340,6 +366,45 @@ mod tests {
         );
         assert!(!meta.attributes.contains_key("_ARRAY_DIMENSIONS"));
         assert_eq!(meta.attributes["units"], json!("K"));
+    }
+
+    #[test]
+    fn the_fill_value_xarray_masks_by_becomes_the_v3_fill_value_attribute() {
+        let parse = |fill: &str, dtype: &str, zattrs: &str| {
+            let zarray = format!(
+                r#"{{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"{dtype}","compressor":null,"fill_value":{fill},"order":"C","filters":null}}"#
+            );
+            parse_array("v/.zarray", zarray.as_bytes(), Some(zattrs.as_bytes())).expect("parses")
+        };
+        // A .zattrs _FillValue that xarray ignores (the .zarray one wins) is replaced.
+        let meta = parse("-9999.0", "<f4", r#"{"_FillValue": 1.0, "units": "K"}"#);
+        assert_eq!(
+            Value::Object(meta.attributes),
+            json!({"units": "K", "_FillValue": "AAAAAICHw8A="})
+        );
+        assert!(meta.warnings.is_empty());
+        // kerchunk/netCDF style: fill_value null, the attribute masks; the array fill stays zero.
+        let meta = parse(
+            "null",
+            "<i2",
+            r#"{"_FillValue": -32768, "scale_factor": 0.5}"#,
+        );
+        assert_eq!(
+            Value::Object(meta.attributes),
+            json!({"scale_factor": 0.5, "_FillValue": -32768})
+        );
+        assert_eq!(meta.fill_value, FillValue::zero(DataType::Int16));
+        let meta = parse("null", "<f8", r#"{"units": "m"}"#);
+        assert_eq!(Value::Object(meta.attributes), json!({"units": "m"}));
+        // A fixed-length string fill xarray cannot read in v3: no attribute, a warning.
+        let meta = parse(r#""ab""#, "<U2", r#"{"_FillValue": "ab"}"#);
+        assert!(meta.attributes.is_empty());
+        assert_eq!(meta.warnings.len(), 1);
+        assert!(
+            meta.warnings[0].contains(r#"fill value "ab""#),
+            "{:?}",
+            meta.warnings
+        );
     }
 
     #[test]

@@ -208,6 +208,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
         attributes: z.attributes,
         dimension_names: z.dimension_names,
         sharded: None,
+        warnings: Vec::new(),
     })
 }
 

@@ -75,6 +75,10 @@ pub struct LayoutArgs {
     /// chunk shape and codec chain are copied into the shards without decoding.
     #[arg(long)]
     no_passthrough: bool,
+    /// Do not consolidate the metadata of a hierarchy into its root zarr.json. By default it is, as
+    /// zarr-python's consolidate_metadata does (xarray opens the output without a warning).
+    #[arg(long)]
+    no_consolidate: bool,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -105,6 +109,7 @@ impl LayoutArgs {
         c.layouts.default = self.layout();
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
+        c.consolidate = !self.no_consolidate;
         c.source_options = self.source.options()?;
         Ok(())
     }

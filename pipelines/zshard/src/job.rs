@@ -78,9 +78,16 @@ struct JobFile {
     report: Option<String>,
     #[serde(default)]
     overwrite: bool,
+    /// `consolidate = false` is `--no-consolidate` for every conversion.
+    #[serde(default = "consolidate_by_default")]
+    consolidate: bool,
     #[serde(flatten)]
     settings: Settings,
     conversions: Vec<ConversionSpec>,
+}
+
+fn consolidate_by_default() -> bool {
+    true
 }
 
 /// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole.
@@ -133,6 +140,7 @@ fn conversions(
             conversion.memory_limit = memory_limit;
             conversion.partition = partition;
             conversion.overwrite = job.overwrite;
+            conversion.consolidate = job.consolidate;
             conversion.store_options = store_options.clone();
             conversion.io_threads = io_threads;
             conversion.report_path = job
@@ -207,6 +215,7 @@ compressor = "none"
             conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
         let c = &all[0];
         assert_eq!(c.threads, 3);
+        assert!(c.consolidate);
         assert_eq!(c.source, dir.path().join("in.zarr").to_string_lossy());
         assert_eq!(c.destination, "/abs/out.zarr");
         assert_eq!(c.layouts.default.shard_shape, Some(vec![20, 20]));
@@ -214,6 +223,14 @@ compressor = "none"
         let ab = &c.layouts.per_array["a/b"];
         assert_eq!(ab.compressor, Compressor::None);
         assert_eq!(ab.chunk_shape, Some(vec![10, 10]));
+        std::fs::write(
+            &job,
+            "consolidate = false\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
+        )
+        .expect("write");
+        let all =
+            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
+        assert!(!all[0].consolidate);
         std::fs::write(
             &job,
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",

@@ -127,6 +127,9 @@ pub fn plan(plan: &PlanReport, as_json: bool) -> anyhow::Result<()> {
         doc["source"].as_str().unwrap_or_default(),
         plan.reference_reads.as_ref(),
     );
+    for warning in plan.warnings() {
+        eprintln!("zshard: warning: {warning}");
+    }
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
