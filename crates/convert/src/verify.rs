@@ -289,8 +289,8 @@ fn attribute_differences(
         .collect()
 }
 
-/// Objects in the output that no reader of it uses: keys under an array that are neither its
-/// `zarr.json` nor a shard of its grid, staged files of interrupted writes, and the state folder of a
+/// Objects in the output that no reader of it uses: keys where an array keeps its chunks that are
+/// not a shard of its grid, staged files of interrupted writes, and the state folder of a
 /// conversion (`.zshard/`), which a finished one removes. Each is named by its location.
 fn stray_objects(dst: &Store, outputs: &[(String, ArrayMeta)]) -> Result<Vec<String>> {
     let mut strays = Vec::new();
@@ -300,7 +300,11 @@ fn stray_objects(dst: &Store, outputs: &[(String, ArrayMeta)]) -> Result<Vec<Str
         for key in array.list_keys("")? {
             // A root array shares its folder with the state folder, reported below.
             let state = path.is_empty() && key.starts_with(".zshard/");
-            if key == "zarr.json" || state || is_chunk_key(&key, meta.chunk_key_encoding, &grid) {
+            if key == "zarr.json"
+                || state
+                || !in_chunk_namespace(&key, meta.chunk_key_encoding)
+                || is_chunk_key(&key, meta.chunk_key_encoding, &grid)
+            {
                 continue;
             }
             strays.push(format!(
@@ -322,6 +326,64 @@ fn stray_objects(dst: &Store, outputs: &[(String, ArrayMeta)]) -> Result<Vec<Str
         ));
     }
     Ok(strays)
+}
+
+/// Nodes whose `zarr.json` says something else than the root's consolidated metadata, which readers
+/// use instead of the node's own document (and verify compares through): a difference there is one
+/// no comparison with the source would see. The `consolidated_metadata` members themselves are left
+/// out (a child group's entry carries an empty one).
+fn stale_consolidated_entries(dst: &Store) -> Result<Vec<String>> {
+    let Some(root) = dst.get("zarr.json")? else {
+        return Ok(Vec::new());
+    };
+    let without_consolidated = |mut doc: Value| {
+        if let Some(map) = doc.as_object_mut() {
+            map.remove("consolidated_metadata");
+        }
+        doc
+    };
+    // The root was parsed by `open_hierarchy` already; a document that is not JSON differs.
+    let Ok(root) = serde_json::from_slice::<Value>(&root) else {
+        return Ok(Vec::new());
+    };
+    let Some(entries) = root
+        .pointer("/consolidated_metadata/metadata")
+        .and_then(Value::as_object)
+    else {
+        return Ok(Vec::new());
+    };
+    let mut stale = Vec::new();
+    for (path, entry) in entries {
+        let key = format!("{path}/zarr.json");
+        let problem = match dst.get(&key)? {
+            None => Some("is missing, but the root's consolidated metadata lists it"),
+            Some(bytes) => (serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .map(without_consolidated)
+                != Some(without_consolidated(entry.clone())))
+            .then_some(
+                "differs from its entry in the root's consolidated metadata, which readers use",
+            ),
+        };
+        if let Some(problem) = problem {
+            stale.push(format!("{}: {problem}", dst.url(&key)));
+        }
+    }
+    Ok(stale)
+}
+
+/// Whether `key` lies where `encoding` puts chunk keys (`c/...` or a leading number): files a user
+/// keeps beside an array (`notes.txt`), which zshard writes around and never removes, are not strays.
+fn in_chunk_namespace(key: &str, encoding: ChunkKeyEncoding) -> bool {
+    match encoding {
+        ChunkKeyEncoding::Default { separator } => {
+            key == "c"
+                || key
+                    .strip_prefix('c')
+                    .is_some_and(|rest| rest.starts_with(separator))
+        }
+        ChunkKeyEncoding::V2 { .. } => key.starts_with(|c: char| c.is_ascii_digit()),
+    }
 }
 
 /// Whether `key` is the key of a chunk of `grid` under `encoding`: its numbers are a coordinate inside
@@ -492,6 +554,9 @@ fn verify(v: &Verification) -> Result<Verified> {
     }
     for stray in stray_objects(&dst, &outputs)? {
         lock(&mismatches)?.push(stray);
+    }
+    for stale in stale_consolidated_entries(&dst)? {
+        lock(&mismatches)?.push(stale);
     }
     let tasks = ShardTask::all(&jobs).filter(|t| {
         let grid = jobs[t.array].layout.geometry.shard_grid();

@@ -537,9 +537,14 @@ fn killed_at_random_times_then_rerun_equals_an_uninterrupted_run() {
 
 /// Converts the test source into `dst` and returns the output location.
 fn converted(tmp: &Path) -> (PathBuf, PathBuf) {
+    converted_with(tmp, &[])
+}
+
+/// Converts the test source into `dst` with `extra` options and returns the output location.
+fn converted_with(tmp: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
     let src = source(tmp);
     let dst = tmp.join("out");
-    assert_success(&run(&args("convert", &src, &dst, &[])), "convert");
+    assert_success(&run(&args("convert", &src, &dst, extra)), "convert");
     (src, dst)
 }
 
@@ -626,7 +631,9 @@ fn verify_edited_doc(
 #[test]
 fn verify_compares_what_readers_use_to_interpret_values() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (src, dst) = converted(tmp.path());
+    // Without consolidated metadata, so that an edited zarr.json is what readers see (with it, they
+    // read the root's copy: see verify_reports_node_documents_that_differ_from_the_consolidated_copy).
+    let (src, dst) = converted_with(tmp.path(), &["--no-consolidate"]);
     let doc: Value =
         serde_json::from_slice(&std::fs::read(dst.join("g/b/zarr.json")).expect("read"))
             .expect("json");
@@ -675,7 +682,9 @@ fn verify_compares_what_readers_use_to_interpret_values() {
         (
             "changed _FillValue",
             Box::new(|d| d["attributes"]["_FillValue"] = json!(0.0)),
-            r#"attribute "_FillValue" differs: source -9999.0, output 0.0"#,
+            // The source's as xarray reads it: the .zarray fill value 0.0 wins over its .zattrs -9999.0,
+            // in xarray's v3 form (base64 of a little-endian f64).
+            r#"attribute "_FillValue" differs: source "AAAAAAAAAAA=", output 0.0"#,
         ),
         (
             "changed add_offset",
@@ -697,5 +706,38 @@ fn verify_compares_what_readers_use_to_interpret_values() {
             r#"group {}: attribute "title" differs: source "faults", output "other""#,
             src.display()
         )],
+    );
+}
+
+#[test]
+fn verify_reports_node_documents_that_differ_from_the_consolidated_copy() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = converted(tmp.path());
+    let root: Value =
+        serde_json::from_slice(&std::fs::read(dst.join("zarr.json")).expect("read")).expect("json");
+    assert!(
+        root["consolidated_metadata"]["metadata"]["g/b"].is_object(),
+        "the output is consolidated: {root}"
+    );
+    assert_success(
+        &verify(&src, &dst),
+        "verify of an untouched consolidated output",
+    );
+    let scratch = tmp.path().join("edited");
+    let out = verify_edited(&src, &dst, &scratch, |d| d["fill_value"] = json!(1.5));
+    assert_mismatches(
+        &out,
+        &[format!(
+            "{}: differs from its entry in the root's consolidated metadata, which readers use",
+            scratch.join("g/b/zarr.json").display()
+        )],
+    );
+    std::fs::remove_file(scratch.join("g/b/zarr.json")).expect("remove");
+    let out = verify(&src, &scratch);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("g/b/zarr.json: is missing, but the root's consolidated metadata lists it"),
+        "{stderr}"
     );
 }
