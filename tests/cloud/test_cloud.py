@@ -1,6 +1,7 @@
 """zshard against real storage servers on loopback: round trips through S3 (moto) and Azure Blob
 (Azurite), injected faults, multipart uploads, a kill during one, and fast failures."""
 import json
+import os
 import signal
 import subprocess
 import time
@@ -454,3 +455,29 @@ def test_a_permanent_outage_fails_after_about_the_retry_timeout(tmp_path, s3, fa
     assert out.returncode == 1, out.stderr
     assert 6 <= took < 12, took
     assert "s3://gone/out.zarr" in out.stderr and "retry_timeout: 6s" in out.stderr, out.stderr
+
+
+def test_concurrent_runs_with_different_options_cannot_both_write_to_s3(tmp_path, s3, moto):
+    """The claim on an S3 destination is a create-only PUT (If-None-Match: *): of two runs started together
+    with different options, exactly one converts and the other is refused; the winner's output reads back
+    exactly and verifies. Three rounds, so that the runs overlap at different points."""
+    expected = small_array_on_s3(tmp_path, s3, "claims")
+    env = {**S3_ENV, "AWS_ALLOW_HTTP": "true"}
+    layouts = {"a": ["--index-location", "end"], "b": ["--index-location", "start", "--compressor", "zstd:1"]}
+    for round_ in range(3):
+        dst = f"s3://claims/out{round_}.zarr"
+        runs = {name: subprocess.Popen([ZSHARD, "convert", str(tmp_path / "in.zarr"), dst, "--s3-endpoint", moto,
+                                        "--s3-path-style", "--quiet", "--threads", "1", *layout],
+                                       stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+                for name, layout in layouts.items()}
+        outcomes = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in runs.items()}
+        winners = [name for name, (code, _) in outcomes.items() if code == 0]
+        assert len(winners) == 1, outcomes
+        loser = next(name for name in layouts if name not in winners)
+        code, stderr = outcomes[loser]
+        assert code == 1 and "different options" in stderr, outcomes
+        local = tmp_path / f"out{round_}.zarr"
+        keys = download_prefix(s3, "claims", f"out{round_}.zarr", local)
+        assert not any(k.startswith(".zshard") for k in keys), keys
+        assert_same(local, expected)
+        run_zshard("verify", tmp_path / "in.zarr", dst, "--s3-endpoint", moto, "--s3-path-style", "--quiet", env=env)
