@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{expected, files, read_v3, write_v2};
+use common::{banded_source as source, expected, files, read_v3, write_v2, SHARDS_OF_16 as SHAPES};
 use serde_json::{json, Value};
 use zshard_core::DataType;
 
@@ -30,24 +30,6 @@ fn zshard(args: &[&str]) -> Output {
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
-
-/// A 96x80 uint16 array in 8x8 chunks, the first 1000 elements equal to the fill value: 30 shards of
-/// 16x16, of which the first few hold only the fill value.
-fn source(dir: &Path) -> PathBuf {
-    let src = dir.join("src");
-    let data = expected(DataType::UInt16, &[96, 80], 2000);
-    write_v2(
-        &src,
-        DataType::UInt16,
-        &[96, 80],
-        &[8, 8],
-        json!({"id": "zstd", "level": 1}),
-        &data,
-    );
-    src
-}
-
-const SHAPES: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
 
 fn convert(src: &Path, dst: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["convert", s(src), s(dst), "--quiet", "--threads", "2"];

@@ -6,31 +6,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{expected, files, read_v3, write_v2, zshard};
+use common::{banded_source as source, expected, files, read_v3, zshard, SHARDS_OF_16 as SHAPES};
 use serde_json::{json, Value};
 use zshard_core::DataType;
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
-
-/// A 96x80 uint16 array in 8x8 chunks, the first 1000 elements equal to the fill value, converted into
-/// 16x16 shards of 8x8: 30 shards, of which the first few are all fill.
-fn source(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("src");
-    let data = expected(DataType::UInt16, &[96, 80], 2000);
-    write_v2(
-        &src,
-        DataType::UInt16,
-        &[96, 80],
-        &[8, 8],
-        json!({"id": "zstd", "level": 1}),
-        &data,
-    );
-    src
-}
-
-const SHAPES: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
 
 fn convert(src: &Path, dst: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["convert", s(src), s(dst), "--quiet", "--threads", "2"];

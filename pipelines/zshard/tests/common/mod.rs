@@ -154,3 +154,22 @@ pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     walk(dir, dir, &mut out);
     out
 }
+
+/// A 96x80 uint16 Zarr v2 array at `dir/src` in 8x8 zstd chunks, the first 2000 elements equal to the
+/// fill value: with [`SHARDS_OF_16`], 30 shards of which the first few hold only the fill value.
+pub fn banded_source(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("src");
+    let data = expected(DataType::UInt16, &[96, 80], 2000);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[96, 80],
+        &[8, 8],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    src
+}
+
+/// The layout the tests of [`banded_source`] convert into: 16x16 shards of 8x8 inner chunks.
+pub const SHARDS_OF_16: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
