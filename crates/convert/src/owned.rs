@@ -8,16 +8,21 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+use zshard_core::ChunkKeyEncoding;
 
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ChunkKeys {
     /// Dimensions of the array (coordinates per key).
     ndim: usize,
-    /// `Some("c")` for the v3 default encoding, `None` for v2 keys.
-    prefix: Option<&'static str>,
-    /// Between coordinates (and after the prefix).
-    separator: String,
+    encoding: ChunkKeyEncoding,
+}
+
+/// A one-character separator, as every chunk key encoding has.
+fn separator(text: &str) -> Option<char> {
+    let mut chars = text.chars();
+    let separator = chars.next()?;
+    chars.next().is_none().then_some(separator)
 }
 
 impl ChunkKeys {
@@ -29,57 +34,35 @@ impl ChunkKeys {
             .and_then(|e| e.get("name"))
             .and_then(Value::as_str)
             .unwrap_or("default");
-        let separator = encoding
+        let configured = encoding
             .and_then(|e| e.get("configuration"))
             .and_then(|c| c.get("separator"))
             .and_then(Value::as_str);
-        let (prefix, default_separator) = match name {
-            "default" => (Some("c"), "/"),
-            "v2" => (None, "."),
+        let encoding = match name {
+            "default" => ChunkKeyEncoding::Default {
+                separator: configured.map_or(Some('/'), separator)?,
+            },
+            "v2" => ChunkKeyEncoding::V2 {
+                separator: configured.map_or(Some('.'), separator)?,
+            },
             _ => return None,
         };
-        Some(ChunkKeys {
-            ndim,
-            prefix,
-            separator: separator.unwrap_or(default_separator).to_string(),
-        })
+        Some(ChunkKeys { ndim, encoding })
     }
 
     /// The chunk keys of a v2 array's `.zarray` document.
     pub(crate) fn of_v2(doc: &Value) -> Option<ChunkKeys> {
         let ndim = doc.get("shape")?.as_array()?.len();
-        let separator = doc
-            .get("dimension_separator")
-            .and_then(Value::as_str)
-            .unwrap_or(".");
-        Some(ChunkKeys {
-            ndim,
-            prefix: None,
-            separator: separator.to_string(),
-        })
+        let configured = doc.get("dimension_separator").and_then(Value::as_str);
+        let encoding = ChunkKeyEncoding::V2 {
+            separator: configured.map_or(Some('.'), separator)?,
+        };
+        Some(ChunkKeys { ndim, encoding })
     }
 
     /// Whether `relative` (a key relative to the array's path) is one of its chunk keys.
     pub(crate) fn matches(&self, relative: &str) -> bool {
-        let coords = match self.prefix {
-            Some(prefix) if self.ndim == 0 => return relative == prefix,
-            None if self.ndim == 0 => return relative == "0",
-            Some(prefix) => {
-                let Some(rest) = relative
-                    .strip_prefix(prefix)
-                    .and_then(|r| r.strip_prefix(self.separator.as_str()))
-                else {
-                    return false;
-                };
-                rest
-            }
-            None => relative,
-        };
-        let parts: Vec<&str> = coords.split(self.separator.as_str()).collect();
-        parts.len() == self.ndim
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        self.encoding.coordinates(relative, self.ndim).is_some()
     }
 }
 

@@ -389,15 +389,8 @@ fn in_chunk_namespace(key: &str, encoding: ChunkKeyEncoding) -> bool {
 /// Whether `key` is the key of a chunk of `grid` under `encoding`: its numbers are a coordinate inside
 /// the grid, and that coordinate's key is exactly `key`.
 fn is_chunk_key(key: &str, encoding: ChunkKeyEncoding, grid: &[u64]) -> bool {
-    let coord: Option<Vec<u64>> = key
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|part| !part.is_empty())
-        .map(|part| part.parse().ok())
-        .collect();
-    coord.is_some_and(|coord| {
-        coord.len() == grid.len()
-            && coord.iter().zip(grid).all(|(c, g)| c < g)
-            && encoding.key(&coord) == key
+    encoding.coordinates(key, grid.len()).is_some_and(|coord| {
+        coord.iter().zip(grid).all(|(c, g)| c < g) && encoding.key(&coord) == key
     })
 }
 

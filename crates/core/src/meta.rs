@@ -40,6 +40,28 @@ impl ChunkKeyEncoding {
         }
     }
 
+    /// The grid coordinates that `key` names for an array of `ndim` dimensions: the inverse of
+    /// [`key`](Self::key), except that coordinates with leading zeros are read too; `None` for a key of
+    /// another shape.
+    pub fn coordinates(&self, key: &str, ndim: usize) -> Option<Vec<u64>> {
+        let (coords, separator) = match *self {
+            ChunkKeyEncoding::Default { .. } if ndim == 0 => return (key == "c").then(Vec::new),
+            ChunkKeyEncoding::V2 { .. } if ndim == 0 => return (key == "0").then(Vec::new),
+            ChunkKeyEncoding::Default { separator } => {
+                (key.strip_prefix('c')?.strip_prefix(separator)?, separator)
+            }
+            ChunkKeyEncoding::V2 { separator } => (key, separator),
+        };
+        let coord = coords
+            .split(separator)
+            .map(|part| {
+                let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+                digits.then(|| part.parse().ok()).flatten()
+            })
+            .collect::<Option<Vec<u64>>>()?;
+        (coord.len() == ndim).then_some(coord)
+    }
+
     /// The v3 `chunk_key_encoding` document.
     pub fn to_v3_json(&self) -> Value {
         let (name, sep) = match *self {
@@ -251,6 +273,23 @@ mod tests {
         let read = meta.read_by_inner_chunk();
         assert_eq!(read.chunk_shape, vec![32, 32]);
         assert!(read.sharded.is_some());
+    }
+
+    #[test]
+    fn coordinates_invert_keys() {
+        let d = ChunkKeyEncoding::Default { separator: '/' };
+        assert_eq!(d.coordinates("c/3/0", 2), Some(vec![3, 0]));
+        assert_eq!(d.coordinates(&d.key(&[7, 11]), 2), Some(vec![7, 11]));
+        assert_eq!(d.coordinates("c/3", 2), None);
+        assert_eq!(d.coordinates("c/3/x", 2), None);
+        assert_eq!(d.coordinates("c.3.0", 2), None);
+        assert_eq!(d.coordinates("notes.txt", 2), None);
+        assert_eq!(d.coordinates("c", 0), Some(vec![]));
+        let v2 = ChunkKeyEncoding::V2 { separator: '.' };
+        assert_eq!(v2.coordinates("3.0", 2), Some(vec![3, 0]));
+        assert_eq!(v2.coordinates("3/0", 2), None);
+        assert_eq!(v2.coordinates("0", 0), Some(vec![]));
+        assert_eq!(v2.coordinates("99999999999999999999.0", 2), None);
     }
 
     #[test]
