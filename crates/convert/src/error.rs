@@ -344,9 +344,7 @@ mod tests {
         let decode = Error::Pipeline(zshard_pipeline::Error::Decode {
             array: "t".into(),
             key: "/src/t/0.1".into(),
-            source: Box::new(zshard_core::Error::InvalidGeometry {
-                reason: "x".into(),
-            }),
+            source: Box::new(zshard_core::Error::InvalidGeometry { reason: "x".into() }),
         });
         assert_eq!(decode.array(), Some("t"));
         assert_eq!(decode.key(), Some("/src/t/0.1"));
@@ -357,7 +355,10 @@ mod tests {
             }),
         };
         assert_eq!((layout.array(), layout.key()), (Some("a"), None));
-        assert_eq!((Error::Cancelled.array(), Error::Cancelled.key()), (None, None));
+        assert_eq!(
+            (Error::Cancelled.array(), Error::Cancelled.key()),
+            (None, None)
+        );
     }
 
     #[test]

@@ -176,14 +176,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let conversion = convert_conversion(
-                &layout,
-                threads,
-                &workers,
-                overwrite,
-                memory_limit,
-                report,
-            )?;
+            let conversion =
+                convert_conversion(&layout, threads, &workers, overwrite, memory_limit, report)?;
             signals::cancel_on_signals(conversion.cancel.clone())?;
             print::convert(&conversion, quiet)
         }
@@ -335,9 +329,9 @@ where
             memory_limit,
             json: _,
         } => plan_conversion(&layout, threads, memory_limit).map(|c| Request::Plan(Box::new(c))),
-        Command::Finalize { layout, quiet: _ } => layout
-            .conversion()
-            .map(|c| Request::Finalize(Box::new(c))),
+        Command::Finalize { layout, quiet: _ } => {
+            layout.conversion().map(|c| Request::Finalize(Box::new(c)))
+        }
         Command::Verify {
             src,
             dst,
