@@ -29,7 +29,7 @@ def example(name: str) -> ModuleType:
 
 
 def v2_array(path: Path, data: np.ndarray, chunks: tuple[int, ...], fill_value: object = 0) -> zarr.Array:
-    """``data`` written by zarr-python as a Zarr v2 array (blosc, its default) at ``path``."""
+    """``data`` written by zarr-python as a Zarr v2 array (with zarr-python's default compressor) at ``path``."""
     array = zarr.create_array(
         str(path), shape=data.shape, chunks=chunks, dtype=data.dtype, fill_value=fill_value, zarr_format=2
     )
