@@ -60,3 +60,13 @@ def many_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndar
 
 
 MANY_OPTIONS = {"shard_shape": (32, 32), "threads": 1, "io_threads": 1}
+
+
+@pytest.fixture(scope="session")
+def many_converted(many_shards, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The files of one uninterrupted conversion of ``many_shards`` with ``MANY_OPTIONS``."""
+    import zshard
+
+    dst = tmp_path_factory.mktemp("reference") / "reference.zarr"
+    zshard.convert(many_shards[0], dst, **MANY_OPTIONS)
+    return tree_bytes(dst)

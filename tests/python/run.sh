@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The Python package's tests: builds and installs the package from this checkout as a user would
-# (`pip install ./crates/python`: a PEP 517 build with maturin) into a venv, then runs pytest on it.
+# The Python package's tests: builds the package from this checkout as a user would (`pip install
+# ./crates/python`: a PEP 517 build with maturin, in pip's own fresh build environment), installs it
+# into a venv, then runs pytest on it.
 #
 #   tests/python/run.sh [extra pytest args...]
 #
 # Environment:
-#   ZSHARD_PY_VENV     the venv (default: <repo>/target/venv-python; created on first use)
+#   ZSHARD_VENV        the venv (default: <repo>/target/venv, the interop suite's: it already holds
+#                      numpy, zarr-python and xarray at the same pins, so only Dask, tqdm and maturin
+#                      are added; created on first use)
 #   CARGO_TARGET_DIR   where maturin's cargo builds (default: <repo>/target, shared with the release
 #                      build so that only the extension crate is compiled)
 #   PYTHON             interpreter used to create the venv (default: python3)
@@ -16,7 +19,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
-VENV="${ZSHARD_PY_VENV:-$REPO/target/venv-python}"
+VENV="${ZSHARD_VENV:-$REPO/target/venv}"
 PY="${PYTHON:-python3}"
 REQ="$HERE/requirements.txt"
 

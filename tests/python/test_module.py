@@ -161,10 +161,10 @@ def test_progress_callback_gets_increasing_figures(many_shards, tmp_path):
     )
 
 
-def test_keyboard_interrupt_from_the_callback_stops_and_a_rerun_resumes_to_the_same_bytes(many_shards, tmp_path):
+def test_keyboard_interrupt_from_the_callback_stops_and_a_rerun_resumes_to_the_same_bytes(
+    many_shards, many_converted, tmp_path
+):
     src, data = many_shards
-    reference = tmp_path / "reference.zarr"
-    zshard.convert(src, reference, **MANY_OPTIONS)
     dst = tmp_path / "out.zarr"
 
     def interrupt(progress: zshard.Progress) -> None:
@@ -180,14 +180,12 @@ def test_keyboard_interrupt_from_the_callback_stops_and_a_rerun_resumes_to_the_s
     assert resumed.status == "ok"
     assert resumed.totals.shards_skipped >= 10
     assert resumed.totals.shards_skipped + resumed.totals.shards_written == 256
-    assert tree_bytes(dst) == tree_bytes(reference)
+    assert tree_bytes(dst) == many_converted
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
 
 
-def test_ctrl_c_stops_a_conversion_in_a_python_process_and_a_rerun_resumes(many_shards, tmp_path):
+def test_ctrl_c_stops_a_conversion_in_a_python_process_and_a_rerun_resumes(many_shards, many_converted, tmp_path):
     src, _ = many_shards
-    reference = tmp_path / "reference.zarr"
-    zshard.convert(src, reference, **MANY_OPTIONS)
     dst = tmp_path / "out.zarr"
     script = textwrap.dedent(
         f"""
@@ -213,7 +211,7 @@ def test_ctrl_c_stops_a_conversion_in_a_python_process_and_a_rerun_resumes(many_
     resumed = zshard.convert(src, dst, **MANY_OPTIONS)
     assert resumed.totals.shards_skipped >= 1
     assert resumed.totals.shards_skipped + resumed.totals.shards_written == 256
-    assert tree_bytes(dst) == tree_bytes(reference)
+    assert tree_bytes(dst) == many_converted
 
 
 def test_three_dask_workers_and_finalize_equal_one_run(many_shards, tmp_path):
