@@ -221,13 +221,35 @@ def test_three_dask_workers_and_finalize_equal_one_run(many_shards, tmp_path):
     one = tmp_path / "one.zarr"
     zshard.convert(src, one, shard_shape=(64, 64))
     dst = tmp_path / "dask.zarr"
-    with LocalCluster(n_workers=3, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
+    # Worker threads (the GIL is released while converting, so they convert in parallel) start much
+    # faster than processes; what processes add, pickling results and errors, is tested below.
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
         reports = example("dask_convert").convert_on_dask(client, str(src), str(dst), 3, shard_shape=(64, 64))
     assert sorted(r.worker for r in reports) == [(0, 3), (1, 3), (2, 3)]
     # 64 shards: worker i gets shards i, i+3, ...: 22, 21 and 21.
     assert sorted(r.totals.shards_written for r in reports) == [21, 21, 22]
     assert tree_bytes(dst) == tree_bytes(one)
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
+
+
+def test_reports_and_errors_survive_pickling_as_between_dask_processes(small, tmp_path):
+    import pickle
+
+    src, _ = small
+    report = zshard.convert(src, tmp_path / "out.zarr", shard_shape=(20, 40))
+    assert pickle.loads(pickle.dumps(report)) == report
+    (src / "0.0").write_bytes(b"garbage")
+    with pytest.raises(zshard.ChunkError) as raised:
+        zshard.convert(src, tmp_path / "other.zarr", shard_shape=(20, 40))
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert type(copy) is zshard.ChunkError
+    assert (str(copy), copy.kind, copy.array, copy.key) == (
+        str(raised.value),
+        "decode",
+        raised.value.array,
+        raised.value.key,
+    )
+    assert copy.key is not None and copy.key.endswith("/0.0")
 
 
 def test_etl_task_functions_return_json(small, tmp_path):
