@@ -109,6 +109,15 @@ def test_a_corrupt_chunk_raises_chunk_error_naming_array_and_key(small, tmp_path
     assert "cannot decode chunk" in str(e)
 
 
+def test_library_warnings_are_python_warnings(small, tmp_path):
+    src, _ = small
+    (src / "3.4").write_bytes(b"garbage")
+    (tmp_path / "file").write_text("")
+    # The report cannot be written (its folder would be under a file): a warning, after the failure.
+    with pytest.warns(zshard.ZshardWarning, match="cannot write report"), pytest.raises(zshard.ChunkError):
+        zshard.convert(src, tmp_path / "out.zarr", shard_shape=(20, 40), report=tmp_path / "file" / "run.json")
+
+
 def test_options_errors(small, tmp_path):
     src, _ = small
     with pytest.raises(zshard.OptionsError) as raised:
