@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod args;
@@ -114,10 +115,10 @@ enum Command {
     /// Compare an output with its source element by element and check every shard index; exits
     /// non-zero on any mismatch, listing them per chunk.
     Verify {
-        /// The source that was converted.
+        /// The source that was converted, or a job file (JOB.toml) alone: each of its conversions.
         src: String,
         /// The sharded Zarr v3 output.
-        dst: String,
+        dst: Option<String>,
         #[command(flatten)]
         source: SourceArgs,
         #[command(flatten)]
@@ -131,6 +132,19 @@ enum Command {
         /// No summary when everything matches.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// List the arrays of a source as convert reads them: path, data type, shape, chunks (an
+    /// already sharded source's inner chunks and shards) and codecs, from metadata alone.
+    Ls {
+        /// A Zarr v2 or v3 array or group, or a kerchunk reference set (a path or URL).
+        src: String,
+        #[command(flatten)]
+        source: SourceArgs,
+        #[command(flatten)]
+        storage: StorageArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a declarative job file (sources, destination, per-array shapes, compressor, ...); see
     /// the commented examples in pipelines/*.toml.
@@ -159,6 +173,24 @@ enum Command {
     },
 }
 
+/// An error of one conversion of a job file names the job and the conversion; with SRC DST it
+/// stands as it is.
+fn in_job<T>(
+    job: Option<&str>,
+    source: &str,
+    destination: &str,
+    result: zshard_convert::Result<T>,
+) -> anyhow::Result<T> {
+    match job {
+        None => Ok(result?),
+        Some(job) => result.with_context(|| {
+            let job =
+                std::fs::canonicalize(job).map_or_else(|_| job.into(), |p| p.display().to_string());
+            format!("job file {job}: conversion {source} -> {destination}")
+        }),
+    }
+}
+
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -174,7 +206,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let mut conversion = Conversion::new(&layout.src, &layout.dst);
+            let Some(dst) = &layout.dst else {
+                anyhow::bail!(
+                    "DST is missing: give SRC DST (a job file runs with `zshard run JOB.toml`)"
+                );
+            };
+            let mut conversion = Conversion::new(&layout.src, dst);
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
             conversion.overwrite = overwrite;
@@ -194,8 +231,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print::convert(&conversion, quiet)
         }
         Command::Finalize { layout, quiet } => {
-            let finalized = layout.conversion()?.finalize()?;
-            print::finalized(&finalized, quiet);
+            for conversion in layout.conversions()? {
+                let (source, destination) = (&conversion.source, &conversion.destination);
+                let finalized = in_job(layout.job(), source, destination, conversion.finalize())?;
+                print::finalized(&finalized, quiet);
+            }
             Ok(())
         }
         Command::Plan {
@@ -204,10 +244,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             memory_limit,
             json,
         } => {
-            let mut conversion = layout.conversion()?;
-            conversion.threads = threads.unwrap_or_else(default_threads);
-            conversion.memory_limit = memory_limit;
-            print::plan(&conversion.plan()?, json)
+            let mut plans = Vec::new();
+            for mut conversion in layout.conversions()? {
+                conversion.threads = threads.unwrap_or(conversion.threads);
+                conversion.memory_limit = memory_limit.or(conversion.memory_limit);
+                let plan = conversion.plan();
+                let (source, destination) = (&conversion.source, &conversion.destination);
+                plans.push(in_job(layout.job(), source, destination, plan)?);
+            }
+            print::plans(&plans, json)
         }
         Command::Verify {
             src,
@@ -218,14 +263,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             quiet,
         } => {
-            let mut verification = Verification::new(src, dst);
-            verification.source_options = source.options()?;
-            verification.store_options = storage.options();
-            verification.io_threads = storage.io_threads;
-            verification.sample = sample;
-            verification.threads = threads.unwrap_or_else(default_threads);
-            print::verified(&verification.source, &verification.run()?, quiet)
+            let verifications = match &dst {
+                Some(dst) => {
+                    let mut verification = Verification::new(&src, dst);
+                    verification.source_options = source.options()?;
+                    verification.store_options = storage.options();
+                    verification.io_threads = storage.io_threads;
+                    verification.threads = threads.unwrap_or_else(default_threads);
+                    vec![verification]
+                }
+                None => job::verifications(&src, &source, &storage, threads)?,
+            };
+            let job = dst.is_none().then_some(src.as_str());
+            for mut verification in verifications {
+                verification.sample = sample;
+                let (source, destination) = (&verification.source, &verification.destination);
+                let verified = in_job(job, source, destination, verification.run())?;
+                print::verified(&verification.source, &verified, quiet)?;
+            }
+            Ok(())
         }
+        Command::Ls {
+            src,
+            source,
+            storage,
+            json,
+        } => print::listing(
+            &zshard_convert::list(&src, &source.options()?, &storage.options())?,
+            json,
+        ),
         Command::Run {
             job,
             workers,
