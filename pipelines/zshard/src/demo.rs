@@ -128,6 +128,7 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
     conversion.overwrite = true;
     crate::print::convert(&conversion, quiet)?;
     let job = write_job(dir)?;
+    let job = job.display();
     let out = output.display();
     println!("Demo source (Zarr v2): {}", source.display());
     println!("Sharded output (Zarr v3, sharding_indexed): {out}");

@@ -418,4 +418,66 @@ compressor = "none"
         .expect("write");
         assert!(load(&job, Partition::ALL, &storage_flags()).is_err());
     }
+
+    #[test]
+    fn source_and_storage_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::canonicalize(dir.path()).expect("canonical");
+        let job = base.join("job.toml");
+        std::fs::write(
+            &job,
+            r#"
+source_format = "kerchunk-json"
+ref_root = "refs/../data"
+allow_ref_prefix = ["local/", "http://127.0.0.1:8000/"]
+ref_coalesce_gap = "off"
+include = ["a/*"]
+compressor = "source"
+[storage]
+retries = 3
+part_size = "8MiB"
+io_threads = 4
+[[conversions]]
+source = "refs.json"
+destination = "out.zarr"
+exclude = ["a/b"]
+passthrough = false
+"#,
+        )
+        .expect("write");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let c = &all[0];
+        let options = &c.source_options;
+        assert_eq!(options.format, Some(SourceFormat::KerchunkJson));
+        let references = options.references.as_ref().expect("reference options");
+        let data = base.join("data").to_string_lossy().into_owned();
+        assert_eq!(references.ref_root.as_deref(), Some(data.as_str()));
+        assert_eq!(
+            references.allow_prefixes,
+            [
+                format!("{}/", base.join("local").to_string_lossy()),
+                "http://127.0.0.1:8000/".to_string()
+            ]
+        );
+        assert_eq!(references.coalesce_gap, None);
+        assert_eq!(options.selection.include, ["a/*"]);
+        assert_eq!(options.selection.exclude, ["a/b"]);
+        assert!(!c.layouts.default.passthrough);
+        assert_eq!(c.layouts.default.compressor, Compressor::Source);
+        assert_eq!(c.store_options.retries, Some(3));
+        assert_eq!(c.store_options.part_size, 8 << 20);
+        assert_eq!(c.io_threads, Some(4));
+
+        std::fs::write(
+            &job,
+            "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n[conversions.arrays.\"x\"]\ninclude = [\"y\"]\n",
+        )
+        .expect("write");
+        let e = load(&job, Partition::ALL, &storage_flags()).expect_err("per-array include");
+        assert!(
+            format!("{e:#}")
+                .contains("array x: include applies to a whole conversion, not to one array"),
+            "{e:#}"
+        );
+    }
 }
