@@ -202,10 +202,16 @@ fn the_demo_job_runs_from_any_directory() {
         &root.join("a"),
         &["demo", "--dir", "demo", "--quiet", "--threads", "2"],
     ));
-    let out = zshard_in(&root.join("b"), &["run", "../a/demo/demo-job.toml", "--quiet"]);
+    let out = zshard_in(
+        &root.join("b"),
+        &["run", "../a/demo/demo-job.toml", "--quiet"],
+    );
     succeeds(&out);
     let output = root.join("a/demo/job-output.zarr");
     assert!(output.join("climate/temperature/zarr.json").exists());
     assert!(root.join("a/demo/job-report-0.json").exists());
-    succeeds(&zshard_in(&root.join("b"), &["verify", "../a/demo/demo-job.toml", "--quiet"]));
+    succeeds(&zshard_in(
+        &root.join("b"),
+        &["verify", "../a/demo/demo-job.toml", "--quiet"],
+    ));
 }
