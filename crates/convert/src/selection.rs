@@ -214,8 +214,11 @@ mod tests {
 
     #[test]
     fn keeps_selected_arrays_and_the_groups_above_them() {
+        // `a/*` matches the group a/deep too, so its arrays come along.
         let kept = paths(&select(&["a/*"], &["*/skip"])).expect("valid");
-        assert_eq!(kept, ["", "a", "a/x"]);
+        assert_eq!(kept, ["", "a", "a/x", "a/deep", "a/deep/y"]);
+        let kept = paths(&select(&["a/x", "top"], &[])).expect("valid");
+        assert_eq!(kept, ["", "a", "a/x", "top"]);
         let kept = paths(&select(&["a/**"], &[])).expect("valid");
         assert_eq!(kept, ["", "a", "a/x", "a/skip", "a/deep", "a/deep/y"]);
         // A group's path selects everything below it.
