@@ -22,6 +22,31 @@ pub(crate) const ARRAY_FILTERS: &[&str] = &[
     "numcodecs.packbits",
 ];
 
+/// Array-to-bytes codecs: what a v3 chain has exactly one of, after its array filters.
+const ARRAY_TO_BYTES: &[&str] = &["bytes", "vlen-utf8", "sharding_indexed"];
+
+/// Why the chain `specs` (as zshard reads a source: Zarr v2 filters in their v2 place) is not a
+/// valid Zarr v3 chain, or `None` when it is one. Zarr v2 applies `delta`, `fixedscaleoffset`,
+/// `quantize`, `astype` and `packbits` to the bytes after the byte order is set; v3 readers
+/// (zarr-python 3) take them only as array codecs before `bytes`. `categorize` has no v3 codec.
+pub fn v3_form_problem(specs: &[CodecSpec]) -> Option<String> {
+    if let Some(c) = specs.iter().find(|c| c.name == "numcodecs.categorize") {
+        return Some(format!("{} has no Zarr v3 codec", c.name));
+    }
+    let array_to_bytes = specs
+        .iter()
+        .position(|c| ARRAY_TO_BYTES.contains(&c.name.as_str()))?;
+    specs[array_to_bytes + 1..]
+        .iter()
+        .find(|c| ARRAY_FILTERS.contains(&c.name.as_str()))
+        .map(|c| {
+            format!(
+                "{} follows {} (a Zarr v2 filter): Zarr v3 readers take it only before {}",
+                c.name, specs[array_to_bytes].name, specs[array_to_bytes].name
+            )
+        })
+}
+
 #[derive(Debug)]
 pub(crate) struct ArrayFilter {
     filter: Arc<dyn BytesToBytesCodec>,

@@ -56,6 +56,7 @@ mod transpose;
 mod vlen_utf8;
 mod zstd_codec;
 
+pub use array_filter::v3_form_problem;
 pub use blosc::{CNAMES as BLOSC_CNAMES, SHUFFLES as BLOSC_SHUFFLES};
 pub use bytes_codec::BytesCodec;
 pub use error::{Error, Result};

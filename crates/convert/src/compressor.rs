@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde_json::json;
 use zshard_codecs::{BLOSC_CNAMES, BLOSC_SHUFFLES};
-use zshard_core::{CodecSpec, DataType};
+use zshard_core::{ArrayMeta, CodecSpec, DataType};
 
 use crate::error::Error;
 
@@ -50,6 +50,9 @@ pub enum Compressor {
     },
     /// The inner chain as given, checked against each array's data type when planning.
     Chain(Vec<CodecSpec>),
+    /// Each array's own codec chain where it is a valid Zarr v3 chain (so that passthrough can
+    /// copy its chunks), else [`Compressor::DEFAULT`]; see [`Compressor::for_array`].
+    Source,
 }
 
 impl FromStr for Compressor {
@@ -72,6 +75,7 @@ impl FromStr for Compressor {
         };
         Ok(match parts.as_slice() {
             ["none"] => Compressor::None,
+            ["source"] => Compressor::Source,
             ["zstd"] => Compressor::Zstd { level: 3 },
             ["zstd", l] => {
                 let level = level(l)?;
@@ -108,7 +112,7 @@ impl FromStr for Compressor {
             _ => {
                 return Err(invalid(
                     s,
-                    format!("unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, or a JSON list of v3 codecs"),
+                    format!("unknown compressor {s:?}: expected zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE, none, source, or a JSON list of v3 codecs"),
                 ))
             }
         })
@@ -121,6 +125,7 @@ impl std::fmt::Display for Compressor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Compressor::None => f.write_str("none"),
+            Compressor::Source => f.write_str("source"),
             Compressor::Zstd { level } => write!(f, "zstd:{level}"),
             Compressor::Gzip { level } => write!(f, "gzip:{level}"),
             Compressor::Blosc {
@@ -137,7 +142,29 @@ impl std::fmt::Display for Compressor {
 }
 
 impl Compressor {
+    /// The default: `zstd` level 3.
+    pub const DEFAULT: Compressor = Compressor::Zstd { level: 3 };
+
+    /// The inner codec chain of the array `meta`, and, when [`Compressor::Source`] cannot keep the
+    /// array's own chain (it has no valid Zarr v3 form), why, and that the default is used instead.
+    pub fn for_array(&self, meta: &ArrayMeta) -> (Vec<CodecSpec>, Option<String>) {
+        if *self != Compressor::Source {
+            return (self.inner_codecs(meta.data_type), None);
+        }
+        match zshard_codecs::v3_form_problem(&meta.codecs) {
+            None => (meta.codecs.clone(), None),
+            Some(problem) => (
+                Compressor::DEFAULT.inner_codecs(meta.data_type),
+                Some(format!(
+                    "the source's codecs are not a valid Zarr v3 chain ({problem}); written with the default {} instead",
+                    Compressor::DEFAULT
+                )),
+            ),
+        }
+    }
+
     /// The inner codec chain: `bytes` (little endian; `vlen-utf8` for strings) then the compressor.
+    /// [`Compressor::Source`] needs the array ([`Compressor::for_array`]): here it is the default's.
     pub fn inner_codecs(&self, data_type: DataType) -> Vec<CodecSpec> {
         let mut codecs = vec![if data_type.is_variable() {
             CodecSpec::new("vlen-utf8", json!({}))
@@ -147,6 +174,7 @@ impl Compressor {
         let typesize = data_type.typesize();
         match self {
             Compressor::Chain(chain) => return chain.clone(),
+            Compressor::Source => return Compressor::DEFAULT.inner_codecs(data_type),
             Compressor::None => {}
             Compressor::Zstd { level } => codecs.push(CodecSpec::new(
                 "zstd",

@@ -112,7 +112,7 @@ impl Conversion {
         refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
         let input = Input::open(&source, &self.source_options, runtime.clone())?;
-        let nodes = input.nodes()?;
+        let nodes = input.nodes(&self.source_options.selection)?;
         let plan = Plan::new(&nodes, &self.layouts, &input.url())?;
         let fingerprint = state::fingerprint(&source_id(&source), &plan);
         Ok(Opened {
@@ -455,8 +455,8 @@ fn pending<'a>(
         })
 }
 
-/// What readers will see differently in the output than in the source, one message per thing,
-/// naming the array.
+/// What readers will see differently in the output than in the source, and where `--compressor
+/// source` could not keep the source's codecs: one message per thing, naming the array.
 pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
     plan.arrays
         .iter()
@@ -466,6 +466,7 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
                 .source
                 .warnings
                 .iter()
+                .chain(&array.compressor_fallback)
                 .map(move |warning| format!("array {name}: {warning}"))
         })
         .collect()

@@ -10,6 +10,7 @@ use zshard_store::{IoRuntime, Location, Store};
 use zshard_zarr::{chunk_reader, open_hierarchy};
 
 use crate::error::{Error, Result};
+use crate::selection::Selection;
 
 /// What kind of input a source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +49,8 @@ pub struct SourceOptions {
     /// Options of kerchunk reference sets; `None` for the defaults. Giving them for a Zarr source is
     /// refused: they would be ignored, which is rarely what was meant.
     pub references: Option<zshard_kerchunk::Options>,
+    /// Which arrays are read (`--include` / `--exclude`); the groups above them come along.
+    pub selection: Selection,
 }
 
 /// An opened input.
@@ -114,8 +117,13 @@ impl Input {
         }
     }
 
+    /// The arrays of the input that `selection` takes, and the groups above them.
+    pub(crate) fn nodes(&self, selection: &Selection) -> Result<Vec<Node>> {
+        selection.apply(self.all_nodes()?, &self.url())
+    }
+
     /// Every group and array of the input.
-    pub(crate) fn nodes(&self) -> Result<Vec<Node>> {
+    fn all_nodes(&self) -> Result<Vec<Node>> {
         match self {
             // Already sharded arrays are read by inner chunk (see `ArrayMeta::read_by_inner_chunk`).
             Input::Zarr(store) => Ok(open_hierarchy(store)?

@@ -37,7 +37,7 @@ impl Default for Layout {
         Layout {
             shard_shape: None,
             chunk_shape: None,
-            compressor: Compressor::Zstd { level: 3 },
+            compressor: Compressor::DEFAULT,
             index_location: IndexLocation::End,
             passthrough: true,
         }
@@ -81,6 +81,8 @@ pub struct PlannedArray {
     pub output: ShardedArrayMetadata,
     /// Source chunks are copied as encoded (same chunk shape and codec chain as the output).
     pub passthrough: bool,
+    /// With `--compressor source`: why the source's codecs could not be kept (the default was used).
+    pub compressor_fallback: Option<String>,
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }
 
@@ -230,7 +232,7 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
             which: "source",
             source,
         })?;
-    let inner_codecs = layout.compressor.inner_codecs(meta.data_type);
+    let (inner_codecs, compressor_fallback) = layout.compressor.for_array(meta);
     let inner_chain = inner_chain(meta, &inner_shape, &inner_codecs, "output")?;
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
@@ -251,6 +253,7 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
         geometry,
         output,
         passthrough,
+        compressor_fallback,
         job_parts: (source_chain, inner_chain),
     })
 }

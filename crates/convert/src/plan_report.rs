@@ -109,6 +109,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "index_location": a.output.index_location.as_str(),
         "output_codecs": a.output.inner_codecs,
         "passthrough": a.passthrough,
+        // `--compressor source` could not keep the source's codecs: why (the default was used).
+        "compressor_fallback": a.compressor_fallback,
         // Compressed sizes depend on the data, which plan never reads: these are raw sizes, an upper
         // bound on the data read and, for compressing codecs, on the data written.
         "estimated_bytes_in": raw,

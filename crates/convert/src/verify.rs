@@ -474,7 +474,8 @@ fn verify(v: &Verification) -> Result<Verified> {
     let outputs = arrays(output_nodes);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
-    for (path, meta) in arrays(src.nodes()?) {
+    let source_nodes = src.nodes(&v.source_options.selection)?;
+    for (path, meta) in arrays(source_nodes.clone()) {
         let name = array_name(&src.url(), &path);
         let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
             lock(&mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
@@ -534,7 +535,7 @@ fn verify(v: &Verification) -> Result<Verified> {
             inner_chain: None,
         });
     }
-    for (path, attributes) in groups(src.nodes()?) {
+    for (path, attributes) in groups(source_nodes) {
         let name = format!("group {}", array_name(&src.url(), &path));
         match output_groups.iter().find(|(p, _)| *p == path) {
             Some((_, out)) => {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use zshard_convert::{
-    parse_size, Compressor, Layout, Partition, ReferenceOptions, SourceOptions, StoreOptions,
+    parse_size, Compressor, Layout, Partition, ReferenceOptions, Selection, SourceOptions,
+    StoreOptions,
 };
 use zshard_core::IndexLocation;
 
@@ -19,10 +20,15 @@ pub fn size(s: &str) -> Result<u64, String> {
 struct CoalesceGap(Option<u64>);
 
 fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
+    ref_coalesce_gap(s).map(CoalesceGap)
+}
+
+/// A reference coalescing gap (flag or job key): a size, or `off` (`None`).
+pub fn ref_coalesce_gap(s: &str) -> Result<Option<u64>, String> {
     if s.trim().eq_ignore_ascii_case("off") {
-        return Ok(CoalesceGap(None));
+        return Ok(None);
     }
-    size(s).map(|gap| CoalesceGap(Some(gap)))
+    size(s).map(Some)
 }
 
 /// A shape given as `a,b,c`. (A newtype, as clap reads `Vec<_>` as a repeated flag.)
@@ -55,8 +61,8 @@ pub struct LayoutArgs {
     /// s3://, gs://, az:// or http(s):// URL).
     pub src: String,
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
-    /// az:// URL).
-    pub dst: String,
+    /// az:// URL). Without it, SRC is a job file (JOB.toml) that gives every conversion's options.
+    pub dst: Option<String>,
     /// Shard shape, e.g. 4096,4096 (default: automatic, see `zshard convert --help`).
     #[arg(long, value_parser = shape, value_name = "a,b,...")]
     shard_shape: Option<Shape>,
@@ -65,12 +71,14 @@ pub struct LayoutArgs {
     chunk_shape: Option<Shape>,
     /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
     /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
-    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples).
-    #[arg(long, default_value = "zstd:3", value_name = "SPEC")]
-    compressor: Compressor,
-    /// Where each shard's index goes.
-    #[arg(long, default_value = "end", value_parser = index_location, value_name = "start|end")]
-    index_location: IndexLocation,
+    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples); or source: each
+    /// array's own codecs where they are a valid Zarr v3 chain (plan names the arrays that get the
+    /// default instead). Default: zstd:3.
+    #[arg(long, value_name = "SPEC")]
+    compressor: Option<Compressor>,
+    /// Where each shard's index goes (default: end).
+    #[arg(long, value_parser = index_location, value_name = "start|end")]
+    index_location: Option<IndexLocation>,
     /// Always decode and re-encode. By default, source chunks that already have the output's inner
     /// chunk shape and codec chain are copied into the shards without decoding.
     #[arg(long)]
@@ -90,17 +98,49 @@ impl LayoutArgs {
         Layout {
             shard_shape: self.shard_shape.clone().map(|s| s.0),
             chunk_shape: self.chunk_shape.clone().map(|s| s.0),
-            compressor: self.compressor.clone(),
-            index_location: self.index_location,
+            compressor: self.compressor.clone().unwrap_or(Compressor::DEFAULT),
+            index_location: self.index_location.unwrap_or(IndexLocation::End),
             passthrough: !self.no_passthrough,
         }
     }
 
-    /// A conversion of SRC into DST with these options.
-    pub fn conversion(&self) -> zshard_convert::Result<zshard_convert::Conversion> {
-        let mut c = zshard_convert::Conversion::new(&self.src, &self.dst);
+    /// The conversions these arguments name: SRC into DST with these options, or those of the job
+    /// file SRC when there is no DST (then only the storage flags may be given with it).
+    pub fn conversions(&self) -> anyhow::Result<Vec<zshard_convert::Conversion>> {
+        let Some(dst) = &self.dst else {
+            self.refuse_options_beside_job()?;
+            return crate::job::load(self.src.as_ref(), Partition::ALL, &self.storage);
+        };
+        let mut c = zshard_convert::Conversion::new(&self.src, dst);
         self.configure(&mut c)?;
-        Ok(c)
+        Ok(vec![c])
+    }
+
+    /// The job file, when SRC is one (no DST given).
+    pub fn job(&self) -> Option<&str> {
+        self.dst.is_none().then_some(self.src.as_str())
+    }
+
+    /// A job file holds the options; flags that would be ignored beside it are refused.
+    fn refuse_options_beside_job(&self) -> anyhow::Result<()> {
+        if !self.src.ends_with(".toml") {
+            anyhow::bail!("DST is missing: give SRC DST, or a job file (JOB.toml) alone");
+        }
+        let given = self.shard_shape.is_some()
+            || self.chunk_shape.is_some()
+            || self.compressor.is_some()
+            || self.index_location.is_some()
+            || self.no_passthrough
+            || self.no_consolidate
+            || self.source.given();
+        if given {
+            let job = std::fs::canonicalize(&self.src)
+                .map_or_else(|_| self.src.clone(), |p| p.display().to_string());
+            anyhow::bail!(
+                "job file {job}: give the conversion's options in the job file, not as flags beside it (only storage flags apply)"
+            );
+        }
+        Ok(())
     }
 
     /// Sets these options on `c` (a conversion of SRC into DST); the ones that parse are set even
@@ -159,9 +199,29 @@ pub struct SourceArgs {
     /// request (default 64KiB); `off` reads every reference with its own request.
     #[arg(long, value_parser = coalesce_gap, value_name = "SIZE|off")]
     ref_coalesce_gap: Option<CoalesceGap>,
+    /// Only the arrays whose path matches GLOB (repeatable), e.g. 'climate/*' or '**/temp*' (`*`
+    /// stays within one level, `**` crosses levels); a group's path selects everything below it.
+    /// The groups above a selected array are kept with their attributes; a GLOB that matches no
+    /// array is an error.
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    /// Leave out the arrays whose path (or a group above them) matches GLOB (repeatable), even when
+    /// included.
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
 }
 
 impl SourceArgs {
+    /// Whether any of these flags was given.
+    pub fn given(&self) -> bool {
+        self.source_format.is_some()
+            || self.ref_root.is_some()
+            || !self.allow_ref_prefix.is_empty()
+            || self.ref_coalesce_gap.is_some()
+            || !self.include.is_empty()
+            || !self.exclude.is_empty()
+    }
+
     pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
         let given = self.ref_root.is_some()
             || !self.allow_ref_prefix.is_empty()
@@ -178,6 +238,10 @@ impl SourceArgs {
                     .map_or(defaults.coalesce_gap, |gap| gap.0),
                 ..defaults
             }),
+            selection: Selection {
+                include: self.include.clone(),
+                exclude: self.exclude.clone(),
+            },
         })
     }
 }

@@ -127,10 +127,26 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
     conversion.threads = threads;
     conversion.overwrite = true;
     crate::print::convert(&conversion, quiet)?;
+    let job = write_job(dir)?;
+    let job = job.display();
     let out = output.display();
     println!("Demo source (Zarr v2): {}", source.display());
     println!("Sharded output (Zarr v3, sharding_indexed): {out}");
     println!("Open it in Python (zarr-python 3):");
     println!("  python -c \"import zarr; g = zarr.open_group('{out}', mode='r'); print(g.tree()); print(g['climate/temperature'][:3, :3])\"");
+    println!("The same source as a job with settings per array (works from any directory):");
+    println!("  zshard run {job}    # then: zshard verify {job}");
     Ok(())
+}
+
+/// The repository's demo job, beside the demo data it converts.
+const DEMO_JOB: &str = include_str!("../../demo-job.toml");
+
+/// Writes `demo-job.toml` into `dir`: the repository's demo job with its paths relative to `dir`
+/// (job paths resolve against the job file's folder), so it runs wherever the demo was made.
+fn write_job(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let job = dir.join("demo-job.toml");
+    let text = DEMO_JOB.replace("../zshard-demo/", "");
+    write_file(&job, text.as_bytes())?;
+    Ok(job)
 }

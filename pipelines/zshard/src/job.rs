@@ -8,12 +8,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use zshard_convert::{parse_size, Compressor, Conversion, Layout, Layouts, Partition};
+use zshard_convert::{
+    parse_size, Compressor, Conversion, Layout, Layouts, Partition, ReferenceOptions, Selection,
+    SourceFormat, SourceOptions, Verification,
+};
 use zshard_store::{Location, StoreOptions};
 
-use crate::args::StorageArgs;
+use crate::args::{SourceArgs, StorageArgs};
 
-/// Settings that may appear at the top level, in a conversion, or for one array.
+/// Settings that may appear at the top level, in a conversion, or (the layout ones) for one array.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Settings {
@@ -21,6 +24,56 @@ struct Settings {
     chunk_shape: Option<Vec<u64>>,
     compressor: Option<String>,
     index_location: Option<String>,
+    /// `passthrough = false` is `--no-passthrough`.
+    passthrough: Option<bool>,
+    // How the source is read: a conversion's (or every conversion's), never one array's.
+    source_format: Option<String>,
+    ref_root: Option<String>,
+    allow_ref_prefix: Option<Vec<String>>,
+    ref_coalesce_gap: Option<String>,
+    include: Option<Vec<String>>,
+    exclude: Option<Vec<String>>,
+}
+
+/// `[storage]`: the storage flags of `zshard convert` (job keys win over the flags).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageSettings {
+    s3_endpoint: Option<String>,
+    s3_region: Option<String>,
+    s3_path_style: Option<bool>,
+    anonymous: Option<bool>,
+    retries: Option<usize>,
+    retry_timeout: Option<u64>,
+    max_requests: Option<usize>,
+    part_size: Option<String>,
+    io_threads: Option<usize>,
+}
+
+impl StorageSettings {
+    /// `flags` with what the job sets in place of theirs.
+    fn over(&self, flags: &StorageArgs) -> anyhow::Result<(StoreOptions, Option<usize>)> {
+        let mut options = flags.options();
+        let set = |slot: &mut Option<String>, value: &Option<String>| {
+            if value.is_some() {
+                slot.clone_from(value);
+            }
+        };
+        set(&mut options.s3_endpoint, &self.s3_endpoint);
+        set(&mut options.s3_region, &self.s3_region);
+        options.s3_path_style = self.s3_path_style.unwrap_or(options.s3_path_style);
+        options.anonymous = self.anonymous.unwrap_or(options.anonymous);
+        options.retries = self.retries.or(options.retries);
+        if let Some(seconds) = self.retry_timeout {
+            options.retry_timeout = std::time::Duration::from_secs(seconds);
+        }
+        options.max_requests = self.max_requests.unwrap_or(options.max_requests).max(1);
+        if let Some(size) = &self.part_size {
+            let size = parse_size(size).context("storage.part_size")?;
+            options.part_size = usize::try_from(size).unwrap_or(usize::MAX);
+        }
+        Ok((options, self.io_threads.or(flags.io_threads)))
+    }
 }
 
 impl Settings {
@@ -34,7 +87,68 @@ impl Settings {
             chunk_shape: or(&self.chunk_shape, &base.chunk_shape),
             compressor: or(&self.compressor, &base.compressor),
             index_location: or(&self.index_location, &base.index_location),
+            passthrough: or(&self.passthrough, &base.passthrough),
+            source_format: or(&self.source_format, &base.source_format),
+            ref_root: or(&self.ref_root, &base.ref_root),
+            allow_ref_prefix: or(&self.allow_ref_prefix, &base.allow_ref_prefix),
+            ref_coalesce_gap: or(&self.ref_coalesce_gap, &base.ref_coalesce_gap),
+            include: or(&self.include, &base.include),
+            exclude: or(&self.exclude, &base.exclude),
         }
+    }
+
+    /// The source keys set here, which one array cannot have.
+    fn source_keys(&self) -> Vec<&'static str> {
+        [
+            ("source_format", self.source_format.is_some()),
+            ("ref_root", self.ref_root.is_some()),
+            ("allow_ref_prefix", self.allow_ref_prefix.is_some()),
+            ("ref_coalesce_gap", self.ref_coalesce_gap.is_some()),
+            ("include", self.include.is_some()),
+            ("exclude", self.exclude.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect()
+    }
+
+    /// How the source is read; relative local paths resolve against `base` (the job's folder).
+    fn source_options(&self, base: &Path) -> anyhow::Result<SourceOptions> {
+        let format = self
+            .source_format
+            .as_deref()
+            .map(str::parse::<SourceFormat>)
+            .transpose()?;
+        let given = self.ref_root.is_some()
+            || self.allow_ref_prefix.is_some()
+            || self.ref_coalesce_gap.is_some();
+        let defaults = ReferenceOptions::default();
+        let coalesce_gap = match &self.ref_coalesce_gap {
+            None => defaults.coalesce_gap,
+            Some(gap) => crate::args::ref_coalesce_gap(gap)
+                .map_err(|e| anyhow::anyhow!("ref_coalesce_gap: {e}"))?,
+        };
+        let prefixes = self.allow_ref_prefix.iter().flatten();
+        let references = ReferenceOptions {
+            ref_root: self
+                .ref_root
+                .as_deref()
+                .map(|r| resolve(base, r))
+                .transpose()?,
+            allow_prefixes: prefixes
+                .map(|p| resolve_prefix(base, p))
+                .collect::<anyhow::Result<_>>()?,
+            coalesce_gap,
+            ..defaults
+        };
+        Ok(SourceOptions {
+            format,
+            references: given.then_some(references),
+            selection: Selection {
+                include: self.include.clone().unwrap_or_default(),
+                exclude: self.exclude.clone().unwrap_or_default(),
+            },
+        })
     }
 
     fn layout(&self) -> anyhow::Result<Layout> {
@@ -49,7 +163,7 @@ impl Settings {
             chunk_shape: self.chunk_shape.clone(),
             compressor,
             index_location,
-            passthrough: true,
+            passthrough: self.passthrough.unwrap_or(true),
         })
     }
 }
@@ -81,6 +195,8 @@ struct JobFile {
     /// `consolidate = false` is `--no-consolidate` for every conversion.
     #[serde(default = "consolidate_by_default")]
     consolidate: bool,
+    #[serde(default)]
+    storage: StorageSettings,
     #[serde(flatten)]
     settings: Settings,
     conversions: Vec<ConversionSpec>,
@@ -90,17 +206,39 @@ fn consolidate_by_default() -> bool {
     true
 }
 
-/// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole.
+/// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole; local
+/// paths come out absolute and normalized (no `.` or `..`), as errors then show them.
 fn resolve(base: &Path, location: &str) -> anyhow::Result<String> {
-    Ok(Location::parse(location)?.resolve_against(base).to_string())
+    let resolved = Location::parse(location)?.resolve_against(base);
+    Ok(match resolved.resolved_path() {
+        Some(path) => path.to_string_lossy().into_owned(),
+        None => resolved.to_string(),
+    })
 }
 
-fn conversions(
+/// An `allow_ref_prefix`: a local one resolves as a path does, keeping a final `/` (which makes it
+/// name a folder's contents rather than any name that starts with it).
+fn resolve_prefix(base: &Path, prefix: &str) -> anyhow::Result<String> {
+    if prefix.contains("://") {
+        return Ok(prefix.to_string());
+    }
+    let mut resolved = resolve(base, prefix)?;
+    if prefix.ends_with('/') && !resolved.ends_with('/') {
+        resolved.push('/');
+    }
+    Ok(resolved)
+}
+
+/// The conversions of the job file at `path`, with `storage` flags where the job's `[storage]`
+/// does not set a key.
+pub fn load(
     path: &Path,
     partition: Partition,
-    store_options: &StoreOptions,
-    io_threads: Option<usize>,
+    storage: &StorageArgs,
 ) -> anyhow::Result<Vec<Conversion>> {
+    // Absolute and normalized, so that messages name the file wherever zshard was started.
+    let path = &std::fs::canonicalize(path)
+        .with_context(|| format!("cannot read job file {}", path.display()))?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let job: JobFile =
@@ -108,6 +246,10 @@ fn conversions(
     if job.conversions.is_empty() {
         bail!("job file {} has no [[conversions]]", path.display());
     }
+    let (store_options, io_threads) = job
+        .storage
+        .over(storage)
+        .with_context(|| format!("job file {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let memory_limit = job.memory_limit.as_deref().map(parse_size).transpose()?;
     let threads = job
@@ -122,6 +264,9 @@ fn conversions(
                 .arrays
                 .iter()
                 .map(|(p, s)| {
+                    if let Some(key) = s.source_keys().first() {
+                        bail!("array {p}: {key} applies to a whole conversion, not to one array");
+                    }
                     Ok((
                         p.clone(),
                         s.over(&settings)
@@ -141,6 +286,7 @@ fn conversions(
             conversion.partition = partition;
             conversion.overwrite = job.overwrite;
             conversion.consolidate = job.consolidate;
+            conversion.source_options = settings.source_options(&base)?;
             conversion.store_options = store_options.clone();
             conversion.io_threads = io_threads;
             conversion.report_path = job
@@ -161,7 +307,7 @@ pub fn run(
     quiet: bool,
 ) -> anyhow::Result<()> {
     // Every conversion is checked before the first one starts.
-    let mut all = conversions(path, partition, &storage.options(), storage.io_threads)?;
+    let mut all = load(path, partition, storage)?;
     // One signal stops the conversion under way and the ones after it.
     let cancel = zshard_convert::Cancel::new();
     for c in &mut all {
@@ -188,9 +334,45 @@ pub fn run(
     Ok(())
 }
 
+/// `zshard verify JOB.toml`: a verification of each conversion of the job, reading its source as
+/// the conversion did.
+pub fn verifications(
+    path: &str,
+    source: &SourceArgs,
+    storage: &StorageArgs,
+    threads: Option<usize>,
+) -> anyhow::Result<Vec<Verification>> {
+    if source.given() {
+        bail!("job file {path}: give the source options in the job file, not as flags beside it");
+    }
+    let conversions = load(Path::new(path), Partition::ALL, storage)?;
+    Ok(conversions
+        .into_iter()
+        .map(|c| {
+            let mut v = Verification::new(c.source, c.destination);
+            v.source_options = c.source_options;
+            v.store_options = c.store_options;
+            v.io_threads = c.io_threads;
+            v.threads = threads.unwrap_or(c.threads);
+            v
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The storage flags as the command line gives them when none is set.
+    fn storage_flags() -> StorageArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            storage: StorageArgs,
+        }
+        Flags::parse_from(["zshard"]).storage
+    }
 
     #[test]
     fn settings_inherit_and_unknown_keys_are_errors() {
@@ -211,8 +393,7 @@ compressor = "none"
 "#,
         )
         .expect("write");
-        let all =
-            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
         let c = &all[0];
         assert_eq!(c.threads, 3);
         assert!(c.consolidate);
@@ -228,14 +409,75 @@ compressor = "none"
             "consolidate = false\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
         )
         .expect("write");
-        let all =
-            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
         assert!(!all[0].consolidate);
         std::fs::write(
             &job,
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",
         )
         .expect("write");
-        assert!(conversions(&job, Partition::ALL, &StoreOptions::default(), None).is_err());
+        assert!(load(&job, Partition::ALL, &storage_flags()).is_err());
+    }
+
+    #[test]
+    fn source_and_storage_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::canonicalize(dir.path()).expect("canonical");
+        let job = base.join("job.toml");
+        std::fs::write(
+            &job,
+            r#"
+source_format = "kerchunk-json"
+ref_root = "refs/../data"
+allow_ref_prefix = ["local/", "http://127.0.0.1:8000/"]
+ref_coalesce_gap = "off"
+include = ["a/*"]
+compressor = "source"
+[storage]
+retries = 3
+part_size = "8MiB"
+io_threads = 4
+[[conversions]]
+source = "refs.json"
+destination = "out.zarr"
+exclude = ["a/b"]
+passthrough = false
+"#,
+        )
+        .expect("write");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let c = &all[0];
+        let options = &c.source_options;
+        assert_eq!(options.format, Some(SourceFormat::KerchunkJson));
+        let references = options.references.as_ref().expect("reference options");
+        let data = base.join("data").to_string_lossy().into_owned();
+        assert_eq!(references.ref_root.as_deref(), Some(data.as_str()));
+        assert_eq!(
+            references.allow_prefixes,
+            [
+                format!("{}/", base.join("local").to_string_lossy()),
+                "http://127.0.0.1:8000/".to_string()
+            ]
+        );
+        assert_eq!(references.coalesce_gap, None);
+        assert_eq!(options.selection.include, ["a/*"]);
+        assert_eq!(options.selection.exclude, ["a/b"]);
+        assert!(!c.layouts.default.passthrough);
+        assert_eq!(c.layouts.default.compressor, Compressor::Source);
+        assert_eq!(c.store_options.retries, Some(3));
+        assert_eq!(c.store_options.part_size, 8 << 20);
+        assert_eq!(c.io_threads, Some(4));
+
+        std::fs::write(
+            &job,
+            "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n[conversions.arrays.\"x\"]\ninclude = [\"y\"]\n",
+        )
+        .expect("write");
+        let e = load(&job, Partition::ALL, &storage_flags()).expect_err("per-array include");
+        assert!(
+            format!("{e:#}")
+                .contains("array x: include applies to a whole conversion, not to one array"),
+            "{e:#}"
+        );
     }
 }

@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod args;
@@ -116,10 +117,10 @@ enum Command {
     /// Compare an output with its source element by element and check every shard index; exits
     /// non-zero on any mismatch, listing them per chunk.
     Verify {
-        /// The source that was converted.
+        /// The source that was converted, or a job file (JOB.toml) alone: each of its conversions.
         src: String,
         /// The sharded Zarr v3 output.
-        dst: String,
+        dst: Option<String>,
         #[command(flatten)]
         source: SourceArgs,
         #[command(flatten)]
@@ -133,6 +134,19 @@ enum Command {
         /// No summary when everything matches.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// List the arrays of a source as convert reads them: path, data type, shape, chunks (an
+    /// already sharded source's inner chunks and shards) and codecs, from metadata alone.
+    Ls {
+        /// A Zarr v2 or v3 array or group, or a kerchunk reference set (a path or URL).
+        src: String,
+        #[command(flatten)]
+        source: SourceArgs,
+        #[command(flatten)]
+        storage: StorageArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a declarative job file (sources, destination, per-array shapes, compressor, ...); see
     /// the commented examples in pipelines/*.toml.
@@ -161,6 +175,24 @@ enum Command {
     },
 }
 
+/// An error of one conversion of a job file names the job and the conversion; with SRC DST it
+/// stands as it is.
+fn in_job<T>(
+    job: Option<&str>,
+    source: &str,
+    destination: &str,
+    result: zshard_convert::Result<T>,
+) -> anyhow::Result<T> {
+    match job {
+        None => Ok(result?),
+        Some(job) => result.with_context(|| {
+            let job =
+                std::fs::canonicalize(job).map_or_else(|_| job.into(), |p| p.display().to_string());
+            format!("job file {job}: conversion {source} -> {destination}")
+        }),
+    }
+}
+
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -176,14 +208,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let conversion =
-                convert_conversion(&layout, threads, &workers, overwrite, memory_limit, report)?;
+            let Some(dst) = &layout.dst else {
+                anyhow::bail!(
+                    "DST is missing: give SRC DST (a job file runs with `zshard run JOB.toml`)"
+                );
+            };
+            let conversion = convert_conversion(
+                &layout,
+                dst,
+                threads,
+                &workers,
+                overwrite,
+                memory_limit,
+                report,
+            )?;
             signals::cancel_on_signals(conversion.cancel.clone())?;
             print::convert(&conversion, quiet)
         }
         Command::Finalize { layout, quiet } => {
-            let finalized = layout.conversion()?.finalize()?;
-            print::finalized(&finalized, quiet);
+            for conversion in layout.conversions()? {
+                let (source, destination) = (&conversion.source, &conversion.destination);
+                let finalized = in_job(layout.job(), source, destination, conversion.finalize())?;
+                print::finalized(&finalized, quiet);
+            }
             Ok(())
         }
         Command::Plan {
@@ -192,8 +239,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             memory_limit,
             json,
         } => {
-            let conversion = plan_conversion(&layout, threads, memory_limit)?;
-            print::plan(&conversion.plan()?, json)
+            let mut plans = Vec::new();
+            for mut conversion in layout.conversions()? {
+                conversion.threads = threads.unwrap_or(conversion.threads);
+                conversion.memory_limit = memory_limit.or(conversion.memory_limit);
+                let plan = conversion.plan();
+                let (source, destination) = (&conversion.source, &conversion.destination);
+                plans.push(in_job(layout.job(), source, destination, plan)?);
+            }
+            print::plans(&plans, json)
         }
         Command::Verify {
             src,
@@ -204,9 +258,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             quiet,
         } => {
-            let verification = verification(src, dst, &source, &storage, sample, threads)?;
-            print::verified(&verification.source, &verification.run()?, quiet)
+            let verifications = match &dst {
+                Some(dst) => {
+                    let mut verification = Verification::new(&src, dst);
+                    verification.source_options = source.options()?;
+                    verification.store_options = storage.options();
+                    verification.io_threads = storage.io_threads;
+                    verification.threads = threads.unwrap_or_else(default_threads);
+                    vec![verification]
+                }
+                None => job::verifications(&src, &source, &storage, threads)?,
+            };
+            let job = dst.is_none().then_some(src.as_str());
+            for mut verification in verifications {
+                verification.sample = sample;
+                let (source, destination) = (&verification.source, &verification.destination);
+                let verified = in_job(job, source, destination, verification.run())?;
+                print::verified(&verification.source, &verified, quiet)?;
+            }
+            Ok(())
         }
+        Command::Ls {
+            src,
+            source,
+            storage,
+            json,
+        } => print::listing(
+            &zshard_convert::list(&src, &source.options()?, &storage.options())?,
+            json,
+        ),
         Command::Run {
             job,
             workers,
@@ -225,13 +305,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// (if one is asked for) says so.
 fn convert_conversion(
     layout: &LayoutArgs,
+    dst: &str,
     threads: Option<usize>,
     workers: &WorkerArgs,
     overwrite: bool,
     memory_limit: Option<u64>,
     report: Option<PathBuf>,
 ) -> zshard_convert::Result<Conversion> {
-    let mut conversion = Conversion::new(&layout.src, &layout.dst);
+    let mut conversion = Conversion::new(&layout.src, dst);
     conversion.threads = threads.unwrap_or_else(default_threads);
     conversion.memory_limit = memory_limit;
     conversion.overwrite = overwrite;
@@ -249,13 +330,27 @@ fn convert_conversion(
     Ok(conversion)
 }
 
+/// The conversion of SRC into DST that `layout` describes (a request needs both).
+fn one_conversion(layout: &LayoutArgs) -> Result<Conversion, RequestError> {
+    let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
+    let mut conversion = Conversion::new(&layout.src, dst);
+    layout
+        .configure(&mut conversion)
+        .map_err(RequestError::Options)?;
+    Ok(conversion)
+}
+
+fn missing_dst() -> RequestError {
+    RequestError::Usage("DST is missing: a request converts SRC into DST".into())
+}
+
 /// The conversion `zshard plan` plans.
 fn plan_conversion(
     layout: &LayoutArgs,
     threads: Option<usize>,
     memory_limit: Option<u64>,
-) -> zshard_convert::Result<Conversion> {
-    let mut conversion = layout.conversion()?;
+) -> Result<Conversion, RequestError> {
+    let mut conversion = one_conversion(layout)?;
     conversion.threads = threads.unwrap_or_else(default_threads);
     conversion.memory_limit = memory_limit;
     Ok(conversion)
@@ -312,7 +407,7 @@ where
     T: Into<OsString> + Clone,
 {
     let cli = Cli::try_parse_from(args).map_err(|e| RequestError::Usage(clap_message(&e)))?;
-    let request = match cli.command {
+    match cli.command {
         Command::Convert {
             layout,
             threads,
@@ -321,8 +416,20 @@ where
             memory_limit,
             report,
             quiet: _,
-        } => convert_conversion(&layout, threads, &workers, overwrite, memory_limit, report)
-            .map(|c| Request::Convert(Box::new(c))),
+        } => {
+            let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
+            convert_conversion(
+                &layout,
+                dst,
+                threads,
+                &workers,
+                overwrite,
+                memory_limit,
+                report,
+            )
+            .map(|c| Request::Convert(Box::new(c)))
+            .map_err(RequestError::Options)
+        }
         Command::Plan {
             layout,
             threads,
@@ -330,7 +437,7 @@ where
             json: _,
         } => plan_conversion(&layout, threads, memory_limit).map(|c| Request::Plan(Box::new(c))),
         Command::Finalize { layout, quiet: _ } => {
-            layout.conversion().map(|c| Request::Finalize(Box::new(c)))
+            one_conversion(&layout).map(|c| Request::Finalize(Box::new(c)))
         }
         Command::Verify {
             src,
@@ -340,15 +447,16 @@ where
             sample,
             threads,
             quiet: _,
-        } => verification(src, dst, &source, &storage, sample, threads)
-            .map(|v| Request::Verify(Box::new(v))),
-        Command::Run { .. } | Command::Demo { .. } => {
-            return Err(RequestError::Usage(
-                "only convert, plan, finalize and verify are requests".into(),
-            ))
+        } => {
+            let dst = dst.ok_or_else(missing_dst)?;
+            verification(src, dst, &source, &storage, sample, threads)
+                .map(|v| Request::Verify(Box::new(v)))
+                .map_err(RequestError::Options)
         }
-    };
-    request.map_err(RequestError::Options)
+        Command::Run { .. } | Command::Demo { .. } | Command::Ls { .. } => Err(RequestError::Usage(
+            "only convert, plan, finalize and verify are requests".into(),
+        )),
+    }
 }
 
 /// clap's message on one line: its first paragraph (the usage and tips after the blank line are

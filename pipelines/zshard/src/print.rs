@@ -1,10 +1,12 @@
 //! What the commands print: the plan, the summary after a run, verification results. Everything
 //! here formats values that `zshard_convert` returns.
 
+use std::io::Write;
+
 use anyhow::bail;
 use indicatif::HumanBytes;
 use serde_json::Value;
-use zshard_convert::{Conversion, Finalized, PlanReport, ReadStats, Report, Verified};
+use zshard_convert::{Conversion, Finalized, Listing, PlanReport, ReadStats, Report, Verified};
 use zshard_core::CodecSpec;
 
 use crate::progress::Progress;
@@ -120,20 +122,33 @@ pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Resul
     Ok(())
 }
 
-/// `zshard plan`: text for people or JSON.
-pub fn plan(plan: &PlanReport, as_json: bool) -> anyhow::Result<()> {
+/// `zshard plan`: text for people or JSON; a job file's conversions one after the other (in JSON a
+/// list of their plans).
+pub fn plans(plans: &[PlanReport], as_json: bool) -> anyhow::Result<()> {
+    for plan in plans {
+        let doc = plan.to_json();
+        reference_reads(
+            doc["source"].as_str().unwrap_or_default(),
+            plan.reference_reads.as_ref(),
+        );
+        for warning in plan.warnings() {
+            eprintln!("zshard: warning: {warning}");
+        }
+    }
+    match (as_json, plans) {
+        (true, [one]) => println!("{}", serde_json::to_string_pretty(&one.to_json())?),
+        (true, _) => {
+            let docs: Vec<Value> = plans.iter().map(PlanReport::to_json).collect();
+            println!("{}", serde_json::to_string_pretty(&docs)?);
+        }
+        (false, _) => plans.iter().for_each(plan_text),
+    }
+    Ok(())
+}
+
+/// One plan for people.
+fn plan_text(plan: &PlanReport) {
     let doc = plan.to_json();
-    reference_reads(
-        doc["source"].as_str().unwrap_or_default(),
-        plan.reference_reads.as_ref(),
-    );
-    for warning in plan.warnings() {
-        eprintln!("zshard: warning: {warning}");
-    }
-    if as_json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
     let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
     print_human(&arrays, plan.threads(), plan.memory_limit());
     let totals = &doc["totals"];
@@ -143,7 +158,62 @@ pub fn plan(plan: &PlanReport, as_json: bool) -> anyhow::Result<()> {
         arrays.len(), plan.plan.groups.len(), u("source_chunks"), u("shards"),
         HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
     );
-    Ok(())
+}
+
+/// `zshard ls`: one line per array (aligned columns), or JSON. A reader that stops early (`| head`)
+/// ends the listing quietly.
+pub fn listing(listing: &Listing, as_json: bool) -> anyhow::Result<()> {
+    let text = if as_json {
+        serde_json::to_string_pretty(listing)? + "\n"
+    } else {
+        listing_text(listing)
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn listing_text(listing: &Listing) -> String {
+    let compact = |shape: &[u64]| {
+        shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("x")
+    };
+    let mut rows = vec![["PATH", "DTYPE", "SHAPE", "CHUNKS", "SHARDS", "CODECS"].map(String::from)];
+    for a in &listing.arrays {
+        rows.push([
+            if a.path.is_empty() {
+                ".".to_string()
+            } else {
+                a.path.clone()
+            },
+            a.data_type
+                .as_str()
+                .map_or_else(|| a.data_type.to_string(), str::to_string),
+            compact(&a.shape),
+            compact(&a.chunk_shape),
+            a.shard_shape
+                .as_deref()
+                .map_or_else(|| "-".to_string(), compact),
+            codecs_text(&a.codecs),
+        ]);
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in &rows {
+        for (cell, width) in row.iter().zip(&widths) {
+            text.push_str(&format!("{cell:<width$}  "));
+        }
+        text.push_str(&row[5]);
+        text.push('\n');
+    }
+    text
 }
 
 fn codecs_text(codecs: &[CodecSpec]) -> String {
@@ -218,6 +288,9 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
             a["index_location"].as_str().unwrap_or_default()
         );
         println!("  output codecs  {}", codecs("output_codecs"));
+        if let Some(why) = a["compressor_fallback"].as_str() {
+            println!("  compressor     {why}");
+        }
         if a["passthrough"] == true {
             println!("  passthrough    source chunks are copied into the shards without decoding");
         }
