@@ -161,7 +161,8 @@ impl Conversion {
             opened.input.url(),
             self.destination.clone(),
             opened.input.reference_reads(),
-        ))
+        )
+        .with_memory_limit_source(memory::limit_origin(self.memory_limit)))
     }
 
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes

@@ -56,7 +56,7 @@ pub use compressor::Compressor;
 pub use conversion::{Conversion, Finalized, Observer};
 pub use error::{one_line, Error, Result};
 pub use input::{SourceFormat, SourceOptions};
-pub use memory::default_limit;
+pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};
 pub use partition::Partition;
 pub use plan::{Layout, Layouts, Plan, PlannedArray};
 pub use plan_report::PlanReport;
