@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod args;
 mod demo;
+mod help;
 mod job;
+mod logging;
 mod print;
 mod progress;
 mod signals;
@@ -54,11 +56,15 @@ Output:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    progress: progress::ProgressArgs,
+    #[command(flatten)]
+    logging: logging::LoggingArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
+    /// Convert a Zarr v2 or v3 array or group, or a kerchunk reference set, into sharded Zarr v3.
     #[command(after_help = CONVERT_HELP)]
     Convert {
         #[command(flatten)]
@@ -90,6 +96,7 @@ enum Command {
     },
     /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
     /// peak memory) without writing or reading any chunk; fails on everything convert would reject.
+    #[command(after_help = help::PLAN)]
     Plan {
         #[command(flatten)]
         layout: LayoutArgs,
@@ -104,6 +111,7 @@ enum Command {
         json: bool,
     },
     /// After a partitioned conversion: check that every shard is done, then write the metadata.
+    #[command(after_help = help::FINALIZE)]
     Finalize {
         #[command(flatten)]
         layout: LayoutArgs,
@@ -113,6 +121,7 @@ enum Command {
     },
     /// Compare an output with its source element by element and check every shard index; exits
     /// non-zero on any mismatch, listing them per chunk.
+    #[command(after_help = help::VERIFY)]
     Verify {
         /// The source that was converted.
         src: String,
@@ -134,6 +143,7 @@ enum Command {
     },
     /// Run a declarative job file (sources, destination, per-array shapes, compressor, ...); see
     /// the commented examples in pipelines/*.toml.
+    #[command(after_help = help::RUN)]
     Run {
         /// The job file (TOML).
         job: PathBuf,
@@ -146,6 +156,7 @@ enum Command {
         quiet: bool,
     },
     /// Build a small sample Zarr v2 dataset, convert it, and show how to open the result.
+    #[command(after_help = help::DEMO)]
     Demo {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
@@ -157,6 +168,19 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of zshard or of one of its commands, for `man -l -` or a man
+    /// directory.
+    #[command(after_help = help::MAN)]
+    Man {
+        /// A command (convert, plan, ...): its own page, zshard-COMMAND(1).
+        command: Option<String>,
+    },
 }
 
 fn default_threads() -> usize {
@@ -164,6 +188,8 @@ fn default_threads() -> usize {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.progress.install();
+    cli.logging.install();
     match cli.command {
         Command::Convert {
             layout,
@@ -237,12 +263,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             quiet,
         } => demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "zshard", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { command: name } => help::man(command(), name.as_deref()),
     }
+}
+
+/// The command line's definition, with the version, commit and features of this build.
+fn command() -> clap::Command {
+    Cli::command()
+        .version(help::version())
+        .long_version(help::long_version())
 }
 
 /// Parses the command line; usage errors become one line (`--help` and `--version` print as usual).
 fn parse_cli() -> Result<Cli, ExitCode> {
-    Cli::try_parse().map_err(|e| {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    parsed.map_err(|e| {
         use clap::error::ErrorKind;
         if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
             || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
