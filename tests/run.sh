@@ -8,8 +8,9 @@
 #      proxy: round trips, retries, multipart, a kill during an upload, fast failures,
 #   5. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
 #      4-task job array, finalize, compare with a single run (prints SKIPPED with the reason where it can't),
-#   6. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
-# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 6.
+#   6. the build stage of pipelines/Dockerfile, run outside a container (tests/container-build.sh),
+#   7. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
+# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 7.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -33,6 +34,9 @@ cargo test --workspace --release
 step "cargo build --release (the zshard binary)"
 cargo build --release -p zshard
 export ZSHARD_BIN="$PWD/target/release/zshard"
+
+step "container build steps (pipelines/Dockerfile's build stage, outside a container)"
+tests/container-build.sh
 
 step "interop tests (zarr-python, tensorstore)"
 tests/interop/run.sh

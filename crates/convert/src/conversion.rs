@@ -25,6 +25,11 @@ use zshard_pipeline::{Budget, Cancel};
 pub trait Observer: Sync {
     /// The run starts with this many shards to convert (those not done by an earlier run).
     fn started(&self, _pending_shards: u64) {}
+    /// The work ahead, after [`Observer::started`]: shards, inner chunks and raw bytes.
+    fn work(&self, _work: &crate::Work) {}
+    /// A part of a shard of the array named `array` was written (before its shard is done; a shard
+    /// that fits the part size is one part).
+    fn part_done(&self, _array: &str, _part: &zshard_pipeline::PartOutcome) {}
     /// A shard is done (written, or found to hold only the fill value).
     fn shard_done(&self, _outcome: &ShardOutcome) {}
     /// Something went wrong that does not stop the run or change its result (a report that could
@@ -161,7 +166,8 @@ impl Conversion {
             opened.input.url(),
             self.destination.clone(),
             opened.input.reference_reads(),
-        ))
+        )
+        .with_memory_limit_source(memory::limit_origin(self.memory_limit)))
     }
 
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
@@ -253,7 +259,9 @@ impl Conversion {
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
         let jobs = plan.jobs(input, destination);
-        observer.started(pending(&jobs, partition, done).count() as u64);
+        let work = crate::Work::of(&jobs, pending(&jobs, partition, done));
+        observer.started(work.shards);
+        observer.work(&work);
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
         let log = Mutex::new((
             ShardLog::written(destination.clone(), partition),
@@ -264,38 +272,45 @@ impl Conversion {
             cancel: self.cancel.clone(),
             ..budget.options()
         };
-        let result = zshard_pipeline::run(
+        let names = plan.arrays.iter();
+        let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
+        let result = zshard_pipeline::run_observed(
             &jobs,
             pending(&jobs, partition, done),
             &options,
-            &|outcome| {
-                observer.shard_done(outcome);
-                if let Ok(mut b) = builder.lock() {
-                    b.add(outcome);
-                }
-                let array = &plan.arrays[outcome.task.array];
-                let recorded = log
-                    .lock()
-                    .map_err(|_| Error::Poisoned { what: "the record" })
-                    .and_then(|mut logs| {
-                        let (written, empty) = &mut *logs;
-                        if outcome.written {
-                            return written.record(
-                                &array.path,
-                                &outcome.task.shard,
-                                Some(outcome.bytes_written),
-                            );
-                        }
-                        // An object we could not trust sits where no shard belongs.
-                        let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-                        if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
-                            destination.delete(key)?;
-                        }
-                        empty.record(&array.path, &outcome.task.shard, None)
-                    });
-                if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                    slot.get_or_insert(e);
-                }
+            &crate::progress::Relay {
+                observer,
+                names,
+                shard_done: &|outcome: &ShardOutcome| {
+                    observer.shard_done(outcome);
+                    if let Ok(mut b) = builder.lock() {
+                        b.add(outcome);
+                    }
+                    let array = &plan.arrays[outcome.task.array];
+                    let recorded = log
+                        .lock()
+                        .map_err(|_| Error::Poisoned { what: "the record" })
+                        .and_then(|mut logs| {
+                            let (written, empty) = &mut *logs;
+                            if outcome.written {
+                                return written.record(
+                                    &array.path,
+                                    &outcome.task.shard,
+                                    Some(outcome.bytes_written),
+                                );
+                            }
+                            // An object we could not trust sits where no shard belongs.
+                            let index =
+                                linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                            if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
+                                destination.delete(key)?;
+                            }
+                            empty.record(&array.path, &outcome.task.shard, None)
+                        });
+                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                        slot.get_or_insert(e);
+                    }
+                },
             },
         );
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun

@@ -7,29 +7,171 @@ use zshard_store::Location;
 use crate::error::{Error, Result};
 use crate::plan::{array_name, Plan};
 
-/// The memory limit when none is given: half of what this machine (or its cgroup) has, so that a job
-/// never takes all of a node; 4 GiB when that cannot be read.
+/// The memory limit when none is given: half of the smallest memory this process may use (see
+/// [`memory_default`]), so that a job never takes all of what it has; 4 GiB when nothing can be read.
 pub fn default_limit() -> u64 {
-    let total = cgroup_limit()
-        .into_iter()
-        .chain(physical_memory())
-        .min()
-        .unwrap_or(8 << 30);
-    total / 2
+    memory_default().limit
 }
 
-/// The memory limit of this process's cgroup: v2 (`memory.max`, "max" when unlimited) or v1
-/// (`memory.limit_in_bytes`, a huge number when unlimited, which the machine's memory then undercuts).
-fn cgroup_limit() -> Option<u64> {
-    [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .filter_map(|path| std::fs::read_to_string(path).ok())
-    .find_map(|text| text.trim().parse().ok())
+/// What the process may use at most, as found on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemorySource {
+    /// `memory.max` of the process's cgroup (v2) or one of its ancestors, at this path.
+    CgroupV2 {
+        /// The file holding the limit.
+        path: String,
+    },
+    /// `memory.limit_in_bytes` of the process's memory cgroup (v1) or one of its ancestors.
+    CgroupV1 {
+        /// The file holding the limit.
+        path: String,
+    },
+    /// `SLURM_MEM_PER_NODE` (MiB): the job's memory on this node.
+    SlurmPerNode,
+    /// `SLURM_MEM_PER_CPU` (MiB) times `SLURM_CPUS_ON_NODE`.
+    SlurmPerCpu {
+        /// `SLURM_CPUS_ON_NODE` (1 when not set).
+        cpus: u64,
+    },
+    /// `MemTotal` of `/proc/meminfo`: the machine.
+    Machine,
+    /// Nothing could be read: 8 GiB is assumed.
+    Assumed,
 }
 
+impl std::fmt::Display for MemorySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemorySource::CgroupV2 { path } => write!(f, "cgroup v2 limit ({path})"),
+            MemorySource::CgroupV1 { path } => write!(f, "cgroup v1 limit ({path})"),
+            MemorySource::SlurmPerNode => write!(f, "SLURM_MEM_PER_NODE"),
+            MemorySource::SlurmPerCpu { cpus } => {
+                write!(f, "SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE ({cpus})")
+            }
+            MemorySource::Machine => write!(f, "the machine's memory (/proc/meminfo)"),
+            MemorySource::Assumed => write!(f, "nothing readable, 8 GiB assumed"),
+        }
+    }
+}
+
+/// The default memory limit and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryDefault {
+    /// The limit: half of `available`.
+    pub limit: u64,
+    /// The smallest of the limits found, in bytes.
+    pub available: u64,
+    /// Which limit that was.
+    pub source: MemorySource,
+}
+
+impl std::fmt::Display for MemoryDefault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "half of {} bytes, from {}", self.available, self.source)
+    }
+}
+
+/// Where a conversion's memory limit came from: given, or the default of [`memory_default`].
+pub(crate) fn limit_origin(given: Option<u64>) -> String {
+    match given {
+        Some(_) => "given (--memory-limit)".to_string(),
+        None => format!("default: {}", memory_default()),
+    }
+}
+
+/// A cgroup limit at or above this is "unlimited" (v1 writes a page-rounded `i64::MAX`).
+const UNLIMITED: u64 = 1 << 62;
+
+/// The default memory limit: half of the smallest of the process's cgroup limit (v2 or v1, its own
+/// cgroup and its ancestors, from `/proc/self/cgroup`), the SLURM allocation on this node and the
+/// machine's memory.
+pub fn memory_default() -> MemoryDefault {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let cgroups = cgroup_limits(&own, std::path::Path::new("/sys/fs/cgroup"));
+    let slurm = slurm_limit(|name| std::env::var(name).ok());
+    let machine = physical_memory().map(|bytes| (bytes, MemorySource::Machine));
+    smallest(cgroups.into_iter().chain(slurm).chain(machine))
+}
+
+/// Half of the smallest of `limits` (8 GiB assumed when there is none).
+fn smallest(limits: impl Iterator<Item = (u64, MemorySource)>) -> MemoryDefault {
+    let (available, source) = limits
+        .min_by_key(|(bytes, _)| *bytes)
+        .unwrap_or((8 << 30, MemorySource::Assumed));
+    MemoryDefault {
+        limit: available / 2,
+        available,
+        source,
+    }
+}
+
+/// The memory limits of the cgroups named in `own` (the text of `/proc/self/cgroup`) under the
+/// cgroup file system at `root`: v2 (`0::PATH`, `memory.max`) and v1 (`N:...memory...:PATH`,
+/// `memory/memory.limit_in_bytes`). Each is the smallest along the path up to the root, since every
+/// ancestor's limit applies too; unlimited ones are left out.
+fn cgroup_limits(own: &str, root: &std::path::Path) -> Vec<(u64, MemorySource)> {
+    let mut found = Vec::new();
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let relative = path.trim_start_matches('/');
+        let limit = if controllers.is_empty() {
+            smallest_along(&root.join(relative), root, "memory.max")
+                .map(|(bytes, path)| (bytes, MemorySource::CgroupV2 { path }))
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let mount = root.join("memory");
+            smallest_along(&mount.join(relative), &mount, "memory.limit_in_bytes")
+                .map(|(bytes, path)| (bytes, MemorySource::CgroupV1 { path }))
+        } else {
+            None
+        };
+        found.extend(limit);
+    }
+    found
+}
+
+/// The smallest limit in `file` in `dir` and its ancestors up to `top`, with the file it is in.
+fn smallest_along(
+    dir: &std::path::Path,
+    top: &std::path::Path,
+    file: &str,
+) -> Option<(u64, String)> {
+    dir.ancestors()
+        .take_while(|d| d.starts_with(top))
+        .filter_map(|d| {
+            let path = d.join(file);
+            let text = std::fs::read_to_string(&path).ok()?;
+            // "max" (v2) does not parse: no limit there.
+            let bytes: u64 = text.trim().parse().ok()?;
+            (bytes < UNLIMITED).then(|| (bytes, path.display().to_string()))
+        })
+        .min_by_key(|(bytes, _)| *bytes)
+}
+
+/// SLURM's allocation on this node, from its job environment: `SLURM_MEM_PER_NODE`, or
+/// `SLURM_MEM_PER_CPU` x `SLURM_CPUS_ON_NODE` (both in MiB, as SLURM sets them). `0` means "all of
+/// the node's memory" to SLURM: no limit of its own.
+fn slurm_limit(var: impl Fn(&str) -> Option<String>) -> Option<(u64, MemorySource)> {
+    let mib =
+        |name: &str| -> Option<u64> { var(name)?.trim().parse::<u64>().ok().filter(|&n| n > 0) };
+    if let Some(per_node) = mib("SLURM_MEM_PER_NODE") {
+        return Some((per_node.saturating_mul(1 << 20), MemorySource::SlurmPerNode));
+    }
+    let per_cpu = mib("SLURM_MEM_PER_CPU")?;
+    let cpus = mib("SLURM_CPUS_ON_NODE").unwrap_or(1);
+    Some((
+        per_cpu.saturating_mul(cpus).saturating_mul(1 << 20),
+        MemorySource::SlurmPerCpu { cpus },
+    ))
+}
+
+/// `MemTotal` of `/proc/meminfo`.
 fn physical_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -85,4 +227,77 @@ pub(crate) fn budget(
         },
         _ => e.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_per_node_and_per_cpu_are_mebibytes() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            slurm_limit(env(&[("SLURM_MEM_PER_NODE", "8192")])),
+            Some((8 << 30, MemorySource::SlurmPerNode))
+        );
+        assert_eq!(
+            slurm_limit(env(&[
+                ("SLURM_MEM_PER_CPU", "1024"),
+                ("SLURM_CPUS_ON_NODE", "3")
+            ])),
+            Some((3 << 30, MemorySource::SlurmPerCpu { cpus: 3 }))
+        );
+        assert_eq!(slurm_limit(env(&[("SLURM_MEM_PER_NODE", "0")])), None);
+        assert_eq!(slurm_limit(env(&[])), None);
+    }
+
+    #[test]
+    fn cgroups_are_read_along_the_process_path_v1_and_v2() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        let v2 = r.join("jobs/job_7/step_0");
+        std::fs::create_dir_all(&v2).expect("mkdir");
+        std::fs::write(r.join("jobs/memory.max"), "max\n").expect("write");
+        std::fs::write(r.join("jobs/job_7/memory.max"), "3221225472\n").expect("write");
+        std::fs::write(v2.join("memory.max"), "max\n").expect("write");
+        let v1 = r.join("memory/slurm/uid_1/job_9");
+        std::fs::create_dir_all(&v1).expect("mkdir");
+        std::fs::write(
+            r.join("memory/memory.limit_in_bytes"),
+            "9223372036854771712",
+        )
+        .expect("write");
+        std::fs::write(v1.join("memory.limit_in_bytes"), "2147483648").expect("write");
+        let found = cgroup_limits(
+            "12:cpu,cpuacct:/x\n4:memory:/slurm/uid_1/job_9\n0::/jobs/job_7/step_0\n",
+            r,
+        );
+        assert_eq!(
+            found,
+            vec![
+                (
+                    2 << 30,
+                    MemorySource::CgroupV1 {
+                        path: v1.join("memory.limit_in_bytes").display().to_string()
+                    }
+                ),
+                (
+                    3 << 30,
+                    MemorySource::CgroupV2 {
+                        path: r.join("jobs/job_7/memory.max").display().to_string()
+                    }
+                ),
+            ]
+        );
+        let chosen = smallest(found.into_iter().chain([(16 << 30, MemorySource::Machine)]));
+        assert_eq!((chosen.limit, chosen.available), (1 << 30, 2 << 30));
+        // Unlimited everywhere: nothing from cgroups.
+        assert!(cgroup_limits("0::/jobs\n", r).is_empty());
+    }
 }

@@ -236,6 +236,15 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
     let inner_chain = inner_chain(meta, &inner_shape, &inner_codecs, "output")?;
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
+    tracing::debug!(
+        array = path,
+        passthrough,
+        allowed = layout.passthrough,
+        source_chunks = ?meta.chunk_shape,
+        inner_chunks = ?inner_shape,
+        same_codecs = source_chain.specs() == inner_chain.specs(),
+        "passthrough decision"
+    );
     let output = ShardedArrayMetadata {
         shape: meta.shape.clone(),
         data_type: meta.data_type,

@@ -18,6 +18,9 @@ pub struct PlanReport {
     destination: String,
     /// Requests made for a kerchunk reference set while planning (none for other inputs).
     pub reference_reads: Option<ReadStats>,
+    /// Where the memory limit came from: given, or which of the machine's limits the default is
+    /// half of.
+    memory_limit_source: String,
 }
 
 impl PlanReport {
@@ -40,7 +43,21 @@ impl PlanReport {
             source,
             destination,
             reference_reads,
+            memory_limit_source: String::new(),
         }
+    }
+
+    pub(crate) fn with_memory_limit_source(self, source: String) -> Self {
+        PlanReport {
+            memory_limit_source: source,
+            ..self
+        }
+    }
+
+    /// Where the memory limit came from, e.g. `default: half of 8589934592 bytes, from
+    /// SLURM_MEM_PER_NODE` or `given (--memory-limit)`.
+    pub fn memory_limit_source(&self) -> &str {
+        &self.memory_limit_source
     }
 
     /// Worker threads per CPU stage the conversion would use.
@@ -77,6 +94,7 @@ impl PlanReport {
             "destination": self.destination,
             "threads": self.budget.threads,
             "memory_limit": self.budget.limit,
+            "memory_limit_source": self.memory_limit_source,
             "part_bytes": self.budget.part_bytes,
             "arrays": arrays,
             "groups": self.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),

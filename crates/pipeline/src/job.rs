@@ -142,3 +142,41 @@ pub struct ShardOutcome {
     /// False when every inner chunk held only the fill value, so nothing was written.
     pub written: bool,
 }
+
+/// One part of a shard, written: a shard that fits [`Options::part_bytes`] is one part, a bigger one
+/// several, so that progress advances inside a large shard. Reported before its shard's
+/// [`ShardOutcome`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartOutcome {
+    /// The shard this part is of.
+    pub task: ShardTask,
+    /// The part's index in its shard (from 0) and the number of parts of the shard.
+    pub index: u64,
+    /// Parts of the shard.
+    pub count: u64,
+    /// Inner chunks in the part (empty ones and those past the array's end included).
+    pub inner_chunks: u64,
+    /// Raw (decoded) bytes of those inner chunks: what progress by bytes counts, known in advance.
+    pub raw_bytes: u64,
+    /// Encoded bytes of the source chunks read for the part.
+    pub bytes_read: u64,
+    /// Source chunk reads for the part, missing ones included.
+    pub chunks_read: u64,
+    /// Encoded bytes of the part's inner chunks handed to the sink (the shard index is not counted).
+    pub bytes_written: u64,
+}
+
+/// Told about a run as it goes: each part written, then each shard done. Any
+/// `Fn(&ShardOutcome)` is one that ignores parts.
+pub trait Progress: Sync {
+    /// A part of a shard was written (see [`PartOutcome`]).
+    fn part_done(&self, _part: &PartOutcome) {}
+    /// A shard is complete.
+    fn shard_done(&self, outcome: &ShardOutcome);
+}
+
+impl<F: Fn(&ShardOutcome) + Sync> Progress for F {
+    fn shard_done(&self, outcome: &ShardOutcome) {
+        self(outcome);
+    }
+}

@@ -33,6 +33,9 @@ mod window;
 pub use budget::{budget, Budget, BudgetRequest, MemoryUse};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
-pub use job::{ArrayJob, ArrayLayout, Options, ShardOutcome, ShardTask, DEFAULT_IO_THREADS};
-pub use stages::run;
+pub use job::{
+    ArrayJob, ArrayLayout, Options, PartOutcome, Progress, ShardOutcome, ShardTask,
+    DEFAULT_IO_THREADS,
+};
+pub use stages::{run, run_observed};
 pub use stats::Stats;

@@ -83,6 +83,13 @@ pub fn coalesce(
             members: vec![i],
         });
     }
+    tracing::debug!(
+        ranges = wanted.len(),
+        requests = out.len(),
+        ?max_gap,
+        bytes = out.iter().map(|r| r.range.end - r.range.start).sum::<u64>(),
+        "coalesced byte ranges"
+    );
     out
 }
 

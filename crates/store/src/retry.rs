@@ -99,8 +99,9 @@ where
         .retry(policy)
         .sleep(tokio::time::sleep)
         .when(|e| is_transient(e) && started.elapsed() < o.retry_timeout)
-        .notify(|_, _| {
+        .notify(|error, wait| {
             counter.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%error, ?wait, "transient storage failure: retrying");
         })
         .await
 }

@@ -6,11 +6,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod args;
 mod demo;
+mod help;
 mod job;
+mod logging;
 mod print;
 mod progress;
 mod signals;
@@ -57,11 +59,15 @@ Output:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    progress: progress::ProgressArgs,
+    #[command(flatten)]
+    logging: logging::LoggingArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a Zarr v2 or v3 array or group into sharded Zarr v3.
+    /// Convert a Zarr v2 or v3 array or group, or a kerchunk reference set, into sharded Zarr v3.
     #[command(after_help = CONVERT_HELP)]
     Convert {
         #[command(flatten)]
@@ -93,6 +99,7 @@ enum Command {
     },
     /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
     /// peak memory) without writing or reading any chunk; fails on everything convert would reject.
+    #[command(after_help = help::PLAN)]
     Plan {
         #[command(flatten)]
         layout: LayoutArgs,
@@ -107,6 +114,7 @@ enum Command {
         json: bool,
     },
     /// After a partitioned conversion: check that every shard is done, then write the metadata.
+    #[command(after_help = help::FINALIZE)]
     Finalize {
         #[command(flatten)]
         layout: LayoutArgs,
@@ -116,6 +124,7 @@ enum Command {
     },
     /// Compare an output with its source element by element and check every shard index; exits
     /// non-zero on any mismatch, listing them per chunk.
+    #[command(after_help = help::VERIFY)]
     Verify {
         /// The source that was converted, or a job file (JOB.toml) alone: each of its conversions.
         src: String,
@@ -150,6 +159,7 @@ enum Command {
     },
     /// Run a declarative job file (sources, destination, per-array shapes, compressor, ...); see
     /// the commented examples in pipelines/*.toml.
+    #[command(after_help = help::RUN)]
     Run {
         /// The job file (TOML).
         job: PathBuf,
@@ -162,6 +172,7 @@ enum Command {
         quiet: bool,
     },
     /// Build a small sample Zarr v2 dataset, convert it, and show how to open the result.
+    #[command(after_help = help::DEMO)]
     Demo {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
@@ -172,6 +183,19 @@ enum Command {
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of zshard or of one of its commands, for `man -l -` or a man
+    /// directory.
+    #[command(after_help = help::MAN)]
+    Man {
+        /// A command (convert, plan, ...): its own page, zshard-COMMAND(1).
+        command: Option<String>,
     },
 }
 
@@ -198,6 +222,8 @@ fn default_threads() -> usize {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.progress.install();
+    cli.logging.install();
     match cli.command {
         Command::Convert {
             layout,
@@ -298,7 +324,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             quiet,
         } => demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "zshard", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { command: name } => help::man(command(), name.as_deref()),
     }
+}
+
+/// The command line's definition, with the version, commit and features of this build.
+fn command() -> clap::Command {
+    Cli::command()
+        .version(help::version())
+        .long_version(help::long_version())
 }
 
 /// The conversion `zshard convert` runs. Options that do not parse are a failed run too: the report
@@ -453,7 +491,11 @@ where
                 .map(|v| Request::Verify(Box::new(v)))
                 .map_err(RequestError::Options)
         }
-        Command::Run { .. } | Command::Demo { .. } | Command::Ls { .. } => Err(RequestError::Usage(
+        Command::Run { .. }
+        | Command::Demo { .. }
+        | Command::Ls { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => Err(RequestError::Usage(
             "only convert, plan, finalize and verify are requests".into(),
         )),
     }
@@ -474,7 +516,10 @@ fn clap_message(e: &clap::Error) -> String {
 
 /// Parses the command line; usage errors become one line (`--help` and `--version` print as usual).
 fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, u8> {
-    Cli::try_parse_from(args).map_err(|e| {
+    let parsed = command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    parsed.map_err(|e| {
         use clap::error::ErrorKind;
         if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
             || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand

@@ -151,6 +151,13 @@ fn plan_text(plan: &PlanReport) {
     let doc = plan.to_json();
     let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
     print_human(&arrays, plan.threads(), plan.memory_limit());
+    if let Some(limit) = plan.memory_limit() {
+        println!(
+            "memory limit: {} ({})",
+            HumanBytes(limit),
+            plan.memory_limit_source()
+        );
+    }
     let totals = &doc["totals"];
     let u = |k: &str| totals[k].as_u64().unwrap_or(0);
     println!(

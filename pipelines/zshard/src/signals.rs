@@ -73,9 +73,14 @@ pub fn show_notices_above(bar: Option<ProgressBar>) {
 }
 
 fn notice(message: &str) {
+    above_bar(|| eprintln!("zshard: {message}"));
+}
+
+/// Runs `print` with the progress bar, if one is shown, cleared (it is redrawn below).
+pub fn above_bar(print: impl FnOnce()) {
     let bar = BAR.lock().unwrap_or_else(|p| p.into_inner()).clone();
     match bar {
-        Some(bar) => bar.suspend(|| eprintln!("zshard: {message}")),
-        None => eprintln!("zshard: {message}"),
+        Some(bar) => bar.suspend(print),
+        None => print(),
     }
 }

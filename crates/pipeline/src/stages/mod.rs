@@ -26,10 +26,10 @@ use zshard_core::{Region, ShardSplit};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::job::{ArrayJob, Options, ShardOutcome, ShardTask};
+use crate::job::{ArrayJob, Options, PartOutcome, Progress, ShardOutcome, ShardTask};
 use crate::stats::Stats;
 use crate::window::Window;
-use message::{Assembled, Decoded, Encoded, Fetched, Msg, ShardPart};
+use message::{Assembled, Decoded, Encoded, Fetched, Msg, ReadCounts, ShardPart};
 
 /// Converts every shard that `tasks` yields. Returns the totals, or the first error (after the shards
 /// already under way have drained; a shard with an error is never written), or [`Error::Cancelled`]
@@ -39,6 +39,16 @@ pub fn run(
     tasks: impl Iterator<Item = ShardTask> + Send,
     options: &Options,
     progress: &(dyn Fn(&ShardOutcome) + Sync),
+) -> Result<Stats> {
+    run_observed(jobs, tasks, options, &progress)
+}
+
+/// [`run`], telling `progress` about every part written as well as every shard done.
+pub fn run_observed(
+    jobs: &[ArrayJob],
+    tasks: impl Iterator<Item = ShardTask> + Send,
+    options: &Options,
+    progress: &dyn Progress,
 ) -> Result<Stats> {
     let pool = |name: &'static str| {
         rayon::ThreadPoolBuilder::new()
@@ -147,17 +157,13 @@ struct RunContext<'a> {
     /// Set from outside the run ([`Options::cancel`]).
     external: Cancel,
     window: Arc<Window>,
-    progress: &'a (dyn Fn(&ShardOutcome) + Sync),
+    progress: &'a dyn Progress,
     /// The totals of the shards written, and the first error.
     result: Mutex<(Stats, Option<Error>)>,
 }
 
 impl<'a> RunContext<'a> {
-    fn new(
-        jobs: &'a [ArrayJob],
-        options: &'a Options,
-        progress: &'a (dyn Fn(&ShardOutcome) + Sync),
-    ) -> Self {
+    fn new(jobs: &'a [ArrayJob], options: &'a Options, progress: &'a dyn Progress) -> Self {
         RunContext {
             arrays: jobs.iter().map(|job| RunArray::new(job, options)).collect(),
             cancel: AtomicBool::new(false),
@@ -202,13 +208,29 @@ impl<'a> RunContext<'a> {
             Ok(Some(outcome)) => {
                 *stats += &outcome;
                 drop(result);
-                (self.progress)(&outcome);
+                self.progress.shard_done(&outcome);
             }
             Err(e) => {
                 self.cancel();
                 first_error.get_or_insert(e);
             }
         }
+    }
+
+    /// Reports a part of a shard written: `inner` its encoded inner chunks, `read` what reading its
+    /// source chunks took.
+    fn part_done(&self, part: &ShardPart, inner: &[Option<bytes::Bytes>], read: ReadCounts) {
+        let inner_chunks = inner.len() as u64;
+        self.progress.part_done(&PartOutcome {
+            task: part.task.clone(),
+            index: part.index,
+            count: part.count,
+            inner_chunks,
+            raw_bytes: inner_chunks * self.array(part.task.array).inner_chunk_bytes,
+            bytes_read: read.bytes,
+            chunks_read: read.chunks,
+            bytes_written: inner.iter().flatten().map(|b| b.len() as u64).sum(),
+        });
     }
 
     /// The run's totals, or its first error, or [`Error::Cancelled`] when cancelled from outside.
@@ -230,6 +252,8 @@ struct RunArray<'a> {
     /// Whether the parts of a shard share source chunks through the assembler: a source chunk that
     /// straddles two parts is then read and decoded once, not once per part.
     keep: bool,
+    /// Raw bytes of one inner chunk, for progress by bytes.
+    inner_chunk_bytes: u64,
 }
 
 impl<'a> RunArray<'a> {
@@ -237,7 +261,14 @@ impl<'a> RunArray<'a> {
         let split = job.layout.split(options.part_bytes);
         let keep =
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
-        RunArray { job, split, keep }
+        let inner_chunk_bytes = zshard_core::product(job.layout.geometry.inner_shape())
+            * job.layout.element_size() as u64;
+        RunArray {
+            job,
+            split,
+            keep,
+            inner_chunk_bytes,
+        }
     }
 
     /// The first and last part of `shard` that need source chunk `coord`.

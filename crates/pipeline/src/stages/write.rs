@@ -43,9 +43,9 @@ impl<'a> Writer<'a> {
             let outcome = msg.and_then(|encoded| {
                 let job = ctx.array(encoded.part.task.array).job;
                 if encoded.part.count == 1 {
-                    write(job, encoded).map(Some)
+                    write(ctx, job, encoded).map(Some)
                 } else {
-                    self.write_part(job, encoded)
+                    self.write_part(ctx, job, encoded)
                 }
             });
             ctx.record(outcome);
@@ -54,7 +54,12 @@ impl<'a> Writer<'a> {
 
     /// Streams one part of a shard that comes in several: the parts go to the sink in order, as soon
     /// as each one's predecessors have. Returns the shard's outcome once its last part is written.
-    fn write_part(&self, job: &'a ArrayJob, encoded: Encoded) -> Result<Option<ShardOutcome>> {
+    fn write_part(
+        &self,
+        ctx: &RunContext<'a>,
+        job: &'a ArrayJob,
+        encoded: Encoded,
+    ) -> Result<Option<ShardOutcome>> {
         let task = encoded.part.task.clone();
         let count = encoded.part.count;
         let key = encoded.part.shard_key();
@@ -67,7 +72,7 @@ impl<'a> Writer<'a> {
             return Ok(None);
         }
         shard.parts.insert(encoded.part.index, encoded);
-        if let Err(e) = append_ready(job, &task, &mut shard) {
+        if let Err(e) = append_ready(ctx, job, &task, &mut shard) {
             // Dropping the stream abandons the shard: nothing appears under its key.
             shard.failed = true;
             shard.stream = None;
@@ -95,7 +100,7 @@ impl<'a> Writer<'a> {
 }
 
 /// Writes a shard of one part.
-fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
+fn write(ctx: &RunContext<'_>, job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
     // The sink sees every shard, also those with only empty inner chunks: what to do with them (the
     // writer skips them) is its policy.
     let written = encoded.inner.iter().any(Option::is_some);
@@ -104,6 +109,7 @@ fn write(job: &ArrayJob, encoded: Encoded) -> Result<ShardOutcome> {
         .sink
         .write_shard(shard, &encoded.inner)
         .map_err(|source| write_error(job, shard, source))?;
+    ctx.part_done(&encoded.part, &encoded.inner, encoded.read);
     Ok(outcome(
         encoded.part.task,
         encoded.read,
@@ -132,7 +138,12 @@ fn write_error(job: &ArrayJob, shard: &[u64], source: zshard_core::Error) -> Err
 }
 
 /// Appends the parts that are next in order, starting the shard's stream with the first.
-fn append_ready<'a>(job: &'a ArrayJob, task: &ShardTask, shard: &mut OpenShard<'a>) -> Result<()> {
+fn append_ready<'a>(
+    ctx: &RunContext<'a>,
+    job: &'a ArrayJob,
+    task: &ShardTask,
+    shard: &mut OpenShard<'a>,
+) -> Result<()> {
     while let Some(part) = shard.parts.pop_next() {
         if shard.stream.is_none() {
             let chunks = zshard_core::product(&job.layout.geometry.chunks_per_shard()) as usize;
@@ -147,6 +158,7 @@ fn append_ready<'a>(job: &'a ArrayJob, task: &ShardTask, shard: &mut OpenShard<'
                 .append(&part.inner)
                 .map_err(|source| write_error(job, &task.shard, source))?;
         }
+        ctx.part_done(&part.part, &part.inner, part.read);
         shard.read += part.read;
         shard.written |= part.inner.iter().any(Option::is_some);
     }

@@ -1,0 +1,66 @@
+//! What a run tells its [`Observer`] as it goes, besides the shards: the work ahead (so a front end
+//! can show a fraction, a rate and an ETA by bytes) and each part of a shard as it is written (so
+//! progress advances inside a large shard).
+
+use zshard_core::product;
+use zshard_pipeline::{ArrayJob, PartOutcome, ShardOutcome, ShardTask};
+
+use crate::conversion::Observer;
+
+/// The work of a run, told to [`Observer::work`] before the first shard: what the shards still to
+/// convert amount to. Bytes are raw (decoded) sizes of their inner chunks, which the metadata gives
+/// in advance (compressed sizes depend on the data), so the sum of [`PartOutcome::raw_bytes`] of a
+/// complete run equals [`Work::raw_bytes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Work {
+    /// Shards to convert (those not done by an earlier run, of this worker's share).
+    pub shards: u64,
+    /// Inner chunks of those shards.
+    pub inner_chunks: u64,
+    /// Raw bytes of those inner chunks.
+    pub raw_bytes: u64,
+}
+
+impl Work {
+    /// The work of converting `tasks`, shards of `jobs`.
+    pub(crate) fn of(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Work {
+        let per_shard: Vec<(u64, u64)> = jobs
+            .iter()
+            .map(|job| {
+                let geometry = &job.layout.geometry;
+                let chunks = product(&geometry.chunks_per_shard());
+                let chunk_bytes = product(geometry.inner_shape())
+                    * job.layout.inner_repr.data_type.size().max(1) as u64;
+                (chunks, chunks * chunk_bytes)
+            })
+            .collect();
+        tasks.fold(Work::default(), |mut work, task| {
+            let (chunks, bytes) = per_shard[task.array];
+            work.shards += 1;
+            work.inner_chunks += chunks;
+            work.raw_bytes += bytes;
+            work
+        })
+    }
+}
+
+/// Passes the pipeline's events on: parts to the observer, with the array's name, and shards to
+/// `shard_done` (which tells the observer and records them).
+pub(crate) struct Relay<'a> {
+    pub(crate) observer: &'a dyn Observer,
+    /// The name of each array in messages, by index.
+    pub(crate) names: Vec<String>,
+    pub(crate) shard_done: &'a (dyn Fn(&ShardOutcome) + Sync),
+}
+
+impl zshard_pipeline::Progress for Relay<'_> {
+    fn part_done(&self, part: &PartOutcome) {
+        let name = self.names.get(part.task.array).map_or("", String::as_str);
+        self.observer.part_done(name, part);
+    }
+
+    fn shard_done(&self, outcome: &ShardOutcome) {
+        (self.shard_done)(outcome);
+    }
+}

@@ -1,0 +1,110 @@
+//! What a conversion tells its `Observer` as it goes (issue 18, point 2): the work ahead, then every
+//! part of every shard as it is written (so a shard cut into parts advances part by part), before
+//! its shard; the parts add up to the work and the shards' outcomes.
+
+use std::sync::Mutex;
+
+use serde_json::json;
+use zshard_convert::{Conversion, Layout, Observer, PartOutcome, ShardOutcome, Work};
+
+/// An uncompressed 2048 x 4096 uint16 Zarr v2 array (16 MiB) of 256 x 256 chunks (all present).
+fn write_source(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).expect("create source");
+    let zarray = json!({"zarr_format": 2, "shape": [2048, 4096], "chunks": [256, 256], "dtype": "<u2",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null});
+    std::fs::write(dir.join(".zarray"), zarray.to_string()).expect("write .zarray");
+    for i in 0..8u16 {
+        for j in 0..16u16 {
+            let bytes: Vec<u8> = (0..256 * 256u32)
+                .flat_map(|n| (n as u16 ^ (i * 16 + j + 1)).to_le_bytes())
+                .collect();
+            std::fs::write(dir.join(format!("{i}.{j}")), bytes).expect("chunk");
+        }
+    }
+}
+
+/// Every event in the order it came.
+#[derive(Default)]
+struct Events(Mutex<Vec<Event>>);
+
+#[derive(Debug, Clone)]
+enum Event {
+    Work(Work),
+    Part(String, PartOutcome),
+    Shard(ShardOutcome),
+}
+
+impl Observer for Events {
+    fn work(&self, work: &Work) {
+        self.0.lock().expect("lock").push(Event::Work(work.clone()));
+    }
+    fn part_done(&self, array: &str, part: &PartOutcome) {
+        let event = Event::Part(array.to_string(), part.clone());
+        self.0.lock().expect("lock").push(event);
+    }
+    fn shard_done(&self, outcome: &ShardOutcome) {
+        let event = Event::Shard(outcome.clone());
+        self.0.lock().expect("lock").push(event);
+    }
+}
+
+#[test]
+fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
+    write_source(&src);
+    let mut conversion = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
+    // Two shards of 1024 x 4096 (8 MiB raw each), bigger than a part.
+    conversion.layouts.default = Layout {
+        shard_shape: Some(vec![1024, 4096]),
+        ..Layout::default()
+    };
+    conversion.threads = 1;
+    conversion.memory_limit = Some(256 << 20);
+    let plan = conversion.plan().expect("plan");
+    let parts_per_shard = plan.to_json()["arrays"][0]["parts_per_shard"]
+        .as_u64()
+        .expect("parts");
+    assert!(parts_per_shard > 1, "shards must be cut into parts");
+    let events = Events::default();
+    let report = conversion.convert(&events).expect("convert");
+    let events = events.0.into_inner().expect("events");
+
+    let Some(Event::Work(work)) = events.first() else {
+        panic!("the work comes first: {events:?}");
+    };
+    assert_eq!(
+        (work.shards, work.inner_chunks, work.raw_bytes),
+        (2, 128, 2048 * 4096 * 2)
+    );
+
+    let mut parts_seen = std::collections::HashMap::<Vec<u64>, Vec<u64>>::new();
+    let (mut raw, mut chunks, mut read, mut parts) = (0, 0, 0, 0);
+    for event in &events[1..] {
+        match event {
+            Event::Part(array, part) => {
+                assert_eq!(array, &src.to_string_lossy());
+                assert_eq!(part.count, parts_per_shard);
+                assert_eq!(part.raw_bytes, part.inner_chunks * 256 * 256 * 2);
+                parts_seen
+                    .entry(part.task.shard.clone())
+                    .or_default()
+                    .push(part.index);
+                raw += part.raw_bytes;
+                chunks += part.inner_chunks;
+                read += part.bytes_read;
+                parts += 1;
+            }
+            Event::Shard(outcome) => {
+                // Every part of the shard came before it, in order.
+                let seen = &parts_seen[&outcome.task.shard];
+                assert_eq!(seen, &(0..parts_per_shard).collect::<Vec<_>>());
+            }
+            Event::Work(_) => panic!("the work is told once"),
+        }
+    }
+    assert_eq!(parts, 2 * parts_per_shard);
+    assert_eq!((raw, chunks), (work.raw_bytes, work.inner_chunks));
+    assert_eq!(read, report.totals.stats.bytes_read);
+    assert_eq!(read, 2048 * 4096 * 2);
+}
