@@ -155,3 +155,29 @@ def test_plan_json_includes_reader_warnings(tmp_path: Path, zshard_bin: Path) ->
     assert doc["warnings"] == [f"array names: {message}"]
     (names,) = doc["arrays"]
     assert (names["path"], names["dimension_names"], names["warnings"]) == ("names", ["n"], [message])
+
+
+def test_shapes_by_name_on_netcdf_kerchunk_references(tmp_path: Path, zshard_bin: Path) -> None:
+    """kerchunk keeps netCDF's dimension names as `_ARRAY_DIMENSIONS`: the same names apply."""
+    import kerchunk.hdf as kerchunk_hdf
+
+    nc, refs, dst = tmp_path / "a.nc", tmp_path / "refs.json", tmp_path / "nc_v3.zarr"
+    ds = _dataset()
+    for name in ds.variables:
+        ds[name].encoding["chunksizes"] = ds[name].encoding.pop("chunks")
+    ds.to_netcdf(nc, engine="h5netcdf")
+    with open(nc, "rb") as f:
+        references = kerchunk_hdf.SingleHdf5ToZarr(f, str(nc), inline_threshold=0).translate()
+    refs.write_text(json.dumps(references))
+    r = run_zshard(zshard_bin, ["convert", refs, dst, "--quiet", "--threads", "2", *SHAPE_OPTIONS])
+    assert r.returncode == 0, r.describe()
+    group = zarr.open_group(str(dst), mode="r")
+    for name, (inner, shard) in EXPECTED.items():
+        assert (group[name].chunks, group[name].shards) == (inner, shard), name
+    expected = _quietly(
+        xr.open_dataset,
+        "reference://",
+        engine="zarr",
+        backend_kwargs={"consolidated": False, "zarr_format": 2, "storage_options": {"fo": str(refs)}},
+    )
+    xr.testing.assert_identical(expected, _quietly(xr.open_zarr, dst))
