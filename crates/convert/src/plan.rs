@@ -217,14 +217,25 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
 /// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
 /// Every front end (flags, job files, the library) goes through here, before any geometry divides by
 /// an extent.
+/// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
+fn by_name_hint(what: &str, meta: &ArrayMeta) -> String {
+    let named = crate::shape::dimension_names(meta)
+        .and_then(|names| names.iter().flatten().next())
+        .zip(meta.chunk_shape.first());
+    named.map_or_else(String::new, |(name, extent)| {
+        format!("; arrays of different ranks take extents by dimension name, e.g. {what} {name}={extent}")
+    })
+}
+
 fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
         return Err(Error::Layout {
             reason: format!(
-                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?})",
+                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?}){}",
                 shape.len(),
                 meta.shape.len(),
-                meta.shape
+                meta.shape,
+                by_name_hint(what, meta)
             ),
         });
     }

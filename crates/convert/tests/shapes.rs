@@ -100,3 +100,19 @@ fn names_no_array_has_are_refused_naming_the_known_ones() {
         "--chunk-shape: no dimension named lat in the array \"time\"; the dimension names are: time"
     );
 }
+
+#[test]
+fn a_positional_shape_that_misses_an_array_points_to_shapes_by_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    write_source(&tmp.path().join("src"));
+    let e = zshard_convert::one_line(
+        &conversion(tmp.path(), "20", None)
+            .plan()
+            .expect_err("ranks differ"),
+    );
+    assert_eq!(
+        e,
+        "array field: --shard-shape [20] has 1 dimensions, but the array has 2 (shape [40, 60]); \
+         arrays of different ranks take extents by dimension name, e.g. --shard-shape time=10"
+    );
+}
