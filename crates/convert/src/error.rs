@@ -84,6 +84,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// A `--shard-shape` or `--chunk-shape` that does not parse.
+    #[error("shape {text:?} {reason}")]
+    Shape {
+        /// The shape as given.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A shape by dimension name naming a dimension that no array it applies to has (a misspelt name
+    /// would otherwise silently leave the default shapes).
+    #[error("{option}: no dimension named {} in {scope}; {known}", names.join(", "))]
+    UnknownDimension {
+        /// The option (`--shard-shape`, `--chunk-shape`).
+        option: String,
+        /// The names no array has.
+        names: Vec<String>,
+        /// The arrays it applies to (`any array of SRC`, `the array a/b`).
+        scope: String,
+        /// The names the arrays do have, as text.
+        known: String,
+    },
+
     /// An array or chunk geometry the core model rejects.
     #[error(transparent)]
     Core(#[from] zshard_core::Error),
@@ -240,6 +263,8 @@ impl Error {
             | Error::Worker { .. }
             | Error::Options { .. }
             | Error::Layout { .. }
+            | Error::Shape { .. }
+            | Error::UnknownDimension { .. }
             | Error::Codecs { .. }
             | Error::Core(_) => "options",
             Error::Array { source, .. } | Error::OutputArray { source, .. } => source.kind(),

@@ -23,7 +23,7 @@
 //! // Into one shard of 2x3 inner chunks, zstd level 3 (the default layout with a shard shape).
 //! let dst = dir.path().join("dst.zarr");
 //! let mut conversion = Conversion::new(src.to_str().unwrap(), dst.to_str().unwrap());
-//! conversion.layouts.default = Layout { shard_shape: Some(vec![4, 6]), ..Layout::default() };
+//! conversion.layouts.default = Layout { shard_shape: Some(vec![4, 6].into()), ..Layout::default() };
 //! conversion.threads = 2;
 //!
 //! let plan = conversion.plan().unwrap();
@@ -51,6 +51,7 @@ mod plan_report;
 mod progress;
 mod report;
 mod selection;
+mod shape;
 mod size;
 mod state;
 mod verify;
@@ -67,6 +68,7 @@ pub use plan_report::PlanReport;
 pub use progress::Work;
 pub use report::{ArrayReport, Counts, Failure, Report, RunOptions, Status, Worker, GIT_COMMIT};
 pub use selection::Selection;
+pub use shape::ShapeSpec;
 pub use size::parse_size;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
 use zshard_core::{
-    auto_shard_shape, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry,
+    auto_shard_shape_around, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry,
 };
 use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_store::Store;
@@ -15,14 +15,17 @@ use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 use crate::compressor::Compressor;
 use crate::error::{Error, Result};
 use crate::input::Input;
+use crate::shape::{check_names_known, ShapeSpec};
 
 /// Options that shape the output of an array.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
-    /// Shard shape; `None` chooses one (see [`auto_shard_shape`]).
-    pub shard_shape: Option<Vec<u64>>,
-    /// Inner chunk shape; `None` keeps the source's chunk (or inner chunk) shape.
-    pub chunk_shape: Option<Vec<u64>>,
+    /// Shard shape; `None`, and the dimensions a shape by name leaves out, are chosen (see
+    /// [`auto_shard_shape_around`]).
+    pub shard_shape: Option<ShapeSpec>,
+    /// Inner chunk shape; `None`, and the dimensions a shape by name leaves out, keep the source's
+    /// chunk (or inner chunk) shape.
+    pub chunk_shape: Option<ShapeSpec>,
     /// The inner chunks' codecs.
     pub compressor: Compressor,
     /// Where each shard's index goes.
@@ -65,6 +68,34 @@ impl From<Layout> for Layouts {
 impl Layouts {
     fn for_array(&self, path: &str) -> &Layout {
         self.per_array.get(path).unwrap_or(&self.default)
+    }
+
+    /// Refuses shapes by dimension name that name a dimension no array they apply to has: the
+    /// default layout's against every array of the source, an array's own against that array.
+    fn check_dimension_names(&self, arrays: &[PlannedArray], source: &str) -> Result<()> {
+        let metas = || arrays.iter().map(|a| &a.source);
+        for (option, spec) in self.default.shapes() {
+            check_names_known(option, spec, metas(), &format!("any array of {source}"))?;
+        }
+        for (path, layout) in &self.per_array {
+            let own = || arrays.iter().filter(|a| &a.path == path).map(|a| &a.source);
+            for (option, spec) in layout.shapes() {
+                check_names_known(option, spec, own(), &format!("the array {path:?}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Layout {
+    /// The shapes it gives, with the option that gives each.
+    fn shapes(&self) -> impl Iterator<Item = (&'static str, &ShapeSpec)> {
+        [
+            ("--shard-shape", self.shard_shape.as_ref()),
+            ("--chunk-shape", self.chunk_shape.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(option, spec)| spec.map(|s| (option, s)))
     }
 }
 
@@ -152,6 +183,7 @@ impl Plan {
                 ),
             });
         }
+        layouts.check_dimension_names(&arrays, source)?;
         Ok(Plan { arrays, groups })
     }
 
@@ -187,14 +219,25 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
 /// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
 /// Every front end (flags, job files, the library) goes through here, before any geometry divides by
 /// an extent.
+/// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
+fn by_name_hint(what: &str, meta: &ArrayMeta) -> String {
+    let named = crate::shape::dimension_names(meta)
+        .and_then(|names| names.iter().flatten().next())
+        .zip(meta.chunk_shape.first());
+    named.map_or_else(String::new, |(name, extent)| {
+        format!("; arrays of different ranks take extents by dimension name, e.g. {what} {name}={extent}")
+    })
+}
+
 fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
         return Err(Error::Layout {
             reason: format!(
-                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?})",
+                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?}){}",
                 shape.len(),
                 meta.shape.len(),
-                meta.shape
+                meta.shape,
+                by_name_hint(what, meta)
             ),
         });
     }
@@ -208,21 +251,53 @@ fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     Ok(())
 }
 
+/// The extent `spec` (of the option `what`) gives each dimension of `meta`, `None` where the default
+/// rule applies; extents by position must give every dimension.
+fn given_extents(
+    what: &str,
+    spec: Option<&ShapeSpec>,
+    meta: &ArrayMeta,
+) -> Result<Vec<Option<u64>>> {
+    match spec {
+        None => Ok(vec![None; meta.shape.len()]),
+        Some(spec) => {
+            if let ShapeSpec::Positional(shape) = spec {
+                check_shape(what, shape, meta)?;
+            }
+            Ok(spec.extents(meta))
+        }
+    }
+}
+
+/// The inner chunk shape: the extents given, else the source's chunk (or inner chunk) extent.
+fn inner_shape_of(spec: Option<&ShapeSpec>, meta: &ArrayMeta) -> Result<Vec<u64>> {
+    let source = source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone());
+    let given = given_extents("--chunk-shape", spec, meta)?;
+    let shape: Vec<u64> = given
+        .iter()
+        .zip(&source)
+        .map(|(given, &source)| given.unwrap_or(source))
+        .collect();
+    check_shape("--chunk-shape", &shape, meta)?;
+    Ok(shape)
+}
+
+/// The shard shape: the extents given, the others chosen around them (see
+/// [`auto_shard_shape_around`]).
+fn shard_shape_of(
+    spec: Option<&ShapeSpec>,
+    meta: &ArrayMeta,
+    inner_shape: &[u64],
+) -> Result<Vec<u64>> {
+    let given = given_extents("--shard-shape", spec, meta)?;
+    let shape = auto_shard_shape_around(&meta.shape, inner_shape, meta.data_type.size(), &given);
+    check_shape("--shard-shape", &shape, meta)?;
+    Ok(shape)
+}
+
 fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
-    let inner_shape = match &layout.chunk_shape {
-        Some(shape) => {
-            check_shape("--chunk-shape", shape, meta)?;
-            shape.clone()
-        }
-        None => source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone()),
-    };
-    let shard_shape = match &layout.shard_shape {
-        Some(shape) => {
-            check_shape("--shard-shape", shape, meta)?;
-            shape.clone()
-        }
-        None => auto_shard_shape(&meta.shape, &inner_shape, meta.data_type.size()),
-    };
+    let inner_shape = inner_shape_of(layout.chunk_shape.as_ref(), meta)?;
+    let shard_shape = shard_shape_of(layout.shard_shape.as_ref(), meta, &inner_shape)?;
     let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape)?;
     let size = meta.data_type.size();
     zshard_core::checked_byte_size("shard shape", &shard_shape, size)?;

@@ -98,6 +98,7 @@ impl PlanReport {
             "part_bytes": self.budget.part_bytes,
             "arrays": arrays,
             "groups": self.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "warnings": self.warnings(),
             "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
                        "estimated_bytes_in": total("estimated_bytes_in"), "estimated_bytes_out": total("estimated_bytes_out"),
                        "estimated_peak_memory_per_worker": peak},
@@ -120,6 +121,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
         "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
         "source_codecs": a.source.codecs,
+        // Names of the dimensions (null when the source gives none), which shapes by name refer to.
+        "dimension_names": a.output.dimension_names,
         "inner_chunk_shape": a.output.inner_shape,
         "shard_shape": a.output.shard_shape,
         "shards": a.geometry.shard_count(),
@@ -137,5 +140,6 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         // Whether a source chunk under several parts of a shard is read once (kept between them).
         "source_chunks_kept_between_parts": budget.keeps_source_chunks(&layout),
         "estimated_peak_memory_per_worker": budget.array_peak(&layout),
+        "warnings": a.source.warnings,
     })
 }

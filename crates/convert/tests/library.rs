@@ -105,8 +105,8 @@ impl Observer for Counter {
 fn conversion(src: &Path, dst: &Path) -> Conversion {
     let mut c = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
     c.layouts.default = Layout {
-        shard_shape: Some(vec![20, 30]),
-        chunk_shape: Some(vec![10, 15]),
+        shard_shape: Some(vec![20, 30].into()),
+        chunk_shape: Some(vec![10, 15].into()),
         ..Layout::default()
     };
     c.threads = 2;
@@ -189,8 +189,8 @@ fn a_complete_destination_is_left_alone_and_other_options_are_refused() {
     assert_eq!(again.totals.shards_skipped, 4);
 
     let mut other = c.clone();
-    other.layouts.default.chunk_shape = Some(vec![5, 5]);
-    other.layouts.default.shard_shape = Some(vec![10, 10]);
+    other.layouts.default.chunk_shape = Some(vec![5, 5].into());
+    other.layouts.default.shard_shape = Some(vec![10, 10].into());
     let err = other.convert(&()).expect_err("other options");
     assert!(matches!(err, Error::Destination { .. }), "{err}");
     assert!(
@@ -207,7 +207,7 @@ fn a_complete_destination_is_left_alone_and_other_options_are_refused() {
     let inside = conversion(&src, tmp.path());
     assert!(matches!(inside.convert(&()), Err(Error::Overlap { .. })));
     let mut bad = conversion(&src, &tmp.path().join("bad.zarr"));
-    bad.layouts.default.chunk_shape = Some(vec![7, 15]);
+    bad.layouts.default.chunk_shape = Some(vec![7, 15].into());
     let err = bad.convert(&()).expect_err("7 does not divide 20");
     assert!(matches!(err, Error::Array { .. }), "{err}");
     assert!(!tmp.path().join("bad.zarr").exists());
@@ -231,7 +231,7 @@ fn shards_without_a_record_of_their_conversion_are_not_trusted() {
     conversion(&src, &other).convert(&()).expect("first");
     std::fs::remove_file(other.join("zarr.json")).expect("remove zarr.json");
     let mut again = conversion(&src, &other);
-    again.layouts.default.shard_shape = Some(vec![40, 60]);
+    again.layouts.default.shard_shape = Some(vec![40, 60].into());
     again.layouts.default.index_location = zshard_core::IndexLocation::Start;
     let err = again
         .convert(&())

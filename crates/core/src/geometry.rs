@@ -541,9 +541,30 @@ pub const AUTO_SHARD_MAX_CHUNKS: u64 = 1 << 20;
 /// [`AUTO_SHARD_MAX_CHUNKS`], and the shard does not grow past the array's extent rounded up to whole
 /// inner chunks. Zero extents (refused by [`ShardGeometry::new`]) count as one.
 pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: usize) -> Vec<u64> {
+    auto_shard_shape_around(
+        array_shape,
+        inner_shape,
+        element_size,
+        &vec![None; inner_shape.len()],
+    )
+}
+
+/// [`auto_shard_shape`] with some extents given (`Some`, kept as they are, as a shard shape given by
+/// dimension name fixes only the named dimensions): only the other dimensions are grown, by the same
+/// rule, counting the given extents in the shard's size and inner chunks.
+pub fn auto_shard_shape_around(
+    array_shape: &[u64],
+    inner_shape: &[u64],
+    element_size: usize,
+    given: &[Option<u64>],
+) -> Vec<u64> {
     let inner_shape: Vec<u64> = inner_shape.iter().map(|&i| i.max(1)).collect();
     let inner_shape = inner_shape.as_slice();
-    let mut shard = inner_shape.to_vec();
+    let mut shard: Vec<u64> = inner_shape
+        .iter()
+        .zip(given)
+        .map(|(&i, g)| g.unwrap_or(i))
+        .collect();
     let limit: Vec<u64> = array_shape
         .iter()
         .zip(inner_shape)
@@ -556,9 +577,9 @@ pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: 
         let chunks = shard
             .iter()
             .zip(inner_shape)
-            .fold(1u64, |acc, (s, i)| acc.saturating_mul(s / i));
+            .fold(1u64, |acc, (s, i)| acc.saturating_mul(s.div_ceil(*i)));
         let candidate = (0..shard.len())
-            .filter(|&d| shard[d] < limit[d])
+            .filter(|&d| given.get(d).is_some_and(Option::is_none) && shard[d] < limit[d])
             .min_by_key(|&d| (shard[d] / inner_shape[d], std::cmp::Reverse(d)));
         match candidate {
             Some(d)
@@ -767,6 +788,28 @@ mod tests {
         );
         // A zero extent does not divide by zero (the geometry refuses it).
         assert_eq!(auto_shard_shape(&[10, 10], &[0, 5], 1), vec![10, 10]);
+    }
+
+    #[test]
+    fn auto_shard_shape_around_grows_only_the_dimensions_not_given() {
+        // Time fixed at 48: only lat and lon grow, and the 64 MiB target counts the 48.
+        let s = auto_shard_shape_around(
+            &[1000, 721, 1440],
+            &[24, 90, 180],
+            1,
+            &[Some(48), None, None],
+        );
+        assert_eq!(s, vec![48, 720, 1440]);
+        // Everything given: returned as given.
+        assert_eq!(
+            auto_shard_shape_around(&[10, 10], &[5, 5], 1, &[Some(5), Some(10)]),
+            vec![5, 10]
+        );
+        // Nothing given: the automatic rule.
+        assert_eq!(
+            auto_shard_shape_around(&[16384, 16384], &[256, 256], 2, &[None, None]),
+            auto_shard_shape(&[16384, 16384], &[256, 256], 2)
+        );
     }
 
     #[test]

@@ -31,25 +31,6 @@ pub fn ref_coalesce_gap(s: &str) -> Result<Option<u64>, String> {
     size(s).map(Some)
 }
 
-/// A shape given as `a,b,c`. (A newtype, as clap reads `Vec<_>` as a repeated flag.)
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Shape(Vec<u64>);
-
-fn shape(s: &str) -> Result<Shape, String> {
-    s.split(',')
-        .map(|part| {
-            part.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    format!("{part:?} is not a positive integer (expected a,b,... e.g. 4096,4096)")
-                })
-        })
-        .collect::<Result<_, _>>()
-        .map(Shape)
-}
-
 fn index_location(s: &str) -> Result<IndexLocation, String> {
     IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
 }
@@ -63,12 +44,15 @@ pub struct LayoutArgs {
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
     /// az:// URL). Without it, SRC is a job file (JOB.toml) that gives every conversion's options.
     pub dst: Option<String>,
-    /// Shard shape, e.g. 4096,4096 (default: automatic, see `zshard convert --help`).
-    #[arg(long, value_parser = shape, value_name = "a,b,...")]
-    shard_shape: Option<Shape>,
-    /// Inner chunk shape, e.g. 256,256 (default: the source chunk shape).
-    #[arg(long, value_parser = shape, value_name = "a,b,...")]
-    chunk_shape: Option<Shape>,
+    /// Shard shape: one extent per dimension, e.g. 4096,4096, or extents by dimension name for
+    /// every array that has those dimensions, e.g. time=48,lat=720 (names from dimension_names or
+    /// _ARRAY_DIMENSIONS; dimensions not named are chosen automatically, see `zshard convert --help`).
+    #[arg(long, value_name = "a,b,...|name=a,...")]
+    shard_shape: Option<String>,
+    /// Inner chunk shape: e.g. 256,256, or by dimension name, e.g. lon=1440 (default, and for
+    /// dimensions not named: the source chunk shape).
+    #[arg(long, value_name = "a,b,...|name=a,...")]
+    chunk_shape: Option<String>,
     /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
     /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
     /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples); or source: each
@@ -94,14 +78,16 @@ pub struct LayoutArgs {
 }
 
 impl LayoutArgs {
-    pub fn layout(&self) -> Layout {
-        Layout {
-            shard_shape: self.shard_shape.clone().map(|s| s.0),
-            chunk_shape: self.chunk_shape.clone().map(|s| s.0),
+    /// The layout these flags give; the shapes are parsed by the library (a conversion error, exit 1).
+    pub fn layout(&self) -> zshard_convert::Result<Layout> {
+        let shape = |text: &Option<String>| text.as_deref().map(str::parse).transpose();
+        Ok(Layout {
+            shard_shape: shape(&self.shard_shape)?,
+            chunk_shape: shape(&self.chunk_shape)?,
             compressor: self.compressor.clone().unwrap_or(Compressor::DEFAULT),
             index_location: self.index_location.unwrap_or(IndexLocation::End),
             passthrough: !self.no_passthrough,
-        }
+        })
     }
 
     /// The conversions these arguments name: SRC into DST with these options, or those of the job
@@ -146,11 +132,11 @@ impl LayoutArgs {
     /// Sets these options on `c` (a conversion of SRC into DST); the ones that parse are set even
     /// when another one does not, so a report of the failure shows them.
     pub fn configure(&self, c: &mut zshard_convert::Conversion) -> zshard_convert::Result<()> {
-        c.layouts.default = self.layout();
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c.consolidate = !self.no_consolidate;
         c.source_options = self.source.options()?;
+        c.layouts.default = self.layout()?;
         Ok(())
     }
 }
@@ -323,12 +309,5 @@ mod tests {
         assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
         assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
         assert!(coalesce_gap("lots").is_err());
-    }
-
-    #[test]
-    fn shapes() {
-        assert_eq!(shape("4096, 4096"), Ok(Shape(vec![4096, 4096])));
-        assert!(shape("0,1").is_err());
-        assert!(shape("a").is_err());
     }
 }

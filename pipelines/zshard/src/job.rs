@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use zshard_convert::{
     parse_size, Compressor, Conversion, Layout, Layouts, Partition, ReferenceOptions, Selection,
-    SourceFormat, SourceOptions, Verification,
+    ShapeSpec, SourceFormat, SourceOptions, Verification,
 };
 use zshard_store::{Location, StoreOptions};
 
@@ -20,8 +20,9 @@ use crate::args::{SourceArgs, StorageArgs};
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Settings {
-    shard_shape: Option<Vec<u64>>,
-    chunk_shape: Option<Vec<u64>>,
+    /// `[48, 720]`, `{ time = 48, lat = 720 }` or `"time=48,lat=720"`, as `--shard-shape`.
+    shard_shape: Option<ShapeSpec>,
+    chunk_shape: Option<ShapeSpec>,
     compressor: Option<String>,
     index_location: Option<String>,
     /// `passthrough = false` is `--no-passthrough`.
@@ -399,11 +400,37 @@ compressor = "none"
         assert!(c.consolidate);
         assert_eq!(c.source, dir.path().join("in.zarr").to_string_lossy());
         assert_eq!(c.destination, "/abs/out.zarr");
-        assert_eq!(c.layouts.default.shard_shape, Some(vec![20, 20]));
+        assert_eq!(c.layouts.default.shard_shape, Some(vec![20, 20].into()));
         assert_eq!(c.layouts.default.compressor, Compressor::Gzip { level: 5 });
         let ab = &c.layouts.per_array["a/b"];
         assert_eq!(ab.compressor, Compressor::None);
-        assert_eq!(ab.chunk_shape, Some(vec![10, 10]));
+        assert_eq!(ab.chunk_shape, Some(vec![10, 10].into()));
+        std::fs::write(
+            &job,
+            "shard_shape = { time = 48, lat = 720 }\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nchunk_shape = \"lon=1440\"\n",
+        )
+        .expect("write");
+        let all =
+            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
+        assert_eq!(
+            all[0].layouts.default.shard_shape,
+            Some("time=48,lat=720".parse().expect("shape"))
+        );
+        assert_eq!(
+            all[0].layouts.default.chunk_shape,
+            Some(ShapeSpec::ByName([("lon".to_string(), 1440)].into()))
+        );
+        std::fs::write(
+            &job,
+            "shard_shape = \"time=48,720\"\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
+        )
+        .expect("write");
+        let e = conversions(&job, Partition::ALL, &StoreOptions::default(), None)
+            .expect_err("mixed forms");
+        assert!(
+            format!("{e:#}").contains("mixes extents by position and by dimension name"),
+            "{e:#}"
+        );
         std::fs::write(
             &job,
             "consolidate = false\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",

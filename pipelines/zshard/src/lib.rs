@@ -42,7 +42,10 @@ Shapes:
   dimension with the fewest inner chunks per shard is doubled (the last one on ties) while the shard's
   uncompressed size stays within 64 MiB and the shard does not extend past the array (rounded up to
   whole inner chunks). Both must have one entry per array dimension, and every --chunk-shape entry must
-  divide the --shard-shape entry; otherwise nothing is written.
+  divide the --shard-shape entry; otherwise nothing is written. Or give extents by dimension name
+  (dimension_names, xarray's _ARRAY_DIMENSIONS), which apply to every array with those dimensions:
+  --shard-shape time=48,lat=720 --chunk-shape lon=1440; the dimensions not named keep the defaults
+  above (the automatic shard shape grows only them), and a name no array has is an error.
 
 Output:
   Zarr v3, C order, little-endian `bytes` codec (`vlen-utf8` for strings) unless --compressor gives a

@@ -275,6 +275,10 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
                 .map_or_else(|| a["data_type"].to_string(), str::to_string),
             a["fill_value"]
         );
+        if let Some(names) = a["dimension_names"].as_array() {
+            let names: Vec<&str> = names.iter().map(|n| n.as_str().unwrap_or("-")).collect();
+            println!("  dimensions     {}", names.join(" x "));
+        }
         println!(
             "  source chunks  {}, {} chunk(s){}: {}",
             shape("source_chunk_shape"),
