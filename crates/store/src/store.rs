@@ -447,8 +447,22 @@ impl Store {
                 .block_on(self.retrying(|| self.put_multipart(&path, &parts, part_size)))
         } else {
             self.runtime.block_on(self.retrying(|| async {
-                let payload: PutPayload = parts.iter().cloned().collect();
-                self.inner.put(&path, payload).await.map(|_| ())
+                let mut attempts = 0;
+                loop {
+                    let payload: PutPayload = parts.iter().cloned().collect();
+                    match self.inner.put(&path, payload).await {
+                        // Another run into the same destination (same options, which the claim
+                        // allows) removed this write's staged file as a leftover before its rename:
+                        // write it again. Bounded, so a destination deleted under us still fails.
+                        Err(e) if !self.location.is_remote()
+                            && staged_file_vanished(&e)
+                            && attempts < 3 =>
+                        {
+                            attempts += 1;
+                        }
+                        result => return result.map(|_| ()),
+                    }
+                }
             }))
         };
         result.map_err(|source| Error::Request {
@@ -724,6 +738,19 @@ pub enum PutNew {
     Exists,
     /// The store cannot write conditionally; nothing was written.
     Unsupported,
+}
+
+/// Whether a local write failed because its staged file was gone at the rename (the io error below
+/// object_store's is `NotFound`).
+fn staged_file_vanished(e: &object_store::Error) -> bool {
+    let mut link: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = link {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::NotFound;
+        }
+        link = error.source();
+    }
+    false
 }
 
 /// For the name (or key) of a staged file of an interrupted local write, `<base>#<n>` with `n` decimal,

@@ -27,7 +27,8 @@ def command_line(command: str, src: Location, dst: Location, options: Mapping[st
     """The command line ``zshard COMMAND SRC DST --flags`` (no program name) for ``options``.
 
     A name becomes a flag with ``_`` as ``-`` (``shard_shape`` -> ``--shard-shape``). ``True`` gives
-    the bare flag, ``False`` and ``None`` leave it out; a shape (sequence of ints) becomes ``a,b,...``;
+    the bare flag, ``False`` and ``None`` leave it out; a shape (sequence of ints) becomes ``a,b,...`` and a
+    mapping of dimension names to extents ``name=a,...``;
     ``worker=(i, n)`` becomes ``--worker i/n``; a list of strings repeats the flag
     (``allow_ref_prefix``); a codec chain (list of dicts, or a dict) becomes its JSON.
     """
@@ -41,6 +42,9 @@ def command_line(command: str, src: Location, dst: Location, options: Mapping[st
         elif name == "worker" and isinstance(value, tuple):
             index, count = value
             args += [flag, f"{int(index)}/{int(count)}"]
+        elif name in ("shard_shape", "chunk_shape") and isinstance(value, Mapping):
+            # Extents by dimension name: {"time": 48, "lat": 720} -> time=48,lat=720.
+            args += [flag, ",".join(f"{dim}={int(n)}" for dim, n in value.items())]
         elif name == "compressor" and isinstance(value, (list, dict)):
             args += [flag, json.dumps(value)]
         elif isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
