@@ -102,6 +102,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
         "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
         "source_codecs": a.source.codecs,
+        // Its place in a multiscale (OME-Zarr) pyramid, whose levels' shapes follow the first's.
+        "pyramid": a.level.as_ref().map(|l| json!({"group": l.group, "level": l.level})),
         "inner_chunk_shape": a.output.inner_shape,
         "shard_shape": a.output.shard_shape,
         "shards": a.geometry.shard_count(),

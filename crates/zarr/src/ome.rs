@@ -235,13 +235,21 @@ pub fn apply(nodes: &mut [Node], mode: OmeMetadata) -> Result<Vec<String>> {
 /// Translates an OME-Zarr 0.4 hierarchy into 0.5: every group's OME attributes under `ome`, and the
 /// axes' names as the `dimension_names` of every level of every image.
 fn upgrade(nodes: &mut [Node]) -> Result<()> {
-    let bioformats2raw = groups(nodes)
-        .any(|(path, attributes)| path.is_empty() && attributes.contains_key("bioformats2raw.layout"));
+    let bioformats2raw = groups(nodes).any(|(path, attributes)| {
+        path.is_empty() && attributes.contains_key("bioformats2raw.layout")
+    });
     let mut dimension_names = std::collections::BTreeMap::new();
     for (path, attributes) in groups(nodes) {
-        for multiscale in multiscales(path, attributes).transpose()?.into_iter().flatten() {
-            let names: Vec<Option<String>> =
-                multiscale.axes.iter().map(|a| Some(a.name.clone())).collect();
+        for multiscale in multiscales(path, attributes)
+            .transpose()?
+            .into_iter()
+            .flatten()
+        {
+            let names: Vec<Option<String>> = multiscale
+                .axes
+                .iter()
+                .map(|a| Some(a.name.clone()))
+                .collect();
             for dataset in &multiscale.datasets {
                 dimension_names.insert(join(path, &dataset.path), names.clone());
             }
@@ -356,7 +364,11 @@ pub struct PyramidLevel {
 pub fn pyramids(nodes: &[Node]) -> Result<Vec<Pyramid>> {
     let mut all = Vec::new();
     for (path, attributes) in groups(nodes) {
-        for multiscale in multiscales(path, attributes).transpose()?.into_iter().flatten() {
+        for multiscale in multiscales(path, attributes)
+            .transpose()?
+            .into_iter()
+            .flatten()
+        {
             let levels = multiscale
                 .datasets
                 .iter()
@@ -447,7 +459,10 @@ mod tests {
     fn an_image_with_labels_is_upgraded() {
         let mut nodes = image_04();
         assert_eq!(ome_version(&nodes), OmeVersion::V04);
-        assert_eq!(apply(&mut nodes, OmeMetadata::Upgrade).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            apply(&mut nodes, OmeMetadata::Upgrade).unwrap(),
+            Vec::<String>::new()
+        );
         let root = attributes(&nodes[0]);
         assert_eq!(root["_creator"], json!({"name": "omero-zarr"}));
         assert_eq!(root["ome"]["version"], "0.5");
@@ -457,15 +472,24 @@ mod tests {
         let multiscale = &root["ome"]["multiscales"][0];
         assert_eq!(multiscale.get("version"), None);
         assert_eq!(multiscale["name"], "image");
-        assert_eq!(multiscale["axes"][0], json!({"name": "y", "type": "space", "unit": "micrometer"}));
+        assert_eq!(
+            multiscale["axes"][0],
+            json!({"name": "y", "type": "space", "unit": "micrometer"})
+        );
         assert_eq!(
             multiscale["datasets"][1],
             json!({"path": "1", "coordinateTransformations": [{"type": "scale", "scale": [2.0, 2.0]}]})
         );
-        assert_eq!(multiscale["coordinateTransformations"][0]["scale"], json!([0.5, 0.5]));
+        assert_eq!(
+            multiscale["coordinateTransformations"][0]["scale"],
+            json!([0.5, 0.5])
+        );
         assert_eq!(attributes(&nodes[1]), json!(["y", "x"]));
         assert_eq!(attributes(&nodes[2]), json!(["y", "x"]));
-        assert_eq!(attributes(&nodes[3]), json!({"ome": {"version": "0.5", "labels": ["cells"]}}));
+        assert_eq!(
+            attributes(&nodes[3]),
+            json!({"ome": {"version": "0.5", "labels": ["cells"]}})
+        );
         let label = attributes(&nodes[4]);
         assert_eq!(label["ome"]["image-label"]["version"], "0.5");
         assert_eq!(label["ome"]["image-label"]["colors"][0]["label-value"], 1);
@@ -494,16 +518,25 @@ mod tests {
         let mut nodes = vec![
             group("", json!({"bioformats2raw.layout": 3})),
             group("OME", json!({"series": ["0"]})),
-            group("plate", json!({"plate": {"version": "0.4", "name": "p", "rows": [{"name": "A"}],
-                "columns": [{"name": "1"}], "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}]}})),
-            group("plate/A/1", json!({"well": {"version": "0.4", "images": [{"path": "0"}]}})),
+            group(
+                "plate",
+                json!({"plate": {"version": "0.4", "name": "p", "rows": [{"name": "A"}],
+                "columns": [{"name": "1"}], "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}]}}),
+            ),
+            group(
+                "plate/A/1",
+                json!({"well": {"version": "0.4", "images": [{"path": "0"}]}}),
+            ),
         ];
         apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
         assert_eq!(
             attributes(&nodes[0]),
             json!({"ome": {"version": "0.5", "bioformats2raw.layout": 3}})
         );
-        assert_eq!(attributes(&nodes[1]), json!({"ome": {"version": "0.5", "series": ["0"]}}));
+        assert_eq!(
+            attributes(&nodes[1]),
+            json!({"ome": {"version": "0.5", "series": ["0"]}})
+        );
         let plate = attributes(&nodes[2]);
         assert_eq!(plate["ome"]["plate"]["version"], "0.5");
         assert_eq!(plate["ome"]["plate"]["wells"][0]["path"], "A/1");
@@ -523,7 +556,9 @@ mod tests {
         let warnings = apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
         assert_eq!(
             warnings,
-            vec!["OME-Zarr metadata of version 0.3 is copied as it is: only 0.4 is upgraded to 0.5"]
+            vec![
+                "OME-Zarr metadata of version 0.3 is copied as it is: only 0.4 is upgraded to 0.5"
+            ]
         );
         assert!(attributes(&nodes[0]).get("ome").is_none());
         assert_eq!(ome_version(&[group("", json!({"a": 1}))]), OmeVersion::None);
@@ -533,7 +568,9 @@ mod tests {
     fn axes_that_do_not_fit_an_array_are_an_error() {
         let mut nodes = image_04();
         nodes[1] = array("0", &[64, 48, 3]);
-        let error = apply(&mut nodes, OmeMetadata::Upgrade).unwrap_err().to_string();
+        let error = apply(&mut nodes, OmeMetadata::Upgrade)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             error,
             "OME-Zarr metadata of array \"0\": the image's axes name 2 dimensions, but the array has 3 (shape [64, 48, 3])"
@@ -545,13 +582,25 @@ mod tests {
         let expected = |group: &str| Pyramid {
             group: group.into(),
             levels: vec![
-                PyramidLevel { path: join(group, "0"), scale: Some(vec![1.0, 1.0]) },
-                PyramidLevel { path: join(group, "1"), scale: Some(vec![2.0, 2.0]) },
+                PyramidLevel {
+                    path: join(group, "0"),
+                    scale: Some(vec![1.0, 1.0]),
+                },
+                PyramidLevel {
+                    path: join(group, "1"),
+                    scale: Some(vec![2.0, 2.0]),
+                },
             ],
         };
         let mut nodes = image_04();
-        assert_eq!(pyramids(&nodes).unwrap(), vec![expected(""), expected("labels/cells")]);
+        assert_eq!(
+            pyramids(&nodes).unwrap(),
+            vec![expected(""), expected("labels/cells")]
+        );
         apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
-        assert_eq!(pyramids(&nodes).unwrap(), vec![expected(""), expected("labels/cells")]);
+        assert_eq!(
+            pyramids(&nodes).unwrap(),
+            vec![expected(""), expected("labels/cells")]
+        );
     }
 }

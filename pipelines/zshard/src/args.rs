@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use zshard_convert::{
-    parse_size, Compressor, Layout, Partition, ReferenceOptions, SourceOptions, StoreOptions,
+    parse_size, Compressor, Layout, LevelShapes, OmeMetadata, Partition, ReferenceOptions,
+    SourceOptions, StoreOptions,
 };
 use zshard_core::IndexLocation;
 
@@ -44,6 +45,29 @@ fn shape(s: &str) -> Result<Shape, String> {
         .map(Shape)
 }
 
+/// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`.
+fn level_shapes(s: &str) -> Result<(usize, LevelShapes), String> {
+    let expected = "expected LEVEL:SHARD[/CHUNK], e.g. 1:1,512,512/1,128,128";
+    let (level, shapes) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: {expected}"))?;
+    let level = level
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("{level:?} is not a level number ({expected})"))?;
+    let (shard, chunk) = match shapes.split_once('/') {
+        Some((shard, chunk)) => (shard, Some(shape(chunk)?.0)),
+        None => (shapes, None),
+    };
+    Ok((
+        level,
+        LevelShapes {
+            shard_shape: shape(shard)?.0,
+            chunk_shape: chunk,
+        },
+    ))
+}
+
 fn index_location(s: &str) -> Result<IndexLocation, String> {
     IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
 }
@@ -79,6 +103,16 @@ pub struct LayoutArgs {
     /// zarr-python's consolidate_metadata does (xarray opens the output without a warning).
     #[arg(long)]
     no_consolidate: bool,
+    /// Shapes of one level of every multiscale (OME-Zarr) pyramid, LEVEL:SHARD[/CHUNK] (0 is the
+    /// full resolution; repeatable), e.g. 2:1,256,256/1,64,64. By default each level's shapes follow
+    /// from the first level's through the level's scale factors.
+    #[arg(long, value_parser = level_shapes, value_name = "LEVEL:SHARD[/CHUNK]")]
+    level_shapes: Vec<(usize, LevelShapes)>,
+    /// OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or bioformats2raw
+    /// hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as dimension_names); 0.5 and other
+    /// versions are copied as they are. keep copies every attribute as it is.
+    #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
+    pub ome: OmeMetadata,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -107,6 +141,8 @@ impl LayoutArgs {
     /// when another one does not, so a report of the failure shows them.
     pub fn configure(&self, c: &mut zshard_convert::Conversion) -> zshard_convert::Result<()> {
         c.layouts.default = self.layout();
+        c.layouts.per_level = self.level_shapes.iter().cloned().collect();
+        c.ome = self.ome;
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c.consolidate = !self.no_consolidate;
@@ -266,5 +302,20 @@ mod tests {
         assert_eq!(shape("4096, 4096"), Ok(Shape(vec![4096, 4096])));
         assert!(shape("0,1").is_err());
         assert!(shape("a").is_err());
+    }
+
+    #[test]
+    fn level_shape_values() {
+        let given = |shard: &[u64], chunk: Option<&[u64]>| LevelShapes {
+            shard_shape: shard.to_vec(),
+            chunk_shape: chunk.map(<[u64]>::to_vec),
+        };
+        assert_eq!(
+            level_shapes("2:1,256,256/1,64,64"),
+            Ok((2, given(&[1, 256, 256], Some(&[1, 64, 64]))))
+        );
+        assert_eq!(level_shapes("0:512,512"), Ok((0, given(&[512, 512], None))));
+        assert!(level_shapes("512,512").is_err());
+        assert!(level_shapes("x:512").is_err());
     }
 }

@@ -128,6 +128,10 @@ enum Command {
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
+        /// compared in its 0.5 form.
+        #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
+        ome: zshard_convert::OmeMetadata,
         /// No summary when everything matches.
         #[arg(long, short)]
         quiet: bool,
@@ -216,6 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             storage,
             sample,
             threads,
+            ome,
             quiet,
         } => {
             let mut verification = Verification::new(src, dst);
@@ -223,6 +228,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             verification.store_options = storage.options();
             verification.io_threads = storage.io_threads;
             verification.sample = sample;
+            verification.ome = ome;
             verification.threads = threads.unwrap_or_else(default_threads);
             print::verified(&verification.source, &verification.run()?, quiet)
         }

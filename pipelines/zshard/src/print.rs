@@ -218,6 +218,17 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
             a["index_location"].as_str().unwrap_or_default()
         );
         println!("  output codecs  {}", codecs("output_codecs"));
+        if let Some(level) = a["pyramid"]["level"].as_u64() {
+            let group = a["pyramid"]["group"].as_str().unwrap_or_default();
+            println!(
+                "  pyramid        level {level} of the multiscale image {}",
+                if group.is_empty() {
+                    "at the root".to_string()
+                } else {
+                    format!("{group:?}")
+                }
+            );
+        }
         if a["passthrough"] == true {
             println!("  passthrough    source chunks are copied into the shards without decoding");
         }
