@@ -266,12 +266,15 @@ fn level_layouts(
             ),
         });
     }
-    let array = |path: &str| {
-        nodes.iter().find_map(|n| match &n.kind {
-            NodeKind::Array(meta) if n.path == path => Some(meta.as_ref()),
-            _ => None,
+    // By path: a plate holds thousands of images.
+    let arrays: std::collections::HashMap<&str, &ArrayMeta> = nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Array(meta) => Some((n.path.as_str(), meta.as_ref())),
+            NodeKind::Group { .. } => None,
         })
-    };
+        .collect();
+    let array = |path: &str| arrays.get(path).copied();
     let mut all = std::collections::BTreeMap::new();
     for pyramid in &pyramids {
         let Some((first, first_meta)) = pyramid
@@ -429,4 +432,73 @@ fn passthrough_applies(
     inner_chain: &zshard_core::CodecChain,
 ) -> bool {
     meta.chunk_shape == inner_shape && source_chain.specs() == inner_chain.specs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use zshard_core::{ChunkKeyEncoding, CodecSpec, DataType, FillValue};
+
+    fn meta(shape: &[u64]) -> ArrayMeta {
+        ArrayMeta {
+            shape: shape.to_vec(),
+            data_type: DataType::UInt8,
+            fill_value: FillValue::zero(DataType::UInt8),
+            chunk_shape: vec![32, 32],
+            codecs: vec![CodecSpec::new("bytes", json!({}))],
+            chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
+            attributes: Map::new(),
+            dimension_names: None,
+            sharded: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn level(scale: Option<Vec<f64>>) -> zshard_zarr::ome::PyramidLevel {
+        zshard_zarr::ome::PyramidLevel {
+            path: "1".into(),
+            scale,
+        }
+    }
+
+    #[test]
+    fn downsampling_comes_from_the_scales_else_from_the_shapes() {
+        let (first, half) = (meta(&[256, 200]), meta(&[128, 100]));
+        let by_scale = downsampling(
+            &level(Some(vec![0.5, 0.5])),
+            &first,
+            &level(Some(vec![2.0, 1.0])),
+            &half,
+        );
+        assert_eq!(by_scale, vec![4.0, 2.0]);
+        // No scales (or of another rank): the ratio of the extents.
+        assert_eq!(
+            downsampling(&level(None), &first, &level(Some(vec![2.0])), &half),
+            vec![2.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn a_level_without_a_pyramid_is_refused() {
+        let nodes = vec![Node {
+            path: String::new(),
+            kind: NodeKind::Array(Box::new(meta(&[64, 64]))),
+        }];
+        let mut layouts = Layouts::default();
+        layouts.per_level.insert(
+            1,
+            LevelShapes {
+                shard_shape: vec![64, 64],
+                chunk_shape: None,
+            },
+        );
+        let error = Plan::new(&nodes, &layouts, "a.zarr")
+            .expect_err("no pyramid")
+            .to_string();
+        assert!(
+            error.contains("--level-shapes gives shapes for pyramid level 1, but a.zarr has no multiscale pyramid"),
+            "{error}"
+        );
+    }
 }

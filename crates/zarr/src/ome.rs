@@ -460,7 +460,7 @@ mod tests {
         let mut nodes = image_04();
         assert_eq!(ome_version(&nodes), OmeVersion::V04);
         assert_eq!(
-            apply(&mut nodes, OmeMetadata::Upgrade).unwrap(),
+            apply(&mut nodes, OmeMetadata::Upgrade).expect("valid"),
             Vec::<String>::new()
         );
         let root = attributes(&nodes[0]);
@@ -501,15 +501,17 @@ mod tests {
     #[test]
     fn keep_and_0_5_sources_are_left_as_they_are() {
         let mut kept = image_04();
-        assert!(apply(&mut kept, OmeMetadata::Keep).unwrap().is_empty());
+        assert!(apply(&mut kept, OmeMetadata::Keep)
+            .expect("valid")
+            .is_empty());
         assert_eq!(
             kept.iter().map(attributes).collect::<Vec<_>>(),
             image_04().iter().map(attributes).collect::<Vec<_>>()
         );
         let mut upgraded = image_04();
-        apply(&mut upgraded, OmeMetadata::Upgrade).unwrap();
+        apply(&mut upgraded, OmeMetadata::Upgrade).expect("valid");
         let once: Vec<Value> = upgraded.iter().map(attributes).collect();
-        apply(&mut upgraded, OmeMetadata::Upgrade).unwrap();
+        apply(&mut upgraded, OmeMetadata::Upgrade).expect("valid");
         assert_eq!(upgraded.iter().map(attributes).collect::<Vec<_>>(), once);
     }
 
@@ -528,7 +530,7 @@ mod tests {
                 json!({"well": {"version": "0.4", "images": [{"path": "0"}]}}),
             ),
         ];
-        apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
+        apply(&mut nodes, OmeMetadata::Upgrade).expect("valid");
         assert_eq!(
             attributes(&nodes[0]),
             json!({"ome": {"version": "0.5", "bioformats2raw.layout": 3}})
@@ -553,7 +555,7 @@ mod tests {
             json!({"multiscales": [{"version": "0.3", "axes": [], "datasets": [{"path": "0"}]}]}),
         )];
         assert_eq!(ome_version(&nodes), OmeVersion::Other("0.3".into()));
-        let warnings = apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
+        let warnings = apply(&mut nodes, OmeMetadata::Upgrade).expect("valid");
         assert_eq!(
             warnings,
             vec![
@@ -569,7 +571,7 @@ mod tests {
         let mut nodes = image_04();
         nodes[1] = array("0", &[64, 48, 3]);
         let error = apply(&mut nodes, OmeMetadata::Upgrade)
-            .unwrap_err()
+            .expect_err("an error")
             .to_string();
         assert_eq!(
             error,
@@ -594,12 +596,12 @@ mod tests {
         };
         let mut nodes = image_04();
         assert_eq!(
-            pyramids(&nodes).unwrap(),
+            pyramids(&nodes).expect("valid"),
             vec![expected(""), expected("labels/cells")]
         );
-        apply(&mut nodes, OmeMetadata::Upgrade).unwrap();
+        apply(&mut nodes, OmeMetadata::Upgrade).expect("valid");
         assert_eq!(
-            pyramids(&nodes).unwrap(),
+            pyramids(&nodes).expect("valid"),
             vec![expected(""), expected("labels/cells")]
         );
     }
