@@ -3,6 +3,7 @@
 #   1. cargo fmt --check and clippy with warnings as errors,
 #   2. the Rust unit, integration and doc tests (release build, shared with step 3),
 #   3. the interop suite: zarr-python writes inputs, zshard converts, zarr-python and tensorstore read back,
+#   3b. the Python package: built by pip (maturin) from crates/python, installed into that venv, then pytest,
 #   4. cloud tests: moto's S3 server and Azurite on 127.0.0.1 (installed into target/), with a fault-injecting
 #      proxy: round trips, retries, multipart, a kill during an upload, fast failures,
 #   5. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
@@ -35,6 +36,9 @@ export ZSHARD_BIN="$PWD/target/release/zshard"
 
 step "interop tests (zarr-python, tensorstore)"
 tests/interop/run.sh
+
+step "Python package (tests/python: pip install ./crates/python, then the zshard module and command)"
+tests/python/run.sh
 
 step "cloud storage (tests/cloud: moto S3, Azurite, fault proxy)"
 tests/cloud/run.sh

@@ -203,6 +203,31 @@ impl From<zshard_pipeline::Error> for Error {
 }
 
 impl Error {
+    /// The array the failure is about (its path in the hierarchy, or the source's location for a
+    /// single array), when it is about one.
+    pub fn array(&self) -> Option<&str> {
+        match self {
+            Error::Array { array, .. }
+            | Error::OutputArray { array, .. }
+            | Error::NotDone { array, .. } => Some(array),
+            Error::Pipeline(e) => pipeline_array_and_key(e).map(|(array, _)| array),
+            Error::Record { source } => source.array(),
+            _ => None,
+        }
+    }
+
+    /// The chunk or shard key the failure is about, when it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Error::NotDone { key, .. } => Some(key),
+            Error::Pipeline(e) => pipeline_array_and_key(e).map(|(_, key)| key),
+            Error::Array { source, .. }
+            | Error::OutputArray { source, .. }
+            | Error::Record { source } => source.key(),
+            _ => None,
+        }
+    }
+
     /// What kind of failure this is, for reports and front ends: `options` (options that do not fit
     /// the input), `source` (the source cannot be read as a hierarchy), `destination` (refused, or
     /// its state is unreadable), `storage` (a request failed), `read`, `decode`, `encode`, `write`
@@ -229,6 +254,17 @@ impl Error {
             Error::File { .. } => "file",
             Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
         }
+    }
+}
+
+/// The array and the chunk or shard key a pipeline failure names.
+fn pipeline_array_and_key(e: &zshard_pipeline::Error) -> Option<(&str, &str)> {
+    match e {
+        zshard_pipeline::Error::Read { array, key, .. }
+        | zshard_pipeline::Error::Decode { array, key, .. }
+        | zshard_pipeline::Error::Encode { array, key, .. }
+        | zshard_pipeline::Error::Write { array, key, .. } => Some((array, key)),
+        _ => None,
     }
 }
 
@@ -293,6 +329,36 @@ mod tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             self.1.as_deref().map(|l| l as _)
         }
+    }
+
+    #[test]
+    fn array_and_key_of_nested_errors() {
+        use super::Error;
+        let not_done = Error::NotDone {
+            missing: 2,
+            array: "climate/t".into(),
+            key: "c/0/1".into(),
+        };
+        assert_eq!(not_done.array(), Some("climate/t"));
+        assert_eq!(not_done.key(), Some("c/0/1"));
+        let decode = Error::Pipeline(zshard_pipeline::Error::Decode {
+            array: "t".into(),
+            key: "/src/t/0.1".into(),
+            source: Box::new(zshard_core::Error::InvalidGeometry { reason: "x".into() }),
+        });
+        assert_eq!(decode.array(), Some("t"));
+        assert_eq!(decode.key(), Some("/src/t/0.1"));
+        let layout = Error::Array {
+            array: "a".into(),
+            source: Box::new(Error::Layout {
+                reason: "no".into(),
+            }),
+        };
+        assert_eq!((layout.array(), layout.key()), (Some("a"), None));
+        assert_eq!(
+            (Error::Cancelled.array(), Error::Cancelled.key()),
+            (None, None)
+        );
     }
 
     #[test]

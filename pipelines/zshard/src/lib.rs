@@ -1,7 +1,9 @@
-//! The `zshard` command line.
+//! The `zshard` command line, as a library: the `zshard` binary and the Python package's `zshard`
+//! command both call [`main`], and the Python module builds its conversions with [`request`] from
+//! the same flags, so every front end shares their names, defaults and checks.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -178,22 +180,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             report,
             quiet,
         } => {
-            let mut conversion = Conversion::new(&layout.src, &layout.dst);
-            conversion.threads = threads.unwrap_or_else(default_threads);
-            conversion.memory_limit = memory_limit;
-            conversion.overwrite = overwrite;
-            conversion.report_path = report;
-            let configured = layout
-                .configure(&mut conversion)
-                .and_then(|()| workers.partition())
-                .map(|partition| conversion.partition = partition);
-            if let Err(e) = configured {
-                // Options that do not parse are a failed run too: its report says so.
-                if let Err(report_error) = conversion.report_failure(&e) {
-                    eprintln!("zshard: warning: {}", one_line(&report_error));
-                }
-                return Err(e.into());
-            }
+            let conversion =
+                convert_conversion(&layout, threads, &workers, overwrite, memory_limit, report)?;
             signals::cancel_on_signals(conversion.cancel.clone())?;
             print::convert(&conversion, quiet)
         }
@@ -208,9 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             memory_limit,
             json,
         } => {
-            let mut conversion = layout.conversion()?;
-            conversion.threads = threads.unwrap_or_else(default_threads);
-            conversion.memory_limit = memory_limit;
+            let conversion = plan_conversion(&layout, threads, memory_limit)?;
             print::plan(&conversion.plan()?, json)
         }
         Command::Verify {
@@ -223,13 +209,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ome,
             quiet,
         } => {
-            let mut verification = Verification::new(src, dst);
-            verification.source_options = source.options()?;
-            verification.store_options = storage.options();
-            verification.io_threads = storage.io_threads;
-            verification.sample = sample;
+            let mut verification = verification(src, dst, &source, &storage, sample, threads)?;
             verification.ome = ome;
-            verification.threads = threads.unwrap_or_else(default_threads);
             print::verified(&verification.source, &verification.run()?, quiet)
         }
         Command::Run {
@@ -246,40 +227,177 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The conversion `zshard convert` runs. Options that do not parse are a failed run too: the report
+/// (if one is asked for) says so.
+fn convert_conversion(
+    layout: &LayoutArgs,
+    threads: Option<usize>,
+    workers: &WorkerArgs,
+    overwrite: bool,
+    memory_limit: Option<u64>,
+    report: Option<PathBuf>,
+) -> zshard_convert::Result<Conversion> {
+    let mut conversion = Conversion::new(&layout.src, &layout.dst);
+    conversion.threads = threads.unwrap_or_else(default_threads);
+    conversion.memory_limit = memory_limit;
+    conversion.overwrite = overwrite;
+    conversion.report_path = report;
+    let configured = layout
+        .configure(&mut conversion)
+        .and_then(|()| workers.partition())
+        .map(|partition| conversion.partition = partition);
+    if let Err(e) = configured {
+        if let Err(report_error) = conversion.report_failure(&e) {
+            eprintln!("zshard: warning: {}", one_line(&report_error));
+        }
+        return Err(e);
+    }
+    Ok(conversion)
+}
+
+/// The conversion `zshard plan` plans.
+fn plan_conversion(
+    layout: &LayoutArgs,
+    threads: Option<usize>,
+    memory_limit: Option<u64>,
+) -> zshard_convert::Result<Conversion> {
+    let mut conversion = layout.conversion()?;
+    conversion.threads = threads.unwrap_or_else(default_threads);
+    conversion.memory_limit = memory_limit;
+    Ok(conversion)
+}
+
+/// The verification `zshard verify` runs.
+fn verification(
+    src: String,
+    dst: String,
+    source: &SourceArgs,
+    storage: &StorageArgs,
+    sample: f64,
+    threads: Option<usize>,
+) -> zshard_convert::Result<Verification> {
+    let mut verification = Verification::new(src, dst);
+    verification.source_options = source.options()?;
+    verification.store_options = storage.options();
+    verification.io_threads = storage.io_threads;
+    verification.sample = sample;
+    verification.threads = threads.unwrap_or_else(default_threads);
+    Ok(verification)
+}
+
+/// What a `convert`, `plan`, `finalize` or `verify` command line asks for, ready to run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Request {
+    /// `zshard convert`: run [`Conversion::convert`].
+    Convert(Box<Conversion>),
+    /// `zshard plan`: run [`Conversion::plan`].
+    Plan(Box<Conversion>),
+    /// `zshard finalize`: run [`Conversion::finalize`].
+    Finalize(Box<Conversion>),
+    /// `zshard verify`: run [`Verification::run`].
+    Verify(Box<Verification>),
+}
+
+/// Why a command line does not make a [`Request`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// A flag that does not exist, a value that does not parse, or a subcommand that is not a request
+    /// (the message, on one line).
+    Usage(String),
+    /// Options that parse but do not hold (a worker, a source format, ...).
+    Options(zshard_convert::Error),
+}
+
+/// The conversion or verification that `args` (a `zshard` command line, program name first) asks
+/// for, with every option checked as the command checks it; nothing is run.
+pub fn request<I, T>(args: I) -> Result<Request, RequestError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(|e| RequestError::Usage(clap_message(&e)))?;
+    let request = match cli.command {
+        Command::Convert {
+            layout,
+            threads,
+            workers,
+            overwrite,
+            memory_limit,
+            report,
+            quiet: _,
+        } => convert_conversion(&layout, threads, &workers, overwrite, memory_limit, report)
+            .map(|c| Request::Convert(Box::new(c))),
+        Command::Plan {
+            layout,
+            threads,
+            memory_limit,
+            json: _,
+        } => plan_conversion(&layout, threads, memory_limit).map(|c| Request::Plan(Box::new(c))),
+        Command::Finalize { layout, quiet: _ } => {
+            layout.conversion().map(|c| Request::Finalize(Box::new(c)))
+        }
+        Command::Verify {
+            src,
+            dst,
+            source,
+            storage,
+            sample,
+            threads,
+            ome,
+            quiet: _,
+        } => verification(src, dst, &source, &storage, sample, threads).map(|mut v| {
+            v.ome = ome;
+            Request::Verify(Box::new(v))
+        }),
+        Command::Run { .. } | Command::Demo { .. } => {
+            return Err(RequestError::Usage(
+                "only convert, plan, finalize and verify are requests".into(),
+            ))
+        }
+    };
+    request.map_err(RequestError::Options)
+}
+
+/// clap's message on one line: its first paragraph (the usage and tips after the blank line are
+/// dropped), without its `error: ` prefix.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    message.join(" ").trim_start_matches("error: ").to_string()
+}
+
 /// Parses the command line; usage errors become one line (`--help` and `--version` print as usual).
-fn parse_cli() -> Result<Cli, ExitCode> {
-    Cli::try_parse().map_err(|e| {
+fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, u8> {
+    Cli::try_parse_from(args).map_err(|e| {
         use clap::error::ErrorKind;
         if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
             || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return if e.use_stderr() { 2 } else { 0 };
         }
-        // clap's message is its first paragraph; the usage and tips after the blank line are dropped.
-        let text = e.to_string();
-        let message: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .skip_while(|l| l.is_empty())
-            .take_while(|l| !l.is_empty())
-            .collect();
-        let message = message.join(" ");
-        eprintln!(
-            "zshard: error: {} (see zshard --help)",
-            message.trim_start_matches("error: ")
-        );
-        ExitCode::from(2)
+        eprintln!("zshard: error: {} (see zshard --help)", clap_message(&e));
+        2
     })
 }
 
-fn main() -> ExitCode {
-    let cli = match parse_cli() {
+/// Runs the `zshard` command with `args` (the program name first, as `std::env::args_os` gives it)
+/// and returns its exit status: 0, 1 on failure, 2 on a usage error, 128 + the signal when stopped
+/// by one.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
+    let cli = match parse_cli(args) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => match signals::received() {
             // Stopped by a signal: exit as a shell reports a process that the signal ended.
             Some(signal) => {
@@ -288,11 +406,11 @@ fn main() -> ExitCode {
                     signals::name(signal),
                     one_line(e.as_ref())
                 );
-                ExitCode::from(u8::try_from(signals::exit_code(signal)).unwrap_or(u8::MAX))
+                u8::try_from(signals::exit_code(signal)).unwrap_or(u8::MAX)
             }
             None => {
                 eprintln!("zshard: error: {}", one_line(e.as_ref()));
-                ExitCode::FAILURE
+                1
             }
         },
     }

@@ -1,0 +1,5 @@
+"""``python -m zshard``: the ``zshard`` command."""
+
+from ._cli import main
+
+main()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The Python package's tests: builds the package from this checkout as a user would (`pip install
+# ./crates/python`: a PEP 517 build with maturin, in pip's own fresh build environment), installs it
+# into a venv, then runs pytest on it.
+#
+#   tests/python/run.sh [extra pytest args...]
+#
+# Environment:
+#   ZSHARD_VENV        the venv (default: <repo>/target/venv, the interop suite's: it already holds
+#                      numpy, zarr-python and xarray at the same pins, so only Dask, tqdm and maturin
+#                      are added; created on first use)
+#   CARGO_TARGET_DIR   where maturin's cargo builds (default: <repo>/target, shared with the release
+#                      build so that only the extension crate is compiled)
+#   PYTHON             interpreter used to create the venv (default: python3)
+#
+# tests/python/requirements.txt pins the test dependencies and, through PIP_CONSTRAINT, the maturin
+# of the package's isolated build.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+VENV="${ZSHARD_VENV:-$REPO/target/venv}"
+PY="${PYTHON:-python3}"
+REQ="$HERE/requirements.txt"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "tests/python: creating venv at $VENV" >&2
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    if ! "$PY" -m venv "$VENV"; then
+        # Debian/Ubuntu ship ensurepip separately (python3-venv).
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        rm -rf "$VENV"
+        "$PY" -m venv "$VENV"
+    fi
+fi
+
+# Skip pip when this exact requirements set is already installed.
+want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.zshard-python-requirements"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "tests/python: installing requirements into $VENV" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+    echo "$want" >"$stamp"
+fi
+
+# The wheel, built from the repository as `pip install ./crates/python` builds it, then installed.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+wheels="$CARGO_TARGET_DIR/python-wheels"
+rm -rf "$wheels"
+started=$(date +%s)
+PIP_CONSTRAINT="$REQ" "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$REPO/crates/python"
+wheel="$(ls "$wheels"/zshard-*.whl)"
+echo "tests/python: built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $(($(date +%s) - started)) s" >&2
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+
+export PYTHONDONTWRITEBYTECODE=1
+cd "$HERE"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" .
