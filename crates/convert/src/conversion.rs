@@ -82,6 +82,8 @@ pub struct Conversion {
     /// (xarray opens such an output without a warning, and reads one document instead of one per
     /// node). A single array has nothing to consolidate.
     pub consolidate: bool,
+    /// What becomes of OME-Zarr metadata: by default a 0.4 hierarchy is written as 0.5.
+    pub ome: zshard_zarr::ome::OmeMetadata,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -104,6 +106,7 @@ impl Conversion {
             report_path: None,
             cancel: Cancel::new(),
             consolidate: true,
+            ome: Default::default(),
         }
     }
 
@@ -117,8 +120,11 @@ impl Conversion {
         refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
         let input = Input::open(&source, &self.source_options, runtime.clone())?;
-        let nodes = input.nodes(&self.source_options.selection)?;
-        let plan = Plan::new(&nodes, &self.layouts, &input.url())?;
+        let mut nodes = input.nodes(&self.source_options.selection)?;
+        let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
+        let mut plan = Plan::new(&nodes, &self.layouts, &input.url())?;
+        plan.warnings = ome_warnings;
+        plan.files = input.ome_files(&nodes)?;
         let fingerprint = state::fingerprint(&source_id(&source), &plan);
         Ok(Opened {
             input,
@@ -473,9 +479,9 @@ fn pending<'a>(
 /// What readers will see differently in the output than in the source, and where `--compressor
 /// source` could not keep the source's codecs: one message per thing, naming the array.
 pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
-    plan.arrays
-        .iter()
-        .flat_map(|array| {
+    let hierarchy = plan.warnings.iter().map(|w| format!("{source}: {w}"));
+    hierarchy
+        .chain(plan.arrays.iter().flat_map(|array| {
             let name = array_name(source, &array.path);
             array
                 .source
@@ -483,7 +489,7 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
                 .iter()
                 .chain(&array.compressor_fallback)
                 .map(move |warning| format!("array {name}: {warning}"))
-        })
+        }))
         .collect()
 }
 
@@ -493,6 +499,10 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
 /// document consolidated into it when `consolidate` (a reader trusts consolidated metadata over the
 /// files, so it must describe the final ones).
 fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result<()> {
+    for (key, bytes) in &plan.files {
+        destination.remove_staged_of(key)?;
+        destination.put(key, bytes.clone())?;
+    }
     for array in &plan.arrays {
         destination.remove_staged_of(&metadata_key(&array.path))?;
         write_array_metadata(destination, &array.path, &array.output)?;

@@ -139,6 +139,25 @@ impl Input {
         }
     }
 
+    /// Files beside the Zarr nodes that belong to the hierarchy and are copied as they are: the
+    /// OME-XML of a bioformats2raw layout (`OME/METADATA.ome.xml`, when `nodes` has an `OME` group).
+    pub(crate) fn ome_files(&self, nodes: &[Node]) -> Result<Vec<(String, bytes::Bytes)>> {
+        use zshard_zarr::ome::{OME_GROUP, OME_XML_KEY};
+        let Input::Zarr(store) = self else {
+            return Ok(Vec::new());
+        };
+        let ome_group = nodes
+            .iter()
+            .any(|n| n.path == OME_GROUP && matches!(n.kind, NodeKind::Group { .. }));
+        if !ome_group {
+            return Ok(Vec::new());
+        }
+        Ok(store
+            .get(OME_XML_KEY)?
+            .map(|xml| vec![(OME_XML_KEY.to_string(), xml)])
+            .unwrap_or_default())
+    }
+
     /// The reader of the encoded chunks of the array at `path`.
     pub(crate) fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
         match self {

@@ -54,13 +54,26 @@ pub struct Layouts {
     pub default: Layout,
     /// Layouts of single arrays, by path in the hierarchy.
     pub per_array: std::collections::BTreeMap<String, Layout>,
+    /// Shapes of the levels of multiscale (OME-Zarr) pyramids, by level (0: full resolution), for
+    /// every pyramid of the hierarchy. Levels without their own get shapes derived from the first
+    /// level's (see [`zshard_core::level_shapes`]); an array's own layout in `per_array` wins.
+    pub per_level: std::collections::BTreeMap<usize, LevelShapes>,
+}
+
+/// The shapes of one pyramid level (`--level-shapes LEVEL:SHARD[/CHUNK]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelShapes {
+    /// The level's shard shape.
+    pub shard_shape: Vec<u64>,
+    /// Its inner chunk shape; `None`: the first level's, within the level.
+    pub chunk_shape: Option<Vec<u64>>,
 }
 
 impl From<Layout> for Layouts {
     fn from(default: Layout) -> Self {
         Layouts {
             default,
-            per_array: Default::default(),
+            ..Layouts::default()
         }
     }
 }
@@ -114,6 +127,8 @@ pub struct PlannedArray {
     pub passthrough: bool,
     /// With `--compressor source`: why the source's codecs could not be kept (the default was used).
     pub compressor_fallback: Option<String>,
+    /// The multiscale pyramid it is a level of, if any.
+    pub level: Option<PyramidLevel>,
     job_parts: (zshard_core::CodecChain, zshard_core::CodecChain),
 }
 
@@ -133,6 +148,15 @@ impl PlannedArray {
     }
 }
 
+/// Where an array sits in a multiscale pyramid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyramidLevel {
+    /// The image's group.
+    pub group: String,
+    /// The level (0: full resolution).
+    pub level: usize,
+}
+
 /// Every array and group a conversion writes, checked.
 #[derive(Debug)]
 pub struct Plan {
@@ -140,6 +164,10 @@ pub struct Plan {
     pub arrays: Vec<PlannedArray>,
     /// Groups by path, with their attributes.
     pub groups: Vec<(String, Map<String, Value>)>,
+    /// Files that are not Zarr nodes, copied as they are (a bioformats2raw layout's OME-XML), by key.
+    pub files: Vec<(String, bytes::Bytes)>,
+    /// What readers will find different from what they may expect, for the whole hierarchy.
+    pub warnings: Vec<String>,
 }
 
 /// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
@@ -155,6 +183,7 @@ pub(crate) fn array_name(source: &str, path: &str) -> String {
 impl Plan {
     /// Plans every array of `nodes` (the hierarchy of `source`) with its layout.
     pub(crate) fn new(nodes: &[Node], layouts: &Layouts, source: &str) -> Result<Plan> {
+        let levels = level_layouts(nodes, layouts, source)?;
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
         for node in nodes {
@@ -162,14 +191,19 @@ impl Plan {
                 NodeKind::Group { attributes } => {
                     groups.push((node.path.clone(), attributes.clone()))
                 }
-                NodeKind::Array(meta) => arrays.push(
-                    plan_array(&node.path, meta, layouts.for_array(&node.path)).map_err(|e| {
-                        Error::Array {
+                NodeKind::Array(meta) => {
+                    let (layout, level) = match levels.get(&node.path) {
+                        Some((layout, level)) => (layout, Some(level.clone())),
+                        None => (layouts.for_array(&node.path), None),
+                    };
+                    let mut array =
+                        plan_array(&node.path, meta, layout).map_err(|e| Error::Array {
                             array: array_name(source, &node.path),
                             source: Box::new(e),
-                        }
-                    })?,
-                ),
+                        })?;
+                    array.level = level;
+                    arrays.push(array);
+                }
             }
         }
         if let Some(unknown) = layouts
@@ -184,7 +218,12 @@ impl Plan {
             });
         }
         layouts.check_dimension_names(&arrays, source)?;
-        Ok(Plan { arrays, groups })
+        Ok(Plan {
+            arrays,
+            groups,
+            files: Vec::new(),
+            warnings: Vec::new(),
+        })
     }
 
     /// The layout of each array, for the memory model.
@@ -216,9 +255,6 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
     meta.sharding()?.ok().map(|config| config.chunk_shape)
 }
 
-/// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
-/// Every front end (flags, job files, the library) goes through here, before any geometry divides by
-/// an extent.
 /// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
 fn by_name_hint(what: &str, meta: &ArrayMeta) -> String {
     let named = crate::shape::dimension_names(meta)
@@ -229,6 +265,9 @@ fn by_name_hint(what: &str, meta: &ArrayMeta) -> String {
     })
 }
 
+/// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
+/// Every front end (flags, job files, the library) goes through here, before any geometry divides by
+/// an extent.
 fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
         return Err(Error::Layout {
@@ -295,9 +334,123 @@ fn shard_shape_of(
     Ok(shape)
 }
 
-fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
+/// The layout of every level of every multiscale pyramid of `nodes`, by array path, with where it
+/// sits: an array's own layout, else its level's shapes from [`Layouts::per_level`], else (above the
+/// first level) shapes derived from the first level's through the level's downsampling factors.
+fn level_layouts(
+    nodes: &[Node],
+    layouts: &Layouts,
+    source: &str,
+) -> Result<std::collections::BTreeMap<String, (Layout, PyramidLevel)>> {
+    let pyramids = zshard_zarr::ome::pyramids(nodes)?;
+    let deepest = pyramids.iter().map(|p| p.levels.len()).max().unwrap_or(0);
+    if let Some(level) = layouts.per_level.keys().find(|&&l| l >= deepest) {
+        return Err(Error::Options {
+            reason: format!(
+                "--level-shapes gives shapes for pyramid level {level}, but {source} has {}",
+                match deepest {
+                    0 => "no multiscale pyramid (OME-Zarr multiscales)".to_string(),
+                    n => format!("levels 0 to {} only", n - 1),
+                }
+            ),
+        });
+    }
+    // By path: a plate holds thousands of images.
+    let arrays: std::collections::HashMap<&str, &ArrayMeta> = nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Array(meta) => Some((n.path.as_str(), meta.as_ref())),
+            NodeKind::Group { .. } => None,
+        })
+        .collect();
+    let array = |path: &str| arrays.get(path).copied();
+    let mut all = std::collections::BTreeMap::new();
+    for pyramid in &pyramids {
+        let Some((first, first_meta)) = pyramid
+            .levels
+            .first()
+            .and_then(|l| Some((l, array(&l.path)?)))
+        else {
+            continue;
+        };
+        let first_layout = level_layout(layouts, &first.path, 0);
+        // A first level whose shapes do not resolve is refused when it is planned.
+        let Ok((first_shard, first_inner)) = resolved_shapes(first_meta, &first_layout) else {
+            continue;
+        };
+        for (index, level) in pyramid.levels.iter().enumerate() {
+            let Some(meta) = array(&level.path) else {
+                continue;
+            };
+            let mut layout = level_layout(layouts, &level.path, index);
+            let own = layouts.per_array.contains_key(&level.path);
+            if index > 0 && !own && meta.shape.len() == first_meta.shape.len() {
+                let factors = downsampling(first, first_meta, level, meta);
+                let (shard, inner) =
+                    zshard_core::level_shapes(&first_shard, &first_inner, &factors, &meta.shape);
+                let given = layouts.per_level.get(&index);
+                layout.shard_shape = Some(given.map_or(shard, |g| g.shard_shape.clone()).into());
+                layout.chunk_shape = Some(
+                    given
+                        .and_then(|g| g.chunk_shape.clone())
+                        .unwrap_or(inner)
+                        .into(),
+                );
+            }
+            let position = PyramidLevel {
+                group: pyramid.group.clone(),
+                level: index,
+            };
+            all.insert(level.path.clone(), (layout, position));
+        }
+    }
+    Ok(all)
+}
+
+/// The layout of level `index` of a pyramid at `path` before any derivation: the array's own, else
+/// the default with the level's shapes from `--level-shapes`.
+fn level_layout(layouts: &Layouts, path: &str, index: usize) -> Layout {
+    if let Some(own) = layouts.per_array.get(path) {
+        return own.clone();
+    }
+    let mut layout = layouts.default.clone();
+    if let Some(given) = layouts.per_level.get(&index) {
+        layout.shard_shape = Some(given.shard_shape.clone().into());
+        layout.chunk_shape = given.chunk_shape.clone().map(Into::into);
+    }
+    layout
+}
+
+/// How many first-level elements one element of `level` spans, per dimension: the ratio of the
+/// levels' `scale` transformations when both give one, else of their extents.
+fn downsampling(
+    first: &zshard_zarr::ome::PyramidLevel,
+    first_meta: &ArrayMeta,
+    level: &zshard_zarr::ome::PyramidLevel,
+    meta: &ArrayMeta,
+) -> Vec<f64> {
+    let rank = meta.shape.len();
+    let scales = match (&first.scale, &level.scale) {
+        (Some(a), Some(b)) if a.len() == rank && b.len() == rank => Some((a, b)),
+        _ => None,
+    };
+    (0..rank)
+        .map(|d| match scales {
+            Some((a, b)) if a[d] > 0.0 => b[d] / a[d],
+            _ => first_meta.shape[d] as f64 / meta.shape[d].max(1) as f64,
+        })
+        .collect()
+}
+
+/// The shard and inner chunk shapes `layout` gives the array `meta`, checked against its rank.
+fn resolved_shapes(meta: &ArrayMeta, layout: &Layout) -> Result<(Vec<u64>, Vec<u64>)> {
     let inner_shape = inner_shape_of(layout.chunk_shape.as_ref(), meta)?;
     let shard_shape = shard_shape_of(layout.shard_shape.as_ref(), meta, &inner_shape)?;
+    Ok((shard_shape, inner_shape))
+}
+
+fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
+    let (shard_shape, inner_shape) = resolved_shapes(meta, layout)?;
     let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape)?;
     let size = meta.data_type.size();
     zshard_core::checked_byte_size("shard shape", &shard_shape, size)?;
@@ -338,6 +491,7 @@ fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedAr
         output,
         passthrough,
         compressor_fallback,
+        level: None,
         job_parts: (source_chain, inner_chain),
     })
 }
@@ -369,4 +523,73 @@ fn passthrough_applies(
     inner_chain: &zshard_core::CodecChain,
 ) -> bool {
     meta.chunk_shape == inner_shape && source_chain.specs() == inner_chain.specs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use zshard_core::{ChunkKeyEncoding, CodecSpec, DataType, FillValue};
+
+    fn meta(shape: &[u64]) -> ArrayMeta {
+        ArrayMeta {
+            shape: shape.to_vec(),
+            data_type: DataType::UInt8,
+            fill_value: FillValue::zero(DataType::UInt8),
+            chunk_shape: vec![32, 32],
+            codecs: vec![CodecSpec::new("bytes", json!({}))],
+            chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
+            attributes: Map::new(),
+            dimension_names: None,
+            sharded: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn level(scale: Option<Vec<f64>>) -> zshard_zarr::ome::PyramidLevel {
+        zshard_zarr::ome::PyramidLevel {
+            path: "1".into(),
+            scale,
+        }
+    }
+
+    #[test]
+    fn downsampling_comes_from_the_scales_else_from_the_shapes() {
+        let (first, half) = (meta(&[256, 200]), meta(&[128, 100]));
+        let by_scale = downsampling(
+            &level(Some(vec![0.5, 0.5])),
+            &first,
+            &level(Some(vec![2.0, 1.0])),
+            &half,
+        );
+        assert_eq!(by_scale, vec![4.0, 2.0]);
+        // No scales (or of another rank): the ratio of the extents.
+        assert_eq!(
+            downsampling(&level(None), &first, &level(Some(vec![2.0])), &half),
+            vec![2.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn a_level_without_a_pyramid_is_refused() {
+        let nodes = vec![Node {
+            path: String::new(),
+            kind: NodeKind::Array(Box::new(meta(&[64, 64]))),
+        }];
+        let mut layouts = Layouts::default();
+        layouts.per_level.insert(
+            1,
+            LevelShapes {
+                shard_shape: vec![64, 64],
+                chunk_shape: None,
+            },
+        );
+        let error = Plan::new(&nodes, &layouts, "a.zarr")
+            .expect_err("no pyramid")
+            .to_string();
+        assert!(
+            error.contains("--level-shapes gives shapes for pyramid level 1, but a.zarr has no multiscale pyramid"),
+            "{error}"
+        );
+    }
 }

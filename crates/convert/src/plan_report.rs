@@ -123,6 +123,8 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "source_codecs": a.source.codecs,
         // Names of the dimensions (null when the source gives none), which shapes by name refer to.
         "dimension_names": a.output.dimension_names,
+        // Its place in a multiscale (OME-Zarr) pyramid, whose levels' shapes follow the first's.
+        "pyramid": a.level.as_ref().map(|l| json!({"group": l.group, "level": l.level})),
         "inner_chunk_shape": a.output.inner_shape,
         "shard_shape": a.output.shard_shape,
         "shards": a.geometry.shard_count(),

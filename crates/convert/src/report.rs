@@ -112,7 +112,7 @@ pub struct RunOptions {
     /// The destination as given.
     pub destination: String,
     /// The default layout and the per-array ones: shapes (`null`: automatic), compressor spec,
-    /// index location, passthrough.
+    /// index location, passthrough; and the shapes given per pyramid level.
     pub layouts: Value,
     /// Worker threads per CPU stage asked for.
     pub threads: usize,
@@ -137,7 +137,8 @@ impl RunOptions {
         RunOptions {
             source: conversion.source.clone(),
             destination: conversion.destination.clone(),
-            layouts: json!({"default": layout_json(&conversion.layouts.default), "per_array": per_array}),
+            layouts: json!({"default": layout_json(&conversion.layouts.default), "per_array": per_array,
+                             "per_level": per_level(&conversion.layouts.per_level)}),
             threads: conversion.threads,
             memory_limit: conversion.memory_limit,
             io_threads: conversion.io_threads,
@@ -145,6 +146,15 @@ impl RunOptions {
             overwrite: conversion.overwrite,
         }
     }
+}
+
+/// `--level-shapes` by level.
+fn per_level(levels: &std::collections::BTreeMap<usize, crate::LevelShapes>) -> Value {
+    let levels = levels.iter().map(|(level, shapes)| {
+        let shapes = json!({"shard_shape": shapes.shard_shape, "chunk_shape": shapes.chunk_shape});
+        (level.to_string(), shapes)
+    });
+    Value::Object(levels.collect())
 }
 
 fn layout_json(layout: &Layout) -> Value {

@@ -413,6 +413,8 @@ pub struct Verification {
     pub sample: f64,
     /// Worker threads per CPU stage.
     pub threads: usize,
+    /// What the conversion did with OME-Zarr metadata (the source is compared as it was written).
+    pub ome: zshard_zarr::ome::OmeMetadata,
 }
 
 /// What a verification found.
@@ -442,6 +444,7 @@ impl Verification {
             io_threads: None,
             sample: 1.0,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ome: Default::default(),
         }
     }
 
@@ -468,13 +471,15 @@ fn verify(v: &Verification) -> Result<Verified> {
         (Location::parse(source)?, Location::parse(destination)?);
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
     let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
+    // The source as the conversion wrote it: OME-Zarr 0.4 attributes in their 0.5 form.
+    let mut source_nodes = src.nodes(&v.source_options.selection)?;
+    zshard_zarr::ome::apply(&mut source_nodes, v.ome)?;
     let dst = Store::open_location(&destination_location, runtime, false)?;
     let output_nodes = open_hierarchy(&dst)?;
     let output_groups = groups(output_nodes.clone());
     let outputs = arrays(output_nodes);
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
-    let source_nodes = src.nodes(&v.source_options.selection)?;
     for (path, meta) in arrays(source_nodes.clone()) {
         let name = array_name(&src.url(), &path);
         let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {

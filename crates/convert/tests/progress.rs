@@ -56,7 +56,7 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
     let mut conversion = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
     // Two shards of 1024 x 4096 (8 MiB raw each), bigger than a part.
     conversion.layouts.default = Layout {
-        shard_shape: Some(vec![1024, 4096]),
+        shard_shape: Some(vec![1024, 4096].into()),
         ..Layout::default()
     };
     conversion.threads = 1;

@@ -593,9 +593,74 @@ pub fn auto_shard_shape_around(
     }
 }
 
+/// The shard and inner chunk shapes of one level of a multiscale pyramid, from the first level's
+/// (`first_shard`, `first_inner`, as resolved for it) and the level's downsampling `factors` per
+/// dimension (how many first-level elements one element of this level spans; 2 for a level of half
+/// the resolution). A shard covers about the same region of the image at every level: its extent is
+/// the first level's divided by the factor, in whole inner chunks, at least one inner chunk and at
+/// most as many as fit in the level. Inner chunks keep the first level's shape (readers fetch the
+/// same amount per chunk at every level), but never extend past the level. Factors that are not
+/// positive numbers count as 1.
+pub fn level_shapes(
+    first_shard: &[u64],
+    first_inner: &[u64],
+    factors: &[f64],
+    level_shape: &[u64],
+) -> (Vec<u64>, Vec<u64>) {
+    let dims = first_shard
+        .iter()
+        .zip(first_inner)
+        .zip(factors)
+        .zip(level_shape);
+    dims.map(|(((&shard, &inner), &factor), &extent)| {
+        let inner = inner.min(extent).max(1);
+        let factor = if factor.is_finite() && factor > 0.0 {
+            factor
+        } else {
+            1.0
+        };
+        // Rounded down, so that a level's shard never holds more elements than the first level's.
+        let wanted = ((shard as f64 / factor) / inner as f64).floor() as u64;
+        let fit = (extent / inner).max(1);
+        (wanted.clamp(1, fit) * inner, inner)
+    })
+    .unzip()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pyramid_levels_get_shards_of_the_same_region_within_the_level() {
+        // 4096^2 in 1024^2 shards of 256^2: half resolution halves the shard.
+        let shapes = |factors: &[f64], level: &[u64]| {
+            level_shapes(&[1, 1024, 1024], &[1, 256, 256], factors, level)
+        };
+        assert_eq!(
+            shapes(&[1.0, 2.0, 2.0], &[3, 2048, 2048]),
+            (vec![1, 512, 512], vec![1, 256, 256])
+        );
+        // Never smaller than one inner chunk.
+        assert_eq!(
+            shapes(&[1.0, 8.0, 8.0], &[3, 512, 512]),
+            (vec![1, 256, 256], vec![1, 256, 256])
+        );
+        // Never larger than the level, inner chunks included.
+        assert_eq!(
+            shapes(&[1.0, 16.0, 16.0], &[3, 256, 100]),
+            (vec![1, 256, 100], vec![1, 256, 100])
+        );
+        assert_eq!(
+            shapes(&[1.0, 2.0, 2.0], &[3, 300, 300]),
+            (vec![1, 256, 256], vec![1, 256, 256])
+        );
+        // A factor of 3 rounds down to whole inner chunks; a bad factor counts as 1.
+        assert_eq!(
+            shapes(&[f64::NAN, 3.0, 0.0], &[3, 4096, 4096]),
+            (vec![1, 256, 1024], vec![1, 256, 256])
+        );
+    }
 
     #[test]
     fn parts_meeting_finds_the_first_and_last_part_a_region_meets() {

@@ -38,8 +38,9 @@ pub use error::{chain_text, BoxError, Error, Result};
 pub use fill::FillValue;
 pub use geometry::{
     auto_shard_shape, auto_shard_shape_around, c_order, checked_byte_size, copy_region, grid_shape,
-    inverse_permutation, linear_index, product, strides, transpose, unravel_index, Region,
-    ShardGeometry, ShardSplit, AUTO_SHARD_MAX_CHUNKS, AUTO_SHARD_TARGET_BYTES, MAX_BUFFER_BYTES,
+    inverse_permutation, level_shapes, linear_index, product, strides, transpose, unravel_index,
+    Region, ShardGeometry, ShardSplit, AUTO_SHARD_MAX_CHUNKS, AUTO_SHARD_TARGET_BYTES,
+    MAX_BUFFER_BYTES,
 };
 pub use io::{ChunkReader, ShardSink, ShardStream};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};

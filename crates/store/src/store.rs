@@ -454,9 +454,10 @@ impl Store {
                         // Another run into the same destination (same options, which the claim
                         // allows) removed this write's staged file as a leftover before its rename:
                         // write it again. Bounded, so a destination deleted under us still fails.
-                        Err(e) if !self.location.is_remote()
-                            && staged_file_vanished(&e)
-                            && attempts < 3 =>
+                        Err(e)
+                            if !self.location.is_remote()
+                                && staged_file_vanished(&e)
+                                && attempts < 3 =>
                         {
                             attempts += 1;
                         }

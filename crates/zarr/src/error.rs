@@ -39,6 +39,16 @@ pub enum Error {
         location: String,
     },
 
+    /// OME-Zarr metadata that cannot be read or upgraded (`multiscales` of the wrong form, axes that
+    /// do not fit an image's arrays).
+    #[error("OME-Zarr metadata of {node}: {reason}")]
+    Ome {
+        /// The group or array, named with its kind and path.
+        node: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// Reading from the store failed.
     #[error(transparent)]
     Store(#[from] zshard_store::Error),

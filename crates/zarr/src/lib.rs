@@ -22,6 +22,7 @@
 
 mod error;
 mod hierarchy;
+pub mod ome;
 mod reader;
 mod v2;
 mod v3;

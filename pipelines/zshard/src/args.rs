@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use zshard_convert::{
-    parse_size, Compressor, Layout, Partition, ReferenceOptions, Selection, SourceOptions,
-    StoreOptions,
+    parse_size, Compressor, Layout, LevelShapes, OmeMetadata, Partition, ReferenceOptions,
+    Selection, ShapeSpec, SourceOptions, StoreOptions,
 };
 use zshard_core::IndexLocation;
 
@@ -29,6 +29,42 @@ pub fn ref_coalesce_gap(s: &str) -> Result<Option<u64>, String> {
         return Ok(None);
     }
     size(s).map(Some)
+}
+
+/// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`.
+fn level_shapes(s: &str) -> Result<(usize, LevelShapes), String> {
+    let expected = "expected LEVEL:SHARD[/CHUNK], e.g. 1:1,512,512/1,128,128";
+    let (level, shapes) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: {expected}"))?;
+    let level = level
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("{level:?} is not a level number ({expected})"))?;
+    let (shard, chunk) = match shapes.split_once('/') {
+        Some((shard, chunk)) => (shard, Some(positional(chunk)?)),
+        None => (shapes, None),
+    };
+    Ok((
+        level,
+        LevelShapes {
+            shard_shape: positional(shard)?,
+            chunk_shape: chunk,
+        },
+    ))
+}
+
+/// A shape by position (`a,b,...`), parsed as the library parses `--shard-shape`.
+fn positional(s: &str) -> Result<Vec<u64>, String> {
+    match s
+        .parse::<ShapeSpec>()
+        .map_err(|e| zshard_convert::one_line(&e))?
+    {
+        ShapeSpec::Positional(shape) => Ok(shape),
+        ShapeSpec::ByName(_) => Err(format!(
+            "{s:?}: --level-shapes takes extents by position (a,b,...)"
+        )),
+    }
 }
 
 fn index_location(s: &str) -> Result<IndexLocation, String> {
@@ -71,6 +107,16 @@ pub struct LayoutArgs {
     /// zarr-python's consolidate_metadata does (xarray opens the output without a warning).
     #[arg(long)]
     no_consolidate: bool,
+    /// Shapes of one level of every multiscale (OME-Zarr) pyramid, LEVEL:SHARD[/CHUNK] (0 is the
+    /// full resolution; repeatable), e.g. 2:1,256,256/1,64,64. By default each level's shapes follow
+    /// from the first level's through the level's scale factors.
+    #[arg(long, value_parser = level_shapes, value_name = "LEVEL:SHARD[/CHUNK]")]
+    level_shapes: Vec<(usize, LevelShapes)>,
+    /// OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or bioformats2raw
+    /// hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as dimension_names); 0.5 and other
+    /// versions are copied as they are. keep copies every attribute as it is.
+    #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
+    pub ome: OmeMetadata,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -132,6 +178,8 @@ impl LayoutArgs {
     /// Sets these options on `c` (a conversion of SRC into DST); the ones that parse are set even
     /// when another one does not, so a report of the failure shows them.
     pub fn configure(&self, c: &mut zshard_convert::Conversion) -> zshard_convert::Result<()> {
+        c.layouts.per_level = self.level_shapes.iter().cloned().collect();
+        c.ome = self.ome;
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c.consolidate = !self.no_consolidate;
@@ -309,5 +357,20 @@ mod tests {
         assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
         assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
         assert!(coalesce_gap("lots").is_err());
+    }
+
+    #[test]
+    fn level_shape_values() {
+        let given = |shard: &[u64], chunk: Option<&[u64]>| LevelShapes {
+            shard_shape: shard.to_vec(),
+            chunk_shape: chunk.map(<[u64]>::to_vec),
+        };
+        assert_eq!(
+            level_shapes("2:1,256,256/1,64,64"),
+            Ok((2, given(&[1, 256, 256], Some(&[1, 64, 64]))))
+        );
+        assert_eq!(level_shapes("0:512,512"), Ok((0, given(&[512, 512], None))));
+        assert!(level_shapes("512,512").is_err());
+        assert!(level_shapes("x:512").is_err());
     }
 }

@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use zshard_convert::{
-    parse_size, Compressor, Conversion, Layout, Layouts, Partition, ReferenceOptions, Selection,
-    ShapeSpec, SourceFormat, SourceOptions, Verification,
+    parse_size, Compressor, Conversion, Layout, Layouts, LevelShapes, OmeMetadata, Partition,
+    ReferenceOptions, Selection, ShapeSpec, SourceFormat, SourceOptions, Verification,
 };
 use zshard_store::{Location, StoreOptions};
 
@@ -178,6 +178,38 @@ struct ConversionSpec {
     settings: Settings,
     #[serde(default)]
     arrays: BTreeMap<String, Settings>,
+    /// Shapes of a pyramid level of every multiscale image, by level (`[conversions.levels.1]`).
+    #[serde(default)]
+    levels: BTreeMap<String, LevelSettings>,
+    /// `upgrade` or `keep` (see `--ome`); the job's when not given.
+    ome: Option<String>,
+}
+
+/// `--level-shapes` in a job file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LevelSettings {
+    shard_shape: Vec<u64>,
+    chunk_shape: Option<Vec<u64>>,
+}
+
+/// The level shapes of a conversion, by level number.
+fn per_level(
+    levels: &BTreeMap<String, LevelSettings>,
+) -> anyhow::Result<BTreeMap<usize, LevelShapes>> {
+    levels
+        .iter()
+        .map(|(level, shapes)| {
+            let level = level
+                .parse::<usize>()
+                .with_context(|| format!("levels.{level}: not a level number"))?;
+            let shapes = LevelShapes {
+                shard_shape: shapes.shard_shape.clone(),
+                chunk_shape: shapes.chunk_shape.clone(),
+            };
+            Ok((level, shapes))
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,6 +230,8 @@ struct JobFile {
     consolidate: bool,
     #[serde(default)]
     storage: StorageSettings,
+    /// `ome = "keep"` is `--ome keep` for every conversion.
+    ome: Option<String>,
     #[serde(flatten)]
     settings: Settings,
     conversions: Vec<ConversionSpec>,
@@ -281,7 +315,14 @@ pub fn load(
             conversion.layouts = Layouts {
                 default: settings.layout()?,
                 per_array,
+                per_level: per_level(&c.levels)?,
             };
+            if let Some(ome) = c.ome.as_ref().or(job.ome.as_ref()) {
+                conversion.ome = ome
+                    .parse::<OmeMetadata>()
+                    .map_err(anyhow::Error::msg)
+                    .context("ome")?;
+            }
             conversion.threads = threads;
             conversion.memory_limit = memory_limit;
             conversion.partition = partition;
@@ -410,8 +451,7 @@ compressor = "none"
             "shard_shape = { time = 48, lat = 720 }\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nchunk_shape = \"lon=1440\"\n",
         )
         .expect("write");
-        let all =
-            conversions(&job, Partition::ALL, &StoreOptions::default(), None).expect("valid job");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
         assert_eq!(
             all[0].layouts.default.shard_shape,
             Some("time=48,lat=720".parse().expect("shape"))
@@ -425,8 +465,7 @@ compressor = "none"
             "shard_shape = \"time=48,720\"\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
         )
         .expect("write");
-        let e = conversions(&job, Partition::ALL, &StoreOptions::default(), None)
-            .expect_err("mixed forms");
+        let e = load(&job, Partition::ALL, &storage_flags()).expect_err("mixed forms");
         assert!(
             format!("{e:#}").contains("mixes extents by position and by dimension name"),
             "{e:#}"
@@ -438,6 +477,29 @@ compressor = "none"
         .expect("write");
         let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
         assert!(!all[0].consolidate);
+        assert_eq!(all[0].ome, OmeMetadata::Upgrade);
+        std::fs::write(
+            &job,
+            r#"
+ome = "keep"
+[[conversions]]
+source = "a"
+destination = "b"
+[conversions.levels.2]
+shard_shape = [1, 64, 64]
+chunk_shape = [1, 32, 32]
+"#,
+        )
+        .expect("write");
+        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        assert_eq!(all[0].ome, OmeMetadata::Keep);
+        assert_eq!(
+            all[0].layouts.per_level[&2],
+            LevelShapes {
+                shard_shape: vec![1, 64, 64],
+                chunk_shape: Some(vec![1, 32, 32])
+            }
+        );
         std::fs::write(
             &job,
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",

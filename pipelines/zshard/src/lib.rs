@@ -143,6 +143,10 @@ enum Command {
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
+        /// compared in its 0.5 form.
+        #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
+        ome: zshard_convert::OmeMetadata,
         /// No summary when everything matches.
         #[arg(long, short)]
         quiet: bool,
@@ -285,6 +289,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             storage,
             sample,
             threads,
+            ome,
             quiet,
         } => {
             let verifications = match &dst {
@@ -294,6 +299,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     verification.store_options = storage.options();
                     verification.io_threads = storage.io_threads;
                     verification.threads = threads.unwrap_or_else(default_threads);
+                    verification.ome = ome;
                     vec![verification]
                 }
                 None => job::verifications(&src, &source, &storage, threads)?,
@@ -487,11 +493,15 @@ where
             storage,
             sample,
             threads,
+            ome,
             quiet: _,
         } => {
             let dst = dst.ok_or_else(missing_dst)?;
             verification(src, dst, &source, &storage, sample, threads)
-                .map(|v| Request::Verify(Box::new(v)))
+                .map(|mut v| {
+                    v.ome = ome;
+                    Request::Verify(Box::new(v))
+                })
                 .map_err(RequestError::Options)
         }
         Command::Run { .. }

@@ -302,6 +302,17 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
         if let Some(why) = a["compressor_fallback"].as_str() {
             println!("  compressor     {why}");
         }
+        if let Some(level) = a["pyramid"]["level"].as_u64() {
+            let group = a["pyramid"]["group"].as_str().unwrap_or_default();
+            println!(
+                "  pyramid        level {level} of the multiscale image {}",
+                if group.is_empty() {
+                    "at the root".to_string()
+                } else {
+                    format!("{group:?}")
+                }
+            );
+        }
         if a["passthrough"] == true {
             println!("  passthrough    source chunks are copied into the shards without decoding");
         }
