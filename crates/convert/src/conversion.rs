@@ -14,6 +14,7 @@ use zshard_writer::{
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
+use crate::lease::Lease;
 use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
@@ -77,6 +78,11 @@ pub struct Conversion {
     /// (xarray opens such an output without a warning, and reads one document instead of one per
     /// node). A single array has nothing to consolidate.
     pub consolidate: bool,
+    /// How long this run's lease on the destination stays fresh without renewal (it is renewed
+    /// four times as often): an `--overwrite` by another run refuses while it is fresh, and takes it
+    /// over once it is stale (a run killed with `kill -9`). Default
+    /// [`DEFAULT_LEASE_STALE_AFTER`](crate::DEFAULT_LEASE_STALE_AFTER).
+    pub lease_stale_after: std::time::Duration,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -99,6 +105,7 @@ impl Conversion {
             report_path: None,
             cancel: Cancel::new(),
             consolidate: true,
+            lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
         }
     }
 
@@ -228,12 +235,15 @@ impl Conversion {
         for warning in reader_warnings(plan, &input.url()) {
             observer.warning(&warning);
         }
+        // Held from before the destination is touched until its state is removed, so that an
+        // --overwrite elsewhere refuses while this run writes.
+        let lease = Lease::acquire(destination, partition, self.lease_stale_after)?;
         if state::prepare(
             destination,
             plan,
             fingerprint,
             partition,
-            self.overwrite,
+            self.overwrite.then_some(lease.key()),
             observer,
         )? == Prepared::Complete
         {
@@ -243,6 +253,7 @@ impl Conversion {
                 .map(|a| a.geometry.shard_count())
                 .collect();
             // A run killed while removing its state after writing the metadata left some of it.
+            lease.release()?;
             clear_state(destination)?;
             planned(&all)?;
             return Ok((Status::Complete, input.reference_reads()));
@@ -318,7 +329,10 @@ impl Conversion {
             // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
             self.stop_if_cancelled()?;
             write_metadata(destination, plan, self.consolidate)?;
+            lease.release()?;
             clear_state(destination)?;
+        } else {
+            lease.release()?;
         }
         Ok((Status::Ok, input.reference_reads()))
     }
@@ -360,6 +374,7 @@ impl Conversion {
             clear_state(&destination)?;
             return Ok(finalized);
         }
+        let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
@@ -374,6 +389,7 @@ impl Conversion {
         }
         state::abort_recorded_uploads(&destination)?;
         write_metadata(&destination, &plan, self.consolidate)?;
+        lease.release()?;
         clear_state(&destination)?;
         Ok(finalized)
     }

@@ -178,6 +178,16 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A thread of zshard's own (the lease renewal) could not be started.
+    #[error("cannot start the thread of {what}")]
+    Thread {
+        /// What the thread does.
+        what: &'static str,
+        /// The operating system's complaint.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Serializing a document of zshard's own (state, report) failed.
     #[error("cannot serialize {what}")]
     Serialize {
@@ -227,6 +237,7 @@ impl Error {
             Error::Pipeline(e) => e.kind(),
             Error::Cancelled => "cancelled",
             Error::File { .. } => "file",
+            Error::Thread { .. } => "system",
             Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
         }
     }

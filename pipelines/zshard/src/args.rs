@@ -110,9 +110,29 @@ impl LayoutArgs {
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c.consolidate = !self.no_consolidate;
+        c.lease_stale_after = lease_stale_after()?;
         c.source_options = self.source.options()?;
         Ok(())
     }
+}
+
+/// The variable that sets how long a run's lease on its destination stays fresh without renewal.
+pub const LEASE_VARIABLE: &str = "ZSHARD_LEASE_STALE_SECONDS";
+
+/// How long this run's lease stays fresh: `ZSHARD_LEASE_STALE_SECONDS` (seconds, fractions allowed),
+/// else the library's default (60 s).
+pub fn lease_stale_after() -> zshard_convert::Result<Duration> {
+    let Ok(text) = std::env::var(LEASE_VARIABLE) else {
+        return Ok(zshard_convert::DEFAULT_LEASE_STALE_AFTER);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| zshard_convert::Error::Options {
+            reason: format!("{LEASE_VARIABLE}={text:?} is not a positive number of seconds"),
+        })
 }
 
 /// Which share of the shards this process converts.

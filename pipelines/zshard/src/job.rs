@@ -141,6 +141,7 @@ fn conversions(
             conversion.partition = partition;
             conversion.overwrite = job.overwrite;
             conversion.consolidate = job.consolidate;
+            conversion.lease_stale_after = crate::args::lease_stale_after()?;
             conversion.store_options = store_options.clone();
             conversion.io_threads = io_threads;
             conversion.report_path = job
