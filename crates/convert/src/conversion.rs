@@ -328,7 +328,7 @@ impl Conversion {
         if partition.is_all() {
             // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
             self.stop_if_cancelled()?;
-            write_metadata(destination, plan, self.consolidate)?;
+            write_metadata(destination, plan, self.consolidate, &self.cancel)?;
             lease.release()?;
             clear_state(destination)?;
         } else {
@@ -353,7 +353,8 @@ impl Conversion {
     }
 
     /// After a partitioned conversion: checks that every shard of every worker is done, then writes
-    /// the metadata.
+    /// the metadata. Once [`Conversion::cancel`] is cancelled it stops before the next document
+    /// (each is written whole or not at all) with [`Error::Cancelled`]; a rerun finishes it.
     pub fn finalize(&self) -> Result<Finalized> {
         let opened = self.open()?;
         let destination = opened.destination(false)?;
@@ -374,6 +375,7 @@ impl Conversion {
             clear_state(&destination)?;
             return Ok(finalized);
         }
+        self.stop_if_cancelled()?;
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
         let jobs = plan.jobs(&input, &destination);
@@ -388,7 +390,7 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
-        write_metadata(&destination, &plan, self.consolidate)?;
+        write_metadata(&destination, &plan, self.consolidate, &self.cancel)?;
         lease.release()?;
         clear_state(&destination)?;
         Ok(finalized)
@@ -491,9 +493,22 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
 /// Staged files that interrupted earlier writes of a document left are removed first, so the result
 /// equals an uninterrupted run's file for file. The root group's comes last, with every other
 /// document consolidated into it when `consolidate` (a reader trusts consolidated metadata over the
-/// files, so it must describe the final ones).
-fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result<()> {
+/// files, so it must describe the final ones). Stops before the next document once `cancel` is
+/// cancelled (a rerun writes them all again).
+fn write_metadata(
+    destination: &Store,
+    plan: &Plan,
+    consolidate: bool,
+    cancel: &Cancel,
+) -> Result<()> {
+    let stop_if_cancelled = || {
+        if cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    };
     for array in &plan.arrays {
+        stop_if_cancelled()?;
         destination.remove_staged_of(&metadata_key(&array.path))?;
         write_array_metadata(destination, &array.path, &array.output)?;
     }
@@ -503,6 +518,7 @@ fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result
         std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
     });
     for (path, attributes) in groups {
+        stop_if_cancelled()?;
         destination.remove_staged_of(&metadata_key(path))?;
         if path.is_empty() && consolidate {
             write_consolidated_group_metadata(destination, path, attributes, members(plan))?;

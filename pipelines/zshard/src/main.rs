@@ -194,7 +194,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print::convert(&conversion, quiet)
         }
         Command::Finalize { layout, quiet } => {
-            let finalized = layout.conversion()?.finalize()?;
+            let conversion = layout.conversion()?;
+            signals::cancel_on_signals(conversion.cancel.clone())?;
+            let finalized = conversion.finalize()?;
             print::finalized(&finalized, quiet);
             Ok(())
         }
@@ -207,6 +209,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let mut conversion = layout.conversion()?;
             conversion.threads = threads.unwrap_or_else(default_threads);
             conversion.memory_limit = memory_limit;
+            signals::exit_on_signals()?;
             print::plan(&conversion.plan()?, json)
         }
         Command::Verify {
@@ -224,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             verification.io_threads = storage.io_threads;
             verification.sample = sample;
             verification.threads = threads.unwrap_or_else(default_threads);
+            signals::exit_on_signals()?;
             print::verified(&verification.source, &verification.run()?, quiet)
         }
         Command::Run {
@@ -259,12 +263,64 @@ fn parse_cli() -> Result<Cli, ExitCode> {
             .take_while(|l| !l.is_empty())
             .collect();
         let message = message.join(" ");
-        eprintln!(
-            "zshard: error: {} (see zshard --help)",
-            message.trim_start_matches("error: ")
-        );
+        let message = message.trim_start_matches("error: ");
+        eprintln!("zshard: error: {message} (see zshard --help)");
+        // A command line that does not parse is a failed run too, when its report path can be found.
+        if let Some(conversion) = usage_failure(std::env::args().skip(1).collect()) {
+            let error = zshard_convert::Error::Options {
+                reason: format!("{message} (see zshard --help)"),
+            };
+            if let Err(report_error) = conversion.report_failure(&error) {
+                eprintln!("zshard: warning: {}", one_line(&report_error));
+            }
+        }
         ExitCode::from(2)
     })
+}
+
+/// For a `convert` command line that clap rejected: the conversion its report describes (SRC and DST
+/// as far as they can be told, `--report` FILE), if it names a report. Flags are told apart from
+/// their values with clap's own description of `convert`.
+fn usage_failure(args: Vec<String>) -> Option<Conversion> {
+    use clap::CommandFactory;
+    let (command, rest) = args.split_first()?;
+    if command != "convert" {
+        return None;
+    }
+    let cli = Cli::command();
+    let convert = cli.find_subcommand("convert")?;
+    let takes_value = |long: &str| {
+        convert
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .is_some_and(|a| a.get_action().takes_values())
+    };
+    let (mut positionals, mut report) = (Vec::new(), None);
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(value.to_string())),
+                None => (long, None),
+            };
+            let value = match inline {
+                None if takes_value(name) => rest.next().cloned(),
+                value => value,
+            };
+            if name == "report" {
+                report = value;
+            }
+        } else if !arg.starts_with('-') || arg == "-" {
+            positionals.push(arg.clone());
+        }
+    }
+    let report = report.filter(|r| !r.is_empty())?;
+    let mut conversion = Conversion::new(
+        positionals.first().cloned().unwrap_or_default(),
+        positionals.get(1).cloned().unwrap_or_default(),
+    );
+    conversion.report_path = Some(PathBuf::from(report));
+    Some(conversion)
 }
 
 fn main() -> ExitCode {
@@ -272,7 +328,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    let waits_for_signals = matches!(cli.command, Command::Plan { .. } | Command::Verify { .. });
     match run(cli) {
+        // `plan` and `verify` exit at a signal, from the signal thread; one that arrived while they
+        // were finishing must not turn into a success.
+        Ok(()) if waits_for_signals && signals::received().is_some() => {
+            let signal = signals::received().unwrap_or_default();
+            eprintln!("zshard: stopped by {}", signals::name(signal));
+            ExitCode::from(u8::try_from(signals::exit_code(signal)).unwrap_or(u8::MAX))
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => match signals::received() {
             // Stopped by a signal: exit as a shell reports a process that the signal ended.
