@@ -179,13 +179,18 @@ pub struct SourceArgs {
     /// request (default 64KiB); `off` reads every reference with its own request.
     #[arg(long, value_parser = coalesce_gap, value_name = "SIZE|off")]
     ref_coalesce_gap: Option<CoalesceGap>,
+    /// Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default it reads as
+    /// a record without references, as kerchunk writes no file for one).
+    #[arg(long)]
+    strict_refs: bool,
 }
 
 impl SourceArgs {
     pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
         let given = self.ref_root.is_some()
             || !self.allow_ref_prefix.is_empty()
-            || self.ref_coalesce_gap.is_some();
+            || self.ref_coalesce_gap.is_some()
+            || self.strict_refs;
         let defaults = ReferenceOptions::default();
         Ok(SourceOptions {
             // Parsed here rather than by clap, so that a wrong kind is a conversion error (exit 1).
@@ -196,6 +201,7 @@ impl SourceArgs {
                 coalesce_gap: self
                     .ref_coalesce_gap
                     .map_or(defaults.coalesce_gap, |gap| gap.0),
+                strict_refs: self.strict_refs,
                 ..defaults
             }),
         })

@@ -154,6 +154,12 @@ impl ParquetReader {
             false => None,
         };
         let rows = match bytes {
+            None if self.common.shared.options.strict_refs => {
+                return Err(format(
+                    &display,
+                    "is missing (--strict-refs: every record file must exist)",
+                ));
+            }
             // kerchunk's writer leaves out the file of a record without a single reference
             // (fsspec then reads its chunks as missing): an absent file is such a record.
             None => RefRows::default(),
