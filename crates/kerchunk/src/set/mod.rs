@@ -344,13 +344,26 @@ mod tests {
         let data = data.to_str().expect("utf-8");
         let rows = write(&[(Some(data), 0, 2, None); 4]);
         // refs.1.parq is missing.
-        let root = parquet_set(dir.path(), &[(0, rows.clone()), (2, rows)]);
+        let root = parquet_set(dir.path(), &[(0, rows.clone()), (2, rows.clone())]);
         let strict = Options {
             strict_refs: true,
             ..Options::default()
         };
         let path = root.to_str().expect("utf-8");
+        let want = format!(
+            "{}: is missing (--strict-refs: every record file of array x must exist)",
+            root.join("x/refs.1.parq").display()
+        );
+        let e = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect_err("strict");
+        assert!(e.to_string().contains(&want), "{e}");
+        // Without it, the record reads as one without references.
+        let set = open_parquet(&root).expect("opens");
+        let reader = set.reader("x", &array_meta(&set, "x"));
+        assert!(matches!(reader.read_chunks(&[vec![4]]).remove(0), Ok(None)));
+        // A file that disappears after the set was opened is refused when it is needed.
+        std::fs::write(root.join("x/refs.1.parq"), &rows).expect("write");
         let set = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect("opens");
+        std::fs::remove_file(root.join("x/refs.1.parq")).expect("remove");
         let reader = set.reader("x", &array_meta(&set, "x"));
         let read = |i: u64| {
             reader
@@ -361,15 +374,7 @@ mod tests {
         };
         assert_eq!(read(0), Ok(Some(vec![0, 1])));
         let e = read(4).expect_err("strict");
-        let want = format!(
-            "{}: is missing (--strict-refs: every record file must exist)",
-            root.join("x/refs.1.parq").display()
-        );
         assert!(e.contains(&want), "{e}");
-        // Without it, the record reads as one without references.
-        let set = open_parquet(&root).expect("opens");
-        let reader = set.reader("x", &array_meta(&set, "x"));
-        assert!(matches!(reader.read_chunks(&[vec![4]]).remove(0), Ok(None)));
     }
 
     #[test]
