@@ -332,6 +332,68 @@ def test_ref_root_and_allowed_prefix_admit_targets(zshard_bin, tmp_path):
     _convert(zshard_bin, refs, tmp_path / "b", "--allow-ref-prefix", str(tmp_path) + "/")
 
 
+def _parquet_without_record_0(h5: Path, parq: Path) -> None:
+    """gz's references with chunks 0..4 left out: kerchunk writes no refs.0.parq for them."""
+    refs = _refs(h5, inline=0)["refs"]
+    for n in range(5):
+        del refs[f"gz/0.{n}"]
+    kerchunk_df.refs_to_dataframe({"version": 1, "refs": refs}, str(parq), record_size=5)
+    assert not (parq / "gz" / "refs.0.parq").exists()
+
+
+def test_parquet_strict_refs_refuse_a_missing_record_file(zshard_bin, h5, tmp_path):
+    path, _ = h5
+    parq = tmp_path / "missing.parq"
+    _parquet_without_record_0(path, parq)
+    line = _fails(zshard_bin, parq, tmp_path / "out", "--ref-root", path.parent, "--strict-refs")
+    want = f"{parq / 'gz' / 'refs.0.parq'}: is missing (--strict-refs"
+    assert "array gz" in line and want in line, line
+    assert _no_data(tmp_path / "out")
+
+
+def _truncate(f: Path) -> None:
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _garble(f: Path) -> None:
+    data = bytearray(f.read_bytes())
+    data[4:-8] = bytes(len(data) - 12)  # keeps the PAR1 magic at both ends
+    f.write_bytes(bytes(data))
+
+
+def _directory(f: Path) -> None:
+    f.unlink()
+    f.mkdir()
+
+
+def _link_out(f: Path) -> None:
+    outside = f.parent.parent.parent / "outside.parq"
+    f.rename(outside)
+    f.symlink_to(outside)
+
+
+@pytest.mark.parametrize(
+    "damage, expect",
+    [
+        (_truncate, "refs.3.parq"),
+        (_garble, "refs.3.parq"),
+        (_directory, "refs.3.parq"),
+        (_link_out, "outside the reference set"),
+    ],
+    ids=["truncated", "garbled", "directory", "symlink-out"],
+)
+def test_parquet_unreadable_record_files_fail_naming_file_and_array(
+    zshard_bin, h5, tmp_path, damage, expect
+):
+    path, _ = h5
+    parq = tmp_path / "refs.parq"
+    kerchunk_df.refs_to_dataframe(_refs(path, inline=0), str(parq), record_size=5)
+    damage(parq / "gz" / "refs.3.parq")
+    line = _fails(zshard_bin, parq, tmp_path / "out", "--ref-root", path.parent)
+    assert "array gz" in line and expect in line and str(parq / "gz" / "refs.3.parq") in line, line
+    assert not (tmp_path / "out" / "zarr.json").exists()
+
+
 def test_parquet_refused_target(zshard_bin, tmp_path):
     parq = tmp_path / "p.parq"
     kerchunk_df.refs_to_dataframe(

@@ -14,6 +14,7 @@ use zshard_writer::{
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
+use crate::lease::Lease;
 use crate::memory;
 use crate::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
@@ -84,6 +85,11 @@ pub struct Conversion {
     pub consolidate: bool,
     /// What becomes of OME-Zarr metadata: by default a 0.4 hierarchy is written as 0.5.
     pub ome: zshard_zarr::ome::OmeMetadata,
+    /// How long this run's lease on the destination stays fresh without renewal (it is renewed
+    /// four times as often): an `--overwrite` by another run refuses while it is fresh, and takes it
+    /// over once it is stale (a run killed with `kill -9`). Default
+    /// [`DEFAULT_LEASE_STALE_AFTER`](crate::DEFAULT_LEASE_STALE_AFTER).
+    pub lease_stale_after: std::time::Duration,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -107,6 +113,7 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
+            lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
         }
     }
 
@@ -240,12 +247,15 @@ impl Conversion {
         for warning in reader_warnings(plan, &input.url()) {
             observer.warning(&warning);
         }
+        // Held from before the destination is touched until its state is removed, so that an
+        // --overwrite elsewhere refuses while this run writes.
+        let lease = Lease::acquire(destination, partition, self.lease_stale_after)?;
         if state::prepare(
             destination,
             plan,
             fingerprint,
             partition,
-            self.overwrite,
+            self.overwrite.then_some(lease.key()),
             observer,
         )? == Prepared::Complete
         {
@@ -255,6 +265,7 @@ impl Conversion {
                 .map(|a| a.geometry.shard_count())
                 .collect();
             // A run killed while removing its state after writing the metadata left some of it.
+            lease.release()?;
             clear_state(destination)?;
             planned(&all)?;
             return Ok((Status::Complete, input.reference_reads()));
@@ -338,8 +349,11 @@ impl Conversion {
         if partition.is_all() {
             // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
             self.stop_if_cancelled()?;
-            write_metadata(destination, plan, self.consolidate)?;
+            write_metadata(destination, plan, self.consolidate, &self.cancel)?;
+            lease.release()?;
             clear_state(destination)?;
+        } else {
+            lease.release()?;
         }
         Ok((Status::Ok, input.reference_reads()))
     }
@@ -360,7 +374,8 @@ impl Conversion {
     }
 
     /// After a partitioned conversion: checks that every shard of every worker is done, then writes
-    /// the metadata.
+    /// the metadata. Once [`Conversion::cancel`] is cancelled it stops before the next document
+    /// (each is written whole or not at all) with [`Error::Cancelled`]; a rerun finishes it.
     pub fn finalize(&self) -> Result<Finalized> {
         let opened = self.open()?;
         let destination = opened.destination(false)?;
@@ -381,6 +396,8 @@ impl Conversion {
             clear_state(&destination)?;
             return Ok(finalized);
         }
+        self.stop_if_cancelled()?;
+        let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
@@ -394,7 +411,8 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
-        write_metadata(&destination, &plan, self.consolidate)?;
+        write_metadata(&destination, &plan, self.consolidate, &self.cancel)?;
+        lease.release()?;
         clear_state(&destination)?;
         Ok(finalized)
     }
@@ -497,13 +515,27 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
 /// Staged files that interrupted earlier writes of a document left are removed first, so the result
 /// equals an uninterrupted run's file for file. The root group's comes last, with every other
 /// document consolidated into it when `consolidate` (a reader trusts consolidated metadata over the
-/// files, so it must describe the final ones).
-fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result<()> {
+/// files, so it must describe the final ones). Stops before the next document once `cancel` is
+/// cancelled (a rerun writes them all again).
+fn write_metadata(
+    destination: &Store,
+    plan: &Plan,
+    consolidate: bool,
+    cancel: &Cancel,
+) -> Result<()> {
+    let stop_if_cancelled = || {
+        if cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        Ok(())
+    };
     for (key, bytes) in &plan.files {
+        stop_if_cancelled()?;
         destination.remove_staged_of(key)?;
         destination.put(key, bytes.clone())?;
     }
     for array in &plan.arrays {
+        stop_if_cancelled()?;
         destination.remove_staged_of(&metadata_key(&array.path))?;
         write_array_metadata(destination, &array.path, &array.output)?;
     }
@@ -513,6 +545,7 @@ fn write_metadata(destination: &Store, plan: &Plan, consolidate: bool) -> Result
         std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
     });
     for (path, attributes) in groups {
+        stop_if_cancelled()?;
         destination.remove_staged_of(&metadata_key(path))?;
         if path.is_empty() && consolidate {
             write_consolidated_group_metadata(destination, path, attributes, members(plan))?;

@@ -201,6 +201,16 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A thread of zshard's own (the lease renewal) could not be started.
+    #[error("cannot start the thread of {what}")]
+    Thread {
+        /// What the thread does.
+        what: &'static str,
+        /// The operating system's complaint.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Serializing a document of zshard's own (state, report) failed.
     #[error("cannot serialize {what}")]
     Serialize {
@@ -277,6 +287,7 @@ impl Error {
             Error::Pipeline(e) => e.kind(),
             Error::Cancelled => "cancelled",
             Error::File { .. } => "file",
+            Error::Thread { .. } => "system",
             Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
         }
     }

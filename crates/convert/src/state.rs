@@ -70,18 +70,20 @@ pub(crate) enum Prepared {
 }
 
 /// Claims the destination for this conversion, checks what it holds against this run and records
-/// its options. With `overwrite`, what an earlier conversion or Zarr hierarchy left there is removed
-/// first (single-process runs only: a worker must never delete what another one wrote).
+/// its options. With `overwrite` (this run's lease key), what an earlier conversion or Zarr hierarchy
+/// left there is removed first (single-process runs only: a worker must never delete what another one
+/// wrote), unless another run holds a fresh lease on it.
 pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
     fingerprint: &Value,
     partition: Partition,
-    overwrite: bool,
+    overwrite: Option<&str>,
     observer: &dyn Observer,
 ) -> Result<Prepared> {
-    if overwrite {
-        remove_owned(dst, plan, partition)?;
+    if let Some(own_lease) = overwrite {
+        crate::lease::refuse_live_runs(dst, Some(own_lease))?;
+        remove_owned(dst, plan, partition, own_lease)?;
     } else if dst.get(OVERWRITING)?.is_some() {
         return Err(Error::Destination {
             reason: format!(
@@ -281,7 +283,7 @@ fn first_v2_metadata(dst: &Store, plan: &Plan) -> Result<Option<String>> {
 
 /// For `--overwrite`: removes zshard's state, the Zarr hierarchy the destination holds and the chunk
 /// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`).
-fn remove_owned(dst: &Store, plan: &Plan, partition: Partition) -> Result<()> {
+fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<()> {
     let keys: BTreeSet<String> = dst.list_keys("")?.into_iter().collect();
     let mut roots = vec![String::new()];
     roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
@@ -294,7 +296,8 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition) -> Result<()> {
         let bytes = dst.get(key).ok()??;
         serde_json::from_slice(&bytes).ok()
     };
-    let owned = owned_keys(&keys, &roots, &arrays, &read);
+    let mut owned = owned_keys(&keys, &roots, &arrays, &read);
+    owned.retain(|key| key != own_lease);
     if owned.is_empty() {
         return Ok(());
     }

@@ -23,6 +23,12 @@ impl Cancel {
         self.0.store(true, Ordering::SeqCst);
     }
 
+    /// The shared flag itself, for a signal handler to set at the moment a signal arrives
+    /// (`signal_hook::flag::register`); setting it is the same as [`cancel`](Cancel::cancel).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+
     /// Whether [`cancel`](Cancel::cancel) was called on this handle or a clone of it.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)

@@ -183,10 +183,30 @@ impl LayoutArgs {
         c.store_options = self.storage.options();
         c.io_threads = self.storage.io_threads;
         c.consolidate = !self.no_consolidate;
+        c.lease_stale_after = lease_stale_after()?;
         c.source_options = self.source.options()?;
         c.layouts.default = self.layout()?;
         Ok(())
     }
+}
+
+/// The variable that sets how long a run's lease on its destination stays fresh without renewal.
+pub const LEASE_VARIABLE: &str = "ZSHARD_LEASE_STALE_SECONDS";
+
+/// How long this run's lease stays fresh: `ZSHARD_LEASE_STALE_SECONDS` (seconds, fractions allowed),
+/// else the library's default (60 s).
+pub fn lease_stale_after() -> zshard_convert::Result<Duration> {
+    let Ok(text) = std::env::var(LEASE_VARIABLE) else {
+        return Ok(zshard_convert::DEFAULT_LEASE_STALE_AFTER);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| zshard_convert::Error::Options {
+            reason: format!("{LEASE_VARIABLE}={text:?} is not a positive number of seconds"),
+        })
 }
 
 /// Which share of the shards this process converts.
@@ -243,6 +263,10 @@ pub struct SourceArgs {
     /// included.
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    /// Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default it reads as
+    /// a record without references, as kerchunk writes no file for one).
+    #[arg(long)]
+    strict_refs: bool,
 }
 
 impl SourceArgs {
@@ -254,12 +278,14 @@ impl SourceArgs {
             || self.ref_coalesce_gap.is_some()
             || !self.include.is_empty()
             || !self.exclude.is_empty()
+            || self.strict_refs
     }
 
     pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
         let given = self.ref_root.is_some()
             || !self.allow_ref_prefix.is_empty()
-            || self.ref_coalesce_gap.is_some();
+            || self.ref_coalesce_gap.is_some()
+            || self.strict_refs;
         let defaults = ReferenceOptions::default();
         Ok(SourceOptions {
             // Parsed here rather than by clap, so that a wrong kind is a conversion error (exit 1).
@@ -270,6 +296,7 @@ impl SourceArgs {
                 coalesce_gap: self
                     .ref_coalesce_gap
                     .map_or(defaults.coalesce_gap, |gap| gap.0),
+                strict_refs: self.strict_refs,
                 ..defaults
             }),
             selection: Selection {

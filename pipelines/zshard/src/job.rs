@@ -329,6 +329,7 @@ pub fn load(
             conversion.overwrite = job.overwrite;
             conversion.consolidate = job.consolidate;
             conversion.source_options = settings.source_options(&base)?;
+            conversion.lease_stale_after = crate::args::lease_stale_after()?;
             conversion.store_options = store_options.clone();
             conversion.io_threads = io_threads;
             conversion.report_path = job

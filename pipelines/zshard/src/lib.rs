@@ -260,6 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Finalize { layout, quiet } => {
             for conversion in layout.conversions()? {
+                signals::cancel_on_signals(conversion.cancel.clone())?;
                 let (source, destination) = (&conversion.source, &conversion.destination);
                 let finalized = in_job(layout.job(), source, destination, conversion.finalize())?;
                 print::finalized(&finalized, quiet);
@@ -272,6 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             memory_limit,
             json,
         } => {
+            signals::exit_on_signals()?;
             let mut plans = Vec::new();
             for mut conversion in layout.conversions()? {
                 conversion.threads = threads.unwrap_or(conversion.threads);
@@ -305,6 +307,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 None => job::verifications(&src, &source, &storage, threads)?,
             };
             let job = dst.is_none().then_some(src.as_str());
+            signals::exit_on_signals()?;
             for mut verification in verifications {
                 verification.sample = sample;
                 let (source, destination) = (&verification.source, &verification.destination);
@@ -528,9 +531,9 @@ fn clap_message(e: &clap::Error) -> String {
 }
 
 /// Parses the command line; usage errors become one line (`--help` and `--version` print as usual).
-fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, u8> {
+fn parse_cli(args: Vec<OsString>) -> Result<Cli, u8> {
     let parsed = command()
-        .try_get_matches_from(args)
+        .try_get_matches_from(&args)
         .and_then(|matches| Cli::from_arg_matches(&matches));
     parsed.map_err(|e| {
         use clap::error::ErrorKind;
@@ -540,20 +543,81 @@ fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, u8> {
             let _ = e.print();
             return if e.use_stderr() { 2 } else { 0 };
         }
-        eprintln!("zshard: error: {} (see zshard --help)", clap_message(&e));
+        let message = format!("{} (see zshard --help)", clap_message(&e));
+        eprintln!("zshard: error: {message}");
+        // A command line that does not parse is a failed run too, when its report path can be found.
+        let words = args
+            .iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned());
+        if let Some(conversion) = usage_failure(words.collect()) {
+            let error = zshard_convert::Error::Options { reason: message };
+            if let Err(report_error) = conversion.report_failure(&error) {
+                eprintln!("zshard: warning: {}", one_line(&report_error));
+            }
+        }
         2
     })
+}
+
+fn usage_failure(args: Vec<String>) -> Option<Conversion> {
+    let (command, rest) = args.split_first()?;
+    if command != "convert" {
+        return None;
+    }
+    let cli = Cli::command();
+    let convert = cli.find_subcommand("convert")?;
+    let takes_value = |long: &str| {
+        convert
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .is_some_and(|a| a.get_action().takes_values())
+    };
+    let (mut positionals, mut report) = (Vec::new(), None);
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(value.to_string())),
+                None => (long, None),
+            };
+            let value = match inline {
+                None if takes_value(name) => rest.next().cloned(),
+                value => value,
+            };
+            if name == "report" {
+                report = value;
+            }
+        } else if !arg.starts_with('-') || arg == "-" {
+            positionals.push(arg.clone());
+        }
+    }
+    let report = report.filter(|r| !r.is_empty())?;
+    let mut conversion = Conversion::new(
+        positionals.first().cloned().unwrap_or_default(),
+        positionals.get(1).cloned().unwrap_or_default(),
+    );
+    conversion.report_path = Some(PathBuf::from(report));
+    Some(conversion)
 }
 
 /// Runs the `zshard` command with `args` (the program name first, as `std::env::args_os` gives it)
 /// and returns its exit status: 0, 1 on failure, 2 on a usage error, 128 + the signal when stopped
 /// by one.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
-    let cli = match parse_cli(args) {
+    let cli = match parse_cli(args.into_iter().collect()) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    let waits_for_signals = matches!(cli.command, Command::Plan { .. } | Command::Verify { .. });
     match run(cli) {
+        // `plan` and `verify` exit at a signal, from the signal thread; one that arrived while they
+        // were finishing must not turn into a success.
+        Ok(()) if waits_for_signals && signals::received().is_some() => {
+            let signal = signals::received().unwrap_or_default();
+            eprintln!("zshard: stopped by {}", signals::name(signal));
+            u8::try_from(signals::exit_code(signal)).unwrap_or(u8::MAX)
+        }
         Ok(()) => 0,
         Err(e) => match signals::received() {
             // Stopped by a signal: exit as a shell reports a process that the signal ended.

@@ -1,39 +1,62 @@
-//! SIGINT, SIGTERM and SIGHUP during a conversion: the first cancels it (the library stops fetching,
-//! abandons shards not complete, records what is done and writes the report), a second one exits at
-//! once. Either way the exit status is 128 + the signal, as a shell reports a process killed by it.
+//! SIGINT, SIGTERM and SIGHUP during a conversion or `finalize`: the first cancels it (the library
+//! stops fetching, abandons shards not complete, records what is done and writes the report; finalize
+//! stops before its next metadata document), a second one exits at once. During `plan` and `verify`,
+//! which write nothing, the first exits at once. Either way the exit status is 128 + the signal, as a
+//! shell reports a process killed by it.
 
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::flag;
 use signal_hook::iterator::Signals;
 use zshard_convert::Cancel;
 
-/// The first signal received (0: none).
-static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// The signal received (0: none), set by the handler itself as the signal arrives, so that code
+/// running right after it (the command's last step) already sees it.
+static RECEIVED: LazyLock<Arc<AtomicUsize>> = LazyLock::new(|| Arc::new(AtomicUsize::new(0)));
 
 /// The progress bar on screen, if any: notices are printed above it rather than under its next redraw.
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
+const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
 /// From now on, the first SIGINT, SIGTERM or SIGHUP cancels `cancel`, and a second one exits at once.
 pub fn cancel_on_signals(cancel: Cancel) -> anyhow::Result<()> {
-    let mut signals =
-        Signals::new([SIGINT, SIGTERM, SIGHUP]).context("cannot install the signal handlers")?;
+    on_signals(Some(cancel))
+}
+
+/// For commands that write nothing (`plan`, `verify`): from now on SIGINT, SIGTERM or SIGHUP exits at
+/// once with 128 + the signal, as after a cancelled conversion (there is nothing to clean up).
+pub fn exit_on_signals() -> anyhow::Result<()> {
+    on_signals(None)
+}
+
+/// Installs the handlers. The handler itself records the signal and sets `cancel`'s flag (no thread
+/// has to be scheduled first, so the step that follows already sees it); a thread prints the notices
+/// and exits at a second signal, or at the first one without `cancel`.
+fn on_signals(cancel: Option<Cancel>) -> anyhow::Result<()> {
+    for signal in SIGNALS {
+        let mut installed = flag::register_usize(signal, RECEIVED.clone(), signal as usize);
+        if let Some(cancel) = &cancel {
+            installed = installed.and_then(|_| flag::register(signal, cancel.flag()));
+        }
+        installed.with_context(|| format!("cannot install the handler of {}", name(signal)))?;
+    }
+    let mut signals = Signals::new(SIGNALS).context("cannot install the signal handlers")?;
+    let mut first = cancel.is_some();
     std::thread::Builder::new()
         .name("zshard-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                if RECEIVED
-                    .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                {
+                if first {
+                    first = false;
                     notice(&format!(
                         "{} received: stopping (shards not complete are abandoned, what is done is kept and the report written; rerun the same command to resume); send it again to exit at once",
                         name(signal)
                     ));
-                    cancel.cancel();
                 } else {
                     notice(&format!("{}: exiting at once", name(signal)));
                     std::process::exit(exit_code(signal));
@@ -44,11 +67,11 @@ pub fn cancel_on_signals(cancel: Cancel) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first signal received, if any.
+/// The signal received, if any.
 pub fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,
-        signal => Some(signal),
+        signal => i32::try_from(signal).ok(),
     }
 }
 

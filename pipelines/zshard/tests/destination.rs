@@ -276,7 +276,11 @@ fn wait_for(path: &Path) {
 
 /// Starts run A, waits for its claim and its first shard, and kills it (SIGKILL).
 fn killed_run(src: &Path, dst: &Path) {
-    let mut child: Child = big_command(src, dst, &A).spawn().expect("spawn");
+    // Its lease goes stale a second after the kill, for the --overwrite that replaces it.
+    let mut child: Child = big_command(src, dst, &A)
+        .env("ZSHARD_LEASE_STALE_SECONDS", "1")
+        .spawn()
+        .expect("spawn");
     wait_for(&dst.join("c/0/0"));
     child.kill().expect("kill"); // SIGKILL
     child.wait().expect("reap");
@@ -369,6 +373,8 @@ fn overwrite_replaces_a_killed_run_with_other_options() {
     let src = big_source(tmp.path());
     let dst = tmp.path().join("dst");
     killed_run(&src, &dst);
+    // Until the killed run's lease is stale, --overwrite refuses (see tests/lease.rs).
+    std::thread::sleep(Duration::from_millis(1200));
     let mut options = B.to_vec();
     options.push("--overwrite");
     ok(&big_command(&src, &dst, &options).output().expect("B"));

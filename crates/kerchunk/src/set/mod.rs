@@ -46,6 +46,10 @@ pub struct Options {
     pub max_request: u64,
     /// Decoded Parquet reference files kept in memory per array.
     pub parquet_cache: usize,
+    /// A Parquet set's missing `refs.<i>.parq` file is an error. Without it, a missing file reads as
+    /// a record without references (its chunks read as the fill value), as kerchunk's writer (fsspec's
+    /// `LazyReferenceMapper.flush`) writes a file only for records that hold a reference.
+    pub strict_refs: bool,
 }
 
 impl Default for Options {
@@ -56,6 +60,7 @@ impl Default for Options {
             coalesce_gap: Some(DEFAULT_COALESCE_GAP),
             max_request: DEFAULT_MAX_REQUEST,
             parquet_cache: DEFAULT_PARQUET_CACHE,
+            strict_refs: false,
         }
     }
 }
@@ -330,6 +335,46 @@ mod tests {
         std::fs::write(root.join("x/refs.5.parq"), write(&[(None, 0, 0, None)])).expect("write");
         let e = open_parquet(&root).expect_err("beyond");
         assert!(e.to_string().contains("refs.5.parq"), "{e}");
+    }
+
+    #[test]
+    fn strict_refs_make_a_missing_record_file_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data.bin");
+        let data = data.to_str().expect("utf-8");
+        let rows = write(&[(Some(data), 0, 2, None); 4]);
+        // refs.1.parq is missing.
+        let root = parquet_set(dir.path(), &[(0, rows.clone()), (2, rows.clone())]);
+        let strict = Options {
+            strict_refs: true,
+            ..Options::default()
+        };
+        let path = root.to_str().expect("utf-8");
+        let want = format!(
+            "{}: is missing (--strict-refs: every record file of array x must exist)",
+            root.join("x/refs.1.parq").display()
+        );
+        let e = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect_err("strict");
+        assert!(e.to_string().contains(&want), "{e}");
+        // Without it, the record reads as one without references.
+        let set = open_parquet(&root).expect("opens");
+        let reader = set.reader("x", &array_meta(&set, "x"));
+        assert!(matches!(reader.read_chunks(&[vec![4]]).remove(0), Ok(None)));
+        // A file that disappears after the set was opened is refused when it is needed.
+        std::fs::write(root.join("x/refs.1.parq"), &rows).expect("write");
+        let set = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect("opens");
+        std::fs::remove_file(root.join("x/refs.1.parq")).expect("remove");
+        let reader = set.reader("x", &array_meta(&set, "x"));
+        let read = |i: u64| {
+            reader
+                .read_chunks(&[vec![i]])
+                .remove(0)
+                .map(|b| b.map(|b| b.to_vec()))
+                .map_err(|e| zshard_core::chain_text(&e))
+        };
+        assert_eq!(read(0), Ok(Some(vec![0, 1])));
+        let e = read(4).expect_err("strict");
+        assert!(e.contains(&want), "{e}");
     }
 
     #[test]

@@ -305,6 +305,7 @@ impl ReferenceSet {
                 file: store.url(&node.path),
                 source,
             })?;
+            let mut present = std::collections::HashSet::new();
             for key in keys {
                 let (parent, name) = key.rsplit_once('/').unwrap_or(("", key.as_str()));
                 if parent != node.path {
@@ -314,6 +315,7 @@ impl ReferenceSet {
                     .strip_prefix("refs.")
                     .and_then(|n| n.strip_suffix(".parq"))
                     .and_then(|n| n.parse::<u64>().ok());
+                present.extend(number);
                 if let Some(n) = number.filter(|&n| n >= files) {
                     return Err(format(
                         store.url(&key),
@@ -323,6 +325,12 @@ impl ReferenceSet {
                             files.saturating_sub(1).min(n)
                         ),
                     ));
+                }
+            }
+            if options.strict_refs {
+                if let Some(n) = (0..files).find(|n| !present.contains(n)) {
+                    let key = meta_key(&node.path, &format!("refs.{n}.parq"));
+                    return Err(format(store.url(&key), missing_record(&node.path)));
                 }
             }
         }
@@ -347,6 +355,21 @@ impl ReferenceSet {
             nodes,
         })
     }
+}
+
+/// The key of `name` in the folder of the node at `path`.
+fn meta_key(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}/{name}")
+    }
+}
+
+/// Why a missing record file is refused under `strict_refs`.
+pub(crate) fn missing_record(array: &str) -> String {
+    let array = if array.is_empty() { "/" } else { array };
+    format!("is missing (--strict-refs: every record file of array {array} must exist)")
 }
 
 #[cfg(test)]

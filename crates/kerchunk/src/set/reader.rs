@@ -153,7 +153,20 @@ impl ParquetReader {
             })?,
             false => None,
         };
+        let local = self.store.local_path(&name);
+        // Absent only when nothing is there: a folder (or other non-file) at the name is unreadable.
+        if let (None, Some(path)) = (&bytes, &local) {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(format(&display, "is not a readable file"));
+            }
+        }
         let rows = match bytes {
+            None if self.common.shared.options.strict_refs => {
+                return Err(format(
+                    &display,
+                    super::open::missing_record(&self.common.path),
+                ));
+            }
             // kerchunk's writer leaves out the file of a record without a single reference
             // (fsspec then reads its chunks as missing): an absent file is such a record.
             None => RefRows::default(),
