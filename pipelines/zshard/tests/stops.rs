@@ -167,17 +167,17 @@ fn usage_errors_write_a_failed_report_when_it_is_named() {
     let report_arg = format!("--report={}", s(&report));
     let cases: [(&str, Vec<&str>, &str); 3] = [
         (
-            "invalid shape",
+            "invalid index location",
             vec![
                 "convert",
                 s(&src),
                 "--report",
                 s(&report),
                 s(&dst),
-                "--shard-shape",
-                "0,4",
+                "--index-location",
+                "middle",
             ],
-            "invalid value '0,4' for '--shard-shape",
+            "invalid value 'middle' for '--index-location",
         ),
         (
             "unknown flag",
@@ -222,7 +222,7 @@ fn usage_errors_write_a_failed_report_when_it_is_named() {
         std::fs::remove_file(&report).expect("remove the report");
     }
     // Without --report nothing is written; a usage error of another command writes no report.
-    let out = zshard(&["convert", s(&src), s(&dst), "--shard-shape", "0"]);
+    let out = zshard(&["convert", s(&src), s(&dst), "--index-location", "0"]);
     assert_eq!(out.status.code(), Some(2));
     let out = zshard(&["plan", s(&src), "--report", s(&report)]);
     assert_eq!(out.status.code(), Some(2));
