@@ -314,7 +314,10 @@ def test_the_gil_is_released_while_converting(many_shards, tmp_path):
 def test_console_script(small, tmp_path):
     script = Path(sys.executable).with_name("zshard")
     version = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=False)
-    assert (version.returncode, version.stdout) == (0, f"zshard {zshard.__version__}\n")
+    # The same first line as the binary's: the version and the commit it was built from.
+    first_line = version.stdout.splitlines()[0] if version.stdout else ""
+    assert version.returncode == 0, version.stderr
+    assert first_line.startswith(f"zshard {zshard.__version__} (commit "), version.stdout
     src, data = small
     dst = tmp_path / "cli.zarr"
     run = subprocess.run(
