@@ -267,3 +267,35 @@ def test_level_shapes_set_a_level(zshard_bin, tmp_path):
     assert r.returncode == 1, r.describe()
     assert "--level-shapes gives shapes for pyramid level 5, but" in r.stderr
     assert "has levels 0 to 4 only" in r.stderr, r.describe()
+
+
+def test_shapes_by_axis_name_fit_an_image_and_its_labels(zshard_bin, tmp_path):
+    """Extents by OME axis name (issue 17, point 5) apply to the czyx image and its zyx labels alike,
+    which no positional shape can; the axes not named keep the default rule, and every pyramid level
+    derives its shapes from its first level's."""
+    src, dst = tmp_path / "image.ome.zarr", tmp_path / "by-name.zarr"
+    _write_image_04(src)
+    shapes = ["--shard-shape", "c=1,z=5,y=128", "--chunk-shape", "y=64,x=32"]
+    r = run_zshard(zshard_bin, ["convert", src, dst, "--shard-shape", "1,5,128,256"])
+    assert r.returncode == 1 and "has 4 dimensions, but the array has 3" in r.stderr, r.describe()
+    _convert(zshard_bin, src, dst, *shapes)
+    image = load_json(dst / "s0" / "zarr.json")
+    assert image["dimension_names"] == ["c", "z", "y", "x"]
+    assert image["chunk_grid"]["configuration"]["chunk_shape"] == [1, 5, 128, 256]
+    assert image["codecs"][0]["configuration"]["chunk_shape"] == [1, 5, 64, 32]
+    label = load_json(dst / "labels" / "cells" / "s0" / "zarr.json")
+    assert label["dimension_names"] == ["z", "y", "x"]
+    assert label["chunk_grid"]["configuration"]["chunk_shape"] == [5, 128, 256]
+    assert label["codecs"][0]["configuration"]["chunk_shape"] == [5, 64, 32]
+    for level in LEVELS:
+        meta = load_json(dst / level / "zarr.json")
+        shard = meta["chunk_grid"]["configuration"]["chunk_shape"]
+        inner = meta["codecs"][0]["configuration"]["chunk_shape"]
+        assert all(s <= max(e, i) for s, e, i in zip(shard, meta["shape"], inner)), (level, meta)
+        assert all(s % i == 0 for s, i in zip(shard, inner)), (level, shard, inner)
+    _assert_levels_read_back(src, dst)
+    _assert_levels_read_back(src, dst, "labels/cells")
+
+    r = run_zshard(zshard_bin, ["plan", src, dst, "--shard-shape", "t=1"])
+    assert r.returncode == 1, r.describe()
+    assert "no dimension named t" in r.stderr and "c, x, y, z" in r.stderr, r.describe()
