@@ -328,6 +328,12 @@ def test_console_script(small, tmp_path):
     )
     assert (run.returncode, run.stderr) == (0, "")
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
-    bad = subprocess.run([str(script), "convert", str(src)], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2
-    assert bad.stderr.startswith("zshard: error: the following required arguments were not provided")
+    # A usage error: exit 2 and clap's message on one line, as from the binary.
+    bad = subprocess.run(
+        [str(script), "convert", str(src), str(dst), "--index-location", "middle"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.startswith("zshard: error: invalid value 'middle' for '--index-location"), bad.stderr
