@@ -15,7 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading also says how long the previous step took (where CI's minutes go).
+step_started=$SECONDS
+step() {
+  printf '\n==> [previous step %ss] %s\n' "$((SECONDS - step_started))" "$*"
+  step_started=$SECONDS
+}
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
