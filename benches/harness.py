@@ -14,6 +14,10 @@ Workloads (sizes of --scale full; --scale small shrinks each one so the whole se
       copies the encoded chunks (passthrough); also timed: zshard --no-passthrough, the peers, cp -r
   W6  2048x2048x1024 uint8 Zarr v2 (256^3 chunks, blosc lz4) -> ONE shard of 128^3 inner chunks, zstd 3,
       with --memory-limit 512MiB, index at the end and at the start: peak RSS must stay below the limit
+  --growth 0.25,1,4,16: W1's workload (zshard alone) at those multiples of its size (8192^2 ... 65536^2
+      at --scale full): wall, CPU and peak RSS per size, CPU and wall per GB, and two checks: linear time
+      (CPU per GB of the largest size within 1.2x of W1's own size, or the smallest size without it) and
+      flat memory (the largest size's peak RSS within 1.25x + 16 MiB of that size's)
 
 For each workload and tool: median wall, CPU (user+sys) and peak RSS over --runs runs (/usr/bin/time
 -v), throughput (raw MB / wall), wall relative to the best peer and to the codec floor. The codec floor
@@ -28,6 +32,7 @@ was missing; missed performance targets only change it with --strict (exit 2).
 Usage: harness.py [--scale full|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N]
                   [--workdir target/bench] [--zshard BIN] [--zarrs BIN] [--verify every|first]
                   [--w6-memory-limit SIZE] [--strict] [--regen] [--no-floor] [--timeout S]
+                  [--growth FACTORS]
 (benches/run.sh prepares the venv, the zshard build and the zarrs_reencode peer, then calls this.)
 """
 import argparse
@@ -160,6 +165,52 @@ def workloads(scale):
     }
 
 
+def growth_workloads(scale, factors):
+    """W1's workload at `factors` times its area (sides rounded to whole shards), zshard alone."""
+    base = workloads(scale)["W1"]
+    out = {}
+    for factor in factors:
+        shard = base.shard[0]
+        side = max(shard, round(base.shape[0] * math.sqrt(factor) / shard) * shard)
+        name = f"W1x{factor:g}"
+        out[name] = Workload(name, f"growth: W1 at {factor:g}x its size", kind="v2", shape=(side, side),
+                             dtype=base.dtype, src_chunks=base.src_chunks, shard=base.shard, inner=base.inner,
+                             codec=base.codec, peers=[], targets="growth", floor=False, seed=base.seed)
+    return out
+
+
+def growth_checks(results):
+    """Linear time and flat memory across the growth workloads (ordered by size): (text, status) pairs."""
+    ok = [w for w in results if w["tools"]["zshard"]["ok"]]
+    if len(ok) < 2:
+        return [("linear time and flat memory: fewer than two sizes ran", "n/a")]
+    # The reference is W1's own size when it ran: a smaller one may hold fewer shards than the pipeline's
+    # window, so its memory is not yet the steady state.
+    small = next((w for w in ok if w["name"] == "W1x1"), ok[0])
+    large = ok[-1]
+    per_gb = lambda w, k: w["tools"]["zshard"][k] / (w["raw_bytes"] / 1e9)  # noqa: E731
+    cpu_ratio = per_gb(large, "cpu") / per_gb(small, "cpu")
+    rss_small, rss_large = small["tools"]["zshard"]["rss_mib"], large["tools"]["zshard"]["rss_mib"]
+    return [(f"linear time: CPU per GB at {large['name']} {per_gb(large, 'cpu'):.2f} s vs {small['name']} "
+             f"{per_gb(small, 'cpu'):.2f} s = {cpu_ratio:.2f}x (target <= 1.2x)",
+             "met" if cpu_ratio <= 1.2 else "MISSED"),
+            (f"flat memory: peak RSS at {large['name']} {rss_large:.0f} MiB vs {small['name']} {rss_small:.0f} MiB "
+             f"(target <= 1.25x + 16 MiB)", "met" if rss_large <= 1.25 * rss_small + 16 else "MISSED")]
+
+
+def growth_lines(results):
+    """The growth table (markdown rows) with its checks."""
+    lines = ["| size | shape | raw GB | wall s | CPU s | peak RSS MiB | wall s/GB | CPU s/GB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for w in results:
+        z = w["tools"]["zshard"]
+        gb = w["raw_bytes"] / 1e9
+        lines.append(f"| {w['name']} | {w['describe'].split(',')[0]} | {gb:.2f} | {fmt(z['wall'], '.2f')} | "
+                     f"{fmt(z['cpu'], '.2f')} | {fmt(z['rss_mib'], '.0f')} | {fmt(z['wall'] / gb, '.2f')} | "
+                     f"{fmt(z['cpu'] / gb, '.2f')} |")
+    return lines + [""] + [f"- **{s}**: {t}" for t, s in growth_checks(results)]
+
+
 def parse_size(text):
     m = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)?", text)
     if not m:
@@ -229,7 +280,7 @@ def make_w5_source(path, size):
 
 
 def make_zarr_source(wl, path):
-    if wl.name == "W1":
+    if wl.name == "W1" or wl.targets == "growth":
         w1.make_source(path, wl.shape[0])
         return
     if wl.name == "W5":
@@ -960,6 +1011,9 @@ def write_markdown(path, report):
         lines.append(f"| {w['name']} | {zwall} | {best_text} | {vs_best} | {floor_text} | {vs_floor} | "
                      f"{fmt(z['rss_mib'], '.0f')}{' MiB' if z['ok'] else ''} | {low_text} | "
                      f"{f'{met} met, {missed} missed' if w['targets'] else 'none set'} |")
+    growth = [w for w in report["workloads"] if w.get("targets_kind") == "growth"]
+    if growth:
+        lines += ["", "## Growth: W1 at several sizes (zshard alone)", ""] + growth_lines(growth)
     for w in report["workloads"]:
         lines += ["", f"## {w['name']}: {w['title']}", "",
                   f"{w['describe']}; {w['raw_bytes'] / 1e6:.0f} MB raw, {w['stored_bytes'] / 1e6:.0f} MB stored; "
@@ -992,6 +1046,9 @@ def main():
     p.add_argument("--regen", action="store_true", help="regenerate the sources even when cached")
     p.add_argument("--no-floor", action="store_true", help="skip the codec floor measurement")
     p.add_argument("--strict", action="store_true", help="exit 2 when a performance target is missed")
+    p.add_argument("--growth", default=None, metavar="FACTORS",
+                   help="instead of the workloads: W1 at these multiples of its size, e.g. 0.25,1,4,16 "
+                        "(zshard alone; linear time and flat memory)")
     p.add_argument("--w6-memory-limit", default=None,
                    help="W6's --memory-limit and RSS bound (default: 512MiB at --scale full, 96MiB at small)")
     args = p.parse_args()
@@ -1005,6 +1062,13 @@ def main():
     if not os.access(args.zshard, os.X_OK):
         sys.exit(f"harness: no zshard binary at {args.zshard}")
     all_wl = workloads(args.scale)
+    if args.growth:
+        try:
+            factors = sorted(float(f) for f in args.growth.split(",") if f.strip())
+        except ValueError:
+            sys.exit(f"harness: --growth takes numbers like 0.25,1,4,16, not {args.growth!r}")
+        all_wl.update(growth_workloads(args.scale, factors))
+        args.workloads = ",".join(growth_workloads(args.scale, factors))
     if args.w6_memory_limit:
         parse_size(args.w6_memory_limit)
         all_wl["W6"].memory_limit = args.w6_memory_limit
@@ -1013,7 +1077,7 @@ def main():
     elif args.workloads.lower() == "all":
         names = list(all_wl)
     else:
-        names = [n.strip().upper() for n in args.workloads.split(",") if n.strip()]
+        names = [n.strip().upper().replace("W1X", "W1x") for n in args.workloads.split(",") if n.strip()]
         unknown = [n for n in names if n not in all_wl]
         if unknown:
             sys.exit(f"harness: unknown workload(s) {unknown}; known: {', '.join(all_wl)}")
@@ -1041,12 +1105,17 @@ def main():
         report["workloads"].append(w)
         print_table(w, args.runs, args.threads)
         sys.stdout.flush()
+    growth = [w for w in report["workloads"] if w.get("targets_kind") == "growth"]
+    if growth:
+        report["growth"] = growth_checks(growth)
+        print("\ngrowth (W1 at several sizes, zshard alone):\n" + "\n".join(growth_lines(growth)))
     report["duration_s"] = time.time() - started
     write_markdown(os.path.join(args.workdir, "results.md"), report)
     with open(os.path.join(args.workdir, "results.json"), "w") as fh:
         json.dump(report, fh, indent=1, default=str)
     problems = [(w["name"], k, p) for w in report["workloads"] for k, v in w["tools"].items() for p in v["problems"]]
     missed = [(w["name"], t) for w in report["workloads"] for t, s in w["targets"] if s == "MISSED"]
+    missed += [("growth", t) for t, s in report.get("growth", []) if s == "MISSED"]
     print(f"\nresults: {os.path.join(args.workdir, 'results.md')} and results.json "
           f"({report['duration_s']:.0f} s)")
     for wname, tool, prob in problems:
