@@ -447,8 +447,8 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
         ),
         "gzip" => CodecSpec::new("gzip", json!({"level": level()})),
         "zlib" => CodecSpec::new("numcodecs.zlib", json!({"level": level()})),
-        "bz2" | "lzma" | "lz4" | "pcodec" | "zfpy" | "crc32" | "adler32" | "crc32c" | "fletcher32"
-        | "jenkins_lookup3" | "bitround" => numcodecs_spec(id, c),
+        "bz2" | "lzma" | "lz4" | "pcodec" | "zfpy" | "crc32" | "adler32" | "crc32c"
+        | "fletcher32" | "jenkins_lookup3" | "bitround" => numcodecs_spec(id, c),
         other => {
             return Err(unsupported(
                 key,
@@ -635,7 +635,8 @@ mod tests {
         );
         let err = parse_array("a/.zarray", zarray("F").as_bytes(), None).expect_err("F order");
         assert!(
-            err.to_string().contains("zfpy with order F is not supported"),
+            err.to_string()
+                .contains("zfpy with order F is not supported"),
             "{err}"
         );
     }

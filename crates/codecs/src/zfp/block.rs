@@ -60,11 +60,21 @@ pub(super) fn permutation(dims: usize) -> Vec<usize> {
     table.iter().map(|c| index(c)).collect()
 }
 
+#[rustfmt::skip]
 const PERM_2: [&[usize]; 16] = [
-    &[0, 0], &[1, 0], &[0, 1], &[1, 1], &[2, 0], &[0, 2], &[2, 1], &[1, 2],
-    &[3, 0], &[0, 3], &[2, 2], &[3, 1], &[1, 3], &[3, 2], &[2, 3], &[3, 3],
+    &[0, 0],
+    &[1, 0], &[0, 1],
+    &[1, 1],
+    &[2, 0], &[0, 2],
+    &[2, 1], &[1, 2],
+    &[3, 0], &[0, 3],
+    &[2, 2],
+    &[3, 1], &[1, 3],
+    &[3, 2], &[2, 3],
+    &[3, 3],
 ];
 
+#[rustfmt::skip]
 const PERM_3: [&[usize]; 64] = [
     &[0, 0, 0],
     &[1, 0, 0], &[0, 1, 0], &[0, 0, 1],
@@ -88,8 +98,9 @@ const PERM_3: [&[usize]; 64] = [
     &[3, 3, 3],
 ];
 
-/// The 4D sequency order (block index, x fastest) of libzfp 1.0, whose 4D ordering is not the
-/// plain sum-then-squares rule; the 4D fixtures of the tests decode bit for bit with it.
+/// The 4D sequency order (block index, x fastest) of libzfp 1.0: also by sum, then sum of squares,
+/// but with its own order among ties, so it is libzfp's table; the 4D fixtures decode bit for bit.
+#[rustfmt::skip]
 const PERM_4: [usize; 256] = [
     0, 1, 4, 16, 64, 5, 80, 17, 68, 65, 20, 2, 8, 32, 128, 84,
     81, 69, 21, 6, 18, 66, 24, 72, 9, 96, 33, 36, 129, 132, 144, 3,
@@ -202,7 +213,11 @@ pub(super) struct Limits {
 
 /// Applies `lift` along each axis of a 4^dims block, the highest axis first (zfp's order: the
 /// lossy lift rounds, so the order matters).
-fn inverse_transform<I: Coefficient>(block: &mut [I], dims: usize, lift: fn(&mut [I], usize, usize)) {
+fn inverse_transform<I: Coefficient>(
+    block: &mut [I],
+    dims: usize,
+    lift: fn(&mut [I], usize, usize),
+) {
     for axis in (0..dims).rev() {
         let stride = 1usize << (2 * axis);
         for start in 0..block.len() {

@@ -44,7 +44,9 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
         other => {
             return Err(invalid(
                 NAME,
-                format!("cannot hold {other} arrays (zfp stores int32, int64, float32 and float64)"),
+                format!(
+                    "cannot hold {other} arrays (zfp stores int32, int64, float32 and float64)"
+                ),
             ))
         }
     };
@@ -215,7 +217,13 @@ fn decode_field<I: Coefficient>(
             },
             &mut bytes,
         );
-        scatter(&bytes, &block_origin(index, &blocks), &sizes, width, &mut out);
+        scatter(
+            &bytes,
+            &block_origin(index, &blocks),
+            &sizes,
+            width,
+            &mut out,
+        );
     }
     Ok(out)
 }

@@ -137,7 +137,11 @@ pub(super) struct Header {
 
 /// Reads the full header zfpy's `compress_numpy` writes; `Err` says what is wrong.
 pub(super) fn read_header(reader: &mut BitReader<'_>) -> Result<Header, String> {
-    let magic = [reader.read_bits(8), reader.read_bits(8), reader.read_bits(8)];
+    let magic = [
+        reader.read_bits(8),
+        reader.read_bits(8),
+        reader.read_bits(8),
+    ];
     if magic != [u64::from(b'z'), u64::from(b'f'), u64::from(b'p')] {
         return Err("the chunk does not start with zfp's magic \"zfp\"".into());
     }

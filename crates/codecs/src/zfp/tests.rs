@@ -27,7 +27,10 @@ fn data_type(name: &str) -> DataType {
 }
 
 fn codec(repr: &ChunkRepr) -> Arc<dyn ArrayToBytesCodec> {
-    let spec = CodecSpec::new(NAME, json!({"mode": 4, "tolerance": -1, "rate": -1, "precision": -1}));
+    let spec = CodecSpec::new(
+        NAME,
+        json!({"mode": 4, "tolerance": -1, "rate": -1, "precision": -1}),
+    );
     match build(&spec, repr) {
         Ok(Codec::ArrayToBytes(c)) => c,
         other => panic!("not an array-to-bytes codec: {other:?}"),
@@ -98,13 +101,18 @@ fn refuses_streams_that_do_not_describe_the_chunk() {
         data_type: DataType::Float64,
         ..repr.clone()
     };
-    let err = codec(&doubles).decode(stream.clone(), &doubles).expect_err("type");
+    let err = codec(&doubles)
+        .decode(stream.clone(), &doubles)
+        .expect_err("type");
     assert!(err.to_string().contains("35 float32 values"), "{err}");
     // Cut short, and not zfp at all.
     let err = c
         .decode(stream[..stream.len() / 2].to_vec(), &repr)
         .expect_err("short");
-    assert!(err.to_string().contains("the stream ends inside block"), "{err}");
+    assert!(
+        err.to_string().contains("the stream ends inside block"),
+        "{err}"
+    );
     let err = c.decode(b"zfq\x05".to_vec(), &repr).expect_err("magic");
     assert!(err.to_string().contains("magic"), "{err}");
     let err = c.decode(Vec::new(), &repr).expect_err("empty");
@@ -126,7 +134,11 @@ fn refuses_types_zfp_does_not_store() {
         fill_value: FillValue::zero(DataType::UInt16),
     };
     let err = build(&CodecSpec::new(NAME, json!({})), &repr).expect_err("uint16");
-    assert!(err.to_string().contains("zfp stores int32, int64, float32 and float64"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("zfp stores int32, int64, float32 and float64"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -139,4 +151,3 @@ fn powers_of_two_round_like_ldexp() {
     assert_eq!(pow2_f64(-1074), f64::from_bits(1));
     assert_eq!(pow2_f64(10), 1024.0);
 }
-
