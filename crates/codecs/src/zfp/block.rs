@@ -143,9 +143,12 @@ pub(super) fn decode_planes(
         let bit = 1u64 << plane;
         let verbatim = (significant as u64).min(bits) as usize;
         bits -= verbatim as u64;
-        for value in &mut out[..verbatim] {
-            if reader.read_bit() {
-                *value += bit;
+        for start in (0..verbatim).step_by(64) {
+            let n = (verbatim - start).min(64);
+            let mut ones = reader.read_bits(n as u32);
+            while ones != 0 {
+                out[start + ones.trailing_zeros() as usize] += bit;
+                ones &= ones - 1;
             }
         }
         while significant < size && bits > 0 {
@@ -216,15 +219,13 @@ pub(super) struct Limits {
 fn inverse_transform<I: Coefficient>(
     block: &mut [I],
     dims: usize,
-    lift: fn(&mut [I], usize, usize),
+    lift: impl Fn(&mut [I], usize, usize),
 ) {
     for axis in (0..dims).rev() {
         let stride = 1usize << (2 * axis);
-        for start in 0..block.len() {
-            // Each line along `axis` starts where that axis's coordinate is 0.
-            if (start / stride) % 4 == 0 {
-                lift(block, start, stride);
-            }
+        // Each line along `axis` starts where that axis's coordinate is 0; lines are independent.
+        for line in 0..block.len() / 4 {
+            lift(block, (line / stride) * stride * 4 + line % stride, stride);
         }
     }
 }

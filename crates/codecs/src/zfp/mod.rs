@@ -196,13 +196,13 @@ fn decode_field<I: Coefficient>(
     let dims = header.sizes.len();
     let block_len = 1usize << (2 * dims);
     let perm = permutation(dims);
-    let sizes: Vec<usize> = header.sizes.iter().map(|&n| n as usize).collect();
-    let blocks: Vec<usize> = sizes.iter().map(|n| n.div_ceil(4)).collect();
-    let total: usize = blocks.iter().product();
+    let layout = Layout::new(&header.sizes);
+    let total: usize = layout.blocks.iter().product();
     let mut out = vec![0u8; count * width];
     let mut scratch = vec![0u64; block_len];
     let mut values = vec![I::default(); block_len];
     let mut bytes = vec![[0u8; 8]; block_len];
+    let mut origin = [0usize; 4];
     for index in 0..total {
         let kind = decode_block(reader, header, &perm, &mut scratch, &mut values);
         if reader.overrun() {
@@ -217,15 +217,79 @@ fn decode_field<I: Coefficient>(
             },
             &mut bytes,
         );
-        scatter(
-            &bytes,
-            &block_origin(index, &blocks),
-            &sizes,
-            width,
-            &mut out,
-        );
+        layout.scatter(&bytes, &origin[..dims], width, &mut out);
+        layout.next_origin(&mut origin[..dims]);
     }
     Ok(out)
+}
+
+/// The field's geometry: sizes and strides along x, y, z, w (x fastest in the output), the
+/// block counts, and each block value's offset from the block's first value.
+struct Layout {
+    sizes: Vec<usize>,
+    strides: Vec<usize>,
+    blocks: Vec<usize>,
+    offsets: Vec<usize>,
+}
+
+impl Layout {
+    fn new(sizes: &[u64]) -> Self {
+        let sizes: Vec<usize> = sizes.iter().map(|&n| n as usize).collect();
+        let strides: Vec<usize> = sizes
+            .iter()
+            .scan(1usize, |stride, &n| {
+                let this = *stride;
+                *stride = stride.saturating_mul(n);
+                Some(this)
+            })
+            .collect();
+        let offsets = (0..1usize << (2 * sizes.len()))
+            .map(|i| {
+                strides
+                    .iter()
+                    .enumerate()
+                    .map(|(axis, stride)| ((i >> (2 * axis)) & 3) * stride)
+                    .sum()
+            })
+            .collect();
+        Layout {
+            blocks: sizes.iter().map(|n| n.div_ceil(4)).collect(),
+            sizes,
+            strides,
+            offsets,
+        }
+    }
+
+    /// Moves `origin` to the next block's first value, x blocks fastest.
+    fn next_origin(&self, origin: &mut [usize]) {
+        for (axis, start) in origin.iter_mut().enumerate() {
+            *start += 4;
+            if *start < self.sizes[axis] {
+                return;
+            }
+            *start = 0;
+        }
+    }
+
+    /// Copies the part of a 4^d block at `origin` that lies inside the field into the output.
+    fn scatter(&self, bytes: &[[u8; 8]], origin: &[usize], width: usize, out: &mut [u8]) {
+        let base: usize = origin.iter().zip(&self.strides).map(|(o, s)| o * s).sum();
+        let whole = origin.iter().zip(&self.sizes).all(|(o, n)| o + 4 <= *n);
+        for (i, (value, offset)) in bytes.iter().zip(&self.offsets).enumerate() {
+            if !whole {
+                let inside = origin
+                    .iter()
+                    .zip(&self.sizes)
+                    .enumerate()
+                    .all(|(axis, (o, n))| o + ((i >> (2 * axis)) & 3) < *n);
+                if !inside {
+                    continue;
+                }
+            }
+            let at = (base + offset) * width;
+            out[at..at + width].copy_from_slice(&value[..width]);
+        }
+    }
 }
 
 /// Decodes the next block into `values` (integers, or the integer form of floats).
@@ -290,36 +354,6 @@ fn decode_block<I: Coefficient>(
         BlockKind::Zero
     } else {
         BlockKind::Scaled(emax)
-    }
-}
-
-/// Where block `index` starts, in values along x, y, z, w (x blocks fastest).
-fn block_origin(index: usize, blocks: &[usize]) -> Vec<usize> {
-    let mut rest = index;
-    blocks
-        .iter()
-        .map(|&n| {
-            let origin = (rest % n) * 4;
-            rest /= n;
-            origin
-        })
-        .collect()
-}
-
-/// Copies the part of a 4^d block that lies inside the field into the C-order output.
-fn scatter(bytes: &[[u8; 8]], origin: &[usize], sizes: &[usize], width: usize, out: &mut [u8]) {
-    'values: for (i, value) in bytes.iter().enumerate() {
-        let mut offset = 0usize;
-        let mut stride = 1usize;
-        for (axis, (&start, &size)) in origin.iter().zip(sizes).enumerate() {
-            let coordinate = start + ((i >> (2 * axis)) & 3);
-            if coordinate >= size {
-                continue 'values;
-            }
-            offset += coordinate * stride;
-            stride *= size;
-        }
-        out[offset * width..(offset + 1) * width].copy_from_slice(&value[..width]);
     }
 }
 

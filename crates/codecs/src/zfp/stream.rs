@@ -3,13 +3,17 @@
 //! libzfp writes 64-bit words least significant bit first and stores them little endian, so the
 //! stream is a plain LSB-first bit sequence over the bytes.
 
-/// Reads bits least significant first. Reading past the end yields zeros and marks the reader
-/// [`overrun`](BitReader::overrun): callers check it after each block, which keeps the hot loop
-/// free of error paths.
+/// Reads bits least significant first, 64 at a time from the bytes. Reading past the end yields
+/// zeros and marks the reader [`overrun`](BitReader::overrun): callers check it after each block,
+/// which keeps the hot loop free of error paths.
 pub(super) struct BitReader<'a> {
     data: &'a [u8],
-    /// Position in bits from the start of `data`.
-    pos: usize,
+    /// The next byte to load into `buffer`.
+    next: usize,
+    /// Bits not yet read, least significant first.
+    buffer: u64,
+    /// How many bits of `buffer` are unread.
+    available: u32,
     overrun: bool,
 }
 
@@ -17,7 +21,9 @@ impl<'a> BitReader<'a> {
     pub(super) fn new(data: &'a [u8]) -> Self {
         BitReader {
             data,
-            pos: 0,
+            next: 0,
+            buffer: 0,
+            available: 0,
             overrun: false,
         }
     }
@@ -27,55 +33,68 @@ impl<'a> BitReader<'a> {
         self.overrun
     }
 
-    /// The little-endian 64-bit window starting at byte `byte` (zeros past the end).
-    fn window(&self, byte: usize) -> u64 {
-        match self.data.get(byte..byte + 8) {
-            Some(bytes) => {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(bytes);
-                u64::from_le_bytes(word)
-            }
-            None => {
-                let mut word = [0u8; 8];
-                let tail = self.data.get(byte..).unwrap_or(&[]);
-                word[..tail.len()].copy_from_slice(tail);
-                u64::from_le_bytes(word)
-            }
-        }
-    }
-
-    fn advance(&mut self, n: usize) {
-        self.pos = self.pos.saturating_add(n);
-        if self.pos > self.data.len().saturating_mul(8) {
+    /// Loads the next (up to) 8 bytes; past the end, 64 zero bits and the overrun mark.
+    fn refill(&mut self) {
+        let rest = self.data.get(self.next..).unwrap_or(&[]);
+        let take = rest.len().min(8);
+        if take == 0 {
             self.overrun = true;
+            self.buffer = 0;
+            self.available = 64;
+            return;
         }
+        let mut word = [0u8; 8];
+        word[..take].copy_from_slice(&rest[..take]);
+        self.buffer = u64::from_le_bytes(word);
+        self.available = 8 * take as u32;
+        self.next += take;
     }
 
     pub(super) fn read_bit(&mut self) -> bool {
-        let bit = self
-            .data
-            .get(self.pos >> 3)
-            .is_some_and(|byte| (byte >> (self.pos & 7)) & 1 == 1);
-        self.advance(1);
+        if self.available == 0 {
+            self.refill();
+        }
+        let bit = self.buffer & 1 == 1;
+        self.buffer >>= 1;
+        self.available -= 1;
         bit
     }
 
     /// Reads `n <= 64` bits; the first bit read is the least significant of the result.
     pub(super) fn read_bits(&mut self, n: u32) -> u64 {
+        if n <= self.available {
+            return self.take(n);
+        }
+        let low_bits = self.available;
+        let low = self.take(low_bits);
+        self.refill();
+        low | (self.take(n - low_bits) << low_bits)
+    }
+
+    /// Takes `n <= available` bits from the buffer.
+    fn take(&mut self, n: u32) -> u64 {
         if n == 0 {
             return 0;
         }
-        if n > 56 {
-            let low = self.read_bits(32);
-            return low | (self.read_bits(n - 32) << 32);
-        }
-        let value = (self.window(self.pos >> 3) >> (self.pos & 7)) & ((1u64 << n) - 1);
-        self.advance(n as usize);
+        let value = if n == 64 {
+            self.buffer
+        } else {
+            self.buffer & ((1u64 << n) - 1)
+        };
+        self.buffer = self.buffer.checked_shr(n).unwrap_or(0);
+        self.available -= n;
         value
     }
 
-    pub(super) fn skip(&mut self, n: usize) {
-        self.advance(n);
+    pub(super) fn skip(&mut self, mut n: usize) {
+        while n > 0 {
+            if self.available == 0 {
+                self.refill();
+            }
+            let step = n.min(self.available as usize) as u32;
+            self.take(step);
+            n -= step as usize;
+        }
     }
 }
 
