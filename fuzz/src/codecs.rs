@@ -245,6 +245,14 @@ fn pcodec_spec(inp: &mut Input) -> CodecSpec {
     CodecSpec::new("numcodecs.pcodec", config)
 }
 
+/// The data types zfp stores; with them, serializer choice 2 is `numcodecs.zfpy` (decode only).
+const ZFP_TYPES: [DataType; 4] = [
+    DataType::Int32,
+    DataType::Int64,
+    DataType::Float32,
+    DataType::Float64,
+];
+
 /// Codecs for which decode(encode(decode(x))) == decode(x) must hold, cheap to encode.
 fn lossless(spec: &CodecSpec) -> bool {
     match spec.name.as_str() {
@@ -314,7 +322,7 @@ pub fn decode_and_check(chain: &CodecChain, specs: &[CodecSpec], repr: &ChunkRep
     }
 }
 
-/// Reads a chunk representation and a chain `[transpose] bytes|numcodecs.pcodec <0 to 2 codecs
+/// Reads a chunk representation and a chain `[transpose] bytes|numcodecs.pcodec|numcodecs.zfpy <0 to 2 codecs
 /// from b2b>` from the front of the input. With `array_stage`, one more byte may put a numcodecs filter before `bytes`
 /// (as zarr-python 3 writes them), `numcodecs.categorize` over fixed-length unicode, or make the
 /// array one of variable-length strings with `vlen-utf8` in place of `bytes`.
@@ -337,6 +345,11 @@ pub fn parse_chain(
     let mut serializer = match (flags >> 3) % 4 {
         0 => CodecSpec::new("bytes", json!({"endian": "little"})),
         1 => CodecSpec::new("bytes", json!({"endian": "big"})),
+        // zfpy for the types zfp stores (its configuration does not matter when decoding).
+        2 if ZFP_TYPES.contains(&data_type) => CodecSpec::new(
+            "numcodecs.zfpy",
+            json!({"mode": 4, "tolerance": -1, "rate": -1, "precision": -1}),
+        ),
         2 => CodecSpec::new("bytes", json!({})),
         _ => pcodec_spec(inp),
     };

@@ -1,10 +1,10 @@
-"""numcodecs codecs beyond the common compressors: pcodec, bitround, jenkins_lookup3, and checksums
+"""numcodecs codecs beyond the common compressors: pcodec, zfpy, bitround, jenkins_lookup3, and checksums
 (adler32, fletcher32, crc32) standing as a Zarr v2 *compressor*.
 
 Every source is written by zarr-python 3.1 with numcodecs' own codecs (pcodec through the `pcodec`
 package, which binds the same `pco` crate zshard uses); zshard converts it, and the output must equal
-what zarr-python reads from the source, element by element and bit for bit (bitround is lossy: the
-reference is numcodecs' own decode, which is what zarr-python reads). Shapes leave edge chunks.
+what zarr-python reads from the source, element by element and bit for bit (bitround and zfpy are lossy:
+the reference is numcodecs' own decode, which is what zarr-python reads). Shapes leave edge chunks.
 """
 
 from __future__ import annotations
@@ -184,3 +184,109 @@ def test_a_corrupt_checksummed_chunk_is_an_error_naming_the_chunk(tmp_path: Path
     run = run_zshard(zshard_bin, ["convert", src, dst, "--quiet"])
     assert run.returncode == 1, run.describe()
     assert "1.2" in run.stderr and "numcodecs.jenkins_lookup3: checksum mismatch" in run.stderr, run.describe()
+
+
+# zfpy: numcodecs' ZFPY over zfpy 1.0.1 (libzfp), read by zshard's own zfp decoder. numcodecs' mode
+# numbers are zfp's: 2 fixed rate, 3 fixed precision, 4 fixed accuracy; fixed accuracy with a negative
+# tolerance is zfp's reversible (lossless) mode.
+ZFPY_MODES = {
+    "rate": {"mode": 2, "rate": 10},
+    "precision": {"mode": 3, "precision": 14},
+    "tolerance": {"mode": 4, "tolerance": 0.05},
+    "reversible": {"mode": 4, "tolerance": -1},
+}
+ZFPY_DTYPES = ["float32", "float64", "int32", "int64"]
+# Shapes and chunks whose sizes are not multiples of zfp's 4-value blocks: partial blocks at the edges
+# of every chunk, and edge chunks.
+ZFPY_LAYOUTS = {
+    1: ((103,), (25,)),
+    2: ((37, 23), (10, 7)),
+    3: ((9, 10, 11), (5, 6, 7)),
+    4: ((5, 6, 7, 9), (3, 5, 6, 7)),
+}
+
+
+def _zfpy_data(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Smooth values with noise, a run of zeros and (floats) a negative zero and a tiny value."""
+    rng = np.random.default_rng(1016)
+    grid = np.indices(shape).sum(axis=0).astype(np.float64)
+    values = np.sin(grid / 4.0) * 300.0 + rng.normal(0, 2, shape)
+    out = (values * 1000).astype(dtype) if dtype.startswith("int") else values.astype(dtype)
+    flat = out.reshape(-1)
+    flat[:9] = 0
+    if dtype.startswith("float"):
+        flat[11], flat[13] = -0.0, 1e-30
+    return out
+
+
+def _write_zfpy(src: Path, fmt: int, dtype: str, dims: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Writes the source with numcodecs' ZFPY; returns (values written, what zarr-python reads)."""
+    shape, chunks = ZFPY_LAYOUTS[dims]
+    config = ZFPY_MODES[mode]
+    codecs = (
+        dict(compressors=numcodecs.ZFPY(**config), filters=None)
+        if fmt == 2
+        else dict(serializer=znc.ZFPY(**config), compressors=None)
+    )
+    arr = zarr.create_array(
+        store=str(src), shape=shape, chunks=chunks, dtype=dtype, zarr_format=fmt, fill_value=0, **codecs
+    )
+    data = _zfpy_data(dtype, shape)
+    arr[...] = data
+    if fmt == 2:
+        assert load_json(src / ".zarray")["compressor"]["id"] == "zfpy"
+    else:
+        assert [c["name"] for c in load_json(src / "zarr.json")["codecs"]] == ["numcodecs.zfpy"]
+    return data, read_with_zarr(src)
+
+
+def _check_zfpy(zshard_bin: Path, tmp_path: Path, fmt: int, dtype: str, dims: int, mode: str) -> None:
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data, expected = _write_zfpy(src, fmt, dtype, dims, mode)
+    if mode == "reversible":
+        _assert_bits(expected, data, "zfp's reversible mode")
+    elif dtype.startswith("float"):
+        # The source really is lossy, so equality below means zshard decoded as zfp does.
+        assert not np.array_equal(_bits(expected), _bits(data))
+    shard = ",".join(str(2 * c) for c in ZFPY_LAYOUTS[dims][1])
+    convert_ok(zshard_bin, src, dst, "--shard-shape", shard, "--quiet")
+    _assert_bits(read_with_zarr(dst), expected, f"zarr-python read of {dst}")
+
+
+@pytest.mark.parametrize("dtype", ZFPY_DTYPES)
+@pytest.mark.parametrize("mode", sorted(ZFPY_MODES))
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_zfpy_every_mode_and_type(fmt: int, mode: str, dtype: str, tmp_path: Path, zshard_bin: Path) -> None:
+    _check_zfpy(zshard_bin, tmp_path, fmt, dtype, 2, mode)
+
+
+@pytest.mark.parametrize("mode", sorted(ZFPY_MODES))
+@pytest.mark.parametrize("dims", [1, 3, 4])
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_zfpy_every_dimensionality(fmt: int, dims: int, mode: str, tmp_path: Path, zshard_bin: Path) -> None:
+    # Each dimensionality with each mode, the data types taking turns.
+    dtype = ZFPY_DTYPES[(dims + sorted(ZFPY_MODES).index(mode)) % len(ZFPY_DTYPES)]
+    _check_zfpy(zshard_bin, tmp_path, fmt, dtype, dims, mode)
+
+
+def test_zfpy_source_codec_is_not_written(tmp_path: Path, zshard_bin: Path) -> None:
+    """zshard decodes zfp but does not encode it: `--compressor source` writes such an array with the
+    default zstd:3, says so, and the values are numcodecs' decode."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _, expected = _write_zfpy(src, 3, "float64", 2, "tolerance")
+    run = convert_ok(zshard_bin, src, dst, "--compressor", "source")
+    assert "numcodecs.zfpy is read but not written by zshard" in run.stderr, run.describe()
+    inner = load_json(dst / "zarr.json")["codecs"][0]["configuration"]["codecs"]
+    assert [c["name"] for c in inner] == ["bytes", "zstd"], inner
+    _assert_bits(read_with_zarr(dst), expected, f"zarr-python read of {dst}")
+    assert_readback(dst, expected)
+
+
+def test_zfpy_corrupt_chunk_is_an_error_naming_the_chunk(tmp_path: Path, zshard_bin: Path) -> None:
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _write_zfpy(src, 2, "float32", 2, "precision")
+    chunk = src / "1.2"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    run = run_zshard(zshard_bin, ["convert", src, dst, "--quiet"])
+    assert run.returncode == 1, run.describe()
+    assert "1.2" in run.stderr and "numcodecs.zfpy: the stream ends inside block" in run.stderr, run.describe()

@@ -30,7 +30,11 @@ const ARRAY_TO_BYTES: &[&str] = &[
     "vlen-bytes",
     "sharding_indexed",
     "numcodecs.pcodec",
+    "numcodecs.zfpy",
 ];
+
+/// Codecs zshard decodes but does not encode: a chain holding one cannot be written.
+const DECODE_ONLY: &[&str] = &["numcodecs.zfpy"];
 
 /// Codecs zshard reads from Zarr v2 that no Zarr v3 reader (zarr-python 3.1) takes.
 const NO_V3_CODEC: &[&str] = &[
@@ -49,6 +53,12 @@ pub fn v3_form_problem(specs: &[CodecSpec]) -> Option<String> {
         .find(|c| NO_V3_CODEC.contains(&c.name.as_str()))
     {
         return Some(format!("{} has no Zarr v3 codec", c.name));
+    }
+    if let Some(c) = specs
+        .iter()
+        .find(|c| DECODE_ONLY.contains(&c.name.as_str()))
+    {
+        return Some(format!("{} is read but not written by zshard", c.name));
     }
     let array_to_bytes = specs
         .iter()

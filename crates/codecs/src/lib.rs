@@ -8,8 +8,8 @@
 //! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
 //! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
 //! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`, `crc32`,
-//! `adler32`, `crc32c`, `fletcher32` and `jenkins_lookup3`, `categorize` (strings), and `pcodec`, an
-//! array→bytes codec in place of `bytes`. zarr-python 3 places the filters that compute on elements
+//! `adler32`, `crc32c`, `fletcher32` and `jenkins_lookup3`, `categorize` (strings), and `pcodec` and
+//! `zfpy` (decode only, a pure-Rust zfp decoder), array→bytes codecs in place of `bytes`. zarr-python 3 places the filters that compute on elements
 //! (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`) before `bytes`;
 //! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters
 //! are bytes→bytes codecs over the flattened elements in the element types their configuration
@@ -58,6 +58,7 @@ mod sharding;
 mod shuffle;
 mod transpose;
 mod vlen_utf8;
+mod zfp;
 mod zstd_codec;
 
 pub use array_filter::v3_form_problem;

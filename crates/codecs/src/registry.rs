@@ -61,10 +61,17 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.bitround", crate::bitround::build),
     ("numcodecs.categorize", crate::categorize::build),
     ("numcodecs.pcodec", crate::pcodec_codec::build),
+    ("numcodecs.zfpy", crate::zfp::build),
 ];
 
 /// Codecs that lay out fixed-size elements, which string arrays do not have.
-const FIXED_SIZE_ONLY: &[&str] = &["bytes", "transpose", "sharding_indexed", "numcodecs.pcodec"];
+const FIXED_SIZE_ONLY: &[&str] = &[
+    "bytes",
+    "transpose",
+    "sharding_indexed",
+    "numcodecs.pcodec",
+    "numcodecs.zfpy",
+];
 
 /// The codec names zshard supports, for error messages and `--help`.
 pub fn supported_codecs() -> Vec<&'static str> {

@@ -72,6 +72,32 @@ fn replay_fuzz_regressions() {
     eprintln!("replayed {replayed} fuzz regression inputs");
 }
 
+/// The zfpy seeds (`fuzz/make_zfp_seeds.py`) reach the zfp decoder through `codec_decode`'s
+/// input format and decode there, so the target fuzzes zfp from valid streams.
+#[test]
+fn zfpy_seeds_reach_the_zfp_decoder() {
+    let dir = fuzz_dir().join("corpus/codec_decode");
+    let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("corpus")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("seed-zfpy-"))
+        .collect();
+    seeds.sort();
+    assert_eq!(seeds.len(), 48, "4 types x 3 shapes x 4 modes");
+    for seed in seeds {
+        let data = std::fs::read(&seed).expect("seed");
+        let mut inp = input::Input::new(&data);
+        let (repr, specs) = codecs::parse_chain(&mut inp, false, codecs::any_codec);
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["numcodecs.zfpy"], "{}", seed.display());
+        let chain = zshard_codecs::build_chain(&specs, &repr).expect("chain");
+        let decoded = chain.decode(inp.rest(), &repr);
+        assert!(decoded.is_ok(), "{}: {:?}", seed.display(), decoded.err());
+        codecs::codec_decode(&data);
+    }
+}
+
 #[test]
 #[ignore = "writes fuzz/corpus; run by hand when the fuzz input formats change"]
 fn generate_fuzz_seeds() {

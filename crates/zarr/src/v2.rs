@@ -29,8 +29,8 @@ fn default_order() -> String {
 }
 
 /// The v2 compressors this build reads. numcodecs' checksums may stand as the compressor too, and
-/// `pcodec` encodes the elements themselves (it takes the place of `bytes`).
-pub const V2_COMPRESSORS: [&str; 14] = [
+/// `pcodec` and `zfpy` encode the elements themselves (they take the place of `bytes`).
+pub const V2_COMPRESSORS: [&str; 15] = [
     "blosc",
     "zstd",
     "gzip",
@@ -39,6 +39,7 @@ pub const V2_COMPRESSORS: [&str; 14] = [
     "lzma",
     "lz4",
     "pcodec",
+    "zfpy",
     "crc32",
     "adler32",
     "crc32c",
@@ -48,7 +49,7 @@ pub const V2_COMPRESSORS: [&str; 14] = [
 ];
 
 /// v2 compressors that turn the elements into bytes (array→bytes codecs in v3).
-const ELEMENT_COMPRESSORS: [&str; 1] = ["pcodec"];
+const ELEMENT_COMPRESSORS: [&str; 2] = ["pcodec", "zfpy"];
 
 /// The v2 filters this build reads. Each becomes the bytes-to-bytes codec `numcodecs.<id>` with the
 /// same configuration, placed after `bytes` because numcodecs filters see the flattened elements.
@@ -200,12 +201,19 @@ fn array_from(
         .and_then(|c| c.get("id").and_then(Value::as_str))
         .filter(|id| ELEMENT_COMPRESSORS.contains(id));
     if let Some(id) = element_compressor {
-        // numcodecs hands pcodec the chunk's elements (zarr-python 3 as the array itself); it is
+        // numcodecs hands pcodec and zfpy the chunk's elements (zarr-python 3 as the array itself); it is
         // the array→bytes codec, so elements must reach it unchanged.
         if filters.peek().is_some() || codecs.iter().any(|c| c.name != "transpose") {
             return Err(metadata(
                 key,
                 format!("compressor {id} after filters is not supported"),
+            ));
+        }
+        if id == "zfpy" && z.order == "F" {
+            // numcodecs' ZFPY refuses F-order chunks, so no writer makes such an array.
+            return Err(metadata(
+                key,
+                "compressor zfpy with order F is not supported (numcodecs' zfpy takes C order only)",
             ));
         }
         if endian == Endian::Big && data_type.swap_unit() > 1 {
@@ -439,8 +447,8 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
         ),
         "gzip" => CodecSpec::new("gzip", json!({"level": level()})),
         "zlib" => CodecSpec::new("numcodecs.zlib", json!({"level": level()})),
-        "bz2" | "lzma" | "lz4" | "pcodec" | "crc32" | "adler32" | "crc32c" | "fletcher32"
-        | "jenkins_lookup3" | "bitround" => numcodecs_spec(id, c),
+        "bz2" | "lzma" | "lz4" | "pcodec" | "zfpy" | "crc32" | "adler32" | "crc32c"
+        | "fletcher32" | "jenkins_lookup3" | "bitround" => numcodecs_spec(id, c),
         other => {
             return Err(unsupported(
                 key,
@@ -521,7 +529,7 @@ mod tests {
     fn rejects_unsupported_and_malformed() {
         let bad = |s: &str| parse_array("a/.zarray", s.as_bytes(), None).is_err();
         assert!(bad(
-            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#
+            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"sz3"},"fill_value":0,"order":"C","filters":null}"#
         ));
         assert!(bad(
             r#"{"zarr_format":2,"shape":[4],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
@@ -546,7 +554,7 @@ mod tests {
         assert!(bad(
             r#"{"zarr_format":2,"shape":[18446744073709551615,16],"chunks":[2,2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":null}"#
         ));
-        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#, None)
+        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"sz3"},"fill_value":0,"order":"C","filters":null}"#, None)
             .expect_err("unsupported");
         assert!(err.to_string().contains("a/.zarray") && err.to_string().contains("blosc"));
         // Fill 0 of a unicode array is numpy's zero element (zarr-python 2 normalised it to "").
@@ -609,6 +617,28 @@ mod tests {
         assert!(parse_array("a/.zarray", zarray, None).is_ok());
         let zarray = br#"{"zarr_format":2,"shape":[9],"chunks":[4],"dtype":"|S16777217","compressor":null,"fill_value":null,"order":"C","filters":null}"#;
         assert!(parse_array("a/.zarray", zarray, None).is_err());
+    }
+
+    #[test]
+    fn zfpy_compressor_replaces_bytes_in_c_order_only() {
+        let zarray = |order: &str| {
+            format!(
+                r#"{{"zarr_format":2,"shape":[5,7],"chunks":[4,4],"dtype":"<f4","compressor":{{"id":"zfpy","mode":4,"compression_kwargs":{{"tolerance":0.01}},"tolerance":0.01,"rate":-1,"precision":-1}},"fill_value":0,"order":"{order}","filters":null}}"#
+            )
+        };
+        let meta = parse_array("a/.zarray", zarray("C").as_bytes(), None).expect("zfpy");
+        let names: Vec<_> = meta.codecs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["numcodecs.zfpy"]);
+        assert_eq!(
+            meta.codecs[0].get("tolerance").and_then(Value::as_f64),
+            Some(0.01)
+        );
+        let err = parse_array("a/.zarray", zarray("F").as_bytes(), None).expect_err("F order");
+        assert!(
+            err.to_string()
+                .contains("zfpy with order F is not supported"),
+            "{err}"
+        );
     }
 
     #[test]

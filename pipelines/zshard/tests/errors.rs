@@ -149,7 +149,7 @@ fn missing_source_and_unsupported_codec() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
     let src = tmp.path().join("src");
     std::fs::create_dir_all(&src).expect("mkdir");
-    std::fs::write(src.join(".zarray"), br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#).expect("write");
+    std::fs::write(src.join(".zarray"), br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"sz3"},"fill_value":0,"order":"C","filters":null}"#).expect("write");
     let out = zshard(&[
         "convert",
         src.to_str().expect("utf-8"),
@@ -158,7 +158,7 @@ fn missing_source_and_unsupported_codec() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("zfpy") && stderr.contains("blosc"),
+        stderr.contains("sz3") && stderr.contains("blosc"),
         "{stderr}"
     );
 }
