@@ -340,11 +340,18 @@ impl Conversion {
                 .lock()
                 .map_err(|_| Error::Poisoned { what: "the record" })?;
             let (written, empty) = &mut *logs;
-            written.take_batch().into_iter().chain(empty.take_batch()).collect()
+            written
+                .take_batch()
+                .into_iter()
+                .chain(empty.take_batch())
+                .collect()
         };
         let log_error = log_error.into_inner().ok().flatten();
         // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
-        if partition.is_all() && result.is_ok() && log_error.is_none() && !self.cancel.is_cancelled()
+        if partition.is_all()
+            && result.is_ok()
+            && log_error.is_none()
+            && !self.cancel.is_cancelled()
         {
             // The last records go out with the metadata: both only say what is already true.
             finish(
@@ -419,7 +426,8 @@ impl Conversion {
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
         let survey = state::survey(&destination, &plan, true)?;
-        let done = state::done_shards(&destination, &plan, Partition::ALL, lease.key(), &survey)?.done;
+        let done =
+            state::done_shards(&destination, &plan, Partition::ALL, lease.key(), &survey)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {

@@ -193,7 +193,8 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
 
 /// Whether `key` lies below the folder `dir`.
 fn in_dir(key: &str, dir: &str) -> bool {
-    key.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+    key.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// The metadata documents whose presence decides what the destination holds: v2 `.zarray` and
@@ -500,9 +501,10 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
             in_dir(key, crate::lease::LEASES_DIR)
                 || *key == CLAIM
                 || in_dir(key, OPTIONS_DIR)
-                || key.rsplit('/').next().is_some_and(|name| {
-                    name == "zarr.json" || name == ".zarray"
-                })
+                || key
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|name| name == "zarr.json" || name == ".zarray")
         })
         .cloned()
         .collect();

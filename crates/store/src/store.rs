@@ -1,7 +1,7 @@
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path as FsPath, PathBuf};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
