@@ -608,13 +608,16 @@ fn write_metadata(
     for (key, _) in &first {
         destination.remove_staged_of(key)?;
     }
-    first.extend(alongside.iter().cloned());
-    let (written, listed) = destination.block_on(async {
+    // Joined, not chained: a document that fails to be written must not cancel the records' writes
+    // (a rerun skips the shards they name).
+    let (written, recorded, listed) = destination.block_on(async {
         futures::join!(
             destination.put_many_async(&first),
+            destination.put_many_async(alongside),
             destination.list_sizes_async(state::STATE_DIR)
         )
     });
+    recorded?;
     written?;
     let listed = listed?.into_iter().map(|(key, _)| key).collect();
     if let Some(doc) = root {
