@@ -560,3 +560,93 @@ def test_remote_reference_targets_are_read_with_many_requests_in_flight(tmp_path
     assert peak > 32, f"at most {peak} reads in flight"
     got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
     assert got.dtype == data.dtype and np.array_equal(got, data)
+
+
+def serial_round_trips(requests):
+    """The longest chain of `requests` each starting after the previous one ended: the round trips paid one
+    after another (requests sent side by side overlap, and count once)."""
+    chain, last_end = 0, float("-inf")
+    for r in sorted(requests, key=lambda r: r.end):
+        if r.start >= last_end:
+            chain, last_end = chain + 1, r.end
+    return chain
+
+
+def state_protocol_requests(proxy, src_bucket, dst_bucket):
+    """The destination's requests before the first chunk GET of the source and after the last shard PUT."""
+    def chunk_get(r):
+        name = r.path.split("?")[0].rsplit("/", 1)[-1]
+        return (r.method == "GET" and r.path.startswith(f"/{src_bucket}/") and r.status == "200"
+                and not name.startswith(".") and name not in ("zarr.json", "attributes.json"))
+    first_chunk = min(r.start for r in proxy.requests if chunk_get(r))
+    shard_puts = [r for r in proxy.requests if r.method == "PUT" and r.path.startswith(f"/{dst_bucket}/") and "/c/" in r.path]
+    last_shard = max((r.end for r in shard_puts), default=None)
+    dst = [r for r in proxy.requests if r.path.startswith(f"/{dst_bucket}")]
+    before = [r for r in dst if r.end <= first_chunk]
+    after = [r for r in dst if last_shard is not None and r.start >= last_shard]
+    return before, after, shard_puts
+
+
+def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_proxy):
+    """Issue 21: with a delay on every response, the destination's state protocol (lease, claim, checks of
+    what the destination holds, options record; at the end the metadata, the last records and the removal
+    of the state) costs a fixed few round trips, its independent requests side by side: 4 before the first
+    chunk is fetched (was 13), 3 after the last shard is written (was 6); the source's root documents cost 2
+    (was 5); and a resume finds what is done
+    from listings and record files, never a request per shard. The order the protocol needs (lease, then
+    claim, then the checks; options recorded before any shard; the claim removed last) is checked on the
+    proxy's log, and the output read back element by element."""
+    root = zarr.open_group(str(tmp_path / "in.zarr"), mode="w", zarr_format=2)
+    a = root.create_array("v", shape=(800, 800), chunks=(100, 100), dtype="uint16",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0)
+    values = (np.arange(800 * 800) % 6000).reshape(800, 800).astype("uint16")
+    a[:] = values
+    create_buckets(s3, "src7", "dst7")
+    upload_dir(s3, tmp_path / "in.zarr", "src7", "in.zarr")
+    # A delay well above the scheduling jitter of a loaded machine, so requests sent side by side overlap.
+    proxy = fault_proxy(latency=0.2)
+    convert = ["convert", "s3://src7/in.zarr/v", "s3://dst7/out.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", "--shard-shape", "200,200", "--chunk-shape", "100,100"]
+    run_zshard(*convert, env=S3_ENV)
+    before, after, shard_puts = state_protocol_requests(proxy, "src7", "dst7")
+    assert serial_round_trips(before) == 4, [(r.method, r.path) for r in before]
+    assert serial_round_trips(after) == 3, [(r.method, r.path) for r in after]
+    assert len(shard_puts) == 16
+    # The source's root documents: the reference-set probe, then the rest side by side (was 5 in series).
+    source_documents = [r for r in proxy.requests if r.path.startswith("/src7/") and r.path.rsplit("/", 1)[-1]
+                        in (".zmetadata", "attributes.json", "zarr.json", ".zarray", ".zattrs", ".zgroup")]
+    assert serial_round_trips(source_documents) == 2, [(r.path, r.start, r.end) for r in source_documents]
+
+    def one(method, suffix):
+        found = [r for r in before if r.method == method and r.path.split("?")[0].endswith(suffix)]
+        assert len(found) == 1, (method, suffix, [(r.method, r.path) for r in before])
+        return found[0]
+    lease = [r for r in before if r.method == "PUT" and "/.zshard/leases/" in r.path]
+    claim, options = one("PUT", "/.zshard/claim.json"), one("PUT", "/.zshard/options/w0of1.json")
+    assert len(lease) == 1 and lease[0].end <= claim.start
+    listings = [r for r in before if r.kind == "LIST"]
+    assert listings and all(claim.end <= r.start for r in listings)
+    assert all(options.end <= r.start for r in shard_puts)
+    last = max(proxy.requests, key=lambda r: r.end)
+    assert last.kind == "DELETE" and all(r.end <= last.start for r in proxy.requests if r is not last)
+    keys = download_prefix(s3, "dst7", "out.zarr", tmp_path / "out.zarr")
+    assert [k for k in keys if k.startswith(".zshard")] == []
+    assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], values)
+
+    # A resume: the first run stops at a damaged chunk of the last shard, the rerun converts the rest.
+    bad = "in.zarr/v/7.7"
+    good = s3.get_object(Bucket="src7", Key=bad)["Body"].read()
+    s3.put_object(Bucket="src7", Key=bad, Body=b"damaged")
+    resume = [c.replace("out.zarr", "resumed.zarr") for c in convert]
+    failed = run_zshard(*resume, env=S3_ENV, check=False)
+    assert failed.returncode == 1 and "7.7" in failed.stderr, failed.stderr
+    s3.put_object(Bucket="src7", Key=bad, Body=good)
+    proxy.reset()
+    run_zshard(*resume, env=S3_ENV)
+    before, after, _ = state_protocol_requests(proxy, "src7", "dst7")
+    assert serial_round_trips(before) == 4, [(r.method, r.path) for r in before]
+    shard_reads = [r.path for r in proxy.requests if r.method in ("GET", "HEAD") and "/resumed.zarr/c/" in r.path]
+    assert shard_reads == []
+    assert [r.path for r in before if r.method == "PUT" and "/options/" in r.path] == []
+    download_prefix(s3, "dst7", "resumed.zarr", tmp_path / "resumed.zarr")
+    assert np.array_equal(zarr.open_array(str(tmp_path / "resumed.zarr"), mode="r")[:], values)

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use zshard_core::linear_index;
 use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
 use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
-use zshard_writer::{
-    group_json, write_array_metadata, write_consolidated_group_metadata, write_group_metadata,
-};
+use zshard_writer::{consolidated_group_json, document_bytes, group_json};
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
@@ -253,28 +251,31 @@ impl Conversion {
         // Held from before the destination is touched until its state is removed, so that an
         // --overwrite elsewhere refuses while this run writes.
         let lease = Lease::acquire(destination, partition, self.lease_stale_after)?;
-        if state::prepare(
+        let prepared = state::prepare(
             destination,
             plan,
             fingerprint,
             partition,
             self.overwrite.then_some(lease.key()),
             observer,
-        )? == Prepared::Complete
-        {
-            let all: Vec<u64> = plan
-                .arrays
-                .iter()
-                .map(|a| a.geometry.shard_count())
-                .collect();
-            // A run killed while removing its state after writing the metadata left some of it.
-            lease.release()?;
-            clear_state(destination)?;
-            planned(&all)?;
-            return Ok((Status::Complete, input.reference_reads()));
-        }
-        let destination = &state::recording_uploads(destination, partition)?;
-        let resume = state::done_shards(destination, plan, partition, lease.key())?;
+        )?;
+        let survey = match prepared {
+            Prepared::Run(survey) => survey,
+            Prepared::Complete => {
+                let all: Vec<u64> = plan
+                    .arrays
+                    .iter()
+                    .map(|a| a.geometry.shard_count())
+                    .collect();
+                // A run killed while removing its state after writing the metadata left some of it.
+                let lease_key = lease.stop();
+                clear_state(destination, None, &[lease_key])?;
+                planned(&all)?;
+                return Ok((Status::Complete, input.reference_reads()));
+            }
+        };
+        let destination = &state::recording_uploads(destination, partition, &survey)?;
+        let resume = state::done_shards(destination, plan, partition, lease.key(), &survey)?;
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
@@ -333,31 +334,50 @@ impl Conversion {
                 },
             },
         );
+        // The last records of this run, as record files still to write.
+        let records: Vec<(String, bytes::Bytes)> = {
+            let mut logs = log
+                .lock()
+                .map_err(|_| Error::Poisoned { what: "the record" })?;
+            let (written, empty) = &mut *logs;
+            written
+                .take_batch()
+                .into_iter()
+                .chain(empty.take_batch())
+                .collect()
+        };
+        let log_error = log_error.into_inner().ok().flatten();
+        // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
+        if partition.is_all()
+            && result.is_ok()
+            && log_error.is_none()
+            && !self.cancel.is_cancelled()
+        {
+            // The last records go out with the metadata: both only say what is already true.
+            finish(
+                destination,
+                plan,
+                self.consolidate,
+                &self.cancel,
+                &records,
+                lease,
+            )?;
+            return Ok((Status::Ok, input.reference_reads()));
+        }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
         // skips them.
-        let flushed = log
-            .lock()
-            .map_err(|_| Error::Poisoned { what: "the record" })
-            .and_then(|mut logs| {
-                let (written, empty) = &mut *logs;
-                written.flush().and(empty.flush())
-            });
+        let flushed = destination.block_on(destination.put_many_async(&records));
         result?;
         flushed?;
-        if let Some(e) = log_error.into_inner().ok().flatten() {
+        if let Some(e) = log_error {
             return Err(Error::Record {
                 source: Box::new(e),
             });
         }
         if partition.is_all() {
-            // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
             self.stop_if_cancelled()?;
-            write_metadata(destination, plan, self.consolidate, &self.cancel)?;
-            lease.release()?;
-            clear_state(destination)?;
-        } else {
-            lease.release()?;
         }
+        lease.release()?;
         Ok((Status::Ok, input.reference_reads()))
     }
 
@@ -394,14 +414,20 @@ impl Conversion {
             groups: plan.groups.len(),
             already_finalized: false,
         };
-        if state::check_recorded(&destination, &plan, &fingerprint)? == Prepared::Complete {
+        let survey = state::survey(&destination, &plan, true)?;
+        if let Prepared::Complete =
+            state::check_recorded(&destination, &plan, &fingerprint, &survey)?
+        {
             finalized.already_finalized = true;
-            clear_state(&destination)?;
+            clear_state(&destination, None, &[])?;
             return Ok(finalized);
         }
         self.stop_if_cancelled()?;
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
-        let done = state::done_shards(&destination, &plan, Partition::ALL, lease.key())?.done;
+        // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
+        let survey = state::survey(&destination, &plan, true)?;
+        let done =
+            state::done_shards(&destination, &plan, Partition::ALL, lease.key(), &survey)?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {
@@ -414,9 +440,14 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
-        write_metadata(&destination, &plan, self.consolidate, &self.cancel)?;
-        lease.release()?;
-        clear_state(&destination)?;
+        finish(
+            &destination,
+            &plan,
+            self.consolidate,
+            &self.cancel,
+            &[],
+            lease,
+        )?;
         Ok(finalized)
     }
 }
@@ -517,49 +548,85 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
         .collect()
 }
 
+/// Ends a conversion whose every shard is done: writes the metadata (see [`write_metadata`], with
+/// `records`, this run's last record files, alongside), then removes the state with the lease.
+/// On an object store that is three round trips for a single array (the documents with the records
+/// and a listing of the state folder; the removals; the claim), one more for a hierarchy's root.
+fn finish(
+    destination: &Store,
+    plan: &Plan,
+    consolidate: bool,
+    cancel: &Cancel,
+    records: &[(String, bytes::Bytes)],
+    lease: Lease,
+) -> Result<()> {
+    let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
+    let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
+    also.push(lease.stop());
+    clear_state(destination, Some(listed), &also)
+}
+
 /// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
 /// Staged files that interrupted earlier writes of a document left are removed first, so the result
-/// equals an uninterrupted run's file for file. The root group's comes last, with every other
-/// document consolidated into it when `consolidate` (a reader trusts consolidated metadata over the
-/// files, so it must describe the final ones). Stops before the next document once `cancel` is
-/// cancelled (a rerun writes them all again).
+/// equals an uninterrupted run's file for file. Every document but the root group's goes out side by
+/// side (with `alongside`, and a listing of the state folder, which is returned); the root group's
+/// comes last, with every other document consolidated into it when `consolidate` (a reader trusts
+/// consolidated metadata over the files, so it must describe the final ones). Stops before the
+/// documents, and before the root's, once `cancel` is cancelled (a rerun writes them all again);
+/// each document is written whole or not at all.
 fn write_metadata(
     destination: &Store,
     plan: &Plan,
     consolidate: bool,
     cancel: &Cancel,
-) -> Result<()> {
+    alongside: &[(String, bytes::Bytes)],
+) -> Result<Vec<String>> {
     let stop_if_cancelled = || {
         if cancel.is_cancelled() {
             return Err(Error::Cancelled);
         }
         Ok(())
     };
-    for (key, bytes) in &plan.files {
-        stop_if_cancelled()?;
-        destination.remove_staged_of(key)?;
-        destination.put(key, bytes.clone())?;
-    }
-    for array in &plan.arrays {
-        stop_if_cancelled()?;
-        destination.remove_staged_of(&metadata_key(&array.path))?;
-        write_array_metadata(destination, &array.path, &array.output)?;
-    }
-    // Deepest groups first, the root last.
-    let mut groups: Vec<_> = plan.groups.iter().collect();
-    groups.sort_by_key(|(path, _)| {
-        std::cmp::Reverse(path.matches('/').count() + usize::from(!path.is_empty()))
-    });
-    for (path, attributes) in groups {
-        stop_if_cancelled()?;
-        destination.remove_staged_of(&metadata_key(path))?;
-        if path.is_empty() && consolidate {
-            write_consolidated_group_metadata(destination, path, attributes, members(plan))?;
+    let mut first: Vec<(String, bytes::Bytes)> = plan.files.clone();
+    first.extend(plan.arrays.iter().map(|array| {
+        (
+            metadata_key(&array.path),
+            document_bytes(&array.output.to_json()),
+        )
+    }));
+    let mut root = None;
+    for (path, attributes) in &plan.groups {
+        if !path.is_empty() {
+            first.push((metadata_key(path), document_bytes(&group_json(attributes))));
+        } else if consolidate {
+            root = Some(consolidated_group_json(attributes, members(plan)));
         } else {
-            write_group_metadata(destination, path, attributes)?;
+            root = Some(group_json(attributes));
         }
     }
-    Ok(())
+    stop_if_cancelled()?;
+    for (key, _) in &first {
+        destination.remove_staged_of(key)?;
+    }
+    // Joined, not chained: a document that fails to be written must not cancel the records' writes
+    // (a rerun skips the shards they name).
+    let (written, recorded, listed) = destination.block_on(async {
+        futures::join!(
+            destination.put_many_async(&first),
+            destination.put_many_async(alongside),
+            destination.list_sizes_async(state::STATE_DIR)
+        )
+    });
+    recorded?;
+    written?;
+    let listed = listed?.into_iter().map(|(key, _)| key).collect();
+    if let Some(doc) = root {
+        stop_if_cancelled()?;
+        let key = metadata_key("");
+        destination.remove_staged_of(&key)?;
+        destination.put(&key, document_bytes(&doc))?;
+    }
+    Ok(listed)
 }
 
 /// The key of the `zarr.json` of the node at `path`.
@@ -573,8 +640,8 @@ fn metadata_key(path: &str) -> String {
 
 /// Removes the state of a finished conversion, with the staged files of its interrupted writes
 /// (`.zshard/options/w0of1.json#1` of a run killed at that rename), which listings do not show.
-fn clear_state(destination: &Store) -> Result<()> {
-    state::clear(destination)?;
+fn clear_state(destination: &Store, listed: Option<Vec<String>>, also: &[String]) -> Result<()> {
+    state::clear(destination, listed, also)?;
     destination.remove_staged_below(state::STATE_DIR)?;
     // A run killed while deleting the state can leave its folders empty.
     destination.remove_empty_folders(state::STATE_DIR)?;

@@ -146,6 +146,16 @@ impl Input {
         runtime: Arc<IoRuntime>,
     ) -> Result<Input> {
         let store = Store::open_location(location, runtime, false)?;
+        // N5 detection and the Zarr root look for these one after another, each depending on the
+        // one before: read them side by side first (one round trip on an object store, not five).
+        store.read_ahead(&[
+            zshard_n5::ATTRIBUTES,
+            "zarr.json",
+            ".zarray",
+            ".zattrs",
+            ".zgroup",
+            ".zmetadata",
+        ]);
         let n5 = match format {
             Some(SourceFormat::N5) => true,
             Some(_) => false,

@@ -118,6 +118,13 @@ impl Lease {
         Ok(())
     }
 
+    /// Stops renewing and hands the lease object's key over to the caller, who removes it with the
+    /// rest of the state (one request for all of them).
+    pub(crate) fn stop(mut self) -> String {
+        self.stop_renewing();
+        std::mem::take(&mut self.key)
+    }
+
     fn stop_renewing(&mut self) {
         drop(self.stop.take());
         if let Some(renewer) = self.renewer.take() {
@@ -169,10 +176,33 @@ fn sanitize(host: &str) -> String {
         .collect()
 }
 
-/// Refuses (for `--overwrite`) while a lease other than `own` is fresh, naming its holder and when
+/// Refuses (for `--overwrite`; the conversion reads the leases with the rest, see
+/// [`refuse_live_leases`]) while a lease other than `own` is fresh, naming its holder and when
 /// it will be stale. Stale leases are left to the removal of the state folder.
+#[cfg(test)]
 pub(crate) fn refuse_live_runs(store: &Store, own: Option<&str>) -> Result<()> {
-    let Some(Live { key, record, age }) = live_leases(store, own)?.into_iter().next() else {
+    refuse_live(store, live_leases(store, own)?)
+}
+
+/// [`refuse_live_runs`] for leases already read (`(key, bytes)` of objects below [`LEASES_DIR`]).
+pub(crate) fn refuse_live_leases<'a>(
+    store: &Store,
+    own: Option<&str>,
+    leases: impl Iterator<Item = (&'a String, &'a Bytes)>,
+) -> Result<()> {
+    let now = now_ms();
+    let mut live = Vec::new();
+    for (key, bytes) in leases {
+        if Some(key.as_str()) != own {
+            live.extend(fresh(store, key, bytes, now)?);
+        }
+    }
+    refuse_live(store, live)
+}
+
+/// Refuses when `live` holds a lease, naming the first.
+fn refuse_live(store: &Store, live: Vec<Live>) -> Result<()> {
+    let Some(Live { key, record, age }) = live.into_iter().next() else {
         return Ok(());
     };
     Err(Error::Destination {
@@ -216,27 +246,36 @@ struct Live {
     age: u64,
 }
 
-/// The fresh leases other than `own`.
+/// The fresh leases other than `own`: one listing, then the leases read side by side.
 fn live_leases(store: &Store, own: Option<&str>) -> Result<Vec<Live>> {
     let now = now_ms();
+    let keys: Vec<String> = store
+        .list_keys(LEASES_DIR)?
+        .into_iter()
+        .filter(|key| Some(key.as_str()) != own)
+        .collect();
     let mut live = Vec::new();
-    for key in store.list_keys(LEASES_DIR)? {
-        if Some(key.as_str()) == own {
-            continue;
-        }
-        let Some(bytes) = store.get(&key)? else {
+    for (key, read) in keys.iter().zip(store.get_many(&keys)) {
+        let Some(bytes) = read? else {
             continue; // released meanwhile
         };
-        let record: Record = serde_json::from_slice(&bytes).map_err(|source| Error::State {
-            key: store.url(&key),
-            source,
-        })?;
-        let age = now.saturating_sub(record.renewed_ms);
-        if age < record.stale_after_ms {
-            live.push(Live { key, record, age });
-        }
+        live.extend(fresh(store, key, &bytes, now)?);
     }
     Ok(live)
+}
+
+/// The lease at `key` holding `bytes`, if it is fresh at `now`.
+fn fresh(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<Option<Live>> {
+    let record: Record = serde_json::from_slice(bytes).map_err(|source| Error::State {
+        key: store.url(key),
+        source,
+    })?;
+    let age = now.saturating_sub(record.renewed_ms);
+    Ok((age < record.stale_after_ms).then(|| Live {
+        key: key.to_string(),
+        record,
+        age,
+    }))
 }
 
 fn seconds(ms: u64) -> f64 {

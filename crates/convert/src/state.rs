@@ -12,6 +12,11 @@
 //! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
 //!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
 //!
+//! On an object store each request costs a round trip, so the requests that do not depend on each
+//! other go out side by side (see [`prepare`] and [`survey`]): a run pays about four round trips
+//! before its first chunk is fetched whatever the destination holds, and a resume finds what is
+//! done from one listing per array and the record files, never from a request per shard.
+//!
 //! Resume trusts a listed shard only when a record of this conversion names it with the listed size:
 //! anything else at one of our shard keys (a shard whose record was lost to a kill, junk, a truncated
 //! copy) is removed and converted again. Every key is written by one worker only. Once the metadata
@@ -61,10 +66,11 @@ fn join(path: &str, key: &str) -> String {
 }
 
 /// What a destination holds for this conversion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Prepared {
-    /// Nothing yet, or an interrupted run with the same options: convert what is not done.
-    Run,
+    /// Nothing yet, or an interrupted run with the same options: convert what is not done (what
+    /// is done is in the survey).
+    Run(Box<Survey>),
     /// The metadata this conversion writes is already there: it completed before.
     Complete,
 }
@@ -73,6 +79,11 @@ pub(crate) enum Prepared {
 /// its options. With `overwrite` (this run's lease key), what an earlier conversion or Zarr hierarchy
 /// left there is removed first (single-process runs only: a worker must never delete what another one
 /// wrote), unless another run holds a fresh lease on it.
+///
+/// Round trips on an object store: the claim (with the reads of an interrupted `--overwrite`'s
+/// marker and of an existing claim beside it), then one round of listings and metadata reads (see
+/// [`survey`]), the record files in one more when there are any, and the options record only when
+/// this worker has not recorded them before.
 pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
@@ -82,37 +93,128 @@ pub(crate) fn prepare(
     observer: &dyn Observer,
 ) -> Result<Prepared> {
     if let Some(own_lease) = overwrite {
-        crate::lease::refuse_live_runs(dst, Some(own_lease))?;
         remove_owned(dst, plan, partition, own_lease)?;
-    } else if dst.get(OVERWRITING)?.is_some() {
-        return Err(Error::Destination {
-            reason: format!(
-                "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
-                dst.url("")
-            ),
-        });
     }
     // The claim comes before every check of what the destination holds: a run that finishes in
     // between (metadata written, state removed) is then seen by the checks, and a run that starts in
     // between finds this claim.
-    let claim = claim(dst, fingerprint, observer)?;
-    let checked = check_holdings(dst, plan, fingerprint);
-    if claim == Claim::Created && !matches!(checked, Ok(Prepared::Run)) {
+    let claim = claim(dst, fingerprint, overwrite.is_none(), observer)?;
+    let surveyed = survey(dst, plan, false).and_then(|survey| {
+        let checked = check_holdings(dst, plan, fingerprint, &survey)?;
+        Ok((checked, survey))
+    });
+    if claim == Claim::Created && !matches!(surveyed, Ok((Prepared::Run(_), _))) {
         // Nothing of this run is needed there: a complete conversion, or one we must not touch.
         dst.delete(CLAIM)?;
     }
-    if checked? == Prepared::Complete {
+    let (checked, survey) = surveyed?;
+    if let Prepared::Complete = checked {
         return Ok(Prepared::Complete);
     }
-    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
-        what: "the conversion's options",
-        source,
-    })?;
-    dst.put(
-        &join(OPTIONS_DIR, &format!("{}.json", partition.tag())),
-        Bytes::from(text),
-    )?;
-    Ok(Prepared::Run)
+    let own = join(OPTIONS_DIR, &format!("{}.json", partition.tag()));
+    // An earlier run of this worker recorded the same options (every record was just checked to
+    // equal them): writing them again would change nothing.
+    if !survey.records.contains_key(&own) {
+        let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
+            what: "the conversion's options",
+            source,
+        })?;
+        dst.put(&own, Bytes::from(text))?;
+    }
+    Ok(Prepared::Run(Box::new(survey)))
+}
+
+/// What the destination holds around this conversion, read side by side: one listing of the state
+/// folder, one of each array's shards and the metadata documents at the root and at every node of
+/// the plan in one round, then every record file (options, done, empty) in another when there are
+/// any. Nothing here depends on another response of the same round.
+#[derive(Debug, Default)]
+pub(crate) struct Survey {
+    /// Every key below the state folder.
+    state: Vec<String>,
+    /// The v2 `.zarray`/`.zgroup` and v3 `zarr.json` documents at the root and at the plan's nodes,
+    /// by key (`None`: no such object).
+    documents: HashMap<String, Option<Bytes>>,
+    /// Per array of the plan, the objects at its shard keys: key, shard coordinate, size.
+    shards: Vec<Vec<(String, Vec<u64>, u64)>>,
+    /// The contents of the claim and of the record files (options, done, empty) that were still
+    /// there when read.
+    records: HashMap<String, Bytes>,
+}
+
+/// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
+/// knows them).
+pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
+    let documents = document_keys(plan);
+    let (state, read, shards) = dst.block_on(async {
+        let shards = plan.arrays.iter().map(|array| {
+            let grid = array.geometry.shard_grid();
+            async move { shard_keys(dst, &array.path, &grid).await }
+        });
+        futures::join!(
+            dst.list_sizes_async(STATE_DIR),
+            dst.get_many_async(&documents),
+            futures::future::join_all(shards)
+        )
+    });
+    let state: Vec<String> = state?.into_iter().map(|(key, _)| key).collect();
+    let documents = documents
+        .into_iter()
+        .zip(read)
+        .map(|(key, found)| Ok((key, found?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+    let record_keys: Vec<String> = state
+        .iter()
+        .filter(|key| {
+            (with_claim && *key == CLAIM)
+                || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR]
+                    .iter()
+                    .any(|dir| in_dir(key, dir))
+        })
+        .cloned()
+        .collect();
+    let mut records = HashMap::new();
+    if !record_keys.is_empty() {
+        // Record files are read side by side: a long run leaves many, and each is a round trip.
+        for (key, read) in record_keys.iter().zip(dst.get_many(&record_keys)) {
+            if let Some(bytes) = read? {
+                records.insert(key.clone(), bytes);
+            }
+        }
+    }
+    Ok(Survey {
+        state,
+        documents,
+        shards,
+        records,
+    })
+}
+
+/// Whether `key` lies below the folder `dir`.
+fn in_dir(key: &str, dir: &str) -> bool {
+    key.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The metadata documents whose presence decides what the destination holds: v2 `.zarray` and
+/// `.zgroup` and v3 `zarr.json` at the root and at every node of the plan, each once.
+fn document_keys(plan: &Plan) -> Vec<String> {
+    let paths = std::iter::once("")
+        .chain(plan.arrays.iter().map(|a| a.path.as_str()))
+        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+    let mut keys: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for path in paths {
+        for document in [".zarray", ".zgroup", "zarr.json"] {
+            let key = join(path, document);
+            // The root is also the path of an array or group converted at the root: read it once.
+            if seen.insert(key.clone()) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
 }
 
 /// How this run holds the destination's claim.
@@ -125,15 +227,52 @@ enum Claim {
 }
 
 /// Makes this conversion the destination's owner, or joins the owner with the same options; refuses
-/// when a conversion with other options holds it.
-fn claim(dst: &Store, fingerprint: &Value, observer: &dyn Observer) -> Result<Claim> {
+/// when a conversion with other options holds it, and (with `check_overwriting`) when an
+/// `--overwrite` was interrupted there. The create-only write goes out with the reads of the
+/// existing claim and of the `--overwrite` marker beside it, so a resume costs one round trip here,
+/// not three: the reads are only used when the write finds a claim, and a claim found then is the one
+/// read or a later one (the loop reads again when it vanished).
+fn claim(
+    dst: &Store,
+    fingerprint: &Value,
+    check_overwriting: bool,
+    observer: &dyn Observer,
+) -> Result<Claim> {
     let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
         what: "the conversion's options",
         source,
     })?;
+    let (created, existing, overwriting) = dst.block_on(async {
+        futures::join!(
+            dst.put_new_async(CLAIM, Bytes::from(text.clone())),
+            dst.get_async(CLAIM),
+            async {
+                if check_overwriting {
+                    dst.get_async(OVERWRITING).await
+                } else {
+                    Ok(None)
+                }
+            }
+        )
+    });
+    if overwriting?.is_some() {
+        if matches!(created, Ok(PutNew::Created)) {
+            dst.delete(CLAIM)?;
+        }
+        return Err(Error::Destination {
+            reason: format!(
+                "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
+                dst.url("")
+            ),
+        });
+    }
     // A claim removed between our write and our read (its run finished) is claimed again.
+    let mut first = Some((created, existing));
     for _ in 0..3 {
-        match dst.put_new(CLAIM, Bytes::from(text.clone()))? {
+        let (created, existing) = first
+            .take()
+            .unwrap_or_else(|| (dst.put_new(CLAIM, Bytes::from(text.clone())), Ok(None)));
+        match created? {
             PutNew::Created => return Ok(Claim::Created),
             PutNew::Exists => {}
             PutNew::Unsupported => {
@@ -147,7 +286,12 @@ fn claim(dst: &Store, fingerprint: &Value, observer: &dyn Observer) -> Result<Cl
                 }
             }
         }
-        let Some(bytes) = dst.get(CLAIM)? else {
+        // The claim read beside the write, or (when it was missing then) read again now.
+        let bytes = match existing? {
+            Some(bytes) => Some(bytes),
+            None => dst.get(CLAIM)?,
+        };
+        let Some(bytes) = bytes else {
             continue;
         };
         let claimed: Value = serde_json::from_slice(&bytes).map_err(|source| Error::State {
@@ -217,20 +361,25 @@ fn differences(recorded: &Value, ours: &Value) -> String {
     "other arrays".to_string()
 }
 
-/// Checks what the destination holds against this conversion (after claiming it).
-fn check_holdings(dst: &Store, plan: &Plan, fingerprint: &Value) -> Result<Prepared> {
-    if let Some(key) = first_v2_metadata(dst, plan)? {
+/// Checks what the destination holds (`survey`, read after claiming it) against this conversion.
+fn check_holdings(
+    dst: &Store,
+    plan: &Plan,
+    fingerprint: &Value,
+    survey: &Survey,
+) -> Result<Prepared> {
+    if let Some(key) = survey.first_v2_metadata() {
         return Err(Error::Destination {
             reason: format!(
                 "{} holds Zarr v2 metadata ({}); use --overwrite to replace it",
                 dst.url(""),
-                dst.url(&key)
+                dst.url(key)
             ),
         });
     }
-    let records = dst.list_keys(OPTIONS_DIR)?;
-    if records.is_empty() && has_metadata(dst, plan)? {
-        if metadata_matches(dst, plan)? {
+    let recorded = survey.options_records().next().is_some();
+    if !recorded && survey.has_metadata(plan) {
+        if survey.metadata_matches(plan) {
             return Ok(Prepared::Complete);
         }
         return Err(Error::Destination {
@@ -240,72 +389,144 @@ fn check_holdings(dst: &Store, plan: &Plan, fingerprint: &Value) -> Result<Prepa
             ),
         });
     }
-    if records.is_empty() {
+    if !recorded {
         // Every run records its options before it writes a shard, so a shard without a record was
         // not written by a run of this conversion (a finished one whose metadata was removed, or data
         // from elsewhere): resuming would take it for done.
-        if let Some(key) = first_shard(dst, plan)? {
+        if let Some((key, _, _)) = survey.shards.iter().flatten().next() {
             return Err(Error::Destination {
                 reason: format!(
                     "{} holds {} but no record of the zshard conversion that wrote it, so its shards cannot be trusted; use --overwrite to replace it",
                     dst.url(""),
-                    dst.url(&key)
+                    dst.url(key)
                 ),
             });
         }
-    } else if let Some(key) = conflicting_record(dst, fingerprint)? {
+    } else if let Some(key) = survey.conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
             reason: format!(
                 "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
                 dst.url(""),
-                dst.url(&key)
+                dst.url(key)
             ),
         });
     }
-    Ok(Prepared::Run)
+    Ok(Prepared::Run(Box::default()))
 }
 
-/// The first Zarr v2 `.zarray` or `.zgroup` at the root or at a node this conversion writes.
-fn first_v2_metadata(dst: &Store, plan: &Plan) -> Result<Option<String>> {
-    let paths = std::iter::once("")
-        .chain(plan.arrays.iter().map(|a| a.path.as_str()))
-        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
-    let mut keys: Vec<String> = Vec::new();
-    let mut seen = BTreeSet::new();
-    for path in paths {
-        for document in [".zarray", ".zgroup"] {
-            let key = join(path, document);
-            // The root is also the path of an array or group converted at the root: read it once.
-            if seen.insert(key.clone()) {
-                keys.push(key);
+impl Survey {
+    /// The first Zarr v2 `.zarray` or `.zgroup` at the root or at a node this conversion writes.
+    fn first_v2_metadata(&self) -> Option<&str> {
+        let mut found: Vec<&str> = self
+            .documents
+            .iter()
+            .filter(|(key, doc)| {
+                doc.is_some() && (key.ends_with(".zarray") || key.ends_with(".zgroup"))
+            })
+            .map(|(key, _)| key.as_str())
+            .collect();
+        found.sort_unstable();
+        found.first().copied()
+    }
+
+    /// The `zarr.json` at `path`, if there is one.
+    fn zarr_json(&self, path: &str) -> Option<&Bytes> {
+        self.documents.get(&join(path, "zarr.json"))?.as_ref()
+    }
+
+    /// Whether any node of the plan already has a `zarr.json` in the destination.
+    fn has_metadata(&self, plan: &Plan) -> bool {
+        let mut paths = plan
+            .arrays
+            .iter()
+            .map(|a| a.path.as_str())
+            .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+        paths.any(|path| self.zarr_json(path).is_some())
+    }
+
+    /// Whether every array's `zarr.json` in the destination is exactly the one this conversion
+    /// writes and every group has one.
+    fn metadata_matches(&self, plan: &Plan) -> bool {
+        let arrays = plan.arrays.iter().all(|array| {
+            self.zarr_json(&array.path).is_some_and(|bytes| {
+                serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null)
+                    == array.output.to_json()
+            })
+        });
+        arrays
+            && plan
+                .groups
+                .iter()
+                .all(|(path, _)| self.zarr_json(path).is_some())
+    }
+
+    /// The keys of the per-worker options records, in listing order.
+    fn options_records(&self) -> impl Iterator<Item = &String> {
+        self.state.iter().filter(|key| in_dir(key, OPTIONS_DIR))
+    }
+
+    /// The key of a recorded conversion whose options differ from `fingerprint`, if any.
+    fn conflicting_record(&self, dst: &Store, fingerprint: &Value) -> Result<Option<&str>> {
+        for key in self.options_records() {
+            let Some(bytes) = self.records.get(key) else {
+                continue; // removed meanwhile
+            };
+            let recorded: Value = serde_json::from_slice(bytes).map_err(|source| Error::State {
+                key: dst.url(key),
+                source,
+            })?;
+            if &recorded != fingerprint {
+                return Ok(Some(key));
             }
         }
+        Ok(None)
     }
-    // One round trip for all of them, not one per document in series.
-    for (key, found) in keys.iter().zip(dst.get_many(&keys)) {
-        if found?.is_some() {
-            return Ok(Some(key.clone()));
-        }
+
+    /// The contents of the claim, if it was listed and read.
+    fn claim(&self) -> Option<&Bytes> {
+        self.records.get(CLAIM)
     }
-    Ok(None)
 }
 
 /// For `--overwrite`: removes zshard's state, the Zarr hierarchy the destination holds and the chunk
-/// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`).
+/// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`); refuses while
+/// another run holds a fresh lease. One listing of the destination, then the leases, the recorded
+/// options and every metadata document it lists in one round of reads, then the removals side by
+/// side between the marker's write and its removal.
 fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<()> {
     let keys: BTreeSet<String> = dst.list_keys("")?.into_iter().collect();
+    let wanted: Vec<String> = keys
+        .iter()
+        .filter(|key| {
+            in_dir(key, crate::lease::LEASES_DIR)
+                || *key == CLAIM
+                || in_dir(key, OPTIONS_DIR)
+                || key
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|name| name == "zarr.json" || name == ".zarray")
+        })
+        .cloned()
+        .collect();
+    let mut read: HashMap<String, Bytes> = HashMap::new();
+    for (key, found) in wanted.iter().zip(dst.get_many(&wanted)) {
+        if let Some(bytes) = found? {
+            read.insert(key.clone(), bytes);
+        }
+    }
+    let leases = read
+        .iter()
+        .filter(|(key, _)| in_dir(key, crate::lease::LEASES_DIR));
+    crate::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
     let mut roots = vec![String::new()];
     roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
     roots.extend(plan.groups.iter().map(|(p, _)| p.clone()));
-    let mut arrays = recorded_arrays(dst, &keys)?;
+    let mut arrays = recorded_arrays(&keys, &read);
     arrays.extend(plan.arrays.iter().filter_map(|a| {
         ChunkKeys::of_v3(&a.output.to_json()).map(|chunk_keys| (a.path.clone(), chunk_keys))
     }));
-    let read = |key: &str| -> Option<Value> {
-        let bytes = dst.get(key).ok()??;
-        serde_json::from_slice(&bytes).ok()
-    };
-    let mut owned = owned_keys(&keys, &roots, &arrays, &read);
+    let document = |key: &str| -> Option<Value> { serde_json::from_slice(read.get(key)?).ok() };
+    let mut owned = owned_keys(&keys, &roots, &arrays, &document);
     owned.retain(|key| key != own_lease);
     if owned.is_empty() {
         return Ok(());
@@ -324,26 +545,28 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
         OVERWRITING,
         Bytes::from_static(b"an --overwrite is clearing this destination\n"),
     )?;
-    for key in owned.iter().filter(|k| *k != OVERWRITING) {
-        dst.delete(key)?;
-    }
+    let owned: Vec<String> = owned.into_iter().filter(|k| k != OVERWRITING).collect();
+    dst.delete_many(&owned)?;
     dst.delete(OVERWRITING)?;
     Ok(())
 }
 
-/// The arrays that zshard's recorded options (claim and per-worker records) describe, with their
-/// chunk keys: an interrupted conversion has shards but no metadata yet.
-fn recorded_arrays(dst: &Store, keys: &BTreeSet<String>) -> Result<Vec<(String, ChunkKeys)>> {
+/// The arrays that zshard's recorded options (claim and per-worker records, as `read`) describe,
+/// with their chunk keys: an interrupted conversion has shards but no metadata yet.
+fn recorded_arrays(
+    keys: &BTreeSet<String>,
+    read: &HashMap<String, Bytes>,
+) -> Vec<(String, ChunkKeys)> {
     let mut arrays = Vec::new();
     let records = keys
         .iter()
-        .filter(|k| *k == CLAIM || k.starts_with(&format!("{OPTIONS_DIR}/")));
+        .filter(|k| *k == CLAIM || in_dir(k, OPTIONS_DIR));
     for key in records {
-        let Some(bytes) = dst.get(key)? else {
+        let Some(bytes) = read.get(key) else {
             continue;
         };
         // A record we cannot read describes nothing we could remove.
-        let Ok(recorded) = serde_json::from_slice::<Value>(&bytes) else {
+        let Ok(recorded) = serde_json::from_slice::<Value>(bytes) else {
             continue;
         };
         for array in recorded["arrays"].as_array().into_iter().flatten() {
@@ -355,78 +578,35 @@ fn recorded_arrays(dst: &Store, keys: &BTreeSet<String>) -> Result<Vec<(String, 
             }
         }
     }
-    Ok(arrays)
+    arrays
 }
 
-/// Whether any node of the plan already has a `zarr.json` in the destination.
-fn has_metadata(dst: &Store, plan: &Plan) -> Result<bool> {
-    let paths = plan
-        .arrays
-        .iter()
-        .map(|a| a.path.as_str())
-        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
-    for path in paths {
-        if dst.get(&join(path, "zarr.json"))?.is_some() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// Whether every array's `zarr.json` in the destination is exactly the one this conversion writes and
-/// every group has one.
-fn metadata_matches(dst: &Store, plan: &Plan) -> Result<bool> {
-    for array in &plan.arrays {
-        let Some(bytes) = dst.get(&join(&array.path, "zarr.json"))? else {
-            return Ok(false);
-        };
-        let existing: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if existing != array.output.to_json() {
-            return Ok(false);
-        }
-    }
-    for (path, _) in &plan.groups {
-        if dst.get(&join(path, "zarr.json"))?.is_none() {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Removes the state folder once the metadata is written.
-pub(crate) fn clear(dst: &Store) -> Result<()> {
+/// Removes the state folder once the metadata is written: the keys `listed` below it (a listing
+/// made after this run's last write there, or `None` to list it now) and `also` (keys this run
+/// wrote there since the listing began), side by side, then the claim.
+pub(crate) fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -> Result<()> {
+    let listed = match listed {
+        Some(keys) => keys,
+        None => dst.list_keys(STATE_DIR)?,
+    };
     // The claim goes last: while any state is left, the destination stays claimed.
-    let keys: Vec<String> = dst
-        .list_keys(".zshard")?
-        .into_iter()
-        .filter(|k| k != CLAIM)
-        .collect();
-    dst.delete_many(&keys)?;
+    let mut keys: BTreeSet<String> = listed.into_iter().collect();
+    keys.extend(also.iter().cloned());
+    keys.remove(CLAIM);
+    dst.delete_many(&keys.into_iter().collect::<Vec<_>>())?;
     dst.delete(CLAIM).map_err(Error::from)
 }
 
-/// The key of a recorded conversion whose options differ from `fingerprint`, if any.
-fn conflicting_record(dst: &Store, fingerprint: &Value) -> Result<Option<String>> {
-    for key in dst.list_keys(OPTIONS_DIR)? {
-        let Some(bytes) = dst.get(&key)? else {
-            continue;
-        };
-        let recorded: Value = serde_json::from_slice(&bytes).map_err(|source| Error::State {
-            key: dst.url(&key),
-            source,
-        })?;
-        if &recorded != fingerprint {
-            return Ok(Some(key));
-        }
-    }
-    Ok(None)
-}
-
-/// Checks, without recording anything, that the destination's recorded options equal `fingerprint`;
-/// `Complete` when it was finalized before with the same options.
-pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> Result<Prepared> {
-    if dst.list_keys(OPTIONS_DIR)?.is_empty() {
-        if has_metadata(dst, plan)? && metadata_matches(dst, plan)? {
+/// Checks, without recording anything, that the destination's recorded options (`survey`) equal
+/// `fingerprint`; `Complete` when it was finalized before with the same options.
+pub(crate) fn check_recorded(
+    dst: &Store,
+    plan: &Plan,
+    fingerprint: &Value,
+    survey: &Survey,
+) -> Result<Prepared> {
+    if survey.options_records().next().is_none() {
+        if survey.has_metadata(plan) && survey.metadata_matches(plan) {
             return Ok(Prepared::Complete);
         }
         return Err(Error::Destination {
@@ -436,8 +616,8 @@ pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> R
             ),
         });
     }
-    let claimed = dst.get(CLAIM)?.map(|bytes| {
-        serde_json::from_slice::<Value>(&bytes).map_err(|source| Error::State {
+    let claimed = survey.claim().map(|bytes| {
+        serde_json::from_slice::<Value>(bytes).map_err(|source| Error::State {
             key: dst.url(CLAIM),
             source,
         })
@@ -452,16 +632,16 @@ pub(crate) fn check_recorded(dst: &Store, plan: &Plan, fingerprint: &Value) -> R
             ),
         });
     }
-    if let Some(key) = conflicting_record(dst, fingerprint)? {
+    if let Some(key) = survey.conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
             reason: format!(
                 "{} was converted with different options (see {})",
                 dst.url(""),
-                dst.url(&key)
+                dst.url(key)
             ),
         });
     }
-    Ok(Prepared::Run)
+    Ok(Prepared::Run(Box::default()))
 }
 
 /// What an earlier run of this conversion left in the destination.
@@ -477,39 +657,43 @@ pub(crate) struct Resume {
     pub(crate) untrusted: HashMap<(usize, u64), String>,
 }
 
-/// What is done (see [`Resume`]), from one listing of each array's shards and zshard's records.
-/// Leftover temporary files of interrupted writes of `partition`'s shards are removed, unless a run
-/// other than the one holding the lease `own_lease` is live: they may be its writes in progress.
+/// What is done (see [`Resume`]), from the survey's listing of each array's shards and zshard's
+/// records (no request per shard). Leftover temporary files of interrupted local writes of
+/// `partition`'s shards are removed, unless a run other than the one holding the lease `own_lease`
+/// is live: they may be its writes in progress. (Object stores have no such files, so their leases
+/// are not read here.)
 pub(crate) fn done_shards(
     dst: &Store,
     plan: &Plan,
     partition: Partition,
     own_lease: &str,
+    survey: &Survey,
 ) -> Result<Resume> {
-    let alone = !crate::lease::another_run_is_live(dst, own_lease)?;
-    let written = records(dst, plan, DONE_DIR)?;
+    let local = dst.local_path("").is_some();
+    let alone = local && !crate::lease::another_run_is_live(dst, own_lease)?;
+    let written = records(survey, plan, DONE_DIR);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
         untrusted: HashMap::new(),
     };
-    for (i, index) in records(dst, plan, EMPTY_DIR)?.into_keys() {
+    for (i, index) in records(survey, plan, EMPTY_DIR).into_keys() {
         resume.done[i].insert(index);
     }
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
-        for (key, coord, size) in shard_keys(dst, &array.path, &grid)? {
-            let index = linear_index(&coord, &grid);
+        for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
+            let index = linear_index(coord, &grid);
             let proven = written
                 .get(&(i, index))
-                .is_some_and(|sizes| sizes.contains(&Some(size)));
+                .is_some_and(|sizes| sizes.contains(&Some(*size)));
             if proven {
                 resume.done[i].insert(index);
             } else {
                 // Not done, even if recorded as all fill: an all-fill shard has no object.
                 resume.done[i].remove(&index);
                 if partition.owns(first_global + index) {
-                    resume.untrusted.insert((i, index), key);
+                    resume.untrusted.insert((i, index), key.clone());
                 }
             }
         }
@@ -526,17 +710,18 @@ pub(crate) fn done_shards(
 /// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
 type Recorded = HashMap<(usize, u64), Vec<Option<u64>>>;
 
-/// The shards that the record files under `dir` name: (array, C-order shard index) to the sizes
-/// recorded (`None` in records without a size). Lines of other arrays or grids are ignored.
-fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
+/// The shards that the record files under `dir` (as read by the survey) name: (array, C-order
+/// shard index) to the sizes recorded (`None` in records without a size). Lines of other arrays or
+/// grids are ignored.
+fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
     let mut found = Recorded::new();
-    // Record files are read side by side: a long run leaves many, and each is a round trip.
-    let keys = dst.list_keys(dir)?;
-    for read in dst.get_many(&keys) {
-        let Some(bytes) = read? else {
-            continue;
-        };
-        for line in String::from_utf8_lossy(&bytes).lines() {
+    let files = survey
+        .records
+        .iter()
+        .filter(|(key, _)| in_dir(key, dir))
+        .map(|(_, bytes)| bytes);
+    for bytes in files {
+        for line in String::from_utf8_lossy(bytes).lines() {
             let mut fields = line.split('\t');
             let (Some(path), Some(coord)) = (fields.next(), fields.next()) else {
                 continue;
@@ -558,7 +743,7 @@ fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
             }
         }
     }
-    Ok(found)
+    found
 }
 
 /// How the shards of every output array are keyed (the writer's encoding).
@@ -566,10 +751,15 @@ const SHARD_KEYS: ChunkKeyEncoding = zshard_writer::OUTPUT_KEY_ENCODING;
 
 /// The keys of the array at `array_path` that are shards of `grid`, with their coordinates and
 /// sizes.
-fn shard_keys(dst: &Store, array_path: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>, u64)>> {
+async fn shard_keys(
+    dst: &Store,
+    array_path: &str,
+    grid: &[u64],
+) -> Result<Vec<(String, Vec<u64>, u64)>> {
     let folder = join(array_path, SHARD_KEYS.chunk_folder());
     Ok(dst
-        .list_sizes_split(&folder, &listing_splits(array_path, grid))?
+        .list_sizes_split_async(&folder, &listing_splits(array_path, grid))
+        .await?
         .into_iter()
         .filter_map(|(key, size)| {
             let coord = shard_coord(array_path, &key, grid)?;
@@ -622,17 +812,6 @@ fn listing_splits(array_path: &str, grid: &[u64]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// The first object at a shard key of the plan, if any.
-fn first_shard(dst: &Store, plan: &Plan) -> Result<Option<String>> {
-    for array in &plan.arrays {
-        let grid = array.geometry.shard_grid();
-        if let Some((key, _, _)) = shard_keys(dst, &array.path, &grid)?.into_iter().next() {
-            return Ok(Some(key));
-        }
-    }
-    Ok(None)
 }
 
 /// Removes the staged files of interrupted local writes (see [`Store::staged_keys`]) of the shards
@@ -725,31 +904,52 @@ impl ShardLog {
         Ok(())
     }
 
+    /// Writes the records batched since the last flush.
     pub(crate) fn flush(&mut self) -> Result<()> {
+        if let Some((key, bytes)) = self.take_batch() {
+            self.store.put(&key, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// The records batched since the last flush, as the record file to write (its key and bytes),
+    /// for a caller that writes it side by side with other objects; `None` when there are none.
+    pub(crate) fn take_batch(&mut self) -> Option<(String, Bytes)> {
         self.last_flush = Instant::now();
         if self.entries == 0 {
-            return Ok(());
+            return None;
         }
         let key = format!("{}-{:06}.txt", self.prefix, self.seq);
-        self.store
-            .put(&key, Bytes::from(std::mem::take(&mut self.pending)))?;
         self.seq += 1;
         self.entries = 0;
-        Ok(())
+        Some((key, Bytes::from(std::mem::take(&mut self.pending))))
     }
 }
 
 /// Aborts the multipart uploads that earlier runs of `partition` left open (all of them for an
 /// unpartitioned run, which owns every shard; a worker's own only, as other workers may be uploading
 /// now), and returns `dst` recording the uploads of this run.
-pub(crate) fn recording_uploads(dst: &Store, partition: Partition) -> Result<Store> {
+/// The records are those the survey listed (no request when there are none).
+pub(crate) fn recording_uploads(
+    dst: &Store,
+    partition: Partition,
+    survey: &Survey,
+) -> Result<Store> {
     let own = format!("{UPLOADS_DIR}/{}", partition.tag());
     let earlier = if partition.is_all() {
         UPLOADS_DIR
     } else {
         &own
     };
-    dst.abort_recorded_uploads(earlier)?;
+    let recorded: Vec<String> = survey
+        .state
+        .iter()
+        .filter(|key| in_dir(key, earlier))
+        .cloned()
+        .collect();
+    if !recorded.is_empty() {
+        dst.abort_uploads_recorded_in(&recorded)?;
+    }
     Ok(dst.with_upload_records(&own))
 }
 

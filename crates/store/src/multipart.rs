@@ -85,15 +85,21 @@ impl Store {
     /// them) and removes their records; returns how many there were. Uploads whose record names an
     /// object outside this store are left alone (they are not this destination's).
     pub fn abort_recorded_uploads(&self, prefix: &str) -> Result<usize> {
+        self.abort_uploads_recorded_in(&self.list_keys(prefix)?)
+    }
+
+    /// [`Store::abort_recorded_uploads`] for record keys already listed (the caller listed the
+    /// records' folder with others in one request).
+    pub fn abort_uploads_recorded_in(&self, keys: &[String]) -> Result<usize> {
         let mut aborted = 0;
-        for key in self.list_keys(prefix)? {
-            let Some(bytes) = self.get(&key)? else {
+        for key in keys {
+            let Some(bytes) = self.get(key)? else {
                 continue;
             };
             let (path, id) = parse_record(&bytes)
                 .filter(|(path, _)| path.prefix_match(&self.root).is_some())
                 .ok_or_else(|| Error::UploadRecord {
-                    location: self.url(&key),
+                    location: self.url(key),
                     reason: "not a record of a multipart upload below this destination".into(),
                 })?;
             if let Some(multipart) = &self.multipart {
@@ -106,13 +112,13 @@ impl Store {
                     Err(source) => {
                         return Err(Error::Request {
                             operation: "cannot abort the multipart upload recorded in",
-                            location: self.url(&key),
+                            location: self.url(key),
                             source: Box::new(source),
                         })
                     }
                 }
             }
-            self.delete(&key)?;
+            self.delete(key)?;
             aborted += 1;
         }
         Ok(aborted)

@@ -1,7 +1,8 @@
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -35,6 +36,9 @@ pub struct Store {
     /// Whether the keys are members of a zip file (`location` is the file): no key is a file of its
     /// own, so local stores' direct file reads do not apply.
     zip: bool,
+    /// Objects read ahead side by side (see [`Store::read_ahead`]), by their path in `inner`;
+    /// shared by the store's clones and children.
+    read_ahead: Arc<Mutex<HashMap<String, Option<Bytes>>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -94,6 +98,7 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime,
             zip: false,
+            read_ahead: Default::default(),
         })
     }
 
@@ -143,6 +148,7 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime: runtime.clone(),
             zip: true,
+            read_ahead: Default::default(),
         }))
     }
 
@@ -166,6 +172,7 @@ impl Store {
                     multipart: None,
                     records: None,
                     zip: false,
+                    read_ahead: Default::default(),
                 })
             }
             _ => Self::open_location(&parsed, runtime, false),
@@ -278,8 +285,13 @@ impl Store {
         Ok(path)
     }
 
-    async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
+    /// [`Store::get`] as a future on the store's I/O runtime (to run side by side with other
+    /// requests inside [`Store::block_on`]).
+    pub async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
         let path = self.path(key)?;
+        if let Some(found) = self.read_ahead_of(&path) {
+            return Ok(found);
+        }
         let fail = |source| Error::Request {
             operation: "cannot read",
             location: self.url(key),
@@ -293,6 +305,37 @@ impl Store {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(fail(e)),
         }
+    }
+
+    /// Reads `keys` side by side (one round trip on an object store) and keeps what was found, or
+    /// that nothing was, for the first [`Store::get`] of each (then forgotten): for the few small
+    /// documents a reader looks for one after another, each depending on whether the one before
+    /// exists (a format's detection, a hierarchy's root metadata). A key that fails to be read is
+    /// not kept, so its `get` reads it again and reports the failure. Does nothing for local files.
+    pub fn read_ahead(&self, keys: &[&str]) {
+        if !self.location.is_remote() {
+            return;
+        }
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let read = self.get_many(&keys);
+        let Ok(mut kept) = self.read_ahead.lock() else {
+            return;
+        };
+        for (key, found) in keys.iter().zip(read) {
+            if let (Ok(path), Ok(found)) = (self.path(key), found) {
+                kept.insert(path.to_string(), found);
+            }
+        }
+    }
+
+    /// What [`Store::read_ahead`] kept for `path`, if anything (taken: a second read goes to the
+    /// store).
+    fn read_ahead_of(&self, path: &Path) -> Option<Option<Bytes>> {
+        let mut kept = self.read_ahead.lock().ok()?;
+        if kept.is_empty() {
+            return None;
+        }
+        kept.remove(path.as_ref())
     }
 
     /// Reads a whole object; `None` when it does not exist.
@@ -516,31 +559,58 @@ impl Store {
             self.runtime
                 .block_on(self.retrying(|| self.put_multipart(&path, &parts, part_size)))
         } else {
-            self.runtime.block_on(self.retrying(|| async {
-                let mut attempts = 0;
-                loop {
-                    let payload: PutPayload = parts.iter().cloned().collect();
-                    match self.inner.put(&path, payload).await {
-                        // Another run into the same destination (same options, which the claim
-                        // allows) removed this write's staged file as a leftover before its rename:
-                        // write it again. Bounded, so a destination deleted under us still fails.
-                        Err(e)
-                            if !self.location.is_remote()
-                                && staged_file_vanished(&e)
-                                && attempts < 3 =>
-                        {
-                            attempts += 1;
-                        }
-                        result => return result.map(|_| ()),
-                    }
-                }
-            }))
+            self.runtime.block_on(self.put_once(&path, &parts))
         };
         result.map_err(|source| Error::Request {
             operation: "cannot write",
             location: self.url(key),
             source: Box::new(source),
         })
+    }
+
+    /// Writes a small object (a record, a metadata document) with one PUT, as a future on the store's
+    /// I/O runtime (to run side by side with other requests inside [`Store::block_on`]). Like
+    /// [`Store::put`], the object becomes visible only once complete.
+    pub async fn put_small_async(&self, key: &str, data: Bytes) -> Result<()> {
+        let path = self.path(key)?;
+        self.put_once(&path, &[data])
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source: Box::new(source),
+            })
+    }
+
+    /// The concatenation of `parts` in one PUT, with retries.
+    async fn put_once(&self, path: &Path, parts: &[Bytes]) -> object_store::Result<()> {
+        self.retrying(|| async {
+            let mut attempts = 0;
+            loop {
+                let payload: PutPayload = parts.iter().cloned().collect();
+                match self.inner.put(path, payload).await {
+                    // Another run into the same destination (same options, which the claim
+                    // allows) removed this write's staged file as a leftover before its rename:
+                    // write it again. Bounded, so a destination deleted under us still fails.
+                    Err(e)
+                        if !self.location.is_remote()
+                            && staged_file_vanished(&e)
+                            && attempts < 3 =>
+                    {
+                        attempts += 1;
+                    }
+                    result => return result.map(|_| ()),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs `future` (requests of this store and others made side by side, e.g. with
+    /// `futures::join!`) to completion on the I/O runtime, from a thread outside it: requests that do
+    /// not depend on each other then cost one round trip together instead of one each.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
     }
 
     /// Uploads `parts` in pieces of at most `part_size`, with a bounded number in flight.
@@ -573,7 +643,8 @@ impl Store {
         self.runtime.block_on(self.delete_async(key))
     }
 
-    pub(crate) async fn delete_async(&self, key: &str) -> Result<()> {
+    /// [`Store::delete`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn delete_async(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match self.retrying(|| self.inner.delete(&path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -759,6 +830,21 @@ impl Store {
     /// page in series; segments that start after a known key (S3's `start-after`) are listed side
     /// by side. Splits only change how the listing is cut, never what it finds.
     pub fn list_sizes_split(&self, prefix: &str, splits: &[String]) -> Result<Vec<(String, u64)>> {
+        self.runtime
+            .block_on(self.list_sizes_split_async(prefix, splits))
+    }
+
+    /// [`Store::list_sizes`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn list_sizes_async(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.list_sizes_split_async(prefix, &[]).await
+    }
+
+    /// [`Store::list_sizes_split`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn list_sizes_split_async(
+        &self,
+        prefix: &str,
+        splits: &[String],
+    ) -> Result<Vec<(String, u64)>> {
         let path = self.path(prefix)?;
         let mut bounds: Vec<Path> = Vec::new();
         if self.location.is_remote() {
@@ -771,10 +857,11 @@ impl Store {
         }
         bounds.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
         bounds.dedup();
-        let listed = self.runtime.block_on(async {
+        let listed = {
             // Segment i holds the keys in (bounds[i - 1], bounds[i]]: the first has no lower bound,
             // the last no upper one.
             let path = &path;
+            let bounds = &bounds;
             let segments = (0..=bounds.len()).map(|i| {
                 let after = i.checked_sub(1).map(|j| &bounds[j]);
                 let until = bounds.get(i);
@@ -784,7 +871,7 @@ impl Store {
                 .buffer_unordered(self.concurrency.max(1))
                 .try_concat()
                 .await
-        });
+        };
         let metas = listed.map_err(|source| Error::Request {
             operation: "cannot list",
             location: self.url(prefix),
@@ -832,11 +919,38 @@ impl Store {
     /// Removes every object of `keys` (those that exist), up to the configured number of requests
     /// in flight.
     pub fn delete_many(&self, keys: &[String]) -> Result<()> {
-        self.runtime.block_on(
-            futures::stream::iter(keys.iter().map(|key| self.delete_async(key)))
-                .buffer_unordered(self.concurrency.max(1))
-                .try_collect::<Vec<()>>(),
-        )?;
+        self.runtime.block_on(self.delete_many_async(keys))
+    }
+
+    /// [`Store::delete_many`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn delete_many_async(&self, keys: &[String]) -> Result<()> {
+        futures::stream::iter(keys.iter().map(|key| self.delete_async(key)))
+            .buffer_unordered(self.concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// [`Store::get_many`] as a future on the store's I/O runtime (see [`Store::block_on`]); local
+    /// files are read through the object store API here, off the calling thread.
+    pub async fn get_many_async(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        futures::stream::iter(keys.iter().map(|k| self.get_async(k)))
+            .buffered(self.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Writes several small objects (see [`Store::put_small_async`]) side by side, up to the
+    /// configured number of requests in flight.
+    pub async fn put_many_async(&self, objects: &[(String, Bytes)]) -> Result<()> {
+        futures::stream::iter(
+            objects
+                .iter()
+                .map(|(key, data)| self.put_small_async(key, data.clone())),
+        )
+        .buffer_unordered(self.concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
         Ok(())
     }
 
@@ -844,12 +958,19 @@ impl Store {
     /// of the complete file; object stores: a conditional PUT, `If-None-Match: *` on S3). Two callers
     /// racing for one key cannot both get [`PutNew::Created`].
     pub fn put_new(&self, key: &str, data: Bytes) -> Result<PutNew> {
+        self.runtime.block_on(self.put_new_async(key, data))
+    }
+
+    /// [`Store::put_new`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn put_new_async(&self, key: &str, data: Bytes) -> Result<PutNew> {
         let path = self.path(key)?;
         let options = PutOptions::from(PutMode::Create);
-        let result = self.runtime.block_on(self.retrying(|| {
-            self.inner
-                .put_opts(&path, PutPayload::from_bytes(data.clone()), options.clone())
-        }));
+        let result = self
+            .retrying(|| {
+                self.inner
+                    .put_opts(&path, PutPayload::from_bytes(data.clone()), options.clone())
+            })
+            .await;
         match result {
             Ok(_) => Ok(PutNew::Created),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(PutNew::Exists),
@@ -978,6 +1099,7 @@ mod split_listing_tests {
             concurrency: 4,
             runtime,
             zip: false,
+            read_ahead: Default::default(),
         }
     }
 

@@ -30,5 +30,6 @@ pub use metadata::{
     consolidated_group_json, group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING,
 };
 pub use writer::{
-    write_array_metadata, write_consolidated_group_metadata, write_group_metadata, ShardWriter,
+    document_bytes, write_array_metadata, write_consolidated_group_metadata, write_group_metadata,
+    ShardWriter,
 };

@@ -174,16 +174,22 @@ impl ShardStream for StreamedShard<'_> {
     }
 }
 
+/// The bytes of a `zarr.json` document as zshard writes it (pretty-printed, with a final newline), for
+/// callers that write several documents side by side.
+pub fn document_bytes(doc: &Value) -> Bytes {
+    let mut text = serde_json::to_vec_pretty(doc).unwrap_or_default();
+    text.push(b'\n');
+    Bytes::from(text)
+}
+
 fn put_json(store: &Store, path: &str, doc: &Value) -> Result<()> {
     let key = if path.is_empty() {
         "zarr.json".to_string()
     } else {
         format!("{path}/zarr.json")
     };
-    let mut text = serde_json::to_vec_pretty(doc).unwrap_or_default();
-    text.push(b'\n');
     store
-        .put(&key, Bytes::from(text))
+        .put(&key, document_bytes(doc))
         .map_err(|source| Error::Write {
             key: store.url(&key),
             source,
