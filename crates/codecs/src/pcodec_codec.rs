@@ -278,7 +278,10 @@ fn decompress<T: LeNumber>(encoded: &[u8], count: usize) -> Result<Vec<u8>> {
 }
 
 fn more_than_the_chunk(count: usize) -> Error {
-    Error::codec(NAME, format!("holds more than the chunk's {count} elements"))
+    Error::codec(
+        NAME,
+        format!("holds more than the chunk's {count} elements"),
+    )
 }
 
 /// pco's dictionary mode (`Mode::Dict`), as the chunk metadata's 4-bit mode variant.

@@ -369,7 +369,11 @@ fn numcodecs_size_headers_cannot_force_allocations() {
     let mut claim = (1u32 << 20).to_le_bytes().to_vec();
     claim.extend_from_slice(&[0x10, 0]);
     let err = lz4.decode(&claim, &vlen).expect_err("refused");
-    assert!(err.to_string().contains("more than a 2-byte block can hold"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("more than a 2-byte block can hold"),
+        "{err}"
+    );
     // .lzma ("alone"): a header asking for a 4 GiB dictionary exceeds the decoder's memory limit.
     let alone = build_chain(
         &spec(
@@ -422,6 +426,38 @@ fn raw_lzma_of_a_variable_length_chunk_decodes_at_the_highest_ratio() {
     let encoded = chain(4 << 20).encode(chunk.clone(), &r).expect("encode");
     assert!(encoded.len() < 1024, "{} bytes", encoded.len());
     assert_eq!(chain(1 << 30).decode(&encoded, &r).expect("decode"), chunk);
+}
+
+#[test]
+fn length_preserving_codecs_refuse_inputs_longer_than_the_chunk() {
+    // 8 float32 = 32 bytes expected; each codec gets 36 bytes of data (plus its checksum).
+    let r = repr(&[8], DataType::Float32);
+    for (codec, checksum) in [
+        (
+            json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}}),
+            0,
+        ),
+        (
+            json!({"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}),
+            0,
+        ),
+        (json!({"name": "crc32c"}), 4),
+        (json!({"name": "numcodecs.crc32"}), 4),
+    ] {
+        let chain = build_chain(
+            &spec(json!([{"name": "bytes", "configuration": {"endian": "little"}}, codec.clone()])),
+            &r,
+        )
+        .expect("chain");
+        let err = chain
+            .decode(&vec![0u8; 36 + checksum], &r)
+            .expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("input of 36 bytes is longer than the expected 32"),
+            "{codec}: {err}"
+        );
+    }
 }
 
 #[test]
