@@ -309,17 +309,24 @@ def zshard_s3_flags(proxy):
     return ["--s3-endpoint", proxy.endpoint, "--s3-path-style"]
 
 
-def w7(ctx, delay_s):
-    args, server, proxy = ctx.args, ctx.server, ctx.proxy
+def w7_source(ctx):
+    """W7's source (W1's Zarr v2 array, made once under the workdir) uploaded to `src/w7-<size>.zarr`, with
+    buckets `src` and `dst`: (size, the local array, a reader of its slices for verify_against)."""
+    args, server = ctx.args, ctx.server
     size = 4096 if args.scale == "small" else 8192
-    shard, inner = (2048, 2048), (256, 256)
     local = os.path.join(args.workdir, "sources", f"w7-{size}.zarr")
     harness.w1.make_source(local, size)
     server.bucket("src")
     server.bucket("dst")
     server.upload(local, "src", f"w7-{size}.zarr")
     src = zarr.open_array(local, mode="r")
-    reader = lambda sl: src[sl]  # noqa: E731
+    return size, src, lambda sl: src[sl]
+
+
+def w7(ctx, delay_s):
+    args, server, proxy = ctx.args, ctx.server, ctx.proxy
+    size, src, reader = w7_source(ctx)
+    shard, inner = (2048, 2048), (256, 256)
     raw = size * size * 2
     tools = []
     dst = f"w7-{size}-zshard.zarr"
@@ -415,14 +422,7 @@ def damaged_first_run(ctx, cmd, chunk_file, done_copy):
 
 def w9(ctx, delay_s):
     args, server, proxy = ctx.args, ctx.server, ctx.proxy
-    size = 4096 if args.scale == "small" else 8192
-    local = os.path.join(args.workdir, "sources", f"w7-{size}.zarr")
-    harness.w1.make_source(local, size)
-    server.bucket("src")
-    server.bucket("dst")
-    server.upload(local, "src", f"w7-{size}.zarr")
-    src = zarr.open_array(local, mode="r")
-    reader = lambda sl: src[sl]  # noqa: E731
+    size, src, reader = w7_source(ctx)
     tools = []
     # (a) W7's source into 512^2 shards: the full run, then a resume with 99 % of the shards written.
     dst = f"w9-{size}.zarr"

@@ -511,6 +511,19 @@ def test_a_zip_on_s3_is_read_by_range(tmp_path, s3, fault_proxy):
     assert all(r.bytes_out < tail for r in gets[1:]), gets  # members: a 64 KiB chunk, a shard, metadata
     assert sum(r.bytes_out for r in gets) < size + tail
     print("ZIP-REQUESTS", json.dumps({"zip bytes": size, "GET": len(gets), "bytes read": sum(r.bytes_out for r in gets)}))
+def test_a_zip_missing_on_s3_is_named_as_missing(tmp_path, s3, moto):
+    """A `.zip` source with no object of that name (nor Zarr metadata under it as a folder) fails with
+    one line naming the location as missing, and writes nothing."""
+    create_buckets(s3, "nozip")
+    out = run_zshard("convert", "s3://nozip/data/missing.zip", tmp_path / "out.zarr", "--s3-endpoint", moto,
+                     "--s3-path-style", "--quiet", env=S3_ENV, check=False)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "zshard: error: s3://nozip/data/missing.zip does not exist: no zip file of that name, "
+        "nor a Zarr hierarchy in a folder of that name"], out.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_a_shard_streamed_in_parts_but_within_one_upload_part_is_one_put(tmp_path, s3, fault_proxy):
     """Under a memory limit the 16 MiB shard is converted in 1 MiB parts (16), but it fits one upload part
     (32 MiB by default): it goes up in one PUT, without a multipart upload (create, record of its id,

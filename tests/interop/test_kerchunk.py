@@ -164,6 +164,43 @@ def test_lenient_json(zshard_bin, h5, tmp_path):
     assert np.isnan(zarr.open_array(str(tmp_path / "out" / "gz"), mode="r").fill_value)
 
 
+def _with_unsupported_gz(doc: dict) -> dict:
+    """kerchunk's references with array `gz` stored under kerchunk's own GRIB codec (`grib`, which
+    zshard does not read) in place of HDF5's deflate."""
+    zarray = json.loads(doc["refs"]["gz/.zarray"])
+    zarray["filters"], zarray["compressor"] = None, {"id": "grib", "var": "t"}
+    doc["refs"]["gz/.zarray"] = json.dumps(zarray)
+    return doc
+
+
+@pytest.mark.parametrize("layout", ["json", "parquet"])
+def test_on_unsupported_skip_converts_the_other_arrays(zshard_bin, h5, tmp_path, layout):
+    path, expected = h5
+    doc = _with_unsupported_gz(_refs(path, inline=100))
+    if layout == "json":
+        refs = tmp_path / "refs.json"
+        refs.write_text(json.dumps(doc))
+    else:
+        refs = tmp_path / "refs.parq"
+        kerchunk_df.refs_to_dataframe(doc, str(refs), record_size=5)
+    reason = 'gz/.zarray: compressor "grib" is not supported'
+    # The default refuses before writing, naming the array's document and the codec.
+    line = _fails(zshard_bin, refs, tmp_path / "refused", "--ref-root", path.parent)
+    assert reason in line, line
+    assert _no_data(tmp_path / "refused")
+
+    report = tmp_path / "report.json"
+    run = run_zshard(zshard_bin, ["convert", refs, tmp_path / "out", "--threads", "2", "--ref-root", path.parent,
+                                  "--on-unsupported", "skip", "--report", report])
+    assert run.returncode == 0, run.describe()
+    assert f"zshard: skipped array gz: {reason}" in run.stderr, run.describe()
+    done = json.loads(report.read_text())
+    assert [(s["path"], reason in s["reason"]) for s in done["skipped_arrays"]] == [("gz", True)]
+    assert sorted(a["path"] for a in done["arrays"]) == sorted(set(ARRAYS) - {"gz"})
+    assert not (tmp_path / "out" / "gz").exists()
+    _assert_matches(tmp_path / "out", {k: v for k, v in expected.items() if k != "gz"})
+
+
 def test_parquet_several_files(zshard_bin, h5, tmp_path):
     path, expected = h5
     parq = path.parent / "refs.parq"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -116,6 +117,29 @@ def test_library_warnings_are_python_warnings(small, tmp_path):
     # The report cannot be written (its folder would be under a file): a warning, after the failure.
     with pytest.warns(zshard.ZshardWarning, match="cannot write report"), pytest.raises(zshard.ChunkError):
         zshard.convert(src, tmp_path / "out.zarr", shard_shape=(20, 40), report=tmp_path / "file" / "run.json")
+
+
+def test_report_lists_the_arrays_skipped_as_unsupported(tmp_path):
+    """A v2 group of zarr-python whose array `image` names a codec zshard does not read (imagecodecs'
+    JPEG 2000): refused by default; with on_unsupported="skip" the rest converts and the report lists
+    `image` with its reason."""
+    src = tmp_path / "group.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=2)
+    root.create_array("good", shape=(4,), chunks=(2,), dtype="<i4")[:] = [1, 2, 3, 4]
+    root.create_array("image", shape=(4,), chunks=(2,), dtype="u1")
+    zarray = src / "image" / ".zarray"
+    zarray.write_text(json.dumps({**json.loads(zarray.read_text()), "compressor": {"id": "imagecodecs_jpeg2k"}}))
+    reason = f'{zarray}: compressor "imagecodecs_jpeg2k" is not supported'
+    with pytest.raises(zshard.ConversionError, match=re.escape(reason)):
+        zshard.convert(src, tmp_path / "refused.zarr")
+
+    report = zshard.convert(src, tmp_path / "out.zarr", on_unsupported="skip")
+    assert report.status == "ok"
+    assert list(report.arrays) == ["good"]
+    assert [(path, why.split(" (supported: ")[0]) for path, why in report.skipped_arrays] == [("image", reason)]
+    assert report.skipped_arrays == [(s["path"], s["reason"]) for s in report.document["skipped_arrays"]]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "good"), mode="r")[:], [1, 2, 3, 4])
+    assert not (tmp_path / "out.zarr" / "image").exists()
 
 
 def test_options_errors(small, tmp_path):

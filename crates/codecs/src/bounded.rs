@@ -1,4 +1,5 @@
-//! Reading a decompressor's output without letting it grow past a bound.
+//! Reading a decompressor's output without letting it grow past a bound, and refusing inputs of
+//! codecs whose output is as long as their input when they are already too long.
 
 use std::io::Read;
 
@@ -21,4 +22,19 @@ pub(crate) fn read_bounded(reader: impl Read, max: usize, codec: &str) -> Result
         ));
     }
     Ok(out)
+}
+
+/// Refuses `input` when it is longer than the `max` bytes its decoding may produce: for codecs whose
+/// output is their input reordered or copied (shuffle, bitround, the data of a checksum codec).
+pub(crate) fn check_input_len(input: &[u8], max: usize, codec: &str) -> Result<(), Error> {
+    if input.len() > max {
+        return Err(Error::codec(
+            codec,
+            format!(
+                "input of {} bytes is longer than the expected {max}",
+                input.len()
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::json;
 use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 
+use crate::bounded::check_input_len;
 use crate::config::{int, string};
 use crate::error::invalid;
 use crate::registry::Codec;
@@ -241,15 +242,7 @@ impl BytesToBytesCodec for Checksum32Codec {
                 (sum, data)
             }
         };
-        if data.len() > max_decoded_len {
-            return Err(Error::codec(
-                self.name(),
-                format!(
-                    "input of {} bytes is longer than the expected {max_decoded_len}",
-                    data.len()
-                ),
-            ));
-        }
+        check_input_len(data, max_decoded_len, self.name())?;
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
         let actual = self.checksum(data);
         if stored != actual {

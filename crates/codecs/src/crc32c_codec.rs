@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 
+use crate::bounded::check_input_len;
 use crate::registry::Codec;
 
 #[derive(Debug)]
@@ -28,13 +29,8 @@ impl BytesToBytesCodec for Crc32cCodec {
                 "input is shorter than its 4-byte checksum",
             ));
         };
-        if split > max_decoded_len {
-            return Err(Error::codec(
-                "crc32c",
-                format!("input is longer than the expected {max_decoded_len} bytes"),
-            ));
-        }
         let (data, stored) = encoded.split_at(split);
+        check_input_len(data, max_decoded_len, "crc32c")?;
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
         let actual = crc32c::crc32c(data);
         if stored != actual {

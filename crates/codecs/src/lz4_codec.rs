@@ -49,6 +49,18 @@ impl BytesToBytesCodec for Lz4Codec {
         let size = i32::from_le_bytes(*header);
         let size = usize::try_from(size)
             .map_err(|_| Error::codec(NAME, format!("invalid decoded size {size}")))?;
+        // An LZ4 block decodes to at most 255 bytes per byte (a match grows by 255 for each byte of
+        // its length): a larger claim is refused before the buffer is allocated, which matters for
+        // variable-length chunks, whose expected size (1 GiB) bounds nothing.
+        if size > block.len().saturating_mul(255).saturating_add(64) {
+            return Err(Error::codec(
+                NAME,
+                format!(
+                    "header claims {size} decoded bytes, more than a {}-byte block can hold",
+                    block.len()
+                ),
+            ));
+        }
         if size > max_decoded_len {
             return Err(Error::codec(
                 NAME,

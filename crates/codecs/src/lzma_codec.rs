@@ -25,14 +25,29 @@ const FILTER_LZMA2: u64 = 0x21;
 const FILTER_DELTA: u64 = 0x03;
 const PRESET_DEFAULT: u32 = 6;
 
+/// The most bytes an LZMA1 or LZMA2 stream of `encoded_len` bytes can decode to. Its range coder
+/// spends at least 0.022 bit on any binary decision (a probability saturates at 2017/2048), and the
+/// cheapest output is a repeat of the last match at the longest length: 273 bytes for 14 decisions,
+/// so at most about 7,100 bytes per encoded byte (LZMA2's chunk headers only lower that); 8,192 is
+/// above it. A dictionary larger than the output is never read, so this bounds the dictionary of
+/// any chunk, variable-length ones included, whose expected size (1 GiB for strings) does not.
+fn lzma_output_bound(encoded_len: usize) -> usize {
+    const MAX_BYTES_PER_ENCODED_BYTE: usize = 8192;
+    encoded_len
+        .saturating_add(16)
+        .saturating_mul(MAX_BYTES_PER_ENCODED_BYTE)
+}
+
 /// The xz and .lzma decoders size their dictionary from the stream header, not from the data. Every
 /// preset's dictionary (64 MiB at most) stays allowed so that any numcodecs output reads; a header
-/// asking for more than that or than the expected output, plus slack for the decoder's own state,
-/// is refused before liblzma allocates it.
-fn decoder_memlimit(max_decoded_len: usize) -> u64 {
+/// asking for more than that or than the output can be (the expected size, and what `encoded_len`
+/// bytes can decode to), plus slack for the decoder's own state, is refused before liblzma
+/// allocates it.
+fn decoder_memlimit(max_decoded_len: usize, encoded_len: usize) -> u64 {
     const PRESET_9_DICT: u64 = 64 << 20;
     const SLACK: u64 = 16 << 20;
-    (max_decoded_len as u64).max(PRESET_9_DICT) + SLACK
+    let output = max_decoded_len.min(lzma_output_bound(encoded_len)) as u64;
+    output.max(PRESET_9_DICT) + SLACK
 }
 
 #[derive(Debug)]
@@ -322,15 +337,17 @@ impl LzmaCodec {
         }
     }
 
-    fn decoder(&self, max_decoded_len: usize) -> Result<Stream> {
-        let memlimit = decoder_memlimit(max_decoded_len);
+    fn decoder(&self, max_decoded_len: usize, encoded_len: usize) -> Result<Stream> {
+        let memlimit = decoder_memlimit(max_decoded_len, encoded_len);
         match self.format {
             // Python's lzma.decompress reads concatenated streams.
             FORMAT_AUTO => Stream::new_auto_decoder(memlimit, CONCATENATED),
             FORMAT_XZ => Stream::new_stream_decoder(memlimit, CONCATENATED),
             FORMAT_ALONE => Stream::new_lzma_decoder(memlimit),
             _ => {
-                let max_dict = u32::try_from(max_decoded_len).unwrap_or(u32::MAX);
+                // A raw stream's dictionary is whatever the filters say: cap it by the output.
+                let max_output = max_decoded_len.min(lzma_output_bound(encoded_len));
+                let max_dict = u32::try_from(max_output).unwrap_or(u32::MAX);
                 let f = self
                     .filters
                     .as_deref()
@@ -356,7 +373,7 @@ impl BytesToBytesCodec for LzmaCodec {
     }
 
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
-        let stream = self.decoder(max_decoded_len)?;
+        let stream = self.decoder(max_decoded_len, encoded.len())?;
         read_bounded(
             liblzma::read::XzDecoder::new_stream(encoded, stream),
             max_decoded_len,

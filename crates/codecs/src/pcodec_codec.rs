@@ -243,6 +243,7 @@ fn decompress<T: LeNumber>(encoded: &[u8], count: usize) -> Result<Vec<u8>> {
     let (file, mut src) = FileDecompressor::new(encoded).map_err(pco_error)?;
     let mut numbers: Vec<T> = Vec::with_capacity(count);
     loop {
+        check_chunk_claims(src, count - numbers.len(), count)?;
         match file
             .chunk_decompressor::<T, &[u8]>(src)
             .map_err(pco_error)?
@@ -252,10 +253,7 @@ fn decompress<T: LeNumber>(encoded: &[u8], count: usize) -> Result<Vec<u8>> {
                 let start = numbers.len();
                 let end = start.saturating_add(chunk.n());
                 if end > count {
-                    return Err(Error::codec(
-                        NAME,
-                        format!("holds more than the chunk's {count} elements"),
-                    ));
+                    return Err(more_than_the_chunk(count));
                 }
                 numbers.resize(end, T::default());
                 let progress = chunk.read(&mut numbers[start..]).map_err(pco_error)?;
@@ -277,6 +275,54 @@ fn decompress<T: LeNumber>(encoded: &[u8], count: usize) -> Result<Vec<u8>> {
         n.extend_le(&mut out);
     }
     Ok(out)
+}
+
+fn more_than_the_chunk(count: usize) -> Error {
+    Error::codec(
+        NAME,
+        format!("holds more than the chunk's {count} elements"),
+    )
+}
+
+/// pco's dictionary mode (`Mode::Dict`), as the chunk metadata's 4-bit mode variant.
+const DICT_MODE: u32 = 4;
+
+/// What the pco chunk at the start of `src` claims: its count of numbers and, in dictionary mode,
+/// the dictionary's length; `None` at the end of the file. The standalone format puts a number-type
+/// byte (0 ends the file), then the count minus one in 24 bits; the chunk metadata starts on the
+/// next byte with the 4-bit mode, and dictionary mode follows it with the length in 25 bits (pco
+/// reads bits from the least significant end of little-endian words). Missing bytes read as zeros,
+/// as pco pads its input.
+fn chunk_claims(src: &[u8]) -> Option<(usize, Option<usize>)> {
+    let mut head = [0u8; 8];
+    let len = src.len().min(head.len());
+    head[..len].copy_from_slice(&src[..len]);
+    if head[0] == 0 {
+        return None;
+    }
+    let n = u32::from_le_bytes([head[1], head[2], head[3], 0]) as usize + 1;
+    let meta = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let dict_len = (meta & 0xf == DICT_MODE).then_some(((meta >> 4) & ((1 << 25) - 1)) as usize);
+    Some((n, dict_len))
+}
+
+/// Refuses a pco chunk that claims more numbers than the `remaining` ones of the chunk of `count`,
+/// or a dictionary longer than its own count, before pco sees it: pco allocates the dictionary at
+/// the length the chunk states (up to 2^25 numbers) before it finds out whether the bytes follow.
+fn check_chunk_claims(src: &[u8], remaining: usize, count: usize) -> Result<()> {
+    let Some((n, dict_len)) = chunk_claims(src) else {
+        return Ok(());
+    };
+    if n > remaining {
+        return Err(more_than_the_chunk(count));
+    }
+    match dict_len {
+        Some(dict_len) if dict_len > n => Err(Error::codec(
+            NAME,
+            format!("a pco chunk of {n} numbers claims a dictionary of {dict_len}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl ArrayToBytesCodec for PcodecCodec {
@@ -363,6 +409,31 @@ mod tests {
             let encoded = c.encode(data.clone(), &r).expect("encode");
             assert_eq!(c.decode(encoded, &r).expect("decode"), data, "{data_type}");
         }
+    }
+
+    #[test]
+    fn reads_the_claims_of_pco_chunks_where_pco_does() {
+        // 1000 numbers of 3 distinct values in pco's dictionary mode (numcodecs does not ask for
+        // it, but a pco file may use it).
+        let numbers: Vec<i32> = (0..1000).map(|i| [7, -3, 100_000][i % 3]).collect();
+        let config = ChunkConfig::default().with_mode_spec(ModeSpec::TryDict);
+        let encoded = simple_compress(&numbers, &config).expect("compress");
+        let (_, src) = FileDecompressor::new(encoded.as_slice()).expect("header");
+        assert_eq!(chunk_claims(src), Some((1000, Some(3))));
+        let data: Vec<u8> = numbers.iter().flat_map(|n| n.to_le_bytes()).collect();
+        let r = repr(DataType::Int32, 1000);
+        let c = codec(json!({}), &r);
+        assert_eq!(c.decode(encoded.clone(), &r).expect("decode"), data);
+        // The same chunk claiming a dictionary of 2^25 - 1 numbers is refused before pco allocates it.
+        let at = encoded.len() - src.len() + 4;
+        let mut lying = encoded.clone();
+        lying[at..at + 4].copy_from_slice(&(DICT_MODE | 0x1ff_ffff << 4).to_le_bytes());
+        let err = c.decode(lying, &r).expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("a pco chunk of 1000 numbers claims a dictionary of 33554431"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 
+use crate::bounded::check_input_len;
 use crate::config::int;
 use crate::registry::Codec;
 
@@ -59,15 +60,7 @@ impl BytesToBytesCodec for ShuffleCodec {
     }
 
     fn decode(&self, encoded: &[u8], max_decoded_len: usize) -> Result<Vec<u8>> {
-        if encoded.len() > max_decoded_len {
-            return Err(Error::codec(
-                NAME,
-                format!(
-                    "input of {} bytes is longer than the expected {max_decoded_len}",
-                    encoded.len()
-                ),
-            ));
-        }
+        check_input_len(encoded, max_decoded_len, NAME)?;
         let Some(size) = self.size(encoded.len())? else {
             return Ok(encoded.to_vec());
         };

@@ -353,6 +353,27 @@ fn numcodecs_size_headers_cannot_force_allocations() {
     let mut negative = 0xffff_ffffu32.to_le_bytes().to_vec();
     negative.extend_from_slice(&[0x10, 0]);
     assert!(lz4.decode(&negative, &r).is_err());
+    // For a variable-length chunk (1 GiB expected at most) the block's own size bounds the claim:
+    // 1 MiB of zeros (LZ4's best ratio) decodes, a 2-byte block claiming 1 MiB is refused.
+    let vlen = repr(&[1], DataType::Bytes);
+    let lz4 = build_chain(
+        &spec(json!([{"name": "vlen-bytes"}, {"name": "numcodecs.lz4"}])),
+        &vlen,
+    )
+    .expect("chain");
+    let mut chunk = 1u32.to_le_bytes().to_vec();
+    chunk.extend_from_slice(&(1u32 << 20).to_le_bytes());
+    chunk.resize(8 + (1 << 20), 0);
+    let encoded = lz4.encode(chunk.clone(), &vlen).expect("encode");
+    assert_eq!(lz4.decode(&encoded, &vlen).expect("decode"), chunk);
+    let mut claim = (1u32 << 20).to_le_bytes().to_vec();
+    claim.extend_from_slice(&[0x10, 0]);
+    let err = lz4.decode(&claim, &vlen).expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("more than a 2-byte block can hold"),
+        "{err}"
+    );
     // .lzma ("alone"): a header asking for a 4 GiB dictionary exceeds the decoder's memory limit.
     let alone = build_chain(
         &spec(
@@ -382,6 +403,61 @@ fn numcodecs_size_headers_cannot_force_allocations() {
     let data = sample(16);
     let encoded = raw(1 << 16).encode(data.clone(), &r).expect("encode");
     assert_eq!(raw(1 << 30).decode(&encoded, &r).expect("decode"), data);
+}
+
+#[test]
+fn raw_lzma_of_a_variable_length_chunk_decodes_at_the_highest_ratio() {
+    // A variable-length chunk has no size to cap the raw decoder's dictionary by (its bound is
+    // 1 GiB), so the cap is what the encoded bytes can decode to. 4 MiB of zeros is LZMA's best
+    // case (about 5,500 : 1 here): it must still decode when the configuration asks for 1 GiB.
+    let r = repr(&[1], DataType::Bytes);
+    let chain = |dict: u64| {
+        build_chain(
+            &spec(json!([{"name": "vlen-bytes"}, {"name": "numcodecs.lzma", "configuration": {
+                "format": 3, "filters": [{"id": 0x4000_0000_0000_0001_u64, "preset": 9, "dict_size": dict}]}}])),
+            &r,
+        )
+        .expect("chain")
+    };
+    let value = vec![0u8; 4 << 20];
+    let mut chunk = 1u32.to_le_bytes().to_vec();
+    chunk.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    chunk.extend_from_slice(&value);
+    let encoded = chain(4 << 20).encode(chunk.clone(), &r).expect("encode");
+    assert!(encoded.len() < 1024, "{} bytes", encoded.len());
+    assert_eq!(chain(1 << 30).decode(&encoded, &r).expect("decode"), chunk);
+}
+
+#[test]
+fn length_preserving_codecs_refuse_inputs_longer_than_the_chunk() {
+    // 8 float32 = 32 bytes expected; each codec gets 36 bytes of data (plus its checksum).
+    let r = repr(&[8], DataType::Float32);
+    for (codec, checksum) in [
+        (
+            json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}}),
+            0,
+        ),
+        (
+            json!({"name": "numcodecs.bitround", "configuration": {"keepbits": 3}}),
+            0,
+        ),
+        (json!({"name": "crc32c"}), 4),
+        (json!({"name": "numcodecs.crc32"}), 4),
+    ] {
+        let chain = build_chain(
+            &spec(json!([{"name": "bytes", "configuration": {"endian": "little"}}, codec.clone()])),
+            &r,
+        )
+        .expect("chain");
+        let err = chain
+            .decode(&vec![0u8; 36 + checksum], &r)
+            .expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("input of 36 bytes is longer than the expected 32"),
+            "{codec}: {err}"
+        );
+    }
 }
 
 #[test]

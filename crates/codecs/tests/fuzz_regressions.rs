@@ -1,18 +1,17 @@
 //! Replays the inputs of `fuzz/regressions/<target>/` (each one crashed a fuzz target once) through
 //! the same check functions the cargo-fuzz targets run, so plain `cargo test` keeps them fixed
-//! without the fuzz toolchain. The check modules are the fuzz crate's own files; the allocation
-//! probe, which needs a global allocator, is a no-op here. `kerchunk_json` is not replayed here
-//! (this crate does not depend on zshard-kerchunk).
+//! without the fuzz toolchain. The check modules are the fuzz crate's own files, the allocation
+//! probe (this binary's global allocator) included, so an over-allocation of Rust memory fails here
+//! as it does under libFuzzer. C libraries (liblzma, blosc) allocate outside it: libFuzzer's
+//! `-malloc_limit_mb` catches those, and here the growth of the process's peak virtual size does
+//! (Linux only). `kerchunk_json` is not replayed here (this crate does not depend on zshard-kerchunk).
 //!
 //! Also home of the seed generator: `cargo test -p zshard-codecs --test fuzz_regressions --
 //! --ignored generate_fuzz_seeds` writes `fuzz/corpus/`.
 
-mod probe {
-    pub(crate) fn arm() {}
-    pub(crate) fn disarm() -> usize {
-        0
-    }
-}
+#[allow(unreachable_pub)]
+#[path = "../../../fuzz/src/probe.rs"]
+mod probe;
 
 // The fuzz crate's modules are `pub` for its targets; inside this test they cannot be reached from
 // outside, which `unreachable_pub` would report for every item of a file this crate does not own.
@@ -36,6 +35,18 @@ mod seeds;
 mod shard;
 
 use std::path::{Path, PathBuf};
+
+/// libFuzzer's `-malloc_limit_mb` in `fuzz/run.sh`: no single allocation may be larger.
+const MALLOC_LIMIT: u64 = 128 << 20;
+
+/// The peak virtual size of this process (`VmPeak`), on Linux; a C allocation larger than
+/// [`MALLOC_LIMIT`] raises it by at least that much even when its pages are never touched.
+fn peak_virtual_size() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmPeak:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
@@ -65,7 +76,17 @@ fn replay_fuzz_regressions() {
         for file in files {
             let data = std::fs::read(&file).expect("regression input");
             eprintln!("replaying {}", file.display());
+            let before = peak_virtual_size();
             check(&data);
+            if let (Some(before), Some(after)) = (before, peak_virtual_size()) {
+                assert!(
+                    after - before <= MALLOC_LIMIT,
+                    "{} raised the peak virtual size by {} bytes: a single C allocation above \
+                     libFuzzer's {MALLOC_LIMIT}-byte limit",
+                    file.display(),
+                    after - before
+                );
+            }
             replayed += 1;
         }
     }

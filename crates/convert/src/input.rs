@@ -70,6 +70,17 @@ impl std::str::FromStr for OnUnsupported {
     }
 }
 
+impl OnUnsupported {
+    /// The value of `--on-unsupported` (or of a job's `on_unsupported`), the default when it is not
+    /// given: the one parse every front end uses.
+    pub fn from_option(value: Option<&str>) -> Result<Self> {
+        value
+            .map(str::parse)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+}
+
 /// An array left out of a conversion (`--on-unsupported skip`), and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SkippedArray {
@@ -77,6 +88,15 @@ pub struct SkippedArray {
     pub path: String,
     /// What zshard does not read in it: the metadata document and the data type or codec.
     pub reason: String,
+}
+
+impl From<zshard_zarr::SkippedArray> for SkippedArray {
+    fn from(s: zshard_zarr::SkippedArray) -> Self {
+        SkippedArray {
+            path: s.path,
+            reason: s.reason,
+        }
+    }
 }
 
 /// How the input is read.
@@ -89,7 +109,8 @@ pub struct SourceOptions {
     pub references: Option<zshard_kerchunk::Options>,
     /// Which arrays are read (`--include` / `--exclude`); the groups above them come along.
     pub selection: Selection,
-    /// Whether an array of a Zarr hierarchy that zshard does not read stops the conversion.
+    /// Whether an array of a Zarr hierarchy or kerchunk reference set that zshard does not read stops
+    /// the conversion.
     pub on_unsupported: OnUnsupported,
 }
 
@@ -133,7 +154,10 @@ impl Input {
             Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
                 location.as_str(),
                 format,
-                &options.references.clone().unwrap_or_default(),
+                &zshard_kerchunk::Options {
+                    skip_unsupported: options.on_unsupported == OnUnsupported::Skip,
+                    ..options.references.clone().unwrap_or_default()
+                },
                 runtime,
             )?)),
         }
@@ -221,13 +245,7 @@ impl Input {
                     OnUnsupported::Refuse => (open_hierarchy(store)?, Vec::new()),
                     OnUnsupported::Skip => open_hierarchy_skipping(store)?,
                 };
-                let skipped = skipped
-                    .into_iter()
-                    .map(|s| SkippedArray {
-                        path: s.path,
-                        reason: s.reason,
-                    })
-                    .collect();
+                let skipped = skipped.into_iter().map(SkippedArray::from).collect();
                 // Already sharded arrays are read by inner chunk (`ArrayMeta::read_by_inner_chunk`).
                 let nodes = nodes
                     .into_iter()
@@ -240,7 +258,14 @@ impl Input {
                     .collect();
                 Ok((nodes, skipped))
             }
-            Input::Kerchunk(refs) => Ok((refs.nodes(), Vec::new())),
+            Input::Kerchunk(refs) => Ok((
+                refs.nodes(),
+                refs.skipped()
+                    .iter()
+                    .cloned()
+                    .map(SkippedArray::from)
+                    .collect(),
+            )),
             Input::N5(container) => Ok((container.nodes()?, Vec::new())),
         }
     }
@@ -276,7 +301,20 @@ impl Input {
 
 #[cfg(test)]
 mod tests {
-    use super::SourceFormat;
+    use super::{OnUnsupported, SourceFormat};
+
+    #[test]
+    fn on_unsupported_values() {
+        let of = |v| OnUnsupported::from_option(v).map_err(|e| e.to_string());
+        assert_eq!(of(None), Ok(OnUnsupported::Refuse));
+        assert_eq!(of(Some("refuse")), Ok(OnUnsupported::Refuse));
+        assert_eq!(of(Some("skip")), Ok(OnUnsupported::Skip));
+        let err = of(Some("maybe")).expect_err("refused");
+        assert!(
+            err.contains(r#"--on-unsupported "maybe" is not supported (refuse, skip)"#),
+            "{err}"
+        );
+    }
 
     #[test]
     fn source_formats() {

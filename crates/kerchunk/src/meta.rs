@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 use zshard_core::{Node, NodeKind};
-use zshard_zarr::{parse_v2_array, parse_v2_attributes, parse_v3_node, V2_COMPRESSORS};
+use zshard_zarr::{
+    parse_v2_array, parse_v2_attributes, parse_v3_node, SkippedArray, V2_COMPRESSORS,
+};
 
 use crate::error::{format, reference, Error, Result};
 use crate::lenient;
@@ -67,8 +69,6 @@ fn split(key: &str) -> (&str, &str) {
     key.rsplit_once('/').unwrap_or(("", key))
 }
 
-/// Builds every node from the documents (`(key, bytes)`, later entries winning). `file` names the
-/// reference set in errors.
 /// The bytes of a metadata document given inline in a reference set: a JSON string is the document's
 /// text, any other JSON value is the document itself.
 pub(crate) fn document_bytes(value: &Value) -> Vec<u8> {
@@ -78,7 +78,46 @@ pub(crate) fn document_bytes(value: &Value) -> Vec<u8> {
     }
 }
 
+/// Builds every node from the documents (`(key, bytes)`, later entries winning), and with
+/// `skip_unsupported` leaves out the arrays whose metadata is valid but holds a codec or data type
+/// zshard does not read, listing each with its reason, as [`zshard_zarr::open_hierarchy_skipping`]
+/// does for stores. `file` names the reference set in errors.
+pub(crate) fn nodes_skipping(
+    file: &str,
+    documents: &[(String, Vec<u8>)],
+    skip_unsupported: bool,
+) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
+    let mut skipped = Vec::new();
+    let nodes = build_nodes(file, documents, |path, error| {
+        match error.unsupported_reason() {
+            Some(_) if skip_unsupported => {
+                skipped.push(SkippedArray {
+                    path: path.to_string(),
+                    reason: error.to_string(),
+                });
+                Ok(())
+            }
+            _ => Err(Error::Metadata {
+                file: file.to_string(),
+                source: error,
+            }),
+        }
+    })?;
+    Ok((nodes, skipped))
+}
+
+#[cfg(test)]
 pub(crate) fn nodes(file: &str, documents: &[(String, Vec<u8>)]) -> Result<Vec<Node>> {
+    nodes_skipping(file, documents, false).map(|(nodes, _)| nodes)
+}
+
+/// The nodes of `documents`; `refused` decides about an array or node whose metadata fails to parse
+/// (an error stops, `Ok` leaves the node out).
+fn build_nodes(
+    file: &str,
+    documents: &[(String, Vec<u8>)],
+    mut refused: impl FnMut(&str, zshard_zarr::Error) -> Result<()>,
+) -> Result<Vec<Node>> {
     let mut docs: BTreeMap<&str, &[u8]> = BTreeMap::new();
     for (key, bytes) in documents {
         docs.insert(key.as_str(), bytes.as_slice());
@@ -141,16 +180,24 @@ pub(crate) fn nodes(file: &str, documents: &[(String, Vec<u8>)]) -> Result<Vec<N
         };
         let kind = if let Some(bytes) = doc("zarr.json") {
             let key = key_of(path, "zarr.json");
-            parse_v3_node(&key, &strict("zarr.json", bytes)?)
-                .map_err(metadata_error)?
-                .kind
+            match parse_v3_node(&key, &strict("zarr.json", bytes)?) {
+                Ok(parsed) => parsed.kind,
+                Err(error) => {
+                    refused(path, error)?;
+                    continue;
+                }
+            }
         } else if let Some(bytes) = doc(".zarray") {
             let key = key_of(path, ".zarray");
             let mut value: Value = lenient::parse(&format!("{file}: {key}"), bytes)?;
             normalize_zarray(&mut value);
-            let meta = parse_v2_array(&key, value.to_string().as_bytes(), attrs.as_deref())
-                .map_err(metadata_error)?;
-            NodeKind::Array(Box::new(meta))
+            match parse_v2_array(&key, value.to_string().as_bytes(), attrs.as_deref()) {
+                Ok(meta) => NodeKind::Array(Box::new(meta)),
+                Err(error) => {
+                    refused(path, error)?;
+                    continue;
+                }
+            }
         } else {
             let attributes = match &attrs {
                 Some(a) => {
@@ -232,6 +279,35 @@ mod tests {
             }
         }
         base
+    }
+
+    #[test]
+    fn unsupported_arrays_are_refused_or_skipped_with_their_reason() {
+        let d = docs(&[
+            (".zgroup", json!({"zarr_format": 2})),
+            ("a/.zarray", zarray(json!({}))),
+            ("b/.zarray", zarray(json!({"compressor": {"id": "grib"}}))),
+            ("c/.zarray", zarray(json!({"shape": "ten"}))),
+        ]);
+        let reason = r#"b/.zarray: compressor "grib" is not supported"#;
+        let err = nodes("refs.json", &d[..3]).expect_err("refused");
+        let chain = format!(
+            "{err}: {}",
+            std::error::Error::source(&err).map_or(String::new(), |s| s.to_string())
+        );
+        assert!(chain.contains(reason), "{chain}");
+        let (built, skipped) = nodes_skipping("refs.json", &d[..3], true).expect("skips");
+        let paths: Vec<&str> = built.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(paths, ["", "a"]);
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].path, "b");
+        assert!(
+            skipped[0].reason.starts_with(reason),
+            "{}",
+            skipped[0].reason
+        );
+        // Broken metadata still fails when skipping: only unsupported arrays are left out.
+        assert!(nodes_skipping("refs.json", &d, true).is_err());
     }
 
     #[test]

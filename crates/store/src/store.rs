@@ -214,6 +214,12 @@ impl Store {
         &self.location
     }
 
+    /// Whether this store reads the members of a zip file (a location named `.zip` or `.ozx` that
+    /// is no file or object is read as a folder instead).
+    pub fn is_zip(&self) -> bool {
+        self.zip
+    }
+
     /// For a local store, the path of key `key`'s file (or folder).
     pub fn local_path(&self, key: &str) -> Option<PathBuf> {
         if self.zip {

@@ -50,6 +50,14 @@ pub enum Error {
         location: String,
     },
 
+    /// A `.zip` or `.ozx` location with no zip file there, nor Zarr metadata in a folder of that
+    /// name (a remote one: a local zip that does not exist is refused when it is resolved).
+    #[error("{location} does not exist: no zip file of that name, nor a Zarr hierarchy in a folder of that name")]
+    ZipMissing {
+        /// The location as given.
+        location: String,
+    },
+
     /// OME-Zarr metadata that cannot be read or upgraded (`multiscales` of the wrong form, axes that
     /// do not fit an image's arrays).
     #[error("OME-Zarr metadata of {node}: {reason}")]

@@ -118,6 +118,10 @@ impl Walk {
                     self.walk_v2(store, "")?;
                 }
             }
+        } else if store.location().is_zip() && !store.is_zip() {
+            return Err(Error::ZipMissing {
+                location: store.location().to_string(),
+            });
         } else {
             return Err(Error::NotZarr {
                 location: store.url(""),

@@ -310,12 +310,9 @@ impl SourceArgs {
                 include: self.include.clone(),
                 exclude: self.exclude.clone(),
             },
-            on_unsupported: self
-                .on_unsupported
-                .as_deref()
-                .map(str::parse)
-                .transpose()?
-                .unwrap_or_default(),
+            on_unsupported: zshard_convert::OnUnsupported::from_option(
+                self.on_unsupported.as_deref(),
+            )?,
         })
     }
 }

@@ -153,12 +153,9 @@ impl Settings {
                 include: self.include.clone().unwrap_or_default(),
                 exclude: self.exclude.clone().unwrap_or_default(),
             },
-            on_unsupported: self
-                .on_unsupported
-                .as_deref()
-                .map(str::parse)
-                .transpose()?
-                .unwrap_or_default(),
+            on_unsupported: zshard_convert::OnUnsupported::from_option(
+                self.on_unsupported.as_deref(),
+            )?,
         })
     }
 

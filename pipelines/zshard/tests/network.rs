@@ -272,3 +272,32 @@ fn redirects_are_followed_only_within_the_allowed_prefixes() {
     assert_eq!(read_v3(&tmp.path().join("b.zarr/x")).0, DATA);
     assert_eq!(allowed.requests(), 3, "the redirect and the data");
 }
+
+#[test]
+fn a_remote_zip_that_does_not_exist_is_named_as_missing() {
+    // The server answers 404 to everything: no zip file, and no Zarr metadata in a folder of that
+    // name (which a `.zip` location that is no object is read as).
+    let server = Server::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let url = format!("http://127.0.0.1:{}/data/missing.zip", server.port);
+    let dst = tmp.path().join("out.zarr");
+    let out = zshard(&[
+        "convert",
+        &url,
+        dst.to_str().expect("utf-8"),
+        "--quiet",
+        "--retry-timeout",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains(&format!(
+            "{url} does not exist: no zip file of that name, nor a Zarr hierarchy in a folder of that name"
+        )),
+        "{e}"
+    );
+    assert!(server.requests() > 0);
+    assert!(!dst.exists());
+}

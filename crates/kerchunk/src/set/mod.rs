@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use zshard_core::Node;
 use zshard_store::Store;
+use zshard_zarr::SkippedArray;
 
 use crate::error::{format, Error, Result};
 use crate::refs::{ChunkIndex, JsonRefs};
@@ -50,6 +51,9 @@ pub struct Options {
     /// a record without references (its chunks read as the fill value), as kerchunk's writer (fsspec's
     /// `LazyReferenceMapper.flush`) writes a file only for records that hold a reference.
     pub strict_refs: bool,
+    /// Arrays whose metadata holds a codec or data type zshard does not read are left out and listed
+    /// by [`ReferenceSet::skipped`] (`--on-unsupported skip`); without it, opening the set fails.
+    pub skip_unsupported: bool,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             max_request: DEFAULT_MAX_REQUEST,
             parquet_cache: DEFAULT_PARQUET_CACHE,
             strict_refs: false,
+            skip_unsupported: false,
         }
     }
 }
@@ -106,6 +111,7 @@ pub struct ReferenceSet {
     shared: Arc<Shared>,
     layout: Layout,
     nodes: Vec<Node>,
+    skipped: Vec<SkippedArray>,
 }
 
 impl ReferenceSet {
@@ -117,6 +123,11 @@ impl ReferenceSet {
     /// Every group and array, parents first, sorted by path.
     pub fn nodes(&self) -> Vec<Node> {
         self.nodes.clone()
+    }
+
+    /// The arrays left out because zshard does not read them ([`Options::skip_unsupported`]), by path.
+    pub fn skipped(&self) -> &[SkippedArray] {
+        &self.skipped
     }
 
     /// Number of chunk references of a JSON set (`None` for Parquet sets, which are read lazily).

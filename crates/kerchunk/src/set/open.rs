@@ -224,7 +224,8 @@ impl ReferenceSet {
             };
             documents.push((key.clone(), bytes));
         }
-        let nodes = meta::nodes(&display, &documents)?;
+        let (nodes, skipped) =
+            meta::nodes_skipping(&display, &documents, options.skip_unsupported)?;
         let arrays: Vec<(&str, &ArrayMeta)> = nodes
             .iter()
             .filter_map(|n| match &n.kind {
@@ -245,6 +246,7 @@ impl ReferenceSet {
                 indexes,
             },
             nodes,
+            skipped,
         })
     }
 
@@ -293,7 +295,7 @@ impl ReferenceSet {
             .iter()
             .map(|(k, v)| (k.clone(), meta::document_bytes(v)))
             .collect();
-        let nodes = meta::nodes(&zkey, &documents)?;
+        let (nodes, skipped) = meta::nodes_skipping(&zkey, &documents, options.skip_unsupported)?;
         // The files of each array must fit its chunk grid.
         for node in &nodes {
             let NodeKind::Array(meta) = &node.kind else {
@@ -353,6 +355,7 @@ impl ReferenceSet {
                 real_root,
             },
             nodes,
+            skipped,
         })
     }
 }

@@ -99,7 +99,9 @@ class Report:
     """What :func:`convert` did: the same document as the command's ``--report`` (in ``document``).
 
     ``status`` is ``ok`` or ``complete`` (the destination was already converted with these options:
-    nothing was done); ``totals`` and ``arrays`` count shards, chunks and bytes.
+    nothing was done); ``totals`` and ``arrays`` count shards, chunks and bytes; ``skipped_arrays``
+    lists ``(array, reason)`` for each array left out by ``on_unsupported="skip"`` (zshard does not
+    read its data type or codecs).
     """
 
     status: str
@@ -109,6 +111,7 @@ class Report:
     duration_seconds: float
     totals: Counts
     arrays: dict[str, Counts]
+    skipped_arrays: list[tuple[str, str]]
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -122,6 +125,7 @@ class Report:
             duration_seconds=doc["duration_seconds"],
             totals=Counts._from_json(doc["totals"]),
             arrays={a["path"]: Counts._from_json(a) for a in doc["arrays"]},
+            skipped_arrays=[(s["path"], s["reason"]) for s in doc.get("skipped_arrays", [])],
             document=doc,
         )
 
