@@ -133,6 +133,10 @@ pub enum Error {
     #[error(transparent)]
     Kerchunk(#[from] zshard_kerchunk::Error),
 
+    /// An Icechunk repository that cannot be read, written or committed to.
+    #[error(transparent)]
+    Icechunk(#[from] zshard_icechunk::Error),
+
     /// Metadata of the output that cannot be written.
     #[error(transparent)]
     Writer(#[from] zshard_writer::Error),
@@ -265,7 +269,7 @@ impl Error {
     /// the input), `source` (the source cannot be read as a hierarchy), `destination` (refused, or
     /// its state is unreadable), `storage` (a request failed), `read`, `decode`, `encode`, `write`
     /// (of one chunk or shard), `memory` (the memory limit is too low), `cancelled`, `file` (a local
-    /// file such as the report), `system` (threads) or `internal`.
+    /// file such as the report), `icechunk` (an Icechunk repository), `system` (threads) or `internal`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Compressor { .. }
@@ -279,6 +283,7 @@ impl Error {
             | Error::Core(_) => "options",
             Error::Array { source, .. } | Error::OutputArray { source, .. } => source.kind(),
             Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) => "source",
+            Error::Icechunk(_) => "icechunk",
             Error::Overlap { .. }
             | Error::Destination { .. }
             | Error::State { .. }

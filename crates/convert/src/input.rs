@@ -22,6 +22,8 @@ pub enum SourceFormat {
     KerchunkJson,
     /// A kerchunk Parquet reference folder.
     KerchunkParquet,
+    /// An Icechunk repository (at [`SourceOptions::reference`]).
+    Icechunk,
 }
 
 impl std::str::FromStr for SourceFormat {
@@ -32,9 +34,10 @@ impl std::str::FromStr for SourceFormat {
             "zarr" => Ok(SourceFormat::Zarr),
             "kerchunk-json" => Ok(SourceFormat::KerchunkJson),
             "kerchunk-parquet" => Ok(SourceFormat::KerchunkParquet),
+            "icechunk" => Ok(SourceFormat::Icechunk),
             other => Err(Error::Options {
                 reason: format!(
-                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet)"
+                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk)"
                 ),
             }),
         }
@@ -51,7 +54,13 @@ pub struct SourceOptions {
     pub references: Option<zshard_kerchunk::Options>,
     /// Which arrays are read (`--include` / `--exclude`); the groups above them come along.
     pub selection: Selection,
+    /// The branch, tag or snapshot id of an Icechunk repository to read (default: the branch
+    /// `main`); refused for other inputs.
+    pub reference: Option<String>,
 }
+
+/// The branch an Icechunk repository is read at when no reference is given.
+pub const DEFAULT_SOURCE_REF: &str = "main";
 
 /// An opened input.
 #[derive(Debug)]
@@ -60,6 +69,8 @@ pub(crate) enum Input {
     Zarr(Store),
     /// A kerchunk reference set (JSON or Parquet).
     Kerchunk(ReferenceSet),
+    /// An Icechunk repository at one version.
+    Icechunk(zshard_icechunk::Source),
 }
 
 impl Input {
@@ -71,7 +82,28 @@ impl Input {
         options: &SourceOptions,
         runtime: Arc<IoRuntime>,
     ) -> Result<Input> {
+        let icechunk = match options.format {
+            Some(format) => format == SourceFormat::Icechunk,
+            None => zshard_icechunk::is_repository(location.as_str()),
+        };
+        if icechunk {
+            let source = zshard_icechunk::Source::open(
+                location.as_str(),
+                options.reference.as_deref().unwrap_or(DEFAULT_SOURCE_REF),
+                &options.references.clone().unwrap_or_default(),
+                runtime,
+            )?;
+            return Ok(Input::Icechunk(source));
+        }
+        if options.reference.is_some() {
+            return Err(Error::Options {
+                reason: format!(
+                    "--source-ref applies to Icechunk repositories, but {location} is not one (see --source-format)"
+                ),
+            });
+        }
         let format = match options.format {
+            Some(SourceFormat::Icechunk) => None,
             Some(SourceFormat::Zarr) => None,
             Some(SourceFormat::KerchunkJson) => Some(Format::Json),
             Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
@@ -98,6 +130,7 @@ impl Input {
         match self {
             Input::Zarr(store) => store.url(""),
             Input::Kerchunk(refs) => refs.url(),
+            Input::Icechunk(repo) => repo.url(),
         }
     }
 
@@ -106,6 +139,7 @@ impl Input {
         match self {
             Input::Zarr(_) => None,
             Input::Kerchunk(refs) => Some(refs.stats()),
+            Input::Icechunk(repo) => Some(repo.virtual_reads()),
         }
     }
 
@@ -114,6 +148,7 @@ impl Input {
         match self {
             Input::Zarr(_) => 0,
             Input::Kerchunk(refs) => refs.memory_bytes(),
+            Input::Icechunk(_) => 0,
         }
     }
 
@@ -136,6 +171,7 @@ impl Input {
                 })
                 .collect()),
             Input::Kerchunk(refs) => Ok(refs.nodes()),
+            Input::Icechunk(repo) => Ok(repo.nodes()),
         }
     }
 
@@ -163,6 +199,15 @@ impl Input {
         match self {
             Input::Zarr(store) => chunk_reader(store.child(path), meta),
             Input::Kerchunk(refs) => refs.reader(path, meta),
+            Input::Icechunk(repo) => repo.reader(path, meta),
+        }
+    }
+
+    /// The chunk counts by kind of an Icechunk repository (none for other inputs).
+    pub(crate) fn icechunk_chunks(&self) -> Option<zshard_icechunk::ChunkCounts> {
+        match self {
+            Input::Icechunk(repo) => Some(repo.chunk_counts()),
+            _ => None,
         }
     }
 }

@@ -216,6 +216,9 @@ pub struct Report {
     /// Requests made for a kerchunk reference set (none for other inputs).
     #[serde(skip)]
     pub reference_reads: Option<ReadStats>,
+    /// The commit made into an Icechunk repository (none for other outputs, and for a worker's run).
+    #[serde(skip)]
+    pub published: Option<crate::Published>,
 }
 
 impl Report {
@@ -376,6 +379,7 @@ impl ReportBuilder {
             arrays: self.arrays.clone(),
             already_complete: status == Status::Complete,
             reference_reads: None,
+            published: None,
         }
     }
 }

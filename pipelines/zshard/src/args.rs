@@ -121,6 +121,53 @@ pub struct LayoutArgs {
     pub source: SourceArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// What kind of output DST is.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// Output kind: zarr (plain sharded Zarr v3), or icechunk: commit the shards to a branch of the
+    /// Icechunk repository DST (created when missing) in one commit. A DST that already is a
+    /// repository is written as icechunk.
+    #[arg(long, value_name = "zarr|icechunk", value_parser = ["zarr", "icechunk"])]
+    output_format: Option<String>,
+    /// Icechunk output: the branch to commit to (default main; created from main when missing).
+    #[arg(long, value_name = "NAME")]
+    branch: Option<String>,
+    /// Icechunk output: the commit message (default: names zshard, the source and the options).
+    #[arg(long, value_name = "TEXT")]
+    message: Option<String>,
+}
+
+impl OutputArgs {
+    /// Whether any of these flags is given.
+    fn given(&self) -> bool {
+        self.output_format.is_some() || self.branch.is_some() || self.message.is_some()
+    }
+
+    /// The Icechunk output these flags ask for (`None` for plain Zarr, or when DST decides).
+    fn icechunk(&self) -> zshard_convert::Result<Option<zshard_convert::IcechunkOutput>> {
+        let icechunk = self.output_format.as_deref() == Some("icechunk");
+        if !icechunk
+            && (self.branch.is_some() || self.message.is_some())
+            && self.output_format.is_some()
+        {
+            return Err(zshard_convert::Error::Options {
+                reason: "--branch and --message apply to --output-format icechunk".to_string(),
+            });
+        }
+        let wanted = icechunk || self.branch.is_some() || self.message.is_some();
+        Ok(wanted.then(|| {
+            let mut output = zshard_convert::IcechunkOutput::default();
+            if let Some(branch) = &self.branch {
+                output.branch = branch.clone();
+            }
+            output.message = self.message.clone();
+            output
+        }))
+    }
 }
 
 impl LayoutArgs {
@@ -164,7 +211,8 @@ impl LayoutArgs {
             || self.index_location.is_some()
             || self.no_passthrough
             || self.no_consolidate
-            || self.source.given();
+            || self.source.given()
+            || self.output.given();
         if given {
             let job = std::fs::canonicalize(&self.src)
                 .map_or_else(|_| self.src.clone(), |p| p.display().to_string());
@@ -186,6 +234,7 @@ impl LayoutArgs {
         c.lease_stale_after = lease_stale_after()?;
         c.source_options = self.source.options()?;
         c.layouts.default = self.layout()?;
+        c.icechunk = self.output.icechunk()?;
         Ok(())
     }
 }
@@ -235,8 +284,8 @@ impl WorkerArgs {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SourceArgs {
     /// Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON reference file,
-    /// version 0 or 1, optionally .zst/.gz compressed) or kerchunk-parquet (a kerchunk Parquet
-    /// reference folder). Detected when not given.
+    /// version 0 or 1, optionally .zst/.gz compressed), kerchunk-parquet (a kerchunk Parquet
+    /// reference folder) or icechunk (an Icechunk repository). Detected when not given.
     #[arg(long, value_name = "KIND")]
     source_format: Option<String>,
     /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
@@ -267,6 +316,11 @@ pub struct SourceArgs {
     /// a record without references, as kerchunk writes no file for one).
     #[arg(long)]
     strict_refs: bool,
+    /// Icechunk source: the branch, tag or snapshot id to read (default: the branch main).
+    /// --ref-root and --allow-ref-prefix apply to its virtual chunks (default root: the folder
+    /// holding the repository).
+    #[arg(long, value_name = "REF")]
+    source_ref: Option<String>,
 }
 
 impl SourceArgs {
@@ -279,6 +333,7 @@ impl SourceArgs {
             || !self.include.is_empty()
             || !self.exclude.is_empty()
             || self.strict_refs
+            || self.source_ref.is_some()
     }
 
     pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
@@ -303,6 +358,7 @@ impl SourceArgs {
                 include: self.include.clone(),
                 exclude: self.exclude.clone(),
             },
+            reference: self.source_ref.clone(),
         })
     }
 }

@@ -1,0 +1,110 @@
+//! Converting into an Icechunk repository: the conversion runs as usual into a staging folder inside
+//! the repository's folder (so an interrupted run resumes, and workers share it), and once every
+//! shard and document is there, they are committed to the branch in one commit and the staging
+//! folder is removed. Nothing is visible on the branch before that commit.
+
+use crate::conversion::{Conversion, Finalized, Observer};
+use crate::error::Result;
+use crate::partition::Partition;
+use crate::report::{Report, Status};
+
+/// Where and how a conversion into an Icechunk repository commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IcechunkOutput {
+    /// The branch to commit to (created from `main`'s tip when missing).
+    pub branch: String,
+    /// The commit message; `None`: one naming zshard, the source and the options.
+    pub message: Option<String>,
+}
+
+impl Default for IcechunkOutput {
+    fn default() -> Self {
+        IcechunkOutput {
+            branch: "main".to_string(),
+            message: None,
+        }
+    }
+}
+
+pub use zshard_icechunk::Published;
+
+impl Conversion {
+    /// The same conversion, writing plain Zarr into the staging folder of the repository.
+    fn staged(&self) -> Result<Conversion> {
+        let mut staged = self.clone();
+        let folder = zshard_icechunk::staging_folder(&self.destination)?;
+        staged.destination = folder.to_string_lossy().into_owned();
+        staged.icechunk = None;
+        // Icechunk keeps every node's document itself; a consolidated root would hide the
+        // repository's other nodes from zarr-python.
+        staged.consolidate = false;
+        Ok(staged)
+    }
+
+    /// The commit message: the one given, or one naming zshard, the source and the options.
+    fn commit_message(&self, output: &IcechunkOutput) -> String {
+        output.message.clone().unwrap_or_else(|| {
+            let layout = &self.layouts.default;
+            let shape = |s: &Option<Vec<u64>>| {
+                s.as_ref().map_or("auto".to_string(), |s| {
+                    s.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+                })
+            };
+            format!(
+                "zshard {} convert {}: shard shape {}, chunk shape {}, compressor {}",
+                env!("CARGO_PKG_VERSION"),
+                self.source,
+                shape(&layout.shard_shape),
+                shape(&layout.chunk_shape),
+                layout.compressor,
+            )
+        })
+    }
+
+    /// [`Conversion::convert`] into a repository: converts into the staging folder, then (when this
+    /// run covers every shard) commits it.
+    pub(crate) fn convert_into_icechunk(
+        &self,
+        output: &IcechunkOutput,
+        observer: &dyn Observer,
+    ) -> Result<Report> {
+        let staged = self.staged()?;
+        let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
+        zshard_icechunk::create_if_missing(&self.destination, &runtime)?;
+        let mut report = staged.convert(observer)?;
+        if self.partition == Partition::ALL
+            && matches!(report.status, Status::Ok | Status::Complete)
+        {
+            report.published = Some(self.publish(&staged, output)?);
+        }
+        Ok(report)
+    }
+
+    /// [`Conversion::finalize`] into a repository: finalizes the staging folder, then commits it.
+    pub(crate) fn finalize_into_icechunk(&self, output: &IcechunkOutput) -> Result<Finalized> {
+        let staged = self.staged()?;
+        let mut finalized = staged.finalize()?;
+        finalized.published = Some(self.publish(&staged, output)?);
+        Ok(finalized)
+    }
+
+    /// Commits the staged output, then removes the staging folder (all of it written by zshard).
+    fn publish(&self, staged: &Conversion, output: &IcechunkOutput) -> Result<Published> {
+        let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
+        let folder = std::path::PathBuf::from(&staged.destination);
+        let published = zshard_icechunk::publish(
+            &folder,
+            &self.destination,
+            &output.branch,
+            &self.commit_message(output),
+            &runtime,
+        )?;
+        std::fs::remove_dir_all(&folder).map_err(|source| crate::error::Error::File {
+            action: "remove the staging folder",
+            path: folder.clone(),
+            source,
+        })?;
+        Ok(published)
+    }
+}

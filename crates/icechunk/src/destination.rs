@@ -1,0 +1,436 @@
+//! Publishing a converted hierarchy into a repository: the shards and `zarr.json` documents of a
+//! finished conversion (staged in a local folder) become the nodes and chunks of one session on a
+//! branch, committed once. Until that commit nothing is visible on the branch, and only the nodes of
+//! this conversion are added or replaced.
+
+use std::collections::HashMap;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use icechunk::conflicts::detector::ConflictDetector;
+use icechunk::repository::VersionInfo;
+use icechunk::session::SessionErrorKind;
+use icechunk::{Repository, Store};
+use tokio::sync::RwLock;
+use zshard_store::IoRuntime;
+
+use crate::error::{boxed, Error, Result};
+use crate::repo;
+use crate::Published;
+
+/// Creates an empty repository at `location` when there is none, before anything is staged in its
+/// folder (Icechunk creates repositories only in empty folders).
+pub fn create_if_missing(location: &str, runtime: &IoRuntime) -> Result<()> {
+    let storage = repo::storage(location, runtime)?;
+    runtime.block_on(async {
+        let open_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Open {
+            repo: location.to_string(),
+            source: e,
+        };
+        if !Repository::exists(storage.as_ref())
+            .await
+            .map_err(|e| open_error(boxed(e)))?
+        {
+            Repository::create(None, storage, HashMap::new())
+                .await
+                .map_err(|e| open_error(boxed(e)))?;
+        }
+        Ok(())
+    })
+}
+
+/// The file, inside the staging folder, naming the commit a publication makes: written before
+/// committing, so that a run killed after the commit finds it on the branch instead of committing
+/// twice.
+const COMMIT_RECORD: &str = ".zshard-commit.json";
+
+/// The snapshot property holding a publication's token (see [`COMMIT_RECORD`]).
+const TOKEN_PROPERTY: &str = "zshard_commit";
+
+/// How far back a branch's history is searched for a publication's commit.
+const ANCESTRY_SEARCH: usize = 1000;
+
+/// Commits the Zarr v3 hierarchy in `staged` to `branch` of the repository at `location` (created
+/// when missing, as is the branch, from `main`'s tip), as one commit with `message`. Arrays of the
+/// repository at the staged arrays' paths are replaced; everything else stays. When the branch
+/// moved meanwhile, the commit is rebased onto its new tip if the changes do not overlap, else it
+/// fails with [`Error::Conflict`]. A publication of `staged` that already committed (a run killed
+/// after its commit) is found on the branch and not committed again.
+pub fn publish(
+    staged: &FsPath,
+    location: &str,
+    branch: &str,
+    message: &str,
+    runtime: &IoRuntime,
+) -> Result<Published> {
+    publish_with(staged, location, branch, message, runtime, || async {})
+}
+
+/// Nothing to do around a rebase.
+async fn noop() {}
+
+/// [`publish`], running `before_commit` between writing the session and committing it (tests
+/// commit to the branch there, as another writer would).
+fn publish_with<F, Fut>(
+    staged: &FsPath,
+    location: &str,
+    branch: &str,
+    message: &str,
+    runtime: &IoRuntime,
+    before_commit: F,
+) -> Result<Published>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let write_error = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+        repo: location.to_string(),
+        what: what.to_string(),
+        source: e,
+    };
+    let files =
+        staged_files(staged).map_err(|e| write_error("reading the staged output", boxed(e)))?;
+    let mut published = Published {
+        branch: branch.to_string(),
+        snapshot: String::new(),
+        nodes: files.iter().filter(|(k, _)| is_metadata(k)).count(),
+        chunks: files.iter().filter(|(k, _)| !is_metadata(k)).count(),
+        already_committed: false,
+    };
+    let storage = repo::storage(location, runtime)?;
+    runtime.block_on(async {
+        let repository = Repository::open_or_create(None, storage, HashMap::new())
+            .await
+            .map_err(|e| Error::Open {
+                repo: location.to_string(),
+                source: boxed(e),
+            })?;
+        ensure_branch(&repository, branch)
+            .await
+            .map_err(|e| write_error(&format!("creating branch {branch:?}"), e))?;
+        let token = match read_token(staged) {
+            Some(token) => {
+                if let Some(snapshot) = find_commit(&repository, branch, &token)
+                    .await
+                    .map_err(|e| write_error(&format!("reading branch {branch:?}"), e))?
+                {
+                    published.snapshot = snapshot;
+                    published.already_committed = true;
+                    return Ok(published);
+                }
+                token
+            }
+            None => write_token(staged)
+                .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?,
+        };
+        let session = repository
+            .writable_session(branch)
+            .await
+            .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e)))?;
+        let store = Store::from_session(Arc::new(RwLock::new(session))).await;
+        write_session(&store, &files)
+            .await
+            .map_err(|(what, e)| write_error(&what, e))?;
+        before_commit().await;
+        let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token))];
+        let session = store.session();
+        let mut session = session.write().await;
+        let snapshot = session
+            .commit_rebasing(
+                &ConflictDetector,
+                3,
+                message,
+                Some(properties.into_iter().collect()),
+                |_| noop(),
+                |_| noop(),
+            )
+            .await
+            .map_err(|e| match e.kind {
+                SessionErrorKind::Conflict { .. } | SessionErrorKind::RebaseFailed { .. } => {
+                    Error::Conflict {
+                        repo: location.to_string(),
+                        branch: branch.to_string(),
+                        reason: e.kind.to_string(),
+                    }
+                }
+                _ => write_error("committing", boxed(e)),
+            })?;
+        published.snapshot = snapshot.to_string();
+        Ok(published)
+    })
+}
+
+/// Writes the staged documents and chunks into the session: arrays being replaced are deleted
+/// first (they lose every chunk of their former shape; groups stay with whatever else they hold),
+/// then parents before children, documents before chunks (a chunk needs its array).
+async fn write_session(
+    store: &Store,
+    files: &[(String, PathBuf)],
+) -> std::result::Result<(), (String, Box<dyn std::error::Error + Send + Sync>)> {
+    for (key, path) in files.iter().filter(|(k, _)| is_metadata(k)) {
+        let node = key.trim_end_matches("zarr.json").trim_end_matches('/');
+        let replaced =
+            !node.is_empty() && is_array_document(path) && store.exists(key).await.unwrap_or(false);
+        if replaced {
+            store
+                .delete_dir(node)
+                .await
+                .map_err(|e| (node.to_string(), boxed(e)))?;
+        }
+    }
+    for (key, path) in files {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| (key.clone(), boxed(e)))?;
+        store
+            .set(key, Bytes::from(bytes))
+            .await
+            .map_err(|e| (key.clone(), boxed(e)))?;
+    }
+    Ok(())
+}
+
+/// The token of an earlier publication of `staged` that may have committed.
+fn read_token(staged: &FsPath) -> Option<String> {
+    let bytes = std::fs::read(staged.join(COMMIT_RECORD)).ok()?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    doc.get("token")?.as_str().map(str::to_string)
+}
+
+/// Records a new token for this publication (written whole, then renamed into place).
+fn write_token(staged: &FsPath) -> std::io::Result<String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let token = format!("{}-{nanos}", std::process::id());
+    let doc = serde_json::json!({ "token": token });
+    let temporary = staged.join(format!("{COMMIT_RECORD}.tmp"));
+    std::fs::write(&temporary, doc.to_string())?;
+    std::fs::File::open(&temporary)?.sync_all()?;
+    std::fs::rename(&temporary, staged.join(COMMIT_RECORD))?;
+    Ok(token)
+}
+
+/// The id of the snapshot on `branch`'s recent history committed with `token`, if any.
+async fn find_commit(
+    repository: &Repository,
+    branch: &str,
+    token: &str,
+) -> std::result::Result<Option<String>, Box<dyn std::error::Error + Send + Sync>> {
+    let version = VersionInfo::BranchTipRef(branch.to_string());
+    let ancestry = repository.ancestry(&version).await?;
+    let mut ancestry = std::pin::pin!(ancestry.take(ANCESTRY_SEARCH));
+    while let Some(info) = ancestry.next().await {
+        let info = info?;
+        if info.metadata.get(TOKEN_PROPERTY).and_then(|t| t.as_str()) == Some(token) {
+            return Ok(Some(info.id.to_string()));
+        }
+    }
+    Ok(None)
+}
+
+/// Creates `branch` at `main`'s tip when it does not exist.
+async fn ensure_branch(
+    repository: &Repository,
+    branch: &str,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    if repository.list_branches().await?.contains(branch) {
+        return Ok(());
+    }
+    let tip = repository.lookup_branch("main").await?;
+    repository.create_branch(branch, &tip).await?;
+    Ok(())
+}
+
+/// Whether the staged `zarr.json` at `path` describes an array.
+fn is_array_document(path: &FsPath) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .is_some_and(|doc| doc.get("node_type").and_then(|t| t.as_str()) == Some("array"))
+}
+
+fn is_metadata(key: &str) -> bool {
+    key == "zarr.json" || key.ends_with("/zarr.json")
+}
+
+/// The staged files by key: documents first, parents before children, then chunks; zshard's own
+/// state (`.zshard/`) and temporary files left out.
+fn staged_files(root: &FsPath) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut files = Vec::new();
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                folders.push(path);
+            } else if let Ok(relative) = path.strip_prefix(root) {
+                let key = relative.to_string_lossy().replace('\\', "/");
+                files.push((key, path));
+            }
+        }
+    }
+    files.sort_by_key(|(key, _)| (!is_metadata(key), key.matches('/').count(), key.clone()));
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_documents_come_first_parents_before_children() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for (key, bytes) in [
+            ("zarr.json", "{}"),
+            ("a/zarr.json", "{}"),
+            ("a/b/zarr.json", "{}"),
+            ("a/b/c/0/0", "x"),
+            ("a/c/0", "x"),
+            (".zshard/state.json", "{}"),
+            ("a/.tmp-shard", "x"),
+        ] {
+            let path = root.join(key);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+        let keys: Vec<String> = staged_files(root)
+            .expect("list")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "zarr.json",
+                "a/zarr.json",
+                "a/b/zarr.json",
+                "a/c/0",
+                "a/b/c/0/0"
+            ]
+        );
+    }
+
+    /// A staged hierarchy: a root group and array `a` (4 uint8, one chunk of `value`s).
+    fn stage(root: &FsPath, value: u8) {
+        let array = r#"{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+          "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+          "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+          "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}}"#;
+        let group = r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+        for (key, bytes) in [
+            ("zarr.json", group.as_bytes().to_vec()),
+            ("a/zarr.json", array.as_bytes().to_vec()),
+            ("a/c/0", vec![value; 4]),
+        ] {
+            let path = root.join(key);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+    }
+
+    /// The messages of `branch`'s commits, newest first.
+    fn history(location: &str, runtime: &IoRuntime) -> Vec<String> {
+        let storage = repo::storage(location, runtime).expect("storage");
+        runtime.block_on(async {
+            let repository = Repository::open(None, storage, HashMap::new())
+                .await
+                .expect("open");
+            let version = VersionInfo::BranchTipRef("main".to_string());
+            let ancestry = repository.ancestry(&version).await.expect("ancestry");
+            let infos: Vec<_> = ancestry.collect().await;
+            infos
+                .into_iter()
+                .map(|info| info.expect("snapshot").message)
+                .collect()
+        })
+    }
+
+    /// Commits a node at `key` to main as another writer would.
+    async fn commit_elsewhere(folder: PathBuf, key: &str) {
+        let storage = icechunk::ObjectStorage::new_local_filesystem(&folder)
+            .await
+            .expect("storage");
+        let repository = Repository::open(None, Arc::new(storage), HashMap::new())
+            .await
+            .expect("open");
+        let session = repository.writable_session("main").await.expect("session");
+        let store = Store::from_session(Arc::new(RwLock::new(session))).await;
+        let group = r#"{"zarr_format": 3, "node_type": "group", "attributes": {"by": "other"}}"#;
+        store.set(key, Bytes::from(group)).await.expect("set");
+        let session = store.session();
+        let mut session = session.write().await;
+        session.commit("other writer", None).await.expect("commit");
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf, String, Arc<IoRuntime>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let staged = dir.path().join("staged");
+        stage(&staged, 7);
+        let location = dir.path().join("repo").to_string_lossy().into_owned();
+        let runtime = IoRuntime::new(2).expect("runtime");
+        create_if_missing(&location, &runtime).expect("create");
+        (dir, staged, location, runtime)
+    }
+
+    #[test]
+    fn a_second_publication_of_the_same_staging_finds_the_first_commit() {
+        let (_dir, staged, location, runtime) = setup();
+        let first = publish(&staged, &location, "main", "zshard", &runtime).expect("first");
+        assert!(!first.already_committed);
+        assert_eq!((first.nodes, first.chunks), (2, 1));
+        // As after a run killed between its commit and removing the staging folder.
+        let again = publish(&staged, &location, "main", "zshard", &runtime).expect("again");
+        assert!(again.already_committed);
+        assert_eq!(again.snapshot, first.snapshot);
+        assert_eq!(
+            history(&location, &runtime),
+            ["zshard", "Repository initialized"]
+        );
+    }
+
+    #[test]
+    fn a_commit_meanwhile_elsewhere_in_the_repository_is_rebased_onto() {
+        let (_dir, staged, location, runtime) = setup();
+        let folder = PathBuf::from(&location);
+        publish_with(&staged, &location, "main", "zshard", &runtime, || {
+            commit_elsewhere(folder, "other/zarr.json")
+        })
+        .expect("rebased");
+        assert_eq!(
+            history(&location, &runtime),
+            ["zshard", "other writer", "Repository initialized"]
+        );
+    }
+
+    #[test]
+    fn a_commit_meanwhile_to_the_same_array_is_a_conflict_naming_the_branch() {
+        let (_dir, staged, location, runtime) = setup();
+        let folder = PathBuf::from(&location);
+        let err = publish_with(&staged, &location, "main", "zshard", &runtime, || {
+            commit_elsewhere(folder, "a/zarr.json")
+        })
+        .expect_err("conflict");
+        assert!(
+            matches!(&err, Error::Conflict { branch, .. } if branch == "main"),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("branch \"main\" moved while committing"),
+            "{err}"
+        );
+        assert_eq!(
+            history(&location, &runtime),
+            ["other writer", "Repository initialized"]
+        );
+    }
+}
