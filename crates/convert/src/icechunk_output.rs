@@ -46,10 +46,8 @@ impl Conversion {
     fn commit_message(&self, output: &IcechunkOutput) -> String {
         output.message.clone().unwrap_or_else(|| {
             let layout = &self.layouts.default;
-            let shape = |s: &Option<Vec<u64>>| {
-                s.as_ref().map_or("auto".to_string(), |s| {
-                    s.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-                })
+            let shape = |s: &Option<crate::ShapeSpec>| {
+                s.as_ref().map_or("auto".to_string(), ToString::to_string)
             };
             format!(
                 "zshard {} convert {}: shard shape {}, chunk shape {}, compressor {}",

@@ -149,6 +149,8 @@ impl Settings {
                 include: self.include.clone().unwrap_or_default(),
                 exclude: self.exclude.clone().unwrap_or_default(),
             },
+            // Job files name no Icechunk reference yet: the branch main.
+            reference: None,
         })
     }
 
