@@ -11,6 +11,10 @@
 #   - installs the zarrs peer into target/peers (cargo install zarrs_tools 0.8.1) when it is missing,
 #   - installs GNU time (/usr/bin/time, which measures CPU time and peak RSS) when it is missing.
 #
+# The cloud workloads W7-W9 (S3 on loopback behind a proxy with a delay per request) run through
+# benches/cloud.py instead: `benches/run.sh --workloads w7,w8,w9 --delay-ms 0,20,100 [--scale small]`
+# (see `benches/cloud.py --help`); they install the S3 server s3s-fs into target/peers (cargo install).
+#
 # Environment:
 #   ZSHARD_VENV          virtualenv to create/use (default: <repo>/target/venv)
 #   ZSHARD_SKIP_BUILD=1  use the existing target/release/zshard, do not run cargo build
@@ -22,6 +26,7 @@ REPO="$(cd "$HERE/.." && pwd)"
 VENV="${ZSHARD_VENV:-$REPO/target/venv}"
 PEERS="$REPO/target/peers"
 ZARRS_TOOLS_VERSION=0.8.1
+S3S_FS_VERSION=0.11.1
 
 say() { echo "benches/run.sh: $*" >&2; }
 
@@ -45,6 +50,26 @@ fi
 if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then
     say "cargo build --release -p zshard"
     (cd "$REPO" && cargo build --release -p zshard)
+fi
+
+# --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---
+cloud=0
+prev=""
+for a in "$@"; do
+    case "$prev=$a" in --workloads=*[Ww][789]*) cloud=1 ;; esac
+    case "$a" in --workloads=*[Ww][789]*) cloud=1 ;; esac
+    prev="$a"
+done
+if [ "$cloud" = 1 ]; then
+    if [ ! -x "$PEERS/bin/s3s-fs" ]; then
+        say "installing s3s-fs $S3S_FS_VERSION (the S3 server on loopback) into $PEERS"
+        cargo install s3s-fs --version "$S3S_FS_VERSION" --features binary --locked --root "$PEERS" ||
+            say "s3s-fs did not install: the cloud workloads fall back to moto's server"
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REPO/tests/cloud/requirements.txt"
+    export PYTHONDONTWRITEBYTECODE=1
+    exec "$VENV/bin/python" "$HERE/cloud.py" --zshard "$REPO/target/release/zshard" \
+        --s3s-fs "$PEERS/bin/s3s-fs" "$@"
 fi
 
 # --- the zarrs peer ---

@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 SECONDS_PER_TARGET="${1:-600}"
 shift || true
-ALL_TARGETS=(codec_decode filter_decode shard_index v2_metadata v3_metadata kerchunk_json)
+ALL_TARGETS=(codec_decode filter_decode shard_index v2_metadata v3_metadata draft_metadata kerchunk_json object_decode zip_directory n5_block)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 
@@ -45,7 +45,7 @@ echo "== building ${TARGETS[*]} (${TOOLCHAIN_ARGS[*]:-stable with RUSTC_BOOTSTRA
 for t in "${TARGETS[@]}"; do
     CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" locked cargo "${TOOLCHAIN_ARGS[@]}" fuzz build -O -a "$t"
 done
-BIN_DIR="target/$(rustc -vV | sed -n 's/^host: //p')/release"
+BIN_DIR="${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release"
 
 mkdir -p logs
 FAILED=0

@@ -182,11 +182,13 @@ fn compressor_spec(inp: &mut Input) -> CodecSpec {
                 "numcodecs.adler32",
                 "numcodecs.crc32c",
                 "numcodecs.fletcher32",
+                "numcodecs.jenkins_lookup3",
             ]),
-            match inp.byte() % 3 {
+            match inp.byte() % 4 {
                 0 => json!({}),
                 1 => json!({"location": "start"}),
-                _ => json!({"location": "end"}),
+                2 => json!({"location": "end"}),
+                _ => json!({"initval": inp.u32()}),
             },
         ),
     }
@@ -194,7 +196,7 @@ fn compressor_spec(inp: &mut Input) -> CodecSpec {
 
 /// A numcodecs filter with a configuration from the input.
 pub fn filter_spec(inp: &mut Input, dt: DataType) -> CodecSpec {
-    match inp.byte() % 9 {
+    match inp.byte() % 10 {
         0 => CodecSpec::new(
             "numcodecs.shuffle",
             json!({"elementsize": match inp.byte() % 3 { 0 => json!(dt.size()), 1 => json!(inp.byte() % 17), _ => json!(inp.byte() as i64 - 128) }}),
@@ -218,8 +220,29 @@ pub fn filter_spec(inp: &mut Input, dt: DataType) -> CodecSpec {
         5 => CodecSpec::new("numcodecs.packbits", json!({})),
         6 => CodecSpec::new("numcodecs.crc32", json!({"location": "end"})),
         7 => CodecSpec::new("numcodecs.fletcher32", json!({})),
+        8 => CodecSpec::new("numcodecs.bitround", json!({"keepbits": inp.byte() % 60})),
         _ => CodecSpec::new("numcodecs.adler32", json!({})),
     }
+}
+
+/// `numcodecs.pcodec` (the array→bytes codec in place of `bytes`) with a configuration from the
+/// input, including values numcodecs refuses.
+fn pcodec_spec(inp: &mut Input) -> CodecSpec {
+    let mut config = json!({
+        "level": inp.byte() % 14,
+        "mode_spec": inp.pick(&["auto", "classic", "try_dict"]),
+        "delta_spec": inp.pick(&["auto", "none", "try_consecutive", "try_lookback"]),
+        "paging_spec": "equal_pages_up_to",
+        "equal_pages_up_to": match inp.byte() % 3 {
+            0 => 262_144u64,
+            1 => 1 + inp.byte() as u64,
+            _ => 0,
+        },
+    });
+    if inp.bool() {
+        config["delta_encoding_order"] = json!(inp.byte() % 9);
+    }
+    CodecSpec::new("numcodecs.pcodec", config)
 }
 
 /// Codecs for which decode(encode(decode(x))) == decode(x) must hold, cheap to encode.
@@ -240,7 +263,9 @@ fn lossless(spec: &CodecSpec) -> bool {
         | "numcodecs.crc32"
         | "numcodecs.adler32"
         | "numcodecs.crc32c"
-        | "numcodecs.fletcher32" => true,
+        | "numcodecs.fletcher32"
+        | "numcodecs.jenkins_lookup3"
+        | "numcodecs.pcodec" => true,
         "zstd" => spec.get("level").and_then(Value::as_i64).unwrap_or(0) <= 5,
         "sharding_indexed" => spec
             .get("codecs")
@@ -289,10 +314,8 @@ pub fn decode_and_check(chain: &CodecChain, specs: &[CodecSpec], repr: &ChunkRep
     }
 }
 
-/// Reads a chunk representation and a chain `[transpose] bytes <0 to 2 codecs from b2b>` from the
-/// front of the input.
-/// Reads a chunk representation and a chain `[transpose] bytes <0 to 2 codecs from b2b>` from the
-/// front of the input. With `array_stage`, one more byte may put a numcodecs filter before `bytes`
+/// Reads a chunk representation and a chain `[transpose] bytes|numcodecs.pcodec <0 to 2 codecs
+/// from b2b>` from the front of the input. With `array_stage`, one more byte may put a numcodecs filter before `bytes`
 /// (as zarr-python 3 writes them), `numcodecs.categorize` over fixed-length unicode, or make the
 /// array one of variable-length strings with `vlen-utf8` in place of `bytes`.
 pub fn parse_chain(
@@ -311,10 +334,11 @@ pub fn parse_chain(
         };
         specs.push(CodecSpec::new("transpose", json!({"order": order})));
     }
-    let mut serializer = match (flags >> 3) % 3 {
+    let mut serializer = match (flags >> 3) % 4 {
         0 => CodecSpec::new("bytes", json!({"endian": "little"})),
         1 => CodecSpec::new("bytes", json!({"endian": "big"})),
-        _ => CodecSpec::new("bytes", json!({})),
+        2 => CodecSpec::new("bytes", json!({})),
+        _ => pcodec_spec(inp),
     };
     if array_stage {
         match inp.byte() % 5 {

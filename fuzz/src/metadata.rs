@@ -81,3 +81,56 @@ pub fn v3_metadata(data: &[u8]) {
         }
     }
 }
+
+/// The most inner chunks whose draft shard index is decoded here (larger ones are parsed, not read).
+const MAX_DRAFT_INDEX_CHUNKS: u64 = 1 << 16;
+
+/// A document of the pre-final Zarr v3 layout (zarr-python 2.11–2.18), then optionally 0xFF and a
+/// chunk or shard. The document is tried as the entry point (`zarr.json`), a group and an array;
+/// a parsed array is checked as above (its inner chunks with the sharding transformer), and then
+/// the bytes after 0xFF are read as one of its shards: the draft index (little endian, no checksum,
+/// at the end) decodes whenever the shard is long enough, and is validated.
+pub fn draft_metadata(data: &[u8]) {
+    use zshard_zarr::draft::{parse_draft_array, parse_draft_entry_point, parse_draft_group};
+    let (doc, chunk) = split(data);
+    let _ = parse_draft_entry_point("fuzz/zarr.json", doc);
+    let _ = parse_draft_group("fuzz/meta/root/a.group.json", doc);
+    let Ok(meta) = parse_draft_array("fuzz/meta/root/a.array.json", doc) else {
+        return;
+    };
+    assert!(matches!(
+        meta.chunk_key_encoding,
+        zshard_core::ChunkKeyEncoding::Draft { .. }
+    ));
+    let Some(shards) = &meta.sharded else {
+        check_array(&meta, chunk);
+        return;
+    };
+    assert_eq!(shards.shard_shape.len(), meta.shape.len());
+    for (shard, inner) in shards.shard_shape.iter().zip(&meta.chunk_shape) {
+        assert_eq!(
+            shard % inner,
+            0,
+            "shard {shard} is not a multiple of {inner}"
+        );
+    }
+    assert!(!shards.index_encoding.crc32c);
+    check_array(&meta, None);
+    let per_shard = shards.chunks_per_shard(&meta.chunk_shape);
+    let chunks = per_shard.iter().product::<u64>();
+    let (Some(shard), true) = (chunk, chunks <= MAX_DRAFT_INDEX_CHUNKS) else {
+        return;
+    };
+    let index_len = shards.index_encoding.byte_len(chunks as usize);
+    if shard.len() < index_len {
+        return;
+    }
+    let index = zshard_core::ShardIndex::decode(
+        &shard[shard.len() - index_len..],
+        chunks as usize,
+        shards.index_encoding,
+    )
+    .expect("an index of the right length always decodes");
+    assert_eq!(index.entries().len() as u64, chunks);
+    let _ = index.validate(shard.len() as u64, index_len as u64, shards.index_location);
+}

@@ -481,3 +481,82 @@ def test_concurrent_runs_with_different_options_cannot_both_write_to_s3(tmp_path
         assert not any(k.startswith(".zshard") for k in keys), keys
         assert_same(local, expected)
         run_zshard("verify", tmp_path / "in.zarr", dst, "--s3-endpoint", moto, "--s3-path-style", "--quiet", env=env)
+
+
+def test_a_zip_on_s3_is_read_by_range(tmp_path, s3, fault_proxy):
+    """A zarr-python ZipStore (v3, a plain and a sharded array) on S3: every GET of the zip is a ranged
+    one (the tail for the central directory, then one per member), never the whole file."""
+    src = tmp_path / "in.zip"
+    store = zarr.storage.ZipStore(src, mode="w")
+    root = zarr.open_group(store, mode="w", zarr_format=3, attributes={"title": "zipped"})
+    plain = root.create_array("plain", shape=(512, 512), chunks=(128, 128), dtype="float32", compressors=None)
+    plain[:] = np.random.default_rng(3).random((512, 512), dtype="float32")
+    sharded = root.create_array("sub/sharded", shape=(90, 40), chunks=(10, 10), shards=(30, 40), dtype="int32")
+    sharded[:] = np.arange(90 * 40, dtype="int32").reshape(90, 40)
+    store.close()
+    create_buckets(s3, "srczip")
+    s3.upload_file(str(src), "srczip", "data/in.zip")
+    proxy = fault_proxy()
+    out = run_zshard("convert", "s3://srczip/data/in.zip", tmp_path / "out.zarr", "--s3-endpoint", proxy.endpoint,
+                     "--s3-path-style", "--quiet", "-v", env={**S3_ENV, "RUST_LOG": "zshard_store::zip=debug"})
+    source = zarr.open_group(zarr.storage.ZipStore(src, mode="r"), mode="r")
+    assert_same(tmp_path / "out.zarr", {"plain": source["plain"][:], "sub/sharded": source["sub/sharded"][:]})
+    zip_requests = [r for r in proxy.requests if r.path.split("?")[0] == "/srczip/data/in.zip"]
+    gets = [r for r in zip_requests if r.method == "GET"]
+    assert [r.method for r in zip_requests if r.method != "GET"] == ["HEAD"]
+    assert gets and all(r.kind == "range GET" for r in gets), gets
+    assert len(gets) == out.stderr.count("zip read"), out.stderr
+    size, tail = src.stat().st_size, 256 << 10  # zshard's first read: the file's last 256 KiB
+    assert size > 3 * tail and gets[0].bytes_out == tail
+    assert all(r.bytes_out < tail for r in gets[1:]), gets  # members: a 64 KiB chunk, a shard, metadata
+    assert sum(r.bytes_out for r in gets) < size + tail
+    print("ZIP-REQUESTS", json.dumps({"zip bytes": size, "GET": len(gets), "bytes read": sum(r.bytes_out for r in gets)}))
+def test_a_shard_streamed_in_parts_but_within_one_upload_part_is_one_put(tmp_path, s3, fault_proxy):
+    """Under a memory limit the 16 MiB shard is converted in 1 MiB parts (16), but it fits one upload part
+    (32 MiB by default): it goes up in one PUT, without a multipart upload (create, record of its id,
+    part, complete, removal of the record: five requests, four of them round trips in series)."""
+    data = big_array(tmp_path / "big.zarr")
+    create_buckets(s3, "onepart")
+    proxy = fault_proxy()
+    run_zshard("convert", tmp_path / "big.zarr", "s3://onepart/big.zarr", "--s3-endpoint", proxy.endpoint,
+               "--s3-path-style", "--quiet", *BIG_OPTS[:-2], "--memory-limit", "210MiB", env=S3_ENV)
+    assert [r.path for r in proxy.requests if r.kind == "multipart"] == []
+    shard_puts = [(r.path, r.bytes_in) for r in proxy.requests if r.method == "PUT" and "/c/" in r.path]
+    assert shard_puts == [("/onepart/big.zarr/c/0/0", 16 * 2**20 + 16 * 16 + 4)], shard_puts
+    download_prefix(s3, "onepart", "big.zarr", tmp_path / "out.zarr")
+    assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
+
+
+def test_remote_reference_targets_are_read_with_many_requests_in_flight(tmp_path):
+    """A local kerchunk JSON whose targets are remote, converted to a local folder: the shards' reads
+    overlap (the remote I/O threads), not two shards at a time as for local I/O. The targets are served
+    by the proxy with 0.3 s to the first byte; one request per reference (--ref-coalesce-gap off)."""
+    import h5py
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    from proxy import FaultProxy
+
+    data = (np.arange(256 * 256, dtype="float32").reshape(256, 256) % 977) * 0.5
+    served = tmp_path / "served"
+    served.mkdir()
+    with h5py.File(served / "data.h5", "w") as f:
+        f.create_dataset("x", data=data, chunks=(32, 32), compression="gzip", shuffle=True)
+    proxy = FaultProxy(free_port(), latency=0.3, files={"/files/": str(served)})
+    try:
+        refs = SingleHdf5ToZarr(str(served / "data.h5"), inline_threshold=0).translate()
+        for key, value in refs["refs"].items():
+            if isinstance(value, list):
+                refs["refs"][key] = [f"{proxy.endpoint}/files/data.h5", *value[1:]]
+        (tmp_path / "refs.json").write_text(json.dumps(refs))
+        run_zshard("convert", tmp_path / "refs.json", tmp_path / "out.zarr", "--shard-shape", "128,128",
+                   "--ref-coalesce-gap", "off", "--allow-ref-prefix", proxy.endpoint + "/", "--quiet")
+    finally:
+        proxy.close()
+    reads = [r for r in proxy.requests if r.kind == "range GET"]
+    assert len(reads) == 64  # 8x8 chunks, one request each
+    events = sorted([(r.start, 1) for r in reads] + [(r.end, -1) for r in reads])
+    peak = max(sum(d for _, d in events[:i + 1]) for i in range(len(events)))
+    # Two fetch threads would hold two shards' 16 reads each in flight at most.
+    assert peak > 32, f"at most {peak} reads in flight"
+    got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
+    assert got.dtype == data.dtype and np.array_equal(got, data)

@@ -6,6 +6,7 @@
 # Environment:
 #   ZSHARD_BIN    zshard binary under test (default: <repo>/target/release/zshard)
 #   ZSHARD_VENV   virtualenv to create/use (default: <repo>/target/venv)
+#   ZSHARD_VENV_ZARR2  the zarr-python 2.18 virtualenv (default: <repo>/target/venv-zarr2)
 #   PYTHON        interpreter used to create the venv (default: python3)
 #
 # Needs only python3 (with its venv module) and access to PyPI. The pip install
@@ -53,6 +54,24 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
     echo "$want" >"$stamp"
 fi
+
+# A second venv with zarr-python 2.18 (requirements-zarr2.txt): it writes the pre-final Zarr v3 layout
+# with the draft sharding storage transformer for test_draft_sharding.py, run as a subprocess.
+VENV2="${ZSHARD_VENV_ZARR2:-$REPO/target/venv-zarr2}"
+REQ2="$HERE/requirements-zarr2.txt"
+if [ ! -x "$VENV2/bin/python" ] || ! "$VENV2/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    echo "run.sh: creating venv at $VENV2" >&2
+    rm -rf "$VENV2"
+    "$PY" -m venv "$VENV2"
+fi
+want2="$( { cat "$REQ2"; "$VENV2/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
+stamp2="$VENV2/.zshard-interop-requirements"
+if [ ! -f "$stamp2" ] || [ "$(cat "$stamp2")" != "$want2" ]; then
+    echo "run.sh: installing requirements-zarr2.txt into $VENV2" >&2
+    "$VENV2/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ2"
+    echo "$want2" >"$stamp2"
+fi
+export ZSHARD_ZARR2_PYTHON="$VENV2/bin/python"
 
 # `run.sh --venv-only`: set up the venv and stop (benches/run.sh uses the same venv).
 if [ "${1:-}" = "--venv-only" ]; then

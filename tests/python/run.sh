@@ -6,9 +6,9 @@
 #   tests/python/run.sh [extra pytest args...]
 #
 # Environment:
-#   ZSHARD_VENV        the venv (default: <repo>/target/venv, the interop suite's: it already holds
-#                      numpy, zarr-python and xarray at the same pins, so only Dask, tqdm and maturin
-#                      are added; created on first use)
+#   ZSHARD_VENV        the venv (default: <repo>/target/venv, the interop suite's; created and kept
+#                      up to date by `tests/interop/run.sh --venv-only`, then Dask, tqdm and maturin
+#                      are added)
 #   CARGO_TARGET_DIR   where maturin's cargo builds (default: <repo>/target, shared with the release
 #                      build so that only the extension crate is compiled)
 #   PYTHON             interpreter used to create the venv (default: python3)
@@ -23,17 +23,10 @@ VENV="${ZSHARD_VENV:-$REPO/target/venv}"
 PY="${PYTHON:-python3}"
 REQ="$HERE/requirements.txt"
 
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "tests/python: creating venv at $VENV" >&2
-    rm -rf "$VENV"
-    mkdir -p "$(dirname "$VENV")"
-    if ! "$PY" -m venv "$VENV"; then
-        # Debian/Ubuntu ship ensurepip separately (python3-venv).
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-        rm -rf "$VENV"
-        "$PY" -m venv "$VENV"
-    fi
-fi
+# The venv is made as the interop suite makes it (its requirements too: same pins of numpy,
+# zarr-python and xarray), so there is one place that creates venvs; the Python package's own test
+# requirements are added below.
+ZSHARD_VENV="$VENV" PYTHON="$PY" "$REPO/tests/interop/run.sh" --venv-only
 
 # Skip pip when this exact requirements set is already installed.
 want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"

@@ -20,17 +20,34 @@ pub(crate) const ARRAY_FILTERS: &[&str] = &[
     "numcodecs.quantize",
     "numcodecs.astype",
     "numcodecs.packbits",
+    "numcodecs.bitround",
 ];
 
 /// Array-to-bytes codecs: what a v3 chain has exactly one of, after its array filters.
-const ARRAY_TO_BYTES: &[&str] = &["bytes", "vlen-utf8", "sharding_indexed"];
+const ARRAY_TO_BYTES: &[&str] = &[
+    "bytes",
+    "vlen-utf8",
+    "vlen-bytes",
+    "sharding_indexed",
+    "numcodecs.pcodec",
+];
+
+/// Codecs zshard reads from Zarr v2 that no Zarr v3 reader (zarr-python 3.1) takes.
+const NO_V3_CODEC: &[&str] = &[
+    "numcodecs.categorize",
+    "numcodecs.json2",
+    "numcodecs.msgpack2",
+];
 
 /// Why the chain `specs` (as zshard reads a source: Zarr v2 filters in their v2 place) is not a
 /// valid Zarr v3 chain, or `None` when it is one. Zarr v2 applies `delta`, `fixedscaleoffset`,
 /// `quantize`, `astype` and `packbits` to the bytes after the byte order is set; v3 readers
-/// (zarr-python 3) take them only as array codecs before `bytes`. `categorize` has no v3 codec.
+/// (zarr-python 3) take them only as array codecs before `bytes`. `categorize`, `json2` and `msgpack2` have no v3 codec.
 pub fn v3_form_problem(specs: &[CodecSpec]) -> Option<String> {
-    if let Some(c) = specs.iter().find(|c| c.name == "numcodecs.categorize") {
+    if let Some(c) = specs
+        .iter()
+        .find(|c| NO_V3_CODEC.contains(&c.name.as_str()))
+    {
         return Some(format!("{} has no Zarr v3 codec", c.name));
     }
     let array_to_bytes = specs
@@ -68,6 +85,9 @@ pub(crate) fn wrap(
     let packs_bits = spec.name == "numcodecs.packbits";
     let encoded_type = if packs_bits {
         DataType::UInt8
+    } else if spec.name == "numcodecs.bitround" {
+        // Rounded floats are floats of the same type.
+        repr.data_type
     } else {
         let key = if spec.name == "numcodecs.astype" {
             "encode_dtype"

@@ -7,9 +7,10 @@
 //!
 //! Besides the v3 codecs, the registry reads (and writes) numcodecs codecs under their zarr-python
 //! v3 names `numcodecs.<id>`: the compressors `bz2`, `lzma`, `lz4`, `zlib`, and the Zarr v2 filters
-//! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `crc32`, `adler32`,
-//! `crc32c` and `fletcher32`, and `categorize` (strings). zarr-python 3 places the filters that
-//! compute on elements (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`) before `bytes`;
+//! `shuffle`, `delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`, `crc32`,
+//! `adler32`, `crc32c`, `fletcher32` and `jenkins_lookup3`, `categorize` (strings), and `pcodec`, an
+//! array→bytes codec in place of `bytes`. zarr-python 3 places the filters that compute on elements
+//! (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`) before `bytes`;
 //! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters
 //! are bytes→bytes codecs over the flattened elements in the element types their configuration
 //! names (for example `"<i4"`), so a v2 array is the chain
@@ -32,6 +33,7 @@
 //! ```
 
 mod array_filter;
+mod bitround;
 mod blosc;
 mod bounded;
 mod bytes_codec;
@@ -48,7 +50,9 @@ mod fixedscaleoffset;
 mod lz4_codec;
 mod lzma_codec;
 mod numeric;
+mod object_codecs;
 mod packbits;
+mod pcodec_codec;
 mod registry;
 mod sharding;
 mod shuffle;

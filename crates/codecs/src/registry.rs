@@ -27,6 +27,9 @@ type Build = fn(&CodecSpec, &ChunkRepr) -> Result<Codec>;
 const REGISTRY: &[(&str, Build)] = &[
     ("bytes", crate::bytes_codec::build),
     ("vlen-utf8", crate::vlen_utf8::build),
+    ("vlen-bytes", crate::vlen_utf8::build_bytes),
+    ("numcodecs.json2", crate::object_codecs::build_json2),
+    ("numcodecs.msgpack2", crate::object_codecs::build_msgpack2),
     ("transpose", crate::transpose::build),
     ("sharding_indexed", crate::sharding::build),
     ("blosc", crate::blosc::build),
@@ -51,11 +54,17 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.adler32", crate::checksum32::build_adler32),
     ("numcodecs.crc32c", crate::checksum32::build_crc32c),
     ("numcodecs.fletcher32", crate::checksum32::build_fletcher32),
+    (
+        "numcodecs.jenkins_lookup3",
+        crate::checksum32::build_jenkins_lookup3,
+    ),
+    ("numcodecs.bitround", crate::bitround::build),
     ("numcodecs.categorize", crate::categorize::build),
+    ("numcodecs.pcodec", crate::pcodec_codec::build),
 ];
 
 /// Codecs that lay out fixed-size elements, which string arrays do not have.
-const FIXED_SIZE_ONLY: &[&str] = &["bytes", "transpose", "sharding_indexed"];
+const FIXED_SIZE_ONLY: &[&str] = &["bytes", "transpose", "sharding_indexed", "numcodecs.pcodec"];
 
 /// The codec names zshard supports, for error messages and `--help`.
 pub fn supported_codecs() -> Vec<&'static str> {
@@ -76,7 +85,7 @@ pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
         return Err(Error::InvalidConfiguration {
             codec: spec.name.clone(),
             reason: format!(
-                "cannot encode {} arrays (variable-length strings use vlen-utf8)",
+                "cannot encode {} arrays (variable-length strings and bytes use vlen-utf8 and vlen-bytes)",
                 repr.data_type
             ),
         });

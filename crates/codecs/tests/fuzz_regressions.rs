@@ -26,6 +26,9 @@ mod input;
 #[path = "../../../fuzz/src/metadata.rs"]
 mod metadata;
 #[allow(unreachable_pub)]
+#[path = "../../../fuzz/src/objects.rs"]
+mod objects;
+#[allow(unreachable_pub)]
 #[path = "../../../fuzz/src/seeds.rs"]
 mod seeds;
 #[allow(unreachable_pub)]
@@ -43,12 +46,14 @@ type Target = (&'static str, fn(&[u8]));
 
 #[test]
 fn replay_fuzz_regressions() {
-    let targets: [Target; 5] = [
+    let targets: [Target; 7] = [
         ("codec_decode", codecs::codec_decode),
         ("filter_decode", codecs::filter_decode),
         ("shard_index", shard::shard_index),
         ("v2_metadata", metadata::v2_metadata),
         ("v3_metadata", metadata::v3_metadata),
+        ("draft_metadata", metadata::draft_metadata),
+        ("object_decode", objects::object_decode),
     ];
     let mut replayed = 0;
     for (target, check) in targets {

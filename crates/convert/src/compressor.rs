@@ -163,10 +163,13 @@ impl Compressor {
         }
     }
 
-    /// The inner codec chain: `bytes` (little endian; `vlen-utf8` for strings) then the compressor.
+    /// The inner codec chain: `bytes` (little endian; `vlen-utf8` for strings, `vlen-bytes` for
+    /// variable-length bytes) then the compressor.
     /// [`Compressor::Source`] needs the array ([`Compressor::for_array`]): here it is the default's.
     pub fn inner_codecs(&self, data_type: DataType) -> Vec<CodecSpec> {
-        let mut codecs = vec![if data_type.is_variable() {
+        let mut codecs = vec![if data_type == DataType::Bytes {
+            CodecSpec::new("vlen-bytes", json!({}))
+        } else if data_type.is_variable() {
             CodecSpec::new("vlen-utf8", json!({}))
         } else {
             CodecSpec::new("bytes", json!({"endian": "little"}))
@@ -242,6 +245,7 @@ mod tests {
         let strings = c.inner_codecs(DataType::String);
         assert_eq!(strings[0].name, "vlen-utf8");
         assert_eq!(strings[1].get("typesize"), Some(&json!(1)));
+        assert_eq!(c.inner_codecs(DataType::Bytes)[0].name, "vlen-bytes");
     }
 
     #[test]

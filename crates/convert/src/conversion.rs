@@ -132,10 +132,12 @@ impl Conversion {
         refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
         let input = Input::open(&source, &self.source_options, runtime.clone())?;
-        let mut nodes = input.nodes(&self.source_options.selection)?;
+        let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
-        let mut plan = Plan::new(&nodes, &self.layouts, &input.url())?;
+        let on_unsupported = self.source_options.on_unsupported;
+        let mut plan = Plan::new(&nodes, &self.layouts, &input.url(), on_unsupported)?;
         plan.warnings = ome_warnings;
+        plan.skipped.splice(0..0, skipped);
         plan.files = input.ome_files(&nodes)?;
         let fingerprint = state::fingerprint(&source_id(&source), &plan);
         Ok(Opened {
@@ -143,7 +145,6 @@ impl Conversion {
             plan,
             fingerprint,
             runtime,
-            source,
             destination,
         })
     }
@@ -162,7 +163,9 @@ impl Conversion {
             ),
             resident: opened.input.memory_bytes(),
         };
-        let io_threads = io_threads(self.io_threads, &[&opened.source, &opened.destination]);
+        // A local reference file whose targets are remote reads over the network too.
+        let remote = opened.input.reads_remote() || opened.destination.is_remote();
+        let io_threads = io_threads_for(self.io_threads, remote);
         memory::budget(
             &opened.plan,
             &opened.input.url(),
@@ -281,7 +284,7 @@ impl Conversion {
             return Ok((Status::Complete, input.reference_reads()));
         }
         let destination = &state::recording_uploads(destination, partition)?;
-        let resume = state::done_shards(destination, plan, partition)?;
+        let resume = state::done_shards(destination, plan, partition, lease.key())?;
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
@@ -412,7 +415,7 @@ impl Conversion {
         }
         self.stop_if_cancelled()?;
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
-        let done = state::done_shards(&destination, &plan, Partition::ALL)?.done;
+        let done = state::done_shards(&destination, &plan, Partition::ALL, lease.key())?.done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {
@@ -464,7 +467,6 @@ struct Opened {
     plan: Plan,
     fingerprint: serde_json::Value,
     runtime: Arc<IoRuntime>,
-    source: Location,
     destination: Location,
 }
 
@@ -482,7 +484,11 @@ impl Opened {
 /// Threads fetching and threads writing for a run between `locations`: `explicit`, else 2 for local
 /// paths and 8 when any location is remote.
 pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&Location]) -> usize {
-    let remote = locations.iter().any(|l| l.is_remote());
+    io_threads_for(explicit, locations.iter().any(|l| l.is_remote()))
+}
+
+/// Threads fetching and threads writing: `explicit`, else 2 for local I/O and 8 for remote.
+fn io_threads_for(explicit: Option<usize>, remote: bool) -> usize {
     explicit
         .unwrap_or(if remote {
             8

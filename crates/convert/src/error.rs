@@ -136,6 +136,9 @@ pub enum Error {
     /// An Icechunk repository that cannot be read, written or committed to.
     #[error(transparent)]
     Icechunk(#[from] zshard_icechunk::Error),
+    /// An N5 container that cannot be read.
+    #[error(transparent)]
+    N5(#[from] zshard_n5::Error),
 
     /// Metadata of the output that cannot be written.
     #[error(transparent)]
@@ -282,7 +285,9 @@ impl Error {
             | Error::Codecs { .. }
             | Error::Core(_) => "options",
             Error::Array { source, .. } | Error::OutputArray { source, .. } => source.kind(),
-            Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) => "source",
+            Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) | Error::N5(_) => {
+                "source"
+            }
             Error::Icechunk(_) => "icechunk",
             Error::Overlap { .. }
             | Error::Destination { .. }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
 use zshard_kerchunk::{Format, ReadStats, ReferenceSet};
 use zshard_store::{IoRuntime, Location, Store};
-use zshard_zarr::{chunk_reader, open_hierarchy};
+use zshard_zarr::{array_chunk_reader, open_hierarchy, open_hierarchy_skipping};
 
 use crate::error::{Error, Result};
 use crate::selection::Selection;
@@ -24,6 +24,8 @@ pub enum SourceFormat {
     KerchunkParquet,
     /// An Icechunk repository (at [`SourceOptions::reference`]).
     Icechunk,
+    /// An N5 container (a dataset or a group of them).
+    N5,
 }
 
 impl std::str::FromStr for SourceFormat {
@@ -35,13 +37,49 @@ impl std::str::FromStr for SourceFormat {
             "kerchunk-json" => Ok(SourceFormat::KerchunkJson),
             "kerchunk-parquet" => Ok(SourceFormat::KerchunkParquet),
             "icechunk" => Ok(SourceFormat::Icechunk),
+            "n5" => Ok(SourceFormat::N5),
             other => Err(Error::Options {
                 reason: format!(
-                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk)"
+                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk, n5)"
                 ),
             }),
         }
     }
+}
+
+/// What becomes of an array whose data type or codecs zshard does not read (`--on-unsupported`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnUnsupported {
+    /// Refuse the conversion before anything is written, naming the array and the reason.
+    #[default]
+    Refuse,
+    /// Convert everything else; the array is listed with its reason in the plan, the summary and
+    /// the report, and `verify` passes over it.
+    Skip,
+}
+
+impl std::str::FromStr for OnUnsupported {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "refuse" => Ok(OnUnsupported::Refuse),
+            "skip" => Ok(OnUnsupported::Skip),
+            other => Err(Error::Options {
+                reason: format!("--on-unsupported {other:?} is not supported (refuse, skip)"),
+            }),
+        }
+    }
+}
+
+/// An array left out of a conversion (`--on-unsupported skip`), and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedArray {
+    /// The array's path in the hierarchy.
+    pub path: String,
+    /// What zshard does not read in it: the metadata document and the data type or codec.
+    pub reason: String,
 }
 
 /// How the input is read.
@@ -57,6 +95,8 @@ pub struct SourceOptions {
     /// The branch, tag or snapshot id of an Icechunk repository to read (default: the branch
     /// `main`); refused for other inputs.
     pub reference: Option<String>,
+    /// Whether an array of a Zarr hierarchy that zshard does not read stops the conversion.
+    pub on_unsupported: OnUnsupported,
 }
 
 /// The branch an Icechunk repository is read at when no reference is given.
@@ -65,18 +105,22 @@ pub const DEFAULT_SOURCE_REF: &str = "main";
 /// An opened input.
 #[derive(Debug)]
 pub(crate) enum Input {
-    /// A Zarr v2 or v3 array or group.
+    /// A Zarr v2 or v3 array or group (also the pre-final v3 layout, see `zshard_zarr::draft`).
     Zarr(Store),
     /// A kerchunk reference set (JSON or Parquet).
     Kerchunk(ReferenceSet),
     /// An Icechunk repository at one version.
     Icechunk(zshard_icechunk::Source),
+    /// An N5 container.
+    N5(zshard_n5::Container),
 }
 
 impl Input {
-    /// Opens `location` as the kind `options` names, or the kind detected there: a `.json`,
+    /// Opens `location` as the kind `options` names, or the kind detected there: a `.zip` or `.ozx`
+    /// file is Zarr (its members read by range, see [`Store::open_location`]), a `.json`,
     /// `.json.zst` or `.json.gz` file (or any other local file) is a JSON reference set, a folder whose
-    /// `.zmetadata` has a `record_size` a Parquet reference set, anything else Zarr.
+    /// `.zmetadata` has a `record_size` a Parquet reference set, a folder whose `attributes.json`
+    /// names an N5 version or dataset an N5 container, anything else Zarr.
     pub(crate) fn open(
         location: &Location,
         options: &SourceOptions,
@@ -104,18 +148,20 @@ impl Input {
         }
         let format = match options.format {
             Some(SourceFormat::Icechunk) => None,
-            Some(SourceFormat::Zarr) => None,
+            Some(SourceFormat::Zarr | SourceFormat::N5) => None,
             Some(SourceFormat::KerchunkJson) => Some(Format::Json),
             Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
+            // A zip file holds a Zarr hierarchy (zarr-python's `ZipStore`, an `.ozx`).
+            None if location.is_zip() => None,
             None => zshard_kerchunk::detect(location.as_str(), &runtime)?,
         };
         match format {
             None if options.references.is_some() => Err(Error::Options {
                 reason: format!(
-                    "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr (see --source-format)"
+                    "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr or N5 (see --source-format)"
                 ),
             }),
-            None => Ok(Input::Zarr(Store::open_location(location, runtime, false)?)),
+            None => Self::open_store(location, options.format, runtime),
             Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
                 location.as_str(),
                 format,
@@ -125,19 +171,50 @@ impl Input {
         }
     }
 
+    /// A store-backed input: N5 when asked for or detected, else Zarr.
+    fn open_store(
+        location: &Location,
+        format: Option<SourceFormat>,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Input> {
+        let store = Store::open_location(location, runtime, false)?;
+        let n5 = match format {
+            Some(SourceFormat::N5) => true,
+            Some(_) => false,
+            None => zshard_n5::detect(&store)?,
+        };
+        Ok(match n5 {
+            true => Input::N5(zshard_n5::Container::open(store)?),
+            false => Input::Zarr(store),
+        })
+    }
+
     /// The input's location, for messages.
     pub(crate) fn url(&self) -> String {
         match self {
             Input::Zarr(store) => store.url(""),
             Input::Kerchunk(refs) => refs.url(),
             Input::Icechunk(repo) => repo.url(),
+            Input::N5(container) => container.url(),
+        }
+    }
+
+    /// Whether source chunks are read over the network (a remote Zarr store, or a reference set
+    /// with remote targets, wherever the reference file itself is).
+    pub(crate) fn reads_remote(&self) -> bool {
+        match self {
+            Input::Zarr(store) => store.location().is_remote(),
+            Input::Kerchunk(refs) => refs.reads_remote_targets(),
+            Input::N5(container) => container.is_remote(),
+            // Virtual chunks may point anywhere: read with the remote I/O threads.
+            Input::Icechunk(_) => true,
         }
     }
 
     /// Read requests made for a kerchunk reference set so far.
     pub(crate) fn reference_reads(&self) -> Option<ReadStats> {
         match self {
-            Input::Zarr(_) => None,
+            Input::Zarr(_) | Input::N5(_) => None,
             Input::Kerchunk(refs) => Some(refs.stats()),
             Input::Icechunk(repo) => Some(repo.virtual_reads()),
         }
@@ -146,32 +223,53 @@ impl Input {
     /// Bytes the input holds in memory for the whole conversion (a kerchunk set's references).
     pub(crate) fn memory_bytes(&self) -> u64 {
         match self {
-            Input::Zarr(_) => 0,
+            Input::Zarr(_) | Input::N5(_) => 0,
             Input::Kerchunk(refs) => refs.memory_bytes(),
             Input::Icechunk(_) => 0,
         }
     }
 
-    /// The arrays of the input that `selection` takes, and the groups above them.
-    pub(crate) fn nodes(&self, selection: &Selection) -> Result<Vec<Node>> {
-        selection.apply(self.all_nodes()?, &self.url())
+    /// The arrays of the input that the options' selection takes, the groups above them, and
+    /// (with [`OnUnsupported::Skip`]) the selected arrays left out because zshard does not read them.
+    pub(crate) fn nodes_skipping(
+        &self,
+        options: &SourceOptions,
+    ) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
+        let (nodes, skipped) = self.all_nodes(options.on_unsupported)?;
+        let skipped = options.selection.retain_selected(skipped, |s| &s.path)?;
+        Ok((options.selection.apply(nodes, &self.url())?, skipped))
     }
 
-    /// Every group and array of the input.
-    fn all_nodes(&self) -> Result<Vec<Node>> {
+    /// Every group and array of the input, and the arrays skipped as unsupported.
+    fn all_nodes(&self, on_unsupported: OnUnsupported) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
         match self {
-            // Already sharded arrays are read by inner chunk (see `ArrayMeta::read_by_inner_chunk`).
-            Input::Zarr(store) => Ok(open_hierarchy(store)?
-                .into_iter()
-                .map(|mut node| {
-                    if let NodeKind::Array(meta) = node.kind {
-                        node.kind = NodeKind::Array(Box::new(meta.read_by_inner_chunk()));
-                    }
-                    node
-                })
-                .collect()),
-            Input::Kerchunk(refs) => Ok(refs.nodes()),
-            Input::Icechunk(repo) => Ok(repo.nodes()),
+            Input::Zarr(store) => {
+                let (nodes, skipped) = match on_unsupported {
+                    OnUnsupported::Refuse => (open_hierarchy(store)?, Vec::new()),
+                    OnUnsupported::Skip => open_hierarchy_skipping(store)?,
+                };
+                let skipped = skipped
+                    .into_iter()
+                    .map(|s| SkippedArray {
+                        path: s.path,
+                        reason: s.reason,
+                    })
+                    .collect();
+                // Already sharded arrays are read by inner chunk (`ArrayMeta::read_by_inner_chunk`).
+                let nodes = nodes
+                    .into_iter()
+                    .map(|mut node| {
+                        if let NodeKind::Array(meta) = node.kind {
+                            node.kind = NodeKind::Array(Box::new(meta.read_by_inner_chunk()));
+                        }
+                        node
+                    })
+                    .collect();
+                Ok((nodes, skipped))
+            }
+            Input::Kerchunk(refs) => Ok((refs.nodes(), Vec::new())),
+            Input::N5(container) => Ok((container.nodes()?, Vec::new())),
+            Input::Icechunk(repo) => Ok((repo.nodes(), Vec::new())),
         }
     }
 
@@ -197,8 +295,9 @@ impl Input {
     /// The reader of the encoded chunks of the array at `path`.
     pub(crate) fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
         match self {
-            Input::Zarr(store) => chunk_reader(store.child(path), meta),
+            Input::Zarr(store) => array_chunk_reader(store, path, meta),
             Input::Kerchunk(refs) => refs.reader(path, meta),
+            Input::N5(container) => container.reader(path, meta),
             Input::Icechunk(repo) => repo.reader(path, meta),
         }
     }
@@ -226,6 +325,7 @@ mod tests {
             "kerchunk-parquet".parse::<SourceFormat>().ok(),
             Some(SourceFormat::KerchunkParquet)
         );
+        assert_eq!("n5".parse::<SourceFormat>().ok(), Some(SourceFormat::N5));
         assert!("hdf5".parse::<SourceFormat>().is_err());
     }
 }

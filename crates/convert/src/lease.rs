@@ -172,7 +172,54 @@ fn sanitize(host: &str) -> String {
 /// Refuses (for `--overwrite`) while a lease other than `own` is fresh, naming its holder and when
 /// it will be stale. Stale leases are left to the removal of the state folder.
 pub(crate) fn refuse_live_runs(store: &Store, own: Option<&str>) -> Result<()> {
+    let Some(Live { key, record, age }) = live_leases(store, own)?.into_iter().next() else {
+        return Ok(());
+    };
+    Err(Error::Destination {
+        reason: format!(
+            "--overwrite refused: a live run holds {} (host {}, pid {}, worker {}, started {}; lease renewed {:.1} s ago, considered stale {:.1} s after its last renewal, so in {:.1} s if that run was killed; see {})",
+            store.url(""),
+            record.host,
+            record.pid,
+            record.worker,
+            record.started,
+            seconds(age),
+            seconds(record.stale_after_ms),
+            seconds(record.stale_after_ms - age),
+            store.url(&key),
+        ),
+    })
+}
+
+/// Whether a run other than the one holding the lease `own` holds a fresh lease: it may be writing
+/// into the destination right now (with the same options, which the claim admits), so staged files
+/// of its writes in progress are not leftovers. A lease of a process of this host that has ended
+/// (killed: it could not remove it) does not count, so a rerun cleans up at once.
+pub(crate) fn another_run_is_live(store: &Store, own: &str) -> Result<bool> {
+    let leases = live_leases(store, Some(own))?;
+    Ok(leases.iter().any(|live| !holder_ended(&live.record)))
+}
+
+/// Whether the holder of `record` is known to have ended: a process of this host that no longer
+/// runs, as Linux's `/proc` tells (elsewhere nothing is known, and the lease counts until stale).
+fn holder_ended(record: &Record) -> bool {
+    let proc = std::path::Path::new("/proc");
+    record.host == crate::report::host_name()
+        && proc.join("self").exists()
+        && !proc.join(record.pid.to_string()).exists()
+}
+
+/// A fresh lease: its key, what it holds, and milliseconds since its last renewal.
+struct Live {
+    key: String,
+    record: Record,
+    age: u64,
+}
+
+/// The fresh leases other than `own`.
+fn live_leases(store: &Store, own: Option<&str>) -> Result<Vec<Live>> {
     let now = now_ms();
+    let mut live = Vec::new();
     for key in store.list_keys(LEASES_DIR)? {
         if Some(key.as_str()) == own {
             continue;
@@ -186,23 +233,10 @@ pub(crate) fn refuse_live_runs(store: &Store, own: Option<&str>) -> Result<()> {
         })?;
         let age = now.saturating_sub(record.renewed_ms);
         if age < record.stale_after_ms {
-            return Err(Error::Destination {
-                reason: format!(
-                    "--overwrite refused: a live run holds {} (host {}, pid {}, worker {}, started {}; lease renewed {:.1} s ago, considered stale {:.1} s after its last renewal, so in {:.1} s if that run was killed; see {})",
-                    store.url(""),
-                    record.host,
-                    record.pid,
-                    record.worker,
-                    record.started,
-                    seconds(age),
-                    seconds(record.stale_after_ms),
-                    seconds(record.stale_after_ms - age),
-                    store.url(&key),
-                ),
-            });
+            live.push(Live { key, record, age });
         }
     }
-    Ok(())
+    Ok(live)
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -246,12 +280,58 @@ mod tests {
         );
         assert!(message.contains("considered stale 30.0 s"), "{message}");
         refuse_live_runs(&store, Some(lease.key())).expect("our own lease");
+        assert!(!another_run_is_live(&store, lease.key()).expect("alone"));
+        let other =
+            Lease::acquire(&store, Partition::ALL, Duration::from_secs(30)).expect("acquire");
+        assert!(another_run_is_live(&store, lease.key()).expect("another run"));
+        assert!(another_run_is_live(&store, other.key()).expect("the first run"));
+        other.release().expect("release");
+        assert!(!another_run_is_live(&store, lease.key()).expect("alone again"));
         lease.release().expect("release");
         assert_eq!(
             store.list_keys(LEASES_DIR).expect("list"),
             Vec::<String>::new()
         );
         refuse_live_runs(&store, None).expect("no lease left");
+    }
+
+    #[test]
+    fn a_lease_of_an_ended_process_of_this_host_is_not_a_live_run() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = store(tmp.path());
+        let mut ended = std::process::Command::new("true").spawn().expect("spawn");
+        ended.wait().expect("reap");
+        let record = |host: String, pid: u32| Record {
+            host,
+            pid,
+            worker: "w0of1".into(),
+            started: "2026-11-24T00:00:00Z".into(),
+            renewed_ms: 0,
+            stale_after_ms: 60_000,
+        };
+        let here = crate::report::host_name();
+        write(
+            &store,
+            ".zshard/leases/a.json",
+            &record(here.clone(), ended.id()),
+        )
+        .expect("write");
+        assert!(!another_run_is_live(&store, "own").expect("ended"));
+        write(
+            &store,
+            ".zshard/leases/b.json",
+            &record("elsewhere".into(), ended.id()),
+        )
+        .expect("write");
+        assert!(another_run_is_live(&store, "own").expect("another host's run counts"));
+        store.delete(".zshard/leases/b.json").expect("delete");
+        write(
+            &store,
+            ".zshard/leases/c.json",
+            &record(here, std::process::id()),
+        )
+        .expect("write");
+        assert!(another_run_is_live(&store, "own").expect("a running process"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use zshard_core::{CodecSpec, NodeKind};
 use zshard_store::{IoRuntime, Location, StoreOptions};
 
 use crate::error::Result;
-use crate::input::{Input, SourceOptions};
+use crate::input::{Input, SkippedArray, SourceOptions};
 
 /// One array of a source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,9 +38,12 @@ pub struct Listing {
     pub arrays: Vec<ListedArray>,
     /// Group paths in hierarchy order (the root is `""`).
     pub groups: Vec<String>,
+    /// Arrays zshard does not read, with why (with `--on-unsupported skip`; otherwise they fail).
+    pub skipped_arrays: Vec<SkippedArray>,
 }
 
-/// Lists the arrays of `source` that `options.selection` takes (and the groups above them).
+/// Lists the arrays of `source` that `options.selection` takes (and the groups above them), and
+/// those skipped as unsupported (`options.on_unsupported`).
 pub fn list(
     source: &str,
     options: &SourceOptions,
@@ -53,8 +56,11 @@ pub fn list(
         source: input.url(),
         arrays: Vec::new(),
         groups: Vec::new(),
+        skipped_arrays: Vec::new(),
     };
-    for node in input.nodes(&options.selection)? {
+    let (nodes, skipped) = input.nodes_skipping(options)?;
+    listing.skipped_arrays = skipped;
+    for node in nodes {
         match node.kind {
             NodeKind::Group { .. } => listing.groups.push(node.path),
             NodeKind::Array(meta) => listing.arrays.push(ListedArray {

@@ -13,8 +13,8 @@ use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 
 use crate::compressor::Compressor;
-use crate::error::{Error, Result};
-use crate::input::Input;
+use crate::error::{one_line, Error, Result};
+use crate::input::{Input, OnUnsupported, SkippedArray};
 use crate::shape::{check_names_known, ShapeSpec};
 
 /// Options that shape the output of an array.
@@ -168,6 +168,8 @@ pub struct Plan {
     pub files: Vec<(String, bytes::Bytes)>,
     /// What readers will find different from what they may expect, for the whole hierarchy.
     pub warnings: Vec<String>,
+    /// Arrays left out because zshard does not read them (`--on-unsupported skip`).
+    pub skipped: Vec<SkippedArray>,
 }
 
 /// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
@@ -182,10 +184,18 @@ pub(crate) fn array_name(source: &str, path: &str) -> String {
 
 impl Plan {
     /// Plans every array of `nodes` (the hierarchy of `source`) with its layout.
-    pub(crate) fn new(nodes: &[Node], layouts: &Layouts, source: &str) -> Result<Plan> {
+    /// With [`OnUnsupported::Skip`], an array whose source codecs zshard does not read is left out
+    /// and listed in [`Plan::skipped`].
+    pub(crate) fn new(
+        nodes: &[Node],
+        layouts: &Layouts,
+        source: &str,
+        on_unsupported: OnUnsupported,
+    ) -> Result<Plan> {
         let levels = level_layouts(nodes, layouts, source)?;
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
+        let mut skipped = Vec::new();
         for node in nodes {
             match &node.kind {
                 NodeKind::Group { attributes } => {
@@ -196,21 +206,34 @@ impl Plan {
                         Some((layout, level)) => (layout, Some(level.clone())),
                         None => (layouts.for_array(&node.path), None),
                     };
-                    let mut array =
-                        plan_array(&node.path, meta, layout).map_err(|e| Error::Array {
-                            array: array_name(source, &node.path),
-                            source: Box::new(e),
-                        })?;
+                    let mut array = match plan_array(&node.path, meta, layout) {
+                        Ok(array) => array,
+                        Err(
+                            e @ Error::Codecs {
+                                which: "source", ..
+                            },
+                        ) if on_unsupported == OnUnsupported::Skip => {
+                            skipped.push(SkippedArray {
+                                path: node.path.clone(),
+                                reason: one_line(&e),
+                            });
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(Error::Array {
+                                array: array_name(source, &node.path),
+                                source: Box::new(e),
+                            })
+                        }
+                    };
                     array.level = level;
                     arrays.push(array);
                 }
             }
         }
-        if let Some(unknown) = layouts
-            .per_array
-            .keys()
-            .find(|p| !arrays.iter().any(|a| &a.path == *p))
-        {
+        if let Some(unknown) = layouts.per_array.keys().find(|p| {
+            !arrays.iter().any(|a| &a.path == *p) && !skipped.iter().any(|s| &s.path == *p)
+        }) {
             return Err(Error::Options {
                 reason: format!(
                     "array {unknown:?} has its own settings but is not an array of {source}"
@@ -223,6 +246,7 @@ impl Plan {
             groups,
             files: Vec::new(),
             warnings: Vec::new(),
+            skipped,
         })
     }
 
@@ -584,7 +608,7 @@ mod tests {
                 chunk_shape: None,
             },
         );
-        let error = Plan::new(&nodes, &layouts, "a.zarr")
+        let error = Plan::new(&nodes, &layouts, "a.zarr", OnUnsupported::Refuse)
             .expect_err("no pyramid")
             .to_string();
         assert!(

@@ -102,6 +102,8 @@ impl PlanReport {
             "arrays": arrays,
             "groups": self.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "warnings": self.warnings(),
+            // Arrays left out (`--on-unsupported skip`): path and reason.
+            "skipped_arrays": self.plan.skipped,
             "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
                        "estimated_bytes_in": total("estimated_bytes_in"), "estimated_bytes_out": total("estimated_bytes_out"),
                        "estimated_peak_memory_per_worker": peak},

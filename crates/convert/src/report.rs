@@ -16,6 +16,7 @@ use zshard_store::IoRuntime;
 
 use crate::conversion::Conversion;
 use crate::error::{Error, Result};
+use crate::input::SkippedArray;
 use crate::partition::Partition;
 use crate::plan::{Layout, Plan};
 
@@ -209,6 +210,8 @@ pub struct Report {
     pub totals: Counts,
     /// Counts per array, in hierarchy order.
     pub arrays: Vec<ArrayReport>,
+    /// Arrays left out because zshard does not read them (`--on-unsupported skip`), with why.
+    pub skipped_arrays: Vec<SkippedArray>,
     /// The destination was already complete with these options: nothing was done
     /// (`status` is `complete`).
     #[serde(skip)]
@@ -282,6 +285,7 @@ pub(crate) struct ReportBuilder {
     started: Instant,
     started_at: DateTime<Utc>,
     arrays: Vec<ArrayReport>,
+    skipped_arrays: Vec<SkippedArray>,
     runtime: Option<Arc<IoRuntime>>,
 }
 
@@ -296,6 +300,7 @@ impl ReportBuilder {
             started: Instant::now(),
             started_at: Utc::now(),
             arrays: Vec::new(),
+            skipped_arrays: Vec::new(),
             runtime: None,
         }
     }
@@ -321,6 +326,7 @@ impl ReportBuilder {
                 },
             })
             .collect();
+        self.skipped_arrays = plan.skipped.clone();
         self.destination = destination;
         self.runtime = Some(runtime);
     }
@@ -377,6 +383,7 @@ impl ReportBuilder {
             retries: self.runtime.as_ref().map_or(0, |r| r.retries()),
             totals,
             arrays: self.arrays.clone(),
+            skipped_arrays: self.skipped_arrays.clone(),
             already_complete: status == Status::Complete,
             reference_reads: None,
             published: None,

@@ -122,6 +122,33 @@ impl Selection {
     }
 }
 
+impl Selection {
+    /// The items (named by array path) this selection takes; patterns are checked when the
+    /// selection is applied to the hierarchy.
+    pub(crate) fn retain_selected<T>(
+        &self,
+        items: Vec<T>,
+        path: impl Fn(&T) -> &str,
+    ) -> Result<Vec<T>> {
+        if self.is_all() {
+            return Ok(items);
+        }
+        let compile = |option: &str, texts: &[String]| -> Result<Vec<Pattern>> {
+            texts.iter().map(|t| Pattern::new(option, t)).collect()
+        };
+        let include = compile("--include", &self.include)?;
+        let exclude = compile("--exclude", &self.exclude)?;
+        Ok(items
+            .into_iter()
+            .filter(|item| {
+                let p = path(item);
+                (include.is_empty() || include.iter().any(|i| i.selects(p)))
+                    && !exclude.iter().any(|e| e.selects(p))
+            })
+            .collect())
+    }
+}
+
 /// Whether the node at `path` lies below the group at `group` (every node lies below the root).
 fn is_below(path: &str, group: &str) -> bool {
     group.is_empty()

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use zshard_core::linear_index;
+use zshard_core::{linear_index, ChunkKeyEncoding};
 use zshard_store::{PutNew, Store};
 
 use crate::conversion::Observer;
@@ -270,12 +270,21 @@ fn first_v2_metadata(dst: &Store, plan: &Plan) -> Result<Option<String>> {
     let paths = std::iter::once("")
         .chain(plan.arrays.iter().map(|a| a.path.as_str()))
         .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+    let mut keys: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
     for path in paths {
         for document in [".zarray", ".zgroup"] {
             let key = join(path, document);
-            if dst.get(&key)?.is_some() {
-                return Ok(Some(key));
+            // The root is also the path of an array or group converted at the root: read it once.
+            if seen.insert(key.clone()) {
+                keys.push(key);
             }
+        }
+    }
+    // One round trip for all of them, not one per document in series.
+    for (key, found) in keys.iter().zip(dst.get_many(&keys)) {
+        if found?.is_some() {
+            return Ok(Some(key.clone()));
         }
     }
     Ok(None)
@@ -387,9 +396,12 @@ fn metadata_matches(dst: &Store, plan: &Plan) -> Result<bool> {
 /// Removes the state folder once the metadata is written.
 pub(crate) fn clear(dst: &Store) -> Result<()> {
     // The claim goes last: while any state is left, the destination stays claimed.
-    for key in dst.list_keys(".zshard")?.iter().filter(|k| *k != CLAIM) {
-        dst.delete(key)?;
-    }
+    let keys: Vec<String> = dst
+        .list_keys(".zshard")?
+        .into_iter()
+        .filter(|k| k != CLAIM)
+        .collect();
+    dst.delete_many(&keys)?;
     dst.delete(CLAIM).map_err(Error::from)
 }
 
@@ -466,8 +478,15 @@ pub(crate) struct Resume {
 }
 
 /// What is done (see [`Resume`]), from one listing of each array's shards and zshard's records.
-/// Leftover temporary files of interrupted writes of `partition`'s shards are removed.
-pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Result<Resume> {
+/// Leftover temporary files of interrupted writes of `partition`'s shards are removed, unless a run
+/// other than the one holding the lease `own_lease` is live: they may be its writes in progress.
+pub(crate) fn done_shards(
+    dst: &Store,
+    plan: &Plan,
+    partition: Partition,
+    own_lease: &str,
+) -> Result<Resume> {
+    let alone = !crate::lease::another_run_is_live(dst, own_lease)?;
     let written = records(dst, plan, DONE_DIR)?;
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
@@ -479,8 +498,7 @@ pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Res
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
-        let prefix = join(&array.path, "c");
-        for (key, coord, size) in shard_keys(dst, &prefix, &grid)? {
+        for (key, coord, size) in shard_keys(dst, &array.path, &grid)? {
             let index = linear_index(&coord, &grid);
             let proven = written
                 .get(&(i, index))
@@ -495,9 +513,11 @@ pub(crate) fn done_shards(dst: &Store, plan: &Plan, partition: Partition) -> Res
                 }
             }
         }
-        remove_staged_leftovers(dst, &prefix, &grid, |index| {
-            partition.owns(first_global + index)
-        })?;
+        if alone {
+            remove_staged_leftovers(dst, &array.path, &grid, |index| {
+                partition.owns(first_global + index)
+            })?;
+        }
         first_global += array.geometry.shard_count();
     }
     Ok(resume)
@@ -510,8 +530,10 @@ type Recorded = HashMap<(usize, u64), Vec<Option<u64>>>;
 /// recorded (`None` in records without a size). Lines of other arrays or grids are ignored.
 fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
     let mut found = Recorded::new();
-    for key in dst.list_keys(dir)? {
-        let Some(bytes) = dst.get(&key)? else {
+    // Record files are read side by side: a long run leaves many, and each is a round trip.
+    let keys = dst.list_keys(dir)?;
+    for read in dst.get_many(&keys) {
+        let Some(bytes) = read? else {
             continue;
         };
         for line in String::from_utf8_lossy(&bytes).lines() {
@@ -528,7 +550,7 @@ fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
                 continue;
             };
             let grid = plan.arrays[i].geometry.shard_grid();
-            if let Some(coord) = parse_coord(&coord.replace(',', "/"), &grid) {
+            if let Some(coord) = recorded_coord(coord, &grid) {
                 found
                     .entry((i, linear_index(&coord, &grid)))
                     .or_default()
@@ -539,88 +561,106 @@ fn records(dst: &Store, plan: &Plan, dir: &str) -> Result<Recorded> {
     Ok(found)
 }
 
-/// The keys below `prefix` (an array's `c`) that are shards of `grid`, with their coordinates and
+/// How the shards of every output array are keyed (the writer's encoding).
+const SHARD_KEYS: ChunkKeyEncoding = zshard_writer::OUTPUT_KEY_ENCODING;
+
+/// The keys of the array at `array_path` that are shards of `grid`, with their coordinates and
 /// sizes.
-fn shard_keys(dst: &Store, prefix: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>, u64)>> {
+fn shard_keys(dst: &Store, array_path: &str, grid: &[u64]) -> Result<Vec<(String, Vec<u64>, u64)>> {
+    let folder = join(array_path, SHARD_KEYS.chunk_folder());
     Ok(dst
-        .list_sizes(prefix)?
+        .list_sizes_split(&folder, &listing_splits(array_path, grid))?
         .into_iter()
         .filter_map(|(key, size)| {
-            let coord = parse_coord(key[prefix.len()..].trim_start_matches('/'), grid)?;
+            let coord = shard_coord(array_path, &key, grid)?;
             Some((key, coord, size))
         })
         .collect())
 }
 
+/// The coordinate in `grid` of the shard that `key` (relative to the destination) names for the
+/// array at `array_path`; `None` for any other key.
+fn shard_coord(array_path: &str, key: &str, grid: &[u64]) -> Option<Vec<u64>> {
+    let relative = match array_path {
+        "" => key,
+        path => key.strip_prefix(path)?.strip_prefix('/')?,
+    };
+    SHARD_KEYS
+        .coordinates(relative, grid.len())
+        .filter(|coord| inside(coord, grid))
+}
+
+/// The coordinate of a record line (`i,j,...`, as [`ShardLog::record`] writes it) in `grid`.
+fn recorded_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
+    let coord: Vec<u64> = if text.is_empty() {
+        Vec::new()
+    } else {
+        text.split(',')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?
+    };
+    (coord.len() == grid.len() && inside(&coord, grid)).then_some(coord)
+}
+
+fn inside(coord: &[u64], grid: &[u64]) -> bool {
+    coord.iter().zip(grid).all(|(c, g)| c < g)
+}
+
+/// Shard keys about a listing page apart (S3 lists 1000 keys a page), where the listing of an
+/// array's shards is cut so that its pages are fetched side by side (see
+/// [`Store::list_sizes_split`]): every `LIST_PAGE`-th shard in C order, so at most one key per page
+/// of shards is held here however large the grid.
+fn listing_splits(array_path: &str, grid: &[u64]) -> Vec<String> {
+    const LIST_PAGE: u64 = 1000;
+    let count = zshard_core::product(grid);
+    (LIST_PAGE..count)
+        .step_by(LIST_PAGE as usize)
+        .map(|index| {
+            join(
+                array_path,
+                &SHARD_KEYS.key(&zshard_core::unravel_index(index, grid)),
+            )
+        })
+        .collect()
+}
+
 /// The first object at a shard key of the plan, if any.
 fn first_shard(dst: &Store, plan: &Plan) -> Result<Option<String>> {
     for array in &plan.arrays {
-        let prefix = join(&array.path, "c");
         let grid = array.geometry.shard_grid();
-        if let Some((key, _, _)) = shard_keys(dst, &prefix, &grid)?.into_iter().next() {
+        if let Some((key, _, _)) = shard_keys(dst, &array.path, &grid)?.into_iter().next() {
             return Ok(Some(key));
         }
     }
     Ok(None)
 }
 
-/// Removes the temporary files of interrupted local writes of shards that `owned` selects. The local
-/// backend stages each write as `<key>#<n>` and renames it when complete; listings hide such files, so
-/// they are found on disk. (An interrupted upload to an object store is never visible at all.)
+/// Removes the staged files of interrupted local writes (see [`Store::staged_keys`]) of the shards
+/// of the array at `array_path` that `owned` selects. (An interrupted upload to an object store is
+/// never visible at all.)
 fn remove_staged_leftovers(
     dst: &Store,
-    prefix: &str,
+    array_path: &str,
     grid: &[u64],
     owned: impl Fn(u64) -> bool,
 ) -> Result<()> {
-    let Some(root) = dst.local_path(prefix) else {
-        return Ok(());
-    };
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    let folder = join(array_path, SHARD_KEYS.chunk_folder());
+    let mut shards = BTreeSet::new();
+    for staged in dst.staged_keys(&folder)? {
+        let Some(shard) = zshard_store::staged_base(&staged) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let Ok(relative) = path.strip_prefix(&root) else {
-                continue;
-            };
-            let relative = relative
-                .to_string_lossy()
-                .replace(std::path::MAIN_SEPARATOR, "/");
-            // Only zshard's staged names (`<key>#<n>`), never another file beside a shard.
-            let Some(base) = zshard_store::staged_base(&relative) else {
-                continue;
-            };
-            if let Some(coord) = parse_coord(base, grid) {
-                if owned(linear_index(&coord, grid)) {
-                    std::fs::remove_file(&path).map_err(|source| Error::File {
-                        action: "remove",
-                        path: path.clone(),
-                        source,
-                    })?;
-                }
+        // Only staged writes of this array's shards, never of another file beside them.
+        if let Some(coord) = shard_coord(array_path, shard, grid) {
+            if owned(linear_index(&coord, grid)) {
+                shards.insert(shard.to_string());
             }
         }
     }
+    for shard in shards {
+        dst.remove_staged_of(&shard)?;
+    }
     Ok(())
-}
-
-/// Parses `i/j/...` into a coordinate inside `grid`.
-fn parse_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
-    let coord: Vec<u64> = if text.is_empty() {
-        Vec::new()
-    } else {
-        text.split('/')
-            .map(|p| p.parse().ok())
-            .collect::<Option<_>>()?
-    };
-    (coord.len() == grid.len() && coord.iter().zip(grid).all(|(c, g)| c < g)).then_some(coord)
 }
 
 /// Batches records of shards (written ones with their size, or all-fill ones) and stores each batch
@@ -722,14 +762,28 @@ pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_coord;
+    use super::{recorded_coord, shard_coord};
 
     #[test]
-    fn coordinates() {
-        assert_eq!(parse_coord("1/2", &[3, 3]), Some(vec![1, 2]));
-        assert_eq!(parse_coord("", &[]), Some(vec![]));
-        assert_eq!(parse_coord("3/0", &[3, 3]), None);
-        assert_eq!(parse_coord("1/2#17", &[3, 3]), None);
-        assert_eq!(parse_coord("1", &[3, 3]), None);
+    fn shard_coordinates_of_keys() {
+        assert_eq!(shard_coord("", "c/1/2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(shard_coord("a/b", "a/b/c/1/2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(shard_coord("", "c", &[]), Some(vec![]));
+        assert_eq!(shard_coord("a", "a/c", &[]), Some(vec![]));
+        assert_eq!(shard_coord("", "c/3/0", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1/2#17", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1", &[3, 3]), None);
+        assert_eq!(shard_coord("a", "ab/c/1/2", &[3, 3]), None);
+        assert_eq!(shard_coord("a", "b/c/1/2", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1/2/notes.txt", &[3, 3]), None);
+    }
+
+    #[test]
+    fn recorded_coordinates() {
+        assert_eq!(recorded_coord("1,2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(recorded_coord("", &[]), Some(vec![]));
+        assert_eq!(recorded_coord("3,0", &[3, 3]), None);
+        assert_eq!(recorded_coord("1", &[3, 3]), None);
+        assert_eq!(recorded_coord("1,x", &[3, 3]), None);
     }
 }

@@ -16,8 +16,8 @@ use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
 use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
-use crate::error::{Error, Result};
-use crate::input::{Input, SourceOptions};
+use crate::error::{one_line, Error, Result};
+use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
 
 /// How many mismatches are kept one by one; the rest are counted.
@@ -383,6 +383,9 @@ fn in_chunk_namespace(key: &str, encoding: ChunkKeyEncoding) -> bool {
                     .is_some_and(|rest| rest.starts_with(separator))
         }
         ChunkKeyEncoding::V2 { .. } => key.starts_with(|c: char| c.is_ascii_digit()),
+        ChunkKeyEncoding::Draft { .. } => key
+            .strip_prefix('c')
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(|c: char| c.is_ascii_digit())),
     }
 }
 
@@ -431,6 +434,9 @@ pub struct Verified {
     pub mismatches: Mismatches,
     /// Requests made for a kerchunk reference set (none for other inputs).
     pub reference_reads: Option<zshard_kerchunk::ReadStats>,
+    /// Source arrays zshard does not read, which a conversion skips (`--on-unsupported skip`) or
+    /// refuses: not compared, and not a mismatch.
+    pub skipped_arrays: Vec<SkippedArray>,
 }
 
 impl Verification {
@@ -472,7 +478,13 @@ fn verify(v: &Verification) -> Result<Verified> {
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
     let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
     // The source as the conversion wrote it: OME-Zarr 0.4 attributes in their 0.5 form.
-    let mut source_nodes = src.nodes(&v.source_options.selection)?;
+    // Arrays zshard does not read were never converted: whatever `--on-unsupported` said, there is
+    // nothing to compare them with.
+    let skipping = SourceOptions {
+        on_unsupported: OnUnsupported::Skip,
+        ..v.source_options.clone()
+    };
+    let (mut source_nodes, mut skipped_arrays) = src.nodes_skipping(&skipping)?;
     zshard_zarr::ome::apply(&mut source_nodes, v.ome)?;
     let dst = Store::open_location(&destination_location, runtime, false)?;
     let output_nodes = open_hierarchy(&dst)?;
@@ -482,6 +494,19 @@ fn verify(v: &Verification) -> Result<Verified> {
     let mut jobs = Vec::new();
     for (path, meta) in arrays(source_nodes.clone()) {
         let name = array_name(&src.url(), &path);
+        let source_chain = match build_chain(&meta.codecs, &meta.chunk_repr()) {
+            Ok(chain) => chain,
+            Err(source) => {
+                skipped_arrays.push(SkippedArray {
+                    path: path.clone(),
+                    reason: one_line(&Error::Codecs {
+                        which: "source",
+                        source,
+                    }),
+                });
+                continue;
+            }
+        };
         let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
             lock(&mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
             continue;
@@ -511,12 +536,6 @@ fn verify(v: &Verification) -> Result<Verified> {
             data_type: meta.data_type,
             fill_value: meta.fill_value.clone(),
         };
-        let source_chain = build_chain(&meta.codecs, &meta.chunk_repr()).map_err(|source| {
-            in_array(Error::Codecs {
-                which: "source",
-                source,
-            })
-        })?;
         jobs.push(ArrayJob {
             name,
             source_chain,
@@ -585,5 +604,6 @@ fn verify(v: &Verification) -> Result<Verified> {
         arrays: jobs.len(),
         mismatches,
         reference_reads: src.reference_reads(),
+        skipped_arrays,
     })
 }

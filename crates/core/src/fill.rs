@@ -60,12 +60,12 @@ impl FillValue {
                     .ok_or_else(|| invalid("expected a string of at most the array's length"))
             }
             DataType::String => {
-                return match value {
-                    Value::String(text) => Ok(FillValue {
-                        bytes: text.as_bytes().to_vec(),
-                    }),
-                    _ => Err(invalid("expected a string")),
-                }
+                return Self::string_from_json(value)
+                    .ok_or_else(|| invalid("expected a string or an integer"))
+            }
+            DataType::Bytes => {
+                return Self::bytes_from_json(value, 0)
+                    .ok_or_else(|| invalid("expected base64-encoded bytes"))
             }
             DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
                 let v = match value {
@@ -139,8 +139,23 @@ impl FillValue {
         Ok(FillValue { bytes })
     }
 
+    /// A variable-length string: a JSON string, or a number as zarr-python 2 stored the default fill
+    /// `0` of string arrays, which zarr-python 3.1 reads as its decimal text (`str(0)`, "0"). Only
+    /// integers: Python and Rust spell some floats differently (`1e+16`, `1e16`).
+    fn string_from_json(value: &Value) -> Option<Self> {
+        let text = match value {
+            Value::String(text) => text.clone(),
+            Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => return None,
+        };
+        Some(FillValue {
+            bytes: text.into_bytes(),
+        })
+    }
+
     /// Fixed-length bytes are written as base64 in both Zarr versions; the value is NUL-padded (or cut)
-    /// to the element length, as numpy casts it.
+    /// to the element length, as numpy casts it. `length` 0 is variable-length bytes, kept as they are
+    /// (`0`, the zero element zarr-python 2 wrote by default, is then the empty value).
     fn bytes_from_json(value: &Value, length: usize) -> Option<Self> {
         use base64::Engine;
         let mut bytes = match value {
@@ -150,13 +165,19 @@ impl FillValue {
             Value::Number(n) if n.as_u64() == Some(0) => Vec::new(),
             _ => return None,
         };
-        bytes.resize(length, 0);
+        if length > 0 {
+            bytes.resize(length, 0);
+        }
         Some(FillValue { bytes })
     }
 
     /// numpy `U<n>` values are UTF-32 code units; a shorter string is NUL-padded, as numpy casts it.
+    /// `0` is numpy's zero element, the empty string (zarr-python 2 wrote `0` for `U<n>` arrays).
     fn utf32_from_json(value: &Value, length: usize) -> Option<Self> {
-        let text = value.as_str()?;
+        let text = match value {
+            Value::Number(n) if n.as_u64() == Some(0) => "",
+            other => other.as_str()?,
+        };
         if text.chars().count() > length {
             return None;
         }
@@ -183,6 +204,10 @@ impl FillValue {
             }
             DataType::FixedLengthUtf32(_) => Value::String(crate::dtype::utf32_decode(b)),
             DataType::String => Value::String(String::from_utf8_lossy(b).into_owned()),
+            DataType::Bytes => {
+                use base64::Engine;
+                Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+            }
             DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
                 i64::from_le_bytes(arr(8)).into()
             }
@@ -329,6 +354,22 @@ mod tests {
     }
 
     #[test]
+    fn string_fill_values_as_zarr_python_2_wrote_them() {
+        let f = |v: Value, d| FillValue::from_v2_json(&v, d).map(|f| f.bytes).ok();
+        // zarr-python 2 stored the default 0 for |O string arrays; zarr-python 3.1 reads "0".
+        assert_eq!(f(json!(0), DataType::String), Some(b"0".to_vec()));
+        assert_eq!(f(json!(-12), DataType::String), Some(b"-12".to_vec()));
+        assert_eq!(f(json!(""), DataType::String), Some(vec![]));
+        assert_eq!(f(json!(0.5), DataType::String), None);
+        assert_eq!(f(json!(0), DataType::FixedLengthUtf32(2)), Some(vec![0; 8]));
+        assert_eq!(f(json!(0), DataType::Bytes), Some(vec![]));
+        assert_eq!(f(json!(null), DataType::Bytes), Some(vec![]));
+        assert_eq!(f(json!("YWIA"), DataType::Bytes), Some(b"ab\0".to_vec()));
+        assert_eq!(f(json!("ab"), DataType::Bytes), None);
+        assert_eq!(f(json!(1), DataType::Bytes), None);
+    }
+
+    #[test]
     fn v3_forms_round_trip() {
         for (v, d) in [
             (json!(0), DataType::UInt64),
@@ -344,6 +385,8 @@ mod tests {
             (json!("héllo"), DataType::FixedLengthUtf32(7)),
             (json!(""), DataType::FixedLengthUtf32(1)),
             (json!("naïve"), DataType::String),
+            (json!("YWIA"), DataType::Bytes),
+            (json!(""), DataType::Bytes),
             (
                 json!(i64::MIN),
                 DataType::DateTime64(crate::TimeUnit::Seconds, 1),

@@ -20,6 +20,12 @@ pub enum ChunkKeyEncoding {
         /// Between coordinates: `.` or `/`.
         separator: char,
     },
+    /// The pre-final Zarr v3 draft (zarr-python 2.11–2.18's experimental v3): `c1/2` (or `c1.2`), `c`
+    /// for a 0-d array. Only read, never written.
+    Draft {
+        /// Between coordinates: `/` or `.`.
+        separator: char,
+    },
 }
 
 impl ChunkKeyEncoding {
@@ -37,6 +43,7 @@ impl ChunkKeyEncoding {
             ChunkKeyEncoding::Default { separator } => format!("c{separator}{}", join(separator)),
             ChunkKeyEncoding::V2 { .. } if coord.is_empty() => "0".to_string(),
             ChunkKeyEncoding::V2 { separator } => join(separator),
+            ChunkKeyEncoding::Draft { separator } => format!("c{}", join(separator)),
         }
     }
 
@@ -47,10 +54,12 @@ impl ChunkKeyEncoding {
         let (coords, separator) = match *self {
             ChunkKeyEncoding::Default { .. } if ndim == 0 => return (key == "c").then(Vec::new),
             ChunkKeyEncoding::V2 { .. } if ndim == 0 => return (key == "0").then(Vec::new),
+            ChunkKeyEncoding::Draft { .. } if ndim == 0 => return (key == "c").then(Vec::new),
             ChunkKeyEncoding::Default { separator } => {
                 (key.strip_prefix('c')?.strip_prefix(separator)?, separator)
             }
             ChunkKeyEncoding::V2 { separator } => (key, separator),
+            ChunkKeyEncoding::Draft { separator } => (key.strip_prefix('c')?, separator),
         };
         let coord = coords
             .split(separator)
@@ -62,11 +71,22 @@ impl ChunkKeyEncoding {
         (coord.len() == ndim).then_some(coord)
     }
 
-    /// The v3 `chunk_key_encoding` document.
+    /// The folder (relative to the array) below which every chunk key lies, for listing them: `c`
+    /// for `default` keys separated by `/`, the array's own folder (`""`) otherwise (`c.1.2`, `1.2`).
+    pub fn chunk_folder(&self) -> &'static str {
+        match *self {
+            ChunkKeyEncoding::Default { separator: '/' } => "c",
+            _ => "",
+        }
+    }
+
+    /// The v3 `chunk_key_encoding` document. The draft's keys have none in Zarr v3 (it is only read):
+    /// its document names it `draft`, which no v3 reader takes.
     pub fn to_v3_json(&self) -> Value {
         let (name, sep) = match *self {
             ChunkKeyEncoding::Default { separator } => ("default", separator),
             ChunkKeyEncoding::V2 { separator } => ("v2", separator),
+            ChunkKeyEncoding::Draft { separator } => ("draft", separator),
         };
         serde_json::json!({"name": name, "configuration": {"separator": sep.to_string()}})
     }
@@ -290,6 +310,32 @@ mod tests {
         assert_eq!(v2.coordinates("3/0", 2), None);
         assert_eq!(v2.coordinates("0", 0), Some(vec![]));
         assert_eq!(v2.coordinates("99999999999999999999.0", 2), None);
+        let draft = ChunkKeyEncoding::Draft { separator: '/' };
+        assert_eq!(draft.coordinates("c3/0", 2), Some(vec![3, 0]));
+        assert_eq!(draft.coordinates("c/3/0", 2), None);
+        assert_eq!(draft.coordinates("3/0", 2), None);
+        assert_eq!(draft.coordinates("c", 0), Some(vec![]));
+        assert_eq!(draft.coordinates("c", 1), None);
+    }
+
+    #[test]
+    fn chunk_folders_hold_their_keys() {
+        let encodings = [
+            ChunkKeyEncoding::Default { separator: '/' },
+            ChunkKeyEncoding::Default { separator: '.' },
+            ChunkKeyEncoding::V2 { separator: '.' },
+            ChunkKeyEncoding::V2 { separator: '/' },
+        ];
+        let folders: Vec<&str> = encodings.iter().map(|e| e.chunk_folder()).collect();
+        assert_eq!(folders, ["c", "", "", ""]);
+        for e in encodings {
+            let key = e.key(&[4, 5]);
+            let folder = e.chunk_folder();
+            assert!(
+                folder.is_empty() || key.starts_with(&format!("{folder}/")),
+                "{key}"
+            );
+        }
     }
 
     #[test]
@@ -305,5 +351,12 @@ mod tests {
         assert_eq!(v2.key(&[3, 0, 1]), "3.0.1");
         assert_eq!(v2.key(&[]), "0");
         assert_eq!(ChunkKeyEncoding::V2 { separator: '/' }.key(&[3, 0]), "3/0");
+        let draft = ChunkKeyEncoding::Draft { separator: '/' };
+        assert_eq!(draft.key(&[96, 18]), "c96/18");
+        assert_eq!(draft.key(&[]), "c");
+        assert_eq!(
+            ChunkKeyEncoding::Draft { separator: '.' }.key(&[3, 0]),
+            "c3.0"
+        );
     }
 }

@@ -106,6 +106,27 @@ pub enum Error {
         reason: String,
     },
 
+    /// A zip source whose central directory cannot be read (not a zip file, truncated, damaged).
+    #[error("{zip}: {reason}")]
+    ZipDirectory {
+        /// The zip's location as given.
+        zip: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A member of a zip source that cannot be read (compressed by an unsupported method,
+    /// damaged, or lying outside the file).
+    #[error("{zip}: member {member}: {reason}")]
+    ZipMember {
+        /// The zip's location as given.
+        zip: String,
+        /// The member's name in the zip.
+        member: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The tokio runtime of [`IoRuntime`](crate::IoRuntime) could not be built.
     #[error("cannot start the I/O runtime")]
     Runtime {

@@ -242,14 +242,21 @@ impl HttpConnector for GuardedConnector {
         };
         let proxies = Arc::new(proxy_hosts(client_options));
         let mut builder = reqwest::Client::builder();
-        // The proxy of the client options (`<PREFIX>_PROXY_URL`, with its exclusions); otherwise
-        // reqwest reads HTTP(S)_PROXY, ALL_PROXY and NO_PROXY itself.
+        // The proxy of the client options (`<PREFIX>_PROXY_URL`, with its exclusions and the CA
+        // certificate (PEM) it is trusted by, `<PREFIX>_PROXY_CA_CERTIFICATE`, as object_store's own
+        // client reads them); otherwise reqwest reads HTTP(S)_PROXY, ALL_PROXY and NO_PROXY itself.
         if let Some(url) = client_options.get_config_value(&ClientConfigKey::ProxyUrl) {
             let excludes = client_options.get_config_value(&ClientConfigKey::ProxyExcludes);
             let proxy = reqwest::Proxy::all(url.as_str())
                 .map_err(generic)?
                 .no_proxy(excludes.and_then(|e| reqwest::NoProxy::from_string(&e)));
             builder = builder.proxy(proxy);
+            let ca = client_options.get_config_value(&ClientConfigKey::ProxyCaCertificate);
+            if let Some(pem) = ca {
+                let certificate =
+                    reqwest::tls::Certificate::from_pem(pem.as_bytes()).map_err(generic)?;
+                builder = builder.tls_certs_merge(std::iter::once(certificate));
+            }
         }
         let client = builder
             .user_agent(concat!("zshard/", env!("CARGO_PKG_VERSION")))
@@ -272,5 +279,44 @@ impl HttpConnector for GuardedConnector {
             guard: self.guard.clone(),
             proxied: !proxies.is_empty(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod proxy_ca_tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct AllowAll;
+
+    impl HttpGuard for AllowAll {
+        fn check_address(&self, _: &str, _: IpAddr) -> Result<(), String> {
+            Ok(())
+        }
+        fn check_redirect(&self, _: &Url) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn connect(options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let connector = GuardedConnector {
+            guard: Arc::new(AllowAll),
+            options: StoreOptions::default(),
+            allow_http: true,
+        };
+        connector.connect(options)
+    }
+
+    /// `<PREFIX>_PROXY_CA_CERTIFICATE` is read beside the proxy URL: a value that is no PEM
+    /// certificate fails the client, as object_store's own client does (it was ignored).
+    #[test]
+    fn the_proxy_ca_certificate_is_read() {
+        let proxied = ClientOptions::new().with_proxy_url("http://127.0.0.1:3128");
+        connect(&proxied).expect("a proxy without a CA certificate");
+        let bad = proxied.with_proxy_ca_certificate(
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
+        let error = connect(&bad).expect_err("a CA certificate that is no PEM");
+        assert_eq!(error.to_string(), "Generic HTTP error: builder error");
     }
 }

@@ -4,6 +4,8 @@
 //! task per file); everything else is an object_store request on a dedicated [`IoRuntime`] that is
 //! separate from the CPU workers. Batched ranged reads are grouped by [`coalesce`], objects too big
 //! for memory are written as an [`Upload`], and transient failures are retried by their error kind.
+//! A `.zip` or `.ozx` location opened as a source is the store of the zip's members, read by range
+//! (see [`ZipDirectory`]).
 //!
 //! ```
 //! use bytes::Bytes;
@@ -29,6 +31,7 @@ mod retry;
 mod runtime;
 mod store;
 mod upload;
+mod zip;
 
 pub use coalesce::{coalesce, RangeRequest, COALESCE_GAP, MAX_REQUEST};
 pub use error::{Error, Result};
@@ -38,3 +41,4 @@ pub use options::StoreOptions;
 pub use runtime::IoRuntime;
 pub use store::{staged_base, PutNew, Store};
 pub use upload::Upload;
+pub use zip::ZipDirectory;

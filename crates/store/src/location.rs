@@ -144,6 +144,21 @@ impl Location {
         self.url().map(Url::scheme)
     }
 
+    /// Whether this names a zip file (`.zip`, or `.ozx` for a zipped OME-Zarr, in any case): opened
+    /// as a source, its members are the store's keys.
+    ///
+    /// ```
+    /// use zshard_store::Location;
+    ///
+    /// assert!(Location::parse("s3://b/image.OZX").unwrap().is_zip());
+    /// assert!(Location::parse("/data/in.zarr.zip/").unwrap().is_zip());
+    /// assert!(!Location::parse("/data/in.zarr").unwrap().is_zip());
+    /// ```
+    pub fn is_zip(&self) -> bool {
+        let name = self.text.trim_end_matches('/').to_ascii_lowercase();
+        name.ends_with(".zip") || name.ends_with(".ozx")
+    }
+
     /// The text as given.
     pub fn as_str(&self) -> &str {
         &self.text

@@ -32,6 +32,9 @@ pub struct Store {
     location: Location,
     pub(crate) runtime: Arc<IoRuntime>,
     concurrency: usize,
+    /// Whether the keys are members of a zip file (`location` is the file): no key is a file of its
+    /// own, so local stores' direct file reads do not apply.
+    zip: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for Store {
             .field("root", &self.root)
             .field("records", &self.records)
             .field("concurrency", &self.concurrency)
+            .field("zip", &self.zip)
             .finish()
     }
 }
@@ -53,12 +57,19 @@ impl Store {
 
     /// Opens a location: a local path or `file://` URL, or `s3://`, `gs://`, `az://`/`abfs://`,
     /// `http(s)://` (read only) with the runtime's [`StoreOptions`](crate::StoreOptions). With
-    /// `create`, a missing local directory is created.
+    /// `create`, a missing local directory is created. Without it, a zip file (see
+    /// [`Location::is_zip`]; a local folder of that name stays a folder, and so does an object store
+    /// prefix where no such object exists) opens as the read-only store of its members.
     pub fn open_location(
         location: &Location,
         runtime: Arc<IoRuntime>,
         create: bool,
     ) -> Result<Store> {
+        if !create && location.is_zip() {
+            if let Some(store) = Self::open_zip(location, &runtime)? {
+                return Ok(store);
+            }
+        }
         let (inner, multipart, root) = match (location.local_path(), location.url()) {
             (Some(path), _) => (
                 Self::open_local(path, location, create)?,
@@ -82,7 +93,57 @@ impl Store {
             location: location.clone(),
             concurrency: runtime.options().max_requests,
             runtime,
+            zip: false,
         })
+    }
+
+    /// The store of the members of the zip file at `location`, read through the store of its
+    /// folder; `None` when there is no such file (a folder, or no object of that name).
+    fn open_zip(location: &Location, runtime: &Arc<IoRuntime>) -> Result<Option<Store>> {
+        let (parent, name) = location.split_last();
+        let folder = match location.local_path() {
+            Some(path) if !path.is_file() => return Ok(None),
+            Some(path) => Location::from_path(match path.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => FsPath::new("."),
+            }),
+            None => Location::parse(&parent)?,
+        };
+        let folder = Self::open_location(&folder, runtime.clone(), false)?;
+        let file = folder.path(&name)?;
+        let fail = |source| Error::Request {
+            operation: "cannot read",
+            location: location.to_string(),
+            source: Box::new(source),
+        };
+        let head = runtime.block_on(folder.retrying(|| folder.inner.head(&file)));
+        let size = match head {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(fail(e)),
+        };
+        let read = |range: std::ops::Range<u64>| {
+            runtime
+                .block_on(folder.retrying(|| folder.inner.get_range(&file, range.clone())))
+                .map_err(fail)
+        };
+        let zip = crate::zip::ZipStore::new(
+            folder.inner.clone(),
+            file.clone(),
+            location.as_str(),
+            size,
+            read,
+        )?;
+        Ok(Some(Store {
+            inner: Arc::new(zip),
+            multipart: None,
+            records: None,
+            root: Path::default(),
+            location: location.clone(),
+            concurrency: runtime.options().max_requests,
+            runtime: runtime.clone(),
+            zip: true,
+        }))
     }
 
     /// Opens a location as [`Store::open`] does (never creating it), except that an `http(s)://`
@@ -104,6 +165,7 @@ impl Store {
                     runtime,
                     multipart: None,
                     records: None,
+                    zip: false,
                 })
             }
             _ => Self::open_location(&parsed, runtime, false),
@@ -147,6 +209,9 @@ impl Store {
 
     /// For a local store, the path of key `key`'s file (or folder).
     pub fn local_path(&self, key: &str) -> Option<PathBuf> {
+        if self.zip {
+            return None;
+        }
         self.location
             .join(key)
             .local_path()
@@ -330,7 +395,7 @@ impl Store {
     /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
     /// results are in the order of `requests`. Callers coalesce nearby ranges first.
     pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {
-        if self.location.is_local() {
+        if self.reads_files() {
             let mut open: Option<(&str, File)> = None;
             return requests
                 .iter()
@@ -351,7 +416,7 @@ impl Store {
     /// Reads several objects with up to the configured number of requests in flight; results are in
     /// the order of `keys`.
     pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
-        if self.location.is_local() {
+        if self.reads_files() {
             return keys.iter().map(|key| self.read_local(key)).collect();
         }
         self.runtime.block_on(
@@ -366,6 +431,11 @@ impl Store {
     // per chunk, which on W1 (4,096 chunk files) was ~95,000 futex calls and a fifth of the CPU time.
     // Reads of one batch then run one after another; more fetch threads (`--io-threads`) give more
     // reads in flight, which parallel file systems with a high per-file latency want.
+
+    /// Whether keys are read as files directly (a local folder, not a zip).
+    fn reads_files(&self) -> bool {
+        self.location.is_local() && !self.zip
+    }
 
     /// Reads a whole local file; `None` when it does not exist.
     fn read_local(&self, key: &str) -> Result<Option<Bytes>> {
@@ -680,20 +750,50 @@ impl Store {
     /// Every key below `prefix` with its object's size in bytes, sorted by key: one listing, no
     /// request per object.
     pub fn list_sizes(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.list_sizes_split(prefix, &[])
+    }
+
+    /// [`Store::list_sizes`], the listing of an object store cut at `splits` (keys below `prefix`,
+    /// in any order) into segments listed concurrently. An object store lists a page of keys per
+    /// request and each page names the next, so one listing of many keys pays the latency once per
+    /// page in series; segments that start after a known key (S3's `start-after`) are listed side
+    /// by side. Splits only change how the listing is cut, never what it finds.
+    pub fn list_sizes_split(&self, prefix: &str, splits: &[String]) -> Result<Vec<(String, u64)>> {
         let path = self.path(prefix)?;
-        let root = self.root.clone();
-        let metas: Vec<_> = self
-            .runtime
-            .block_on(self.retrying(|| self.inner.list(Some(&path)).try_collect::<Vec<_>>()))
-            .map_err(|source| Error::Request {
-                operation: "cannot list",
-                location: self.url(prefix),
-                source: Box::new(source),
-            })?;
+        let mut bounds: Vec<Path> = Vec::new();
+        if self.location.is_remote() {
+            for key in splits {
+                let split = self.path(key)?;
+                if split.as_ref().starts_with(path.as_ref()) {
+                    bounds.push(split);
+                }
+            }
+        }
+        bounds.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
+        bounds.dedup();
+        let listed = self.runtime.block_on(async {
+            // Segment i holds the keys in (bounds[i - 1], bounds[i]]: the first has no lower bound,
+            // the last no upper one.
+            let path = &path;
+            let segments = (0..=bounds.len()).map(|i| {
+                let after = i.checked_sub(1).map(|j| &bounds[j]);
+                let until = bounds.get(i);
+                self.retrying(move || self.list_segment(path, after, until))
+            });
+            futures::stream::iter(segments)
+                .buffer_unordered(self.concurrency.max(1))
+                .try_concat()
+                .await
+        });
+        let metas = listed.map_err(|source| Error::Request {
+            operation: "cannot list",
+            location: self.url(prefix),
+            source: Box::new(source),
+        })?;
         let mut keys: Vec<(String, u64)> = metas
             .into_iter()
             .filter_map(|m| {
-                m.location.prefix_match(&root).map(|parts| {
+                m.location.prefix_match(&self.root).map(|parts| {
                     let key = parts
                         .map(|p| p.as_ref().to_string())
                         .collect::<Vec<_>>()
@@ -703,7 +803,41 @@ impl Store {
             })
             .collect();
         keys.sort();
+        keys.dedup();
         Ok(keys)
+    }
+
+    /// The objects below `path` after the key `after` (if any) up to and including `until` (if
+    /// any); the listing stops at the first page past `until`.
+    async fn list_segment(
+        &self,
+        path: &Path,
+        after: Option<&Path>,
+        until: Option<&Path>,
+    ) -> object_store::Result<Vec<object_store::ObjectMeta>> {
+        let mut stream = match after {
+            Some(after) => self.inner.list_with_offset(Some(path), after),
+            None => self.inner.list(Some(path)),
+        };
+        let mut out = Vec::new();
+        while let Some(meta) = stream.try_next().await? {
+            if until.is_some_and(|u| meta.location.as_ref() > u.as_ref()) {
+                break;
+            }
+            out.push(meta);
+        }
+        Ok(out)
+    }
+
+    /// Removes every object of `keys` (those that exist), up to the configured number of requests
+    /// in flight.
+    pub fn delete_many(&self, keys: &[String]) -> Result<()> {
+        self.runtime.block_on(
+            futures::stream::iter(keys.iter().map(|key| self.delete_async(key)))
+                .buffer_unordered(self.concurrency.max(1))
+                .try_collect::<Vec<()>>(),
+        )?;
+        Ok(())
     }
 
     /// Writes an object only if no object exists under its key, atomically (local files: a hard link
@@ -824,5 +958,69 @@ mod staged_tests {
         );
         assert!(tmp.path().join("zarr.json").exists());
         assert!(tmp.path().join("notes#draft").exists());
+    }
+}
+
+#[cfg(test)]
+mod split_listing_tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    /// A store over an in-memory object store that passes for a remote one (so listings are split).
+    fn remote_in_memory() -> Store {
+        let runtime = IoRuntime::new(1).expect("runtime");
+        Store {
+            inner: Arc::new(InMemory::new()),
+            multipart: None,
+            records: None,
+            root: Path::from("out.zarr"),
+            location: Location::parse("s3://bucket/out.zarr").expect("location"),
+            concurrency: 4,
+            runtime,
+            zip: false,
+        }
+    }
+
+    #[test]
+    fn a_listing_cut_into_segments_finds_every_key_once() {
+        let store = remote_in_memory();
+        let mut keys = Vec::new();
+        for i in 0..37u64 {
+            for j in 0..29u64 {
+                let key = format!("c/{i}/{j}");
+                store
+                    .put(&key, Bytes::from(vec![0u8; (i + j) as usize]))
+                    .expect("put");
+                keys.push(key);
+            }
+        }
+        store
+            .put("zarr.json", Bytes::from_static(b"{}"))
+            .expect("put");
+        let whole = store.list_sizes("c").expect("list");
+        assert_eq!(whole.len(), 37 * 29);
+        // Splits at existing keys, at keys that do not exist, outside the prefix, unsorted, repeated.
+        let splits: Vec<String> = [
+            "c/9/3",
+            "c/1/0",
+            "c/10/28",
+            "c/36/28",
+            "c/5/x",
+            "zarr.json",
+            "c/1/0",
+            "c/0/0",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(store.list_sizes_split("c", &splits).expect("list"), whole);
+        let every_100th: Vec<String> = keys.iter().step_by(100).cloned().collect();
+        assert_eq!(
+            store.list_sizes_split("c", &every_100th).expect("list"),
+            whole
+        );
+        assert_eq!(
+            whole.iter().find(|(k, _)| k == "c/10/28"),
+            Some(&("c/10/28".to_string(), 38))
+        );
     }
 }

@@ -37,6 +37,12 @@ enum Target {
         staging: PathBuf,
         dest: PathBuf,
     },
+    /// Pieces held until they exceed one part: an object that fits one part (most shards) goes up
+    /// in one PUT, without the multipart upload's extra round trips (create, record, complete).
+    Buffered {
+        pieces: Vec<Bytes>,
+        len: usize,
+    },
     /// A multipart upload fed as pieces arrive (no reserved head).
     Multipart(WriteMultipart),
     /// An anonymous local file holding the pieces until the head is known; uploaded at the end.
@@ -48,6 +54,7 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Target::Local { .. } => "Local",
+            Target::Buffered { .. } => "Buffered",
             Target::Multipart(_) => "Multipart",
             Target::Spool(_) => "Spool",
             Target::Done => "Done",
@@ -58,9 +65,10 @@ impl std::fmt::Debug for Target {
 impl Store {
     /// Starts writing the object `key` in pieces. `reserved` bytes at its start are left for a head
     /// (such as a shard index) that is known only at the end and given to [`Upload::finish`]; the
-    /// pieces follow it. Local stores write a staging file in place; object stores stream a multipart
-    /// upload, or, when a head is reserved, spool the pieces to a temporary local file first (an
-    /// object's first bytes cannot be sent last).
+    /// pieces follow it. Local stores write a staging file in place; object stores send an object of
+    /// at most one part in one PUT and stream a larger one as a multipart upload, or, when a head is
+    /// reserved, spool the pieces to a temporary local file first (an object's first bytes cannot be
+    /// sent last).
     pub fn upload(&self, key: &str, reserved: u64) -> Result<Upload> {
         let io_error = |operation, source| io_error(self, key, operation, source);
         let target = match self.local_path(key) {
@@ -86,15 +94,11 @@ impl Store {
                 Target::Spool(tempfile::tempfile().map_err(|e| io_error("cannot spool", e))?)
             }
             None => {
-                let path = self.path(key)?;
-                let upload = self
-                    .runtime
-                    .block_on(self.start_multipart(&path))
-                    .map_err(|e| self.request_error("cannot write", key, e))?;
-                Target::Multipart(WriteMultipart::new_with_chunk_size(
-                    upload,
-                    self.part_size(),
-                ))
+                self.path(key)?;
+                Target::Buffered {
+                    pieces: Vec::new(),
+                    len: 0,
+                }
             }
         };
         Ok(Upload {
@@ -116,17 +120,15 @@ impl Upload {
                 file.write_all(piece)
                     .map_err(|source| io_error(store, key, "cannot write", source))?;
             }
-            Target::Multipart(writer) => {
-                // `put` starts part uploads as tasks: it must run inside the I/O runtime.
-                store
-                    .runtime
-                    .block_on(async {
-                        writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-                        writer.put(piece.clone());
-                        Ok(())
-                    })
-                    .map_err(|e| store.request_error("cannot write", key, e))?;
+            Target::Buffered { pieces, len } => {
+                pieces.push(piece.clone());
+                *len += piece.len();
+                if *len > store.part_size() {
+                    let pieces = std::mem::take(pieces);
+                    self.target = Target::Multipart(start_multipart(store, key, &pieces)?);
+                }
             }
+            Target::Multipart(writer) => send_piece(store, key, writer, piece)?,
             Target::Done => {}
         }
         self.written += piece.len() as u64;
@@ -189,6 +191,7 @@ impl Upload {
                     return Err(self.io_error("cannot write", e));
                 }
             }
+            Target::Buffered { pieces, .. } => self.store.put_parts(&self.key, pieces)?,
             Target::Multipart(writer) => {
                 self.store
                     .runtime
@@ -225,6 +228,36 @@ impl Upload {
     fn io_error(&self, operation: &'static str, source: std::io::Error) -> Error {
         io_error(&self.store, &self.key, operation, source)
     }
+}
+
+/// Starts the multipart upload of `key` with the pieces held so far.
+fn start_multipart(store: &Store, key: &str, pieces: &[Bytes]) -> Result<WriteMultipart> {
+    let path = store.path(key)?;
+    let upload = store
+        .runtime
+        .block_on(store.start_multipart(&path))
+        .map_err(|e| store.request_error("cannot write", key, e))?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, store.part_size());
+    for piece in pieces {
+        if let Err(e) = send_piece(store, key, &mut writer, piece) {
+            let _ = store.runtime.block_on(writer.abort());
+            return Err(e);
+        }
+    }
+    Ok(writer)
+}
+
+/// Hands a piece to a multipart upload, waiting while too many of its parts are in flight.
+fn send_piece(store: &Store, key: &str, writer: &mut WriteMultipart, piece: &Bytes) -> Result<()> {
+    // `put` starts part uploads as tasks: it must run inside the I/O runtime.
+    store
+        .runtime
+        .block_on(async {
+            writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            writer.put(piece.clone());
+            Ok(())
+        })
+        .map_err(|e| store.request_error("cannot write", key, e))
 }
 
 /// Writes every byte of `pieces`, resuming after short writes.
@@ -264,7 +297,7 @@ impl Drop for Upload {
             Target::Multipart(writer) => {
                 let _ = self.store.runtime.block_on(writer.abort());
             }
-            Target::Spool(_) | Target::Done => {}
+            Target::Buffered { .. } | Target::Spool(_) | Target::Done => {}
         }
     }
 }

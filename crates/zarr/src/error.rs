@@ -12,6 +12,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// Valid metadata of an array whose data type or codecs zshard does not read (a `pickle`
+    /// object array, a codec it has no implementation of). `--on-unsupported skip` leaves such an
+    /// array out instead of refusing the conversion.
+    #[error("{key}: {reason}")]
+    Unsupported {
+        /// The URL (or key) of the metadata document.
+        key: String,
+        /// What is not supported, and why.
+        reason: String,
+    },
+
     /// A metadata document that is not JSON, or not of the shape its format requires.
     #[error("{key}: invalid JSON")]
     Json {
@@ -61,5 +72,27 @@ pub(crate) fn metadata(key: &str, reason: impl Into<String>) -> Error {
     Error::Metadata {
         key: key.to_string(),
         reason: reason.into(),
+    }
+}
+
+pub(crate) fn unsupported(key: &str, reason: impl Into<String>) -> Error {
+    Error::Unsupported {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl Error {
+    /// Why the array is not supported, when this error says the metadata is valid but holds a data
+    /// type or codec zshard does not read (rather than being broken or unreachable).
+    pub fn unsupported_reason(&self) -> Option<String> {
+        match self {
+            Error::Unsupported { reason, .. } => Some(reason.clone()),
+            Error::Core {
+                source: source @ zshard_core::Error::UnsupportedDataType { .. },
+                ..
+            } => Some(source.to_string()),
+            _ => None,
+        }
     }
 }

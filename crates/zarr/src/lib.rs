@@ -7,7 +7,8 @@
 //! `_FillValue` attribute xarray masks by ([`xarray_v3_fill_value`]). [`chunk_reader`] then gives the reader of an array's chunks by grid position:
 //! a [`ZarrChunkReader`] (one stored chunk per key) or, for a source already stored in
 //! `sharding_indexed` shards, a [`ShardedChunkReader`] that reads its inner chunks by ranged reads
-//! through the shard index. Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code
+//! through the shard index. The pre-final v3 layout of zarr-python 2.11–2.18 (with or without the
+//! draft sharding storage transformer) is read too ([`draft`]). Metadata parsing ([`parse_v2_array`], [`parse_v3_node`]) is pure code
 //! over bytes.
 //!
 //! ```
@@ -20,6 +21,7 @@
 //! assert_eq!(meta.codecs.last().unwrap().name, "zstd");
 //! ```
 
+pub mod draft;
 mod error;
 mod hierarchy;
 pub mod ome;
@@ -29,8 +31,8 @@ mod v3;
 mod xarray;
 
 pub use error::{Error, Result};
-pub use hierarchy::open_hierarchy;
-pub use reader::{chunk_reader, ShardedChunkReader, ZarrChunkReader};
+pub use hierarchy::{open_hierarchy, open_hierarchy_skipping, SkippedArray};
+pub use reader::{array_chunk_reader, chunk_reader, ShardedChunkReader, ZarrChunkReader};
 pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
 };

@@ -26,6 +26,17 @@ pub fn chunk_reader(store: Store, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
     }
 }
 
+/// The reader of the chunks of the array at `path` of the hierarchy at `root`: [`chunk_reader`] over
+/// the array's folder, or, for the v3 draft layout (its [`ChunkKeyEncoding::Draft`] keys), over its
+/// folder below `data/root/`.
+pub fn array_chunk_reader(root: &Store, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+    let folder = match meta.chunk_key_encoding {
+        ChunkKeyEncoding::Draft { .. } => crate::draft::data_prefix(path),
+        _ => path.to_string(),
+    };
+    chunk_reader(root.child(&folder), meta)
+}
+
 /// Reads the stored chunks of one Zarr array (v2 or v3) by grid coordinates.
 #[derive(Debug)]
 pub struct ZarrChunkReader {

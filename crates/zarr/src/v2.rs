@@ -2,9 +2,9 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue};
+use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, Endian, FillValue};
 
-use crate::error::{metadata, Error, Result};
+use crate::error::{metadata, unsupported, Error, Result};
 use crate::xarray::{xarray_v3_fill_value, XarrayFill};
 
 #[derive(Deserialize)]
@@ -28,12 +28,31 @@ fn default_order() -> String {
     "C".into()
 }
 
-/// The v2 compressors this build reads.
-pub const V2_COMPRESSORS: [&str; 7] = ["blosc", "zstd", "gzip", "zlib", "bz2", "lzma", "lz4"];
+/// The v2 compressors this build reads. numcodecs' checksums may stand as the compressor too, and
+/// `pcodec` encodes the elements themselves (it takes the place of `bytes`).
+pub const V2_COMPRESSORS: [&str; 14] = [
+    "blosc",
+    "zstd",
+    "gzip",
+    "zlib",
+    "bz2",
+    "lzma",
+    "lz4",
+    "pcodec",
+    "crc32",
+    "adler32",
+    "crc32c",
+    "fletcher32",
+    "jenkins_lookup3",
+    "bitround",
+];
+
+/// v2 compressors that turn the elements into bytes (array→bytes codecs in v3).
+const ELEMENT_COMPRESSORS: [&str; 1] = ["pcodec"];
 
 /// The v2 filters this build reads. Each becomes the bytes-to-bytes codec `numcodecs.<id>` with the
 /// same configuration, placed after `bytes` because numcodecs filters see the flattened elements.
-pub(crate) const V2_FILTERS: [&str; 10] = [
+pub(crate) const V2_FILTERS: [&str; 12] = [
     "shuffle",
     "delta",
     "fixedscaleoffset",
@@ -44,6 +63,8 @@ pub(crate) const V2_FILTERS: [&str; 10] = [
     "adler32",
     "crc32c",
     "fletcher32",
+    "jenkins_lookup3",
+    "bitround",
 ];
 
 /// Parses a `.zarray` document (and the array's `.zattrs`, if any). `key` names the document in errors.
@@ -59,6 +80,7 @@ pub fn parse_array(key: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<Ar
             .map(|a| parse_attributes(key, a))
             .transpose()?
             .unwrap_or_default(),
+        FillAttribute::Xarray,
     )
 }
 
@@ -70,20 +92,45 @@ pub fn parse_attributes(key: &str, bytes: &[u8]) -> Result<Map<String, Value>> {
     })
 }
 
+/// Whether the array gets the `_FillValue` attribute by which xarray masks what it masked in the
+/// source (Zarr v2), or keeps its attributes as they are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FillAttribute {
+    /// A Zarr v2 source: xarray masked it by its `fill_value` (see [`move_fill_value_to_attribute`]).
+    Xarray,
+    /// Attributes as they are (the v3 draft, whose metadata is v2's in other words).
+    Unchanged,
+}
+
 /// Builds the model from an already parsed `.zarray` value (as found in `.zmetadata`).
 pub(crate) fn array_from_value(
     key: &str,
     zarray: Value,
     attributes: Map<String, Value>,
 ) -> Result<ArrayMeta> {
+    array_from_value_with(key, zarray, attributes, FillAttribute::Xarray)
+}
+
+/// [`array_from_value`] with the choice of `_FillValue` attribute.
+pub(crate) fn array_from_value_with(
+    key: &str,
+    zarray: Value,
+    attributes: Map<String, Value>,
+    fill_attribute: FillAttribute,
+) -> Result<ArrayMeta> {
     let z: ZArray = serde_json::from_value(zarray).map_err(|source| Error::Json {
         key: key.to_string(),
         source,
     })?;
-    array_from(key, z, attributes)
+    array_from(key, z, attributes, fill_attribute)
 }
 
-fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Result<ArrayMeta> {
+fn array_from(
+    key: &str,
+    z: ZArray,
+    mut attributes: Map<String, Value>,
+    fill_attribute: FillAttribute,
+) -> Result<ArrayMeta> {
     if z.zarr_format != 2 {
         return Err(metadata(
             key,
@@ -97,7 +144,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         ));
     }
     let typestr = z.dtype.as_str().ok_or_else(|| {
-        metadata(
+        unsupported(
             key,
             format!("structured dtype {} is not supported", z.dtype),
         )
@@ -107,6 +154,13 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         source,
     };
     let (data_type, endian) = DataType::from_v2_typestr(typestr).map_err(core)?;
+    let mut filters = z.filters.unwrap_or_default().into_iter().peekable();
+    // An object array's type is its object codec's (the first filter), which decodes it.
+    let object_codec = match data_type {
+        DataType::String => Some(object_codec(key, filters.next().as_ref())?),
+        _ => None,
+    };
+    let data_type = object_codec.as_ref().map_or(data_type, |(t, _)| *t);
     check_element_size(key, data_type)?;
     let fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
     check_sizes(key, &z.shape, &z.chunks, data_type)?;
@@ -124,15 +178,13 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
     // The v2 filters list is in encoding order. The first filter may take the array itself: vlen-utf8
     // (strings to bytes, in place of `bytes`) or categorize (strings to integers, before `bytes`).
     // The others are bytes-to-bytes codecs over the flattened elements.
-    let mut filters = z.filters.unwrap_or_default().into_iter().peekable();
     let first_id = |f: &Value| f.get("id").and_then(Value::as_str).map(str::to_string);
     let mut array_to_bytes_type = (data_type, endian);
+    if let Some((_, codec)) = object_codec {
+        codecs.push(codec);
+    }
     match filters.peek().and_then(first_id).as_deref() {
-        Some("vlen-utf8") => {
-            filters.next();
-            codecs.push(CodecSpec::new("vlen-utf8", json!({})));
-        }
-        Some("categorize") => {
+        Some("categorize") if !data_type.is_variable() => {
             if let Some(f) = filters.next() {
                 let spec = numcodecs_spec("categorize", &f);
                 let astype = spec.get("astype").and_then(Value::as_str).unwrap_or("|u1");
@@ -142,13 +194,30 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         }
         _ => {}
     }
-    if data_type == DataType::String && !codecs.iter().any(|c| c.name == "vlen-utf8") {
-        return Err(metadata(
-            key,
-            "object (|O) arrays are supported with the vlen-utf8 filter (variable-length strings) only",
-        ));
-    }
-    if !data_type.is_variable() {
+    let compressor = z.compressor.filter(|c| !c.is_null());
+    let element_compressor = compressor
+        .as_ref()
+        .and_then(|c| c.get("id").and_then(Value::as_str))
+        .filter(|id| ELEMENT_COMPRESSORS.contains(id));
+    if let Some(id) = element_compressor {
+        // numcodecs hands pcodec the chunk's elements (zarr-python 3 as the array itself); it is
+        // the array→bytes codec, so elements must reach it unchanged.
+        if filters.peek().is_some() || codecs.iter().any(|c| c.name != "transpose") {
+            return Err(metadata(
+                key,
+                format!("compressor {id} after filters is not supported"),
+            ));
+        }
+        if endian == Endian::Big && data_type.swap_unit() > 1 {
+            return Err(metadata(
+                key,
+                format!(
+                    "compressor {id} stores native (little-endian) numbers, not {}",
+                    z.dtype
+                ),
+            ));
+        }
+    } else if !data_type.is_variable() {
         codecs.push(match array_to_bytes_type {
             (t, _) if t.swap_unit() == 1 => CodecSpec::new("bytes", json!({})),
             (_, e) => CodecSpec::new("bytes", json!({"endian": e.as_str()})),
@@ -157,7 +226,7 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
     for filter in filters {
         codecs.push(filter_spec(key, &filter)?);
     }
-    if let Some(compressor) = z.compressor.filter(|c| !c.is_null()) {
+    if let Some(compressor) = compressor {
         codecs.push(compressor_spec(key, &compressor, data_type)?);
     }
     let separator = match z.dimension_separator.as_deref() {
@@ -171,7 +240,12 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         }
     };
     let dimension_names = take_array_dimensions(&mut attributes, z.shape.len());
-    let warnings = move_fill_value_to_attribute(&z.fill_value, &mut attributes, data_type);
+    let warnings = match fill_attribute {
+        FillAttribute::Xarray => {
+            move_fill_value_to_attribute(&z.fill_value, &mut attributes, data_type)
+        }
+        FillAttribute::Unchanged => Vec::new(),
+    };
     Ok(ArrayMeta {
         shape: z.shape,
         data_type,
@@ -184,6 +258,41 @@ fn array_from(key: &str, z: ZArray, mut attributes: Map<String, Value>) -> Resul
         sharded: None,
         warnings,
     })
+}
+
+/// The object codecs of `|O` arrays that zshard reads, with the data type each decodes to.
+pub(crate) const OBJECT_CODECS: [&str; 4] = ["vlen-utf8", "vlen-bytes", "json2", "msgpack2"];
+
+/// The data type and array→bytes codec of an object (`|O`) array from its object codec, the
+/// first filter; `pickle` and `vlen-array` are refused with the reason.
+fn object_codec(key: &str, first: Option<&Value>) -> Result<(DataType, CodecSpec)> {
+    let id = first.and_then(|f| f.get("id")).and_then(Value::as_str);
+    match (id, first) {
+        (Some("vlen-utf8"), _) => Ok((DataType::String, CodecSpec::new("vlen-utf8", json!({})))),
+        (Some("vlen-bytes"), _) => Ok((DataType::Bytes, CodecSpec::new("vlen-bytes", json!({})))),
+        (Some(id @ ("json2" | "msgpack2")), Some(f)) => {
+            Ok((DataType::String, numcodecs_spec(id, f)))
+        }
+        (Some("pickle"), _) => Err(unsupported(
+            key,
+            "object array stored with the pickle codec: refused, because decoding pickle runs code \
+             from the data (any Python callable it names); re-save it with vlen-utf8 or vlen-bytes",
+        )),
+        (Some("vlen-array"), _) => Err(unsupported(
+            key,
+            "object array stored with vlen-array (a numeric array per element): refused, because \
+             Zarr v3 has no data type for it that zarr-python 3.1 or tensorstore read",
+        )),
+        _ => Err(unsupported(
+            key,
+            format!(
+                "object (|O) array with first filter {}: supported object codecs are {} \
+                 (pickle is refused: decoding it runs code from the data)",
+                first.map_or("none".to_string(), Value::to_string),
+                OBJECT_CODECS.join(", ")
+            ),
+        )),
+    }
 }
 
 /// Gives the array the `_FillValue` attribute by which xarray masks in Zarr v3 what it masks in the
@@ -282,7 +391,7 @@ fn numcodecs_spec(id: &str, c: &Value) -> CodecSpec {
 fn filter_spec(key: &str, f: &Value) -> Result<CodecSpec> {
     match f.get("id").and_then(Value::as_str) {
         Some(id) if V2_FILTERS.contains(&id) => Ok(numcodecs_spec(id, f)),
-        _ => Err(metadata(
+        _ => Err(unsupported(
             key,
             format!(
                 "filter {f} is not supported (supported: {})",
@@ -330,9 +439,10 @@ fn compressor_spec(key: &str, c: &Value, data_type: DataType) -> Result<CodecSpe
         ),
         "gzip" => CodecSpec::new("gzip", json!({"level": level()})),
         "zlib" => CodecSpec::new("numcodecs.zlib", json!({"level": level()})),
-        "bz2" | "lzma" | "lz4" => numcodecs_spec(id, c),
+        "bz2" | "lzma" | "lz4" | "pcodec" | "crc32" | "adler32" | "crc32c" | "fletcher32"
+        | "jenkins_lookup3" | "bitround" => numcodecs_spec(id, c),
         other => {
-            return Err(metadata(
+            return Err(unsupported(
                 key,
                 format!(
                     "compressor {other:?} is not supported (supported: {})",
@@ -439,13 +549,53 @@ mod tests {
         let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":{"id":"zfpy"},"fill_value":0,"order":"C","filters":null}"#, None)
             .expect_err("unsupported");
         assert!(err.to_string().contains("a/.zarray") && err.to_string().contains("blosc"));
-        // categorize decodes to strings, which zshard has no data type for.
-        assert!(bad(
-            r#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<U4","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"categorize","labels":["a"],"dtype":"<U4","astype":"|u1"}]}"#
-        ));
-        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"bitround","keepbits":3}]}"#, None)
+        // Fill 0 of a unicode array is numpy's zero element (zarr-python 2 normalised it to "").
+        let meta = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<U4","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"categorize","labels":["a"],"dtype":"<U4","astype":"|u1"}]}"#, None)
+            .expect("parses");
+        assert_eq!(
+            meta.fill_value,
+            FillValue::zero(DataType::FixedLengthUtf32(4))
+        );
+        let err = parse_array("a/.zarray", br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<u2","compressor":null,"fill_value":0,"order":"C","filters":[{"id":"pickle"}]}"#, None)
             .expect_err("unsupported");
-        assert!(err.to_string().contains("bitround") && err.to_string().contains("delta"));
+        assert!(err.to_string().contains("pickle") && err.to_string().contains("delta"));
+    }
+
+    #[test]
+    fn object_arrays_take_their_type_from_the_object_codec() {
+        let parse = |filter: &str, fill: &str| {
+            let zarray = format!(
+                r#"{{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"|O","compressor":null,"fill_value":{fill},"order":"C","filters":[{filter}]}}"#
+            );
+            parse_array("o/.zarray", zarray.as_bytes(), None)
+        };
+        let bytes = parse(r#"{"id":"vlen-bytes"}"#, "\"YWI=\"").expect("vlen-bytes");
+        assert_eq!(bytes.data_type, DataType::Bytes);
+        assert_eq!(bytes.fill_value.as_bytes(), b"ab");
+        assert_eq!(bytes.codecs[0].name, "vlen-bytes");
+        let json2 = parse(r#"{"id":"json2","encoding":"utf-8"}"#, "0").expect("json2");
+        assert_eq!(json2.data_type, DataType::String);
+        assert_eq!(json2.fill_value.as_bytes(), b"0");
+        assert_eq!(json2.codecs[0].name, "numcodecs.json2");
+        assert_eq!(json2.codecs[0].get("encoding"), Some(&json!("utf-8")));
+        let msgpack = parse(r#"{"id":"msgpack2","raw":false}"#, "null").expect("msgpack2");
+        assert_eq!(msgpack.codecs[0].name, "numcodecs.msgpack2");
+        for (filter, reason) in [
+            (r#"{"id":"pickle","protocol":5}"#, "runs code from the data"),
+            (
+                r#"{"id":"vlen-array","dtype":"<i4"}"#,
+                "Zarr v3 has no data type",
+            ),
+            (r#"{"id":"zlib"}"#, "supported object codecs are vlen-utf8"),
+        ] {
+            let err = parse(filter, "0").expect_err("refused");
+            assert!(err.to_string().contains("o/.zarray"), "{err}");
+            assert!(err.to_string().contains(reason), "{err}");
+            assert!(err.unsupported_reason().is_some(), "{err}");
+        }
+        // Broken metadata is not "unsupported": --on-unsupported skip does not hide it.
+        let err = parse_array("o/.zarray", b"{", None).expect_err("not JSON");
+        assert!(err.unsupported_reason().is_none());
     }
 
     #[test]
@@ -459,6 +609,61 @@ mod tests {
         assert!(parse_array("a/.zarray", zarray, None).is_ok());
         let zarray = br#"{"zarr_format":2,"shape":[9],"chunks":[4],"dtype":"|S16777217","compressor":null,"fill_value":null,"order":"C","filters":null}"#;
         assert!(parse_array("a/.zarray", zarray, None).is_err());
+    }
+
+    #[test]
+    fn pcodec_compressor_replaces_bytes_and_checksums_compress() {
+        let zarray = |dtype: &str, order: &str, compressor: &str, filters: &str| {
+            format!(
+                r#"{{"zarr_format":2,"shape":[4,3],"chunks":[2,2],"dtype":"{dtype}","compressor":{compressor},"fill_value":0,"order":"{order}","filters":{filters}}}"#
+            )
+        };
+        let names = |z: String| {
+            parse_array("a/.zarray", z.as_bytes(), None)
+                .map(|m| m.codecs.iter().map(|c| c.name.clone()).collect::<Vec<_>>())
+        };
+        let pcodec = r#"{"id":"pcodec","level":8,"mode_spec":"auto","delta_spec":"auto","paging_spec":"equal_pages_up_to","delta_encoding_order":null,"equal_pages_up_to":262144}"#;
+        assert_eq!(
+            names(zarray("<i4", "C", pcodec, "null")).expect("pcodec"),
+            ["numcodecs.pcodec"]
+        );
+        assert_eq!(
+            names(zarray("<f8", "F", pcodec, "null")).expect("pcodec, F order"),
+            ["transpose", "numcodecs.pcodec"]
+        );
+        let err = names(zarray(
+            "<i4",
+            "C",
+            pcodec,
+            r#"[{"id":"delta","dtype":"<i4"}]"#,
+        ))
+        .expect_err("pcodec after a filter");
+        assert!(err.to_string().contains("pcodec after filters"), "{err}");
+        let err = names(zarray(">i4", "C", pcodec, "null")).expect_err("big endian");
+        assert!(err.to_string().contains(">i4"), "{err}");
+        for id in [
+            "adler32",
+            "fletcher32",
+            "crc32",
+            "crc32c",
+            "jenkins_lookup3",
+        ] {
+            let compressor = format!(r#"{{"id":"{id}"}}"#);
+            assert_eq!(
+                names(zarray("<u2", "C", &compressor, "null")).expect(id),
+                ["bytes".to_string(), format!("numcodecs.{id}")]
+            );
+        }
+        assert_eq!(
+            names(zarray(
+                "<f4",
+                "C",
+                r#"{"id":"zstd","level":1}"#,
+                r#"[{"id":"bitround","keepbits":3}]"#
+            ))
+            .expect("bitround filter"),
+            ["bytes", "numcodecs.bitround", "zstd"]
+        );
     }
 
     #[test]

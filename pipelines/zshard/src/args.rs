@@ -285,7 +285,8 @@ impl WorkerArgs {
 pub struct SourceArgs {
     /// Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON reference file,
     /// version 0 or 1, optionally .zst/.gz compressed), kerchunk-parquet (a kerchunk Parquet
-    /// reference folder) or icechunk (an Icechunk repository). Detected when not given.
+    /// reference folder), icechunk (an Icechunk repository) or n5 (an N5 container). Detected when
+    /// not given.
     #[arg(long, value_name = "KIND")]
     source_format: Option<String>,
     /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
@@ -321,6 +322,13 @@ pub struct SourceArgs {
     /// holding the repository).
     #[arg(long, value_name = "REF")]
     source_ref: Option<String>,
+
+    /// What becomes of an array whose data type or codecs zshard does not read (a pickle object
+    /// array, an unknown codec): refuse (the default) stops before anything is written, naming it;
+    /// skip converts everything else and lists each skipped array with its reason in the plan, the
+    /// summary and the report.
+    #[arg(long, value_name = "refuse|skip")]
+    on_unsupported: Option<String>,
 }
 
 impl SourceArgs {
@@ -334,6 +342,7 @@ impl SourceArgs {
             || !self.exclude.is_empty()
             || self.strict_refs
             || self.source_ref.is_some()
+            || self.on_unsupported.is_some()
     }
 
     pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
@@ -359,6 +368,12 @@ impl SourceArgs {
                 exclude: self.exclude.clone(),
             },
             reference: self.source_ref.clone(),
+            on_unsupported: self
+                .on_unsupported
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 }
@@ -440,6 +455,53 @@ mod tests {
         assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
         assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
         assert!(coalesce_gap("lots").is_err());
+    }
+
+    #[test]
+    fn on_unsupported_reaches_the_conversion_and_the_python_request() {
+        use zshard_convert::OnUnsupported;
+        let of = |args: &[&str]| match crate::request(args) {
+            Ok(crate::Request::Convert(c) | crate::Request::Plan(c)) => {
+                Some(c.source_options.on_unsupported)
+            }
+            _ => None,
+        };
+        let skip = [
+            "zshard",
+            "convert",
+            "a.zarr",
+            "b.zarr",
+            "--on-unsupported",
+            "skip",
+        ];
+        assert_eq!(of(&skip), Some(OnUnsupported::Skip));
+        assert_eq!(
+            of(&[
+                "zshard",
+                "plan",
+                "a.zarr",
+                "b.zarr",
+                "--on-unsupported",
+                "refuse"
+            ]),
+            Some(OnUnsupported::Refuse)
+        );
+        assert_eq!(
+            of(&["zshard", "convert", "a.zarr", "b.zarr"]),
+            Some(OnUnsupported::Refuse)
+        );
+        let wrong = [
+            "zshard",
+            "convert",
+            "a.zarr",
+            "b.zarr",
+            "--on-unsupported",
+            "maybe",
+        ];
+        assert!(matches!(
+            crate::request(wrong),
+            Err(crate::RequestError::Options(_))
+        ));
     }
 
     #[test]

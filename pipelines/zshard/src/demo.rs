@@ -130,13 +130,15 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
     let job = write_job(dir)?;
     let job = job.display();
     let out = output.display();
-    println!("Demo source (Zarr v2): {}", source.display());
-    println!("Sharded output (Zarr v3, sharding_indexed): {out}");
-    println!("Open it in Python (zarr-python 3):");
-    println!("  python -c \"import zarr; g = zarr.open_group('{out}', mode='r'); print(g.tree()); print(g['climate/temperature'][:3, :3])\"");
-    println!("The same source as a job with settings per array (works from any directory):");
-    println!("  zshard run {job}    # then: zshard verify {job}");
-    Ok(())
+    let source = source.display();
+    crate::print::stdout(&format!(
+        "Demo source (Zarr v2): {source}\n\
+         Sharded output (Zarr v3, sharding_indexed): {out}\n\
+         Open it in Python (zarr-python 3):\n  \
+         python -c \"import zarr; g = zarr.open_group('{out}', mode='r'); print(g.tree()); print(g['climate/temperature'][:3, :3])\"\n\
+         The same source as a job with settings per array (works from any directory):\n  \
+         zshard run {job}    # then: zshard verify {job}\n"
+    ))
 }
 
 /// The repository's demo job, beside the demo data it converts.

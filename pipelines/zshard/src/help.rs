@@ -66,7 +66,7 @@ Examples:
 /// What this build can read and write: the storage back ends, input kinds and codecs compiled in.
 fn features() -> String {
     format!(
-        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, kerchunk-json, kerchunk-parquet; codecs: {}",
+        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5; codecs: {}",
         zshard_codecs::supported_codecs().join(", ")
     )
 }
@@ -101,6 +101,7 @@ pub fn man(cli: clap::Command, name: Option<&str>) -> anyhow::Result<()> {
             clap_mangen::Man::new(sub.clone().bin_name(format!("zshard {name}"))).title(title)
         }
     };
-    page.render(&mut std::io::stdout())?;
-    Ok(())
+    let mut roff = Vec::new();
+    page.render(&mut roff)?;
+    crate::print::stdout(&String::from_utf8_lossy(&roff))
 }

@@ -34,6 +34,8 @@ struct Settings {
     ref_coalesce_gap: Option<String>,
     include: Option<Vec<String>>,
     exclude: Option<Vec<String>>,
+    /// `"refuse"` or `"skip"`, as `--on-unsupported`.
+    on_unsupported: Option<String>,
 }
 
 /// `[storage]`: the storage flags of `zshard convert` (job keys win over the flags).
@@ -95,6 +97,7 @@ impl Settings {
             ref_coalesce_gap: or(&self.ref_coalesce_gap, &base.ref_coalesce_gap),
             include: or(&self.include, &base.include),
             exclude: or(&self.exclude, &base.exclude),
+            on_unsupported: or(&self.on_unsupported, &base.on_unsupported),
         }
     }
 
@@ -107,6 +110,7 @@ impl Settings {
             ("ref_coalesce_gap", self.ref_coalesce_gap.is_some()),
             ("include", self.include.is_some()),
             ("exclude", self.exclude.is_some()),
+            ("on_unsupported", self.on_unsupported.is_some()),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -151,6 +155,12 @@ impl Settings {
             },
             // Job files name no Icechunk reference yet: the branch main.
             reference: None,
+            on_unsupported: self
+                .on_unsupported
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 
@@ -525,6 +535,7 @@ allow_ref_prefix = ["local/", "http://127.0.0.1:8000/"]
 ref_coalesce_gap = "off"
 include = ["a/*"]
 compressor = "source"
+on_unsupported = "skip"
 [storage]
 retries = 3
 part_size = "8MiB"
@@ -554,6 +565,7 @@ passthrough = false
         assert_eq!(references.coalesce_gap, None);
         assert_eq!(options.selection.include, ["a/*"]);
         assert_eq!(options.selection.exclude, ["a/b"]);
+        assert_eq!(options.on_unsupported, zshard_convert::OnUnsupported::Skip);
         assert!(!c.layouts.default.passthrough);
         assert_eq!(c.layouts.default.compressor, Compressor::Source);
         assert_eq!(c.store_options.retries, Some(3));

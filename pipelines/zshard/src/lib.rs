@@ -231,32 +231,45 @@ fn default_threads() -> usize {
 fn run(cli: Cli) -> anyhow::Result<()> {
     cli.progress.install();
     cli.logging.install();
-    match cli.command {
-        Command::Convert {
-            layout,
-            threads,
-            workers,
-            overwrite,
-            memory_limit,
-            report,
-            quiet,
-        } => {
-            let Some(dst) = &layout.dst else {
-                anyhow::bail!(
-                    "DST is missing: give SRC DST (a job file runs with `zshard run JOB.toml`)"
-                );
-            };
-            let conversion = convert_conversion(
-                &layout,
-                dst,
-                threads,
-                &workers,
-                overwrite,
-                memory_limit,
-                report,
-            )?;
+    match one_request(cli.command) {
+        Ok(Parsed::Request(request, printing)) => run_request(*request, printing),
+        Ok(Parsed::Other(command)) => run_command(*command),
+        Err(RequestError::Usage(message)) => Err(anyhow::anyhow!(message)),
+        Err(RequestError::Options(e)) => Err(e.into()),
+    }
+}
+
+/// Runs one SRC DST request as its command does, and prints its outcome.
+fn run_request(request: Request, printing: Printing) -> anyhow::Result<()> {
+    match request {
+        Request::Convert(conversion) => {
             signals::cancel_on_signals(conversion.cancel.clone())?;
-            print::convert(&conversion, quiet)
+            print::convert(&conversion, printing.quiet)
+        }
+        Request::Finalize(conversion) => {
+            signals::cancel_on_signals(conversion.cancel.clone())?;
+            print::finalized(&conversion.finalize()?, printing.quiet);
+            Ok(())
+        }
+        Request::Plan(conversion) => {
+            signals::exit_on_signals()?;
+            print::plans(&[conversion.plan()?], printing.json)
+        }
+        Request::Verify(verification) => {
+            signals::exit_on_signals()?;
+            let verified = verification.run()?;
+            print::verified(&verification.source, &verified, printing.quiet)
+        }
+    }
+}
+
+/// Runs a command that is no single request: a job file's conversions, or a command of its own.
+fn run_command(given: Command) -> anyhow::Result<()> {
+    match given {
+        Command::Convert { .. } => {
+            anyhow::bail!(
+                "DST is missing: give SRC DST (a job file runs with `zshard run JOB.toml`)"
+            )
         }
         Command::Finalize { layout, quiet } => {
             for conversion in layout.conversions()? {
@@ -286,32 +299,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Verify {
             src,
-            dst,
             source,
             storage,
             sample,
             threads,
-            ome,
             quiet,
+            ..
         } => {
-            let verifications = match &dst {
-                Some(dst) => {
-                    let mut verification = Verification::new(&src, dst);
-                    verification.source_options = source.options()?;
-                    verification.store_options = storage.options();
-                    verification.io_threads = storage.io_threads;
-                    verification.threads = threads.unwrap_or_else(default_threads);
-                    verification.ome = ome;
-                    vec![verification]
-                }
-                None => job::verifications(&src, &source, &storage, threads)?,
-            };
-            let job = dst.is_none().then_some(src.as_str());
+            let verifications = job::verifications(&src, &source, &storage, threads)?;
             signals::exit_on_signals()?;
             for mut verification in verifications {
                 verification.sample = sample;
                 let (source, destination) = (&verification.source, &verification.destination);
-                let verified = in_job(job, source, destination, verification.run())?;
+                let verified = in_job(Some(&src), source, destination, verification.run())?;
                 print::verified(&verification.source, &verified, quiet)?;
             }
             Ok(())
@@ -337,8 +337,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             quiet,
         } => demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut command(), "zshard", &mut std::io::stdout());
-            Ok(())
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command(), "zshard", &mut script);
+            print::stdout(&String::from_utf8_lossy(&script))
         }
         Command::Man { command: name } => help::man(command(), name.as_deref()),
     }
@@ -457,7 +458,39 @@ where
     T: Into<OsString> + Clone,
 {
     let cli = Cli::try_parse_from(args).map_err(|e| RequestError::Usage(clap_message(&e)))?;
-    match cli.command {
+    match one_request(cli.command)? {
+        Parsed::Request(request, _) => Ok(*request),
+        Parsed::Other(command) => match *command {
+            Command::Convert { .. }
+            | Command::Plan { .. }
+            | Command::Finalize { .. }
+            | Command::Verify { .. } => Err(missing_dst()),
+            _ => Err(RequestError::Usage(
+                "only convert, plan, finalize and verify are requests".into(),
+            )),
+        },
+    }
+}
+
+/// How a command prints what it did: its flags that are no part of a [`Request`].
+#[derive(Debug, Clone, Copy)]
+struct Printing {
+    quiet: bool,
+    json: bool,
+}
+
+/// A parsed command: one SRC DST request, or a command that is none (a job file, `ls`, `run`, ...).
+enum Parsed {
+    Request(Box<Request>, Printing),
+    Other(Box<Command>),
+}
+
+/// The request a `convert`, `plan`, `finalize` or `verify` command with SRC and DST asks for, with
+/// every option checked; the one place both [`request`] and the command build it.
+fn one_request(command: Command) -> Result<Parsed, RequestError> {
+    let request =
+        |request, quiet, json| Ok(Parsed::Request(Box::new(request), Printing { quiet, json }));
+    match command {
         Command::Convert {
             layout,
             threads,
@@ -465,10 +498,10 @@ where
             overwrite,
             memory_limit,
             report,
-            quiet: _,
-        } => {
+            quiet,
+        } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-            convert_conversion(
+            let conversion = convert_conversion(
                 &layout,
                 dst,
                 threads,
@@ -477,43 +510,39 @@ where
                 memory_limit,
                 report,
             )
-            .map(|c| Request::Convert(Box::new(c)))
-            .map_err(RequestError::Options)
+            .map_err(RequestError::Options)?;
+            request(Request::Convert(Box::new(conversion)), quiet, false)
         }
         Command::Plan {
             layout,
             threads,
             memory_limit,
-            json: _,
-        } => plan_conversion(&layout, threads, memory_limit).map(|c| Request::Plan(Box::new(c))),
-        Command::Finalize { layout, quiet: _ } => {
-            one_conversion(&layout).map(|c| Request::Finalize(Box::new(c)))
+            json,
+        } if layout.dst.is_some() => {
+            let conversion = plan_conversion(&layout, threads, memory_limit)?;
+            request(Request::Plan(Box::new(conversion)), false, json)
         }
+        Command::Finalize { layout, quiet } if layout.dst.is_some() => request(
+            Request::Finalize(Box::new(one_conversion(&layout)?)),
+            quiet,
+            false,
+        ),
         Command::Verify {
             src,
-            dst,
+            dst: Some(dst),
             source,
             storage,
             sample,
             threads,
             ome,
-            quiet: _,
+            quiet,
         } => {
-            let dst = dst.ok_or_else(missing_dst)?;
-            verification(src, dst, &source, &storage, sample, threads)
-                .map(|mut v| {
-                    v.ome = ome;
-                    Request::Verify(Box::new(v))
-                })
-                .map_err(RequestError::Options)
+            let mut verification = verification(src, dst, &source, &storage, sample, threads)
+                .map_err(RequestError::Options)?;
+            verification.ome = ome;
+            request(Request::Verify(Box::new(verification)), quiet, false)
         }
-        Command::Run { .. }
-        | Command::Demo { .. }
-        | Command::Ls { .. }
-        | Command::Completions { .. }
-        | Command::Man { .. } => Err(RequestError::Usage(
-            "only convert, plan, finalize and verify are requests".into(),
-        )),
+        other => Ok(Parsed::Other(Box::new(other))),
     }
 }
 

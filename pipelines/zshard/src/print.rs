@@ -1,12 +1,15 @@
 //! What the commands print: the plan, the summary after a run, verification results. Everything
 //! here formats values that `zshard_convert` returns.
 
-use std::io::Write;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use anyhow::bail;
 use indicatif::HumanBytes;
 use serde_json::Value;
-use zshard_convert::{Conversion, Finalized, Listing, PlanReport, ReadStats, Report, Verified};
+use zshard_convert::{
+    Conversion, Finalized, Listing, PlanReport, ReadStats, Report, SkippedArray, Verified,
+};
 use zshard_core::CodecSpec;
 
 use crate::progress::Progress;
@@ -46,6 +49,7 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("{}", summary(&report));
+    skipped_arrays(&report.skipped_arrays);
     reference_reads(&report.source, report.reference_reads.as_ref());
     if report.worker.count > 1 {
         eprintln!(
@@ -54,6 +58,13 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One line per array left out by `--on-unsupported skip`, with why.
+fn skipped_arrays(skipped: &[SkippedArray]) {
+    for s in skipped {
+        eprintln!("zshard: skipped array {}: {}", s.path, s.reason);
+    }
 }
 
 /// One paragraph for people.
@@ -116,6 +127,12 @@ fn committed(p: &zshard_convert::Published) {
 /// `zshard verify`: the mismatches, or one line saying that everything matches.
 pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Result<()> {
     reference_reads(source, verified.reference_reads.as_ref());
+    for s in &verified.skipped_arrays {
+        eprintln!(
+            "zshard: not verified (not read by zshard): array {}: {}",
+            s.path, s.reason
+        );
+    }
     let found = &verified.mismatches;
     for m in &found.first {
         eprintln!("zshard: mismatch: {m}");
@@ -156,60 +173,84 @@ pub fn plans(plans: &[PlanReport], as_json: bool) -> anyhow::Result<()> {
             eprintln!("zshard: warning: {warning}");
         }
     }
+    let mut text = String::new();
     match (as_json, plans) {
-        (true, [one]) => println!("{}", serde_json::to_string_pretty(&one.to_json())?),
+        (true, [one]) => writeln!(text, "{}", serde_json::to_string_pretty(&one.to_json())?)?,
         (true, _) => {
             let docs: Vec<Value> = plans.iter().map(PlanReport::to_json).collect();
-            println!("{}", serde_json::to_string_pretty(&docs)?);
+            writeln!(text, "{}", serde_json::to_string_pretty(&docs)?)?;
         }
-        (false, _) => plans.iter().for_each(plan_text),
+        (false, _) => {
+            for plan in plans {
+                plan_text(&mut text, plan)?;
+            }
+        }
     }
-    Ok(())
+    stdout(&text)
 }
 
-/// One plan for people.
-fn plan_text(plan: &PlanReport) {
-    let doc = plan.to_json();
-    let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
-    if let Some(c) = plan.icechunk_chunks {
-        println!(
-            "source: icechunk repository {}: {} native, {} inline, {} virtual chunk(s)",
-            doc["source"].as_str().unwrap_or_default(),
-            c.native,
-            c.inline,
-            c.virtual_
-        );
-    }
-    print_human(&arrays, plan.threads(), plan.memory_limit());
-    if let Some(limit) = plan.memory_limit() {
-        println!(
-            "memory limit: {} ({})",
-            HumanBytes(limit),
-            plan.memory_limit_source()
-        );
-    }
-    let totals = &doc["totals"];
-    let u = |k: &str| totals[k].as_u64().unwrap_or(0);
-    println!(
-        "total: {} array(s), {} group(s), {} source chunk(s) -> {} shard(s), {} raw; peak memory about {} per worker",
-        arrays.len(), plan.plan.groups.len(), u("source_chunks"), u("shards"),
-        HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
-    );
-}
-
-/// `zshard ls`: one line per array (aligned columns), or JSON. A reader that stops early (`| head`)
-/// ends the listing quietly.
-pub fn listing(listing: &Listing, as_json: bool) -> anyhow::Result<()> {
-    let text = if as_json {
-        serde_json::to_string_pretty(listing)? + "\n"
-    } else {
-        listing_text(listing)
-    };
+/// Writes `text` to stdout. A reader that stops early (`| head -1`) ends the output quietly, as
+/// ripgrep and fd do (exit status 0): Rust ignores SIGPIPE, so the write fails with EPIPE instead,
+/// and `println!` would panic on it.
+pub fn stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// One plan for people.
+fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
+    let doc = plan.to_json();
+    let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
+    if let Some(c) = plan.icechunk_chunks {
+        writeln!(
+            out,
+            "source: icechunk repository {}: {} native, {} inline, {} virtual chunk(s)",
+            doc["source"].as_str().unwrap_or_default(),
+            c.native,
+            c.inline,
+            c.virtual_
+        )?;
+    }
+    arrays_text(out, &arrays, plan.threads(), plan.memory_limit())?;
+    if let Some(limit) = plan.memory_limit() {
+        writeln!(
+            out,
+            "memory limit: {} ({})",
+            HumanBytes(limit),
+            plan.memory_limit_source()
+        )?;
+    }
+    let totals = &doc["totals"];
+    let u = |k: &str| totals[k].as_u64().unwrap_or(0);
+    writeln!(
+        out,
+        "total: {} array(s), {} group(s), {} source chunk(s) -> {} shard(s), {} raw; peak memory about {} per worker",
+        arrays.len(), plan.plan.groups.len(), u("source_chunks"), u("shards"),
+        HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
+    )?;
+    for s in &plan.plan.skipped {
+        writeln!(
+            out,
+            "skipped (--on-unsupported skip): {}: {}",
+            s.path, s.reason
+        )?;
+    }
+    Ok(())
+}
+
+/// `zshard ls`: one line per array (aligned columns), or JSON. A reader that stops early (`| head`)
+/// ends the listing quietly.
+pub fn listing(listing: &Listing, as_json: bool) -> anyhow::Result<()> {
+    skipped_arrays(&listing.skipped_arrays);
+    let text = if as_json {
+        serde_json::to_string_pretty(listing)? + "\n"
+    } else {
+        listing_text(listing)
+    };
+    stdout(&text)
 }
 
 fn listing_text(listing: &Listing) -> String {
@@ -285,7 +326,12 @@ fn shape_text(shape: &[u64]) -> String {
         .join(" x ")
 }
 
-fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
+fn arrays_text(
+    out: &mut String,
+    arrays: &[Value],
+    threads: usize,
+    memory_limit: Option<u64>,
+) -> std::fmt::Result {
     let memory_limit =
         memory_limit.map_or_else(|| "none".to_string(), |l| HumanBytes(l).to_string());
     for a in arrays {
@@ -296,20 +342,22 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
         let codecs = |k: &str| {
             codecs_text(&serde_json::from_value::<Vec<CodecSpec>>(a[k].clone()).unwrap_or_default())
         };
-        println!("array {}", a["name"].as_str().unwrap_or_default());
-        println!(
+        writeln!(out, "array {}", a["name"].as_str().unwrap_or_default())?;
+        writeln!(
+            out,
             "  shape          {} {} (fill value {})",
             shape("shape"),
             a["data_type"]
                 .as_str()
                 .map_or_else(|| a["data_type"].to_string(), str::to_string),
             a["fill_value"]
-        );
+        )?;
         if let Some(names) = a["dimension_names"].as_array() {
             let names: Vec<&str> = names.iter().map(|n| n.as_str().unwrap_or("-")).collect();
-            println!("  dimensions     {}", names.join(" x "));
+            writeln!(out, "  dimensions     {}", names.join(" x "))?;
         }
-        println!(
+        writeln!(
+            out,
             "  source chunks  {}, {} chunk(s){}: {}",
             shape("source_chunk_shape"),
             u("source_chunks"),
@@ -322,42 +370,49 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
                 String::new()
             },
             codecs("source_codecs")
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "  output         {} shard(s) of {}, {} inner chunk(s) of {} per shard, index at the {}",
             u("shards"), shape("shard_shape"), u("inner_chunks_per_shard"), shape("inner_chunk_shape"),
             a["index_location"].as_str().unwrap_or_default()
-        );
-        println!("  output codecs  {}", codecs("output_codecs"));
+        )?;
+        writeln!(out, "  output codecs  {}", codecs("output_codecs"))?;
         if let Some(why) = a["compressor_fallback"].as_str() {
-            println!("  compressor     {why}");
+            writeln!(out, "  compressor     {why}")?;
         }
         if let Some(level) = a["pyramid"]["level"].as_u64() {
             let group = a["pyramid"]["group"].as_str().unwrap_or_default();
-            println!(
+            writeln!(
+                out,
                 "  pyramid        level {level} of the multiscale image {}",
                 if group.is_empty() {
                     "at the root".to_string()
                 } else {
                     format!("{group:?}")
                 }
-            );
+            )?;
         }
         if a["passthrough"] == true {
-            println!("  passthrough    source chunks are copied into the shards without decoding");
+            writeln!(
+                out,
+                "  passthrough    source chunks are copied into the shards without decoding"
+            )?;
         }
         if a["data_type"] == "string" {
             // Only the 8-byte handles are known: string lengths are not in the metadata.
-            println!("  bytes          unknown (variable-length strings)");
+            writeln!(out, "  bytes          unknown (variable-length strings)")?;
         } else {
-            println!(
+            writeln!(
+            out,
                 "  bytes          {} raw in, at most {} raw out (compressed sizes depend on the data)",
                 HumanBytes(u("estimated_bytes_in")),
                 HumanBytes(u("estimated_bytes_out"))
-            );
+            )?;
         }
         if u("parts_per_shard") > 1 {
-            println!(
+            writeln!(
+            out,
                 "  parts          each shard is converted and written in {} parts (memory limit {}); a source chunk under several parts is read {}",
                 u("parts_per_shard"),
                 memory_limit,
@@ -366,11 +421,13 @@ fn print_human(arrays: &[Value], threads: usize, memory_limit: Option<u64>) {
                 } else {
                     "for each"
                 }
-            );
+            )?;
         }
-        println!(
+        writeln!(
+            out,
             "  peak memory    about {} per worker with {threads} thread(s)",
             HumanBytes(u("estimated_peak_memory_per_worker"))
-        );
+        )?;
     }
+    Ok(())
 }

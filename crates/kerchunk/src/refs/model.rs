@@ -208,13 +208,14 @@ fn chunk_position(
         ChunkKeyEncoding::V2 { .. } if grid.is_empty() => {
             return (key == "0").then_some(Ok(0));
         }
-        ChunkKeyEncoding::Default { .. } if grid.is_empty() => {
+        ChunkKeyEncoding::Default { .. } | ChunkKeyEncoding::Draft { .. } if grid.is_empty() => {
             return (key == "c").then_some(Ok(0));
         }
         ChunkKeyEncoding::V2 { separator } => (key, separator),
         ChunkKeyEncoding::Default { separator } => {
             (key.strip_prefix('c')?.strip_prefix(separator)?, separator)
         }
+        ChunkKeyEncoding::Draft { separator } => (key.strip_prefix('c')?, separator),
     };
     let mut linear: u64 = 0;
     let mut parts = body.split(sep);

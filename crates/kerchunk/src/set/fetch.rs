@@ -28,6 +28,13 @@ pub(super) struct Resolved {
     len: Option<u64>,
 }
 
+impl Resolved {
+    /// Whether the target is read over the network (local files have a known length).
+    pub(super) fn is_remote(&self) -> bool {
+        self.len.is_none()
+    }
+}
+
 /// What one chunk of a batch needs.
 pub(super) enum Want {
     Ready(Option<Bytes>),

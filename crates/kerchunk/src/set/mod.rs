@@ -129,6 +129,17 @@ impl ReferenceSet {
         }
     }
 
+    /// Whether chunks are read over the network: a JSON set any of whose targets is remote (they
+    /// are all resolved when it is opened), or a Parquet set stored remotely (its targets are known
+    /// only as its record files are read). A run then needs many reads in flight to cover the
+    /// latency, even when the reference file itself is local.
+    pub fn reads_remote_targets(&self) -> bool {
+        match &self.layout {
+            Layout::Json { targets, .. } => targets.iter().flatten().any(|t| t.is_remote()),
+            Layout::Parquet { store, .. } => store.location().is_remote(),
+        }
+    }
+
     /// The reads made for chunks so far.
     pub fn stats(&self) -> ReadStats {
         self.shared.stats()
