@@ -33,8 +33,7 @@ impl Conversion {
     /// The same conversion, writing plain Zarr into the staging folder of the repository.
     fn staged(&self) -> Result<Conversion> {
         let mut staged = self.clone();
-        let folder = zshard_icechunk::staging_folder(&self.destination)?;
-        staged.destination = folder.to_string_lossy().into_owned();
+        staged.destination = zshard_icechunk::staging_location(&self.destination)?;
         staged.icechunk = None;
         // Icechunk keeps every node's document itself; a consolidated root would hide the
         // repository's other nodes from zarr-python.
@@ -90,19 +89,53 @@ impl Conversion {
     /// Commits the staged output, then removes the staging folder (all of it written by zshard).
     fn publish(&self, staged: &Conversion, output: &IcechunkOutput) -> Result<Published> {
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
-        let folder = std::path::PathBuf::from(&staged.destination);
         let published = zshard_icechunk::publish(
-            &folder,
+            &staged.destination,
             &self.destination,
             &output.branch,
             &self.commit_message(output),
             &runtime,
         )?;
-        std::fs::remove_dir_all(&folder).map_err(|source| crate::error::Error::File {
-            action: "remove the staging folder",
-            path: folder.clone(),
-            source,
-        })?;
+        remove_staging(&staged.destination, runtime)?;
         Ok(published)
     }
+}
+
+/// Removes the staging folder, or every object under the staging prefix of a remote repository.
+/// The commit record goes last: a run killed while removing finds it, and its commit on the branch,
+/// and does not commit again.
+fn remove_staging(location: &str, runtime: std::sync::Arc<zshard_store::IoRuntime>) -> Result<()> {
+    let staging = zshard_store::Store::open(location, runtime, false)?;
+    let record = zshard_icechunk::COMMIT_RECORD;
+    let Some(folder) = staging.local_path("") else {
+        let keys: Vec<String> = staging
+            .list_keys("")?
+            .into_iter()
+            .filter(|key| key != record)
+            .collect();
+        staging.delete_many(&keys)?;
+        staging.delete(record)?;
+        return Ok(());
+    };
+    let remove_error = |path: std::path::PathBuf| {
+        move |source| crate::error::Error::File {
+            action: "remove the staging folder",
+            path,
+            source,
+        }
+    };
+    let entries = std::fs::read_dir(&folder).map_err(remove_error(folder.clone()))?;
+    for entry in entries {
+        let path = entry.map_err(remove_error(folder.clone()))?.path();
+        if path.file_name().is_some_and(|name| name == record) {
+            continue;
+        }
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.map_err(remove_error(path))?;
+    }
+    std::fs::remove_dir_all(&folder).map_err(remove_error(folder.clone()))
 }

@@ -4,7 +4,6 @@
 //! this conversion are added or replaced.
 
 use std::collections::HashMap;
-use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -14,11 +13,11 @@ use icechunk::repository::VersionInfo;
 use icechunk::session::SessionErrorKind;
 use icechunk::{Repository, Store};
 use tokio::sync::RwLock;
-use zshard_store::IoRuntime;
+use zshard_store::{IoRuntime, Store as Staging};
 
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::Published;
+use crate::{Published, COMMIT_RECORD};
 
 /// Creates an empty repository at `location` when there is none, before anything is staged in its
 /// folder (Icechunk creates repositories only in empty folders).
@@ -41,29 +40,24 @@ pub fn create_if_missing(location: &str, runtime: &IoRuntime) -> Result<()> {
     })
 }
 
-/// The file, inside the staging folder, naming the commit a publication makes: written before
-/// committing, so that a run killed after the commit finds it on the branch instead of committing
-/// twice.
-const COMMIT_RECORD: &str = ".zshard-commit.json";
-
 /// The snapshot property holding a publication's token (see [`COMMIT_RECORD`]).
 const TOKEN_PROPERTY: &str = "zshard_commit";
 
 /// How far back a branch's history is searched for a publication's commit.
 const ANCESTRY_SEARCH: usize = 1000;
 
-/// Commits the Zarr v3 hierarchy in `staged` to `branch` of the repository at `location` (created
-/// when missing, as is the branch, from `main`'s tip), as one commit with `message`. Arrays of the
-/// repository at the staged arrays' paths are replaced; everything else stays. When the branch
-/// moved meanwhile, the commit is rebased onto its new tip if the changes do not overlap, else it
-/// fails with [`Error::Conflict`]. A publication of `staged` that already committed (a run killed
-/// after its commit) is found on the branch and not committed again.
+/// Commits the Zarr v3 hierarchy staged at the location `staged` to `branch` of the repository at
+/// `location` (created when missing, as is the branch, from `main`'s tip), as one commit with
+/// `message`. Arrays of the repository at the staged arrays' paths are replaced; everything else
+/// stays. When the branch moved meanwhile, the commit is rebased onto its new tip if the changes do
+/// not overlap, else it fails with [`Error::Conflict`]. A publication of `staged` that already
+/// committed (a run killed after its commit) is found on the branch and not committed again.
 pub fn publish(
-    staged: &FsPath,
+    staged: &str,
     location: &str,
     branch: &str,
     message: &str,
-    runtime: &IoRuntime,
+    runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
     publish_with(staged, location, branch, message, runtime, || async {})
 }
@@ -71,14 +65,17 @@ pub fn publish(
 /// Nothing to do around a rebase.
 async fn noop() {}
 
+/// Staged objects copied into the session at once.
+const BATCH: usize = 32;
+
 /// [`publish`], running `before_commit` between writing the session and committing it (tests
 /// commit to the branch there, as another writer would).
 fn publish_with<F, Fut>(
-    staged: &FsPath,
+    staged: &str,
     location: &str,
     branch: &str,
     message: &str,
-    runtime: &IoRuntime,
+    runtime: &Arc<IoRuntime>,
     before_commit: F,
 ) -> Result<Published>
 where
@@ -90,127 +87,158 @@ where
         what: what.to_string(),
         source: e,
     };
-    let files =
-        staged_files(staged).map_err(|e| write_error("reading the staged output", boxed(e)))?;
+    let staging = Staging::open(staged, runtime.clone(), false)
+        .map_err(|e| write_error("opening the staged output", boxed(e)))?;
+    let keys =
+        staged_keys(&staging).map_err(|e| write_error("listing the staged output", boxed(e)))?;
     let mut published = Published {
         branch: branch.to_string(),
         snapshot: String::new(),
-        nodes: files.iter().filter(|(k, _)| is_metadata(k)).count(),
-        chunks: files.iter().filter(|(k, _)| !is_metadata(k)).count(),
+        nodes: keys.iter().filter(|k| is_metadata(k)).count(),
+        chunks: keys.iter().filter(|k| !is_metadata(k)).count(),
         already_committed: false,
     };
     let storage = repo::storage(location, runtime)?;
-    runtime.block_on(async {
-        let repository = Repository::open_or_create(None, storage, HashMap::new())
-            .await
-            .map_err(|e| Error::Open {
-                repo: location.to_string(),
-                source: boxed(e),
-            })?;
-        ensure_branch(&repository, branch)
-            .await
-            .map_err(|e| write_error(&format!("creating branch {branch:?}"), e))?;
-        let token = match read_token(staged) {
-            Some(token) => {
-                if let Some(snapshot) = find_commit(&repository, branch, &token)
-                    .await
-                    .map_err(|e| write_error(&format!("reading branch {branch:?}"), e))?
-                {
-                    published.snapshot = snapshot;
-                    published.already_committed = true;
-                    return Ok(published);
-                }
-                token
+    let repository = runtime
+        .block_on(Repository::open_or_create(None, storage, HashMap::new()))
+        .map_err(|e| Error::Open {
+            repo: location.to_string(),
+            source: boxed(e),
+        })?;
+    runtime
+        .block_on(ensure_branch(&repository, branch))
+        .map_err(|e| write_error(&format!("creating branch {branch:?}"), e))?;
+    let token = match read_token(&staging) {
+        Some(token) => {
+            let found = runtime
+                .block_on(find_commit(&repository, branch, &token))
+                .map_err(|e| write_error(&format!("reading branch {branch:?}"), e))?;
+            if let Some(snapshot) = found {
+                published.snapshot = snapshot;
+                published.already_committed = true;
+                return Ok(published);
             }
-            None => write_token(staged)
-                .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?,
-        };
-        let session = repository
-            .writable_session(branch)
-            .await
-            .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e)))?;
-        let store = Store::from_session(Arc::new(RwLock::new(session))).await;
-        write_session(&store, &files)
-            .await
-            .map_err(|(what, e)| write_error(&what, e))?;
-        before_commit().await;
-        let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token))];
-        let session = store.session();
-        let mut session = session.write().await;
-        let snapshot = session
-            .commit_rebasing(
-                &ConflictDetector,
-                3,
-                message,
-                Some(properties.into_iter().collect()),
-                |_| noop(),
-                |_| noop(),
-            )
-            .await
-            .map_err(|e| match e.kind {
-                SessionErrorKind::Conflict { .. } | SessionErrorKind::RebaseFailed { .. } => {
-                    Error::Conflict {
-                        repo: location.to_string(),
-                        branch: branch.to_string(),
-                        reason: e.kind.to_string(),
-                    }
+            token
+        }
+        None => write_token(&staging)
+            .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?,
+    };
+    let session = runtime
+        .block_on(repository.writable_session(branch))
+        .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e)))?;
+    let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
+    write_session(&store, &staging, &keys, runtime).map_err(|(what, e)| write_error(&what, e))?;
+    runtime.block_on(before_commit());
+    let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token))];
+    let snapshot = runtime
+        .block_on(async {
+            let session = store.session();
+            let mut session = session.write().await;
+            session
+                .commit_rebasing(
+                    &ConflictDetector,
+                    3,
+                    message,
+                    Some(properties.into_iter().collect()),
+                    |_| noop(),
+                    |_| noop(),
+                )
+                .await
+        })
+        .map_err(|e| match e.kind {
+            SessionErrorKind::Conflict { .. } | SessionErrorKind::RebaseFailed { .. } => {
+                Error::Conflict {
+                    repo: location.to_string(),
+                    branch: branch.to_string(),
+                    reason: e.kind.to_string(),
                 }
-                _ => write_error("committing", boxed(e)),
-            })?;
-        published.snapshot = snapshot.to_string();
-        Ok(published)
-    })
+            }
+            _ => write_error("committing", boxed(e)),
+        })?;
+    published.snapshot = snapshot.to_string();
+    record_commit(&staging, &token, &published.snapshot)
+        .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?;
+    Ok(published)
 }
+
+/// An error of writing the session: what was being written, and why.
+type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 
 /// Writes the staged documents and chunks into the session: arrays being replaced are deleted
 /// first (they lose every chunk of their former shape; groups stay with whatever else they hold),
 /// then parents before children, documents before chunks (a chunk needs its array).
-async fn write_session(
+fn write_session(
     store: &Store,
-    files: &[(String, PathBuf)],
-) -> std::result::Result<(), (String, Box<dyn std::error::Error + Send + Sync>)> {
-    for (key, path) in files.iter().filter(|(k, _)| is_metadata(k)) {
+    staging: &Staging,
+    keys: &[String],
+    runtime: &IoRuntime,
+) -> std::result::Result<(), WriteError> {
+    let read = |batch: &[String]| -> std::result::Result<Vec<Bytes>, WriteError> {
+        batch
+            .iter()
+            .zip(staging.get_many(batch))
+            .map(|(key, bytes)| match bytes {
+                Ok(Some(bytes)) => Ok(bytes),
+                Ok(None) => Err((key.clone(), "the staged object vanished".into())),
+                Err(e) => Err((key.clone(), boxed(e))),
+            })
+            .collect()
+    };
+    let documents: Vec<String> = keys.iter().filter(|k| is_metadata(k)).cloned().collect();
+    for (key, bytes) in documents.iter().zip(read(&documents)?) {
         let node = key.trim_end_matches("zarr.json").trim_end_matches('/');
-        let replaced =
-            !node.is_empty() && is_array_document(path) && store.exists(key).await.unwrap_or(false);
-        if replaced {
-            store
-                .delete_dir(node)
-                .await
-                .map_err(|e| (node.to_string(), boxed(e)))?;
+        if node.is_empty() || !is_array_document(&bytes) {
+            continue;
         }
+        runtime.block_on(async {
+            if store.exists(key).await.unwrap_or(false) {
+                store
+                    .delete_dir(node)
+                    .await
+                    .map_err(|e| (node.to_string(), boxed(e)))?;
+            }
+            Ok::<_, WriteError>(())
+        })?;
     }
-    for (key, path) in files {
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|e| (key.clone(), boxed(e)))?;
-        store
-            .set(key, Bytes::from(bytes))
-            .await
-            .map_err(|e| (key.clone(), boxed(e)))?;
+    for batch in keys.chunks(BATCH) {
+        let bytes = read(batch)?;
+        runtime.block_on(async {
+            // Documents come in order, parents first: one at a time; chunks all at once.
+            for (key, bytes) in batch.iter().zip(bytes) {
+                store
+                    .set(key, bytes)
+                    .await
+                    .map_err(|e| (key.clone(), boxed(e)))?;
+            }
+            Ok::<_, WriteError>(())
+        })?;
     }
     Ok(())
 }
 
 /// The token of an earlier publication of `staged` that may have committed.
-fn read_token(staged: &FsPath) -> Option<String> {
-    let bytes = std::fs::read(staged.join(COMMIT_RECORD)).ok()?;
+fn read_token(staging: &Staging) -> Option<String> {
+    let bytes = staging.get(COMMIT_RECORD).ok()??;
     let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     doc.get("token")?.as_str().map(str::to_string)
 }
 
-/// Records a new token for this publication (written whole, then renamed into place).
-fn write_token(staged: &FsPath) -> std::io::Result<String> {
+/// Records a new token for this publication (the store writes it whole or not at all).
+fn write_token(staging: &Staging) -> zshard_store::Result<String> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let token = format!("{}-{nanos}", std::process::id());
     let doc = serde_json::json!({ "token": token });
-    let temporary = staged.join(format!("{COMMIT_RECORD}.tmp"));
-    std::fs::write(&temporary, doc.to_string())?;
-    std::fs::File::open(&temporary)?.sync_all()?;
-    std::fs::rename(&temporary, staged.join(COMMIT_RECORD))?;
+    staging.put(COMMIT_RECORD, Bytes::from(doc.to_string()))?;
     Ok(token)
+}
+
+/// Records in the commit record the snapshot the commit made (for whoever looks at a staging folder
+/// left by a run killed before removing it; a rerun trusts only the branch's history).
+fn record_commit(staging: &Staging, token: &str, snapshot: &str) -> zshard_store::Result<()> {
+    let doc = serde_json::json!({ "token": token, "snapshot": snapshot });
+    staging.put(COMMIT_RECORD, Bytes::from(doc.to_string()))
 }
 
 /// The id of the snapshot on `branch`'s recent history committed with `token`, if any.
@@ -244,11 +272,10 @@ async fn ensure_branch(
     Ok(())
 }
 
-/// Whether the staged `zarr.json` at `path` describes an array.
-fn is_array_document(path: &FsPath) -> bool {
-    std::fs::read(path)
+/// Whether a staged `zarr.json` describes an array.
+fn is_array_document(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
         .ok()
-        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
         .is_some_and(|doc| doc.get("node_type").and_then(|t| t.as_str()) == Some("array"))
 }
 
@@ -256,34 +283,23 @@ fn is_metadata(key: &str) -> bool {
     key == "zarr.json" || key.ends_with("/zarr.json")
 }
 
-/// The staged files by key: documents first, parents before children, then chunks; zshard's own
-/// state (`.zshard/`) and temporary files left out.
-fn staged_files(root: &FsPath) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let mut files = Vec::new();
-    let mut folders = vec![root.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            if entry.file_type()?.is_dir() {
-                folders.push(path);
-            } else if let Ok(relative) = path.strip_prefix(root) {
-                let key = relative.to_string_lossy().replace('\\', "/");
-                files.push((key, path));
-            }
-        }
-    }
-    files.sort_by_key(|(key, _)| (!is_metadata(key), key.matches('/').count(), key.clone()));
-    Ok(files)
+/// The staged keys: documents first, parents before children, then chunks; zshard's own state
+/// (`.zshard/`, the commit record) and staged temporary files (`KEY#N`) left out.
+fn staged_keys(staging: &Staging) -> zshard_store::Result<Vec<String>> {
+    let mut keys: Vec<String> = staging
+        .list_keys("")?
+        .into_iter()
+        .filter(|key| !key.split('/').any(|part| part.starts_with('.')))
+        .filter(|key| zshard_store::staged_base(key).is_none())
+        .collect();
+    keys.sort_by_key(|key| (!is_metadata(key), key.matches('/').count(), key.clone()));
+    Ok(keys)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path as FsPath, PathBuf};
 
     #[test]
     fn staged_documents_come_first_parents_before_children() {
@@ -302,11 +318,9 @@ mod tests {
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
             std::fs::write(path, bytes).expect("write");
         }
-        let keys: Vec<String> = staged_files(root)
-            .expect("list")
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
+        let runtime = IoRuntime::new(1).expect("runtime");
+        let staging = Staging::open(&root.to_string_lossy(), runtime, false).expect("staging");
+        let keys = staged_keys(&staging).expect("list");
         assert_eq!(
             keys,
             [
@@ -371,10 +385,11 @@ mod tests {
         session.commit("other writer", None).await.expect("commit");
     }
 
-    fn setup() -> (tempfile::TempDir, PathBuf, String, Arc<IoRuntime>) {
+    fn setup() -> (tempfile::TempDir, String, String, Arc<IoRuntime>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let staged = dir.path().join("staged");
         stage(&staged, 7);
+        let staged = staged.to_string_lossy().into_owned();
         let location = dir.path().join("repo").to_string_lossy().into_owned();
         let runtime = IoRuntime::new(2).expect("runtime");
         create_if_missing(&location, &runtime).expect("create");

@@ -10,8 +10,6 @@
 //! package icechunk 1.1.x) reads and writes it. Built without the feature `icechunk`, the types
 //! stay and every entry point fails with [`Error::Unavailable`].
 
-use std::path::PathBuf;
-
 use zshard_store::Location;
 
 #[cfg(feature = "icechunk")]
@@ -37,22 +35,23 @@ use error::boxed;
 /// The name of the folder, inside a repository's folder, where conversions into it are staged.
 pub const STAGING: &str = ".zshard-staging";
 
-/// Where a conversion into the repository at `location` stages its output (a local folder beside the
-/// repository's own objects, which Icechunk never lists).
-pub fn staging_folder(location: &str) -> Result<PathBuf> {
+/// The object, inside the staging folder, naming the commit a publication makes: written before
+/// committing, so that a run killed after the commit finds it on the branch instead of committing
+/// twice. Removed last, after everything else staged.
+pub const COMMIT_RECORD: &str = ".zshard-commit.json";
+
+/// Where a conversion into the repository at `location` stages its output: the location of the
+/// folder (or object prefix) [`STAGING`] beside the repository's own objects, which Icechunk never
+/// lists.
+pub fn staging_location(location: &str) -> Result<String> {
     let parsed = zshard_store::Location::parse(location).map_err(|e| Error::Open {
         repo: location.to_string(),
         source: boxed(e),
     })?;
-    match parsed.local_path() {
-        Some(path) => Ok(path.join(STAGING)),
-        None => Err(Error::Open {
-            repo: location.to_string(),
-            source:
-                "only local repositories can be written (object store repositories are not yet)"
-                    .into(),
-        }),
-    }
+    Ok(match parsed.local_path() {
+        Some(path) => path.join(STAGING).to_string_lossy().into_owned(),
+        None => parsed.join(STAGING).as_str().to_string(),
+    })
 }
 
 /// What a publication committed.

@@ -1,7 +1,6 @@
 //! Built without the feature `icechunk`: the entry points exist and refuse, so callers need no
 //! cfg of their own.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use zshard_core::{ArrayMeta, ChunkReader, Node};
@@ -63,11 +62,11 @@ pub fn create_if_missing(location: &str, _runtime: &IoRuntime) -> Result<()> {
 
 /// Refuses: this build cannot write repositories.
 pub fn publish(
-    _staged: &Path,
+    _staged: &str,
     location: &str,
     _branch: &str,
     _message: &str,
-    _runtime: &IoRuntime,
+    _runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
     Err(Error::Unavailable {
         repo: location.to_string(),
