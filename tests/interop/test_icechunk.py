@@ -300,16 +300,17 @@ def test_three_workers_and_finalize_one_commit(zshard_bin, source, tmp_path):
 
 def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, source, tmp_path):
     """SIGKILL (strace-injected, as pipelines/zshard/tests/faults.rs does) right after the commit: at the
-    commit record's second write, the one made once the branch has moved. The rerun finds the commit on
-    the branch by its token, commits nothing, and removes the staging folder."""
+    rename that writes `.zshard-committed.json`, the first write once the branch has moved. The rerun
+    finds the commit on the branch by its token, commits nothing, and removes the staging folder."""
     repo, h5, values = source
     out = tmp_path / "out"
     ic.Repository.create(ic.local_filesystem_storage(str(out)))
     argv = [str(zshard_bin), "convert", str(repo), str(out), "--quiet", "--threads", "2",
             "--output-format", "icechunk", "--message", "once"]
     record = out / ".zshard-staging" / ".zshard-commit.json"
-    killed = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(record),
-                             "-e", "inject=rename:signal=KILL:when=2", *argv], capture_output=True)
+    committed = out / ".zshard-staging" / ".zshard-committed.json#1"
+    killed = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(committed),
+                             "-e", "inject=rename:signal=KILL:when=1", *argv], capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()
     assert _commits(out) == ["once", "Repository initialized"]  # the killed run had committed
     assert record.is_file()

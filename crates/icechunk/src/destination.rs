@@ -129,7 +129,7 @@ where
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
     write_session(&store, &staging, &keys, runtime).map_err(|(what, e)| write_error(&what, e))?;
     runtime.block_on(before_commit());
-    let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token))];
+    let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token.as_str()))];
     let snapshot = runtime
         .block_on(async {
             let session = store.session();
@@ -234,11 +234,15 @@ fn write_token(staging: &Staging) -> zshard_store::Result<String> {
     Ok(token)
 }
 
-/// Records in the commit record the snapshot the commit made (for whoever looks at a staging folder
-/// left by a run killed before removing it; a rerun trusts only the branch's history).
+/// The object, beside the commit record, written once the commit is made: the token and the
+/// snapshot, for whoever looks at a staging folder left by a run killed before removing it (a rerun
+/// trusts only the branch's history).
+const COMMITTED_RECORD: &str = ".zshard-committed.json";
+
+/// Writes [`COMMITTED_RECORD`].
 fn record_commit(staging: &Staging, token: &str, snapshot: &str) -> zshard_store::Result<()> {
     let doc = serde_json::json!({ "token": token, "snapshot": snapshot });
-    staging.put(COMMIT_RECORD, Bytes::from(doc.to_string()))
+    staging.put(COMMITTED_RECORD, Bytes::from(doc.to_string()))
 }
 
 /// The id of the snapshot on `branch`'s recent history committed with `token`, if any.
