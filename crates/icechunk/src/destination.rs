@@ -129,7 +129,10 @@ where
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
     write_session(&store, &staging, &keys, runtime).map_err(|(what, e)| write_error(&what, e))?;
     runtime.block_on(before_commit());
-    let properties = [(TOKEN_PROPERTY.to_string(), serde_json::Value::from(token.as_str()))];
+    let properties = [(
+        TOKEN_PROPERTY.to_string(),
+        serde_json::Value::from(token.as_str()),
+    )];
     let snapshot = runtime
         .block_on(async {
             let session = store.session();
