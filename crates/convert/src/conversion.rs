@@ -88,6 +88,10 @@ pub struct Conversion {
     /// over once it is stale (a run killed with `kill -9`). Default
     /// [`DEFAULT_LEASE_STALE_AFTER`](crate::DEFAULT_LEASE_STALE_AFTER).
     pub lease_stale_after: std::time::Duration,
+    /// Commit the output to a branch of the Icechunk repository at `destination` instead of
+    /// writing plain Zarr there (see `icechunk_output.rs`). A destination that already is a
+    /// repository gets the defaults.
+    pub icechunk: Option<crate::IcechunkOutput>,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -112,6 +116,7 @@ impl Conversion {
             consolidate: true,
             ome: Default::default(),
             lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
+            icechunk: None,
         }
     }
 
@@ -174,14 +179,16 @@ impl Conversion {
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
         let budget = self.budget(&opened)?;
-        Ok(crate::PlanReport::new(
+        let mut report = crate::PlanReport::new(
             opened.plan,
             budget,
             opened.input.url(),
             self.destination.clone(),
             opened.input.reference_reads(),
         )
-        .with_memory_limit_source(memory::limit_origin(self.memory_limit)))
+        .with_memory_limit_source(memory::limit_origin(self.memory_limit));
+        report.icechunk_chunks = opened.input.icechunk_chunks();
+        Ok(report)
     }
 
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
@@ -190,6 +197,9 @@ impl Conversion {
     /// [`Error::Cancelled`] once [`Conversion::cancel`] is cancelled. Writes the report (see
     /// [`Conversion::report_path`]) however it ends.
     pub fn convert(&self, observer: &dyn Observer) -> Result<Report> {
+        if let Some(output) = self.icechunk_output() {
+            return self.convert_into_icechunk(&output, observer);
+        }
         let builder = Mutex::new(ReportBuilder::new(self));
         let ran = self.run(observer, &builder);
         let builder = builder
@@ -400,6 +410,9 @@ impl Conversion {
     /// the metadata. Once [`Conversion::cancel`] is cancelled it stops before the next document
     /// (each is written whole or not at all) with [`Error::Cancelled`]; a rerun finishes it.
     pub fn finalize(&self) -> Result<Finalized> {
+        if let Some(output) = self.icechunk_output() {
+            return self.finalize_into_icechunk(&output);
+        }
         let opened = self.open()?;
         let destination = opened.destination(false)?;
         let Opened {
@@ -413,6 +426,7 @@ impl Conversion {
             arrays: plan.arrays.len(),
             groups: plan.groups.len(),
             already_finalized: false,
+            published: None,
         };
         let survey = state::survey(&destination, &plan, true)?;
         if let Prepared::Complete =
@@ -452,6 +466,16 @@ impl Conversion {
     }
 }
 
+impl Conversion {
+    /// Where an Icechunk output commits: as set, or the defaults when the destination already is
+    /// a repository.
+    fn icechunk_output(&self) -> Option<crate::IcechunkOutput> {
+        self.icechunk.clone().or_else(|| {
+            zshard_icechunk::is_repository(&self.destination).then(crate::IcechunkOutput::default)
+        })
+    }
+}
+
 /// What `finalize` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -464,6 +488,8 @@ pub struct Finalized {
     pub groups: usize,
     /// It was finalized before with the same options; nothing was written.
     pub already_finalized: bool,
+    /// The commit made into an Icechunk repository.
+    pub published: Option<crate::Published>,
 }
 
 /// The source opened and the plan made and checked.

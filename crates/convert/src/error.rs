@@ -133,6 +133,9 @@ pub enum Error {
     #[error(transparent)]
     Kerchunk(#[from] zshard_kerchunk::Error),
 
+    /// An Icechunk repository that cannot be read, written or committed to.
+    #[error(transparent)]
+    Icechunk(#[from] zshard_icechunk::Error),
     /// An N5 container that cannot be read.
     #[error(transparent)]
     N5(#[from] zshard_n5::Error),
@@ -269,7 +272,7 @@ impl Error {
     /// the input), `source` (the source cannot be read as a hierarchy), `destination` (refused, or
     /// its state is unreadable), `storage` (a request failed), `read`, `decode`, `encode`, `write`
     /// (of one chunk or shard), `memory` (the memory limit is too low), `cancelled`, `file` (a local
-    /// file such as the report), `system` (threads) or `internal`.
+    /// file such as the report), `icechunk` (an Icechunk repository), `system` (threads) or `internal`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Compressor { .. }
@@ -285,6 +288,7 @@ impl Error {
             Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) | Error::N5(_) => {
                 "source"
             }
+            Error::Icechunk(_) => "icechunk",
             Error::Overlap { .. }
             | Error::Destination { .. }
             | Error::State { .. }

@@ -22,6 +22,8 @@ pub enum SourceFormat {
     KerchunkJson,
     /// A kerchunk Parquet reference folder.
     KerchunkParquet,
+    /// An Icechunk repository (at [`SourceOptions::reference`]).
+    Icechunk,
     /// An N5 container (a dataset or a group of them).
     N5,
 }
@@ -34,10 +36,11 @@ impl std::str::FromStr for SourceFormat {
             "zarr" => Ok(SourceFormat::Zarr),
             "kerchunk-json" => Ok(SourceFormat::KerchunkJson),
             "kerchunk-parquet" => Ok(SourceFormat::KerchunkParquet),
+            "icechunk" => Ok(SourceFormat::Icechunk),
             "n5" => Ok(SourceFormat::N5),
             other => Err(Error::Options {
                 reason: format!(
-                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, n5)"
+                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk, n5)"
                 ),
             }),
         }
@@ -109,10 +112,16 @@ pub struct SourceOptions {
     pub references: Option<zshard_kerchunk::Options>,
     /// Which arrays are read (`--include` / `--exclude`); the groups above them come along.
     pub selection: Selection,
+    /// The branch, tag or snapshot id of an Icechunk repository to read (default: the branch
+    /// `main`); refused for other inputs.
+    pub reference: Option<String>,
     /// Whether an array of a Zarr hierarchy or kerchunk reference set that zshard does not read stops
     /// the conversion.
     pub on_unsupported: OnUnsupported,
 }
+
+/// The branch an Icechunk repository is read at when no reference is given.
+pub const DEFAULT_SOURCE_REF: &str = "main";
 
 /// An opened input.
 #[derive(Debug)]
@@ -121,6 +130,8 @@ pub(crate) enum Input {
     Zarr(Store),
     /// A kerchunk reference set (JSON or Parquet).
     Kerchunk(ReferenceSet),
+    /// An Icechunk repository at one version.
+    Icechunk(zshard_icechunk::Source),
     /// An N5 container.
     N5(zshard_n5::Container),
 }
@@ -136,7 +147,28 @@ impl Input {
         options: &SourceOptions,
         runtime: Arc<IoRuntime>,
     ) -> Result<Input> {
+        let icechunk = match options.format {
+            Some(format) => format == SourceFormat::Icechunk,
+            None => zshard_icechunk::is_repository(location.as_str()),
+        };
+        if icechunk {
+            let source = zshard_icechunk::Source::open(
+                location.as_str(),
+                options.reference.as_deref().unwrap_or(DEFAULT_SOURCE_REF),
+                &options.references.clone().unwrap_or_default(),
+                runtime,
+            )?;
+            return Ok(Input::Icechunk(source));
+        }
+        if options.reference.is_some() {
+            return Err(Error::Options {
+                reason: format!(
+                    "--source-ref applies to Icechunk repositories, but {location} is not one (see --source-format)"
+                ),
+            });
+        }
         let format = match options.format {
+            Some(SourceFormat::Icechunk) => None,
             Some(SourceFormat::Zarr | SourceFormat::N5) => None,
             Some(SourceFormat::KerchunkJson) => Some(Format::Json),
             Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
@@ -196,6 +228,7 @@ impl Input {
         match self {
             Input::Zarr(store) => store.url(""),
             Input::Kerchunk(refs) => refs.url(),
+            Input::Icechunk(repo) => repo.url(),
             Input::N5(container) => container.url(),
         }
     }
@@ -207,6 +240,8 @@ impl Input {
             Input::Zarr(store) => store.location().is_remote(),
             Input::Kerchunk(refs) => refs.reads_remote_targets(),
             Input::N5(container) => container.is_remote(),
+            // Virtual chunks may point anywhere: read with the remote I/O threads.
+            Input::Icechunk(_) => true,
         }
     }
 
@@ -215,6 +250,7 @@ impl Input {
         match self {
             Input::Zarr(_) | Input::N5(_) => None,
             Input::Kerchunk(refs) => Some(refs.stats()),
+            Input::Icechunk(repo) => Some(repo.virtual_reads()),
         }
     }
 
@@ -223,6 +259,7 @@ impl Input {
         match self {
             Input::Zarr(_) | Input::N5(_) => 0,
             Input::Kerchunk(refs) => refs.memory_bytes(),
+            Input::Icechunk(_) => 0,
         }
     }
 
@@ -267,6 +304,7 @@ impl Input {
                     .collect(),
             )),
             Input::N5(container) => Ok((container.nodes()?, Vec::new())),
+            Input::Icechunk(repo) => Ok((repo.nodes(), Vec::new())),
         }
     }
 
@@ -295,6 +333,15 @@ impl Input {
             Input::Zarr(store) => array_chunk_reader(store, path, meta),
             Input::Kerchunk(refs) => refs.reader(path, meta),
             Input::N5(container) => container.reader(path, meta),
+            Input::Icechunk(repo) => repo.reader(path, meta),
+        }
+    }
+
+    /// The chunk counts by kind of an Icechunk repository (none for other inputs).
+    pub(crate) fn icechunk_chunks(&self) -> Option<zshard_icechunk::ChunkCounts> {
+        match self {
+            Input::Icechunk(repo) => Some(repo.chunk_counts()),
+            _ => None,
         }
     }
 }

@@ -41,6 +41,7 @@
 mod compressor;
 mod conversion;
 mod error;
+mod icechunk_output;
 mod input;
 mod lease;
 mod listing;
@@ -60,7 +61,8 @@ mod verify;
 pub use compressor::Compressor;
 pub use conversion::{Conversion, Finalized, Observer};
 pub use error::{one_line, Error, Result};
-pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions};
+pub use icechunk_output::{IcechunkOutput, Published};
+pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
 pub use lease::DEFAULT_LEASE_STALE_AFTER;
 pub use listing::{list, ListedArray, Listing};
 pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};

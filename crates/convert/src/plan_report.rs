@@ -21,6 +21,8 @@ pub struct PlanReport {
     /// Where the memory limit came from: given, or which of the machine's limits the default is
     /// half of.
     memory_limit_source: String,
+    /// The chunks of an Icechunk source by kind (none for other inputs).
+    pub icechunk_chunks: Option<zshard_icechunk::ChunkCounts>,
 }
 
 impl PlanReport {
@@ -44,6 +46,7 @@ impl PlanReport {
             destination,
             reference_reads,
             memory_limit_source: String::new(),
+            icechunk_chunks: None,
         }
     }
 
@@ -89,7 +92,7 @@ impl PlanReport {
             .map(|a| a["estimated_peak_memory_per_worker"].as_u64().unwrap_or(0))
             .max()
             .unwrap_or(0);
-        json!({
+        let mut doc = json!({
             "source": self.source,
             "destination": self.destination,
             "threads": self.budget.threads,
@@ -104,7 +107,12 @@ impl PlanReport {
             "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
                        "estimated_bytes_in": total("estimated_bytes_in"), "estimated_bytes_out": total("estimated_bytes_out"),
                        "estimated_peak_memory_per_worker": peak},
-        })
+        });
+        if let Some(c) = self.icechunk_chunks {
+            doc["icechunk_chunks"] =
+                json!({"native": c.native, "inline": c.inline, "virtual": c.virtual_});
+        }
+        doc
     }
 }
 

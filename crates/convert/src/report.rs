@@ -219,6 +219,9 @@ pub struct Report {
     /// Requests made for a kerchunk reference set (none for other inputs).
     #[serde(skip)]
     pub reference_reads: Option<ReadStats>,
+    /// The commit made into an Icechunk repository (none for other outputs, and for a worker's run).
+    #[serde(skip)]
+    pub published: Option<crate::Published>,
 }
 
 impl Report {
@@ -383,6 +386,7 @@ impl ReportBuilder {
             skipped_arrays: self.skipped_arrays.clone(),
             already_complete: status == Status::Complete,
             reference_reads: None,
+            published: None,
         }
     }
 }

@@ -121,6 +121,53 @@ pub struct LayoutArgs {
     pub source: SourceArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// What kind of output DST is.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// Output kind: zarr (plain sharded Zarr v3), or icechunk: commit the shards to a branch of the
+    /// Icechunk repository DST (created when missing) in one commit. A DST that already is a
+    /// repository is written as icechunk.
+    #[arg(long, value_name = "zarr|icechunk", value_parser = ["zarr", "icechunk"])]
+    output_format: Option<String>,
+    /// Icechunk output: the branch to commit to (default main; created from main when missing).
+    #[arg(long, value_name = "NAME")]
+    branch: Option<String>,
+    /// Icechunk output: the commit message (default: names zshard, the source and the options).
+    #[arg(long, value_name = "TEXT")]
+    message: Option<String>,
+}
+
+impl OutputArgs {
+    /// Whether any of these flags is given.
+    fn given(&self) -> bool {
+        self.output_format.is_some() || self.branch.is_some() || self.message.is_some()
+    }
+
+    /// The Icechunk output these flags ask for (`None` for plain Zarr, or when DST decides).
+    fn icechunk(&self) -> zshard_convert::Result<Option<zshard_convert::IcechunkOutput>> {
+        let icechunk = self.output_format.as_deref() == Some("icechunk");
+        if !icechunk
+            && (self.branch.is_some() || self.message.is_some())
+            && self.output_format.is_some()
+        {
+            return Err(zshard_convert::Error::Options {
+                reason: "--branch and --message apply to --output-format icechunk".to_string(),
+            });
+        }
+        let wanted = icechunk || self.branch.is_some() || self.message.is_some();
+        Ok(wanted.then(|| {
+            let mut output = zshard_convert::IcechunkOutput::default();
+            if let Some(branch) = &self.branch {
+                output.branch = branch.clone();
+            }
+            output.message = self.message.clone();
+            output
+        }))
+    }
 }
 
 impl LayoutArgs {
@@ -164,7 +211,8 @@ impl LayoutArgs {
             || self.index_location.is_some()
             || self.no_passthrough
             || self.no_consolidate
-            || self.source.given();
+            || self.source.given()
+            || self.output.given();
         if given {
             let job = std::fs::canonicalize(&self.src)
                 .map_or_else(|_| self.src.clone(), |p| p.display().to_string());
@@ -186,6 +234,7 @@ impl LayoutArgs {
         c.lease_stale_after = lease_stale_after()?;
         c.source_options = self.source.options()?;
         c.layouts.default = self.layout()?;
+        c.icechunk = self.output.icechunk()?;
         Ok(())
     }
 }
@@ -236,7 +285,8 @@ impl WorkerArgs {
 pub struct SourceArgs {
     /// Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON reference file,
     /// version 0 or 1, optionally .zst/.gz compressed), kerchunk-parquet (a kerchunk Parquet
-    /// reference folder) or n5 (an N5 container). Detected when not given.
+    /// reference folder), icechunk (an Icechunk repository) or n5 (an N5 container). Detected when
+    /// not given.
     #[arg(long, value_name = "KIND")]
     source_format: Option<String>,
     /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
@@ -267,6 +317,12 @@ pub struct SourceArgs {
     /// a record without references, as kerchunk writes no file for one).
     #[arg(long)]
     strict_refs: bool,
+    /// Icechunk source: the branch, tag or snapshot id to read (default: the branch main).
+    /// --ref-root and --allow-ref-prefix apply to its virtual chunks (default root: the folder
+    /// holding the repository).
+    #[arg(long, value_name = "REF")]
+    source_ref: Option<String>,
+
     /// What becomes of an array whose data type or codecs zshard does not read (a pickle object
     /// array, an unknown codec): refuse (the default) stops before anything is written, naming it;
     /// skip converts everything else and lists each skipped array with its reason in the plan, the
@@ -285,6 +341,7 @@ impl SourceArgs {
             || !self.include.is_empty()
             || !self.exclude.is_empty()
             || self.strict_refs
+            || self.source_ref.is_some()
             || self.on_unsupported.is_some()
     }
 
@@ -310,6 +367,7 @@ impl SourceArgs {
                 include: self.include.clone(),
                 exclude: self.exclude.clone(),
             },
+            reference: self.source_ref.clone(),
             on_unsupported: zshard_convert::OnUnsupported::from_option(
                 self.on_unsupported.as_deref(),
             )?,

@@ -153,6 +153,8 @@ impl Settings {
                 include: self.include.clone().unwrap_or_default(),
                 exclude: self.exclude.clone().unwrap_or_default(),
             },
+            // Job files name no Icechunk reference yet: the branch main.
+            reference: None,
             on_unsupported: zshard_convert::OnUnsupported::from_option(
                 self.on_unsupported.as_deref(),
             )?,

@@ -33,6 +33,9 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     let report = conversion.convert(&progress);
     progress.finish(report.is_ok());
     let report = report?;
+    if let (Some(p), false) = (&report.published, quiet) {
+        committed(p);
+    }
     if quiet {
         reference_reads(&report.source, report.reference_reads.as_ref());
         return Ok(());
@@ -93,6 +96,9 @@ pub fn finalized(finalized: &Finalized, quiet: bool) {
     if quiet {
         return;
     }
+    if let Some(p) = &finalized.published {
+        committed(p);
+    }
     if finalized.already_finalized {
         eprintln!("zshard: {} is already finalized", finalized.destination);
     } else {
@@ -101,6 +107,21 @@ pub fn finalized(finalized: &Finalized, quiet: bool) {
             finalized.destination, finalized.arrays, finalized.groups
         );
     }
+}
+
+/// The commit of an Icechunk output.
+fn committed(p: &zshard_convert::Published) {
+    if p.already_committed {
+        eprintln!(
+            "zshard: snapshot {} on branch {} was committed by an earlier run; nothing committed now",
+            p.snapshot, p.branch
+        );
+        return;
+    }
+    eprintln!(
+        "zshard: committed snapshot {} to branch {} ({} node(s), {} chunk(s))",
+        p.snapshot, p.branch, p.nodes, p.chunks
+    );
 }
 
 /// `zshard verify`: the mismatches, or one line saying that everything matches.
@@ -183,6 +204,16 @@ pub fn stdout(text: &str) -> anyhow::Result<()> {
 fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
     let doc = plan.to_json();
     let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
+    if let Some(c) = plan.icechunk_chunks {
+        writeln!(
+            out,
+            "source: icechunk repository {}: {} native, {} inline, {} virtual chunk(s)",
+            doc["source"].as_str().unwrap_or_default(),
+            c.native,
+            c.inline,
+            c.virtual_
+        )?;
+    }
     arrays_text(out, &arrays, plan.threads(), plan.memory_limit())?;
     if let Some(limit) = plan.memory_limit() {
         writeln!(

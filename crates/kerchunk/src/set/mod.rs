@@ -3,6 +3,7 @@
 //! checking targets, coalescing ranges into requests, sending them, counting) in `fetch`, and the
 //! chunk readers of the JSON and Parquet layouts in `reader`.
 
+mod external;
 mod fetch;
 mod open;
 mod reader;
@@ -19,6 +20,7 @@ use crate::error::{format, Error, Result};
 use crate::refs::{ChunkIndex, JsonRefs};
 use fetch::{Resolved, Shared};
 
+pub use external::{ExternalChunk, ExternalRanges};
 pub use open::{detect, is_json_name};
 
 /// Default largest gap between two byte ranges of one target that are still read as one request

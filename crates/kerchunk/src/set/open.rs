@@ -58,6 +58,19 @@ pub fn detect(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<Format>
     Ok(parquet.then_some(Format::Parquet))
 }
 
+/// The security policy of targets named by an input whose default root is `default_root` (a local
+/// folder, made canonical, or a URL).
+pub(super) fn policy_for(default_root: &str, options: &Options) -> Result<Policy> {
+    let root = match parse_location(default_root)?.local_path() {
+        Some(path) => Root::Local(std::fs::canonicalize(path).map_err(|source| Error::Io {
+            file: path.display().to_string(),
+            source,
+        })?),
+        None => Root::Remote(default_root.trim_end_matches('/').to_string()),
+    };
+    policy(root, options)
+}
+
 /// The security policy: root and allowed prefixes made absolute (local ones canonical).
 fn policy(default_root: Root, options: &Options) -> Result<Policy> {
     let root = match options.ref_root.as_deref() {

@@ -1,0 +1,358 @@
+//! An Icechunk repository as a zshard input: its nodes at one version, and a chunk reader per array
+//! that reads native chunks from the repository, inline chunks from its manifests, and virtual
+//! chunks through zshard's policy for untrusted targets ([`ExternalRanges`]).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::join_all;
+use futures::StreamExt;
+use icechunk::format::manifest::{ChunkPayload, VirtualChunkRef};
+use icechunk::format::{ByteRange, ChunkIndices, Path};
+use icechunk::session::Session;
+use zshard_core::{ArrayMeta, ChunkReader, Node};
+use zshard_kerchunk::{ExternalChunk, ExternalRanges, Options as ReferenceOptions};
+use zshard_store::IoRuntime;
+
+use crate::error::{boxed, Error, Result};
+use crate::repo;
+use crate::ChunkCounts;
+
+/// An opened repository at one version.
+#[derive(Debug)]
+pub struct Source {
+    location: String,
+    reference: String,
+    session: Arc<Session>,
+    runtime: Arc<IoRuntime>,
+    external: Arc<ExternalRanges>,
+    nodes: Vec<Node>,
+    counts: ChunkCounts,
+}
+
+impl Source {
+    /// Opens the repository at `location` at `reference` (a branch, tag or snapshot id). Virtual
+    /// chunk targets must lie under `references.ref_root` (default: the folder holding the
+    /// repository) or an allowed prefix, and match one of the repository's virtual chunk containers.
+    pub fn open(
+        location: &str,
+        reference: &str,
+        references: &ReferenceOptions,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Source> {
+        let repository = repo::open(location, &runtime)?;
+        let version = repo::version(&repository, location, reference, &runtime)?;
+        let session = runtime
+            .block_on(repository.readonly_session(&version))
+            .map_err(|e| Error::Reference {
+                repo: location.to_string(),
+                reference: reference.to_string(),
+                reason: e.to_string(),
+            })?;
+        let parent = std::path::Path::new(location.trim_start_matches("file://"))
+            .parent()
+            .map(|p| p.to_string_lossy().into_owned())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| ".".to_string());
+        let external = ExternalRanges::new(location, &parent, references, runtime.clone())
+            .map_err(|e| Error::Open {
+                repo: location.to_string(),
+                source: boxed(e),
+            })?;
+        let nodes = read_nodes(&session, location, &runtime)?;
+        let counts = scan(&session, location, &external, &runtime)?;
+        Ok(Source {
+            location: location.to_string(),
+            reference: reference.to_string(),
+            session: Arc::new(session),
+            runtime,
+            external: Arc::new(external),
+            nodes,
+            counts,
+        })
+    }
+
+    /// The repository and version, for messages: `REPO@REF (snapshot ID)`.
+    pub fn url(&self) -> String {
+        format!(
+            "{}@{} (snapshot {})",
+            self.location,
+            self.reference,
+            self.session.snapshot_id()
+        )
+    }
+
+    /// Every group and array, parents first, sorted by path.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.nodes.clone()
+    }
+
+    /// How many chunks of each kind the version holds.
+    pub fn chunk_counts(&self) -> ChunkCounts {
+        self.counts
+    }
+
+    /// The reads of virtual chunk targets made so far.
+    pub fn virtual_reads(&self) -> zshard_kerchunk::ReadStats {
+        self.external.stats()
+    }
+
+    /// The reader of the encoded chunks of the array at `path` (`""` for a root array).
+    pub fn reader(&self, path: &str, meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+        Arc::new(IcechunkReader {
+            location: self.location.clone(),
+            path: path.to_string(),
+            encoding: meta.chunk_key_encoding,
+            session: self.session.clone(),
+            runtime: self.runtime.clone(),
+            external: self.external.clone(),
+        })
+    }
+}
+
+/// Counts the chunks of every array by kind, and checks every virtual chunk's target (against the
+/// repository's virtual chunk containers and zshard's policy) before any chunk is read.
+fn scan(
+    session: &Session,
+    location: &str,
+    external: &ExternalRanges,
+    runtime: &IoRuntime,
+) -> Result<ChunkCounts> {
+    runtime.block_on(async {
+        let mut counts = ChunkCounts::default();
+        let stream = session.all_chunks().await.map_err(|e| Error::Node {
+            repo: location.to_string(),
+            path: "/".to_string(),
+            source: boxed(e),
+        })?;
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            let (path, info) = item.map_err(|e| Error::Node {
+                repo: location.to_string(),
+                path: "/".to_string(),
+                source: boxed(e),
+            })?;
+            match info.payload {
+                ChunkPayload::Ref(_) => counts.native += 1,
+                ChunkPayload::Inline(_) => counts.inline += 1,
+                ChunkPayload::Virtual(reference) => {
+                    counts.virtual_ += 1;
+                    let coord: Vec<String> = info.coord.0.iter().map(u32::to_string).collect();
+                    let key = format!(
+                        "{}/c/{}",
+                        path.to_string().trim_start_matches('/'),
+                        coord.join("/")
+                    );
+                    let refused = |reason: String| Error::Virtual {
+                        repo: location.to_string(),
+                        key: key.clone(),
+                        reason,
+                    };
+                    let url = reference.location.url();
+                    if session.matching_container(&reference.location).is_none() {
+                        return Err(refused(format!(
+                            "target {url} matches none of the repository's virtual chunk containers"
+                        )));
+                    }
+                    external
+                        .check(&key, target_path(url))
+                        .map_err(|e| refused(zshard_core::chain_text(&e)))?;
+                }
+                // Newer kinds of reference are refused when their chunk is read.
+                _ => {}
+            }
+        }
+        Ok(counts)
+    })
+}
+
+/// What zshard's policy reads for a virtual chunk location: a local path for `file://` URLs.
+fn target_path(url: &str) -> &str {
+    url.strip_prefix("file://").unwrap_or(url)
+}
+
+/// The nodes of `session`, their `zarr.json` parsed as any Zarr v3 source's.
+fn read_nodes(session: &Session, location: &str, runtime: &IoRuntime) -> Result<Vec<Node>> {
+    let error = |path: &str, source: Box<dyn std::error::Error + Send + Sync>| Error::Node {
+        repo: location.to_string(),
+        path: path.to_string(),
+        source,
+    };
+    let snapshots = runtime.block_on(async {
+        let iter = session
+            .list_nodes(&Path::root())
+            .await
+            .map_err(|e| error("/", boxed(e)))?;
+        iter.map(|node| node.map_err(|e| error("/", boxed(e))))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let mut nodes = snapshots
+        .into_iter()
+        .map(|snapshot| {
+            let path = snapshot
+                .path
+                .to_string()
+                .trim_start_matches('/')
+                .to_string();
+            let key = if path.is_empty() {
+                "zarr.json".to_string()
+            } else {
+                format!("{path}/zarr.json")
+            };
+            let parsed = zshard_zarr::parse_v3_node(&key, &snapshot.user_data)
+                .map_err(|e| error(&path, boxed(e)))?;
+            Ok(Node {
+                path,
+                kind: parsed.kind,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    nodes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(nodes)
+}
+
+/// Reads one array's chunks from a session.
+#[derive(Debug)]
+struct IcechunkReader {
+    location: String,
+    path: String,
+    encoding: zshard_core::ChunkKeyEncoding,
+    session: Arc<Session>,
+    runtime: Arc<IoRuntime>,
+    external: Arc<ExternalRanges>,
+}
+
+/// What a chunk's manifest entry leads to, before reading.
+enum Lookup {
+    Ready(ExternalChunk),
+    Native(ChunkIndices),
+}
+
+impl IcechunkReader {
+    fn read_error(&self, coord: &[u64], e: impl std::fmt::Display) -> zshard_core::Error {
+        zshard_core::Error::Read {
+            key: format!("{}: {}", self.location, self.chunk_key(coord)),
+            source: e.to_string().into(),
+        }
+    }
+
+    fn array_path(&self) -> std::result::Result<Path, String> {
+        Path::new(&format!("/{}", self.path)).map_err(|e| e.to_string())
+    }
+
+    /// What the manifest says about the chunk at `coord`.
+    async fn lookup(&self, path: &Path, coord: &[u64]) -> std::result::Result<Lookup, String> {
+        let indices = coord
+            .iter()
+            .map(|&c| {
+                u32::try_from(c).map_err(|_| format!("chunk index {c} beyond icechunk's range"))
+            })
+            .collect::<std::result::Result<Vec<u32>, String>>()?;
+        let indices = ChunkIndices(indices);
+        let payload = self
+            .session
+            .get_chunk_ref(path, &indices)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match payload {
+            None => Lookup::Ready(ExternalChunk::Known(None)),
+            Some(ChunkPayload::Inline(bytes)) => Lookup::Ready(ExternalChunk::Known(Some(bytes))),
+            Some(ChunkPayload::Ref(_)) => Lookup::Native(indices),
+            Some(ChunkPayload::Virtual(reference)) => {
+                Lookup::Ready(self.virtual_chunk(coord, reference)?)
+            }
+            Some(_) => return Err("a kind of chunk reference this zshard cannot read".to_string()),
+        })
+    }
+
+    /// A virtual chunk's range, once its target matches one of the repository's virtual chunk
+    /// containers (zshard's own policy is applied when it is read).
+    fn virtual_chunk(
+        &self,
+        coord: &[u64],
+        reference: VirtualChunkRef,
+    ) -> std::result::Result<ExternalChunk, String> {
+        let url = reference.location.url().to_string();
+        if self
+            .session
+            .matching_container(&reference.location)
+            .is_none()
+        {
+            return Err(format!(
+                "target {url} matches none of the repository's virtual chunk containers"
+            ));
+        }
+        Ok(ExternalChunk::Range {
+            key: format!("{} ({})", self.chunk_key(coord), url),
+            url: target_path(&url).to_string(),
+            offset: reference.offset,
+            length: reference.length,
+        })
+    }
+
+    async fn native(
+        &self,
+        path: &Path,
+        indices: &ChunkIndices,
+    ) -> std::result::Result<Option<Bytes>, String> {
+        let reader = self
+            .session
+            .get_chunk_reader(path, indices, &ByteRange::ALL)
+            .await
+            .map_err(|e| e.to_string())?;
+        match reader {
+            None => Ok(None),
+            Some(read) => read.await.map(Some).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+impl ChunkReader for IcechunkReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        let key = self.encoding.key(coord);
+        if self.path.is_empty() {
+            key
+        } else {
+            format!("{}/{key}", self.path)
+        }
+    }
+
+    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        let path = match self.array_path() {
+            Ok(p) => p,
+            Err(e) => return coords.iter().map(|c| Err(self.read_error(c, &e))).collect(),
+        };
+        // Manifest lookups and native reads of the batch run together.
+        let looked: Vec<_> = self.runtime.block_on(async {
+            let lookups = join_all(coords.iter().map(|c| self.lookup(&path, c))).await;
+            let path = &path;
+            join_all(lookups.into_iter().map(|lookup| async move {
+                match lookup {
+                    Ok(Lookup::Native(indices)) => {
+                        self.native(path, &indices).await.map(ExternalChunk::Known)
+                    }
+                    Ok(Lookup::Ready(chunk)) => Ok(chunk),
+                    Err(e) => Err(e),
+                }
+            }))
+            .await
+        });
+        // Virtual ranges are read together: nearby ranges of one target coalesce.
+        let mut failed = Vec::new();
+        let wants = looked
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|e| {
+                    failed.push((i, e));
+                    ExternalChunk::Known(None)
+                })
+            })
+            .collect();
+        let mut out = self.external.read(wants);
+        for (i, e) in failed {
+            out[i] = Err(self.read_error(&coords[i], e));
+        }
+        out
+    }
+}

@@ -1,0 +1,74 @@
+//! Built without the feature `icechunk`: the entry points exist and refuse, so callers need no
+//! cfg of their own.
+
+use std::sync::Arc;
+
+use zshard_core::{ArrayMeta, ChunkReader, Node};
+use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
+use zshard_store::IoRuntime;
+
+use crate::error::{Error, Result};
+use crate::{ChunkCounts, Published};
+
+/// An opened repository: none can be opened in this build.
+#[derive(Debug)]
+pub enum Source {}
+
+impl Source {
+    /// Refuses: this build cannot read repositories.
+    pub fn open(
+        location: &str,
+        _reference: &str,
+        _references: &ReferenceOptions,
+        _runtime: Arc<IoRuntime>,
+    ) -> Result<Source> {
+        Err(Error::Unavailable {
+            repo: location.to_string(),
+        })
+    }
+
+    /// The repository and version, for messages.
+    pub fn url(&self) -> String {
+        match *self {}
+    }
+
+    /// Every group and array.
+    pub fn nodes(&self) -> Vec<Node> {
+        match *self {}
+    }
+
+    /// How many chunks of each kind the version holds.
+    pub fn chunk_counts(&self) -> ChunkCounts {
+        match *self {}
+    }
+
+    /// The reads of virtual chunk targets made so far.
+    pub fn virtual_reads(&self) -> ReadStats {
+        match *self {}
+    }
+
+    /// The reader of one array's chunks.
+    pub fn reader(&self, _path: &str, _meta: &ArrayMeta) -> Arc<dyn ChunkReader> {
+        match *self {}
+    }
+}
+
+/// Refuses: this build cannot write repositories.
+pub fn create_if_missing(location: &str, _runtime: &IoRuntime) -> Result<()> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot write repositories.
+pub fn publish(
+    _staged: &str,
+    location: &str,
+    _branch: &str,
+    _message: &str,
+    _runtime: &Arc<IoRuntime>,
+) -> Result<Published> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}

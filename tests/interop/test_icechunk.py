@@ -1,0 +1,321 @@
+"""Icechunk repositories as zshard source and destination (issue 20).
+
+Repositories are made with the real `icechunk` Python package (1.1.x, spec version 1): native chunks
+written through zarr-python, inline chunks (smaller than the repository's inline threshold), and
+virtual chunks set with `store.set_virtual_ref` into an HDF5 file written by h5py. zshard converts
+them to plain sharded Zarr and into other repositories; everything is read back through icechunk +
+zarr-python and compared element by element with what icechunk + zarr-python (and h5py) read from
+the source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import icechunk as ic
+import numpy as np
+import pytest
+import zarr
+
+from conftest import run_zshard
+
+# Two HDF5 datasets referenced as virtual chunks: raw (uncompressed, chunked) big-endian int16.
+H5_SHAPE, H5_CHUNKS = (20, 12), (5, 4)
+
+
+def _write_h5(path: Path) -> np.ndarray:
+    data = (np.arange(240, dtype=">i2").reshape(H5_SHAPE) * 7 - 500).astype(">i2")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=data, chunks=H5_CHUNKS)
+    return data
+
+
+def _h5_chunks(path: Path) -> list[tuple[tuple[int, ...], int, int]]:
+    """(chunk grid position, byte offset, size) of every chunk of dataset v."""
+    with h5py.File(path, "r") as f:
+        ds = f["v"]
+        out = []
+        for i in range(ds.id.get_num_chunks()):
+            info = ds.id.get_chunk_info(i)
+            pos = tuple(o // c for o, c in zip(info.chunk_offset, H5_CHUNKS))
+            out.append((pos, info.byte_offset, info.size))
+        return out
+
+
+def _container_prefix(folder: Path) -> str:
+    return f"file://{folder}/"
+
+
+def _make_source(repo_dir: Path, h5: Path) -> dict[str, np.ndarray]:
+    """A repository with native, inline and virtual chunks; tag v1 is its first commit, main has a
+    second commit that changes the native array. Returns main's values."""
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(
+        ic.VirtualChunkContainer(_container_prefix(h5.parent), ic.local_filesystem_store(str(h5.parent)))
+    )
+    repo = ic.Repository.create(
+        ic.local_filesystem_storage(str(repo_dir)),
+        config=config,
+        authorize_virtual_chunk_access={_container_prefix(h5.parent): None},
+    )
+    session = repo.writable_session("main")
+    root = zarr.group(session.store, attributes={"title": "icechunk interop"})
+    native = np.random.default_rng(20).normal(size=(40, 60)).astype("f4")
+    a = root.create_array("native", shape=native.shape, chunks=(10, 15), dtype="f4")
+    a[:] = native
+    inline = np.arange(24, dtype="i2") - 5
+    b = root.create_group("grp").create_array("inline", shape=(24,), chunks=(6,), dtype="i2", fill_value=-1)
+    b[:] = inline
+    root.create_array(
+        "virtual",
+        shape=H5_SHAPE,
+        chunks=H5_CHUNKS,
+        dtype=">i2",
+        serializer=zarr.codecs.BytesCodec(endian="big"),
+        compressors=None,
+        fill_value=0,
+    )
+    for pos, offset, size in _h5_chunks(h5):
+        session.store.set_virtual_ref(
+            "virtual/c/" + "/".join(map(str, pos)), f"file://{h5}", offset=offset, length=size
+        )
+    first = session.commit("native, inline and virtual chunks")
+    repo.create_tag("v1", first)
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="native", mode="r+")[0:10, :] = 100.0
+    session.commit("second commit: a native chunk row changed")
+    return _read_repo(repo_dir, h5.parent)
+
+
+def _arrays(root) -> dict[str, np.ndarray]:
+    return {path: np.asarray(node[()]) for path, node in root.members(max_depth=None)
+            if isinstance(node, zarr.Array)}
+
+
+def _read_repo(repo_dir: Path, virtual_folder: Path | None = None, **version) -> dict[str, np.ndarray]:
+    """Every array of the repository as icechunk + zarr-python read it."""
+    auth = {_container_prefix(virtual_folder): None} if virtual_folder else None
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)), authorize_virtual_chunk_access=auth)
+    session = repo.readonly_session(**(version or {"branch": "main"}))
+    return _arrays(zarr.open_group(session.store, mode="r"))
+
+
+def _commits(repo_dir: Path, branch: str = "main") -> list[str]:
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+    return [s.message for s in repo.ancestry(branch=branch)]
+
+
+def _assert_equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        assert got[name].shape == w.shape, name
+        assert got[name].dtype == w.dtype.newbyteorder("=") or got[name].dtype == w.dtype, name
+        np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+def _read_zarr(dst: Path) -> dict[str, np.ndarray]:
+    root = zarr.open_group(str(dst), mode="r")
+    assert root.attrs["title"] == "icechunk interop"
+    return _arrays(root)
+
+
+def _zshard(zshard_bin: Path, *args, ok: bool = True):
+    r = run_zshard(zshard_bin, [*args])
+    assert (r.returncode == 0) == ok, r.describe()
+    return r
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    d = tmp_path_factory.mktemp("icechunk")
+    (d / "files").mkdir()
+    h5 = d / "files" / "data.h5"
+    h5_values = _write_h5(h5)
+    repo = d / "repo"
+    values = _make_source(repo, h5)
+    np.testing.assert_array_equal(values["virtual"], h5_values)
+    return repo, h5, values
+
+
+# --------------------------------------------------------------------------
+# source
+# --------------------------------------------------------------------------
+
+
+def test_plan_counts_native_inline_and_virtual_chunks(zshard_bin, source, tmp_path):
+    repo, h5, _ = source
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "out.zarr")
+    # native: 16 chunks, of which the second commit rewrote 4 as constant 100.0, which compress below
+    # the inline threshold: 12 native, 4 + 4 inline (grp/inline's and those), 12 virtual.
+    assert f"source: icechunk repository {repo}@main (snapshot " in r.stdout, r.stdout
+    assert "12 native, 8 inline, 12 virtual chunk(s)" in r.stdout, r.stdout
+
+
+def test_source_converts_native_inline_and_virtual_chunks(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    dst = tmp_path / "out.zarr"
+    _zshard(zshard_bin, "convert", repo, dst, "--quiet", "--threads", "2")
+    got = _read_zarr(dst)
+    _assert_equal(got, values)
+    with h5py.File(h5) as f:
+        np.testing.assert_array_equal(got["virtual"], f["v"][()])
+    assert got["native"][0, 0] == 100.0
+
+
+def test_source_ref_tag_and_snapshot(zshard_bin, source, tmp_path):
+    repo, h5, _ = source
+    v1 = _read_repo(repo, h5.parent, tag="v1")
+    assert v1["native"][0, 0] != 100.0
+    _zshard(zshard_bin, "convert", repo, tmp_path / "tag.zarr", "--quiet", "--source-ref", "v1")
+    _assert_equal(_read_zarr(tmp_path / "tag.zarr"), v1)
+    snapshot = ic.Repository.open(ic.local_filesystem_storage(str(repo))).lookup_tag("v1")
+    _zshard(zshard_bin, "convert", repo, tmp_path / "snap.zarr", "--quiet", "--source-ref", snapshot)
+    _assert_equal(_read_zarr(tmp_path / "snap.zarr"), v1)
+    r = _zshard(zshard_bin, "convert", repo, tmp_path / "none.zarr", "--quiet", "--source-ref", "nope", ok=False)
+    assert '"nope" is not a branch, tag or snapshot id' in r.stderr, r.stderr
+
+
+def test_virtual_target_outside_the_allowed_folders_is_refused_before_any_read(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    # --ref-root narrower than the target's folder: the target escapes it.
+    narrow = tmp_path / "elsewhere"
+    narrow.mkdir()
+    dst = tmp_path / "refused.zarr"
+    r = _zshard(zshard_bin, "convert", repo, dst, "--quiet", "--ref-root", narrow, ok=False)
+    assert "virtual chunk virtual/c/" in r.stderr and str(h5) in r.stderr, r.stderr
+    assert not dst.exists() or not any(p.is_file() for p in dst.rglob("*") if ".zshard" not in p.parts)
+    # The same with the target's folder allowed: converts.
+    _zshard(zshard_bin, "convert", repo, tmp_path / "ok.zarr", "--quiet", "--ref-root", narrow,
+            "--allow-ref-prefix", h5.parent)
+    _assert_equal(_read_zarr(tmp_path / "ok.zarr"), values)
+
+
+def test_virtual_target_outside_the_repository_containers_is_refused(zshard_bin, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    h5 = tmp_path / "b" / "data.h5"
+    _write_h5(h5)
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(
+        ic.VirtualChunkContainer(_container_prefix(tmp_path / "a"), ic.local_filesystem_store(str(tmp_path / "a")))
+    )
+    repo_dir = tmp_path / "repo"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)), config=config)
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="v", shape=H5_SHAPE, chunks=H5_CHUNKS, dtype=">i2",
+                      serializer=zarr.codecs.BytesCodec(endian="big"), compressors=None)
+    pos, offset, size = _h5_chunks(h5)[0]
+    session.store.set_virtual_ref("v/c/0/0", f"file://{h5}", offset=offset, length=size, validate_container=False)
+    session.commit("a reference outside every container")
+    r = _zshard(zshard_bin, "convert", repo_dir, tmp_path / "out.zarr", "--quiet", "--ref-root", tmp_path,
+                ok=False)
+    assert "matches none of the repository's virtual chunk containers" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------
+# destination
+# --------------------------------------------------------------------------
+
+
+def test_into_a_new_repository_one_commit(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    out = tmp_path / "out-repo"
+    r = _zshard(zshard_bin, "convert", repo, out, "--threads", "2", "--output-format", "icechunk")
+    assert "committed snapshot" in r.stderr and "to branch main" in r.stderr, r.stderr
+    _assert_equal(_read_repo(out), values)
+    commits = _commits(out)
+    assert len(commits) == 2, commits  # the repository's initial commit and zshard's
+    assert commits[0].startswith("zshard ") and str(repo) in commits[0], commits[0]
+    assert not (out / ".zshard-staging").exists()
+
+
+def test_into_an_existing_repository_only_this_conversions_arrays(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    out = tmp_path / "existing"
+    other = ic.Repository.create(ic.local_filesystem_storage(str(out)))
+    session = other.writable_session("main")
+    root = zarr.group(session.store, attributes={"title": "icechunk interop"})
+    keep = np.arange(30, dtype="u1")
+    root.create_array("keep", shape=(30,), chunks=(10,), dtype="u1")[:] = keep
+    root.create_array("native", shape=(3,), chunks=(3,), dtype="u1")[:] = [1, 2, 3]  # replaced
+    session.commit("before zshard")
+    main_before = _commits(out)
+    _zshard(zshard_bin, "convert", repo, out, "--quiet", "--branch", "dev", "--message", "sharded by zshard")
+    assert _commits(out) == main_before  # main untouched
+    dev = _commits(out, "dev")
+    assert dev == ["sharded by zshard", *main_before], dev
+    got = _read_repo(out, branch="dev")
+    np.testing.assert_array_equal(got.pop("keep"), keep)
+    _assert_equal(got, values)
+
+
+def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp_path):
+    src = tmp_path / "big.zarr"
+    data = np.random.default_rng(3).integers(0, 1000, size=(1024, 1024), dtype="u4")
+    group = zarr.open_group(str(src), mode="w", zarr_format=2)
+    group.create_array("big", shape=data.shape, chunks=(32, 32), dtype="u4")[:] = data
+    args = ["convert", src, tmp_path / "out", "--quiet", "--threads", "1", "--output-format", "icechunk",
+            "--shard-shape", "64,64", "--compressor", "gzip:9", "--message", "one commit"]
+    argv = [str(zshard_bin)] + [str(a) for a in args]
+    started = time.monotonic()
+    subprocess.run(argv, check=True, capture_output=True)
+    duration = time.monotonic() - started
+    reference = _read_repo(tmp_path / "out")
+    np.testing.assert_array_equal(reference["big"], data)
+
+    interrupted = 0
+    for point, fraction in enumerate([0.1, 0.25, 0.4]):
+        dst = tmp_path / f"run{point}"
+        ic.Repository.create(ic.local_filesystem_storage(str(dst)))
+        before = _commits(dst)
+        args[2] = dst
+        argv = [str(zshard_bin)] + [str(a) for a in args]
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(duration * fraction)
+        killed = child.poll() is None
+        child.kill()
+        child.wait()
+        if killed and _commits(dst) == before:  # killed before its commit: the branch is as it was
+            interrupted += 1
+        subprocess.run(argv, check=True, capture_output=True)
+        assert _commits(dst) == ["one commit", *before]
+        _assert_equal(_read_repo(dst), reference)
+    assert interrupted >= 2, f"only {interrupted} of 3 kills landed mid-run"
+
+
+def test_three_workers_and_finalize_one_commit(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    out = tmp_path / "workers"
+    common = [repo, out, "--quiet", "--output-format", "icechunk", "--message", "workers"]
+    for i in range(3):
+        _zshard(zshard_bin, "convert", *common, "--worker", f"{i}/3")
+        assert not out.exists() or _commits(out) == ["Repository initialized"]
+    _zshard(zshard_bin, "finalize", *common)
+    assert _commits(out) == ["workers", "Repository initialized"]
+    _assert_equal(_read_repo(out), values)
+
+
+def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, source, tmp_path):
+    """SIGKILL (strace-injected, as pipelines/zshard/tests/faults.rs does) right after the commit: at the
+    rename that writes `.zshard-committed.json`, the first write once the branch has moved. The rerun
+    finds the commit on the branch by its token, commits nothing, and removes the staging folder."""
+    repo, h5, values = source
+    out = tmp_path / "out"
+    ic.Repository.create(ic.local_filesystem_storage(str(out)))
+    argv = [str(zshard_bin), "convert", str(repo), str(out), "--quiet", "--threads", "2",
+            "--output-format", "icechunk", "--message", "once"]
+    record = out / ".zshard-staging" / ".zshard-commit.json"
+    committed = out / ".zshard-staging" / ".zshard-committed.json#1"
+    killed = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(committed),
+                             "-e", "inject=rename:signal=KILL:when=1", *argv], capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()
+    assert _commits(out) == ["once", "Repository initialized"]  # the killed run had committed
+    assert record.is_file()
+    rerun = subprocess.run(argv, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _commits(out) == ["once", "Repository initialized"]  # no second commit
+    _assert_equal(_read_repo(out), values)
+    assert not (out / ".zshard-staging").exists()
