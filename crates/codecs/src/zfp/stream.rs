@@ -65,10 +65,19 @@ impl<'a> BitReader<'a> {
         if n <= self.available {
             return self.take(n);
         }
-        let low_bits = self.available;
-        let low = self.take(low_bits);
-        self.refill();
-        low | (self.take(n - low_bits) << low_bits)
+        // The last refill of a stream may hold fewer than `n` bits (its final bytes), so this
+        // gathers across as many refills as it takes.
+        let mut value = 0;
+        let mut read = 0;
+        while read < n {
+            if self.available == 0 {
+                self.refill();
+            }
+            let step = (n - read).min(self.available);
+            value |= self.take(step) << read;
+            read += step;
+        }
+        value
     }
 
     /// Takes `n <= available` bits from the buffer.
@@ -284,6 +293,23 @@ mod tests {
         assert!(!r.overrun());
         assert_eq!(r.read_bits(4), 0);
         assert!(r.overrun());
+    }
+
+    #[test]
+    fn reads_wide_fields_across_a_short_last_refill() {
+        // Two bytes left when 52 bits are asked for: the missing bits read as zeros (overrun),
+        // never an arithmetic overflow (a fuzz finding).
+        let mut r = BitReader::new(&[0xff, 0x01]);
+        assert_eq!(r.read_bits(52), 0x1ff);
+        assert!(r.overrun());
+        // Ten bytes: 64 bits, then a refill of 2 bytes in the middle of a 12-bit read.
+        let mut data = [0u8; 10];
+        data[7] = 0x80;
+        data[8] = 0x0f;
+        let mut r = BitReader::new(&data);
+        assert_eq!(r.read_bits(60), 0);
+        assert_eq!(r.read_bits(12), 0b1111_1000);
+        assert!(!r.overrun());
     }
 
     #[test]
