@@ -175,12 +175,17 @@ def growth_workloads(scale, factors):
         name = f"W1x{factor:g}"
         out[name] = Workload(name, f"growth: W1 at {factor:g}x its size", kind="v2", shape=(side, side),
                              dtype=base.dtype, src_chunks=base.src_chunks, shard=base.shard, inner=base.inner,
-                             codec=base.codec, peers=[], targets="growth", floor=False, seed=base.seed)
+                             codec=base.codec, peers=[], targets="growth", floor=True, seed=base.seed)
     return out
 
 
 def growth_checks(results):
-    """Linear time and flat memory across the growth workloads (ordered by size): (text, status) pairs."""
+    """Linear time and flat memory across the growth workloads (ordered by size): (text, status) pairs.
+
+    Time is judged against the codec floor of each size: W1's source is smoother per chunk the larger
+    it is (its waves span the whole array), and zstd's cost per byte changes with that (4.2x the data
+    cost 6.6x the CPU from W1x1 to W1x4, 65 % of it inside zstd's compressor). What must stay
+    constant is zshard's CPU over the codecs' own."""
     ok = [w for w in results if w["tools"]["zshard"]["ok"]]
     if len(ok) < 2:
         return [("linear time and flat memory: fewer than two sizes ran", "n/a")]
@@ -189,25 +194,35 @@ def growth_checks(results):
     small = next((w for w in ok if w["name"] == "W1x1"), ok[0])
     large = ok[-1]
     per_gb = lambda w, k: w["tools"]["zshard"][k] / (w["raw_bytes"] / 1e9)  # noqa: E731
-    cpu_ratio = per_gb(large, "cpu") / per_gb(small, "cpu")
     rss_small, rss_large = small["tools"]["zshard"]["rss_mib"], large["tools"]["zshard"]["rss_mib"]
-    return [(f"linear time: CPU per GB at {large['name']} {per_gb(large, 'cpu'):.2f} s vs {small['name']} "
-             f"{per_gb(small, 'cpu'):.2f} s = {cpu_ratio:.2f}x (target <= 1.2x)",
-             "met" if cpu_ratio <= 1.2 else "MISSED"),
+    checks = []
+    if small["floor_s"] and large["floor_s"]:
+        over = lambda w: w["tools"]["zshard"]["cpu"] / (w["floor_s"] * w["threads"])  # noqa: E731
+        ratio = over(large) / over(small)
+        checks.append((f"linear time: zshard CPU / codec CPU at {large['name']} {over(large):.2f} vs "
+                       f"{small['name']} {over(small):.2f} = {ratio:.2f}x (target <= 1.2x)",
+                       "met" if ratio <= 1.2 else "MISSED"))
+    else:
+        cpu_ratio = per_gb(large, "cpu") / per_gb(small, "cpu")
+        checks.append((f"linear time: CPU per GB at {large['name']} {per_gb(large, 'cpu'):.2f} s vs "
+                       f"{small['name']} {per_gb(small, 'cpu'):.2f} s = {cpu_ratio:.2f}x (no codec floor measured; "
+                       f"the data's compressibility changes with the size)", "n/a"))
+    return checks + [
             (f"flat memory: peak RSS at {large['name']} {rss_large:.0f} MiB vs {small['name']} {rss_small:.0f} MiB "
              f"(target <= 1.25x + 16 MiB)", "met" if rss_large <= 1.25 * rss_small + 16 else "MISSED")]
 
 
 def growth_lines(results):
     """The growth table (markdown rows) with its checks."""
-    lines = ["| size | shape | raw GB | wall s | CPU s | peak RSS MiB | wall s/GB | CPU s/GB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| size | shape | raw GB | wall s | CPU s | peak RSS MiB | wall s/GB | CPU s/GB | codec CPU s | "
+             "CPU / codec CPU |", "|---|---|---|---|---|---|---|---|---|---|"]
     for w in results:
         z = w["tools"]["zshard"]
         gb = w["raw_bytes"] / 1e9
         lines.append(f"| {w['name']} | {w['describe'].split(',')[0]} | {gb:.2f} | {fmt(z['wall'], '.2f')} | "
                      f"{fmt(z['cpu'], '.2f')} | {fmt(z['rss_mib'], '.0f')} | {fmt(z['wall'] / gb, '.2f')} | "
-                     f"{fmt(z['cpu'] / gb, '.2f')} |")
+                     f"{fmt(z['cpu'] / gb, '.2f')} | {fmt(w['floor_s'] * w['threads'] if w['floor_s'] else None, '.2f')} | "
+                     f"{fmt(z['cpu'] / (w['floor_s'] * w['threads']) if w['floor_s'] else None, '.2f')} |")
     return lines + [""] + [f"- **{s}**: {t}" for t, s in growth_checks(results)]
 
 
@@ -832,7 +847,7 @@ def run_workload(wl, args):
         log(f"{wl.name}: measuring the codec floor")
         floor = codec_floor(src.chunks(), wl.inner, wl.codec, args.threads)
     return {"name": wl.name, "title": wl.title, "describe": wl.describe(), "raw_bytes": wl.raw_bytes,
-            "stored_bytes": src.stored_bytes, "floor_s": floor, "memory_limit": wl.memory_limit,
+            "stored_bytes": src.stored_bytes, "floor_s": floor, "threads": args.threads, "memory_limit": wl.memory_limit,
             "targets_kind": wl.targets, "tools": res, "targets": evaluate(wl, res, floor)}
 
 

@@ -154,13 +154,24 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
         level: non_negative(spec, "level", DEFAULT_LEVEL)?,
         mode,
         delta: delta(spec)?,
-        equal_pages_up_to: non_negative(spec, "equal_pages_up_to", DEFAULT_MAX_PAGE_N as i64)?,
+        equal_pages_up_to: page_limit(spec)?,
         number,
     })))
 }
 
 fn unsupported(key: &str, value: &str) -> crate::Error {
     invalid(NAME, format!("{key} {value:?} is not supported"))
+}
+
+/// `equal_pages_up_to`: at least one number per page (pco divides by it when it pages a chunk).
+fn page_limit(spec: &CodecSpec) -> crate::Result<u64> {
+    match non_negative(spec, "equal_pages_up_to", DEFAULT_MAX_PAGE_N as i64)? {
+        0 => Err(invalid(
+            NAME,
+            "equal_pages_up_to 0: a page holds at least one number",
+        )),
+        limit => Ok(limit),
+    }
 }
 
 fn non_negative(spec: &CodecSpec, key: &str, default: i64) -> crate::Result<u64> {
@@ -479,5 +490,9 @@ mod tests {
             &r,
         );
         assert!(bad.is_err());
+        // pco divides by the page limit (a fuzz finding: a panic inside pco on encode).
+        let err = build(&CodecSpec::new(NAME, json!({"equal_pages_up_to": 0})), &r)
+            .expect_err("a page of no numbers");
+        assert!(err.to_string().contains("equal_pages_up_to 0"), "{err}");
     }
 }
