@@ -239,7 +239,9 @@ class FaultProxy:
                 response = upstream.getresponse()
                 data = response.read()
                 upstream.close()
-                drop = roll < proxy.fail_rate + proxy.drop_rate and len(data) > 16
+                # Only successful answers lose their body: a client must read those to the end (and retry
+                # when it cannot), while a 404's body adds nothing to its status.
+                drop = roll < proxy.fail_rate + proxy.drop_rate and len(data) > 16 and 200 <= response.status < 300
                 proxy.record(self.command, self.path, len(body), "dropped" if drop else str(response.status))
                 out_headers = [(k, v) for k, v in response.getheaders()
                                if k.lower() not in ("transfer-encoding", "connection", "content-length", "date",
