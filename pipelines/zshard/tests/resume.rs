@@ -50,15 +50,21 @@ fn kill_at_ten_points_then_resume_equals_an_uninterrupted_run() {
         &data,
     );
 
-    let reference_dir = tmp.path().join("reference");
-    let started = Instant::now();
-    let out = command(&src, &reference_dir).output().expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let duration = started.elapsed();
+    // The kill points are spread over the faster of two uninterrupted runs: the first one also pays
+    // for a cold page cache and binary, and kills timed on it land after later runs have finished.
+    let mut duration = std::time::Duration::MAX;
+    for attempt in 0..2 {
+        let dir = tmp.path().join(format!("reference{attempt}"));
+        let started = Instant::now();
+        let out = command(&src, &dir).output().expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        duration = duration.min(started.elapsed());
+    }
+    let reference_dir = tmp.path().join("reference1");
     let reference = files(&reference_dir);
     assert_eq!(read_v3(&reference_dir).0, data);
 
