@@ -5,8 +5,10 @@ The source repository is written with the real `icechunk` Python package (1.1.x)
 (smaller than the repository's inline threshold) written by zarr-python. zshard converts it into a
 second repository on S3 and into plain sharded Zarr on S3; both are read back (the repository
 through icechunk) and compared element by element with what icechunk + zarr-python read from the
-source.
+source. A second repository's virtual chunks point into an HDF5 file (written by h5py) on the same S3
+server, through the repository's virtual chunk container for that bucket.
 """
+import h5py
 import icechunk as ic
 import numpy as np
 import zarr
@@ -86,3 +88,86 @@ def test_icechunk_on_s3_to_a_second_repository_and_to_plain_zarr(s3, moto, tmp_p
     assert_same(arrays(plain), values)
     # The source is unchanged: still its one commit.
     assert commits(moto, "icesrc", "repo") == ["source on s3", "Repository initialized"]
+
+
+# The HDF5 dataset referenced as virtual chunks: raw (uncompressed, chunked) big-endian int16.
+H5_SHAPE, H5_CHUNKS = (20, 12), (5, 4)
+
+
+def write_h5(path):
+    data = (np.arange(240, dtype=">i2").reshape(H5_SHAPE) * 7 - 500).astype(">i2")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=data, chunks=H5_CHUNKS)
+    return data
+
+
+def h5_chunks(path):
+    """(chunk grid position, byte offset, size) of every chunk of dataset v, as h5py locates them."""
+    with h5py.File(path, "r") as f:
+        ds = f["v"]
+        infos = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+    return [(tuple(o // c for o, c in zip(i.chunk_offset, H5_CHUNKS)), i.byte_offset, i.size) for i in infos]
+
+
+def make_virtual_source(moto, bucket, prefix, container):
+    """A repository whose only virtual chunk container is the S3 prefix `container`, reached at the S3
+    server's endpoint."""
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(
+        container, ic.s3_store(region="us-east-1", endpoint_url=moto, allow_http=True, force_path_style=True)))
+    credentials = ic.containers_credentials(
+        {container: ic.s3_credentials(access_key_id="testing", secret_access_key="testing")})
+    repo = ic.Repository.create(storage(moto, bucket, prefix), config=config,
+                                authorize_virtual_chunk_access=credentials)
+    return repo, credentials
+
+
+def reference_h5(repo, name, h5, target, validate=True):
+    """An array `name` whose chunks are all the chunks of the local HDF5 file `h5`, by reference into its
+    copy `target` on S3; committed on main."""
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name=name, shape=H5_SHAPE, chunks=H5_CHUNKS, dtype=">i2",
+                      serializer=zarr.codecs.BytesCodec(endian="big"), compressors=None, fill_value=0)
+    for pos, offset, size in h5_chunks(h5):
+        session.store.set_virtual_ref(f"{name}/c/" + "/".join(map(str, pos)), target, offset=offset, length=size,
+                                      validate_container=validate)
+    session.commit(f"{name}: virtual chunks in {target}")
+
+
+def test_virtual_chunks_in_an_hdf5_file_on_s3(s3, moto, fault_proxy, tmp_path):
+    for bucket in ("icevirt", "h5files"):
+        s3.create_bucket(Bucket=bucket)
+    h5 = tmp_path / "data.h5"
+    want = write_h5(h5)
+    # The same file inside the repository's virtual chunk container (data/) and outside it (secret/).
+    for key in ("data/data.h5", "secret/data.h5"):
+        s3.upload_file(str(h5), "h5files", key)
+    repo, credentials = make_virtual_source(moto, "icevirt", "repo", "s3://h5files/data/")
+    reference_h5(repo, "virtual", h5, "s3://h5files/data/data.h5")
+    repo, credentials = make_virtual_source(moto, "icevirt", "escaping", "s3://h5files/data/")
+    reference_h5(repo, "virtual", h5, "s3://h5files/secret/data.h5", validate=False)
+    # Icechunk itself reads the references as h5py reads the file.
+    reopened = ic.Repository.open(storage(moto, "icevirt", "repo"), authorize_virtual_chunk_access=credentials)
+    np.testing.assert_array_equal(
+        zarr.open_array(reopened.readonly_session(branch="main").store, path="virtual", mode="r")[:], want)
+    proxy = fault_proxy()
+    flags = ["--source-format", "icechunk", "--s3-endpoint", proxy.endpoint, *S3_FLAGS]
+
+    # Every chunk read from the HDF5 file on S3 (through the proxy), equal to h5py's values element by element.
+    out = tmp_path / "virtual.zarr"
+    run_zshard("convert", "s3://icevirt/repo", out, *flags, env=S3_ENV)
+    assert [e for e in proxy.log if e[0] == "GET" and e[1].startswith("/h5files/data/data.h5")], proxy.log
+    got = zarr.open_array(str(out / "virtual"), mode="r")[:]
+    assert got.shape == want.shape and got.dtype == want.dtype.newbyteorder("=")  # zarr-python reads native order
+    np.testing.assert_array_equal(got, want)
+
+    # A target outside the repository's virtual chunk containers is refused before any read: the
+    # repository is read through the proxy, the HDF5 file never is.
+    proxy.log.clear()
+    refused = run_zshard("convert", "s3://icevirt/escaping", tmp_path / "refused.zarr", *flags, env=S3_ENV,
+                         check=False)
+    assert refused.returncode != 0, refused.stderr
+    assert "virtual chunk virtual/c/" in refused.stderr, refused.stderr
+    assert "s3://h5files/secret/data.h5 matches none of the repository's virtual chunk containers" in refused.stderr
+    assert [e for e in proxy.log if e[1].startswith("/icevirt/escaping/")], proxy.log
+    assert not [e for e in proxy.log if e[1].startswith("/h5files")], proxy.log

@@ -4,16 +4,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use icechunk::config::{S3Credentials, S3Options};
+use icechunk::config::{AzureCredentials, GcsCredentials, S3Credentials, S3Options};
 use icechunk::repository::VersionInfo;
 use icechunk::Repository;
 use zshard_store::{IoRuntime, Location};
 
 use crate::error::{boxed, Error, Result};
 
-/// The storage of the repository at `location`: a local folder, or an `s3://bucket/prefix` reached
-/// with zshard's S3 options (`--s3-endpoint`, `--s3-region`, `--s3-path-style`, `--anonymous`) over
-/// the standard environment (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_REGION`, credentials).
+/// The storage of the repository at `location`: a local folder, or an `s3://`, `az://` (or
+/// `abfs(s)://`, `adl://`, `azure://`) or `gs://` bucket prefix, reached with zshard's options for
+/// that cloud over its standard environment (see [`s3_options`], [`azure_settings`],
+/// [`gcs_settings`]).
 pub(crate) fn storage(
     location: &str,
     runtime: &IoRuntime,
@@ -30,20 +31,24 @@ pub(crate) fn storage(
             .map_err(|e| open_error(boxed(e)))?;
         return Ok(Arc::new(storage));
     }
-    match parsed.url() {
-        Some(url) if matches!(url.scheme(), "s3" | "s3a") => {
-            let bucket = url.host_str().unwrap_or_default().to_string();
-            let prefix = url.path().trim_matches('/').to_string();
-            let options = s3_options(runtime.options());
-            let credentials = if runtime.options().anonymous {
+    let Some(bucket) = parsed.bucket() else {
+        return Err(open_error(
+            "an icechunk repository is a local folder or an s3://, gs:// or az:// prefix".into(),
+        ));
+    };
+    let prefix = (!bucket.prefix.is_empty()).then(|| bucket.prefix.clone());
+    let options = runtime.options();
+    match parsed.scheme().unwrap_or_default() {
+        "s3" | "s3a" => {
+            let credentials = if options.anonymous {
                 S3Credentials::Anonymous
             } else {
                 S3Credentials::FromEnv
             };
             let storage = icechunk::storage::s3::S3Storage::new(
-                options,
-                bucket,
-                (!prefix.is_empty()).then_some(prefix),
+                s3_options(options),
+                bucket.name,
+                prefix,
                 credentials,
                 true,
                 Vec::new(),
@@ -52,10 +57,132 @@ pub(crate) fn storage(
             .map_err(|e| open_error(boxed(e)))?;
             Ok(Arc::new(storage))
         }
-        _ => Err(open_error(
-            "only local and s3:// repositories are supported (gs:// and az:// are not yet)".into(),
+        "az" | "azure" | "abfs" | "abfss" | "adl" => {
+            let settings = azure_settings(bucket.account, options, &process_env)
+                .map_err(|e| open_error(e.into()))?;
+            let config = config_keys(settings.config).map_err(open_error)?;
+            let storage = runtime
+                .block_on(icechunk::ObjectStorage::new_azure(
+                    settings.account,
+                    bucket.name,
+                    prefix,
+                    Some(AzureCredentials::FromEnv),
+                    Some(config),
+                ))
+                .map_err(|e| open_error(boxed(e)))?;
+            Ok(Arc::new(storage))
+        }
+        "gs" => {
+            let (credentials, config) = gcs_settings(options, &process_env);
+            let config = config_keys(config).map_err(open_error)?;
+            let storage = runtime
+                .block_on(icechunk::ObjectStorage::new_gcs(
+                    bucket.name,
+                    prefix,
+                    Some(credentials),
+                    Some(config),
+                ))
+                .map_err(|e| open_error(boxed(e)))?;
+            Ok(Arc::new(storage))
+        }
+        other => Err(open_error(
+            format!("{other}:// is not a store an icechunk repository can live on (local, s3://, gs://, az://)").into(),
         )),
     }
+}
+
+/// Settings named as object_store names them, as the keys icechunk's client takes.
+fn config_keys<K: std::str::FromStr + std::hash::Hash + Eq>(
+    config: HashMap<String, String>,
+) -> std::result::Result<HashMap<K, String>, Box<dyn std::error::Error + Send + Sync>>
+where
+    K::Err: std::error::Error + Send + Sync + 'static,
+{
+    config
+        .into_iter()
+        .map(|(key, value)| Ok((key.parse::<K>().map_err(boxed)?, value)))
+        .collect()
+}
+
+/// A variable of the process environment, unset when empty.
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Whether a flag variable is set, as object_store reads its boolean settings.
+fn truthy(value: Option<String>) -> bool {
+    value.is_some_and(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes" | "y"
+        )
+    })
+}
+
+/// The storage account and object_store settings of an Azure repository.
+#[derive(Debug, PartialEq, Eq)]
+struct AzureSettings {
+    account: String,
+    config: HashMap<String, String>,
+}
+
+/// The emulator's (Azurite's) documented account, which object_store uses when none is named.
+const AZURE_EMULATOR_ACCOUNT: &str = "devstoreaccount1";
+
+/// Azure settings as zshard's own Azure client takes them: the account from the URL, else
+/// `AZURE_STORAGE_ACCOUNT_NAME`, else the emulator's when `AZURE_STORAGE_USE_EMULATOR` is set
+/// (icechunk names the account explicitly, so object_store's own fallbacks never apply). Everything
+/// else of `AZURE_*` (keys, SAS tokens, `AZURITE_BLOB_STORAGE_URL`, endpoint, `AZURE_ALLOW_HTTP`)
+/// icechunk's client reads from the environment itself; `--anonymous` skips signing.
+fn azure_settings(
+    url_account: Option<String>,
+    options: &zshard_store::StoreOptions,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<AzureSettings, String> {
+    let emulator = truthy(env("AZURE_STORAGE_USE_EMULATOR"));
+    let account = url_account
+        .or_else(|| env("AZURE_STORAGE_ACCOUNT_NAME"))
+        .or_else(|| emulator.then(|| AZURE_EMULATOR_ACCOUNT.to_string()))
+        .ok_or_else(|| {
+            "no Azure storage account: name it in the URL \
+             (abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH) or in AZURE_STORAGE_ACCOUNT_NAME"
+                .to_string()
+        })?;
+    let mut config = HashMap::new();
+    if options.anonymous {
+        config.insert("azure_skip_signature".to_string(), "true".to_string());
+    }
+    Ok(AzureSettings { account, config })
+}
+
+/// GCS settings as zshard's own GCS client takes them: `GOOGLE_*` from the environment (read by
+/// icechunk's client), `STORAGE_EMULATOR_HOST` as Google's libraries read it (the emulator's URL,
+/// unsigned requests) unless `GOOGLE_BASE_URL` is set, and `--anonymous`.
+fn gcs_settings(
+    options: &zshard_store::StoreOptions,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (GcsCredentials, HashMap<String, String>) {
+    let mut config = HashMap::new();
+    let mut anonymous = options.anonymous;
+    if let (Some(host), None) = (env("STORAGE_EMULATOR_HOST"), env("GOOGLE_BASE_URL")) {
+        let base = if host.contains("://") {
+            host
+        } else {
+            format!("http://{host}")
+        };
+        config.insert(
+            "allow_http".to_string(),
+            base.starts_with("http://").to_string(),
+        );
+        config.insert("google_base_url".to_string(), base);
+        anonymous = true;
+    }
+    let credentials = if anonymous {
+        GcsCredentials::Anonymous
+    } else {
+        GcsCredentials::FromEnv
+    };
+    (credentials, config)
 }
 
 /// Icechunk's S3 settings from zshard's options, falling back to the variables the AWS tools read.
@@ -132,4 +259,94 @@ pub(crate) fn version(
         ))
     })?;
     Ok(VersionInfo::SnapshotId(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An environment of the given variables only (the process environment is shared by tests).
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    fn anonymous() -> zshard_store::StoreOptions {
+        zshard_store::StoreOptions {
+            anonymous: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_azure_account_comes_from_the_url_then_the_environment_then_the_emulator() {
+        let options = zshard_store::StoreOptions::default();
+        let named = env_of(&[("AZURE_STORAGE_ACCOUNT_NAME", "fromenv")]);
+        let emulator = env_of(&[("AZURE_STORAGE_USE_EMULATOR", "true")]);
+        let account = |url: Option<&str>, env: &dyn Fn(&str) -> Option<String>| {
+            azure_settings(url.map(str::to_string), &options, env).map(|s| s.account)
+        };
+        assert_eq!(account(Some("inurl"), &named), Ok("inurl".to_string()));
+        assert_eq!(account(None, &named), Ok("fromenv".to_string()));
+        assert_eq!(account(None, &emulator), Ok("devstoreaccount1".to_string()));
+        let none = account(None, &env_of(&[])).expect_err("no account");
+        assert!(none.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{none}");
+    }
+
+    #[test]
+    fn anonymous_azure_skips_signing_and_otherwise_sets_nothing() {
+        let env = env_of(&[("AZURE_STORAGE_ACCOUNT_NAME", "a")]);
+        let signed = azure_settings(None, &Default::default(), &env).expect("settings");
+        assert!(signed.config.is_empty());
+        let unsigned = azure_settings(None, &anonymous(), &env).expect("settings");
+        assert_eq!(
+            unsigned.config,
+            HashMap::from([("azure_skip_signature".to_string(), "true".to_string())])
+        );
+    }
+
+    #[test]
+    fn gcs_storage_emulator_host_is_the_base_url_unsigned() {
+        let emulator = env_of(&[("STORAGE_EMULATOR_HOST", "127.0.0.1:4443")]);
+        let (credentials, config) = gcs_settings(&Default::default(), &emulator);
+        assert!(matches!(credentials, GcsCredentials::Anonymous));
+        assert_eq!(
+            config,
+            HashMap::from([
+                (
+                    "google_base_url".to_string(),
+                    "http://127.0.0.1:4443".to_string()
+                ),
+                ("allow_http".to_string(), "true".to_string()),
+            ])
+        );
+        // GOOGLE_BASE_URL, object_store's own name (read by icechunk's client), wins.
+        let both = env_of(&[
+            ("STORAGE_EMULATOR_HOST", "127.0.0.1:4443"),
+            ("GOOGLE_BASE_URL", "https://gcs.example"),
+        ]);
+        let (credentials, config) = gcs_settings(&Default::default(), &both);
+        assert!(matches!(credentials, GcsCredentials::FromEnv));
+        assert!(config.is_empty());
+        let (credentials, config) = gcs_settings(&anonymous(), &env_of(&[]));
+        assert!(matches!(credentials, GcsCredentials::Anonymous));
+        assert!(config.is_empty());
+    }
+
+    #[test]
+    fn cloud_repositories_open_without_a_request_and_others_are_refused() {
+        let runtime = IoRuntime::new(1).expect("runtime");
+        for location in [
+            "s3://bucket/repo",
+            "gs://bucket/repo",
+            "abfss://container@acct.dfs.core.windows.net/repo",
+        ] {
+            assert!(storage(location, &runtime).is_ok(), "{location}");
+        }
+        let refused = storage("https://example.org/repo", &runtime).expect_err("http");
+        assert!(refused.to_string().contains("s3://, gs:// or az://"), "{refused}");
+    }
 }

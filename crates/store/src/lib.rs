@@ -36,7 +36,7 @@ mod zip;
 pub use coalesce::{coalesce, RangeRequest, COALESCE_GAP, MAX_REQUEST};
 pub use error::{Error, Result};
 pub use guard::HttpGuard;
-pub use location::{Location, Overlap};
+pub use location::{Bucket, Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
 pub use store::{staged_base, PutNew, Store};

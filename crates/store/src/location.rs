@@ -51,6 +51,17 @@ enum Kind {
     Remote(Url),
 }
 
+/// A cloud location's bucket or container (see [`Location::bucket`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    /// The Azure storage account, where the URL names it.
+    pub account: Option<String>,
+    /// The bucket or container.
+    pub name: String,
+    /// The path inside it, without leading or trailing `/` (empty for the whole bucket).
+    pub prefix: String,
+}
+
 /// Which of two overlapping locations holds the other (see [`Location::overlap`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlap {
@@ -142,6 +153,41 @@ impl Location {
     /// The scheme of a remote location, lower case (`s3`, `gs`, `az`, `abfss`, `https`, ...).
     pub fn scheme(&self) -> Option<&str> {
         self.url().map(Url::scheme)
+    }
+
+    /// The bucket (an Azure container for `az://`, `abfs(s)://`, `adl://`, `azure://`) of a cloud
+    /// location and the path inside it, read as object_store reads these URLs; the storage account
+    /// too where the URL names one (`abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/path`). `None`
+    /// for local and `http(s)://` locations.
+    ///
+    /// ```
+    /// use zshard_store::Location;
+    ///
+    /// let az = Location::parse("abfss://data@acct.dfs.core.windows.net/repo/").unwrap();
+    /// let bucket = az.bucket().unwrap();
+    /// assert_eq!((bucket.account.as_deref(), bucket.name.as_str()), (Some("acct"), "data"));
+    /// assert_eq!(bucket.prefix, "repo");
+    /// assert_eq!(Location::parse("gs://b/x/y").unwrap().bucket().unwrap().prefix, "x/y");
+    /// ```
+    pub fn bucket(&self) -> Option<Bucket> {
+        let url = self.url()?;
+        if matches!(url.scheme(), "http" | "https") {
+            return None;
+        }
+        let host = url.host_str().unwrap_or_default();
+        let (account, name) = match url.username() {
+            // The Hadoop form: the container is the user, the account the host's first label.
+            "" => (None, host.to_string()),
+            container => (
+                host.split_once('.').map(|(account, _)| account.to_string()),
+                container.to_string(),
+            ),
+        };
+        Some(Bucket {
+            account,
+            name,
+            prefix: url.path().trim_matches('/').to_string(),
+        })
     }
 
     /// Whether this names a zip file (`.zip`, or `.ozx` for a zipped OME-Zarr, in any case): opened
