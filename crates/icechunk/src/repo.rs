@@ -347,6 +347,9 @@ mod tests {
             assert!(storage(location, &runtime).is_ok(), "{location}");
         }
         let refused = storage("https://example.org/repo", &runtime).expect_err("http");
-        assert!(refused.to_string().contains("s3://, gs:// or az://"), "{refused}");
+        assert!(
+            refused.to_string().contains("s3://, gs:// or az://"),
+            "{refused}"
+        );
     }
 }
