@@ -334,6 +334,14 @@ impl Store {
         }
     }
 
+    /// What [`Store::read_ahead`] kept for `key`, without taking it (the first [`Store::get`] still
+    /// finds it there): `None` when nothing was kept, `Some(None)` when the key was found missing.
+    /// For a probe that looks at a document before the reader that reads it.
+    pub fn read_ahead_peek(&self, key: &str) -> Option<Option<Bytes>> {
+        let path = self.path(key).ok()?;
+        self.read_ahead.lock().ok()?.get(path.as_ref()).cloned()
+    }
+
     /// What [`Store::read_ahead`] kept for `path`, if anything (taken: a second read goes to the
     /// store).
     fn read_ahead_of(&self, path: &Path) -> Option<Option<Bytes>> {

@@ -1,0 +1,139 @@
+//! A state write sent ahead of the run: the options record goes out while the first source chunks
+//! are fetched (a round trip saved on an object store), and no shard is written before it has
+//! landed, which is the order resume needs (a shard is only ever found beside the options that made
+//! it).
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use zshard_core::{ShardSink, ShardStream};
+use zshard_store::Store;
+
+use crate::error::{Error, Result};
+
+/// A write in flight on a thread of its own, that [`AfterWrite`] sinks wait for.
+#[derive(Debug)]
+pub(crate) struct WriteAhead {
+    key: String,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Not yet waited for.
+    InFlight(JoinHandle<Result<()>>),
+    /// It landed.
+    Landed,
+    /// It failed: the error (until [`WriteAhead::finish`] takes it) and its message for sinks.
+    Failed(Option<Error>, String),
+}
+
+impl WriteAhead {
+    /// Starts writing `data` at `key` of `store`.
+    pub(crate) fn start(store: &Store, key: &str, data: Bytes) -> Result<WriteAhead> {
+        let (store, owned_key) = (store.clone(), key.to_string());
+        let handle = std::thread::Builder::new()
+            .name("zshard-options".into())
+            .spawn(move || store.put(&owned_key, data).map_err(Error::from))
+            .map_err(|source| Error::Thread {
+                what: "the options record",
+                source,
+            })?;
+        Ok(WriteAhead {
+            key: key.to_string(),
+            state: Mutex::new(State::InFlight(handle)),
+        })
+    }
+
+    /// Waits until the write has landed; the failure's message if it did not. Callers after the
+    /// first find the outcome at once.
+    fn wait(&self) -> std::result::Result<(), String> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*state, State::InFlight(_)) {
+            if let State::InFlight(handle) = std::mem::replace(&mut *state, State::Landed) {
+                let outcome = handle.join().unwrap_or(Err(Error::Poisoned {
+                    what: "the options record",
+                }));
+                if let Err(e) = outcome {
+                    let message = crate::one_line(&e);
+                    *state = State::Failed(Some(e), message);
+                }
+            }
+        }
+        match &*state {
+            State::Failed(_, message) => Err(message.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until the write has landed (before the run records anything or removes its state) and
+    /// hands over its error.
+    pub(crate) fn finish(&self) -> Result<()> {
+        if self.wait().is_ok() {
+            return Ok(());
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *state {
+            State::Failed(error, message) => {
+                Err(error.take().unwrap_or_else(|| Error::Destination {
+                    reason: message.clone(),
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Wraps `sink` so that it writes nothing before this write has landed.
+    pub(crate) fn before(self: &Arc<Self>, sink: Arc<dyn ShardSink>) -> Arc<dyn ShardSink> {
+        Arc::new(AfterWrite {
+            sink,
+            ahead: Arc::clone(self),
+        })
+    }
+}
+
+impl Drop for WriteAhead {
+    /// A run that ends early still waits for the write (no thread outlives it).
+    fn drop(&mut self) {
+        let _ = self.wait();
+    }
+}
+
+/// A sink whose shards wait for a [`WriteAhead`] (and fail if it failed).
+#[derive(Debug)]
+struct AfterWrite {
+    sink: Arc<dyn ShardSink>,
+    ahead: Arc<WriteAhead>,
+}
+
+impl AfterWrite {
+    fn landed(&self) -> zshard_core::Result<()> {
+        self.ahead
+            .wait()
+            .map_err(|message| zshard_core::Error::Write {
+                key: self.ahead.key.clone(),
+                source: message.into(),
+            })
+    }
+}
+
+impl ShardSink for AfterWrite {
+    fn shard_key(&self, shard: &[u64]) -> String {
+        self.sink.shard_key(shard)
+    }
+
+    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+        self.landed()?;
+        self.sink.write_shard(shard, inner)
+    }
+
+    fn begin_shard(
+        &self,
+        shard: &[u64],
+        chunks: usize,
+    ) -> zshard_core::Result<Box<dyn ShardStream + '_>> {
+        self.landed()?;
+        self.sink.begin_shard(shard, chunks)
+    }
+}
