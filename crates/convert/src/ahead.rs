@@ -137,3 +137,79 @@ impl ShardSink for AfterWrite {
         self.sink.begin_shard(shard, chunks)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use zshard_store::IoRuntime;
+
+    use super::*;
+
+    /// A sink that counts the shards it was handed.
+    #[derive(Debug, Default)]
+    struct Counting(AtomicUsize);
+
+    impl ShardSink for Counting {
+        fn shard_key(&self, shard: &[u64]) -> String {
+            format!("c/{shard:?}")
+        }
+
+        fn write_shard(&self, _: &[u64], _: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(0)
+        }
+    }
+
+    fn store(dir: &std::path::Path) -> Store {
+        let runtime = IoRuntime::new(1).expect("runtime");
+        Store::open(dir.to_str().expect("utf-8"), runtime, true).expect("open")
+    }
+
+    #[test]
+    fn shards_are_written_once_the_write_has_landed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let ahead = Arc::new(
+            WriteAhead::start(&store, ".zshard/options/w0of1.json", Bytes::from("{}"))
+                .expect("start"),
+        );
+        let counting = Arc::new(Counting::default());
+        let sink = ahead.before(counting.clone());
+        assert_eq!(sink.write_shard(&[0], &[]).expect("write"), 0);
+        // The shard went through only after the record was there.
+        let record = dir.path().join(".zshard/options/w0of1.json");
+        assert_eq!(std::fs::read(record).expect("record"), b"{}");
+        assert_eq!(counting.0.load(Ordering::SeqCst), 1);
+        ahead.finish().expect("landed");
+    }
+
+    #[test]
+    fn a_write_that_fails_stops_every_shard_and_is_the_run_s_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A file where the record's folder would go: the write cannot land.
+        std::fs::write(dir.path().join(".zshard"), b"not a folder").expect("file");
+        let store = store(dir.path());
+        let ahead = Arc::new(
+            WriteAhead::start(&store, ".zshard/options/w0of1.json", Bytes::from("{}"))
+                .expect("start"),
+        );
+        let counting = Arc::new(Counting::default());
+        let sink = ahead.before(counting.clone());
+        for shard in [[0u64], [1]] {
+            let error = sink.write_shard(&shard, &[]).expect_err("refused");
+            assert_eq!(error.to_string(), "cannot write .zshard/options/w0of1.json");
+            let cause = std::error::Error::source(&error)
+                .expect("cause")
+                .to_string();
+            assert!(cause.contains("options/w0of1.json"), "{cause}");
+        }
+        assert!(sink.begin_shard(&[2], 1).is_err());
+        assert_eq!(counting.0.load(Ordering::SeqCst), 0);
+        let error = ahead.finish().expect_err("failed");
+        assert!(
+            crate::one_line(&error).contains("options/w0of1.json"),
+            "{error}"
+        );
+    }
+}
