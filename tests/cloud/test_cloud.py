@@ -316,6 +316,31 @@ def test_kerchunk_references_over_http_to_s3(tmp_path, s3, moto):
     assert got.dtype == data.dtype and np.array_equal(got, data)
 
 
+def test_a_parquet_reference_set_on_s3_is_detected_from_the_root_documents(tmp_path, s3, moto):
+    """A kerchunk Parquet reference folder on S3 (no `.json` name) is told from a Zarr hierarchy by its
+    `.zmetadata`, read with the other root documents in one round (issue 21), and its references into an
+    HDF5 file on S3 convert to what h5py reads."""
+    import h5py
+    import kerchunk.df
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    data = np.arange(64 * 48, dtype="float32").reshape(64, 48) / 7
+    h5 = tmp_path / "data.h5"
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", data=data, chunks=(16, 16), compression="gzip", shuffle=True)
+    with open(h5, "rb") as fh:
+        refs = SingleHdf5ToZarr(fh, url="s3://src9/data.h5", inline_threshold=0).translate()
+    kerchunk.df.refs_to_dataframe(refs, str(tmp_path / "refs.parq"), record_size=4)
+    create_buckets(s3, "src9", "dst9")
+    s3.upload_file(str(h5), "src9", "data.h5")
+    upload_dir(s3, tmp_path / "refs.parq", "src9", "refs.parq")
+    run_zshard("convert", "s3://src9/refs.parq", "s3://dst9/out.zarr", "--s3-endpoint", moto, "--s3-path-style",
+               "--quiet", env=S3_ENV)
+    download_prefix(s3, "dst9", "out.zarr", tmp_path / "out.zarr")
+    got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
+    assert got.dtype == data.dtype and np.array_equal(got, data)
+
+
 @pytest.mark.parametrize("index", ["end", "start"])
 def test_a_shard_converted_in_parts_streams_to_s3(index, tmp_path, s3, fault_proxy):
     """Under a memory limit the 16 MiB shard is converted in 1 MiB parts: with the index at the end the
