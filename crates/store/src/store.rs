@@ -1118,6 +1118,29 @@ mod split_listing_tests {
     }
 
     #[test]
+    fn a_peek_at_what_was_read_ahead_leaves_it_for_the_first_get() {
+        let store = remote_in_memory();
+        store
+            .put(".zmetadata", Bytes::from_static(b"{}"))
+            .expect("put");
+        store.read_ahead(&[".zmetadata", "zarr.json"]);
+        for _ in 0..2 {
+            assert_eq!(
+                store.read_ahead_peek(".zmetadata"),
+                Some(Some(Bytes::from_static(b"{}")))
+            );
+        }
+        assert_eq!(store.read_ahead_peek("zarr.json"), Some(None));
+        assert_eq!(store.read_ahead_peek(".zarray"), None);
+        assert_eq!(
+            store.get(".zmetadata").expect("get"),
+            Some(Bytes::from_static(b"{}"))
+        );
+        // The first get took it.
+        assert_eq!(store.read_ahead_peek(".zmetadata"), None);
+    }
+
+    #[test]
     fn a_listing_cut_into_segments_finds_every_key_once() {
         let store = remote_in_memory();
         let mut keys = Vec::new();
