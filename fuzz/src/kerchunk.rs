@@ -102,6 +102,8 @@ fn generated(data: &[u8]) -> Option<u128> {
 }
 
 pub fn kerchunk_json(data: &[u8]) {
+    // The Parquet probe reads the same lenient JSON (a remote folder's `.zmetadata`, issue 21).
+    let _ = zshard_kerchunk::is_parquet_metadata(data);
     // Remote targets are not fuzzed (no network), nor reference sets that generate more references
     // than a fuzz run has time for (the library refuses more than 2^26, see gen.rs).
     if names_a_scheme(data) || generated(data).is_none_or(|n| n > 4096) {

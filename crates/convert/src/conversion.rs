@@ -123,13 +123,62 @@ impl Conversion {
     /// Opens the source and plans; fails on everything `convert` would reject, before anything is
     /// written.
     fn open(&self) -> Result<Opened> {
+        let (source, destination, runtime) = self.locations()?;
+        self.open_source(&source, destination, runtime)
+    }
+
+    /// The source and destination, checked not to overlap, and the I/O runtime to open them on.
+    fn locations(&self) -> Result<(Location, Location, Arc<IoRuntime>)> {
         let (source, destination) = (
             Location::parse(&self.source)?,
             Location::parse(&self.destination)?,
         );
         refuse_overlap(&source, &destination)?;
         let runtime = IoRuntime::with_options(OPEN_IO_THREADS, self.store_options.clone())?;
-        let input = Input::open(&source, &self.source_options, runtime.clone())?;
+        Ok((source, destination, runtime))
+    }
+
+    /// [`Conversion::open`] and this run's lease on the destination, opened with its store. On an
+    /// object store the lease's PUT goes out while the source's metadata is read (it needs nothing
+    /// from it: a round trip saved), and is removed again when the source does not open; a local
+    /// destination folder is created only once the source has opened.
+    fn open_leased(&self) -> Result<(Opened, Store, Lease)> {
+        let (source, destination, runtime) = self.locations()?;
+        if !destination.is_remote() {
+            let opened = self.open_source(&source, destination, runtime)?;
+            let store = opened.destination(true)?;
+            let lease = Lease::acquire(&store, self.partition, self.lease_stale_after)?;
+            return Ok((opened, store, lease));
+        }
+        let store = Store::open_location(&destination, runtime.clone(), true)?;
+        let (opened, lease) = std::thread::scope(|scope| {
+            let lease = std::thread::Builder::new()
+                .name("zshard-lease".into())
+                .spawn_scoped(scope, || {
+                    Lease::acquire(&store, self.partition, self.lease_stale_after)
+                })
+                .map_err(|source| Error::Thread {
+                    what: "the lease",
+                    source,
+                })?;
+            let opened = self.open_source(&source, destination, runtime);
+            let lease = lease
+                .join()
+                .map_err(|_| Error::Poisoned { what: "the lease" })?;
+            // A lease taken for a source that does not open is dropped, which removes it.
+            Ok::<_, Error>((opened?, lease?))
+        })?;
+        Ok((opened, store, lease))
+    }
+
+    /// Opens `source` and plans the conversion into `destination`.
+    fn open_source(
+        &self,
+        source: &Location,
+        destination: Location,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Opened> {
+        let input = Input::open(source, &self.source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         let on_unsupported = self.source_options.on_unsupported;
@@ -137,7 +186,7 @@ impl Conversion {
         plan.warnings = ome_warnings;
         plan.skipped.splice(0..0, skipped);
         plan.files = input.ome_files(&nodes)?;
-        let fingerprint = state::fingerprint(&source_id(&source), &plan);
+        let fingerprint = state::fingerprint(&source_id(source), &plan);
         Ok(Opened {
             input,
             plan,
@@ -237,10 +286,10 @@ impl Conversion {
         observer: &dyn Observer,
         builder: &Mutex<ReportBuilder>,
     ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
-        let opened = self.open()?;
+        let (opened, destination, lease) = self.open_leased()?;
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
-        let destination = &opened.destination(true)?;
+        let destination = &destination;
         let Opened {
             input,
             plan,
@@ -258,10 +307,9 @@ impl Conversion {
         for warning in reader_warnings(plan, &input.url()) {
             observer.warning(&warning);
         }
-        // Held from before the destination is touched until its state is removed, so that an
-        // --overwrite elsewhere refuses while this run writes.
-        let lease = Lease::acquire(destination, partition, self.lease_stale_after)?;
-        let prepared = state::prepare(
+        // The lease (taken in `open_leased`) is held from before the destination is touched until
+        // its state is removed, so that an --overwrite elsewhere refuses while this run writes.
+        let (prepared, options_record) = state::prepare(
             destination,
             plan,
             fingerprint,
@@ -289,7 +337,13 @@ impl Conversion {
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
-        let jobs = plan.jobs(input, destination);
+        let mut jobs = plan.jobs(input, destination);
+        // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
+        if let Some(options) = &options_record {
+            for job in &mut jobs {
+                job.sink = options.before(Arc::clone(&job.sink));
+            }
+        }
         let work = crate::Work::of(&jobs, pending(&jobs, partition, done));
         observer.started(work.shards);
         observer.work(&work);
@@ -344,6 +398,11 @@ impl Conversion {
                 },
             },
         );
+        // Nothing is recorded before the options record has landed (a run without shards to write
+        // never waited for it).
+        if let Some(options) = &options_record {
+            options.finish()?;
+        }
         // The last records of this run, as record files still to write.
         let records: Vec<(String, bytes::Bytes)> = {
             let mut logs = log

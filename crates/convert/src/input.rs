@@ -167,6 +167,8 @@ impl Input {
                 ),
             });
         }
+        // A remote folder's root documents, read side by side once for the probe and the reader.
+        let mut read_ahead = None;
         let format = match options.format {
             Some(SourceFormat::Icechunk) => None,
             Some(SourceFormat::Zarr | SourceFormat::N5) => None,
@@ -174,6 +176,14 @@ impl Input {
             Some(SourceFormat::KerchunkParquet) => Some(Format::Parquet),
             // A zip file holds a Zarr hierarchy (zarr-python's `ZipStore`, an `.ozx`).
             None if location.is_zip() => None,
+            None if location.is_remote() && !zshard_kerchunk::is_json_name(location.as_str()) => {
+                let store = Self::store_read_ahead(location, runtime.clone())?;
+                let zmetadata = store.read_ahead_peek(".zmetadata").flatten();
+                read_ahead = Some(store);
+                zmetadata
+                    .filter(|bytes| zshard_kerchunk::is_parquet_metadata(bytes))
+                    .map(|_| Format::Parquet)
+            }
             None => zshard_kerchunk::detect(location.as_str(), &runtime)?,
         };
         match format {
@@ -182,7 +192,13 @@ impl Input {
                     "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr or N5 (see --source-format)"
                 ),
             }),
-            None => Self::open_store(location, options.format, runtime),
+            None => {
+                let store = match read_ahead {
+                    Some(store) => store,
+                    None => Self::store_read_ahead(location, runtime)?,
+                };
+                Self::open_store(store, options.format)
+            }
             Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
                 location.as_str(),
                 format,
@@ -195,15 +211,12 @@ impl Input {
         }
     }
 
-    /// A store-backed input: N5 when asked for or detected, else Zarr.
-    fn open_store(
-        location: &Location,
-        format: Option<SourceFormat>,
-        runtime: Arc<IoRuntime>,
-    ) -> Result<Input> {
+    /// The store at `location`, its root documents read ahead: the reference-set probe (which looks
+    /// at `.zmetadata`), N5 detection and the Zarr root look for them one after another, each
+    /// depending on the one before, so they are read side by side first (one round trip on an object
+    /// store, not six).
+    fn store_read_ahead(location: &Location, runtime: Arc<IoRuntime>) -> Result<Store> {
         let store = Store::open_location(location, runtime, false)?;
-        // N5 detection and the Zarr root look for these one after another, each depending on the
-        // one before: read them side by side first (one round trip on an object store, not five).
         store.read_ahead(&[
             zshard_n5::ATTRIBUTES,
             "zarr.json",
@@ -212,6 +225,11 @@ impl Input {
             ".zgroup",
             ".zmetadata",
         ]);
+        Ok(store)
+    }
+
+    /// A store-backed input: N5 when asked for or detected, else Zarr.
+    fn open_store(store: Store, format: Option<SourceFormat>) -> Result<Input> {
         let n5 = match format {
             Some(SourceFormat::N5) => true,
             Some(_) => false,

@@ -38,6 +38,7 @@
 //! assert_eq!(verified.mismatches.count, 0);
 //! ```
 
+mod ahead;
 mod compressor;
 mod conversion;
 mod error;

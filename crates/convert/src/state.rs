@@ -24,6 +24,7 @@
 //! removed (Zarr readers would otherwise list it as an unknown member of the root group).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -31,6 +32,7 @@ use serde_json::{json, Value};
 use zshard_core::{linear_index, ChunkKeyEncoding};
 use zshard_store::{PutNew, Store};
 
+use crate::ahead::WriteAhead;
 use crate::conversion::Observer;
 use crate::error::{Error, Result};
 use crate::owned::{owned_keys, ChunkKeys};
@@ -82,8 +84,9 @@ pub(crate) enum Prepared {
 ///
 /// Round trips on an object store: the claim (with the reads of an interrupted `--overwrite`'s
 /// marker and of an existing claim beside it), then one round of listings and metadata reads (see
-/// [`survey`]), the record files in one more when there are any, and the options record only when
-/// this worker has not recorded them before.
+/// [`survey`]) and the record files in one more when there are any. The options record, only when
+/// this worker has not recorded them before, is returned in flight: the run fetches meanwhile, and
+/// its shard writes wait for it.
 pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
@@ -91,14 +94,15 @@ pub(crate) fn prepare(
     partition: Partition,
     overwrite: Option<&str>,
     observer: &dyn Observer,
-) -> Result<Prepared> {
-    if let Some(own_lease) = overwrite {
-        remove_owned(dst, plan, partition, own_lease)?;
-    }
+) -> Result<(Prepared, Option<Arc<WriteAhead>>)> {
+    let marker = match overwrite {
+        Some(own_lease) => remove_owned(dst, plan, partition, own_lease)?,
+        None => Marker::Check,
+    };
     // The claim comes before every check of what the destination holds: a run that finishes in
     // between (metadata written, state removed) is then seen by the checks, and a run that starts in
     // between finds this claim.
-    let claim = claim(dst, fingerprint, overwrite.is_none(), observer)?;
+    let claim = claim(dst, fingerprint, marker, observer)?;
     let surveyed = survey(dst, plan, false).and_then(|survey| {
         let checked = check_holdings(dst, plan, fingerprint, &survey)?;
         Ok((checked, survey))
@@ -109,19 +113,20 @@ pub(crate) fn prepare(
     }
     let (checked, survey) = surveyed?;
     if let Prepared::Complete = checked {
-        return Ok(Prepared::Complete);
+        return Ok((Prepared::Complete, None));
     }
     let own = join(OPTIONS_DIR, &format!("{}.json", partition.tag()));
     // An earlier run of this worker recorded the same options (every record was just checked to
     // equal them): writing them again would change nothing.
+    let mut options = None;
     if !survey.records.contains_key(&own) {
         let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
             what: "the conversion's options",
             source,
         })?;
-        dst.put(&own, Bytes::from(text))?;
+        options = Some(Arc::new(WriteAhead::start(dst, &own, Bytes::from(text))?));
     }
-    Ok(Prepared::Run(Box::new(survey)))
+    Ok((Prepared::Run(Box::new(survey)), options))
 }
 
 /// What the destination holds around this conversion, read side by side: one listing of the state
@@ -217,6 +222,19 @@ fn document_keys(plan: &Plan) -> Vec<String> {
     keys
 }
 
+/// What the claim does about the `--overwrite` marker beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    /// Refuse when it is there (an `--overwrite` was interrupted).
+    Check,
+    /// This run's `--overwrite` wrote it and has cleared the destination: remove it beside the
+    /// claim's write (a round trip saved; interrupted in between, the marker stays and later runs
+    /// refuse until an `--overwrite` finishes, which is what it is for).
+    Remove,
+    /// Nothing to do (this run's `--overwrite` found nothing to remove).
+    Ignore,
+}
+
 /// How this run holds the destination's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Claim {
@@ -229,13 +247,14 @@ enum Claim {
 /// Makes this conversion the destination's owner, or joins the owner with the same options; refuses
 /// when a conversion with other options holds it, and (with `check_overwriting`) when an
 /// `--overwrite` was interrupted there. The create-only write goes out with the reads of the
-/// existing claim and of the `--overwrite` marker beside it, so a resume costs one round trip here,
-/// not three: the reads are only used when the write finds a claim, and a claim found then is the one
-/// read or a later one (the loop reads again when it vanished).
+/// existing claim and of the `--overwrite` marker beside it (or the marker's removal, see [`Marker`]),
+/// so a resume costs one round trip here, not three: the reads are only used when the write finds a
+/// claim, and a claim found then is the one read or a later one (the loop reads again when it
+/// vanished).
 fn claim(
     dst: &Store,
     fingerprint: &Value,
-    check_overwriting: bool,
+    marker: Marker,
     observer: &dyn Observer,
 ) -> Result<Claim> {
     let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
@@ -247,15 +266,21 @@ fn claim(
             dst.put_new_async(CLAIM, Bytes::from(text.clone())),
             dst.get_async(CLAIM),
             async {
-                if check_overwriting {
-                    dst.get_async(OVERWRITING).await
-                } else {
-                    Ok(None)
+                match marker {
+                    Marker::Check => dst.get_async(OVERWRITING).await,
+                    Marker::Remove => dst.delete_async(OVERWRITING).await.map(|()| None),
+                    Marker::Ignore => Ok(None),
                 }
             }
         )
     });
-    if overwriting?.is_some() {
+    let overwriting = overwriting.inspect_err(|_| {
+        if matches!(created, Ok(PutNew::Created)) {
+            // Best effort: the error to report is the marker's.
+            let _ = dst.delete(CLAIM);
+        }
+    })?;
+    if overwriting.is_some() {
         if matches!(created, Ok(PutNew::Created)) {
             dst.delete(CLAIM)?;
         }
@@ -492,13 +517,14 @@ impl Survey {
 /// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`); refuses while
 /// another run holds a fresh lease. One listing of the destination, then the leases, the recorded
 /// options and every metadata document it lists in one round of reads, then the removals side by
-/// side between the marker's write and its removal.
-fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<()> {
+/// side after the marker's write. The marker is left for the claim to remove ([`Marker::Remove`]).
+fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<Marker> {
     let keys: BTreeSet<String> = dst.list_keys("")?.into_iter().collect();
     let wanted: Vec<String> = keys
         .iter()
         .filter(|key| {
-            in_dir(key, crate::lease::LEASES_DIR)
+            // This run's own lease says nothing about other runs.
+            (in_dir(key, crate::lease::LEASES_DIR) && *key != own_lease)
                 || *key == CLAIM
                 || in_dir(key, OPTIONS_DIR)
                 || key
@@ -529,7 +555,7 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     let mut owned = owned_keys(&keys, &roots, &arrays, &document);
     owned.retain(|key| key != own_lease);
     if owned.is_empty() {
-        return Ok(());
+        return Ok(Marker::Ignore);
     }
     if !partition.is_all() {
         return Err(Error::Destination {
@@ -547,8 +573,7 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     )?;
     let owned: Vec<String> = owned.into_iter().filter(|k| k != OVERWRITING).collect();
     dst.delete_many(&owned)?;
-    dst.delete(OVERWRITING)?;
-    Ok(())
+    Ok(Marker::Remove)
 }
 
 /// The arrays that zshard's recorded options (claim and per-worker records, as `read`) describe,

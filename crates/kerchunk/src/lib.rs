@@ -62,6 +62,6 @@ mod template;
 
 pub use error::{Error, Result};
 pub use set::{
-    detect, is_json_name, ExternalChunk, ExternalRanges, Format, Options, ReadStats, ReferenceSet,
-    DEFAULT_COALESCE_GAP, DEFAULT_MAX_REQUEST, DEFAULT_PARQUET_CACHE,
+    detect, is_json_name, is_parquet_metadata, ExternalChunk, ExternalRanges, Format, Options,
+    ReadStats, ReferenceSet, DEFAULT_COALESCE_GAP, DEFAULT_MAX_REQUEST, DEFAULT_PARQUET_CACHE,
 };

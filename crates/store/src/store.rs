@@ -334,6 +334,14 @@ impl Store {
         }
     }
 
+    /// What [`Store::read_ahead`] kept for `key`, without taking it (the first [`Store::get`] still
+    /// finds it there): `None` when nothing was kept, `Some(None)` when the key was found missing.
+    /// For a probe that looks at a document before the reader that reads it.
+    pub fn read_ahead_peek(&self, key: &str) -> Option<Option<Bytes>> {
+        let path = self.path(key).ok()?;
+        self.read_ahead.lock().ok()?.get(path.as_ref()).cloned()
+    }
+
     /// What [`Store::read_ahead`] kept for `path`, if anything (taken: a second read goes to the
     /// store).
     fn read_ahead_of(&self, path: &Path) -> Option<Option<Bytes>> {
@@ -1107,6 +1115,29 @@ mod split_listing_tests {
             zip: false,
             read_ahead: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_peek_at_what_was_read_ahead_leaves_it_for_the_first_get() {
+        let store = remote_in_memory();
+        store
+            .put(".zmetadata", Bytes::from_static(b"{}"))
+            .expect("put");
+        store.read_ahead(&[".zmetadata", "zarr.json"]);
+        for _ in 0..2 {
+            assert_eq!(
+                store.read_ahead_peek(".zmetadata"),
+                Some(Some(Bytes::from_static(b"{}")))
+            );
+        }
+        assert_eq!(store.read_ahead_peek("zarr.json"), Some(None));
+        assert_eq!(store.read_ahead_peek(".zarray"), None);
+        assert_eq!(
+            store.get(".zmetadata").expect("get"),
+            Some(Bytes::from_static(b"{}"))
+        );
+        // The first get took it.
+        assert_eq!(store.read_ahead_peek(".zmetadata"), None);
     }
 
     #[test]

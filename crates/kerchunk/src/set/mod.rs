@@ -21,7 +21,7 @@ use crate::refs::{ChunkIndex, JsonRefs};
 use fetch::{Resolved, Shared};
 
 pub use external::{ExternalChunk, ExternalRanges};
-pub use open::{detect, is_json_name};
+pub use open::{detect, is_json_name, is_parquet_metadata};
 
 /// Default largest gap between two byte ranges of one target that are still read as one request
 /// (the store's [`zshard_store::COALESCE_GAP`], 64 KiB).

@@ -52,10 +52,16 @@ pub fn detect(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<Format>
             Err(_) => None,
         }
     };
-    let parquet = zmetadata
-        .and_then(|bytes| serde_json::from_slice::<Value>(&lenient::sanitize(&bytes)).ok())
-        .is_some_and(|v| v.get("record_size").is_some() && v.get("metadata").is_some());
-    Ok(parquet.then_some(Format::Parquet))
+    Ok(zmetadata
+        .filter(|bytes| is_parquet_metadata(bytes))
+        .map(|_| Format::Parquet))
+}
+
+/// Whether a folder's `.zmetadata` (its bytes) is that of a Parquet reference set (it has
+/// `record_size` and `metadata`), for a caller that has read it already.
+pub fn is_parquet_metadata(zmetadata: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(&lenient::sanitize(zmetadata))
+        .is_ok_and(|v| v.get("record_size").is_some() && v.get("metadata").is_some())
 }
 
 /// The security policy of targets named by an input whose default root is `default_root` (a local
