@@ -47,6 +47,25 @@ impl ChunkKeyEncoding {
         }
     }
 
+    /// The store key of the chunk at `coord` under the array at `array_path` (no trailing `/`; empty for
+    /// an array at the root), as kerchunk references and Icechunk repositories name chunks.
+    ///
+    /// ```
+    /// use zshard_core::ChunkKeyEncoding;
+    ///
+    /// let v2 = ChunkKeyEncoding::V2 { separator: '.' };
+    /// assert_eq!(v2.key_under("group/temp", &[1, 2]), "group/temp/1.2");
+    /// assert_eq!(v2.key_under("", &[1, 2]), "1.2");
+    /// ```
+    pub fn key_under(&self, array_path: &str, coord: &[u64]) -> String {
+        let key = self.key(coord);
+        if array_path.is_empty() {
+            key
+        } else {
+            format!("{array_path}/{key}")
+        }
+    }
+
     /// The grid coordinates that `key` names for an array of `ndim` dimensions: the inverse of
     /// [`key`](Self::key), except that coordinates with leading zeros are read too; `None` for a key of
     /// another shape.

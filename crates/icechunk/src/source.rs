@@ -309,12 +309,7 @@ impl IcechunkReader {
 
 impl ChunkReader for IcechunkReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
-        let key = self.encoding.key(coord);
-        if self.path.is_empty() {
-            key
-        } else {
-            format!("{}/{key}", self.path)
-        }
+        self.encoding.key_under(&self.path, coord)
     }
 
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {

@@ -65,12 +65,7 @@ struct ArrayCommon {
 
 impl ArrayCommon {
     fn key(&self, coord: &[u64]) -> String {
-        let key = self.encoding.key(coord);
-        if self.path.is_empty() {
-            key
-        } else {
-            format!("{}/{key}", self.path)
-        }
+        self.encoding.key_under(&self.path, coord)
     }
 
     fn position(&self, coord: &[u64]) -> Option<u64> {
