@@ -90,6 +90,35 @@ def test_icechunk_on_s3_to_a_second_repository_and_to_plain_zarr(s3, moto, tmp_p
     assert commits(moto, "icesrc", "repo") == ["source on s3", "Repository initialized"]
 
 
+def chunk_objects(s3, bucket, prefix):
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/chunks/").get("Contents", [])
+    return sorted(o["Key"] for o in listed)
+
+
+def test_two_workers_store_their_shards_on_s3_and_finalize_commits_once(s3, moto):
+    """Each worker copies its staged shards into the repository's chunk storage on the server
+    (CopyObject); finalize stores nothing itself and commits once."""
+    for bucket in ("icewsrc", "icewdst"):
+        s3.create_bucket(Bucket=bucket)
+    values = make_source(moto, "icewsrc", "repo")
+    common = ["s3://icewsrc/repo", "s3://icewdst/repo", "--source-format", "icechunk", "--output-format",
+              "icechunk", "--message", "two workers", "--s3-endpoint", moto, "--s3-path-style"]
+    stored = 0
+    for worker in ("0/2", "1/2"):
+        run = run_zshard("convert", *common, "--worker", worker, env=S3_ENV)
+        stored += int(run.stderr.split("stored ")[1].split(" shard(s)")[0])
+        assert len(chunk_objects(s3, "icewdst", "repo")) == stored
+    assert stored == 2  # one shard per array, one array per worker
+    before = chunk_objects(s3, "icewdst", "repo")
+    done = run_zshard("finalize", *common, env=S3_ENV)
+    assert "2 chunk(s), 2 of them stored by the workers" in done.stderr, done.stderr
+    assert chunk_objects(s3, "icewdst", "repo") == before
+    assert commits(moto, "icewdst", "repo") == ["two workers", "Repository initialized"]
+    assert_same(read_repo(moto, "icewdst", "repo"), values)
+    left = [o["Key"] for o in s3.list_objects_v2(Bucket="icewdst", Prefix="repo/").get("Contents", [])]
+    assert not [k for k in left if ".zshard" in k], left
+
+
 # The HDF5 dataset referenced as virtual chunks: raw (uncompressed, chunked) big-endian int16.
 H5_SHAPE, H5_CHUNKS = (20, 12), (5, 4)
 

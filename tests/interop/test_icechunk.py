@@ -10,6 +10,7 @@ the source.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -286,16 +287,63 @@ def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp
     assert interrupted >= 2, f"only {interrupted} of 3 kills landed mid-run"
 
 
+def _chunk_objects(repo: Path) -> dict[str, int]:
+    """The repository's chunk objects: name -> inode (a hard link of a staged shard shares its inode)."""
+    folder = repo / "chunks"
+    return {p.name: p.stat().st_ino for p in folder.iterdir()} if folder.exists() else {}
+
+
+def _stored(stderr: str) -> int:
+    match = re.search(r"stored (\d+) shard\(s\) in the chunk storage", stderr)
+    assert match, stderr
+    return int(match.group(1))
+
+
 def test_three_workers_and_finalize_one_commit(zshard_bin, source, tmp_path):
+    """Each worker stores its own shards in the repository's chunk storage (hard links of its staged
+    shards, no copy); finalize only references them in one commit and stores nothing itself."""
     repo, h5, values = source
     out = tmp_path / "workers"
-    common = [repo, out, "--quiet", "--output-format", "icechunk", "--message", "workers"]
+    common = [repo, out, "--output-format", "icechunk", "--message", "workers"]
+    stored = []
     for i in range(3):
-        _zshard(zshard_bin, "convert", *common, "--worker", f"{i}/3")
-        assert not out.exists() or _commits(out) == ["Repository initialized"]
-    _zshard(zshard_bin, "finalize", *common)
+        r = _zshard(zshard_bin, "convert", *common, "--worker", f"{i}/3")
+        stored.append(_stored(r.stderr))
+        assert _commits(out) == ["Repository initialized"]
+        assert len(_chunk_objects(out)) == sum(stored)
+    assert min(stored) >= 1, stored
+    # A worker run again finds its shards stored and stores nothing.
+    assert _stored(_zshard(zshard_bin, "convert", *common, "--worker", "1/3").stderr) == 0
+    before = _chunk_objects(out)
+    staged = {p.stat().st_ino for p in (out / ".zshard-staging").rglob("*") if p.is_file()}
+    assert set(before.values()) <= staged  # hard links of the staged shards
+    r = _zshard(zshard_bin, "finalize", *common)
+    assert f"{sum(stored)} chunk(s), {sum(stored)} of them stored by the workers" in r.stderr, r.stderr
+    assert _chunk_objects(out) == before  # finalize stored no chunk of its own
     assert _commits(out) == ["workers", "Repository initialized"]
     _assert_equal(_read_repo(out), values)
+
+
+def test_overwrite_forgets_the_shards_workers_stored(zshard_bin, tmp_path):
+    """Shards a worker stored ahead are copies of its staged shards. An --overwrite run from another
+    source replaces those with shards of the same size (uncompressed, same shape), so it must forget
+    the copies, store every shard itself and commit the new values."""
+    sources = {}
+    for name, scale in (("a", 1), ("b", 3)):
+        values = np.arange(64 * 48, dtype="i4").reshape(64, 48) * scale
+        sources[name] = tmp_path / f"{name}.zarr"
+        array = zarr.create_array(str(sources[name]), shape=values.shape, chunks=(16, 16), dtype="i4")
+        array[:] = values
+    out = tmp_path / "out"
+    flags = ["--output-format", "icechunk", "--compressor", "none", "--shard-shape", "32,48"]
+    assert _stored(_zshard(zshard_bin, "convert", sources["a"], out, *flags, "--worker", "0/2").stderr) == 1
+    r = _zshard(zshard_bin, "convert", sources["b"], out, *flags, "--overwrite", "--message", "from b")
+    assert "stored by the workers" not in r.stderr and "committed snapshot" in r.stderr, r.stderr
+    assert _commits(out) == ["from b", "Repository initialized"]
+    want = zarr.open_array(str(sources["b"]), mode="r")[:]
+    got = zarr.open_array(ic.Repository.open(ic.local_filesystem_storage(str(out))).readonly_session(
+        branch="main").store, mode="r")[:]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, source, tmp_path):

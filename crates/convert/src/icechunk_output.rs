@@ -1,7 +1,9 @@
 //! Converting into an Icechunk repository: the conversion runs as usual into a staging folder inside
-//! the repository's folder (so an interrupted run resumes, and workers share it), and once every
-//! shard and document is there, they are committed to the branch in one commit and the staging
-//! folder is removed. Nothing is visible on the branch before that commit.
+//! the repository's folder (so an interrupted run resumes, and workers share it). The staged shards
+//! are then copied into the repository's chunk storage without passing through zshard (on the
+//! server, or as hard links), by each worker for its own shards or by the commit; once every shard
+//! and document is there, one commit references them and the staging folder is removed. Nothing is
+//! visible on the branch before that commit.
 
 use crate::conversion::{Conversion, Finalized, Observer};
 use crate::error::Result;
@@ -69,11 +71,32 @@ impl Conversion {
         let staged = self.staged()?;
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         zshard_icechunk::create_if_missing(&self.destination, &runtime)?;
+        if self.overwrite {
+            // The staged shards are about to be replaced: copies stored ahead would be stale.
+            zshard_icechunk::forget_stored_shards(
+                &staged.destination,
+                &self.destination,
+                &runtime,
+            )?;
+        }
         let mut report = staged.convert(observer)?;
-        if self.partition == Partition::ALL
-            && matches!(report.status, Status::Ok | Status::Complete)
-        {
+        if !matches!(report.status, Status::Ok | Status::Complete) {
+            return Ok(report);
+        }
+        if self.partition == Partition::ALL {
             report.published = Some(self.publish(&staged, output)?);
+        } else {
+            // This worker's shards go into the repository's chunk storage now, side by side with
+            // the other workers', so that `finalize` only references them.
+            let keys = staged.owned_shard_keys()?;
+            let writer = format!("w{}of{}", self.partition.index, self.partition.count);
+            report.stored_in_repository = Some(zshard_icechunk::store_staged_shards(
+                &staged.destination,
+                &self.destination,
+                &keys,
+                &writer,
+                &runtime,
+            )?);
         }
         Ok(report)
     }

@@ -222,6 +222,10 @@ pub struct Report {
     /// The commit made into an Icechunk repository (none for other outputs, and for a worker's run).
     #[serde(skip)]
     pub published: Option<crate::Published>,
+    /// Shards a worker of a conversion into an Icechunk repository stored in its chunk storage
+    /// ahead of the commit (those of earlier runs of the worker not counted).
+    #[serde(skip)]
+    pub stored_in_repository: Option<usize>,
 }
 
 impl Report {
@@ -387,6 +391,7 @@ impl ReportBuilder {
             already_complete: status == Status::Complete,
             reference_reads: None,
             published: None,
+            stored_in_repository: None,
         }
     }
 }

@@ -3,21 +3,24 @@
 //! branch, committed once. Until that commit nothing is visible on the branch, and only the nodes of
 //! this conversion are added or replaced.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use icechunk::conflicts::detector::ConflictDetector;
+use icechunk::format::manifest::{ChunkPayload, ChunkRef};
+use icechunk::format::{ChunkId, ChunkIndices, Path as IcechunkPath};
 use icechunk::repository::VersionInfo;
 use icechunk::session::SessionErrorKind;
 use icechunk::{Repository, Store};
 use tokio::sync::RwLock;
 use zshard_store::{IoRuntime, Store as Staging};
 
+use crate::chunks::{self, is_metadata, StoredChunk};
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::{Published, COMMIT_RECORD};
+use crate::{Published, COMMIT_RECORD, STAGING};
 
 /// Creates an empty repository at `location` when there is none, before anything is staged in its
 /// folder (Icechunk creates repositories only in empty folders).
@@ -46,7 +49,9 @@ const TOKEN_PROPERTY: &str = "zshard_commit";
 /// How far back a branch's history is searched for a publication's commit.
 const ANCESTRY_SEARCH: usize = 1000;
 
-/// Commits the Zarr v3 hierarchy staged at the location `staged` to `branch` of the repository at
+/// Commits the Zarr v3 hierarchy staged at the location `staged` (the repository's staging folder,
+/// [`crate::staging_location`]: its shards are copied into the repository's chunk storage from
+/// there) to `branch` of the repository at
 /// `location` (created when missing, as is the branch, from `main`'s tip), as one commit with
 /// `message`. Arrays of the repository at the staged arrays' paths are replaced; everything else
 /// stays. When the branch moved meanwhile, the commit is rebased onto its new tip if the changes do
@@ -64,9 +69,6 @@ pub fn publish(
 
 /// Nothing to do around a rebase.
 async fn noop() {}
-
-/// Staged objects copied into the session at once.
-const BATCH: usize = 32;
 
 /// [`publish`], running `before_commit` between writing the session and committing it (tests
 /// commit to the branch there, as another writer would).
@@ -87,15 +89,17 @@ where
         what: what.to_string(),
         source: e,
     };
+    check_staging(staged, location)?;
     let staging = Staging::open(staged, runtime.clone(), false)
         .map_err(|e| write_error("opening the staged output", boxed(e)))?;
-    let keys =
-        staged_keys(&staging).map_err(|e| write_error("listing the staged output", boxed(e)))?;
+    let objects = chunks::staged_objects(&staging)
+        .map_err(|e| write_error("listing the staged output", boxed(e)))?;
     let mut published = Published {
         branch: branch.to_string(),
         snapshot: String::new(),
-        nodes: keys.iter().filter(|k| is_metadata(k)).count(),
-        chunks: keys.iter().filter(|k| !is_metadata(k)).count(),
+        nodes: objects.iter().filter(|(k, _)| is_metadata(k)).count(),
+        chunks: objects.iter().filter(|(k, _)| !is_metadata(k)).count(),
+        stored_at_commit: 0,
         already_committed: false,
     };
     let storage = repo::storage(location, runtime)?;
@@ -123,11 +127,15 @@ where
         None => write_token(&staging)
             .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?,
     };
+    let stored = store_unstored(&staging, location, &objects, None, "commit", runtime)
+        .map_err(|e| write_error("storing the staged shards as chunks", boxed(e)))?;
+    published.stored_at_commit = stored.now;
     let session = runtime
         .block_on(repository.writable_session(branch))
         .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e)))?;
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
-    write_session(&store, &staging, &keys, runtime).map_err(|(what, e)| write_error(&what, e))?;
+    write_session(&store, &staging, &objects, &stored.chunks, runtime)
+        .map_err(|(what, e)| write_error(&what, e))?;
     runtime.block_on(before_commit());
     let properties = [(
         TOKEN_PROPERTY.to_string(),
@@ -167,56 +175,170 @@ where
 /// An error of writing the session: what was being written, and why.
 type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 
-/// Writes the staged documents and chunks into the session: arrays being replaced are deleted
-/// first (they lose every chunk of their former shape; groups stay with whatever else they hold),
-/// then parents before children, documents before chunks (a chunk needs its array).
+/// Writes the staged documents into the session and references the stored chunks: arrays being
+/// replaced are deleted first (they lose every chunk of their former shape; groups stay with
+/// whatever else they hold), then documents, parents before children (a chunk needs its array),
+/// then one reference per shard.
 fn write_session(
     store: &Store,
     staging: &Staging,
-    keys: &[String],
+    objects: &[(String, u64)],
+    stored: &HashMap<String, StoredChunk>,
     runtime: &IoRuntime,
 ) -> std::result::Result<(), WriteError> {
-    let read = |batch: &[String]| -> std::result::Result<Vec<Bytes>, WriteError> {
-        batch
-            .iter()
-            .zip(staging.get_many(batch))
-            .map(|(key, bytes)| match bytes {
-                Ok(Some(bytes)) => Ok(bytes),
-                Ok(None) => Err((key.clone(), "the staged object vanished".into())),
-                Err(e) => Err((key.clone(), boxed(e))),
-            })
-            .collect()
-    };
-    let documents: Vec<String> = keys.iter().filter(|k| is_metadata(k)).cloned().collect();
-    for (key, bytes) in documents.iter().zip(read(&documents)?) {
-        let node = key.trim_end_matches("zarr.json").trim_end_matches('/');
-        if node.is_empty() || !is_array_document(&bytes) {
-            continue;
+    let documents: Vec<String> = objects
+        .iter()
+        .filter(|(key, _)| is_metadata(key))
+        .map(|(key, _)| key.clone())
+        .collect();
+    let mut bytes = Vec::with_capacity(documents.len());
+    for (key, read) in documents.iter().zip(staging.get_many(&documents)) {
+        match read {
+            Ok(Some(read)) => bytes.push(read),
+            Ok(None) => return Err((key.clone(), "the staged object vanished".into())),
+            Err(e) => return Err((key.clone(), boxed(e))),
         }
-        runtime.block_on(async {
-            if store.exists(key).await.unwrap_or(false) {
+    }
+    let references = objects
+        .iter()
+        .filter(|(key, _)| !is_metadata(key))
+        .map(|(key, _)| reference(key, stored))
+        .collect::<std::result::Result<Vec<_>, WriteError>>()?;
+    runtime.block_on(async {
+        for (key, bytes) in documents.iter().zip(&bytes) {
+            let node = key.trim_end_matches("zarr.json").trim_end_matches('/');
+            if !node.is_empty()
+                && is_array_document(bytes)
+                && store.exists(key).await.unwrap_or(false)
+            {
                 store
                     .delete_dir(node)
                     .await
                     .map_err(|e| (node.to_string(), boxed(e)))?;
             }
-            Ok::<_, WriteError>(())
-        })?;
+        }
+        for (key, bytes) in documents.iter().zip(bytes) {
+            store
+                .set(key, bytes)
+                .await
+                .map_err(|e| (key.clone(), boxed(e)))?;
+        }
+        let session = store.session();
+        let mut session = session.write().await;
+        for (key, node, coords, payload) in references {
+            session
+                .set_chunk_ref(node, ChunkIndices(coords), Some(payload))
+                .await
+                .map_err(|e| (key, boxed(e)))?;
+        }
+        Ok::<_, WriteError>(())
+    })
+}
+
+/// A shard's reference: its key, node, coordinates and stored chunk.
+type Reference = (String, IcechunkPath, Vec<u32>, ChunkPayload);
+
+/// The reference to the stored chunk of the shard `key`.
+fn reference(
+    key: &str,
+    stored: &HashMap<String, StoredChunk>,
+) -> std::result::Result<Reference, WriteError> {
+    let fail = |reason: &str| (key.to_string(), reason.to_string().into());
+    let (node, coords) = chunks::chunk_coordinates(key)
+        .ok_or_else(|| fail("not a chunk key of Zarr v3's default encoding"))?;
+    let node = IcechunkPath::try_from(node.as_str()).map_err(|_| fail("not a node path"))?;
+    let chunk = stored
+        .get(key)
+        .ok_or_else(|| fail("the shard was not stored as a chunk"))?;
+    let id = ChunkId::try_from(chunk.id.as_str()).map_err(fail)?;
+    let payload = ChunkPayload::Ref(ChunkRef {
+        id,
+        offset: 0,
+        length: chunk.length,
+    });
+    Ok((key.to_string(), node, coords, payload))
+}
+
+/// The stored chunks of a publication, and how many of them were stored by the call.
+struct Stored {
+    chunks: HashMap<String, StoredChunk>,
+    now: usize,
+}
+
+/// Refuses a staging folder other than the repository's own: shards are copied into the
+/// repository's chunk storage from `STAGING/KEY` of its location.
+fn check_staging(staged: &str, location: &str) -> Result<()> {
+    if crate::staging_location(location)? == staged {
+        return Ok(());
     }
-    for batch in keys.chunks(BATCH) {
-        let bytes = read(batch)?;
-        runtime.block_on(async {
-            // Documents come in order, parents first: one at a time; chunks all at once.
-            for (key, bytes) in batch.iter().zip(bytes) {
-                store
-                    .set(key, bytes)
-                    .await
-                    .map_err(|e| (key.clone(), boxed(e)))?;
-            }
-            Ok::<_, WriteError>(())
-        })?;
+    Err(Error::Write {
+        repo: location.to_string(),
+        what: format!("staging in {staged}"),
+        source: format!("conversions into a repository stage in its folder {STAGING}").into(),
+    })
+}
+
+/// Stores the staged shards among `keys` (all when `None`) that no record names yet into the
+/// repository at `location` (see `chunks.rs`), recording them under names starting with `writer`.
+fn store_unstored(
+    staging: &Staging,
+    location: &str,
+    objects: &[(String, u64)],
+    keys: Option<&HashSet<String>>,
+    writer: &str,
+    runtime: &Arc<IoRuntime>,
+) -> zshard_store::Result<Stored> {
+    let sizes: HashMap<&str, u64> = objects.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    let mut recorded = chunks::recorded(staging, &sizes)?;
+    let unstored = chunks::unstored(objects, keys, &recorded);
+    if !unstored.is_empty() {
+        let repository = Staging::open(location, runtime.clone(), false)?;
+        recorded.extend(chunks::store(staging, &repository, &unstored, writer)?);
     }
-    Ok(())
+    Ok(Stored {
+        chunks: recorded,
+        now: unstored.len(),
+    })
+}
+
+/// Stores the staged shards `keys` (as the staging folder `staged` of the repository at
+/// `location` names them; those not staged are left out) in the repository's chunk storage ahead
+/// of the commit, recorded under names starting with `writer`, so that the commit only references
+/// them. Shards recorded before are not stored again. Returns how many were stored now.
+pub fn store_staged_shards(
+    staged: &str,
+    location: &str,
+    keys: &HashSet<String>,
+    writer: &str,
+    runtime: &Arc<IoRuntime>,
+) -> Result<usize> {
+    let write_error = |e: zshard_store::Error| Error::Write {
+        repo: location.to_string(),
+        what: "storing the staged shards as chunks".to_string(),
+        source: boxed(e),
+    };
+    check_staging(staged, location)?;
+    let staging = Staging::open(staged, runtime.clone(), false).map_err(write_error)?;
+    let objects = chunks::staged_objects(&staging).map_err(write_error)?;
+    let stored = store_unstored(&staging, location, &objects, Some(keys), writer, runtime)
+        .map_err(write_error)?;
+    Ok(stored.now)
+}
+
+/// Forgets the shards stored ahead of the commit from the staging folder `staged` of the
+/// repository at `location` (its shards are about to be replaced); the commit then stores every
+/// shard it finds unrecorded.
+pub fn forget_stored_shards(staged: &str, location: &str, runtime: &Arc<IoRuntime>) -> Result<()> {
+    let forget = || {
+        // A staging folder not made yet is made now, as the conversion is about to.
+        let staging = Staging::open(staged, runtime.clone(), true)?;
+        chunks::forget(&staging)
+    };
+    forget().map_err(|e| Error::Write {
+        repo: location.to_string(),
+        what: "forgetting the shards stored ahead".to_string(),
+        source: boxed(e),
+    })
 }
 
 /// The token of an earlier publication of `staged` that may have committed.
@@ -286,23 +408,6 @@ fn is_array_document(bytes: &[u8]) -> bool {
         .is_some_and(|doc| doc.get("node_type").and_then(|t| t.as_str()) == Some("array"))
 }
 
-fn is_metadata(key: &str) -> bool {
-    key == "zarr.json" || key.ends_with("/zarr.json")
-}
-
-/// The staged keys: documents first, parents before children, then chunks; zshard's own state
-/// (`.zshard/`, the commit record) and staged temporary files (`KEY#N`) left out.
-fn staged_keys(staging: &Staging) -> zshard_store::Result<Vec<String>> {
-    let mut keys: Vec<String> = staging
-        .list_keys("")?
-        .into_iter()
-        .filter(|key| !key.split('/').any(|part| part.starts_with('.')))
-        .filter(|key| zshard_store::staged_base(key).is_none())
-        .collect();
-    keys.sort_by_key(|key| (!is_metadata(key), key.matches('/').count(), key.clone()));
-    Ok(keys)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,7 +432,8 @@ mod tests {
         }
         let runtime = IoRuntime::new(1).expect("runtime");
         let staging = Staging::open(&root.to_string_lossy(), runtime, false).expect("staging");
-        let keys = staged_keys(&staging).expect("list");
+        let objects = chunks::staged_objects(&staging).expect("list");
+        let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             keys,
             [
@@ -394,12 +500,11 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, String, String, Arc<IoRuntime>) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let staged = dir.path().join("staged");
-        stage(&staged, 7);
-        let staged = staged.to_string_lossy().into_owned();
         let location = dir.path().join("repo").to_string_lossy().into_owned();
         let runtime = IoRuntime::new(2).expect("runtime");
         create_if_missing(&location, &runtime).expect("create");
+        let staged = crate::staging_location(&location).expect("staging");
+        stage(FsPath::new(&staged), 7);
         (dir, staged, location, runtime)
     }
 

@@ -13,6 +13,8 @@
 use zshard_store::Location;
 
 #[cfg(feature = "icechunk")]
+mod chunks;
+#[cfg(feature = "icechunk")]
 mod destination;
 mod error;
 #[cfg(feature = "icechunk")]
@@ -23,12 +25,14 @@ mod source;
 mod unavailable;
 
 #[cfg(feature = "icechunk")]
-pub use destination::{create_if_missing, publish};
+pub use destination::{create_if_missing, forget_stored_shards, publish, store_staged_shards};
 pub use error::{Error, Result};
 #[cfg(feature = "icechunk")]
 pub use source::Source;
 #[cfg(not(feature = "icechunk"))]
-pub use unavailable::{create_if_missing, publish, Source};
+pub use unavailable::{
+    create_if_missing, forget_stored_shards, publish, store_staged_shards, Source,
+};
 
 use error::boxed;
 
@@ -65,6 +69,9 @@ pub struct Published {
     pub nodes: usize,
     /// Chunks (shards) written.
     pub chunks: usize,
+    /// Of those, the shards the commit itself stored in the repository's chunk storage; the others
+    /// were stored by the workers of a partitioned run as they finished.
+    pub stored_at_commit: usize,
     /// The commit had been made by an earlier run of the same conversion (killed after
     /// committing); nothing was committed now.
     pub already_committed: bool,

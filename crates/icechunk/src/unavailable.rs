@@ -1,6 +1,7 @@
 //! Built without the feature `icechunk`: the entry points exist and refuse, so callers need no
 //! cfg of their own.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use zshard_core::{ArrayMeta, ChunkReader, Node};
@@ -68,6 +69,30 @@ pub fn publish(
     _message: &str,
     _runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot write repositories.
+pub fn store_staged_shards(
+    _staged: &str,
+    location: &str,
+    _keys: &HashSet<String>,
+    _writer: &str,
+    _runtime: &Arc<IoRuntime>,
+) -> Result<usize> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot write repositories.
+pub fn forget_stored_shards(
+    _staged: &str,
+    location: &str,
+    _runtime: &Arc<IoRuntime>,
+) -> Result<()> {
     Err(Error::Unavailable {
         repo: location.to_string(),
     })

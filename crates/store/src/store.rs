@@ -945,6 +945,32 @@ impl Store {
         Ok(())
     }
 
+    /// Copies objects within the store, each `(from, to)` pair up to the configured number of
+    /// requests in flight, without the bytes passing through this process: object stores copy on the
+    /// server (S3's CopyObject, Azure's Copy Blob, GCS's copy), local folders get a hard link. Each
+    /// `to` appears whole or not at all, and is replaced if it exists.
+    pub fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {
+        self.runtime.block_on(async {
+            futures::stream::iter(pairs.iter().map(|(from, to)| self.copy_async(from, to)))
+                .buffer_unordered(self.concurrency.max(1))
+                .try_collect::<Vec<()>>()
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Copies the object `from` to `to` (see [`Store::copy_many`]).
+    async fn copy_async(&self, from: &str, to: &str) -> Result<()> {
+        let (source, target) = (self.path(from)?, self.path(to)?);
+        self.retrying(|| self.inner.copy(&source, &target))
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot copy",
+                location: format!("{} to {}", self.url(from), self.url(to)),
+                source: Box::new(source),
+            })
+    }
+
     /// [`Store::get_many`] as a future on the store's I/O runtime (see [`Store::block_on`]); local
     /// files are read through the object store API here, off the calling thread.
     pub async fn get_many_async(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
@@ -1138,6 +1164,36 @@ mod split_listing_tests {
         );
         // The first get took it.
         assert_eq!(store.read_ahead_peek(".zmetadata"), None);
+    }
+
+    #[test]
+    fn a_local_copy_is_a_hard_link_and_replaces_the_target() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let runtime = IoRuntime::new(1).expect("runtime");
+        let store = Store::open(tmp.path().to_str().expect("utf-8"), runtime, false).expect("open");
+        store
+            .put("a/c/0", Bytes::from_static(b"shard"))
+            .expect("put");
+        store
+            .put("chunks/old", Bytes::from_static(b"x"))
+            .expect("put");
+        let pairs = [
+            ("a/c/0".to_string(), "chunks/new".to_string()),
+            ("a/c/0".to_string(), "chunks/old".to_string()),
+        ];
+        store.copy_many(&pairs).expect("copy");
+        for target in ["chunks/new", "chunks/old"] {
+            assert_eq!(
+                store.get(target).expect("get"),
+                Some(Bytes::from_static(b"shard"))
+            );
+        }
+        let inode = |rel: &str| std::fs::metadata(tmp.path().join(rel)).expect("stat").ino();
+        assert_eq!(inode("chunks/new"), inode("a/c/0"));
+        let missing = [("a/c/9".to_string(), "chunks/x".to_string())];
+        let err = store.copy_many(&missing).expect_err("missing source");
+        assert!(err.to_string().contains("cannot copy"), "{err}");
     }
 
     #[test]

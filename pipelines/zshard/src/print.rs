@@ -51,6 +51,12 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     eprintln!("{}", summary(&report));
     skipped_arrays(&report.skipped_arrays);
     reference_reads(&report.source, report.reference_reads.as_ref());
+    if let Some(stored) = report.stored_in_repository {
+        eprintln!(
+            "zshard: stored {stored} shard(s) in the chunk storage of {} for its commit",
+            conversion.destination
+        );
+    }
     if report.worker.count > 1 {
         eprintln!(
             "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
@@ -118,8 +124,14 @@ fn committed(p: &zshard_convert::Published) {
         );
         return;
     }
+    let ahead = p.chunks.saturating_sub(p.stored_at_commit);
+    let by_workers = if ahead > 0 {
+        format!(", {ahead} of them stored by the workers")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "zshard: committed snapshot {} to branch {} ({} node(s), {} chunk(s))",
+        "zshard: committed snapshot {} to branch {} ({} node(s), {} chunk(s){by_workers})",
         p.snapshot, p.branch, p.nodes, p.chunks
     );
 }
