@@ -60,6 +60,7 @@ mod transpose;
 mod vlen_utf8;
 mod zfp;
 mod zstd_codec;
+mod zstd_context;
 
 pub use array_filter::v3_form_problem;
 pub use blosc::{CNAMES as BLOSC_CNAMES, SHUFFLES as BLOSC_SHUFFLES};

@@ -9,6 +9,7 @@ use zshard_core::{BytesToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 use crate::config::int;
 use crate::error::invalid;
 use crate::registry::Codec;
+use crate::zstd_context::Context;
 
 #[derive(Debug)]
 pub(crate) struct ZstdCodec {
@@ -41,10 +42,10 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// zstd's message for `ZSTD_error_dstSize_tooSmall`.
 const DST_TOO_SMALL: &str = "Destination buffer is too small";
 
-fn library(e: std::io::Error) -> Error {
+fn context_error(name: &'static str) -> Error {
     Error::CodecLibrary {
         codec: "zstd".into(),
-        source: Box::new(e),
+        source: name.into(),
     }
 }
 
@@ -56,16 +57,12 @@ impl BytesToBytesCodec for ZstdCodec {
             let at = match cache.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
-                    let mut compressor =
-                        zstd::bulk::Compressor::new(self.level).map_err(library)?;
-                    compressor
-                        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(self.checksum))
-                        .map_err(library)?;
-                    cache.push((key, compressor));
+                    let context = Context::new(self.level, self.checksum).map_err(context_error)?;
+                    cache.push((key, context));
                     cache.len() - 1
                 }
             };
-            cache[at].1.compress(decoded).map_err(library)
+            cache[at].1.compress(decoded).map_err(context_error)
         })
     }
 
@@ -211,7 +208,7 @@ fn check_blocks(frame: &[u8], content_size: u64) -> std::result::Result<(), Stri
 thread_local! {
     /// Compression contexts of this thread by (level, checksum). A context holds megabytes of tables:
     /// making one per chunk cost more than compressing a 128 KiB chunk at level 3.
-    static COMPRESSORS: RefCell<Vec<((i32, bool), zstd::bulk::Compressor<'static>)>> =
+    static COMPRESSORS: RefCell<Vec<((i32, bool), Context)>> =
         const { RefCell::new(Vec::new()) };
     /// This thread's decompression context, reused for every chunk.
     static DECOMPRESSOR: RefCell<zstd::zstd_safe::DCtx<'static>> =
