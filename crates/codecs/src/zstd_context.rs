@@ -28,10 +28,15 @@ impl Context {
         let context = Context(NonNull::new(raw).ok_or("cannot allocate a compression context")?);
         context.set(ZSTD_cParameter::ZSTD_c_compressionLevel, level)?;
         context.set(ZSTD_cParameter::ZSTD_c_checksumFlag, i32::from(checksum))?;
-        context.set(
-            ZSTD_cParameter::ZSTD_c_experimentalParam20,
-            NO_PRE_BLOCK_SPLITTING,
-        )?;
+        // Experimental parameters keep their number only within one zstd release: set it only on
+        // the library these bindings were made for (a system libzstd may be linked instead), and
+        // only for speed, so a refusal is no error.
+        if zstd::zstd_safe::version_number() == zstd_sys::ZSTD_VERSION_NUMBER {
+            let _ = context.set(
+                ZSTD_cParameter::ZSTD_c_experimentalParam20,
+                NO_PRE_BLOCK_SPLITTING,
+            );
+        }
         Ok(context)
     }
 

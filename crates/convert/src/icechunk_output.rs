@@ -71,8 +71,10 @@ impl Conversion {
         let staged = self.staged()?;
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         zshard_icechunk::create_if_missing(&self.destination, &runtime)?;
-        if self.overwrite {
-            // The staged shards are about to be replaced: copies stored ahead would be stale.
+        // (An --overwrite worker is refused by the conversion itself.)
+        if self.overwrite && self.partition == Partition::ALL {
+            // The staged shards are about to be replaced: copies stored ahead would be stale, and
+            // an earlier run's commit token names another conversion.
             zshard_icechunk::forget_stored_shards(
                 &staged.destination,
                 &self.destination,

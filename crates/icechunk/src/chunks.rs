@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::Bytes;
 use icechunk::format::ChunkId;
 use serde::{Deserialize, Serialize};
-use zshard_store::Store as Staging;
+use zshard_store::{ListedObject, Store as Staging};
 
 use crate::{COMMIT_RECORD, STAGING};
 
@@ -30,6 +30,9 @@ pub(crate) struct StoredChunk {
     pub id: String,
     /// The object's length in bytes (the staged shard's).
     pub length: u64,
+    /// The staged shard's version when it was copied (see [`ListedObject::version`]): a shard
+    /// written again since (another run's, an `--overwrite`) has another, and is stored again.
+    pub staged_version: String,
 }
 
 /// One record: staged shard keys and where they are stored.
@@ -38,34 +41,40 @@ struct Record {
     chunks: BTreeMap<String, StoredChunk>,
 }
 
+/// The path, in the repository's objects, of a chunk object.
+pub(crate) fn chunk_key(id: &str) -> String {
+    format!("chunks/{id}")
+}
+
 /// Whether a staged key is a node's `zarr.json`.
 pub(crate) fn is_metadata(key: &str) -> bool {
     key == "zarr.json" || key.ends_with("/zarr.json")
 }
 
-/// The staged keys with their sizes: documents first, parents before children, then shards;
-/// zshard's own state (`.zshard/`, the records, the commit record) and staged temporary files
-/// (`KEY#N`) left out.
-pub(crate) fn staged_objects(staging: &Staging) -> zshard_store::Result<Vec<(String, u64)>> {
-    let mut objects: Vec<(String, u64)> = staging
-        .list_sizes("")?
+/// The staged objects: documents first, parents before children, then shards; zshard's own state
+/// (`.zshard/`, the records, the commit record) and staged temporary files (`KEY#N`) left out.
+pub(crate) fn staged_objects(staging: &Staging) -> zshard_store::Result<Vec<ListedObject>> {
+    let mut objects: Vec<ListedObject> = staging
+        .list_objects("")?
         .into_iter()
-        .filter(|(key, _)| !key.split('/').any(|part| part.starts_with('.')))
-        .filter(|(key, _)| zshard_store::staged_base(key).is_none())
+        .filter(|o| !o.key.split('/').any(|part| part.starts_with('.')))
+        .filter(|o| zshard_store::staged_base(&o.key).is_none())
         .collect();
-    objects.sort_by(|(a, _), (b, _)| {
+    objects.sort_by(|a, b| {
         let order = |key: &String| (!is_metadata(key), key.matches('/').count(), key.clone());
-        order(a).cmp(&order(b))
+        order(&a.key).cmp(&order(&b.key))
     });
     Ok(objects)
 }
 
-/// The recorded stored chunks that still match the staged shards (`staged`: key → size). A record
-/// that does not parse, or names a size other than the staged one, is ignored: its shard is stored
-/// again.
+/// The recorded stored chunks that still hold the staged shards (`staged`: key → object) and whose
+/// chunk object is still in the repository. A record that does not parse, or names another size
+/// or version of the shard, is ignored, and so is one whose object is gone (an Icechunk garbage
+/// collection removes objects no snapshot references): those shards are stored again.
 pub(crate) fn recorded(
     staging: &Staging,
-    staged: &HashMap<&str, u64>,
+    repository: &Staging,
+    staged: &HashMap<&str, &ListedObject>,
 ) -> zshard_store::Result<HashMap<String, StoredChunk>> {
     let names = staging.list_keys(CHUNK_RECORDS)?;
     let mut stored = HashMap::new();
@@ -75,21 +84,30 @@ pub(crate) fn recorded(
             continue;
         };
         for (key, chunk) in record.chunks {
-            if staged.get(key.as_str()) == Some(&chunk.length) {
+            let current = staged.get(key.as_str());
+            if current.is_some_and(|o| o.size == chunk.length && o.version == chunk.staged_version)
+            {
                 stored.insert(key, chunk);
             }
+        }
+    }
+    let keys: Vec<String> = stored.keys().cloned().collect();
+    let objects: Vec<String> = keys.iter().map(|k| chunk_key(&stored[k].id)).collect();
+    for (key, exists) in keys.iter().zip(repository.exist_many(&objects)?) {
+        if !exists {
+            stored.remove(key);
         }
     }
     Ok(stored)
 }
 
-/// Copies the staged shards `shards` (key, size) into the chunk storage of the repository whose
-/// objects `repository` holds, and records them in the staging folder under names starting with
-/// `writer`, in batches.
+/// Copies the staged shards `shards` into the chunk storage of the repository whose objects
+/// `repository` holds, and records them in the staging folder under names starting with `writer`,
+/// in batches.
 pub(crate) fn store(
     staging: &Staging,
     repository: &Staging,
-    shards: &[(String, u64)],
+    shards: &[&ListedObject],
     writer: &str,
 ) -> zshard_store::Result<HashMap<String, StoredChunk>> {
     let mut stored = HashMap::new();
@@ -97,14 +115,15 @@ pub(crate) fn store(
     for (batch, shards) in shards.chunks(RECORD_BATCH).enumerate() {
         let mut record = Record::default();
         let mut pairs = Vec::with_capacity(shards.len());
-        for (key, length) in shards {
+        for shard in shards {
             let id = ChunkId::random().to_string();
-            pairs.push((format!("{STAGING}/{key}"), format!("chunks/{id}")));
+            pairs.push((format!("{STAGING}/{}", shard.key), chunk_key(&id)));
             let chunk = StoredChunk {
                 id,
-                length: *length,
+                length: shard.size,
+                staged_version: shard.version.clone(),
             };
-            record.chunks.insert(key.clone(), chunk);
+            record.chunks.insert(shard.key.clone(), chunk);
         }
         repository.copy_many(&pairs)?;
         let name = format!("{CHUNK_RECORDS}/{writer}-{run}-{batch}.json");
@@ -122,18 +141,17 @@ pub(crate) fn forget(staging: &Staging) -> zshard_store::Result<()> {
     staging.delete_many(&names)
 }
 
-/// The staged shards among `keys` that are not yet stored.
-pub(crate) fn unstored(
-    objects: &[(String, u64)],
+/// The staged shards among `keys` (all when `None`) that are not yet stored.
+pub(crate) fn unstored<'a>(
+    objects: &'a [ListedObject],
     keys: Option<&HashSet<String>>,
     stored: &HashMap<String, StoredChunk>,
-) -> Vec<(String, u64)> {
+) -> Vec<&'a ListedObject> {
     objects
         .iter()
-        .filter(|(key, _)| !is_metadata(key) && key != COMMIT_RECORD)
-        .filter(|(key, _)| keys.is_none_or(|keys| keys.contains(key)))
-        .filter(|(key, _)| !stored.contains_key(key))
-        .cloned()
+        .filter(|o| !is_metadata(&o.key) && o.key != COMMIT_RECORD)
+        .filter(|o| keys.is_none_or(|keys| keys.contains(&o.key)))
+        .filter(|o| !stored.contains_key(&o.key))
         .collect()
 }
 
@@ -148,21 +166,21 @@ fn unique_suffix() -> String {
 /// The node path and chunk coordinates of a shard key of Zarr v3's default encoding with `/`
 /// (`a/b/c/1/2`; `c/1/2` for an array at the root; `a/c` for a 0-d array), as Icechunk reads keys.
 pub(crate) fn chunk_coordinates(key: &str) -> Option<(String, Vec<u32>)> {
+    // Keys of arrays with dimensions end in a number: one ending in `c` is a 0-d array's.
+    if key == "c" {
+        return Some(("/".to_string(), Vec::new()));
+    }
+    if let Some(node) = key.strip_suffix("/c") {
+        return Some((format!("/{node}"), Vec::new()));
+    }
     let (node, coords) = match key.rsplit_once("/c/") {
-        Some((node, coords)) => (node, Some(coords)),
-        None => match key.strip_prefix("c/") {
-            Some(coords) => ("", Some(coords)),
-            None if key == "c" => ("", None),
-            None => (key.strip_suffix("/c")?, None),
-        },
+        Some((node, coords)) => (node, coords),
+        None => ("", key.strip_prefix("c/")?),
     };
-    let coords = match coords {
-        Some(coords) => coords
-            .split('/')
-            .map(|c| c.parse().ok())
-            .collect::<Option<Vec<u32>>>()?,
-        None => Vec::new(),
-    };
+    let coords = coords
+        .split('/')
+        .map(|c| c.parse().ok())
+        .collect::<Option<Vec<u32>>>()?;
     Some((format!("/{node}"), coords))
 }
 
@@ -185,20 +203,92 @@ mod tests {
     }
 
     #[test]
+    fn zero_dimensional_arrays_under_a_folder_named_c() {
+        let parsed = |key| chunk_coordinates(key);
+        assert_eq!(parsed("g/c/c"), Some(("/g/c".into(), vec![])));
+        assert_eq!(parsed("c/c"), Some(("/c".into(), vec![])));
+        assert_eq!(parsed("g/c/h/c"), Some(("/g/c/h".into(), vec![])));
+    }
+
+    fn listed(key: &str, size: u64) -> ListedObject {
+        ListedObject {
+            key: key.to_string(),
+            size,
+            version: "v1".to_string(),
+        }
+    }
+
+    #[test]
     fn shards_not_stored_are_those_of_the_keys_without_a_record() {
-        let objects: Vec<(String, u64)> = [("zarr.json", 2), ("a/c/0", 5), ("a/c/1", 6)]
-            .map(|(k, n)| (k.to_string(), n))
-            .to_vec();
-        let stored: HashMap<String, StoredChunk> = [(
-            "a/c/0".to_string(),
-            StoredChunk {
-                id: "X".into(),
-                length: 5,
-            },
-        )]
-        .into();
-        assert_eq!(unstored(&objects, None, &stored), [("a/c/1".into(), 6)]);
+        let objects = [
+            listed("zarr.json", 2),
+            listed("a/c/0", 5),
+            listed("a/c/1", 6),
+        ];
+        let chunk = StoredChunk {
+            id: "X".into(),
+            length: 5,
+            staged_version: "v1".into(),
+        };
+        let stored: HashMap<String, StoredChunk> = [("a/c/0".to_string(), chunk)].into();
+        let keys = |found: Vec<&ListedObject>| -> Vec<String> {
+            found.into_iter().map(|o| o.key.clone()).collect()
+        };
+        assert_eq!(keys(unstored(&objects, None, &stored)), ["a/c/1"]);
         let mine: HashSet<String> = ["a/c/0".to_string()].into();
         assert!(unstored(&objects, Some(&mine), &stored).is_empty());
+    }
+
+    /// A staging folder inside a repository folder with shard `a/c/0` staged and stored.
+    fn stored_shard() -> (tempfile::TempDir, Staging, Staging) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runtime = zshard_store::IoRuntime::new(1).expect("runtime");
+        let root = dir.path().to_string_lossy().into_owned();
+        let repository = Staging::open(&root, runtime.clone(), false).expect("repository");
+        let staging = repository.child(STAGING);
+        staging
+            .put("a/c/0", Bytes::from_static(b"shard"))
+            .expect("put");
+        let objects = staged_objects(&staging).expect("list");
+        let shards: Vec<&ListedObject> = objects.iter().collect();
+        store(&staging, &repository, &shards, "w0of1").expect("store");
+        (dir, staging, repository)
+    }
+
+    fn recorded_now(staging: &Staging, repository: &Staging) -> Vec<String> {
+        let objects = staged_objects(staging).expect("list");
+        let staged: HashMap<&str, &ListedObject> =
+            objects.iter().map(|o| (o.key.as_str(), o)).collect();
+        let mut keys: Vec<String> = recorded(staging, repository, &staged)
+            .expect("recorded")
+            .into_keys()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_record_holds_while_the_shard_and_its_copy_are_unchanged() {
+        let (_dir, staging, repository) = stored_shard();
+        assert_eq!(recorded_now(&staging, &repository), ["a/c/0"]);
+    }
+
+    #[test]
+    fn a_shard_written_again_with_the_same_size_is_stored_again() {
+        let (_dir, staging, repository) = stored_shard();
+        // Another run's shard: same length, other bytes, written by a rename as every write is.
+        staging
+            .put("a/c/0", Bytes::from_static(b"other"))
+            .expect("put");
+        assert!(recorded_now(&staging, &repository).is_empty());
+    }
+
+    #[test]
+    fn a_copy_collected_since_is_stored_again() {
+        let (_dir, staging, repository) = stored_shard();
+        let copies = repository.list_keys("chunks").expect("list");
+        assert_eq!(copies.len(), 1);
+        repository.delete(&copies[0]).expect("delete");
+        assert!(recorded_now(&staging, &repository).is_empty());
     }
 }

@@ -15,7 +15,7 @@ use icechunk::repository::VersionInfo;
 use icechunk::session::SessionErrorKind;
 use icechunk::{Repository, Store};
 use tokio::sync::RwLock;
-use zshard_store::{IoRuntime, Store as Staging};
+use zshard_store::{IoRuntime, ListedObject, Store as Staging};
 
 use crate::chunks::{self, is_metadata, StoredChunk};
 use crate::error::{boxed, Error, Result};
@@ -97,8 +97,8 @@ where
     let mut published = Published {
         branch: branch.to_string(),
         snapshot: String::new(),
-        nodes: objects.iter().filter(|(k, _)| is_metadata(k)).count(),
-        chunks: objects.iter().filter(|(k, _)| !is_metadata(k)).count(),
+        nodes: objects.iter().filter(|o| is_metadata(&o.key)).count(),
+        chunks: objects.iter().filter(|o| !is_metadata(&o.key)).count(),
         stored_at_commit: 0,
         already_committed: false,
     };
@@ -182,14 +182,14 @@ type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 fn write_session(
     store: &Store,
     staging: &Staging,
-    objects: &[(String, u64)],
+    objects: &[ListedObject],
     stored: &HashMap<String, StoredChunk>,
     runtime: &IoRuntime,
 ) -> std::result::Result<(), WriteError> {
     let documents: Vec<String> = objects
         .iter()
-        .filter(|(key, _)| is_metadata(key))
-        .map(|(key, _)| key.clone())
+        .filter(|o| is_metadata(&o.key))
+        .map(|o| o.key.clone())
         .collect();
     let mut bytes = Vec::with_capacity(documents.len());
     for (key, read) in documents.iter().zip(staging.get_many(&documents)) {
@@ -201,8 +201,8 @@ fn write_session(
     }
     let references = objects
         .iter()
-        .filter(|(key, _)| !is_metadata(key))
-        .map(|(key, _)| reference(key, stored))
+        .filter(|o| !is_metadata(&o.key))
+        .map(|o| reference(&o.key, stored))
         .collect::<std::result::Result<Vec<_>, WriteError>>()?;
     runtime.block_on(async {
         for (key, bytes) in documents.iter().zip(&bytes) {
@@ -283,16 +283,17 @@ fn check_staging(staged: &str, location: &str) -> Result<()> {
 fn store_unstored(
     staging: &Staging,
     location: &str,
-    objects: &[(String, u64)],
+    objects: &[ListedObject],
     keys: Option<&HashSet<String>>,
     writer: &str,
     runtime: &Arc<IoRuntime>,
 ) -> zshard_store::Result<Stored> {
-    let sizes: HashMap<&str, u64> = objects.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-    let mut recorded = chunks::recorded(staging, &sizes)?;
+    let staged: HashMap<&str, &ListedObject> =
+        objects.iter().map(|o| (o.key.as_str(), o)).collect();
+    let repository = Staging::open(location, runtime.clone(), false)?;
+    let mut recorded = chunks::recorded(staging, &repository, &staged)?;
     let unstored = chunks::unstored(objects, keys, &recorded);
     if !unstored.is_empty() {
-        let repository = Staging::open(location, runtime.clone(), false)?;
         recorded.extend(chunks::store(staging, &repository, &unstored, writer)?);
     }
     Ok(Stored {
@@ -325,18 +326,21 @@ pub fn store_staged_shards(
     Ok(stored.now)
 }
 
-/// Forgets the shards stored ahead of the commit from the staging folder `staged` of the
-/// repository at `location` (its shards are about to be replaced); the commit then stores every
-/// shard it finds unrecorded.
+/// Before an `--overwrite` conversion into the staging folder `staged` of the repository at
+/// `location`: forgets the shards stored ahead of the commit (they are about to be replaced; the
+/// commit then stores every shard it finds unrecorded) and the token of an earlier publication (a
+/// run killed after committing another conversion: this one must commit its own output, not find
+/// that commit and drop it).
 pub fn forget_stored_shards(staged: &str, location: &str, runtime: &Arc<IoRuntime>) -> Result<()> {
     let forget = || {
         // A staging folder not made yet is made now, as the conversion is about to.
         let staging = Staging::open(staged, runtime.clone(), true)?;
-        chunks::forget(&staging)
+        chunks::forget(&staging)?;
+        staging.delete_many(&[COMMITTED_RECORD.to_string(), COMMIT_RECORD.to_string()])
     };
     forget().map_err(|e| Error::Write {
         repo: location.to_string(),
-        what: "forgetting the shards stored ahead".to_string(),
+        what: "forgetting an earlier run's records in the staging folder".to_string(),
         source: boxed(e),
     })
 }
@@ -433,7 +437,7 @@ mod tests {
         let runtime = IoRuntime::new(1).expect("runtime");
         let staging = Staging::open(&root.to_string_lossy(), runtime, false).expect("staging");
         let objects = chunks::staged_objects(&staging).expect("list");
-        let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(
             keys,
             [
@@ -521,6 +525,21 @@ mod tests {
         assert_eq!(
             history(&location, &runtime),
             ["zshard", "Repository initialized"]
+        );
+    }
+
+    #[test]
+    fn after_forgetting_an_earlier_commit_the_staging_is_committed_again() {
+        let (_dir, staged, location, runtime) = setup();
+        let first = publish(&staged, &location, "main", "first", &runtime).expect("first");
+        // As before an --overwrite run into a staging folder left by a run killed after committing.
+        forget_stored_shards(&staged, &location, &runtime).expect("forget");
+        let again = publish(&staged, &location, "main", "second", &runtime).expect("again");
+        assert!(!again.already_committed);
+        assert_ne!(again.snapshot, first.snapshot);
+        assert_eq!(
+            history(&location, &runtime),
+            ["second", "first", "Repository initialized"]
         );
     }
 

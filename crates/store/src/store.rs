@@ -17,6 +17,18 @@ use crate::location::Location;
 use crate::multipart::UploadRecords;
 use crate::runtime::IoRuntime;
 
+/// An object found by [`Store::list_objects`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    /// Its key, relative to the store.
+    pub key: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// What changes whenever the object is written again: its ETag (a local file's inode,
+    /// modification time and size; an S3 object's content digest), else its modification time.
+    pub version: String,
+}
+
 /// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
 /// that run on the shared [`IoRuntime`]. Keys are `/`-separated and relative to the location.
 #[derive(Clone)]
@@ -893,19 +905,73 @@ impl Store {
         })?;
         let mut keys: Vec<(String, u64)> = metas
             .into_iter()
-            .filter_map(|m| {
-                m.location.prefix_match(&self.root).map(|parts| {
-                    let key = parts
-                        .map(|p| p.as_ref().to_string())
-                        .collect::<Vec<_>>()
-                        .join("/");
-                    (key, m.size)
-                })
-            })
+            .filter_map(|m| Some((self.key_of(&m.location)?, m.size)))
             .collect();
         keys.sort();
         keys.dedup();
         Ok(keys)
+    }
+
+    /// The key (relative to this store) of an object path of the inner store; `None` outside it.
+    fn key_of(&self, location: &Path) -> Option<String> {
+        location.prefix_match(&self.root).map(|parts| {
+            parts
+                .map(|p| p.as_ref().to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+    }
+
+    /// The objects below `prefix` with their sizes and versions, sorted by key.
+    pub fn list_objects(&self, prefix: &str) -> Result<Vec<ListedObject>> {
+        let path = self.path(prefix)?;
+        let metas = self
+            .runtime
+            .block_on(self.retrying(|| self.list_segment(&path, None, None)))
+            .map_err(|source| Error::Request {
+                operation: "cannot list",
+                location: self.url(prefix),
+                source: Box::new(source),
+            })?;
+        let mut objects: Vec<ListedObject> = metas
+            .into_iter()
+            .filter_map(|m| {
+                Some(ListedObject {
+                    key: self.key_of(&m.location)?,
+                    size: m.size,
+                    version: m.e_tag.unwrap_or_else(|| {
+                        m.last_modified
+                            .timestamp_nanos_opt()
+                            .unwrap_or(0)
+                            .to_string()
+                    }),
+                })
+            })
+            .collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    /// Whether each of `keys` names an object, up to the configured number of requests in flight;
+    /// in the order of `keys`.
+    pub fn exist_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        self.runtime.block_on(async {
+            futures::stream::iter(keys.iter().map(|key| async move {
+                let path = self.path(key)?;
+                match self.retrying(|| self.inner.head(&path)).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(source) => Err(Error::Request {
+                        operation: "cannot read",
+                        location: self.url(key),
+                        source: Box::new(source),
+                    }),
+                }
+            }))
+            .buffered(self.concurrency.max(1))
+            .try_collect()
+            .await
+        })
     }
 
     /// The objects below `path` after the key `after` (if any) up to and including `until` (if
