@@ -526,25 +526,6 @@ impl Conversion {
 }
 
 impl Conversion {
-    /// The keys (relative to the destination) of every shard of this conversion's partition, as
-    /// the writer names them; planned from the source's metadata, without reading a chunk.
-    pub(crate) fn owned_shard_keys(&self) -> Result<HashSet<String>> {
-        let opened = self.open()?;
-        let mut global = 0u64;
-        let mut keys = HashSet::new();
-        for array in &opened.plan.arrays {
-            let grid = array.geometry.shard_grid();
-            for index in 0..zshard_core::product(&grid) {
-                if self.partition.owns(global) {
-                    let shard = zshard_core::unravel_index(index, &grid);
-                    keys.insert(zshard_writer::OUTPUT_KEY_ENCODING.key_under(&array.path, &shard));
-                }
-                global += 1;
-            }
-        }
-        Ok(keys)
-    }
-
     /// Where an Icechunk output commits: as set, or the defaults when the destination already is
     /// a repository.
     fn icechunk_output(&self) -> Option<crate::IcechunkOutput> {

@@ -5,6 +5,8 @@
 //! and document is there, one commit references them and the staging folder is removed. Nothing is
 //! visible on the branch before that commit.
 
+use std::collections::HashSet;
+
 use crate::conversion::{Conversion, Finalized, Observer};
 use crate::error::Result;
 use crate::partition::Partition;
@@ -90,7 +92,7 @@ impl Conversion {
         } else {
             // This worker's shards go into the repository's chunk storage now, side by side with
             // the other workers', so that `finalize` only references them.
-            let keys = staged.owned_shard_keys()?;
+            let keys = shard_keys(&report.shard_grids, self.partition);
             let writer = format!("w{}of{}", self.partition.index, self.partition.count);
             report.stored_in_repository = Some(zshard_icechunk::store_staged_shards(
                 &staged.destination,
@@ -124,6 +126,24 @@ impl Conversion {
         remove_staging(&staged.destination, runtime)?;
         Ok(published)
     }
+}
+
+/// The keys (relative to the destination) of every shard of `partition`, as the writer names them,
+/// for arrays given by path and shard grid in hierarchy order (the order that assigns shards to
+/// workers).
+fn shard_keys(grids: &[(String, Vec<u64>)], partition: Partition) -> HashSet<String> {
+    let mut global = 0u64;
+    let mut keys = HashSet::new();
+    for (path, grid) in grids {
+        for index in 0..zshard_core::product(grid) {
+            if partition.owns(global) {
+                let shard = zshard_core::unravel_index(index, grid);
+                keys.insert(zshard_writer::OUTPUT_KEY_ENCODING.key_under(path, &shard));
+            }
+            global += 1;
+        }
+    }
+    keys
 }
 
 /// Removes the staging folder, or every object under the staging prefix of a remote repository.
@@ -163,4 +183,21 @@ fn remove_staging(location: &str, runtime: std::sync::Arc<zshard_store::IoRuntim
         removed.map_err(remove_error(path))?;
     }
     std::fs::remove_dir_all(&folder).map_err(remove_error(folder.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_shard_keys_follow_the_global_order_across_arrays() {
+        let grids = [("a".to_string(), vec![2, 2]), (String::new(), vec![3])];
+        let mut keys: Vec<String> = shard_keys(&grids, Partition::new(1, 2).expect("partition"))
+            .into_iter()
+            .collect();
+        keys.sort();
+        // Global shards 1, 3 and 5: a's (0, 1) and (1, 1), then the root array's 1.
+        assert_eq!(keys, ["a/c/0/1", "a/c/1/1", "c/1"]);
+        assert_eq!(shard_keys(&grids, Partition::ALL).len(), 7);
+    }
 }

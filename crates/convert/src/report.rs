@@ -226,6 +226,10 @@ pub struct Report {
     /// ahead of the commit (those of earlier runs of the worker not counted).
     #[serde(skip)]
     pub stored_in_repository: Option<usize>,
+    /// Every planned array's path and shard grid, in hierarchy order (what a worker's share is
+    /// worked out from).
+    #[serde(skip)]
+    pub(crate) shard_grids: Vec<(String, Vec<u64>)>,
 }
 
 impl Report {
@@ -291,6 +295,7 @@ pub(crate) struct ReportBuilder {
     arrays: Vec<ArrayReport>,
     skipped_arrays: Vec<SkippedArray>,
     runtime: Option<Arc<IoRuntime>>,
+    shard_grids: Vec<(String, Vec<u64>)>,
 }
 
 impl ReportBuilder {
@@ -305,6 +310,7 @@ impl ReportBuilder {
             started_at: Utc::now(),
             arrays: Vec::new(),
             skipped_arrays: Vec::new(),
+            shard_grids: Vec::new(),
             runtime: None,
         }
     }
@@ -331,6 +337,11 @@ impl ReportBuilder {
             })
             .collect();
         self.skipped_arrays = plan.skipped.clone();
+        self.shard_grids = plan
+            .arrays
+            .iter()
+            .map(|a| (a.path.clone(), a.geometry.shard_grid()))
+            .collect();
         self.destination = destination;
         self.runtime = Some(runtime);
     }
@@ -392,6 +403,7 @@ impl ReportBuilder {
             reference_reads: None,
             published: None,
             stored_in_repository: None,
+            shard_grids: self.shard_grids.clone(),
         }
     }
 }
