@@ -51,11 +51,24 @@ pub(crate) fn is_metadata(key: &str) -> bool {
     key == "zarr.json" || key.ends_with("/zarr.json")
 }
 
+/// Keys a listing page holds: a worker's listing is cut every this many of its shards.
+const LISTING_PAGE: usize = 1000;
+
 /// The staged objects: documents first, parents before children, then shards; zshard's own state
 /// (`.zshard/`, the records, the commit record) and staged temporary files (`KEY#N`) left out.
 pub(crate) fn staged_objects(staging: &Staging) -> zshard_store::Result<Vec<ListedObject>> {
+    staged_objects_around(staging, &HashSet::new())
+}
+
+/// [`staged_objects`], the listing of an object store cut at every [`LISTING_PAGE`]-th of `keys`
+/// so that its pages are fetched side by side: a worker's share of a large conversion is found in
+/// a few round trips instead of one per page of every worker's shards.
+pub(crate) fn staged_objects_around(
+    staging: &Staging,
+    keys: &HashSet<String>,
+) -> zshard_store::Result<Vec<ListedObject>> {
     let mut objects: Vec<ListedObject> = staging
-        .list_objects("")?
+        .list_objects_split("", &listing_splits(keys))?
         .into_iter()
         .filter(|o| !o.key.split('/').any(|part| part.starts_with('.')))
         .filter(|o| zshard_store::staged_base(&o.key).is_none())
@@ -163,6 +176,18 @@ fn unique_suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
+/// Every [`LISTING_PAGE`]-th of `keys` in order, the first left out (nothing precedes it).
+fn listing_splits(keys: &HashSet<String>) -> Vec<String> {
+    let mut sorted: Vec<&String> = keys.iter().collect();
+    sorted.sort();
+    sorted
+        .into_iter()
+        .step_by(LISTING_PAGE)
+        .skip(1)
+        .cloned()
+        .collect()
+}
+
 /// The node path and chunk coordinates of a shard key of Zarr v3's default encoding with `/`
 /// (`a/b/c/1/2`; `c/1/2` for an array at the root; `a/c` for a 0-d array), as Icechunk reads keys.
 pub(crate) fn chunk_coordinates(key: &str) -> Option<(String, Vec<u32>)> {
@@ -208,6 +233,14 @@ mod tests {
         assert_eq!(parsed("g/c/c"), Some(("/g/c".into(), vec![])));
         assert_eq!(parsed("c/c"), Some(("/c".into(), vec![])));
         assert_eq!(parsed("g/c/h/c"), Some(("/g/c/h".into(), vec![])));
+    }
+
+    #[test]
+    fn a_workers_listing_is_cut_every_page_of_its_keys() {
+        let keys: HashSet<String> = (0..2500).map(|i| format!("a/c/{i:05}")).collect();
+        assert_eq!(listing_splits(&keys), ["a/c/01000", "a/c/02000"]);
+        let few: HashSet<String> = (0..999).map(|i| format!("a/c/{i}")).collect();
+        assert!(listing_splits(&few).is_empty());
     }
 
     fn listed(key: &str, size: u64) -> ListedObject {

@@ -288,8 +288,12 @@ fn store_unstored(
     writer: &str,
     runtime: &Arc<IoRuntime>,
 ) -> zshard_store::Result<Stored> {
-    let staged: HashMap<&str, &ListedObject> =
-        objects.iter().map(|o| (o.key.as_str(), o)).collect();
+    // A worker looks only at its own shards: the records and copies of the others are theirs.
+    let staged: HashMap<&str, &ListedObject> = objects
+        .iter()
+        .filter(|o| keys.is_none_or(|keys| keys.contains(&o.key)))
+        .map(|o| (o.key.as_str(), o))
+        .collect();
     let repository = Staging::open(location, runtime.clone(), false)?;
     let mut recorded = chunks::recorded(staging, &repository, &staged)?;
     let unstored = chunks::unstored(objects, keys, &recorded);
@@ -320,7 +324,7 @@ pub fn store_staged_shards(
     };
     check_staging(staged, location)?;
     let staging = Staging::open(staged, runtime.clone(), false).map_err(write_error)?;
-    let objects = chunks::staged_objects(&staging).map_err(write_error)?;
+    let objects = chunks::staged_objects_around(&staging, keys).map_err(write_error)?;
     let stored = store_unstored(&staging, location, &objects, Some(keys), writer, runtime)
         .map_err(write_error)?;
     Ok(stored.now)

@@ -871,6 +871,17 @@ impl Store {
         prefix: &str,
         splits: &[String],
     ) -> Result<Vec<(String, u64)>> {
+        let objects = self.list_objects_split_async(prefix, splits).await?;
+        Ok(objects.into_iter().map(|o| (o.key, o.size)).collect())
+    }
+
+    /// The objects below `prefix` with their sizes and versions, sorted by key; the listing cut at
+    /// `splits` as [`Store::list_sizes_split`] cuts it.
+    async fn list_objects_split_async(
+        &self,
+        prefix: &str,
+        splits: &[String],
+    ) -> Result<Vec<ListedObject>> {
         let path = self.path(prefix)?;
         let mut bounds: Vec<Path> = Vec::new();
         if self.location.is_remote() {
@@ -903,36 +914,6 @@ impl Store {
             location: self.url(prefix),
             source: Box::new(source),
         })?;
-        let mut keys: Vec<(String, u64)> = metas
-            .into_iter()
-            .filter_map(|m| Some((self.key_of(&m.location)?, m.size)))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
-    }
-
-    /// The key (relative to this store) of an object path of the inner store; `None` outside it.
-    fn key_of(&self, location: &Path) -> Option<String> {
-        location.prefix_match(&self.root).map(|parts| {
-            parts
-                .map(|p| p.as_ref().to_string())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
-    }
-
-    /// The objects below `prefix` with their sizes and versions, sorted by key.
-    pub fn list_objects(&self, prefix: &str) -> Result<Vec<ListedObject>> {
-        let path = self.path(prefix)?;
-        let metas = self
-            .runtime
-            .block_on(self.retrying(|| self.list_segment(&path, None, None)))
-            .map_err(|source| Error::Request {
-                operation: "cannot list",
-                location: self.url(prefix),
-                source: Box::new(source),
-            })?;
         let mut objects: Vec<ListedObject> = metas
             .into_iter()
             .filter_map(|m| {
@@ -948,8 +929,31 @@ impl Store {
                 })
             })
             .collect();
+        // Segments meet at their bounds: a key listed by two of them is the same object.
         objects.sort_by(|a, b| a.key.cmp(&b.key));
+        objects.dedup_by(|a, b| a.key == b.key);
         Ok(objects)
+    }
+
+    /// The key (relative to this store) of an object path of the inner store; `None` outside it.
+    fn key_of(&self, location: &Path) -> Option<String> {
+        location.prefix_match(&self.root).map(|parts| {
+            parts
+                .map(|p| p.as_ref().to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+    }
+
+    /// The objects below `prefix` with their sizes and versions, sorted by key.
+    pub fn list_objects(&self, prefix: &str) -> Result<Vec<ListedObject>> {
+        self.list_objects_split(prefix, &[])
+    }
+
+    /// [`Store::list_objects`], the listing cut at `splits` as [`Store::list_sizes_split`] cuts it.
+    pub fn list_objects_split(&self, prefix: &str, splits: &[String]) -> Result<Vec<ListedObject>> {
+        self.runtime
+            .block_on(self.list_objects_split_async(prefix, splits))
     }
 
     /// Whether each of `keys` names an object, up to the configured number of requests in flight;
