@@ -161,21 +161,25 @@ mod tests {
         }
     }
 
-    fn store(dir: &std::path::Path) -> Store {
+    /// The options record written ahead into `dir`, and a counting sink behind it.
+    fn ahead_of_counting(
+        dir: &std::path::Path,
+    ) -> (Arc<WriteAhead>, Arc<Counting>, Arc<dyn ShardSink>) {
         let runtime = IoRuntime::new(1).expect("runtime");
-        Store::open(dir.to_str().expect("utf-8"), runtime, true).expect("open")
-    }
-
-    #[test]
-    fn shards_are_written_once_the_write_has_landed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = store(dir.path());
+        let store = Store::open(dir.to_str().expect("utf-8"), runtime, true).expect("open");
         let ahead = Arc::new(
             WriteAhead::start(&store, ".zshard/options/w0of1.json", Bytes::from("{}"))
                 .expect("start"),
         );
         let counting = Arc::new(Counting::default());
         let sink = ahead.before(counting.clone());
+        (ahead, counting, sink)
+    }
+
+    #[test]
+    fn shards_are_written_once_the_write_has_landed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ahead, counting, sink) = ahead_of_counting(dir.path());
         assert_eq!(sink.write_shard(&[0], &[]).expect("write"), 0);
         // The shard went through only after the record was there.
         let record = dir.path().join(".zshard/options/w0of1.json");
@@ -189,13 +193,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         // A file where the record's folder would go: the write cannot land.
         std::fs::write(dir.path().join(".zshard"), b"not a folder").expect("file");
-        let store = store(dir.path());
-        let ahead = Arc::new(
-            WriteAhead::start(&store, ".zshard/options/w0of1.json", Bytes::from("{}"))
-                .expect("start"),
-        );
-        let counting = Arc::new(Counting::default());
-        let sink = ahead.before(counting.clone());
+        let (ahead, counting, sink) = ahead_of_counting(dir.path());
         for shard in [[0u64], [1]] {
             let error = sink.write_shard(&shard, &[]).expect_err("refused");
             assert_eq!(error.to_string(), "cannot write .zshard/options/w0of1.json");
