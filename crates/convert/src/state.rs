@@ -519,25 +519,45 @@ impl Survey {
 /// options and every metadata document it lists in one round of reads, then the removals side by
 /// side after the marker's write. The marker is left for the claim to remove ([`Marker::Remove`]).
 fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<Marker> {
-    let keys: BTreeSet<String> = dst.list_keys("")?.into_iter().collect();
-    let wanted: Vec<String> = keys
-        .iter()
-        .filter(|key| {
-            // This run's own lease says nothing about other runs.
-            (in_dir(key, crate::lease::LEASES_DIR) && *key != own_lease)
-                || *key == CLAIM
-                || in_dir(key, OPTIONS_DIR)
-                || key
-                    .rsplit('/')
-                    .next()
-                    .is_some_and(|name| name == "zarr.json" || name == ".zarray")
-        })
+    let is_wanted = |key: &str| {
+        // This run's own lease says nothing about other runs.
+        (in_dir(key, crate::lease::LEASES_DIR) && key != own_lease)
+            || key == CLAIM
+            || in_dir(key, OPTIONS_DIR)
+            || key
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name == "zarr.json" || name == ".zarray")
+    };
+    // The documents the plan names and the claim are read beside the listing, which names the rest:
+    // overwriting a finished conversion then costs one round trip here, not two.
+    let guessed: Vec<String> = std::iter::once(CLAIM.to_string())
+        .chain(document_keys(plan))
+        .filter(|key| is_wanted(key))
+        .collect();
+    let (listed, guessed_reads) = dst
+        .block_on(async { futures::join!(dst.list_sizes_async(""), dst.get_many_async(&guessed)) });
+    let keys: BTreeSet<String> = listed?.into_iter().map(|(key, _)| key).collect();
+    let wanted: BTreeSet<&String> = keys.iter().filter(|key| is_wanted(key)).collect();
+    let mut read: HashMap<String, Bytes> = HashMap::new();
+    // What the listing names decides; a guess it does not name is left out, as it was never read.
+    for (key, found) in guessed.iter().zip(guessed_reads) {
+        if wanted.contains(key) {
+            if let Some(bytes) = found? {
+                read.insert(key.clone(), bytes);
+            }
+        }
+    }
+    let rest: Vec<String> = wanted
+        .into_iter()
+        .filter(|key| !guessed.contains(*key))
         .cloned()
         .collect();
-    let mut read: HashMap<String, Bytes> = HashMap::new();
-    for (key, found) in wanted.iter().zip(dst.get_many(&wanted)) {
-        if let Some(bytes) = found? {
-            read.insert(key.clone(), bytes);
+    if !rest.is_empty() {
+        for (key, found) in rest.iter().zip(dst.get_many(&rest)) {
+            if let Some(bytes) = found? {
+                read.insert(key.clone(), bytes);
+            }
         }
     }
     let leases = read
