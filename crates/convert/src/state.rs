@@ -515,9 +515,10 @@ impl Survey {
 
 /// For `--overwrite`: removes zshard's state, the Zarr hierarchy the destination holds and the chunk
 /// keys of its arrays and of this conversion's, and nothing else (see `owned.rs`); refuses while
-/// another run holds a fresh lease. One listing of the destination, then the leases, the recorded
-/// options and every metadata document it lists in one round of reads, then the removals side by
-/// side after the marker's write. The marker is left for the claim to remove ([`Marker::Remove`]).
+/// another run holds a fresh lease. One listing of the destination with the claim and the plan's
+/// own metadata documents read beside it, then (only when the listing names more) the other leases,
+/// recorded options and metadata documents in one round of reads, then the removals side by side
+/// after the marker's write. The marker is left for the claim to remove ([`Marker::Remove`]).
 fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<Marker> {
     let is_wanted = |key: &str| {
         // This run's own lease says nothing about other runs.
