@@ -929,7 +929,8 @@ impl Store {
                 })
             })
             .collect();
-        // Segments meet at their bounds: a key listed by two of them is the same object.
+        // Segments do not overlap (offsets are exclusive); a key listed twice, rewritten while it was
+        // being listed, is one object.
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         objects.dedup_by(|a, b| a.key == b.key);
         Ok(objects)
