@@ -71,6 +71,11 @@ def test_icechunk_on_s3_to_a_second_repository_and_to_plain_zarr(s3, moto, tmp_p
                env=S3_ENV)
     assert commits(moto, "icedst", "repo") == ["zshard on s3", "Repository initialized"]
     assert_same(read_repo(moto, "icedst", "repo"), values)
+    # Without --source-format the repository is not taken for a broken Zarr: the error says what to pass.
+    refused = run_zshard("convert", "s3://icesrc/repo", "s3://icedst/other.zarr", "--s3-endpoint", moto,
+                         *S3_FLAGS, env=S3_ENV, check=False)
+    assert refused.returncode != 0 and "--source-format icechunk" in refused.stderr, refused.stderr
+    assert "Icechunk repository" in refused.stderr, refused.stderr
     session = ic.Repository.open(storage(moto, "icedst", "repo")).readonly_session(branch="main")
     native = zarr.open_array(session.store, path="native", mode="r")
     assert type(native.metadata.codecs[0]).__name__ == "ShardingCodec"

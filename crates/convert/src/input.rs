@@ -197,6 +197,13 @@ impl Input {
                     Some(store) => store,
                     None => Self::store_read_ahead(location, runtime)?,
                 };
+                if options.format.is_none() && looks_like_remote_icechunk(&store) {
+                    return Err(Error::Options {
+                        reason: format!(
+                            "{location} holds no Zarr metadata but the folders of an Icechunk repository (refs/, snapshots/); repositories on object stores are read with --source-format icechunk"
+                        ),
+                    });
+                }
                 Self::open_store(store, options.format)
             }
             Some(format) => Ok(Input::Kerchunk(ReferenceSet::open(
@@ -362,6 +369,23 @@ impl Input {
             _ => None,
         }
     }
+}
+
+/// Whether a remote folder that has none of the root documents of Zarr or N5 (as read ahead) holds
+/// an Icechunk repository's folders: Icechunk is detected only in local folders (one listing more
+/// for every remote source otherwise), so a repository on an object store given without
+/// `--source-format icechunk` would fail as "not a Zarr array or group". Only that path lists.
+fn looks_like_remote_icechunk(store: &Store) -> bool {
+    let absent = |key: &str| matches!(store.read_ahead_peek(key), Some(None));
+    let no_documents = ["zarr.json", ".zarray", ".zgroup", zshard_n5::ATTRIBUTES]
+        .iter()
+        .all(|key| absent(key));
+    if !store.location().is_remote() || !no_documents {
+        return false;
+    }
+    store.list_children("").is_ok_and(|children| {
+        children.iter().any(|c| c == "refs") && children.iter().any(|c| c == "snapshots")
+    })
 }
 
 #[cfg(test)]
