@@ -384,7 +384,7 @@ fn looks_like_remote_icechunk(store: &Store) -> bool {
         return false;
     }
     store.list_children("").is_ok_and(|children| {
-        children.iter().any(|c| c == "refs") && children.iter().any(|c| c == "snapshots")
+        zshard_icechunk::has_repository_folders(|name| children.iter().any(|c| c == name))
     })
 }
 

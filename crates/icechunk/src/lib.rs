@@ -95,7 +95,18 @@ pub fn is_repository(location: &str) -> bool {
         return false;
     };
     parsed.local_path().is_some_and(|path| {
-        path.join("refs").is_dir()
-            && (path.join("snapshots").is_dir() || path.join("config.yaml").is_file())
+        let has = |name: &str| path.join(name).is_dir();
+        // Also `refs/` beside the repository's `config.yaml`, before any snapshot folder exists.
+        has_repository_folders(has) || (has(REFS) && path.join("config.yaml").is_file())
     })
+}
+
+/// The folder of a repository's branches and tags.
+const REFS: &str = "refs";
+
+/// Whether a folder whose subfolders `has` answers for holds an Icechunk repository's folders
+/// (`refs/` and `snapshots/`): how a local folder is detected, and how a remote source that is not
+/// Zarr is recognised as a repository given without its format.
+pub fn has_repository_folders(has: impl Fn(&str) -> bool) -> bool {
+    has(REFS) && has("snapshots")
 }
