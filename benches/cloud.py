@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cloud workloads (issue 21): zshard and its peers against an S3 server on loopback behind a proxy that
-adds a fixed delay to the first byte of every response and a bandwidth cap (tests/cloud/proxy.py, the
-cloud tests' proxy), with every request logged.
+adds a fixed delay to the first byte of every response and a bandwidth cap (benches/linkproxy, built with
+zshard by benches/run.sh; the cloud tests' Python proxy tests/cloud/proxy.py when it is missing), with every
+request logged.
 
   W7  W1's source (Zarr v2, blosc zstd 5, 256^2 chunks) on S3 -> 2048^2 shards of 256^2, zstd 3, on S3.
       Peers: tensorstore (s3 kvstore with the endpoint), zarr-python 3.1 with its ObjectStore (obstore).
@@ -44,7 +45,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "cloud"))
 import harness  # noqa: E402  (sources, timing, logging)
-from proxy import FaultProxy, free_port, wait_for_port  # noqa: E402  (one proxy for the tests and the benches)
+from proxy import FaultProxy, Request, free_port, wait_for_port  # noqa: E402  (the tests' proxy: the fallback)
 
 MIB = 1024 * 1024
 KEY, SECRET = "zshardbench", "zshardbench-secret"
@@ -203,6 +204,71 @@ def v3_metadata(shape, dtype, shard, inner):
                            {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
                 "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
                 "index_location": "end"}}]}
+
+
+class LinkProxy:
+    """The link in Rust (benches/linkproxy): what FaultProxy does for the benches (delay to the first byte,
+    bandwidth cap, request log, local files over HTTP) at a fraction of its CPU. On 2 cores the Python proxy
+    took 2.5-3 s of CPU in a 4 s W7 run, cores the tools measured beside it needed."""
+
+    def __init__(self, binary, upstream_port, bandwidth=None):
+        cmd = [binary, "--upstream-port", str(upstream_port)]
+        if bandwidth:
+            cmd += ["--bandwidth", str(bandwidth)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        first = self.proc.stdout.readline().split()
+        if first[:1] != ["listening"]:
+            raise RuntimeError(f"{binary} did not start: {first}")
+        self.port = int(first[1])
+        self._latency = 0.0
+        self.files = _ServedFolders(self)
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def control(self, command, body=b""):
+        import urllib.request
+        req = urllib.request.Request(f"{self.endpoint}/__linkproxy/{command}", data=body,
+                                     method="POST" if body or command != "log" else "GET")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read().decode()
+
+    @property
+    def latency(self):
+        return self._latency
+
+    @latency.setter
+    def latency(self, seconds):
+        self.control("latency", str(seconds).encode())
+        self._latency = seconds
+
+    def reset(self):
+        self.control("reset", b"-")
+
+    @property
+    def requests(self):
+        out = []
+        for line in self.control("log").splitlines():
+            start, end, method, kind, b_in, b_out, status, path = line.split("\t", 7)
+            out.append(Request(method, path, kind, int(b_in), int(b_out), status, float(start), float(end)))
+        return out
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class _ServedFolders(dict):
+    """LinkProxy.files: setting PREFIX -> DIR tells the proxy to serve DIR under PREFIX."""
+
+    def __init__(self, proxy):
+        super().__init__()
+        self.proxy = proxy
+
+    def __setitem__(self, prefix, directory):
+        self.proxy.control("files", f"{prefix}\t{directory}".encode())
+        super().__setitem__(prefix, directory)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -569,6 +635,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--workdir", default=os.path.join(REPO, "target", "bench"))
     p.add_argument("--s3s-fs", default=os.path.join(REPO, "target", "peers", "bin", "s3s-fs"))
+    p.add_argument("--linkproxy", default=os.path.join(REPO, "target", "release", "linkproxy"),
+                   help="the proxy (benches/linkproxy; the tests' Python proxy when it is missing)")
     p.add_argument("--verify", choices=["every", "first"], default="first")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--skip-slow-peers", action="store_true", help="zarr-python only at delays up to 20 ms")
@@ -588,13 +656,17 @@ def main(argv=None):
     logdir = os.path.join(args.workdir, "cloud-logs", stamp)
     os.makedirs(logdir, exist_ok=True)
     server = S3Server(os.path.join(args.workdir, "s3root"), args.s3s_fs)
-    proxy = FaultProxy(server.port, bandwidth=bandwidth)
+    if os.access(args.linkproxy, os.X_OK):
+        proxy, proxy_kind = LinkProxy(args.linkproxy, server.port, bandwidth), "benches/linkproxy"
+    else:
+        log(f"{args.linkproxy} is missing: the Python proxy of the tests stands in (it takes CPU the tools need)")
+        proxy, proxy_kind = FaultProxy(server.port, bandwidth=bandwidth), "tests/cloud/proxy.py"
     log(f"S3 server: {server.kind} at {server.endpoint}; proxy {proxy.endpoint}, bandwidth "
         f"{args.bandwidth}, delays {delays} ms")
     lines = ["# zshard cloud workloads (benches/cloud.py)", "",
              f"Run {stamp}: `{' '.join(sys.argv[1:] if argv is None else argv)}`", "",
              f"Machine: {harness.machine_info()}. S3 server: {server.kind} on 127.0.0.1, behind the proxy of "
-             f"tests/cloud/proxy.py (delay to the first byte of every response; bandwidth {args.bandwidth} per "
+             f"{proxy_kind} (delay to the first byte of every response; bandwidth {args.bandwidth} per "
              f"direction). {args.threads} threads for every tool; medians of {args.runs} run(s).", ""]
     results = []
     try:

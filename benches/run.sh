@@ -7,7 +7,7 @@
 # Every argument goes to benches/harness.py (see `benches/run.sh --help`). Before it runs, this script
 #   - creates or updates the Python venv with `tests/interop/run.sh --venv-only` (the test suite's own
 #     set-up, so the tests and the benches share one venv),
-#   - builds target/release/zshard (cargo build --release -p zshard),
+#   - builds target/release/zshard and the cloud benches' proxy target/release/linkproxy,
 #   - installs the zarrs peer into target/peers (cargo install zarrs_tools 0.8.1) when it is missing,
 #   - installs GNU time (/usr/bin/time, which measures CPU time and peak RSS) when it is missing.
 #
@@ -48,8 +48,8 @@ fi
 
 # --- zshard ---
 if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then
-    say "cargo build --release -p zshard"
-    (cd "$REPO" && cargo build --release -p zshard)
+    say "cargo build --release -p zshard -p zshard-linkproxy"
+    (cd "$REPO" && cargo build --release -p zshard -p zshard-linkproxy)
 fi
 
 # --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---
