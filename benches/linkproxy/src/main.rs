@@ -179,6 +179,9 @@ impl Link {
         } else {
             None
         };
+        // The delay counts from the request's arrival (its body received), as the Python proxy counts
+        // it: the server's own time is part of the delay, not added to it.
+        let mut arrived = Instant::now();
         let (status, headers, data, bytes_in) = match served {
             Some(file) => {
                 let range = req
@@ -192,12 +195,11 @@ impl Link {
                 };
                 (status, headers, data, 0)
             }
-            None => match self.forward(req, &path).await {
+            None => match self.forward(req, &path, &mut arrived).await {
                 Ok(answer) => answer,
                 Err(_) => (StatusCode::BAD_GATEWAY, Vec::new(), Bytes::new(), 0),
             },
         };
-        let arrived = Instant::now();
         let latency = self.shared().latency;
         tokio::time::sleep_until((arrived + latency).into()).await;
         let mut response = Response::builder().status(status);
@@ -245,11 +247,13 @@ impl Link {
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad response headers"))
     }
 
-    /// Sends `req` on to the server (its body paced on the up-link): status, headers, body, bytes in.
+    /// Sends `req` on to the server (its body paced on the up-link, `arrived` set once it is all in):
+    /// status, headers, body, bytes in.
     async fn forward(
         &self,
         req: Request<Incoming>,
         path: &str,
+        arrived: &mut Instant,
     ) -> anyhow::Result<(StatusCode, Vec<(String, HeaderValue)>, Bytes, usize)> {
         let (parts, mut incoming) = req.into_parts();
         let mut body = BytesMut::new();
@@ -262,6 +266,7 @@ impl Link {
             }
         }
         let bytes_in = body.len();
+        *arrived = Instant::now();
         let mut upstream = Request::builder()
             .method(parts.method)
             .uri(format!("http://127.0.0.1:{}{path}", self.upstream_port));
