@@ -48,8 +48,13 @@ fi
 
 # --- zshard ---
 if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then
-    say "cargo build --release -p zshard -p zshard-linkproxy"
-    (cd "$REPO" && cargo build --release -p zshard -p zshard-linkproxy)
+    say "cargo build --release -p zshard"
+    (cd "$REPO" && cargo build --release -p zshard)
+fi
+if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ] || [ ! -x "$REPO/target/release/linkproxy" ]; then
+    # A workspace of its own, so that its features do not change zshard's build.
+    say "cargo build --release (benches/linkproxy, the cloud benches' proxy)"
+    cargo build --release --locked --manifest-path "$HERE/linkproxy/Cargo.toml" --target-dir "$REPO/target"
 fi
 
 # --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---
