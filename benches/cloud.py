@@ -249,7 +249,7 @@ class LinkProxy:
     @property
     def requests(self):
         out = []
-        for line in self.control("log").splitlines():
+        for line in filter(None, self.control("log").split("\n")):
             start, end, method, kind, b_in, b_out, status, path = line.split("\t", 7)
             out.append(Request(method, path, kind, int(b_in), int(b_out), status, float(start), float(end)))
         return out
@@ -332,8 +332,9 @@ def run_tool(name, cmd, proxy, delay_s, args, logdir, prepare=None, verify=None,
         base = os.path.join(logdir, f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}-{delay_s * 1000:.0f}ms-{i}")
         r = timed(cmd, env, base, args.timeout)
         proxy.latency = 0.0
-        write_request_log(base + ".requests.tsv", proxy.requests)
-        r["requests"] = summarize_requests(list(proxy.requests), r["wall"])
+        requests = list(proxy.requests)
+        write_request_log(base + ".requests.tsv", requests)
+        r["requests"] = summarize_requests(requests, r["wall"])
         if r["ok"] and verify and (i == 0 or args.verify == "every"):
             problem = verify()
             if problem:
@@ -673,7 +674,10 @@ def main(argv=None):
         for name in names:
             for delay in delays:
                 log(f"{name} at {delay} ms")
-                r = WORKLOADS[name](Context(args, server, proxy, logdir), delay / 1000)
+                # One folder per workload: the tools' log names repeat across workloads.
+                workload_logs = os.path.join(logdir, name.lower())
+                os.makedirs(workload_logs, exist_ok=True)
+                r = WORKLOADS[name](Context(args, server, proxy, workload_logs), delay / 1000)
                 r["delay_ms"] = delay
                 results.append(r)
                 text = table(r, delay, bandwidth)

@@ -82,10 +82,18 @@ async fn serve(options: Options) -> anyhow::Result<()> {
     println!("listening {}", listener.local_addr()?.port());
     let link = Arc::new(Link::new(&options));
     loop {
-        let (stream, _) = listener.accept().await?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was taken: the link stays up.
+                eprintln!("linkproxy: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
         // Headers and body go out in separate writes: without this the body would wait for the
-        // client's delayed ACK (40 ms on Linux).
-        stream.set_nodelay(true)?;
+        // client's delayed ACK (40 ms on Linux). A connection already reset fails later on its own.
+        let _ = stream.set_nodelay(true);
         let link = Arc::clone(&link);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
@@ -109,7 +117,8 @@ struct Entry {
     kind: &'static str,
     bytes_in: usize,
     bytes_out: usize,
-    status: u16,
+    /// The answer's status, or `aborted` when the client hung up before the body's end.
+    status: String,
     path: String,
 }
 
@@ -189,19 +198,32 @@ impl Link {
                     .get("range")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string);
-                let (status, headers, data) = match file {
-                    Some(file) => serve_file(&file, range.as_deref(), method == Method::HEAD),
+                let head = method == Method::HEAD;
+                // File reads block: off the one thread that runs every connection's timers.
+                let answer = tokio::task::spawn_blocking(move || match resolve(&file.0, &file.1) {
+                    Some(file) => serve_file(&file, range.as_deref(), head),
                     None => (StatusCode::NOT_FOUND, Vec::new(), Bytes::new()),
-                };
-                (status, headers, data, 0)
+                })
+                .await
+                .unwrap_or((
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    Vec::new(),
+                    Bytes::new(),
+                ));
+                (answer.0, answer.1, answer.2, 0)
             }
             None => match self.forward(req, &path, &mut arrived).await {
                 Ok(answer) => answer,
-                Err(_) => (StatusCode::BAD_GATEWAY, Vec::new(), Bytes::new(), 0),
+                Err(e) => {
+                    eprintln!("linkproxy: {method} {path}: {e:#}");
+                    (StatusCode::BAD_GATEWAY, Vec::new(), Bytes::new(), 0)
+                }
             },
         };
         let latency = self.shared().latency;
-        tokio::time::sleep_until((arrived + latency).into()).await;
+        if let Some(due) = arrived.checked_add(latency) {
+            wait_until(due).await;
+        }
         let mut response = Response::builder().status(status);
         let length = headers
             .iter()
@@ -227,7 +249,7 @@ impl Link {
             kind,
             bytes_in,
             bytes_out: 0,
-            status: status.as_u16(),
+            status: status.as_u16().to_string(),
             path,
         };
         let data = if method == Method::HEAD {
@@ -298,15 +320,13 @@ impl Link {
         Ok((status, headers, data, bytes_in))
     }
 
-    /// For a path under a served folder: the file, or `None` inside when it is missing or outside.
-    fn file_for(&self, path: &str) -> Option<Option<PathBuf>> {
+    /// For a path under a served folder: the folder and the path inside it.
+    fn file_for(&self, path: &str) -> Option<(PathBuf, String)> {
         let path = path.split('?').next().unwrap_or(path);
         let shared = self.shared();
         shared.files.iter().find_map(|(prefix, dir)| {
             let rel = path.strip_prefix(prefix.as_str())?;
-            let full = dir.join(rel).canonicalize().ok();
-            let root = dir.canonicalize().ok();
-            Some(full.filter(|f| root.is_some_and(|r| f.starts_with(r)) && f.is_file()))
+            Some((dir.clone(), rel.to_string()))
         })
     }
 
@@ -318,7 +338,7 @@ impl Link {
         let mut shared = self.shared();
         match command {
             "latency" => match body.trim().parse::<f64>() {
-                Ok(s) if s >= 0.0 && s.is_finite() => shared.latency = Duration::from_secs_f64(s),
+                Ok(s) if (0.0..=3600.0).contains(&s) => shared.latency = Duration::from_secs_f64(s),
                 _ => return plain(StatusCode::BAD_REQUEST, "latency: seconds expected"),
             },
             "reset" => {
@@ -385,6 +405,13 @@ fn kind_of(method: &Method, path: &str, ranged: bool) -> &'static str {
         Method::DELETE => "DELETE",
         _ => "other",
     }
+}
+
+/// The file at `rel` inside `dir`, unless it is missing or outside `dir`.
+fn resolve(dir: &Path, rel: &str) -> Option<PathBuf> {
+    let full = dir.join(rel).canonicalize().ok()?;
+    let root = dir.canonicalize().ok()?;
+    (full.starts_with(root) && full.is_file()).then_some(full)
 }
 
 /// A local file, whole or the one range asked for (`bytes=A-B`, `bytes=A-`, `bytes=-N`).
@@ -458,7 +485,7 @@ fn read_range(path: &Path, first: u64, length: u64) -> std::io::Result<Bytes> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path)?;
     file.seek(SeekFrom::Start(first))?;
-    let mut data = Vec::new();
+    let mut data = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
     file.take(length).read_to_end(&mut data)?;
     Ok(data.into())
 }
@@ -493,8 +520,31 @@ impl Drop for Sending {
     fn drop(&mut self) {
         if let Some(mut entry) = self.entry.take() {
             entry.bytes_out = self.offset;
+            if self.offset < self.data.len() {
+                entry.status = "aborted".to_string();
+            }
             self.link.record(entry);
         }
+    }
+}
+
+/// How far the pacing may lag the clock: tokio's timer wakes on whole milliseconds.
+const SLACK: Duration = Duration::from_millis(2);
+
+/// Waits until `due`, to within a fraction of a millisecond (tokio's timer alone rounds up to the
+/// next millisecond, 5 % of a 20 ms delay): the timer for all but the last 2 ms, then a sleeping
+/// thread for the rest. Nothing when `due` has passed.
+async fn wait_until(due: Instant) {
+    if let Some(coarse) = due.checked_sub(SLACK) {
+        if coarse > Instant::now() {
+            tokio::time::sleep_until(coarse.into()).await;
+        }
+    }
+    if due > Instant::now() {
+        let _ = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        })
+        .await;
     }
 }
 
@@ -517,11 +567,17 @@ impl Pacer {
         let Some(rate) = self.rate else { return };
         let until = {
             let mut free_at = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
-            let start = (*free_at).max(Instant::now());
+            // The link's schedule may lag the clock by up to SLACK (a timer that woke late), so that
+            // one connection alone still gets the whole rate: the average stays at the cap and a burst
+            // is at most SLACK's worth of bytes.
+            let now = Instant::now();
+            let start = (*free_at).max(now.checked_sub(SLACK).unwrap_or(now));
             *free_at = start + Duration::from_secs_f64(n as f64 / rate);
             *free_at
         };
-        tokio::time::sleep_until(until.into()).await;
+        if until > Instant::now() {
+            tokio::time::sleep_until(until.into()).await;
+        }
     }
 }
 
