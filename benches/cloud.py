@@ -48,6 +48,7 @@ import harness  # noqa: E402  (sources, timing, logging)
 from proxy import FaultProxy, Request, free_port, wait_for_port  # noqa: E402  (the tests' proxy: the fallback)
 
 MIB = 1024 * 1024
+BIG = "big"  # W9b's bucket
 KEY, SECRET = "zshardbench", "zshardbench-secret"
 S3_ENV = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
@@ -526,11 +527,15 @@ def w9(ctx, delay_s):
         make_many_chunk_source(big, rows, cols)
         open(big + ".done", "w").write("ok\n")
     dstb = f"w9b-{n}.zarr"
-    cmd = [args.zshard, "convert", big, f"s3://dst/{dstb}", *zshard_s3_flags(proxy), "--shard-shape", "8,8",
+    # A bucket of its own: s3s-fs walks the whole bucket for every LIST page, so 10^5 objects beside the
+    # other workloads' outputs would slow every listing of theirs (0.4 s a page here).
+    server.bucket(BIG)
+    server.remove("dst", dstb)  # where earlier versions of this bench left them
+    cmd = [args.zshard, "convert", big, f"s3://{BIG}/{dstb}", *zshard_s3_flags(proxy), "--shard-shape", "8,8",
            "--chunk-shape", "8,8", "--compressor", "none", "--threads", str(args.threads), "--quiet"]
     snapshot_b = os.path.join(args.workdir, "sources", f"w9b-{n}-99pct")
     if not os.path.exists(snapshot_b + ".done"):
-        server.remove("dst", dstb)
+        server.remove(BIG, dstb)
         direct = [a if a != proxy.endpoint else server.endpoint for a in cmd]
         # The last 1 % of the chunks damaged: the run stops in them.
         damaged = [os.path.join(big, f"{rows - 1 - r}.{c}") for r in range(max(1, rows // 100)) for c in range(cols)]
@@ -545,21 +550,21 @@ def w9(ctx, delay_s):
             for p, b in saved.items():
                 open(p, "wb").write(b)
         shutil.rmtree(snapshot_b, ignore_errors=True)
-        shutil.copytree(server.local("dst", dstb), snapshot_b)
+        shutil.copytree(server.local(BIG, dstb), snapshot_b)
         open(snapshot_b + ".done", "w").write("ok\n")
     written_b = sum(1 for _, _, fs in os.walk(os.path.join(snapshot_b, "c")) for _ in fs)
     log(f"  W9b: {written_b} of {n} shards written before the resume")
 
     def restore_b():
-        server.remove("dst", dstb)
-        shutil.copytree(snapshot_b, server.local("dst", dstb))
+        server.remove(BIG, dstb)
+        shutil.copytree(snapshot_b, server.local(BIG, dstb))
     restore_b()
-    plan = [args.zshard, "plan", big, f"s3://dst/{dstb}", *cmd[4:-1]]
+    plan = [args.zshard, "plan", big, f"s3://{BIG}/{dstb}", *cmd[4:-1]]
     tools.append(run_tool(f"zshard plan ({written_b} shards present)", plan, proxy, delay_s, args, ctx.logdir))
     srcb = zarr.open_array(big, mode="r")
     tools.append(run_tool(f"zshard resume ({written_b}/{n} shards done)", cmd, proxy, delay_s, args, ctx.logdir,
                           prepare=restore_b,
-                          verify=lambda: verify_against(server, "dst", dstb, lambda sl: srcb[sl], srcb.shape, 8 * rows)))
+                          verify=lambda: verify_against(server, BIG, dstb, lambda sl: srcb[sl], srcb.shape, 8 * rows)))
     return {"name": "W9", "describe": f"resume of W7's source in 512^2 shards ({grid} shards); plan and resume with "
                                       f"{n} shard objects present", "raw_bytes": size * size * 2, "tools": tools}
 
