@@ -244,6 +244,28 @@ enum Claim {
     Joined,
 }
 
+/// The create-only write of `key` with the read of what it may find there, side by side. The read
+/// only matters when the write finds an object, so it is abandoned (with any retry it is waiting for)
+/// once the write has created one: a read racing the write can fail on some servers (s3s-fs answers
+/// 500), and its retry would hold up the run for a backoff.
+async fn create_beside_read(
+    dst: &Store,
+    key: &str,
+    data: Bytes,
+) -> (
+    zshard_store::Result<PutNew>,
+    zshard_store::Result<Option<Bytes>>,
+) {
+    use futures::future::{select, Either};
+    let (write, read) = (dst.put_new_async(key, data), dst.get_async(key));
+    futures::pin_mut!(write, read);
+    match select(write, read).await {
+        Either::Left((Ok(PutNew::Created), _)) => (Ok(PutNew::Created), Ok(None)),
+        Either::Left((created, read)) => (created, read.await),
+        Either::Right((existing, write)) => (write.await, existing),
+    }
+}
+
 /// Makes this conversion the destination's owner, or joins the owner with the same options; refuses
 /// when a conversion with other options holds it, and (with `check_overwriting`) when an
 /// `--overwrite` was interrupted there. The create-only write goes out with the reads of the
@@ -261,10 +283,9 @@ fn claim(
         what: "the conversion's options",
         source,
     })?;
-    let (created, existing, overwriting) = dst.block_on(async {
+    let ((created, existing), overwriting) = dst.block_on(async {
         futures::join!(
-            dst.put_new_async(CLAIM, Bytes::from(text.clone())),
-            dst.get_async(CLAIM),
+            create_beside_read(dst, CLAIM, Bytes::from(text.clone())),
             async {
                 match marker {
                     Marker::Check => dst.get_async(OVERWRITING).await,
