@@ -23,7 +23,8 @@ The S3 server is s3s-fs (benches/run.sh installs it into target/peers with cargo
 is missing, moto's server (much slower per request; W9 needs s3s-fs, whose objects are plain files).
 
 Usage: cloud.py --zshard BIN [--scale full|small] [--runs 2] [--workloads W7,W8,W9] [--delay-ms 0,20,100]
-                [--bandwidth 1Gbit] [--threads N] [--workdir target/bench] [--s3s-fs BIN]
+                [--bandwidth 1Gbit] [--threads N] [--workdir target/bench] [--s3s-fs BIN] [--linkproxy BIN]
+                [--w9b-delays MS,...]
 """
 import argparse
 import datetime
@@ -49,6 +50,7 @@ from proxy import FaultProxy, Request, free_port, wait_for_port  # noqa: E402  (
 
 MIB = 1024 * 1024
 BIG = "big"  # W9b's bucket
+W9B_OBJECTS = {"full": 100_000, "small": 10_000}
 KEY, SECRET = "zshardbench", "zshardbench-secret"
 S3_ENV = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
@@ -217,9 +219,12 @@ class LinkProxy:
         if bandwidth:
             cmd += ["--bandwidth", str(bandwidth)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        first = self.proc.stdout.readline().split()
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        first = self.proc.stdout.readline().split() if ready else []
         if first[:1] != ["listening"]:
-            raise RuntimeError(f"{binary} did not start: {first}")
+            self.proc.kill()
+            raise RuntimeError(f"{binary} did not start within 30 s: {first}")
         self.port = int(first[1])
         self._latency = 0.0
         self.files = _ServedFolders(self)
@@ -490,6 +495,9 @@ def damaged_first_run(ctx, cmd, chunk_file, done_copy):
 
 def w9(ctx, delay_s):
     args, server, proxy = ctx.args, ctx.server, ctx.proxy
+    if server.kind != "s3s-fs":
+        log("  W9 needs s3s-fs (it prepares the destination as files): skipped")
+        return {"name": "W9", "describe": "skipped: needs s3s-fs", "raw_bytes": 1, "tools": []}
     size, src, reader = w7_source(ctx)
     tools = []
     # (a) W7's source into 512^2 shards: the full run, then a resume with 99 % of the shards written.
@@ -520,10 +528,18 @@ def w9(ctx, delay_s):
                           verify=lambda: verify_against(server, "dst", dst, reader, src.shape, 2048)))
     # (b) 10^5 shards (10^4 small): a local uint8 Zarr v2 source of 8^2 chunks without compression, one
     # chunk per shard, converted once straight to the server; the resume has 99 % of them.
-    if args.w9b_delays is not None and round(delay_s * 1000) not in args.w9b_delays:
-        return {"name": "W9", "describe": f"resume of W7's source in 512^2 shards ({grid} shards)",
-                "raw_bytes": size * size * 2, "tools": tools}
-    n = 10_000 if args.scale == "small" else 100_000
+    if args.w9b_delays is None or round(delay_s * 1000) in args.w9b_delays:
+        tools += w9b(ctx, delay_s)
+    return {"name": "W9", "describe": f"resume of W7's source in 512^2 shards ({grid} shards); plan and resume with "
+                                      f"{W9B_OBJECTS[args.scale]} shard objects present", "raw_bytes": size * size * 2,
+            "tools": tools}
+
+
+def w9b(ctx, delay_s):
+    """W9's part (b): plan and a resume against a prefix holding 10^5 shard objects (10^4 small)."""
+    args, server, proxy = ctx.args, ctx.server, ctx.proxy
+    tools = []
+    n = W9B_OBJECTS[args.scale]
     rows, cols = n // 100, 100
     big = os.path.join(args.workdir, "sources", f"w9b-{n}.zarr")
     if not os.path.exists(big + ".done"):
@@ -568,8 +584,7 @@ def w9(ctx, delay_s):
     tools.append(run_tool(f"zshard resume ({written_b}/{n} shards done)", cmd, proxy, delay_s, args, ctx.logdir,
                           prepare=restore_b,
                           verify=lambda: verify_against(server, BIG, dstb, lambda sl: srcb[sl], srcb.shape, 8 * rows)))
-    return {"name": "W9", "describe": f"resume of W7's source in 512^2 shards ({grid} shards); plan and resume with "
-                                      f"{n} shard objects present", "raw_bytes": size * size * 2, "tools": tools}
+    return tools
 
 
 def make_many_chunk_source(path, rows, cols):
@@ -671,7 +686,11 @@ def main(argv=None):
     os.makedirs(logdir, exist_ok=True)
     server = S3Server(os.path.join(args.workdir, "s3root"), args.s3s_fs)
     if os.access(args.linkproxy, os.X_OK):
-        proxy, proxy_kind = LinkProxy(args.linkproxy, server.port, bandwidth), "benches/linkproxy"
+        try:
+            proxy, proxy_kind = LinkProxy(args.linkproxy, server.port, bandwidth), "benches/linkproxy"
+        except Exception:
+            server.close()
+            raise
     else:
         log(f"{args.linkproxy} is missing: the Python proxy of the tests stands in (it takes CPU the tools need)")
         proxy, proxy_kind = FaultProxy(server.port, bandwidth=bandwidth), "tests/cloud/proxy.py"

@@ -117,7 +117,8 @@ struct Entry {
     kind: &'static str,
     bytes_in: usize,
     bytes_out: usize,
-    /// The answer's status, or `aborted` when the client hung up before the body's end.
+    /// The answer's status; `aborted` when the client hung up before the body's end, `cancelled`
+    /// when it hung up before the answer.
     status: String,
     path: String,
 }
@@ -183,6 +184,20 @@ impl Link {
         }
         let method = req.method().clone();
         let kind = kind_of(&method, &path, req.headers().contains_key("range"));
+        // Logged even when the client hangs up before the answer (hyper then drops this future).
+        let mut unanswered = Unanswered {
+            link: Arc::clone(&self),
+            entry: Some(Entry {
+                start: self.seconds(started),
+                end: 0.0,
+                method: method.to_string(),
+                kind,
+                bytes_in: 0,
+                bytes_out: 0,
+                status: "cancelled".to_string(),
+                path: path.clone(),
+            }),
+        };
         let served = if method == Method::GET || method == Method::HEAD {
             self.file_for(&path)
         } else {
@@ -212,7 +227,10 @@ impl Link {
                 ));
                 (answer.0, answer.1, answer.2, 0)
             }
-            None => match self.forward(req, &path, &mut arrived).await {
+            None => match self
+                .forward(req, &path, &mut arrived, &mut unanswered)
+                .await
+            {
                 Ok(answer) => answer,
                 Err(e) => {
                     eprintln!("linkproxy: {method} {path}: {e:#}");
@@ -242,16 +260,11 @@ impl Link {
             HeaderValue::from(data.len())
         };
         response = response.header(CONTENT_LENGTH, length);
-        let entry = Entry {
-            start: self.seconds(started),
-            end: 0.0,
-            method: method.to_string(),
-            kind,
-            bytes_in,
-            bytes_out: 0,
-            status: status.as_u16().to_string(),
-            path,
-        };
+        let entry = unanswered.entry.take().map(|mut entry| {
+            entry.bytes_in = bytes_in;
+            entry.status = status.as_u16().to_string();
+            entry
+        });
         let data = if method == Method::HEAD {
             Bytes::new()
         } else {
@@ -261,7 +274,7 @@ impl Link {
             link: Arc::clone(&self),
             data,
             offset: 0,
-            entry: Some(entry),
+            entry,
         }
         .into_body();
         response
@@ -276,6 +289,7 @@ impl Link {
         req: Request<Incoming>,
         path: &str,
         arrived: &mut Instant,
+        unanswered: &mut Unanswered,
     ) -> anyhow::Result<(StatusCode, Vec<(String, HeaderValue)>, Bytes, usize)> {
         let (parts, mut incoming) = req.into_parts();
         let mut body = BytesMut::new();
@@ -289,6 +303,9 @@ impl Link {
         }
         let bytes_in = body.len();
         *arrived = Instant::now();
+        if let Some(entry) = unanswered.entry.as_mut() {
+            entry.bytes_in = bytes_in;
+        }
         let mut upstream = Request::builder()
             .method(parts.method)
             .uri(format!("http://127.0.0.1:{}{path}", self.upstream_port));
@@ -403,6 +420,8 @@ fn kind_of(method: &Method, path: &str, ranged: bool) -> &'static str {
         Method::POST => "POST",
         Method::HEAD => "HEAD",
         Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
         _ => "other",
     }
 }
@@ -488,6 +507,21 @@ fn read_range(path: &Path, first: u64, length: u64) -> std::io::Result<Bytes> {
     let mut data = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
     file.take(length).read_to_end(&mut data)?;
     Ok(data.into())
+}
+
+/// A request not answered yet: logged as `cancelled` if its handler is dropped before the answer.
+#[derive(Debug)]
+struct Unanswered {
+    link: Arc<Link>,
+    entry: Option<Entry>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            self.link.record(entry);
+        }
+    }
 }
 
 /// A response body on its way out, paced on the down-link; logged when it ends or is dropped.
