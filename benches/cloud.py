@@ -32,11 +32,13 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 import zarr
@@ -219,7 +221,6 @@ class LinkProxy:
         if bandwidth:
             cmd += ["--bandwidth", str(bandwidth)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        import select
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
         first = self.proc.stdout.readline().split() if ready else []
         if first[:1] != ["listening"]:
@@ -234,9 +235,9 @@ class LinkProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def control(self, command, body=b""):
-        import urllib.request
-        req = urllib.request.Request(f"{self.endpoint}/__linkproxy/{command}", data=body,
-                                     method="POST" if body or command != "log" else "GET")
+        # The log is read with a GET; every other command is a POST (of `body`, empty for reset).
+        req = urllib.request.Request(f"{self.endpoint}/__linkproxy/{command}",
+                                     data=None if command == "log" else body)
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.read().decode()
 
@@ -250,7 +251,7 @@ class LinkProxy:
         self._latency = seconds
 
     def reset(self):
-        self.control("reset", b"-")
+        self.control("reset")
 
     @property
     def requests(self):

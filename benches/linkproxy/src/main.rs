@@ -206,7 +206,7 @@ impl Link {
         // The delay counts from the request's arrival (its body received), as the Python proxy counts
         // it: the server's own time is part of the delay, not added to it.
         let mut arrived = Instant::now();
-        let (status, headers, data, bytes_in) = match served {
+        let answer = match served {
             Some(file) => {
                 let range = req
                     .headers()
@@ -215,17 +215,12 @@ impl Link {
                     .map(str::to_string);
                 let head = method == Method::HEAD;
                 // File reads block: off the one thread that runs every connection's timers.
-                let answer = tokio::task::spawn_blocking(move || match resolve(&file.0, &file.1) {
+                tokio::task::spawn_blocking(move || match resolve(&file.0, &file.1) {
                     Some(file) => serve_file(&file, range.as_deref(), head),
-                    None => (StatusCode::NOT_FOUND, Vec::new(), Bytes::new()),
+                    None => Answer::empty(StatusCode::NOT_FOUND),
                 })
                 .await
-                .unwrap_or((
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    Vec::new(),
-                    Bytes::new(),
-                ));
-                (answer.0, answer.1, answer.2, 0)
+                .unwrap_or_else(|_| Answer::empty(StatusCode::INTERNAL_SERVER_ERROR))
             }
             None => match self
                 .forward(req, &path, &mut arrived, &mut unanswered)
@@ -234,7 +229,7 @@ impl Link {
                 Ok(answer) => answer,
                 Err(e) => {
                     eprintln!("linkproxy: {method} {path}: {e:#}");
-                    (StatusCode::BAD_GATEWAY, Vec::new(), Bytes::new(), 0)
+                    Answer::empty(StatusCode::BAD_GATEWAY)
                 }
             },
         };
@@ -242,6 +237,11 @@ impl Link {
         if let Some(due) = arrived.checked_add(latency) {
             wait_until(due).await;
         }
+        let Answer {
+            status,
+            headers,
+            data,
+        } = answer;
         let mut response = Response::builder().status(status);
         let length = headers
             .iter()
@@ -261,7 +261,6 @@ impl Link {
         };
         response = response.header(CONTENT_LENGTH, length);
         let entry = unanswered.entry.take().map(|mut entry| {
-            entry.bytes_in = bytes_in;
             entry.status = status.as_u16().to_string();
             entry
         });
@@ -282,15 +281,15 @@ impl Link {
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad response headers"))
     }
 
-    /// Sends `req` on to the server (its body paced on the up-link, `arrived` set once it is all in):
-    /// status, headers, body, bytes in.
+    /// Sends `req` on to the server (its body paced on the up-link; `arrived` set and the body's size
+    /// entered in `unanswered`'s log entry once it is all in), and returns the server's answer.
     async fn forward(
         &self,
         req: Request<Incoming>,
         path: &str,
         arrived: &mut Instant,
         unanswered: &mut Unanswered,
-    ) -> anyhow::Result<(StatusCode, Vec<(String, HeaderValue)>, Bytes, usize)> {
+    ) -> anyhow::Result<Answer> {
         let (parts, mut incoming) = req.into_parts();
         let mut body = BytesMut::new();
         while let Some(frame) = incoming.frame().await {
@@ -334,7 +333,11 @@ impl Link {
             .map(|(k, v)| (k.as_str().to_string(), v.clone()))
             .collect();
         let data = response.into_body().collect().await?.to_bytes();
-        Ok((status, headers, data, bytes_in))
+        Ok(Answer {
+            status,
+            headers,
+            data,
+        })
     }
 
     /// For a path under a served folder: the folder and the path inside it.
@@ -433,14 +436,28 @@ fn resolve(dir: &Path, rel: &str) -> Option<PathBuf> {
     (full.starts_with(root) && full.is_file()).then_some(full)
 }
 
+/// An answer to send back: from the server, a local file, or the proxy itself.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: Vec<(String, HeaderValue)>,
+    data: Bytes,
+}
+
+impl Answer {
+    fn empty(status: StatusCode) -> Answer {
+        Answer {
+            status,
+            headers: Vec::new(),
+            data: Bytes::new(),
+        }
+    }
+}
+
 /// A local file, whole or the one range asked for (`bytes=A-B`, `bytes=A-`, `bytes=-N`).
-fn serve_file(
-    path: &Path,
-    range: Option<&str>,
-    head: bool,
-) -> (StatusCode, Vec<(String, HeaderValue)>, Bytes) {
+fn serve_file(path: &Path, range: Option<&str>, head: bool) -> Answer {
     let Ok(size) = std::fs::metadata(path).map(|m| m.len()) else {
-        return (StatusCode::NOT_FOUND, Vec::new(), Bytes::new());
+        return Answer::empty(StatusCode::NOT_FOUND);
     };
     let mut headers = vec![
         (
@@ -479,7 +496,11 @@ fn serve_file(
                         HeaderValue::from_str(&format!("bytes */{size}"))
                             .unwrap_or(HeaderValue::from_static("bytes */0")),
                     ));
-                    return (StatusCode::RANGE_NOT_SATISFIABLE, headers, Bytes::new());
+                    return Answer {
+                        status: StatusCode::RANGE_NOT_SATISFIABLE,
+                        headers,
+                        data: Bytes::new(),
+                    };
                 }
             }
         }
@@ -492,11 +513,19 @@ fn serve_file(
     }
     headers.push(("content-length".to_string(), HeaderValue::from(length)));
     if head {
-        return (status, headers, Bytes::new());
+        return Answer {
+            status,
+            headers,
+            data: Bytes::new(),
+        };
     }
     match read_range(path, first, length) {
-        Ok(data) => (status, headers, data),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, Vec::new(), Bytes::new()),
+        Ok(data) => Answer {
+            status,
+            headers,
+            data,
+        },
+        Err(_) => Answer::empty(StatusCode::INTERNAL_SERVER_ERROR),
     }
 }
 
@@ -640,18 +669,18 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let file = dir.join("f");
         std::fs::write(&file, b"0123456789").expect("write");
-        let (status, _, data) = serve_file(&file, Some("bytes=2-4"), false);
+        let Answer { status, data, .. } = serve_file(&file, Some("bytes=2-4"), false);
         assert_eq!(
             (status, &data[..]),
             (StatusCode::PARTIAL_CONTENT, &b"234"[..])
         );
-        let (_, _, data) = serve_file(&file, Some("bytes=-3"), false);
+        let data = serve_file(&file, Some("bytes=-3"), false).data;
         assert_eq!(&data[..], b"789");
-        let (_, _, data) = serve_file(&file, Some("bytes=8-"), false);
+        let data = serve_file(&file, Some("bytes=8-"), false).data;
         assert_eq!(&data[..], b"89");
-        let (status, _, _) = serve_file(&file, Some("bytes=20-30"), false);
+        let status = serve_file(&file, Some("bytes=20-30"), false).status;
         assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
-        let (status, _, data) = serve_file(&file, None, false);
+        let Answer { status, data, .. } = serve_file(&file, None, false);
         assert_eq!((status, data.len()), (StatusCode::OK, 10));
         std::fs::remove_dir_all(&dir).ok();
     }
