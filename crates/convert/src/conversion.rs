@@ -147,6 +147,7 @@ impl Conversion {
         if !destination.is_remote() {
             let opened = self.open_source(&source, destination, runtime)?;
             let store = opened.destination(true)?;
+            refuse_links(&store, &opened.plan)?;
             let lease = Lease::acquire(&store, self.partition, self.lease_stale_after)?;
             return Ok((opened, store, lease));
         }
@@ -745,6 +746,38 @@ fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '
         .map(|(path, attributes)| (path.clone(), group_json(attributes)));
     arrays.chain(groups).filter(|(path, _)| !path.is_empty())
 }
+/// A local destination where this conversion would write through a symbolic link (zshard's state
+/// folder, a node's folder, an array's `c` folder of chunks, or a link on the way to one) is refused
+/// before anything is written: what it wrote there would land outside the destination, and a later
+/// `--overwrite` never removes through links (the store refuses any write or removal through one, so
+/// a link deeper down fails that shard instead).
+fn refuse_links(destination: &Store, plan: &Plan) -> Result<()> {
+    let join = |path: &str, name: &str| {
+        if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}/{name}")
+        }
+    };
+    let arrays = plan.arrays.iter().map(|a| join(&a.path, "c"));
+    let groups = plan.groups.iter().map(|(path, _)| path.clone());
+    let paths = std::iter::once(state::STATE_DIR.to_string())
+        .chain(arrays)
+        .chain(groups);
+    for path in paths {
+        if let Some(link) = destination.first_link(&path) {
+            return Err(Error::Destination {
+                reason: format!(
+                    "{} is a symbolic link on the way to {}: zshard never writes or removes through links in a destination; remove the link or convert elsewhere",
+                    link.display(),
+                    destination.url(&path)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Source and destination must not overlap in either direction: converting into the source would read
 /// our own output, and a destination holding the source could be cleared by `--overwrite`.
 fn refuse_overlap(source: &Location, destination: &Location) -> Result<()> {

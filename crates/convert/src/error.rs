@@ -50,6 +50,15 @@ pub enum Error {
         source: zshard_store::Error,
     },
 
+    /// A node of the source whose name zshard reserves for its own state in the destination.
+    #[error("{path}: the name {name:?} is reserved by zshard (names starting with .zshard hold its state in the destination, where this node would be removed with it); leave the node out (exclude it) or rename it in the source")]
+    ReservedName {
+        /// The node's path in the hierarchy.
+        path: String,
+        /// The reserved segment of that path.
+        name: String,
+    },
+
     /// Source and destination overlap.
     #[error("{reason}")]
     Overlap {
@@ -249,7 +258,8 @@ impl Error {
         match self {
             Error::Array { array, .. }
             | Error::OutputArray { array, .. }
-            | Error::NotDone { array, .. } => Some(array),
+            | Error::NotDone { array, .. }
+            | Error::ReservedName { path: array, .. } => Some(array),
             Error::Pipeline(e) => pipeline_array_and_key(e).map(|(array, _)| array),
             Error::Record { source } => source.array(),
             _ => None,
@@ -285,9 +295,11 @@ impl Error {
             | Error::Codecs { .. }
             | Error::Core(_) => "options",
             Error::Array { source, .. } | Error::OutputArray { source, .. } => source.kind(),
-            Error::SourceMissing { .. } | Error::Zarr(_) | Error::Kerchunk(_) | Error::N5(_) => {
-                "source"
-            }
+            Error::SourceMissing { .. }
+            | Error::ReservedName { .. }
+            | Error::Zarr(_)
+            | Error::Kerchunk(_)
+            | Error::N5(_) => "source",
             Error::Icechunk(_) => "icechunk",
             Error::Overlap { .. }
             | Error::Destination { .. }

@@ -182,6 +182,17 @@ pub(crate) fn array_name(source: &str, path: &str) -> String {
     }
 }
 
+/// What names of zshard's own begin with: its state folder (`.zshard`) in a destination, the staging
+/// folder (`.zshard-staging`) and records (`.zshard-chunks`, ...) of an Icechunk output. A node of that
+/// name would be written where zshard keeps its state, and removed with it.
+pub(crate) const RESERVED_PREFIX: &str = ".zshard";
+
+/// The first segment of a node's path that zshard reserves (see [`RESERVED_PREFIX`]), if any.
+fn reserved_segment(path: &str) -> Option<&str> {
+    path.split('/')
+        .find(|segment| segment.starts_with(RESERVED_PREFIX))
+}
+
 impl Plan {
     /// Plans every array of `nodes` (the hierarchy of `source`) with its layout.
     /// With [`OnUnsupported::Skip`], an array whose source codecs zshard does not read is left out
@@ -192,6 +203,12 @@ impl Plan {
         source: &str,
         on_unsupported: OnUnsupported,
     ) -> Result<Plan> {
+        if let Some(node) = nodes.iter().find(|n| reserved_segment(&n.path).is_some()) {
+            return Err(Error::ReservedName {
+                path: array_name(source, &node.path),
+                name: reserved_segment(&node.path).unwrap_or_default().to_string(),
+            });
+        }
         let levels = level_layouts(nodes, layouts, source)?;
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
@@ -554,6 +571,17 @@ mod tests {
     use super::*;
     use serde_json::json;
     use zshard_core::{ChunkKeyEncoding, CodecSpec, DataType, FillValue};
+
+    #[test]
+    fn names_of_zshard_state_are_reserved_at_every_depth() {
+        assert_eq!(reserved_segment(".zshard"), Some(".zshard"));
+        assert_eq!(
+            reserved_segment("g/.zshard-staging/a"),
+            Some(".zshard-staging")
+        );
+        assert_eq!(reserved_segment(""), None);
+        assert_eq!(reserved_segment("g/zshard/a.zshard"), None);
+    }
 
     fn meta(shape: &[u64]) -> ArrayMeta {
         ArrayMeta {

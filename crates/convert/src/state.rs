@@ -557,8 +557,14 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
         .chain(document_keys(plan))
         .filter(|key| is_wanted(key))
         .collect();
-    let (listed, guessed_reads) = dst
-        .block_on(async { futures::join!(dst.list_sizes_async(""), dst.get_many_async(&guessed)) });
+    // A local listing that does not follow symbolic links: a link in the old hierarchy (to the
+    // source, to another array) and what it leads to were not written here and stay.
+    let (listed, guessed_reads) = dst.block_on(async {
+        futures::join!(
+            dst.list_sizes_without_links_async(""),
+            dst.get_many_async(&guessed)
+        )
+    });
     let keys: BTreeSet<String> = listed?.into_iter().map(|(key, _)| key).collect();
     let wanted: BTreeSet<&String> = keys.iter().filter(|key| is_wanted(key)).collect();
     let mut read: HashMap<String, Bytes> = HashMap::new();

@@ -64,6 +64,17 @@ pub enum Error {
         len: u64,
     },
 
+    /// A key of a local store whose path goes through a symbolic link (a linked folder on the way, or
+    /// the key itself): removing or replacing it would change a file outside the store, which zshard
+    /// never does.
+    #[error("{location} goes through the symbolic link {}: zshard does not remove or write through links", link.display())]
+    ThroughLink {
+        /// The URL of the key.
+        location: String,
+        /// The first link on its path.
+        link: std::path::PathBuf,
+    },
+
     /// A file operation failed: a read of a local store's file, or the spool file of an upload.
     #[error("{operation} {location}")]
     Io {

@@ -43,6 +43,9 @@ pub struct Store {
     pub(crate) root: Path,
     /// Where this store is: messages name keys below it, and local stores read files below it directly.
     location: Location,
+    /// For a local store, the folder it was opened at (kept by its children): a removal never goes
+    /// through a symbolic link below it (see [`Store::first_link`]).
+    opened_folder: Option<PathBuf>,
     pub(crate) runtime: Arc<IoRuntime>,
     concurrency: usize,
     /// Whether the keys are members of a zip file (`location` is the file): no key is a file of its
@@ -107,6 +110,7 @@ impl Store {
             records: None,
             root,
             location: location.clone(),
+            opened_folder: location.local_path().map(FsPath::to_path_buf),
             concurrency: runtime.options().max_requests,
             runtime,
             zip: false,
@@ -157,6 +161,7 @@ impl Store {
             records: None,
             root: Path::default(),
             location: location.clone(),
+            opened_folder: None,
             concurrency: runtime.options().max_requests,
             runtime: runtime.clone(),
             zip: true,
@@ -179,6 +184,7 @@ impl Store {
                     inner,
                     root,
                     location: parsed.clone(),
+                    opened_folder: None,
                     concurrency: runtime.options().max_requests,
                     runtime,
                     multipart: None,
@@ -577,6 +583,7 @@ impl Store {
     /// above the part size).
     pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
         let path = self.path(key)?;
+        self.refuse_link(key)?;
         let part_size = self.part_size();
         let total: usize = parts.iter().map(Bytes::len).sum();
         // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
@@ -599,6 +606,7 @@ impl Store {
     /// [`Store::put`], the object becomes visible only once complete.
     pub async fn put_small_async(&self, key: &str, data: Bytes) -> Result<()> {
         let path = self.path(key)?;
+        self.refuse_link(key)?;
         self.put_once(&path, &[data])
             .await
             .map_err(|source| Error::Request {
@@ -672,6 +680,7 @@ impl Store {
     /// [`Store::delete`] as a future on the store's I/O runtime (see [`Store::block_on`]).
     pub async fn delete_async(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
+        self.refuse_link(key)?;
         match self.retrying(|| self.inner.delete(&path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(Error::Request {
@@ -684,10 +693,13 @@ impl Store {
 
     /// Writes a small object with one PUT (inside the I/O runtime).
     pub(crate) async fn put_async(&self, key: &str, data: Bytes) -> object_store::Result<()> {
-        let path = self.path(key).map_err(|e| object_store::Error::Generic {
-            store: "zshard",
-            source: Box::new(e),
-        })?;
+        let path = self
+            .path(key)
+            .and_then(|path| self.refuse_link(key).map(|()| path))
+            .map_err(|e| object_store::Error::Generic {
+                store: "zshard",
+                source: Box::new(e),
+            })?;
         self.retrying(|| self.inner.put(&path, PutPayload::from(data.clone())))
             .await
             .map(|_| ())
@@ -743,6 +755,7 @@ impl Store {
         let Some(file) = self.local_path(key) else {
             return Ok(());
         };
+        self.refuse_link(key)?;
         let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
             return Ok(());
         };
@@ -796,7 +809,8 @@ impl Store {
             let _ = std::fs::remove_dir(dir);
         }
         if let (Some(root), Some(dir)) = (self.local_path(""), self.local_path(prefix)) {
-            if dir != root && dir.starts_with(&root) && dir.is_dir() {
+            let linked = self.first_link(prefix).is_some();
+            if !linked && dir != root && dir.starts_with(&root) && dir.is_dir() {
                 prune(&dir);
             }
         }
@@ -813,6 +827,118 @@ impl Store {
                 source,
             }),
         }
+    }
+
+    /// For a local store, the first symbolic link on the way from the folder the store was opened
+    /// at to `key`'s file: a linked folder, or the file itself. `None` for other stores, and where
+    /// the path ends before `key` (nothing there yet).
+    pub fn first_link(&self, key: &str) -> Option<PathBuf> {
+        let opened = self.opened_folder.as_deref()?;
+        let target = self.local_path(key)?;
+        let relative = target.strip_prefix(opened).ok()?;
+        let mut path = opened.to_path_buf();
+        for component in relative.components() {
+            path.push(component);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => return Some(path),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// Refuses a key that goes through a symbolic link (see [`Store::first_link`]): every removal
+    /// and write of a local store checks it, so nothing outside the store's folder is changed.
+    pub(crate) fn refuse_link(&self, key: &str) -> Result<()> {
+        match self.first_link(key) {
+            Some(link) => Err(Error::ThroughLink {
+                location: self.url(key),
+                link,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every key below `prefix` with its size, as [`Store::list_sizes`], except that a local store's
+    /// listing does not follow symbolic links: a link (to a file or a folder) and whatever it
+    /// leads to are not keys of this store. What `--overwrite` may remove comes from this listing.
+    pub fn list_sizes_without_links(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.runtime
+            .block_on(self.list_sizes_without_links_async(prefix))
+    }
+
+    /// [`Store::list_sizes_without_links`] as a future on the store's I/O runtime (see
+    /// [`Store::block_on`]); a local folder is walked on the calling thread.
+    pub async fn list_sizes_without_links_async(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        // `local_path` is `None` for object stores and zip files, which have no links.
+        match (self.local_path(""), self.local_path(prefix)) {
+            (Some(base), Some(start)) => self.walk_without_links(&base, &start, prefix),
+            _ => self.list_sizes_async(prefix).await,
+        }
+    }
+
+    /// The files below `start` (the folder of `prefix`) as keys relative to `base` (this store's
+    /// folder), never through a symbolic link.
+    fn walk_without_links(
+        &self,
+        base: &FsPath,
+        start: &FsPath,
+        prefix: &str,
+    ) -> Result<Vec<(String, u64)>> {
+        if self.first_link(prefix).is_some() {
+            return Ok(Vec::new());
+        }
+        let absolute = |p: &FsPath| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let base =
+            Path::from_absolute_path(absolute(base)).map_err(|e| Error::InvalidLocation {
+                location: self.url(""),
+                reason: e.to_string(),
+            })?;
+        let mut listed = Vec::new();
+        // The walk's root is followed when it is a link (the store's own folder may be one).
+        for entry in walkdir::WalkDir::new(absolute(start))
+            .min_depth(1)
+            .follow_links(false)
+        {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e)
+                    if e.io_error().map(std::io::Error::kind)
+                        == Some(std::io::ErrorKind::NotFound) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    return Err(Error::Io {
+                        operation: "cannot list",
+                        location: self.url(prefix),
+                        source: e.into(),
+                    })
+                }
+            };
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy();
+            if staged_base(&name).is_some() {
+                continue;
+            }
+            let Ok(path) = Path::from_absolute_path(entry.path()) else {
+                continue;
+            };
+            let Some(parts) = path.prefix_match(&base) else {
+                continue;
+            };
+            let key = parts
+                .map(|p| p.as_ref().to_string())
+                .collect::<Vec<_>>()
+                .join("/");
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            listed.push((key, size));
+        }
+        listed.sort();
+        Ok(listed)
     }
 
     /// Names of the immediate "subdirectories" of `prefix` (common prefixes of keys below it).
@@ -1033,6 +1159,7 @@ impl Store {
     /// Copies the object `from` to `to` (see [`Store::copy_many`]).
     async fn copy_async(&self, from: &str, to: &str) -> Result<()> {
         let (source, target) = (self.path(from)?, self.path(to)?);
+        self.refuse_link(to)?;
         self.retrying(|| self.inner.copy(&source, &target))
             .await
             .map_err(|source| Error::Request {
@@ -1075,6 +1202,7 @@ impl Store {
     /// [`Store::put_new`] as a future on the store's I/O runtime (see [`Store::block_on`]).
     pub async fn put_new_async(&self, key: &str, data: Bytes) -> Result<PutNew> {
         let path = self.path(key)?;
+        self.refuse_link(key)?;
         let options = PutOptions::from(PutMode::Create);
         let result = self
             .retrying(|| {
@@ -1207,6 +1335,7 @@ mod split_listing_tests {
             records: None,
             root: Path::from("out.zarr"),
             location: Location::parse("s3://bucket/out.zarr").expect("location"),
+            opened_folder: None,
             concurrency: 4,
             runtime,
             zip: false,
@@ -1308,5 +1437,81 @@ mod split_listing_tests {
             whole.iter().find(|(k, _)| k == "c/10/28"),
             Some(&("c/10/28".to_string(), 38))
         );
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    fn keys(listed: Vec<(String, u64)>) -> Vec<String> {
+        listed.into_iter().map(|(key, _)| key).collect()
+    }
+
+    /// A local store's listing without links leaves out links and what they lead to; removals and
+    /// writes through a link are refused, so the files they lead to stay.
+    #[test]
+    fn nothing_is_listed_removed_or_written_through_a_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("sub")).expect("mkdir");
+        std::fs::write(outside.join("sub/data"), b"elsewhere").expect("write");
+        let root = dir.path().join("store");
+        let store = Store::open(
+            root.to_str().expect("utf-8"),
+            IoRuntime::new(1).expect("rt"),
+            true,
+        )
+        .expect("open");
+        store
+            .put("a/c/0/0", Bytes::from_static(b"shard"))
+            .expect("put");
+        std::os::unix::fs::symlink(&outside, root.join("linked")).expect("link");
+        std::os::unix::fs::symlink(outside.join("sub/data"), root.join("a/c/0/1")).expect("link");
+
+        // The ordinary listing follows links; this one does not.
+        assert!(keys(store.list_sizes("").expect("list")).contains(&"linked/sub/data".into()));
+        assert_eq!(
+            keys(store.list_sizes_without_links("").expect("list")),
+            vec!["a/c/0/0".to_string()]
+        );
+        assert_eq!(
+            store.list_sizes_without_links("linked").expect("list"),
+            vec![]
+        );
+        assert_eq!(
+            store
+                .child("a")
+                .list_sizes_without_links("c")
+                .expect("list"),
+            vec![("c/0/0".to_string(), 5)]
+        );
+
+        assert_eq!(store.first_link("a/c/0/0"), None);
+        assert_eq!(
+            store.first_link("linked/sub/data"),
+            Some(root.join("linked"))
+        );
+        assert_eq!(
+            store.child("linked").first_link("sub/data"),
+            Some(root.join("linked"))
+        );
+        for key in ["linked/sub/data", "a/c/0/1"] {
+            assert!(
+                matches!(store.delete(key), Err(Error::ThroughLink { .. })),
+                "{key}"
+            );
+            assert!(matches!(
+                store.put(key, Bytes::from_static(b"x")),
+                Err(Error::ThroughLink { .. })
+            ));
+            assert!(store.upload(key, 0).is_err(), "{key}");
+        }
+        assert!(store.child("linked").delete("sub/data").is_err());
+        assert_eq!(
+            std::fs::read(outside.join("sub/data")).expect("read"),
+            b"elsewhere"
+        );
+        store.delete("a/c/0/0").expect("an ordinary key is removed");
     }
 }

@@ -73,6 +73,7 @@ impl Store {
         let io_error = |operation, source| io_error(self, key, operation, source);
         let target = match self.local_path(key) {
             Some(dest) => {
+                self.refuse_link(key)?;
                 if let Some(parent) = dest.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| io_error("cannot create", e))?;
                 }

@@ -479,3 +479,106 @@ fn a_zarr_v2_destination_is_refused_and_replaced_with_overwrite() {
     let extra: [(&str, &[u8]); 2] = [("notes.txt", NOTES), ("a/readme.txt", KEEP)];
     assert_eq!(files(&group), with(expected_output, &extra));
 }
+
+/// A Zarr v2 group at `dir` holding the array `a` (the banded source) and `named` (a small array).
+fn group_source(dir: &Path, named: &str) -> PathBuf {
+    let group = dir.join("group");
+    let array = source(dir);
+    std::fs::create_dir_all(&group).expect("mkdir");
+    std::fs::rename(&array, group.join("a")).expect("move");
+    write_v2(
+        &group.join(named),
+        DataType::UInt16,
+        &[20, 20],
+        &[10, 10],
+        json!({"id": "zstd", "level": 1}),
+        &expected(DataType::UInt16, &[20, 20], 0),
+    );
+    std::fs::write(group.join(".zgroup"), br#"{"zarr_format": 2}"#).expect(".zgroup");
+    group
+}
+
+fn is_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Issue 31, row 1: `--overwrite` never removes through a symbolic link in the old hierarchy: a link
+/// to the source group, to an unrelated v3 array, and to a file at one of an array's chunk keys all
+/// stay, and so does everything they lead to, byte for byte.
+#[test]
+fn overwrite_never_removes_through_links() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = group_source(tmp.path(), "b");
+    let dst = tmp.path().join("dst");
+    ok(&convert(&src, &dst, &[]));
+    // An unrelated v3 array (zshard's output of another source) and a file elsewhere.
+    let other = tmp.path().join("other.zarr");
+    ok(&convert(&src.join("b"), &other, &[]));
+    let secret = tmp.path().join("secret.bin");
+    std::fs::write(&secret, b"not zshard's").expect("secret");
+    std::os::unix::fs::symlink(&src, dst.join("raw")).expect("link to the source");
+    std::os::unix::fs::symlink(&other, dst.join("other")).expect("link to an array");
+    std::fs::create_dir_all(dst.join("a/c/9")).expect("mkdir");
+    std::os::unix::fs::symlink(&secret, dst.join("a/c/9/9")).expect("link at a chunk key");
+    let (src_before, other_before) = (files(&src), files(&other));
+    assert!(src_before.len() > 40, "{}", src_before.len());
+
+    ok(&convert(
+        &src,
+        &dst,
+        &["--overwrite", "--compressor", "zstd:5"],
+    ));
+    assert_eq!(files(&src), src_before, "the source is untouched");
+    assert_eq!(files(&other), other_before, "the linked array is untouched");
+    assert_eq!(std::fs::read(&secret).expect("secret"), b"not zshard's");
+    for link in ["raw", "other", "a/c/9/9"] {
+        assert!(is_link(&dst.join(link)), "{link} is still a link");
+    }
+    // verify names the link at a chunk key as a stray object of the array; without it, all is well.
+    refused(&verify(&src, &dst), &["a/c/9/9", "stray object"]);
+    std::fs::remove_file(dst.join("a/c/9/9")).expect("unlink");
+    ok(&verify(&src, &dst));
+}
+
+/// Issue 31, row 1: a conversion that would write through a link (a node's folder or its chunks'
+/// folder is one) is refused before anything is written there.
+#[test]
+fn writing_through_a_link_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = group_source(tmp.path(), "b");
+    for (case, link) in [("array", "b"), ("chunks", "a/c"), ("state", ".zshard")] {
+        let dst = tmp.path().join(format!("dst-{case}"));
+        let elsewhere = tmp.path().join(format!("elsewhere-{case}"));
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        let at = dst.join(link);
+        std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, &at).expect("link");
+        for extra in [&[][..], &["--overwrite"][..]] {
+            refused(&convert(&src, &dst, extra), &["symbolic link", s(&at)]);
+            assert_eq!(
+                std::fs::read_dir(&elsewhere).expect("list").count(),
+                0,
+                "{case}: nothing written through the link"
+            );
+        }
+        assert!(!dst.join("zarr.json").exists(), "{case}");
+    }
+}
+
+/// Issue 31, row 2: a source node whose name zshard reserves for its state (`.zshard`, and
+/// `.zshard-...` of an Icechunk output) is refused with its name, never silently lost.
+#[test]
+fn a_source_node_with_a_reserved_name_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for name in [".zshard", ".zshard-staging"] {
+        let case = tmp.path().join(name.trim_start_matches('.'));
+        let src = group_source(&case, name);
+        let dst = case.join("dst");
+        refused(&convert(&src, &dst, &[]), &[name, "reserved"]);
+        assert!(!dst.join("zarr.json").exists(), "{name}: nothing published");
+        refused(&zshard(&["plan", s(&src), s(&dst)]), &[name, "reserved"]);
+        // Left out, the rest converts.
+        ok(&convert(&src, &dst, &["--exclude", name]));
+        assert!(dst.join("a/zarr.json").exists() && !dst.join(name).exists());
+    }
+}
