@@ -95,6 +95,14 @@ impl BytesToBytesCodec for ZstdCodec {
         let mut total: u64 = 0;
         while offset < encoded.len() {
             let rest = &encoded[offset..];
+            // A frame compressed with a dictionary decodes only with that dictionary, which Zarr's
+            // zstd codec cannot name: copied, it would be unreadable by every reader.
+            if let Some(id) = dictionary_id(rest).filter(|&id| id != 0) {
+                return Some(Err(Error::codec(
+                    "zstd",
+                    format!("the frame needs the zstd dictionary {id}, which Zarr's zstd codec cannot name, so no reader could decode it"),
+                )));
+            }
             // A frame with a content checksum is decoded: only decoding verifies it.
             if rest.starts_with(&ZSTD_MAGIC) && rest.get(4).is_some_and(|d| d & 0x04 != 0) {
                 return None;
@@ -151,6 +159,25 @@ fn frame_header_len(frame: &[u8]) -> Option<usize> {
         _ => 8,
     };
     Some(5 + usize::from(!single_segment) + dictionary_id + content_size)
+}
+
+/// The `Dictionary_ID` of the zstd frame at the start of `frame` (0 when it names none), `None`
+/// when `frame` does not start with a zstd frame header (RFC 8878, 3.1.1.1.3).
+fn dictionary_id(frame: &[u8]) -> Option<u32> {
+    if !frame.starts_with(&ZSTD_MAGIC) {
+        return None;
+    }
+    let descriptor = *frame.get(4)?;
+    let single_segment = descriptor & 0x20 != 0;
+    let at = 5 + usize::from(!single_segment);
+    let len = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let field = frame.get(at..at + len)?;
+    Some(
+        field
+            .iter()
+            .rev()
+            .fold(0u32, |id, &byte| id << 8 | u32::from(byte)),
+    )
 }
 
 /// Checks the block headers of the one whole frame `frame` against the content size its header
@@ -256,6 +283,16 @@ fn decode_into(
 mod tests {
     use super::*;
 
+    /// `frame` (a zstd frame without a dictionary) with a one-byte `Dictionary_ID` of `id`.
+    fn with_dictionary_id(frame: &[u8], id: u8) -> Vec<u8> {
+        let mut out = frame.to_vec();
+        assert_eq!(out[4] & 0x03, 0, "the frame names no dictionary yet");
+        out[4] |= 0x01;
+        let at = 5 + usize::from(out[4] & 0x20 == 0);
+        out.insert(at, id);
+        out
+    }
+
     fn codec() -> ZstdCodec {
         ZstdCodec {
             level: 3,
@@ -293,6 +330,16 @@ mod tests {
         };
         let with_sum = checked.encode(&data).expect("encode");
         assert!(checked.check_framing(&with_sum, data.len()).is_none());
+        // A frame naming a dictionary (here 7, inserted into a valid frame's header) is refused with
+        // its number: Zarr's zstd cannot name a dictionary, so no reader decodes it (issue 31, row 7).
+        let dictionary = with_dictionary_id(&one, 7);
+        assert_eq!(dictionary_id(&dictionary), Some(7));
+        assert_eq!(dictionary_id(&one), Some(0));
+        match codec().check_framing(&dictionary, data.len()) {
+            Some(Err(e)) => assert!(e.to_string().contains("dictionary 7"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(codec().decode(&dictionary, data.len()).is_err());
         // Two frames add up.
         let mut two = codec().encode(&data[..1000]).expect("encode");
         two.extend(codec().encode(&data[1000..]).expect("encode"));

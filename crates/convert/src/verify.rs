@@ -17,6 +17,7 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
+use crate::Conversion;
 use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
 
@@ -454,6 +455,23 @@ impl Verification {
         }
     }
 
+    /// The verification of what `conversion` writes, every shard: its source read as the conversion
+    /// reads it (source and storage options, I/O threads, threads) and compared as it was written
+    /// (`ome`). The one place a verification is derived from a conversion: every field is named
+    /// here, so one added to [`Verification`] cannot be left out.
+    pub fn of(conversion: &Conversion) -> Verification {
+        Verification {
+            source: conversion.source.clone(),
+            destination: conversion.destination.clone(),
+            source_options: conversion.source_options.clone(),
+            store_options: conversion.store_options.clone(),
+            io_threads: conversion.io_threads,
+            sample: 1.0,
+            threads: conversion.threads,
+            ome: conversion.ome,
+        }
+    }
+
     /// Compares; an error means the comparison could not be made, mismatches are in the result.
     pub fn run(&self) -> Result<Verified> {
         verify(self)
@@ -606,4 +624,31 @@ fn verify(v: &Verification) -> Result<Verified> {
         reference_reads: src.reference_reads(),
         skipped_arrays,
     })
+}
+
+#[cfg(test)]
+mod derived_tests {
+    use super::*;
+    use zshard_zarr::ome::OmeMetadata;
+
+    #[test]
+    fn a_verification_reads_and_compares_as_its_conversion() {
+        let mut conversion = Conversion::new("in.zarr", "out.zarr");
+        conversion.ome = OmeMetadata::Keep;
+        conversion.io_threads = Some(3);
+        conversion.threads = 5;
+        conversion.source_options.on_unsupported = OnUnsupported::Skip;
+        conversion.store_options.anonymous = true;
+        let verification = Verification::of(&conversion);
+        assert_eq!(
+            (verification.source.as_str(), verification.destination.as_str()),
+            ("in.zarr", "out.zarr")
+        );
+        assert_eq!(verification.ome, OmeMetadata::Keep);
+        assert_eq!(verification.io_threads, Some(3));
+        assert_eq!(verification.threads, 5);
+        assert_eq!(verification.source_options.on_unsupported, OnUnsupported::Skip);
+        assert_eq!(verification.store_options, conversion.store_options);
+        assert_eq!(verification.sample, 1.0);
+    }
 }

@@ -179,7 +179,14 @@ fn internal_host(host: &url::Host<&str>) -> Option<&'static str> {
 /// must not be internal by its text. (Connections check the addresses a name resolves to too:
 /// see the [`HttpGuard`](zshard_store::HttpGuard) implementation below.)
 fn remote_allowed(url: &url::Url, raw: &str, policy: &Policy) -> Result<(), String> {
-    if allowed_by_prefix(policy, &[url.as_str(), raw]) {
+    // The URL fetched is the parsed one, with dot segments resolved: `raw` with `../` (or `%2e%2e/`)
+    // would match a prefix it climbs out of, so it is matched as written only without them.
+    let forms: &[&str] = if has_dot_segments(raw) {
+        &[url.as_str()]
+    } else {
+        &[url.as_str(), raw]
+    };
+    if allowed_by_prefix(policy, forms) {
         return Ok(());
     }
     let scheme = url.scheme();
@@ -224,6 +231,16 @@ impl zshard_store::HttpGuard for Policy {
         }
         remote_allowed(to, to.as_str(), self)
     }
+}
+
+/// Whether the path of the URL `raw` (as a reference writes it) has a `.` or `..` segment, escaped
+/// (`%2e`) or not, separated by `/` or (as WHATWG URLs of special schemes allow) `\`.
+fn has_dot_segments(raw: &str) -> bool {
+    let after_scheme = raw.split_once("://").map_or(raw, |(_, rest)| rest);
+    let path = after_scheme.split(['?', '#']).next().unwrap_or_default();
+    path.split(['/', '\\'])
+        .skip(1)
+        .any(|segment| matches!(percent_decode(segment).as_str(), "." | ".."))
 }
 
 /// Decodes `%XX` escapes of a URL path; a `%` not followed by two hex digits stays as it is, and
@@ -346,6 +363,39 @@ mod tests {
         assert!(resolve("/etc/passwd", &p)
             .expect_err("outside")
             .contains("--ref-root"));
+    }
+
+    /// Issue 31, row 3: a reference that climbs out of an allowed prefix with dot segments is
+    /// matched as the URL that would be fetched.
+    #[test]
+    fn dot_segments_do_not_climb_out_of_an_allowed_prefix() {
+        let p = policy(&["http://10.0.0.5/ok/"]);
+        for climbing in [
+            "http://10.0.0.5/ok/../data.bin",
+            "http://10.0.0.5/ok/%2e%2e/data.bin",
+            "http://10.0.0.5/ok/%2E%2e/data.bin",
+            "http://10.0.0.5/ok/.%2e/data.bin",
+            "http://10.0.0.5/ok/sub/../../data.bin",
+            "http://10.0.0.5/ok\\..\\data.bin",
+        ] {
+            let e = resolve(climbing, &p).expect_err(climbing);
+            assert!(e.contains("private address"), "{climbing}: {e}");
+        }
+        for inside in [
+            "http://10.0.0.5/ok/data.bin",
+            "http://10.0.0.5/ok/./data.bin",
+            "http://10.0.0.5/ok/sub/../data.bin",
+        ] {
+            assert_eq!(
+                resolve(inside, &p),
+                Ok(Target::Remote {
+                    base: "http://10.0.0.5".into(),
+                    key: "ok/data.bin".into()
+                }),
+                "{inside}"
+            );
+        }
+        assert!(!has_dot_segments("http://h/ok/..data/x.bin"));
     }
 
     #[test]

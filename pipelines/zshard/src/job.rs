@@ -401,10 +401,7 @@ pub fn verifications(
     Ok(conversions
         .into_iter()
         .map(|c| {
-            let mut v = Verification::new(c.source, c.destination);
-            v.source_options = c.source_options;
-            v.store_options = c.store_options;
-            v.io_threads = c.io_threads;
+            let mut v = Verification::of(&c);
             v.threads = threads.unwrap_or(c.threads);
             v
         })

@@ -144,9 +144,9 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
-        /// compared in its 0.5 form.
-        #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
-        ome: zshard_convert::OmeMetadata,
+        /// compared in its 0.5 form. A job file says it itself (its `ome` key).
+        #[arg(long, value_name = "upgrade|keep")]
+        ome: Option<zshard_convert::OmeMetadata>,
         /// No summary when everything matches.
         #[arg(long, short)]
         quiet: bool,
@@ -303,9 +303,13 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             storage,
             sample,
             threads,
+            ome,
             quiet,
             ..
         } => {
+            if ome.is_some() {
+                anyhow::bail!("job file {src}: --ome is the job file's `ome` key, not a flag beside it");
+            }
             let verifications = job::verifications(&src, &source, &storage, threads)?;
             signals::exit_on_signals()?;
             for mut verification in verifications {
@@ -539,7 +543,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
         } => {
             let mut verification = verification(src, dst, &source, &storage, sample, threads)
                 .map_err(RequestError::Options)?;
-            verification.ome = ome;
+            verification.ome = ome.unwrap_or_default();
             request(Request::Verify(Box::new(verification)), quiet, false)
         }
         other => Ok(Parsed::Other(Box::new(other))),

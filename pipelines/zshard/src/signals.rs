@@ -1,11 +1,13 @@
 //! SIGINT, SIGTERM and SIGHUP during a conversion or `finalize`: the first cancels it (the library
 //! stops fetching, abandons shards not complete, records what is done and writes the report; finalize
-//! stops before its next metadata document), a second one exits at once. During `plan` and `verify`,
+//! stops before its next metadata document), a second one exits at once (the same signal again within
+//! 100 ms is the same request: `timeout` sends it twice). During `plan` and `verify`,
 //! which write nothing, the first exits at once. Either way the exit status is 128 + the signal, as a
 //! shell reports a process killed by it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
@@ -22,6 +24,11 @@ static RECEIVED: LazyLock<Arc<AtomicUsize>> = LazyLock::new(|| Arc::new(AtomicUs
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// The same signal again within this long after the first is the same request to stop, not a second
+/// one: coreutils' `timeout` signals the process and then its process group, so it arrives twice
+/// within microseconds.
+const SAME_REQUEST_WITHIN: Duration = Duration::from_millis(100);
 
 /// From now on, the first SIGINT, SIGTERM or SIGHUP cancels `cancel`, and a second one exits at once.
 pub fn cancel_on_signals(cancel: Cancel) -> anyhow::Result<()> {
@@ -46,13 +53,20 @@ fn on_signals(cancel: Option<Cancel>) -> anyhow::Result<()> {
         installed.with_context(|| format!("cannot install the handler of {}", name(signal)))?;
     }
     let mut signals = Signals::new(SIGNALS).context("cannot install the signal handlers")?;
-    let mut first = cancel.is_some();
+    let cancels = cancel.is_some();
+    let mut first: Option<(i32, Instant)> = None;
     std::thread::Builder::new()
         .name("zshard-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                if first {
-                    first = false;
+                let repeated = first.is_some_and(|(earlier, at)| {
+                    earlier == signal && at.elapsed() < SAME_REQUEST_WITHIN
+                });
+                if repeated {
+                    continue;
+                }
+                if cancels && first.is_none() {
+                    first = Some((signal, Instant::now()));
                     notice(&format!(
                         "{} received: stopping (shards not complete are abandoned, what is done is kept and the report written; rerun the same command to resume); send it again to exit at once",
                         name(signal)

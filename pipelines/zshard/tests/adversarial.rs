@@ -303,3 +303,41 @@ fn damaged_chunks_are_refused_with_their_key_for_every_compressor() {
     }
     assert_eq!(refused, compressors.len() * damages.len() - 4);
 }
+
+/// Issue 31, row 7: a zstd chunk whose frame names a dictionary is refused with its key, with
+/// passthrough (it was copied, and zarr-python and tensorstore then failed with "Dictionary
+/// mismatch") and without it.
+#[test]
+fn a_zstd_frame_naming_a_dictionary_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt16, &[32, 32], 0);
+    let zstd = json!({"id": "zstd", "level": 3});
+    write_v2(&src, DataType::UInt16, &[32, 32], &[8, 8], zstd, &data);
+    let mut frame = std::fs::read(src.join("1.2")).expect("chunk");
+    assert_eq!(frame[4] & 0x03, 0, "no dictionary yet");
+    frame[4] |= 0x01;
+    let at = 5 + usize::from(frame[4] & 0x20 == 0);
+    frame.insert(at, 7);
+    std::fs::write(src.join("1.2"), &frame).expect("write");
+    for (i, extra) in [&["--compressor", "zstd:3"][..], &["--no-passthrough"][..]]
+        .iter()
+        .enumerate()
+    {
+        let dst = tmp.path().join(format!("dst{i}"));
+        let mut args = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--chunk-shape",
+            "8,8",
+            "--quiet",
+        ];
+        args.extend(extra.iter());
+        let out = zshard(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains("1.2") && stderr.contains("ictionary"), "{stderr}");
+        assert!(!dst.join("zarr.json").exists());
+    }
+}

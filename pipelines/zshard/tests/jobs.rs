@@ -215,3 +215,47 @@ fn the_demo_job_runs_from_any_directory() {
         &["verify", "../a/demo/demo-job.toml", "--quiet"],
     ));
 }
+
+/// Issue 32: a job file's `ome = "keep"` holds for `verify JOB.toml` too (it verified the output
+/// against the source's 0.5 form, 7 mismatches), and `--ome` beside a job file is refused rather than
+/// silently ignored.
+#[test]
+fn verify_of_a_job_compares_as_the_job_converted() {
+    let (_dir, root, _) = layout();
+    let image = root.join("data/image.zarr");
+    write_v2(
+        &image.join("0"),
+        DataType::UInt8,
+        &SHAPE,
+        &CHUNKS,
+        json!({"id": "zstd", "level": 3}),
+        &expected(DataType::UInt8, &SHAPE, 0),
+    );
+    std::fs::write(image.join(".zgroup"), r#"{"zarr_format": 2}"#).expect("zgroup");
+    let multiscales = json!({"multiscales": [{"version": "0.4", "name": "image",
+        "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+        "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}]}]});
+    std::fs::write(image.join(".zattrs"), multiscales.to_string()).expect("zattrs");
+    let job = r#"
+threads = 2
+ome = "keep"
+[[conversions]]
+source = "../data/image.zarr"
+destination = "../out/image.zarr"
+"#;
+    std::fs::write(root.join("jobs/ome.toml"), job).expect("job");
+    let jobs = root.join("jobs");
+    succeeds(&zshard_in(&jobs, &["run", "ome.toml", "--quiet"]));
+    let attributes: Value = serde_json::from_slice(
+        &std::fs::read(root.join("out/image.zarr/zarr.json")).expect("zarr.json"),
+    )
+    .expect("json");
+    assert_eq!(
+        attributes["attributes"]["multiscales"][0]["version"], "0.4",
+        "kept as 0.4"
+    );
+    succeeds(&zshard_in(&jobs, &["verify", "ome.toml", "--quiet"]));
+    let beside = zshard_in(&jobs, &["verify", "ome.toml", "--ome", "keep"]);
+    assert_eq!(beside.status.code(), Some(1), "{}", stderr(&beside));
+    assert!(stderr(&beside).contains("`ome` key"), "{}", stderr(&beside));
+}
