@@ -17,9 +17,9 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::Conversion;
 use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
+use crate::Conversion;
 
 /// How many mismatches are kept one by one; the rest are counted.
 const KEPT: usize = 50;
@@ -641,13 +641,19 @@ mod derived_tests {
         conversion.store_options.anonymous = true;
         let verification = Verification::of(&conversion);
         assert_eq!(
-            (verification.source.as_str(), verification.destination.as_str()),
+            (
+                verification.source.as_str(),
+                verification.destination.as_str()
+            ),
             ("in.zarr", "out.zarr")
         );
         assert_eq!(verification.ome, OmeMetadata::Keep);
         assert_eq!(verification.io_threads, Some(3));
         assert_eq!(verification.threads, 5);
-        assert_eq!(verification.source_options.on_unsupported, OnUnsupported::Skip);
+        assert_eq!(
+            verification.source_options.on_unsupported,
+            OnUnsupported::Skip
+        );
         assert_eq!(verification.store_options, conversion.store_options);
         assert_eq!(verification.sample, 1.0);
     }

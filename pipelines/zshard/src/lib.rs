@@ -308,7 +308,9 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             ..
         } => {
             if ome.is_some() {
-                anyhow::bail!("job file {src}: --ome is the job file's `ome` key, not a flag beside it");
+                anyhow::bail!(
+                    "job file {src}: --ome is the job file's `ome` key, not a flag beside it"
+                );
             }
             let verifications = job::verifications(&src, &source, &storage, threads)?;
             signals::exit_on_signals()?;

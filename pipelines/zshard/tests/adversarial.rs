@@ -337,7 +337,10 @@ fn a_zstd_frame_naming_a_dictionary_is_refused() {
         let out = zshard(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
-        assert!(stderr.contains("1.2") && stderr.contains("ictionary"), "{stderr}");
+        assert!(
+            stderr.contains("1.2") && stderr.contains("ictionary"),
+            "{stderr}"
+        );
         assert!(!dst.join("zarr.json").exists());
     }
 }
