@@ -313,6 +313,7 @@ impl Store {
     /// requests inside [`Store::block_on`]).
     pub async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
         let path = self.path(key)?;
+        self.refuse_special_file(key)?;
         if let Some(found) = self.read_ahead_of(&path) {
             return Ok(found);
         }
@@ -377,6 +378,7 @@ impl Store {
 
     async fn get_range_async(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
         let path = self.path(key)?;
+        self.refuse_special_file(key)?;
         self.retrying(|| self.inner.get_range(&path, range.clone()))
             .await
             .map_err(|source| Error::Request {
@@ -450,7 +452,7 @@ impl Store {
             location: self.url(key),
             source,
         };
-        let mut file = match File::open(file) {
+        let mut file = match open_regular(file) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(fail(e)),
@@ -507,6 +509,25 @@ impl Store {
     // Reads of one batch then run one after another; more fetch threads (`--io-threads`) give more
     // reads in flight, which parallel file systems with a high per-file latency want.
 
+    /// For a local folder, refuses a key that is a FIFO, device or socket (see [`open_regular`])
+    /// before object_store opens it; a missing key or a folder is left to the read (none found).
+    fn refuse_special_file(&self, key: &str) -> Result<()> {
+        let Some(file) = self.local_path(key).filter(|_| self.reads_files()) else {
+            return Ok(());
+        };
+        match std::fs::metadata(&file) {
+            Ok(meta) if !meta.is_file() && !meta.is_dir() => Err(Error::Io {
+                operation: "cannot read",
+                location: self.url(key),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file (a FIFO, device or socket); only files are read",
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether keys are read as files directly (a local folder, not a zip).
     fn reads_files(&self) -> bool {
         self.location.is_local() && !self.zip
@@ -518,7 +539,10 @@ impl Store {
         let Some(file) = self.local_path(key) else {
             return Ok(None);
         };
-        match std::fs::read(&file) {
+        match open_regular(&file).and_then(|mut f| {
+            let mut data = Vec::new();
+            f.read_to_end(&mut data).map(|_| data)
+        }) {
             Ok(data) => Ok(Some(Bytes::from(data))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(Error::Io {
@@ -546,7 +570,7 @@ impl Store {
             let path = self
                 .local_path(key)
                 .ok_or_else(|| fail(std::io::ErrorKind::NotFound.into()))?;
-            *open = Some((key, File::open(path).map_err(fail)?));
+            *open = Some((key, open_regular(&path).map_err(fail)?));
         }
         let Some((_, file)) = open.as_mut() else {
             return Err(fail(std::io::ErrorKind::NotFound.into()));
@@ -1248,6 +1272,20 @@ fn staged_file_vanished(e: &object_store::Error) -> bool {
     false
 }
 
+/// Opens a local file to read, refusing anything but a regular file (a link to one is followed): a
+/// FIFO would block the read until a writer comes (no signal stops it), a device such as
+/// `/dev/zero` never ends, and neither is data a store holds.
+fn open_regular(path: &FsPath) -> std::io::Result<File> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device, socket or folder); only files are read",
+        ));
+    }
+    File::open(path)
+}
+
 /// For the name (or key) of a staged file of an interrupted local write, `<base>#<n>` with `n` decimal,
 /// the name it was being written to; `None` for any other name. This is the one pattern of staged
 /// files (the local backend's, see [`Store::staged_keys`]); nothing else is ever removed as one.
@@ -1513,5 +1551,41 @@ mod link_tests {
             b"elsewhere"
         );
         store.delete("a/c/0/0").expect("an ordinary key is removed");
+    }
+}
+
+#[cfg(test)]
+mod special_file_tests {
+    use super::*;
+
+    /// Issue 31, rows 15 and 4: a FIFO (its read blocked until a writer came, beyond any signal) and
+    /// a link to `/dev/zero` (read without end) are refused at once, by whole and by range.
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("fifo"))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).expect("link");
+        std::fs::write(dir.path().join("file"), b"data").expect("write");
+        let store = Store::open(
+            dir.path().to_str().expect("utf-8"),
+            IoRuntime::new(1).expect("rt"),
+            false,
+        )
+        .expect("open");
+        for key in ["fifo", "zero"] {
+            let e = store.get(key).expect_err(key);
+            assert!(e.to_string().contains(key), "{e}");
+            assert!(store.get_range(key, 0..4).is_err(), "{key}");
+            assert!(store.get_edge(key, 4, true).is_err(), "{key}");
+        }
+        assert_eq!(
+            store.get("file").expect("file").as_deref(),
+            Some(&b"data"[..])
+        );
+        assert_eq!(store.get("missing").expect("missing"), None);
     }
 }

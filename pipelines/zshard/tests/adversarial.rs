@@ -344,3 +344,61 @@ fn a_zstd_frame_naming_a_dictionary_is_refused() {
         assert!(!dst.join("zarr.json").exists());
     }
 }
+
+/// Issue 31, rows 15 and 4: a chunk that is a FIFO (the read blocked beyond SIGTERM) or a link to
+/// `/dev/zero` (read without end, 6.3 GB in 16 s) is refused at once with its key.
+#[test]
+fn a_chunk_that_is_no_regular_file_is_refused_with_its_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for special in ["fifo", "zero"] {
+        let src = tmp.path().join(format!("src-{special}"));
+        let data = expected(DataType::UInt16, &[32, 32], 0);
+        write_v2(
+            &src,
+            DataType::UInt16,
+            &[32, 32],
+            &[8, 8],
+            json!(null),
+            &data,
+        );
+        let chunk = src.join("1.2");
+        std::fs::remove_file(&chunk).expect("rm");
+        if special == "fifo" {
+            let made = std::process::Command::new("mkfifo")
+                .arg(&chunk)
+                .status()
+                .expect("mkfifo");
+            assert!(made.success());
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &chunk).expect("link");
+        }
+        let dst = tmp.path().join(format!("dst-{special}"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zshard"))
+            .args([
+                "convert",
+                src.to_str().expect("utf-8"),
+                dst.to_str().expect("utf-8"),
+            ])
+            .arg("--quiet")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Before the fix the FIFO's read never returned: a hung run fails the test, not CI's clock.
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("{special}: still reading after 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{special}: {stderr}");
+        assert!(
+            stderr.contains("1.2") && stderr.contains("not a regular file"),
+            "{special}: {stderr}"
+        );
+        assert!(!dst.join("zarr.json").exists());
+    }
+}
