@@ -519,10 +519,7 @@ impl Store {
             Ok(meta) if !meta.is_file() && !meta.is_dir() => Err(Error::Io {
                 operation: "cannot read",
                 location: self.url(key),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "not a regular file (a FIFO, device or socket); only files are read",
-                ),
+                source: not_a_regular_file(),
             }),
             _ => Ok(()),
         }
@@ -1276,14 +1273,17 @@ fn staged_file_vanished(e: &object_store::Error) -> bool {
 /// FIFO would block the read until a writer comes (no signal stops it), a device such as
 /// `/dev/zero` never ends, and neither is data a store holds.
 fn open_regular(path: &FsPath) -> std::io::Result<File> {
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a FIFO, device, socket or folder); only files are read",
-        ));
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_a_regular_file());
     }
     File::open(path)
+}
+
+fn not_a_regular_file() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "not a regular file (a FIFO, device, socket or folder); only files are read",
+    )
 }
 
 /// For the name (or key) of a staged file of an interrupted local write, `<base>#<n>` with `n` decimal,
