@@ -5,7 +5,7 @@ from collections.abc import Callable
 __version__: str
 
 def run(args: list[str], progress: Callable[[dict[str, int]], object] | None = None) -> str:
-    """Runs a ``convert``, ``plan``, ``finalize`` or ``verify`` command line (no program name) and
+    """Runs a ``convert``, ``plan``, ``finalize``, ``verify`` or ``ls`` command line (no program name) and
     returns its result as JSON."""
 
 def cli_main(args: list[str]) -> int:
