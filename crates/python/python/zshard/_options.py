@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import operator
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, Literal, Union, get_args
 
 from ._errors import OptionsError
 
 #: A source or destination: a path, a ``pathlib.Path`` or a URL (``file://``, ``s3://``, ``gs://``,
 #: ``az://``, ``abfs://``, ``http(s)://`` for sources).
-Location = Union[str, "os.PathLike[str]"]
+Location = Union[str, os.PathLike[str]]
 
 #: A shape: one extent per dimension (``(4096, 4096)``), or extents by dimension name
 #: (``{"time": 48, "lat": 720}``).
@@ -81,7 +81,8 @@ def shape(name: str, value: object) -> tuple[int, ...] | dict[str, int]:
                 raise TypeError(f"{name}: dimension names are str, got {_kind(dim)}")
             named[dim] = _integer(name, n, "extents are ints")
         extents = list(named.values())
-    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+    elif isinstance(value, Iterable) and not isinstance(value, (str, bytes, Set)):
+        # A sequence, or anything iterated in order (a numpy array).
         extents = [_integer(name, n, "extents are ints") for n in value]
         named = {}
     else:
