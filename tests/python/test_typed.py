@@ -127,6 +127,17 @@ def test_mypy_strict_passes_on_the_examples():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_mypy_strict_passes_on_the_package():
+    package = EXAMPLES.parent / "python" / "zshard"
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull, str(package)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_mypy_strict_refuses_ill_typed_keywords(tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text(

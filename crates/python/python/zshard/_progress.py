@@ -34,7 +34,7 @@ def progress_callback(
 @contextmanager
 def _tqdm_bar() -> Iterator[Callable[[dict[str, int]], object] | None]:
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         warnings.warn("progress=True needs tqdm (pip install tqdm)", ZshardWarning, stacklevel=5)
         yield None

@@ -292,7 +292,7 @@ class PlannedArray:
 
     @classmethod
     def _from_json(cls, doc: dict[str, Any]) -> PlannedArray:
-        values = {name: doc.get(name) for name in cls.__dataclass_fields__}
+        values: dict[str, Any] = {name: doc.get(name) for name in cls.__dataclass_fields__}
         pyramid = doc.get("pyramid")
         values["pyramid"] = None if pyramid is None else PyramidLevel(pyramid["group"], pyramid["level"])
         values["warnings"] = list(doc.get("warnings") or [])
