@@ -40,14 +40,21 @@ def zshard_command() -> str:
     return os.environ.get("ZSHARD_BIN") or str(Path(sys.executable).with_name("zshard"))
 
 
-def help_flags(command: str) -> dict[str, str]:
-    """The long flags of ``zshard COMMAND --help``, each with its value name (``""`` for none)."""
+def help_flags(command: str) -> dict[str, tuple[str, str]]:
+    """The long flags of ``zshard COMMAND --help``, each with its value name (``""`` for none) and its
+    description."""
     run = subprocess.run([zshard_command(), command, "--help"], capture_output=True, text=True, check=True)
-    flags = {}
-    for line in run.stdout.splitlines():
+    flags: dict[str, tuple[str, str]] = {}
+    lines = run.stdout.splitlines()
+    for at, line in enumerate(lines):
         found = re.match(r"^\s+(?:-\w, )?--([a-z0-9-]+)(?:\.\.\.)?(?: <([^>]*)>)?\s*$", line)
         if found:
-            flags[found[1]] = found[2] or ""
+            description = []
+            for following in lines[at + 1 :]:
+                if not following.strip():
+                    break
+                description.append(following.strip())
+            flags[found[1]] = (found[2] or "", " ".join(description))
     assert len(flags) > 10, run.stdout
     return flags
 
@@ -71,10 +78,15 @@ def test_every_option_of_the_command_is_a_keyword_and_back(command):
     for name in settings:
         flag = next(f for f in flags if NEGATED.get(f, f.replace("-", "_")) == name)
         literal = [a for a in typing.get_args(hints[name]) if typing.get_origin(a) is typing.Literal]
-        if literal:
-            assert "|".join(typing.get_args(literal[0])) == flags[flag], (name, flags[flag])
-        elif "|" in flags[flag] and "," not in flags[flag] and "SIZE" not in flags[flag]:
-            pytest.fail(f"--{flag} <{flags[flag]}> takes one of a few values: {name} should be a Literal")
+        value, description = flags[flag]
+        if literal and "|" in value:
+            assert "|".join(typing.get_args(literal[0])) == value, (name, value)
+        elif literal:
+            # `--source-format <KIND>`: the kinds are in its description.
+            named = re.findall(r"(?:^|: |, | or )([a-z0-9-]+) \(", description)
+            assert list(typing.get_args(literal[0])) == named, (name, description)
+        elif "|" in value and "," not in value and "SIZE" not in value:
+            pytest.fail(f"--{flag} <{value}> takes one of a few values: {name} should be a Literal")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
