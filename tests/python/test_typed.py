@@ -213,6 +213,15 @@ def test_values_are_checked_at_the_edge_naming_the_keyword(small, tmp_path, opti
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_errors_from_the_library_name_keywords_not_flags(small, tmp_path):
+    src, _ = small
+    with pytest.raises(zshard.OptionsError, match="^invalid value 'lots' for 'memory_limit'"):
+        zshard.plan(src, tmp_path / "out.zarr", memory_limit="lots")
+    with pytest.raises(zshard.OptionsError) as raised:
+        zshard.convert(src, tmp_path / "out.zarr", level_shapes=["x"])
+    assert "level_shapes" in str(raised.value) and "--level-shapes" not in str(raised.value), raised.value
+
+
 def test_sample_is_checked_at_the_edge(small, tmp_path):
     src, _ = small
     with pytest.raises(zshard.OptionsError, match=re.escape(r"sample is a fraction in (0, 1], got 2")):

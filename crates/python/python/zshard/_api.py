@@ -5,8 +5,10 @@ check that they match the ``zshard`` command's flags)."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from . import _zshard
+from ._errors import ConversionError
 from ._options import (
     Compressor,
     IndexLocation,
@@ -21,6 +23,7 @@ from ._options import (
     Worker,
     checked,
     command_line,
+    python_spelling,
 )
 from ._results import Finalized, Listing, Plan, Report, VerifyResult
 from ._progress import ProgressCallback, progress_callback
@@ -258,7 +261,7 @@ def convert(
         }
     )
     with progress_callback(progress) as callback:
-        return Report._from_json(_zshard.run(command_line("convert", src, dst, options), callback))
+        return Report._from_json(_run(command_line("convert", src, dst, options), callback))
 
 
 def plan(
@@ -465,7 +468,7 @@ def plan(
             "io_threads": io_threads,
         }
     )
-    return Plan._from_json(_zshard.run(command_line("plan", src, dst, options)))
+    return Plan._from_json(_run(command_line("plan", src, dst, options)))
 
 
 def finalize(
@@ -662,7 +665,7 @@ def finalize(
             "io_threads": io_threads,
         }
     )
-    return Finalized._from_json(_zshard.run(command_line("finalize", src, dst, options)))
+    return Finalized._from_json(_run(command_line("finalize", src, dst, options)))
 
 
 def verify(
@@ -805,7 +808,7 @@ def verify(
             "io_threads": io_threads,
         }
     )
-    return VerifyResult._from_json(_zshard.run(command_line("verify", src, dst, options)))
+    return VerifyResult._from_json(_run(command_line("verify", src, dst, options)))
 
 
 def ls(
@@ -928,7 +931,18 @@ def ls(
             "io_threads": io_threads,
         }
     )
-    return Listing._from_json(_zshard.run(command_line("ls", src, None, options)))
+    return Listing._from_json(_run(command_line("ls", src, None, options)))
+
+
+def _run(args: list[str], progress: Callable[[dict[str, int]], object] | None = None) -> str:
+    """Runs ``args`` in the extension; its errors name settings by their keywords."""
+    try:
+        return _zshard.run(args, progress)
+    except ConversionError as e:
+        message = python_spelling(str(e))
+        if message == str(e):
+            raise
+        raise type(e)(message, kind=e.kind, array=e.array, key=e.key).with_traceback(e.__traceback__) from None
 
 
 def _deprecated(

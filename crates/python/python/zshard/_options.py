@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, Literal, Union, get_args
 
@@ -281,3 +282,20 @@ def command_line(command: str, src: Location, dst: Location | None, options: Map
         else:
             args += [flag_name, str(value)]
     return args
+
+
+def python_spelling(message: str) -> str:
+    """``message`` (the command's parser's or the library's) with the flags of settings spelled as
+    keywords: ``invalid value 'x' for '--memory-limit <SIZE>'`` -> ``... for 'memory_limit'``,
+    ``--no-passthrough`` -> ``passthrough=False``. Other text, such as a command line to run, is kept."""
+
+    def keyword(found: re.Match[str]) -> str:
+        flag_name = "--" + found[1]
+        for name, negated in NEGATED_FLAGS.items():
+            if negated == flag_name:
+                return f"{name}=False"
+        name = found[1].replace("-", "_")
+        return name if name in CHECKS else found[0]
+
+    message = re.sub(r"--([a-z][a-z0-9-]*) <[^>]*>", keyword, message)
+    return re.sub(r"(?<![\w`-])--([a-z][a-z0-9-]*)", keyword, message)
