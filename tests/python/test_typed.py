@@ -119,6 +119,21 @@ def test_a_keyword_has_one_type_and_one_description_everywhere():
                 seen[name] = (command, annotations[name], text)
 
 
+def test_the_functions_are_what_generate_api_makes():
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES.parent / "generate_api.py"), "--check"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+
+
+def test_deprecated_spellings_warn_and_contradictions_are_refused(small, tmp_path):
+    src, _ = small
+    with pytest.warns(DeprecationWarning), pytest.raises(zshard.OptionsError, match="contradicts"):
+        zshard.plan(src, tmp_path / "out.zarr", passthrough=True, no_passthrough=True)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="no_consolidate: a bool, got int 1"):
+        zshard.plan(src, tmp_path / "out.zarr", no_consolidate=1)  # type: ignore[arg-type]
+
+
 def test_the_wheel_ships_its_types():
     package = resources.files("zshard")
     assert package.joinpath("py.typed").is_file()
