@@ -130,7 +130,7 @@ def test_deprecated_spellings_warn_and_contradictions_are_refused(small, tmp_pat
     src, _ = small
     with pytest.warns(DeprecationWarning), pytest.raises(zshard.OptionsError, match="contradicts"):
         zshard.plan(src, tmp_path / "out.zarr", passthrough=True, no_passthrough=True)
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="no_consolidate: a bool, got int 1"):
+    with pytest.raises(TypeError, match="no_consolidate: a bool, got int 1"):
         zshard.plan(src, tmp_path / "out.zarr", no_consolidate=1)  # type: ignore[arg-type]
 
 
