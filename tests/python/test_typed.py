@@ -264,7 +264,7 @@ def test_ls_lists_the_arrays_of_a_group(tmp_path):
     src = tmp_path / "group.zarr"
     group = zarr.open_group(str(src), mode="w", zarr_format=2)
     group.create_array("a", shape=(100, 80), chunks=(10, 20), dtype="i4")
-    group.create_array("sub/b", shape=(7,), chunks=(7,), dtype="f8")
+    group.create_group("sub").create_array("b", shape=(7,), chunks=(7,), dtype="f8")
     listing = zshard.ls(src)
     assert listing.source.endswith("group.zarr")
     assert [a.path for a in listing.arrays] == ["a", "sub/b"]
