@@ -10,3 +10,5 @@ def run(args: list[str], progress: Callable[[dict[str, int]], object] | None = N
 
 def cli_main(args: list[str]) -> int:
     """Runs the ``zshard`` command with ``args`` (no program name) and returns its exit status."""
+
+__all__ = ["run", "cli_main", "__version__"]
