@@ -254,8 +254,12 @@ def test_numpy_integers_are_extents(small, tmp_path):
 def test_passthrough_false_and_its_deprecated_spelling_give_the_same_output(small, tmp_path):
     src, _ = small
     zshard.convert(src, tmp_path / "new.zarr", shard_shape=(20, 40), passthrough=False, consolidate=False)
-    with pytest.warns(DeprecationWarning, match="give passthrough=False"):
+    with pytest.warns(DeprecationWarning) as warned:
         zshard.convert(src, tmp_path / "old.zarr", shard_shape=(20, 40), no_passthrough=True, no_consolidate=True)
+    assert [str(w.message) for w in warned] == [
+        "no_passthrough is deprecated: give passthrough=False",
+        "no_consolidate is deprecated: give consolidate=False",
+    ]
     new, old = (zarr.open_array(str(tmp_path / d), mode="r") for d in ("new.zarr", "old.zarr"))
     np.testing.assert_array_equal(new[...], old[...])
 
