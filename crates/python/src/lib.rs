@@ -132,8 +132,8 @@ fn cli_main(py: Python<'_>, args: Vec<String>) -> u8 {
     py.detach(|| zshard_cli::main(args))
 }
 
-/// Runs the `convert`, `plan`, `finalize` or `verify` command line `args` (without the program
-/// name) and returns its result as JSON. `progress` is called with a dict of figures while a
+/// Runs the `convert`, `plan`, `finalize`, `verify` or `ls` command line `args` (without the
+/// program name) and returns its result as JSON. `progress` is called with a dict of figures while a
 /// conversion runs.
 #[pyfunction]
 #[pyo3(signature = (args, progress=None))]
@@ -162,6 +162,11 @@ fn run(py: Python<'_>, args: Vec<String>, progress: Option<Py<PyAny>>) -> PyResu
                 "mismatch_count": verified.mismatches.count,
                 "mismatches": verified.mismatches.first,
             })
+        }
+        Request::List(list) => {
+            let listing = py.detach(|| list.list()).map_err(fail)?;
+            serde_json::to_value(&listing)
+                .map_err(|e| python_error(py, "internal", e.to_string(), None, None))?
         }
         other => {
             return Err(python_error(

@@ -260,6 +260,7 @@ fn run_request(request: Request, printing: Printing) -> anyhow::Result<()> {
             let verified = verification.run()?;
             print::verified(&verification.source, &verified, printing.quiet)
         }
+        Request::List(list) => print::listing(&list.list()?, printing.json),
     }
 }
 
@@ -322,15 +323,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Ls {
-            src,
-            source,
-            storage,
-            json,
-        } => print::listing(
-            &zshard_convert::list(&src, &source.options()?, &storage.options())?,
-            json,
-        ),
+        Command::Ls { .. } => unreachable!("`ls` is always a request (one_request)"),
         Command::Run {
             job,
             workers,
@@ -431,7 +424,7 @@ fn verification(
     Ok(verification)
 }
 
-/// What a `convert`, `plan`, `finalize` or `verify` command line asks for, ready to run.
+/// What a `convert`, `plan`, `finalize`, `verify` or `ls` command line asks for, ready to run.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Request {
@@ -443,6 +436,27 @@ pub enum Request {
     Finalize(Box<Conversion>),
     /// `zshard verify`: run [`Verification::run`].
     Verify(Box<Verification>),
+    /// `zshard ls`: run [`List::list`].
+    List(Box<List>),
+}
+
+/// The listing `zshard ls SRC` asks for.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct List {
+    /// SRC.
+    pub source: String,
+    /// How SRC is read (format, references, selection).
+    pub options: zshard_convert::SourceOptions,
+    /// How its store is reached.
+    pub store_options: zshard_convert::StoreOptions,
+}
+
+impl List {
+    /// The arrays and groups of the source ([`zshard_convert::list`]).
+    pub fn list(&self) -> zshard_convert::Result<zshard_convert::Listing> {
+        zshard_convert::list(&self.source, &self.options, &self.store_options)
+    }
 }
 
 /// Why a command line does not make a [`Request`].
@@ -472,7 +486,7 @@ where
             | Command::Finalize { .. }
             | Command::Verify { .. } => Err(missing_dst()),
             _ => Err(RequestError::Usage(
-                "only convert, plan, finalize and verify are requests".into(),
+                "only convert, plan, finalize, verify and ls are requests".into(),
             )),
         },
     }
@@ -485,14 +499,16 @@ struct Printing {
     json: bool,
 }
 
-/// A parsed command: one SRC DST request, or a command that is none (a job file, `ls`, `run`, ...).
+/// A parsed command: one SRC DST request (or `ls SRC`), or a command that is none (a job file,
+/// `run`, ...).
 enum Parsed {
     Request(Box<Request>, Printing),
     Other(Box<Command>),
 }
 
-/// The request a `convert`, `plan`, `finalize` or `verify` command with SRC and DST asks for, with
-/// every option checked; the one place both [`request`] and the command build it.
+/// The request a `convert`, `plan`, `finalize` or `verify` command with SRC and DST (or `ls` with
+/// SRC) asks for, with every option checked; the one place both [`request`] and the command build
+/// it.
 fn one_request(command: Command) -> Result<Parsed, RequestError> {
     let request =
         |request, quiet, json| Ok(Parsed::Request(Box::new(request), Printing { quiet, json }));
@@ -547,6 +563,19 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
                 .map_err(RequestError::Options)?;
             verification.ome = ome.unwrap_or_default();
             request(Request::Verify(Box::new(verification)), quiet, false)
+        }
+        Command::Ls {
+            src,
+            source,
+            storage,
+            json,
+        } => {
+            let list = List {
+                source: src,
+                options: source.options().map_err(RequestError::Options)?,
+                store_options: storage.options(),
+            };
+            request(Request::List(Box::new(list)), false, json)
         }
         other => Ok(Parsed::Other(Box::new(other))),
     }

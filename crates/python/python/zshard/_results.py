@@ -1,0 +1,459 @@
+"""What the functions of ``zshard`` return: frozen dataclasses built from the library's JSON documents."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class Progress(NamedTuple):
+    """How far a conversion is, as handed to a ``progress=`` callback (figures of this run only:
+    shards done by an earlier run are not counted in ``shards_total``).
+
+    Attributes
+    ----------
+    shards_done : int
+        Shards converted so far by this run.
+    shards_total : int
+        Shards this run converts.
+    chunks_read : int
+        Source chunks read so far.
+    bytes_read : int
+        Bytes read from the source so far.
+    bytes_written : int
+        Bytes written to the destination so far.
+    """
+
+    shards_done: int
+    shards_total: int
+    chunks_read: int
+    bytes_read: int
+    bytes_written: int
+
+
+def _skipped(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(s["path"], s["reason"]) for s in doc.get("skipped_arrays") or []]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Shard, chunk and byte counts of one array or of all of them.
+
+    Attributes
+    ----------
+    shards_total : int
+        Shards of the array(s) (in this worker's share).
+    shards_skipped : int
+        Shards already complete from an earlier run (resumed past).
+    shards_written : int
+        Shards written by this run.
+    shards_empty : int
+        Shards holding only the fill value (not written).
+    chunks_read : int
+        Source chunks read.
+    chunks_missing : int
+        Source chunks not stored (read as the fill value).
+    bytes_read : int
+        Bytes read from the source.
+    bytes_written : int
+        Bytes written to the destination.
+    """
+
+    shards_total: int = 0
+    shards_skipped: int = 0
+    shards_written: int = 0
+    shards_empty: int = 0
+    chunks_read: int = 0
+    chunks_missing: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @classmethod
+    def _from_json(cls, doc: dict[str, Any]) -> Counts:
+        return cls(**{name: doc.get(name, 0) for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`zshard.convert` did: the same document as the command's ``--report`` (in ``document``).
+
+    Attributes
+    ----------
+    status : str
+        ``"ok"``, or ``"complete"`` when the destination was already converted with these options
+        (nothing was done).
+    source : str
+        The source's location.
+    destination : str
+        The destination's location.
+    worker : tuple[int, int]
+        ``(index, count)`` of the share converted (``(0, 1)``: every shard).
+    duration_seconds : float
+        Wall time of the run.
+    totals : Counts
+        Counts over every array.
+    arrays : dict[str, Counts]
+        Counts per array, by path in the hierarchy.
+    skipped_arrays : list[tuple[str, str]]
+        ``(array, reason)`` for each array left out by ``on_unsupported="skip"`` (zshard does not
+        read its data type or codecs).
+    document : dict[str, Any]
+        The whole report document (options, version, host, times, throughput, ...).
+    """
+
+    status: str
+    source: str
+    destination: str
+    worker: tuple[int, int]
+    duration_seconds: float
+    totals: Counts
+    arrays: dict[str, Counts]
+    skipped_arrays: list[tuple[str, str]]
+    document: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def _from_json(cls, text: str) -> Report:
+        doc = json.loads(text)
+        return cls(
+            status=doc["status"],
+            source=doc["source"],
+            destination=doc["destination"],
+            worker=(doc["worker"]["index"], doc["worker"]["count"]),
+            duration_seconds=doc["duration_seconds"],
+            totals=Counts._from_json(doc["totals"]),
+            arrays={a["path"]: Counts._from_json(a) for a in doc["arrays"]},
+            skipped_arrays=_skipped(doc),
+            document=doc,
+        )
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What :func:`zshard.verify` found.
+
+    Attributes
+    ----------
+    destination : str
+        The output compared.
+    shards_checked : int
+        Shards compared element by element (all, or the ``sample``).
+    arrays : int
+        Arrays compared.
+    mismatch_count : int
+        Differences found (elements, shard indexes, stray objects, metadata).
+    mismatches : list[str]
+        The first differences, one message each.
+    """
+
+    destination: str
+    shards_checked: int
+    arrays: int
+    mismatch_count: int
+    mismatches: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """No mismatch: every element equals the source and every shard index is valid."""
+        return self.mismatch_count == 0
+
+    @classmethod
+    def _from_json(cls, text: str) -> VerifyResult:
+        doc = json.loads(text)
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """What :func:`zshard.finalize` wrote.
+
+    Attributes
+    ----------
+    destination : str
+        The output finalized.
+    arrays : int
+        Arrays whose metadata was written.
+    groups : int
+        Groups whose metadata was written.
+    already_finalized : bool
+        The metadata was already there: nothing was written.
+    """
+
+    destination: str
+    arrays: int
+    groups: int
+    already_finalized: bool
+
+    @classmethod
+    def _from_json(cls, text: str) -> Finalized:
+        doc = json.loads(text)
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class PyramidLevel:
+    """An array's place in a multiscale (OME-Zarr) pyramid.
+
+    Attributes
+    ----------
+    group : str
+        The multiscale group's path.
+    level : int
+        The level (0 is the full resolution).
+    """
+
+    group: str
+    level: int
+
+
+@dataclass(frozen=True)
+class PlannedArray:
+    """One array of a :class:`Plan`.
+
+    Attributes
+    ----------
+    path : str
+        Path in the hierarchy (empty for a single array).
+    name : str
+        The array as messages name it (source and path).
+    shape : list[int]
+        Extent per dimension.
+    data_type : str | dict[str, Any]
+        The Zarr v3 ``data_type`` (a name, or an object for parametrised types).
+    fill_value : Any
+        The Zarr v3 fill value.
+    source_chunk_shape : list[int]
+        The chunks the source is read by (an already sharded source's inner chunks).
+    source_shard_shape : list[int] | None
+        An already sharded source's shard shape.
+    source_chunks : int
+        Chunks in the source's grid.
+    source_codecs : list[Any]
+        The source's codec chain as Zarr v3 codecs.
+    dimension_names : list[str | None] | None
+        Names of the dimensions (``None`` when the source gives none).
+    pyramid : PyramidLevel | None
+        Its place in a multiscale pyramid.
+    inner_chunk_shape : list[int]
+        The output's inner chunk shape.
+    shard_shape : list[int]
+        The output's shard shape.
+    shards : int
+        Shards in the output's grid.
+    inner_chunks_per_shard : int
+        Inner chunks in one shard.
+    index_location : str
+        ``"start"`` or ``"end"``.
+    output_codecs : list[Any]
+        The inner chunks' codec chain.
+    passthrough : bool
+        Source chunks are copied into the shards without decoding.
+    compressor_fallback : str | None
+        Why ``compressor="source"`` could not keep the source's codecs (the default was used).
+    estimated_bytes_in : int
+        Raw (uncompressed) size: an upper bound on the data read.
+    estimated_bytes_out : int
+        Raw size: an upper bound on the data written by compressing codecs.
+    parts_per_shard : int
+        Parts a shard is processed and written in under the memory limit.
+    source_chunks_kept_between_parts : bool
+        A source chunk under several parts of a shard is read once.
+    estimated_peak_memory_per_worker : int
+        Bytes a worker needs at most for this array.
+    warnings : list[str]
+        What readers will see differently.
+    """
+
+    path: str
+    name: str
+    shape: list[int]
+    data_type: str | dict[str, Any]
+    fill_value: Any
+    source_chunk_shape: list[int]
+    source_shard_shape: list[int] | None
+    source_chunks: int
+    source_codecs: list[Any]
+    dimension_names: list[str | None] | None
+    pyramid: PyramidLevel | None
+    inner_chunk_shape: list[int]
+    shard_shape: list[int]
+    shards: int
+    inner_chunks_per_shard: int
+    index_location: str
+    output_codecs: list[Any]
+    passthrough: bool
+    compressor_fallback: str | None
+    estimated_bytes_in: int
+    estimated_bytes_out: int
+    parts_per_shard: int
+    source_chunks_kept_between_parts: bool
+    estimated_peak_memory_per_worker: int
+    warnings: list[str]
+
+    @classmethod
+    def _from_json(cls, doc: dict[str, Any]) -> PlannedArray:
+        values: dict[str, Any] = {name: doc.get(name) for name in cls.__dataclass_fields__}
+        pyramid = doc.get("pyramid")
+        values["pyramid"] = None if pyramid is None else PyramidLevel(pyramid["group"], pyramid["level"])
+        values["warnings"] = list(doc.get("warnings") or [])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PlanTotals:
+    """The sums of a :class:`Plan` over its arrays.
+
+    Attributes
+    ----------
+    arrays : int
+        Arrays converted.
+    shards : int
+        Shards written.
+    source_chunks : int
+        Source chunks read.
+    estimated_bytes_in : int
+        Raw size read (upper bound).
+    estimated_bytes_out : int
+        Raw size written (upper bound for compressing codecs).
+    estimated_peak_memory_per_worker : int
+        The largest array's peak memory per worker.
+    """
+
+    arrays: int
+    shards: int
+    source_chunks: int
+    estimated_bytes_in: int
+    estimated_bytes_out: int
+    estimated_peak_memory_per_worker: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`zshard.plan` found a conversion would do (``zshard plan --json``; the document in
+    ``document``).
+
+    Attributes
+    ----------
+    source : str
+        The source's location.
+    destination : str
+        The destination's location.
+    threads : int
+        Worker threads per CPU stage the conversion would use.
+    memory_limit : int | None
+        The memory limit the plan was made for, in bytes.
+    memory_limit_source : str
+        Where the memory limit came from (given, or which of the machine's limits the default is half
+        of).
+    part_bytes : int | None
+        The size of the parts shards are written in.
+    arrays : list[PlannedArray]
+        Every array converted, in hierarchy order.
+    groups : list[str]
+        Group paths written (the root is ``""``).
+    warnings : list[str]
+        What readers will see differently in the output than in the source.
+    skipped_arrays : list[tuple[str, str]]
+        ``(array, reason)`` for each array left out by ``on_unsupported="skip"``.
+    totals : PlanTotals
+        Sums over the arrays.
+    icechunk_chunks : dict[str, int] | None
+        An Icechunk source's chunks by kind (``native``, ``inline``, ``virtual``).
+    document : dict[str, Any]
+        The whole plan document.
+    """
+
+    source: str
+    destination: str
+    threads: int
+    memory_limit: int | None
+    memory_limit_source: str
+    part_bytes: int | None
+    arrays: list[PlannedArray]
+    groups: list[str]
+    warnings: list[str]
+    skipped_arrays: list[tuple[str, str]]
+    totals: PlanTotals
+    icechunk_chunks: dict[str, int] | None
+    document: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def _from_json(cls, text: str) -> Plan:
+        doc = json.loads(text)
+        totals = doc["totals"]
+        return cls(
+            source=doc["source"],
+            destination=doc["destination"],
+            threads=doc["threads"],
+            memory_limit=doc.get("memory_limit"),
+            memory_limit_source=doc.get("memory_limit_source", ""),
+            part_bytes=doc.get("part_bytes"),
+            arrays=[PlannedArray._from_json(a) for a in doc["arrays"]],
+            groups=list(doc.get("groups") or []),
+            warnings=list(doc.get("warnings") or []),
+            skipped_arrays=_skipped(doc),
+            totals=PlanTotals(**{name: totals.get(name, 0) for name in PlanTotals.__dataclass_fields__}),
+            icechunk_chunks=doc.get("icechunk_chunks"),
+            document=doc,
+        )
+
+
+@dataclass(frozen=True)
+class ListedArray:
+    """One array of a :class:`Listing`.
+
+    Attributes
+    ----------
+    path : str
+        Path in the hierarchy (empty when the source is a single array).
+    shape : list[int]
+        Extent per dimension.
+    data_type : str | dict[str, Any]
+        The Zarr v3 ``data_type`` (a name, or an object for parametrised types).
+    chunk_shape : list[int]
+        The chunks the source is read by: its chunks, or an already sharded source's inner chunks.
+    shard_shape : list[int] | None
+        An already sharded source's shard shape.
+    codecs : list[Any]
+        The chunks' codec chain as Zarr v3 codecs (v2 compressors, filters and byte order
+        translated).
+    """
+
+    path: str
+    shape: list[int]
+    data_type: str | dict[str, Any]
+    chunk_shape: list[int]
+    shard_shape: list[int] | None
+    codecs: list[Any]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What :func:`zshard.ls` found in a source (``zshard ls --json``).
+
+    Attributes
+    ----------
+    source : str
+        The source's location.
+    arrays : list[ListedArray]
+        Arrays in hierarchy order.
+    groups : list[str]
+        Group paths in hierarchy order (the root is ``""``).
+    skipped_arrays : list[tuple[str, str]]
+        ``(array, reason)`` for each array zshard does not read (with ``on_unsupported="skip"``).
+    """
+
+    source: str
+    arrays: list[ListedArray]
+    groups: list[str]
+    skipped_arrays: list[tuple[str, str]]
+
+    @classmethod
+    def _from_json(cls, text: str) -> Listing:
+        doc = json.loads(text)
+        return cls(
+            source=doc["source"],
+            arrays=[ListedArray(**{n: a.get(n) for n in ListedArray.__dataclass_fields__}) for a in doc["arrays"]],
+            groups=list(doc.get("groups") or []),
+            skipped_arrays=_skipped(doc),
+        )
