@@ -7,10 +7,15 @@
 #   ZSHARD_BIN    zshard binary under test (default: <repo>/target/release/zshard)
 #   ZSHARD_VENV   virtualenv to create/use (default: <repo>/target/venv)
 #   ZSHARD_VENV_ZARR2  the zarr-python 2.18 virtualenv (default: <repo>/target/venv-zarr2)
+#   PYTHON_ZARR2  interpreter used to create ZSHARD_VENV_ZARR2 (default: PYTHON)
 #   PYTHON        interpreter used to create the venv (default: python3)
+#   ZSHARD_REQUIREMENTS  requirements file installed into ZSHARD_VENV (default: requirements.txt beside this
+#                 script; a bare file name is taken from this folder). Today's stack on Python 3.13:
+#                   ZSHARD_REQUIREMENTS=requirements-current.txt PYTHON=$(tests/current-python.sh) \
+#                   ZSHARD_VENV=target/venv-current tests/interop/run.sh
 #
 # Needs only python3 (with its venv module) and access to PyPI. The pip install
-# is skipped when the venv already holds exactly this requirements.txt (stamp
+# is skipped when the venv already holds exactly this requirements file (stamp
 # file keyed on the requirements' hash and the interpreter version).
 set -euo pipefail
 
@@ -18,7 +23,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 VENV="${ZSHARD_VENV:-$REPO/target/venv}"
 PY="${PYTHON:-python3}"
-REQ="$HERE/requirements.txt"
+REQ="${ZSHARD_REQUIREMENTS:-requirements.txt}"
+case "$REQ" in */*) ;; *) REQ="$HERE/$REQ" ;; esac
+if [ ! -f "$REQ" ]; then
+    echo "run.sh: requirements file $REQ not found" >&2
+    exit 1
+fi
 
 if ! command -v "$PY" >/dev/null 2>&1; then
     echo "run.sh: $PY not found; install python3" >&2
@@ -62,7 +72,7 @@ REQ2="$HERE/requirements-zarr2.txt"
 if [ ! -x "$VENV2/bin/python" ] || ! "$VENV2/bin/python" -c 'import sys' >/dev/null 2>&1; then
     echo "run.sh: creating venv at $VENV2" >&2
     rm -rf "$VENV2"
-    "$PY" -m venv "$VENV2"
+    "${PYTHON_ZARR2:-$PY}" -m venv "$VENV2"
 fi
 want2="$( { cat "$REQ2"; "$VENV2/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
 stamp2="$VENV2/.zshard-interop-requirements"

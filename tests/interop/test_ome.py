@@ -52,8 +52,10 @@ def _write_image_04(path: Path, labels: bool = True) -> np.ndarray:
     fmt = FormatV04()
     data = _pixels()
     root = zarr.group(store=parse_url(str(path), mode="w", fmt=fmt).store, zarr_format=2)
-    write_image(data, root, axes="czyx", fmt=fmt, storage_options={"chunks": (1, 5, 64, 64)},
-                metadata={"omero": OMERO})
+    write_image(data, root, axes="czyx", fmt=fmt, storage_options={"chunks": (1, 5, 64, 64)})
+    # Set here, not through write_image: ome-zarr-py 0.16 took metadata={"omero": ...}, 0.21 ignores that
+    # and wants an Omero object; the attribute is the same either way.
+    root.attrs["omero"] = OMERO
     if labels:
         write_labels((data[0] > 500).astype(np.uint8), root, name="cells", axes="zyx", fmt=fmt,
                      label_metadata={"colors": [{"label-value": 1, "rgba": [255, 0, 0, 255]}]})
@@ -145,8 +147,9 @@ def test_an_ome_zarr_0_5_source_stays_as_it_is(zshard_bin, tmp_path):
     src, dst = tmp_path / "v05.ome.zarr", tmp_path / "out.zarr"
     fmt = FormatV05()
     root = zarr.group(store=parse_url(str(src), mode="w", fmt=fmt).store, zarr_format=3)
-    write_image(_pixels(), root, axes="czyx", fmt=fmt, storage_options={"chunks": (1, 5, 64, 64)},
-                metadata={"omero": OMERO})
+    write_image(_pixels(), root, axes="czyx", fmt=fmt, storage_options={"chunks": (1, 5, 64, 64)})
+    root.attrs["ome"] = {**root.attrs["ome"], "omero": OMERO}  # as in _write_image_04
+    assert zarr.open_group(str(src), mode="r").attrs["ome"]["omero"] == OMERO
     _convert(zshard_bin, src, dst)
     assert _attributes(dst) == _attributes(src)
     for level in LEVELS:
