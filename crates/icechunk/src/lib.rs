@@ -190,7 +190,10 @@ mod tests {
         let spec1 = ["refs", "snapshots", "manifests", "chunks"];
         let spec2 = ["snapshots", "transactions", "manifests", "chunks"];
         let zarr = ["snapshots", "c", "manifests"];
-        let holds = |names: &'static [&'static str]| move |n: &str| names.contains(&n);
+        let holds = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            move |n: &str| names.iter().any(|m| m == n)
+        };
         assert!(has_repository_folders(holds(&spec1)));
         assert!(has_repository_folders(holds(&spec2)));
         assert!(!has_repository_folders(holds(&zarr)));

@@ -182,20 +182,17 @@ fn s3_options(options: &zshard_store::StoreOptions) -> S3Options {
         .as_deref()
         .is_some_and(|e| e.starts_with("http://"))
         || env("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    S3Options {
-        region: options
-            .s3_region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION")),
-        endpoint_url,
-        anonymous: options.anonymous,
-        allow_http,
-        force_path_style: options.s3_path_style,
-        network_stream_timeout_seconds: None,
-        requester_pays: false,
-        checksum_algorithm: None,
-    }
+    let mut s3 = S3Options::default();
+    s3.region = options
+        .s3_region
+        .clone()
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"));
+    s3.endpoint_url = endpoint_url;
+    s3.anonymous = options.anonymous;
+    s3.allow_http = allow_http;
+    s3.force_path_style = options.s3_path_style;
+    s3
 }
 
 /// Opens the existing repository at `location`, of either spec version.

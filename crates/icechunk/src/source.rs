@@ -162,6 +162,8 @@ fn scan(
                         .check(&key, target_path(&url))
                         .map_err(|e| refused(zshard_core::chain_text(&e)))?;
                 }
+                // Newer kinds of reference are refused when their chunk is read.
+                _ => {}
             }
         }
         Ok(counts)
@@ -278,6 +280,7 @@ impl IcechunkReader {
             Some(ChunkPayload::Virtual(reference)) => {
                 Lookup::Ready(self.virtual_chunk(coord, reference)?)
             }
+            Some(_) => return Err("a kind of chunk reference this zshard cannot read".to_string()),
         })
     }
 

@@ -100,7 +100,7 @@ fn make_repository(
             .await
             .expect("inline");
         let location = match target {
-            Target::Absolute => VirtualChunkLocation::from_absolute_path(&format!(
+            Target::Absolute => VirtualChunkLocation::from_url(&format!(
                 "file://{}",
                 files.join("data.bin").display()
             )),
