@@ -533,7 +533,11 @@ mod tests {
         store.set(key, Bytes::from(group)).await.expect("set");
         let session = store.session();
         let mut session = session.write().await;
-        session.commit("other writer").execute().await.expect("commit");
+        session
+            .commit("other writer")
+            .execute()
+            .await
+            .expect("commit");
     }
 
     fn setup() -> (tempfile::TempDir, String, String, Arc<IoRuntime>) {
@@ -638,8 +642,14 @@ mod tests {
                 version: spec,
                 exists: true,
             };
-            assert_eq!(destination_spec(&location, None, &runtime).expect("probe"), existing);
-            assert_eq!(create_if_missing(&location, None, &runtime).expect("again"), existing);
+            assert_eq!(
+                destination_spec(&location, None, &runtime).expect("probe"),
+                existing
+            );
+            assert_eq!(
+                create_if_missing(&location, None, &runtime).expect("again"),
+                existing
+            );
             let other = match spec {
                 SpecVersion::V1 => SpecVersion::V2,
                 SpecVersion::V2 => SpecVersion::V1,
@@ -649,11 +659,18 @@ mod tests {
                 matches!(refused, Error::VersionMismatch { found, wanted, .. } if found == spec && wanted == other),
                 "{refused}"
             );
-            let published = publish(&staged, &location, "main", "zshard", &runtime).expect("publish");
+            let published =
+                publish(&staged, &location, "main", "zshard", &runtime).expect("publish");
             assert_eq!((published.nodes, published.chunks), (2, 1));
-            assert_eq!(history(&location, &runtime), ["zshard", "Repository initialized"]);
+            assert_eq!(
+                history(&location, &runtime),
+                ["zshard", "Repository initialized"]
+            );
             let storage = repo::storage(&location, &runtime).expect("storage");
-            assert_eq!(repo::detect(&location, &storage, &runtime).expect("detect"), Some(spec));
+            assert_eq!(
+                repo::detect(&location, &storage, &runtime).expect("detect"),
+                Some(spec)
+            );
         }
     }
 

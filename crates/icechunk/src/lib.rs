@@ -34,8 +34,7 @@ pub use error::{Error, Result};
 pub use source::Source;
 #[cfg(not(feature = "icechunk"))]
 pub use unavailable::{
-    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards,
-    Source,
+    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards, Source,
 };
 
 use error::boxed;

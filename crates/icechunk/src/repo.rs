@@ -18,7 +18,10 @@ use crate::SpecVersion;
 /// `abfs(s)://`, `adl://`, `azure://`) or `gs://` bucket prefix, reached with zshard's options for
 /// that cloud over its standard environment (see [`s3_options`], [`azure_settings`],
 /// [`gcs_settings`]).
-pub(crate) fn storage(location: &str, runtime: &IoRuntime) -> Result<Arc<dyn Storage + Send + Sync>> {
+pub(crate) fn storage(
+    location: &str,
+    runtime: &IoRuntime,
+) -> Result<Arc<dyn Storage + Send + Sync>> {
     let open_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Open {
         repo: location.to_string(),
         source: e,

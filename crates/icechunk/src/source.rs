@@ -173,7 +173,10 @@ fn scan(
 /// The absolute URL of a virtual chunk's target, once it matches one of the repository's virtual
 /// chunk containers: spec-2 repositories may name it relative to a container
 /// (`vcc://NAME/PATH`), which is expanded against that container's prefix.
-fn virtual_target(session: &Session, reference: &VirtualChunkRef) -> std::result::Result<String, String> {
+fn virtual_target(
+    session: &Session,
+    reference: &VirtualChunkRef,
+) -> std::result::Result<String, String> {
     let named = reference.location.url();
     if session.matching_container(&reference.location).is_none() {
         return Err(format!(

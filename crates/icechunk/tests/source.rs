@@ -65,7 +65,9 @@ fn make_repository(
         let store = ObjectStoreConfig::LocalFileSystem(files.clone());
         let container = match target {
             Target::Absolute => VirtualChunkContainer::new(prefix, store),
-            Target::Relative => VirtualChunkContainer::new_named("files".to_string(), prefix, store),
+            Target::Relative => {
+                VirtualChunkContainer::new_named("files".to_string(), prefix, store)
+            }
         };
         config
             .set_virtual_chunk_container(container.expect("container"))
@@ -136,7 +138,9 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
     let runtime = IoRuntime::new(2).expect("runtime");
     let (native, data) = make_repository(tmp.path(), &runtime, spec, target);
     let repo = tmp.path().join("repo");
-    assert!(zshard_icechunk::is_repository(repo.to_str().expect("utf-8")));
+    assert!(zshard_icechunk::is_repository(
+        repo.to_str().expect("utf-8")
+    ));
     let source = Source::open(
         repo.to_str().expect("utf-8"),
         "main",
@@ -149,7 +153,13 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
         SpecVersionBin::V2 => SpecVersion::V2,
     };
     assert_eq!(source.spec_version(), version);
-    assert!(source.url().ends_with(&format!(", spec version {version})")), "{}", source.url());
+    assert!(
+        source
+            .url()
+            .ends_with(&format!(", spec version {version})")),
+        "{}",
+        source.url()
+    );
     assert_eq!(
         source.chunk_counts(),
         ChunkCounts {
@@ -194,7 +204,10 @@ fn virtual_target_outside_the_root_is_refused_when_opening() {
     }
 }
 
-fn virtual_target_outside_the_root_is_refused_when_opening_in(spec: SpecVersionBin, target: Target) {
+fn virtual_target_outside_the_root_is_refused_when_opening_in(
+    spec: SpecVersionBin,
+    target: Target,
+) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let runtime = IoRuntime::new(2).expect("runtime");
     make_repository(tmp.path(), &runtime, spec, target);
