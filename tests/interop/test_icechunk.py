@@ -308,6 +308,11 @@ def test_new_repositories_are_spec_2_unless_spec_1_is_asked_for(zshard_bin, sour
     assert f"icechunk repository {spec1}: it is of Icechunk spec version 1, not 2" in r.stderr, r.stderr
     r = _zshard(zshard_bin, "plan", repo, spec1)
     assert f"destination: icechunk repository {spec1} (existing), branch main, spec version 1" in r.stdout, r.stdout
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "three", "--icechunk-spec", "3", ok=False)
+    assert "this zshard writes versions 1 and 2" in r.stderr, r.stderr
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "plain", "--output-format", "zarr", "--icechunk-spec", "1",
+                ok=False)
+    assert "--icechunk-spec apply to --output-format icechunk" in r.stderr, r.stderr
 
 
 def test_a_folder_that_is_no_repository_says_so(zshard_bin, source, tmp_path):
