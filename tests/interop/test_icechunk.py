@@ -473,3 +473,40 @@ def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, sou
     assert _commits(out) == ["once", "Repository initialized"]  # no second commit
     _assert_equal(_read_repo(out), values)
     assert not (out / ".zshard-staging").exists()
+
+
+def test_virtualizarr_dataset_in_a_spec_2_repository_as_source(zshard_bin, tmp_path):
+    """The field's route from netCDF to Zarr today: VirtualiZarr virtualizes a netCDF4 (HDF5) file
+    into an icechunk 2.x repository (spec 2); zshard converts it, and xarray reads the same dataset."""
+    pytest.importorskip("virtualizarr")
+    xr = pytest.importorskip("xarray")
+    from obstore.store import LocalStore
+    from virtualizarr import open_virtual_dataset
+    from virtualizarr.parsers import HDFParser
+    from virtualizarr.registry import ObjectStoreRegistry
+
+    files = tmp_path / "files"
+    files.mkdir()
+    nc = files / "data.nc"
+    temp = np.arange(12 * 8 * 10, dtype="f4").reshape(12, 8, 10) * 0.5 - 3
+    xr.Dataset({"temp": (("time", "y", "x"), temp)},
+               coords={"time": np.arange(12, dtype="f8"), "y": np.arange(8), "x": np.arange(10)},
+               attrs={"title": "virtualized"}).to_netcdf(
+        nc, engine="h5netcdf", encoding={"temp": {"chunksizes": (4, 4, 5)}})
+    registry = ObjectStoreRegistry({f"file://{files}": LocalStore(prefix=str(files))})
+    vds = open_virtual_dataset(url=f"file://{nc}", parser=HDFParser(), registry=registry, loadable_variables=[])
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(_container_prefix(files),
+                                                                ic.local_filesystem_store(str(files))))
+    repo = tmp_path / "repo"
+    session = _create(repo, config=config, authorize_virtual_chunk_access={_container_prefix(files): None}) \
+        .writable_session("main")
+    vds.vz.to_icechunk(session.store)
+    session.commit("virtualizarr")
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "out.zarr")
+    spec = 2 if ICECHUNK2 else 1
+    assert f"spec version {spec}): 0 native, 0 inline, 15 virtual chunk(s)" in r.stdout, r.stdout
+    _zshard(zshard_bin, "convert", repo, tmp_path / "out.zarr", "--quiet")
+    want = xr.open_dataset(nc, engine="h5netcdf").load()
+    got = xr.open_zarr(tmp_path / "out.zarr", consolidated=None).load()
+    xr.testing.assert_identical(got, want)
