@@ -1,6 +1,6 @@
 """Icechunk repositories on Azure Blob Storage (Azurite), as zshard's source and destination (issue 20).
 
-The source repository is written with the real `icechunk` Python package (1.1.x) through its
+The source repository is written with the real `icechunk` Python package (1.1.x or 2.x) through its
 `azure_storage` (the emulator account and key; `use_emulator` with AZURITE_BLOB_STORAGE_URL, as
 object_store reads them), with native and inline chunks written by zarr-python. zshard converts it
 into a second repository on Azurite and into plain sharded Zarr there, taking its Azure settings
@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from conftest import AZURE_ACCOUNT, AZURE_KEY, azure_client, azure_env, run_zshard
-from test_icechunk_s3 import arrays, assert_same
+from test_icechunk_s3 import NEW, arrays, assert_same
 
 
 @pytest.fixture
@@ -73,7 +73,8 @@ def test_icechunk_on_azure_to_a_second_repository_and_to_plain_zarr(azure, tmp_p
 
     # Into a second repository on Azurite: exactly one commit after the repository's initial one.
     run_zshard("convert", "az://icesrc/repo", "az://icedst/repo", "--source-format", "icechunk",
-               "--output-format", "icechunk", "--message", "zshard on azure", *FLAGS, env=azure_env(azure))
+               "--output-format", "icechunk", "--message", "zshard on azure", *FLAGS, *NEW,
+               env=azure_env(azure))
     assert commits("icedst", "repo") == ["zshard on azure", "Repository initialized"]
     assert_same(read_repo("icedst", "repo"), values)
     session = ic.Repository.open(storage("icedst", "repo")).readonly_session(branch="main")

@@ -1,6 +1,7 @@
 """Icechunk repositories as zshard source and destination (issue 20).
 
-Repositories are made with the real `icechunk` Python package (1.1.x, spec version 1): native chunks
+Repositories are made with the real `icechunk` Python package (1.1.x: spec version 1; 2.x: spec version
+2 by default, and 1 on request, both tested here): native chunks
 written through zarr-python, inline chunks (smaller than the repository's inline threshold), and
 virtual chunks set with `store.set_virtual_ref` into an HDF5 file written by h5py. zshard converts
 them to plain sharded Zarr and into other repositories; everything is read back through icechunk +
@@ -22,6 +23,28 @@ import pytest
 import zarr
 
 from conftest import run_zshard
+
+# icechunk 2.x reads and writes spec versions 1 and 2 (new repositories: 2); 1.x only spec 1.
+ICECHUNK2 = int(ic.__version__.split(".")[0]) >= 2
+# Flags of conversions into repositories zshard makes: in spec 2 by default, which icechunk 1.x cannot
+# read, so under it they ask for spec 1.
+NEW = [] if ICECHUNK2 else ["--icechunk-spec", "1"]
+
+
+def _spec_version(repo_dir: Path) -> int:
+    """The repository's spec version as icechunk reads it (1.x reads only version 1)."""
+    if not ICECHUNK2:
+        ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+        return 1
+    return int(ic.Repository.fetch_spec_version(ic.local_filesystem_storage(str(repo_dir))))
+
+
+def _create(repo_dir: Path, spec_version: int | None = None, **kwargs):
+    """A new repository made by icechunk, in `spec_version` (icechunk's default when None)."""
+    if spec_version is not None:
+        kwargs["spec_version"] = spec_version
+    return ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)), **kwargs)
+
 
 # Two HDF5 datasets referenced as virtual chunks: raw (uncompressed, chunked) big-endian int16.
 H5_SHAPE, H5_CHUNKS = (20, 12), (5, 4)
@@ -50,15 +73,16 @@ def _container_prefix(folder: Path) -> str:
     return f"file://{folder}/"
 
 
-def _make_source(repo_dir: Path, h5: Path) -> dict[str, np.ndarray]:
+def _make_source(repo_dir: Path, h5: Path, spec_version: int | None = None) -> dict[str, np.ndarray]:
     """A repository with native, inline and virtual chunks; tag v1 is its first commit, main has a
     second commit that changes the native array. Returns main's values."""
     config = ic.RepositoryConfig.default()
     config.set_virtual_chunk_container(
         ic.VirtualChunkContainer(_container_prefix(h5.parent), ic.local_filesystem_store(str(h5.parent)))
     )
-    repo = ic.Repository.create(
-        ic.local_filesystem_storage(str(repo_dir)),
+    repo = _create(
+        repo_dir,
+        spec_version,
         config=config,
         authorize_virtual_chunk_access={_container_prefix(h5.parent): None},
     )
@@ -149,6 +173,7 @@ def source(tmp_path_factory):
 def test_plan_counts_native_inline_and_virtual_chunks(zshard_bin, source, tmp_path):
     repo, h5, _ = source
     r = _zshard(zshard_bin, "plan", repo, tmp_path / "out.zarr")
+    assert f", spec version {_spec_version(repo)})" in r.stdout, r.stdout
     # native: 16 chunks, of which the second commit rewrote 4 as constant 100.0, which compress below
     # the inline threshold: 12 native, 4 + 4 inline (grp/inline's and those), 12 virtual.
     assert f"source: icechunk repository {repo}@main (snapshot " in r.stdout, r.stdout
@@ -224,7 +249,7 @@ def test_virtual_target_outside_the_repository_containers_is_refused(zshard_bin,
 def test_into_a_new_repository_one_commit(zshard_bin, source, tmp_path):
     repo, h5, values = source
     out = tmp_path / "out-repo"
-    r = _zshard(zshard_bin, "convert", repo, out, "--threads", "2", "--output-format", "icechunk")
+    r = _zshard(zshard_bin, "convert", repo, out, "--threads", "2", "--output-format", "icechunk", *NEW)
     assert "committed snapshot" in r.stderr and "to branch main" in r.stderr, r.stderr
     _assert_equal(_read_repo(out), values)
     commits = _commits(out)
@@ -251,6 +276,87 @@ def test_into_an_existing_repository_only_this_conversions_arrays(zshard_bin, so
     got = _read_repo(out, branch="dev")
     np.testing.assert_array_equal(got.pop("keep"), keep)
     _assert_equal(got, values)
+    # Written in the repository's own version (icechunk's default: 2 under icechunk 2.x).
+    assert _spec_version(out) == (2 if ICECHUNK2 else 1)
+
+
+def test_new_repositories_are_spec_2_unless_spec_1_is_asked_for(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    default = tmp_path / "default"
+    r = _zshard(zshard_bin, "plan", repo, default, "--output-format", "icechunk")
+    assert f"destination: icechunk repository {default} (new), branch main, spec version 2" in r.stdout, r.stdout
+    _zshard(zshard_bin, "convert", repo, default, "--quiet", "--output-format", "icechunk")
+    # Spec 2: the `repo` object names branches and tags; there is no refs/ folder.
+    assert (default / "repo").is_file() and not (default / "refs").exists()
+    if ICECHUNK2:
+        assert _spec_version(default) == 2
+        _assert_equal(_read_repo(default), values)
+        assert _commits(default)[1:] == ["Repository initialized"]
+    else:
+        with pytest.raises(Exception):  # icechunk 1.x cannot read spec 2: why the option exists
+            _read_repo(default)
+    spec1 = tmp_path / "spec1"
+    r = _zshard(zshard_bin, "plan", repo, spec1, "--icechunk-spec", "1")
+    assert f"destination: icechunk repository {spec1} (new), branch main, spec version 1" in r.stdout, r.stdout
+    _zshard(zshard_bin, "convert", repo, spec1, "--quiet", "--icechunk-spec", "1")
+    assert (spec1 / "refs").is_dir() and not (spec1 / "repo").exists()
+    assert _spec_version(spec1) == 1
+    _assert_equal(_read_repo(spec1), values)
+    assert len(_commits(spec1)) == 2
+    # An existing repository is written in its own version: asking for another is refused, naming both.
+    r = _zshard(zshard_bin, "convert", repo, spec1, "--quiet", "--icechunk-spec", "2", ok=False)
+    assert f"icechunk repository {spec1}: it is of Icechunk spec version 1, not 2" in r.stderr, r.stderr
+    r = _zshard(zshard_bin, "plan", repo, spec1)
+    assert f"destination: icechunk repository {spec1} (existing), branch main, spec version 1" in r.stdout, r.stdout
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "three", "--icechunk-spec", "3", ok=False)
+    assert "this zshard writes versions 1 and 2" in r.stderr, r.stderr
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "plain", "--output-format", "zarr", "--icechunk-spec", "1",
+                ok=False)
+    assert "--icechunk-spec apply to --output-format icechunk" in r.stderr, r.stderr
+
+
+def test_a_folder_that_is_no_repository_says_so(zshard_bin, source, tmp_path):
+    repo, h5, values = source
+    folder = tmp_path / "not-a-repo"
+    folder.mkdir()
+    (folder / "data.bin").write_bytes(b"x")
+    r = _zshard(zshard_bin, "convert", folder, tmp_path / "out.zarr", "--source-format", "icechunk", ok=False)
+    assert f"icechunk repository {folder}: cannot open: no Icechunk repository there" in r.stderr, r.stderr
+    r = _zshard(zshard_bin, "convert", repo, folder, "--output-format", "icechunk", *NEW, ok=False)
+    assert f"icechunk repository {folder}: cannot open:" in r.stderr, r.stderr
+    assert "holds objects but no Icechunk repository" in r.stderr, r.stderr
+    assert "clean prefixes" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not ICECHUNK2, reason="icechunk 1.x writes spec 1 only, tested by every other test")
+def test_spec_1_repository_made_by_icechunk_2_as_source_and_destination(zshard_bin, tmp_path):
+    (tmp_path / "files").mkdir()
+    h5 = tmp_path / "files" / "data.h5"
+    _write_h5(h5)
+    repo = tmp_path / "repo"
+    values = _make_source(repo, h5, spec_version=1)
+    assert _spec_version(repo) == 1 and (repo / "refs").is_dir()
+    dst = tmp_path / "out.zarr"
+    r = _zshard(zshard_bin, "convert", repo, dst, "--threads", "2")
+    _assert_equal(_read_zarr(dst), values)
+    v1 = _read_repo(repo, h5.parent, tag="v1")
+    _zshard(zshard_bin, "convert", repo, tmp_path / "tag.zarr", "--quiet", "--source-ref", "v1")
+    _assert_equal(_read_zarr(tmp_path / "tag.zarr"), v1)
+    # Into an existing spec-1 repository beside an array that must not change: one commit, spec 1.
+    out = tmp_path / "existing"
+    other = _create(out, 1)
+    session = other.writable_session("main")
+    root = zarr.group(session.store, attributes={"title": "icechunk interop"})
+    keep = np.arange(30, dtype="u1")
+    root.create_array("keep", shape=(30,), chunks=(10,), dtype="u1")[:] = keep
+    session.commit("before zshard")
+    before = _commits(out)
+    _zshard(zshard_bin, "convert", repo, out, "--quiet", "--message", "sharded by zshard")
+    assert _commits(out) == ["sharded by zshard", *before]
+    assert _spec_version(out) == 1
+    got = _read_repo(out)
+    np.testing.assert_array_equal(got.pop("keep"), keep)
+    _assert_equal(got, values)
 
 
 def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp_path):
@@ -259,7 +365,7 @@ def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp
     group = zarr.open_group(str(src), mode="w", zarr_format=2)
     group.create_array("big", shape=data.shape, chunks=(32, 32), dtype="u4")[:] = data
     args = ["convert", src, tmp_path / "out", "--quiet", "--threads", "1", "--output-format", "icechunk",
-            "--shard-shape", "64,64", "--compressor", "gzip:9", "--message", "one commit"]
+            "--shard-shape", "64,64", "--compressor", "gzip:9", "--message", "one commit", *NEW]
     argv = [str(zshard_bin)] + [str(a) for a in args]
     started = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
@@ -304,7 +410,7 @@ def test_three_workers_and_finalize_one_commit(zshard_bin, source, tmp_path):
     shards, no copy); finalize only references them in one commit and stores nothing itself."""
     repo, h5, values = source
     out = tmp_path / "workers"
-    common = [repo, out, "--output-format", "icechunk", "--message", "workers"]
+    common = [repo, out, "--output-format", "icechunk", "--message", "workers", *NEW]
     stored = []
     for i in range(3):
         r = _zshard(zshard_bin, "convert", *common, "--worker", f"{i}/3")
@@ -335,7 +441,7 @@ def test_overwrite_forgets_the_shards_workers_stored(zshard_bin, tmp_path):
         array = zarr.create_array(str(sources[name]), shape=values.shape, chunks=(16, 16), dtype="i4")
         array[:] = values
     out = tmp_path / "out"
-    flags = ["--output-format", "icechunk", "--compressor", "none", "--shard-shape", "32,48"]
+    flags = ["--output-format", "icechunk", "--compressor", "none", "--shard-shape", "32,48", *NEW]
     assert _stored(_zshard(zshard_bin, "convert", sources["a"], out, *flags, "--worker", "0/2").stderr) == 1
     r = _zshard(zshard_bin, "convert", sources["b"], out, *flags, "--overwrite", "--message", "from b")
     assert "stored by the workers" not in r.stderr and "committed snapshot" in r.stderr, r.stderr
@@ -367,3 +473,40 @@ def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, sou
     assert _commits(out) == ["once", "Repository initialized"]  # no second commit
     _assert_equal(_read_repo(out), values)
     assert not (out / ".zshard-staging").exists()
+
+
+def test_virtualizarr_dataset_in_a_spec_2_repository_as_source(zshard_bin, tmp_path):
+    """The field's route from netCDF to Zarr today: VirtualiZarr virtualizes a netCDF4 (HDF5) file
+    into an icechunk 2.x repository (spec 2); zshard converts it, and xarray reads the same dataset."""
+    pytest.importorskip("virtualizarr")
+    xr = pytest.importorskip("xarray")
+    from obstore.store import LocalStore
+    from virtualizarr import open_virtual_dataset
+    from virtualizarr.parsers import HDFParser
+    from virtualizarr.registry import ObjectStoreRegistry
+
+    files = tmp_path / "files"
+    files.mkdir()
+    nc = files / "data.nc"
+    temp = np.arange(12 * 8 * 10, dtype="f4").reshape(12, 8, 10) * 0.5 - 3
+    xr.Dataset({"temp": (("time", "y", "x"), temp)},
+               coords={"time": np.arange(12, dtype="f8"), "y": np.arange(8), "x": np.arange(10)},
+               attrs={"title": "virtualized"}).to_netcdf(
+        nc, engine="h5netcdf", encoding={"temp": {"chunksizes": (4, 4, 5)}})
+    registry = ObjectStoreRegistry({f"file://{files}": LocalStore(prefix=str(files))})
+    vds = open_virtual_dataset(url=f"file://{nc}", parser=HDFParser(), registry=registry, loadable_variables=[])
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(_container_prefix(files),
+                                                                ic.local_filesystem_store(str(files))))
+    repo = tmp_path / "repo"
+    session = _create(repo, config=config, authorize_virtual_chunk_access={_container_prefix(files): None}) \
+        .writable_session("main")
+    vds.vz.to_icechunk(session.store)
+    session.commit("virtualizarr")
+    r = _zshard(zshard_bin, "plan", repo, tmp_path / "out.zarr")
+    spec = 2 if ICECHUNK2 else 1
+    assert f"spec version {spec}): 0 native, 0 inline, 15 virtual chunk(s)" in r.stdout, r.stdout
+    _zshard(zshard_bin, "convert", repo, tmp_path / "out.zarr", "--quiet")
+    want = xr.open_dataset(nc, engine="h5netcdf").load()
+    got = xr.open_zarr(tmp_path / "out.zarr", consolidated=None).load()
+    xr.testing.assert_identical(got, want)

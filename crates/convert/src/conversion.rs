@@ -238,6 +238,12 @@ impl Conversion {
         )
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
         report.icechunk_chunks = opened.input.icechunk_chunks();
+        if let Some(output) = self.icechunk_output() {
+            // Which repository the commit goes to, and in which spec version: read, never made.
+            let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
+            let spec = zshard_icechunk::destination_spec(&self.destination, output.spec, &runtime)?;
+            report.icechunk_output = Some((output.branch, spec));
+        }
         Ok(report)
     }
 

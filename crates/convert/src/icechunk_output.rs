@@ -20,6 +20,9 @@ pub struct IcechunkOutput {
     pub branch: String,
     /// The commit message; `None`: one naming zshard, the source and the options.
     pub message: Option<String>,
+    /// The Icechunk spec version of a repository the conversion makes (`None`: 2). An existing
+    /// repository is written in its own version; asking for another one is refused.
+    pub spec: Option<SpecVersion>,
 }
 
 impl Default for IcechunkOutput {
@@ -27,11 +30,12 @@ impl Default for IcechunkOutput {
         IcechunkOutput {
             branch: "main".to_string(),
             message: None,
+            spec: None,
         }
     }
 }
 
-pub use zshard_icechunk::Published;
+pub use zshard_icechunk::{DestinationSpec, Published, SpecVersion};
 
 impl Conversion {
     /// The same conversion, writing plain Zarr into the staging folder of the repository.
@@ -72,7 +76,7 @@ impl Conversion {
     ) -> Result<Report> {
         let staged = self.staged()?;
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
-        zshard_icechunk::create_if_missing(&self.destination, &runtime)?;
+        zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         // (An --overwrite worker is refused by the conversion itself.)
         if self.overwrite && self.partition == Partition::ALL {
             // The staged shards are about to be replaced: copies stored ahead would be stale, and
@@ -108,6 +112,9 @@ impl Conversion {
     /// [`Conversion::finalize`] into a repository: finalizes the staging folder, then commits it.
     pub(crate) fn finalize_into_icechunk(&self, output: &IcechunkOutput) -> Result<Finalized> {
         let staged = self.staged()?;
+        // Only checks the spec version asked for: the repository was made by the conversion.
+        let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
+        zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         let mut finalized = staged.finalize()?;
         finalized.published = Some(self.publish(&staged, output)?);
         Ok(finalized)

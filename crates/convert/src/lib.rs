@@ -62,7 +62,7 @@ mod verify;
 pub use compressor::Compressor;
 pub use conversion::{Conversion, Finalized, Observer};
 pub use error::{one_line, Error, Result};
-pub use icechunk_output::{IcechunkOutput, Published};
+pub use icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
 pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
 pub use lease::DEFAULT_LEASE_STALE_AFTER;
 pub use listing::{list, ListedArray, Listing};

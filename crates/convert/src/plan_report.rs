@@ -23,6 +23,9 @@ pub struct PlanReport {
     memory_limit_source: String,
     /// The chunks of an Icechunk source by kind (none for other inputs).
     pub icechunk_chunks: Option<zshard_icechunk::ChunkCounts>,
+    /// An Icechunk output: the branch committed to and the repository's spec version (none for
+    /// plain Zarr).
+    pub icechunk_output: Option<(String, zshard_icechunk::DestinationSpec)>,
 }
 
 impl PlanReport {
@@ -47,6 +50,7 @@ impl PlanReport {
             reference_reads,
             memory_limit_source: String::new(),
             icechunk_chunks: None,
+            icechunk_output: None,
         }
     }
 
@@ -111,6 +115,10 @@ impl PlanReport {
         if let Some(c) = self.icechunk_chunks {
             doc["icechunk_chunks"] =
                 json!({"native": c.native, "inline": c.inline, "virtual": c.virtual_});
+        }
+        if let Some((branch, spec)) = &self.icechunk_output {
+            doc["icechunk_output"] = json!({"branch": branch, "spec_version": spec.version.number(),
+                                            "repository_exists": spec.exists});
         }
         doc
     }

@@ -20,27 +20,70 @@ use zshard_store::{IoRuntime, ListedObject, Store as Staging};
 use crate::chunks::{self, is_metadata, StoredChunk};
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::{Published, COMMIT_RECORD, STAGING};
+use crate::{DestinationSpec, Published, SpecVersion, COMMIT_RECORD, STAGING};
 
-/// Creates an empty repository at `location` when there is none, before anything is staged in its
-/// folder (Icechunk creates repositories only in empty folders).
-pub fn create_if_missing(location: &str, runtime: &IoRuntime) -> Result<()> {
+/// Creates an empty repository at `location` when there is none, in spec version `spec` (default
+/// 2), before anything is staged in its folder (Icechunk creates repositories only in empty
+/// folders). An existing repository is written in its own version: asking for another fails with
+/// [`Error::VersionMismatch`].
+pub fn create_if_missing(
+    location: &str,
+    spec: Option<SpecVersion>,
+    runtime: &IoRuntime,
+) -> Result<DestinationSpec> {
     let storage = repo::storage(location, runtime)?;
-    runtime.block_on(async {
-        let open_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Open {
-            repo: location.to_string(),
-            source: e,
-        };
-        if !Repository::exists(storage.as_ref())
-            .await
-            .map_err(|e| open_error(boxed(e)))?
-        {
-            Repository::create(None, storage, HashMap::new())
-                .await
-                .map_err(|e| open_error(boxed(e)))?;
-        }
-        Ok(())
+    if let Some(found) = repo::detect(location, &storage, runtime)? {
+        return existing(location, found, spec);
+    }
+    let version = spec.unwrap_or_default();
+    runtime
+        .block_on(
+            Repository::create(storage)
+                .spec_version(repo::spec_version_bin(version))
+                .execute(),
+        )
+        .map_err(|e| repo::open_failure(location, e))?;
+    Ok(DestinationSpec {
+        version,
+        exists: false,
     })
+}
+
+/// The spec version a conversion into `location` writes, asking for `spec`, without writing: the
+/// repository's own when there is one, else `spec` (default 2). Refuses as [`create_if_missing`]
+/// does.
+pub fn destination_spec(
+    location: &str,
+    spec: Option<SpecVersion>,
+    runtime: &IoRuntime,
+) -> Result<DestinationSpec> {
+    let storage = repo::storage(location, runtime)?;
+    match repo::detect(location, &storage, runtime)? {
+        Some(found) => existing(location, found, spec),
+        None => Ok(DestinationSpec {
+            version: spec.unwrap_or_default(),
+            exists: false,
+        }),
+    }
+}
+
+/// An existing repository of version `found`, when `wanted` does not ask for another.
+fn existing(
+    location: &str,
+    found: SpecVersion,
+    wanted: Option<SpecVersion>,
+) -> Result<DestinationSpec> {
+    match wanted {
+        Some(wanted) if wanted != found => Err(Error::VersionMismatch {
+            repo: location.to_string(),
+            found,
+            wanted,
+        }),
+        _ => Ok(DestinationSpec {
+            version: found,
+            exists: true,
+        }),
+    }
 }
 
 /// The snapshot property holding a publication's token (see [`COMMIT_RECORD`]).
@@ -52,7 +95,8 @@ const ANCESTRY_SEARCH: usize = 1000;
 /// Commits the Zarr v3 hierarchy staged at the location `staged` (the repository's staging folder,
 /// [`crate::staging_location`]: its shards are copied into the repository's chunk storage from
 /// there) to `branch` of the repository at
-/// `location` (created when missing, as is the branch, from `main`'s tip), as one commit with
+/// `location` (made by [`create_if_missing`]; the branch is created from `main`'s tip when missing),
+/// in the repository's own spec version, as one commit with
 /// `message`. Arrays of the repository at the staged arrays' paths are replaced; everything else
 /// stays. When the branch moved meanwhile, the commit is rebased onto its new tip if the changes do
 /// not overlap, else it fails with [`Error::Conflict`]. A publication of `staged` that already
@@ -66,9 +110,6 @@ pub fn publish(
 ) -> Result<Published> {
     publish_with(staged, location, branch, message, runtime, || async {})
 }
-
-/// Nothing to do around a rebase.
-async fn noop() {}
 
 /// [`publish`], running `before_commit` between writing the session and committing it (tests
 /// commit to the branch there, as another writer would).
@@ -104,11 +145,8 @@ where
     };
     let storage = repo::storage(location, runtime)?;
     let repository = runtime
-        .block_on(Repository::open_or_create(None, storage, HashMap::new()))
-        .map_err(|e| Error::Open {
-            repo: location.to_string(),
-            source: boxed(e),
-        })?;
+        .block_on(Repository::open(storage).execute())
+        .map_err(|e| repo::open_failure(location, e))?;
     runtime
         .block_on(ensure_branch(&repository, branch))
         .map_err(|e| write_error(&format!("creating branch {branch:?}"), e))?;
@@ -132,7 +170,7 @@ where
     published.stored_at_commit = stored.now;
     let session = runtime
         .block_on(repository.writable_session(branch))
-        .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e)))?;
+        .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e.kind)))?;
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
     write_session(&store, &staging, &objects, &stored.chunks, runtime)
         .map_err(|(what, e)| write_error(&what, e))?;
@@ -146,14 +184,10 @@ where
             let session = store.session();
             let mut session = session.write().await;
             session
-                .commit_rebasing(
-                    &ConflictDetector,
-                    3,
-                    message,
-                    Some(properties.into_iter().collect()),
-                    |_| noop(),
-                    |_| noop(),
-                )
+                .commit(message)
+                .properties(properties.into_iter().collect())
+                .rebase(&ConflictDetector, 3)
+                .execute()
                 .await
         })
         .map_err(|e| match e.kind {
@@ -164,7 +198,7 @@ where
                     reason: e.kind.to_string(),
                 }
             }
-            _ => write_error("committing", boxed(e)),
+            other => write_error("committing", boxed(other)),
         })?;
     published.snapshot = snapshot.to_string();
     record_commit(&staging, &token, &published.snapshot)
@@ -214,14 +248,14 @@ fn write_session(
                 store
                     .delete_dir(node)
                     .await
-                    .map_err(|e| (node.to_string(), boxed(e)))?;
+                    .map_err(|e| (node.to_string(), boxed(e.kind)))?;
             }
         }
         for (key, bytes) in documents.iter().zip(bytes) {
             store
                 .set(key, bytes)
                 .await
-                .map_err(|e| (key.clone(), boxed(e)))?;
+                .map_err(|e| (key.clone(), boxed(e.kind)))?;
         }
         let session = store.session();
         let mut session = session.write().await;
@@ -229,7 +263,7 @@ fn write_session(
             session
                 .set_chunk_ref(node, ChunkIndices(coords), Some(payload))
                 .await
-                .map_err(|e| (key, boxed(e)))?;
+                .map_err(|e| (key, boxed(e.kind)))?;
         }
         Ok::<_, WriteError>(())
     })
@@ -476,9 +510,7 @@ mod tests {
     fn history(location: &str, runtime: &IoRuntime) -> Vec<String> {
         let storage = repo::storage(location, runtime).expect("storage");
         runtime.block_on(async {
-            let repository = Repository::open(None, storage, HashMap::new())
-                .await
-                .expect("open");
+            let repository = Repository::open(storage).execute().await.expect("open");
             let version = VersionInfo::BranchTipRef("main".to_string());
             let ancestry = repository.ancestry(&version).await.expect("ancestry");
             let infos: Vec<_> = ancestry.collect().await;
@@ -491,26 +523,40 @@ mod tests {
 
     /// Commits a node at `key` to main as another writer would.
     async fn commit_elsewhere(folder: PathBuf, key: &str) {
-        let storage = icechunk::ObjectStorage::new_local_filesystem(&folder)
+        let storage = icechunk::new_local_filesystem_storage(&folder)
             .await
             .expect("storage");
-        let repository = Repository::open(None, Arc::new(storage), HashMap::new())
-            .await
-            .expect("open");
+        let repository = Repository::open(storage).execute().await.expect("open");
         let session = repository.writable_session("main").await.expect("session");
         let store = Store::from_session(Arc::new(RwLock::new(session))).await;
         let group = r#"{"zarr_format": 3, "node_type": "group", "attributes": {"by": "other"}}"#;
         store.set(key, Bytes::from(group)).await.expect("set");
         let session = store.session();
         let mut session = session.write().await;
-        session.commit("other writer", None).await.expect("commit");
+        session
+            .commit("other writer")
+            .execute()
+            .await
+            .expect("commit");
     }
 
     fn setup() -> (tempfile::TempDir, String, String, Arc<IoRuntime>) {
+        setup_in(None)
+    }
+
+    /// [`setup`] in a repository of spec version `spec` (default 2).
+    fn setup_in(spec: Option<SpecVersion>) -> (tempfile::TempDir, String, String, Arc<IoRuntime>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let location = dir.path().join("repo").to_string_lossy().into_owned();
         let runtime = IoRuntime::new(2).expect("runtime");
-        create_if_missing(&location, &runtime).expect("create");
+        let made = create_if_missing(&location, spec, &runtime).expect("create");
+        assert_eq!(
+            made,
+            DestinationSpec {
+                version: spec.unwrap_or_default(),
+                exists: false
+            }
+        );
         let staged = crate::staging_location(&location).expect("staging");
         stage(FsPath::new(&staged), 7);
         (dir, staged, location, runtime)
@@ -582,5 +628,64 @@ mod tests {
             history(&location, &runtime),
             ["other writer", "Repository initialized"]
         );
+    }
+
+    #[test]
+    fn repositories_are_made_in_the_version_asked_for_and_written_in_their_own() {
+        for spec in [SpecVersion::V1, SpecVersion::V2] {
+            let (_dir, staged, location, runtime) = setup_in(Some(spec));
+            // Spec 1 keeps branches under refs/, spec 2 names them in the `repo` object.
+            let folder = FsPath::new(&location);
+            assert_eq!(folder.join("refs").is_dir(), spec == SpecVersion::V1);
+            assert_eq!(folder.join("repo").is_file(), spec == SpecVersion::V2);
+            let existing = DestinationSpec {
+                version: spec,
+                exists: true,
+            };
+            assert_eq!(
+                destination_spec(&location, None, &runtime).expect("probe"),
+                existing
+            );
+            assert_eq!(
+                create_if_missing(&location, None, &runtime).expect("again"),
+                existing
+            );
+            let other = match spec {
+                SpecVersion::V1 => SpecVersion::V2,
+                SpecVersion::V2 => SpecVersion::V1,
+            };
+            let refused = create_if_missing(&location, Some(other), &runtime).expect_err("other");
+            assert!(
+                matches!(refused, Error::VersionMismatch { found, wanted, .. } if found == spec && wanted == other),
+                "{refused}"
+            );
+            let published =
+                publish(&staged, &location, "main", "zshard", &runtime).expect("publish");
+            assert_eq!((published.nodes, published.chunks), (2, 1));
+            assert_eq!(
+                history(&location, &runtime),
+                ["zshard", "Repository initialized"]
+            );
+            let storage = repo::storage(&location, &runtime).expect("storage");
+            assert_eq!(
+                repo::detect(&location, &storage, &runtime).expect("detect"),
+                Some(spec)
+            );
+        }
+    }
+
+    #[test]
+    fn a_folder_of_other_objects_is_no_repository_and_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("data.bin"), b"x").expect("write");
+        let location = dir.path().to_string_lossy().into_owned();
+        let runtime = IoRuntime::new(1).expect("runtime");
+        let err = create_if_missing(&location, None, &runtime).expect_err("not clean");
+        let text = err.to_string();
+        assert!(text.contains(&location), "{text}");
+        assert!(text.contains("no Icechunk repository"), "{text}");
+        assert!(!text.contains("clean prefixes"), "{text}");
+        let err = repo::open(&location, &runtime).expect_err("no repository");
+        assert!(err.to_string().contains("spec version 2"), "{err}");
     }
 }

@@ -12,6 +12,24 @@ pub enum Error {
         /// Why.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The repository is of a spec version this zshard cannot read.
+    #[error("icechunk repository {repo}: it is of Icechunk spec version {found}; this zshard reads and writes versions 1 and 2")]
+    Version {
+        /// The repository's location.
+        repo: String,
+        /// The version found.
+        found: u8,
+    },
+    /// A spec version was asked for a repository that exists in another one.
+    #[error("icechunk repository {repo}: it is of Icechunk spec version {found}, not {wanted}: the spec version asked for applies to new repositories (an existing one is written in its own; icechunk's migration changes it)")]
+    VersionMismatch {
+        /// The repository's location.
+        repo: String,
+        /// The repository's version.
+        found: crate::SpecVersion,
+        /// The version asked for.
+        wanted: crate::SpecVersion,
+    },
     /// `--source-ref` names no branch, tag or snapshot of the repository.
     #[error(
         "icechunk repository {repo}: {reference:?} is not a branch, tag or snapshot id: {reason}"

@@ -6,9 +6,10 @@
 //! untrusted targets, as kerchunk targets are. [`publish`] commits a finished conversion, staged in
 //! a local folder, to a branch of a repository in one commit.
 //!
-//! The format is Icechunk's spec version 1, as the `icechunk` crate 0.3.24 (under the Python
-//! package icechunk 1.1.x) reads and writes it. Built without the feature `icechunk`, the types
-//! stay and every entry point fails with [`Error::Unavailable`].
+//! Repositories of Icechunk's spec versions 1 (icechunk 1.x) and 2 (icechunk 2.x) are read and
+//! written in their own version, through the `icechunk` crate 2.3; new ones are made in the version
+//! asked for ([`SpecVersion`], 2 by default). Built without the feature `icechunk`, the types stay
+//! and every entry point fails with [`Error::Unavailable`].
 
 use zshard_store::Location;
 
@@ -25,13 +26,15 @@ mod source;
 mod unavailable;
 
 #[cfg(feature = "icechunk")]
-pub use destination::{create_if_missing, forget_stored_shards, publish, store_staged_shards};
+pub use destination::{
+    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "icechunk")]
 pub use source::Source;
 #[cfg(not(feature = "icechunk"))]
 pub use unavailable::{
-    create_if_missing, forget_stored_shards, publish, store_staged_shards, Source,
+    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards, Source,
 };
 
 use error::boxed;
@@ -88,25 +91,136 @@ pub struct ChunkCounts {
     pub virtual_: u64,
 }
 
-/// Whether `location` holds an Icechunk repository (a local folder with its `repo` file or `refs`
-/// folder). Remote locations are not detected: name the format.
+/// An Icechunk format ("spec") version: how a repository lays out its objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SpecVersion {
+    /// Version 1: branches and tags under `refs/`, `config.yaml`; read by icechunk 1.x and 2.x.
+    V1,
+    /// Version 2: one `repo` object naming branches, tags and snapshots; read by icechunk 2.x only.
+    /// New repositories are made in it unless asked otherwise.
+    #[default]
+    V2,
+}
+
+impl SpecVersion {
+    /// The version's number, as Icechunk names it.
+    pub fn number(self) -> u8 {
+        match self {
+            SpecVersion::V1 => 1,
+            SpecVersion::V2 => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for SpecVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+impl std::str::FromStr for SpecVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "1" => Ok(SpecVersion::V1),
+            "2" => Ok(SpecVersion::V2),
+            other => Err(format!(
+                "icechunk spec version {other:?}: this zshard writes versions 1 and 2"
+            )),
+        }
+    }
+}
+
+/// The Icechunk repository a conversion writes into, as `plan` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestinationSpec {
+    /// The spec version the commit is written in: the repository's own, or the one asked for when
+    /// it is made.
+    pub version: SpecVersion,
+    /// Whether the repository exists already (else the conversion makes it).
+    pub exists: bool,
+}
+
+/// Whether `location` holds an Icechunk repository: a local folder with the `repo` object and
+/// `snapshots/` of spec version 2, or the folders of spec version 1 (see
+/// [`has_repository_folders`]). Remote locations are not detected: name the format.
 pub fn is_repository(location: &str) -> bool {
     let Ok(parsed) = Location::parse(location) else {
         return false;
     };
     parsed.local_path().is_some_and(|path| {
         let has = |name: &str| path.join(name).is_dir();
-        // Also `refs/` beside the repository's `config.yaml`, before any snapshot folder exists.
-        has_repository_folders(has) || (has(REFS) && path.join("config.yaml").is_file())
+        // Spec 2 names everything in `repo`; spec 1 may have only `refs/` and `config.yaml`
+        // before any snapshot folder exists.
+        (path.join(REPO_INFO).is_file() && has(SNAPSHOTS))
+            || has_repository_folders(has)
+            || (has(REFS) && path.join("config.yaml").is_file())
     })
 }
 
-/// The folder of a repository's branches and tags.
+/// The folder of a spec-1 repository's branches and tags.
 const REFS: &str = "refs";
 
+/// The object naming a spec-2 repository's branches, tags and snapshots.
+const REPO_INFO: &str = "repo";
+
+/// The folder of a repository's snapshots (both spec versions).
+const SNAPSHOTS: &str = "snapshots";
+
+/// The folder of a repository's transaction logs: a spec-2 repository has one from its first
+/// (empty) snapshot on.
+const TRANSACTIONS: &str = "transactions";
+
 /// Whether a folder whose subfolders `has` answers for holds an Icechunk repository's folders
-/// (`refs/` and `snapshots/`): how a local folder is detected, and how a remote source that is not
-/// Zarr is recognised as a repository given without its format.
+/// (`snapshots/` beside `refs/` for spec 1, beside `transactions/` for spec 2, whose `repo` is an
+/// object, not a folder): how a local folder is detected, and how a remote source that is not Zarr
+/// is recognised as a repository given without its format (from a listing of folders only).
 pub fn has_repository_folders(has: impl Fn(&str) -> bool) -> bool {
-    has(REFS) && has("snapshots")
+    has(SNAPSHOTS) && (has(REFS) || has(TRANSACTIONS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_spec_versions_are_detected_from_their_folders() {
+        let spec1 = ["refs", "snapshots", "manifests", "chunks"];
+        let spec2 = ["snapshots", "transactions", "manifests", "chunks"];
+        let zarr = ["snapshots", "c", "manifests"];
+        let holds = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            move |n: &str| names.iter().any(|m| m == n)
+        };
+        assert!(has_repository_folders(holds(&spec1)));
+        assert!(has_repository_folders(holds(&spec2)));
+        assert!(!has_repository_folders(holds(&zarr)));
+        assert!(!has_repository_folders(holds(&["refs"])));
+    }
+
+    #[test]
+    fn a_local_spec2_repository_is_its_repo_object_and_snapshots() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let location = root.to_string_lossy().into_owned();
+        std::fs::create_dir(root.join("snapshots")).expect("mkdir");
+        assert!(!is_repository(&location));
+        std::fs::write(root.join("repo"), b"x").expect("write");
+        assert!(is_repository(&location));
+        // A folder named `repo` is not the object.
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(other.path().join("snapshots")).expect("mkdir");
+        std::fs::create_dir(other.path().join("repo")).expect("mkdir");
+        assert!(!is_repository(&other.path().to_string_lossy()));
+    }
+
+    #[test]
+    fn spec_versions_parse_from_their_numbers() {
+        assert_eq!("1".parse::<SpecVersion>(), Ok(SpecVersion::V1));
+        assert_eq!("2".parse::<SpecVersion>(), Ok(SpecVersion::V2));
+        assert!("3".parse::<SpecVersion>().is_err());
+        assert_eq!(SpecVersion::default(), SpecVersion::V2);
+        assert_eq!(SpecVersion::V1.to_string(), "1");
+    }
 }

@@ -4,12 +4,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use icechunk::config::{AzureCredentials, GcsCredentials, S3Credentials, S3Options};
-use icechunk::repository::VersionInfo;
-use icechunk::Repository;
+use icechunk::format::format_constants::SpecVersionBin;
+use icechunk::format::IcechunkFormatErrorKind;
+use icechunk::repository::{RepositoryError, RepositoryErrorKind, VersionInfo};
+use icechunk::storage::{AzureCredentials, GcsCredentials, S3Credentials, S3Options};
+use icechunk::{Repository, Storage};
 use zshard_store::{IoRuntime, Location};
 
 use crate::error::{boxed, Error, Result};
+use crate::SpecVersion;
 
 /// The storage of the repository at `location`: a local folder, or an `s3://`, `az://` (or
 /// `abfs(s)://`, `adl://`, `azure://`) or `gs://` bucket prefix, reached with zshard's options for
@@ -18,7 +21,7 @@ use crate::error::{boxed, Error, Result};
 pub(crate) fn storage(
     location: &str,
     runtime: &IoRuntime,
-) -> Result<Arc<dyn icechunk::Storage + Send + Sync>> {
+) -> Result<Arc<dyn Storage + Send + Sync>> {
     let open_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Open {
         repo: location.to_string(),
         source: e,
@@ -26,10 +29,9 @@ pub(crate) fn storage(
     let parsed = Location::parse(location).map_err(|e| open_error(boxed(e)))?;
     if let Some(path) = parsed.local_path() {
         let path = path.to_path_buf();
-        let storage = runtime
-            .block_on(icechunk::ObjectStorage::new_local_filesystem(&path))
-            .map_err(|e| open_error(boxed(e)))?;
-        return Ok(Arc::new(storage));
+        return runtime
+            .block_on(icechunk::new_local_filesystem_storage(&path))
+            .map_err(|e| open_error(boxed(e.kind)));
     }
     let Some(bucket) = parsed.bucket() else {
         return Err(open_error(
@@ -45,63 +47,48 @@ pub(crate) fn storage(
             } else {
                 S3Credentials::FromEnv
             };
-            let storage = icechunk::storage::s3::S3Storage::new(
+            // The key layout (icechunk's legacy leading-slash one, at a bucket's root only) is
+            // detected on first use.
+            icechunk::new_s3_storage(
                 s3_options(options),
                 bucket.name,
                 prefix,
-                credentials,
-                true,
+                Some(credentials),
                 Vec::new(),
                 Vec::new(),
+                None,
             )
-            .map_err(|e| open_error(boxed(e)))?;
-            Ok(Arc::new(storage))
+            .map_err(|e| open_error(boxed(e.kind)))
         }
         "az" | "azure" | "abfs" | "abfss" | "adl" => {
             let settings = azure_settings(bucket.account, options, &process_env)
                 .map_err(|e| open_error(e.into()))?;
-            let config = config_keys(settings.config).map_err(open_error)?;
-            let storage = runtime
-                .block_on(icechunk::ObjectStorage::new_azure(
+            runtime
+                .block_on(icechunk::storage::new_azure_blob_storage(
                     settings.account,
                     bucket.name,
                     prefix,
                     Some(AzureCredentials::FromEnv),
-                    Some(config),
+                    Some(settings.config),
                 ))
-                .map_err(|e| open_error(boxed(e)))?;
-            Ok(Arc::new(storage))
+                .map_err(|e| open_error(boxed(e.kind)))
         }
         "gs" => {
             let (credentials, config) = gcs_settings(options, &process_env);
-            let config = config_keys(config).map_err(open_error)?;
-            let storage = runtime
-                .block_on(icechunk::ObjectStorage::new_gcs(
-                    bucket.name,
-                    prefix,
-                    Some(credentials),
-                    Some(config),
-                ))
-                .map_err(|e| open_error(boxed(e)))?;
-            Ok(Arc::new(storage))
+            icechunk::storage::new_gcs_storage(
+                bucket.name,
+                prefix,
+                Some(credentials),
+                Some(config),
+                Vec::new(),
+                Vec::new(),
+            )
+            .map_err(|e| open_error(boxed(e.kind)))
         }
         other => Err(open_error(
             format!("{other}:// is not a store an icechunk repository can live on (local, s3://, gs://, az://)").into(),
         )),
     }
-}
-
-/// Settings named as object_store names them, as the keys icechunk's client takes.
-fn config_keys<K: std::str::FromStr + std::hash::Hash + Eq>(
-    config: HashMap<String, String>,
-) -> std::result::Result<HashMap<K, String>, Box<dyn std::error::Error + Send + Sync>>
-where
-    K::Err: std::error::Error + Send + Sync + 'static,
-{
-    config
-        .into_iter()
-        .map(|(key, value)| Ok((key.parse::<K>().map_err(boxed)?, value)))
-        .collect()
 }
 
 /// A variable of the process environment, unset when empty.
@@ -198,30 +185,82 @@ fn s3_options(options: &zshard_store::StoreOptions) -> S3Options {
         .as_deref()
         .is_some_and(|e| e.starts_with("http://"))
         || env("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    S3Options {
-        region: options
-            .s3_region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION")),
-        endpoint_url,
-        anonymous: options.anonymous,
-        allow_http,
-        force_path_style: options.s3_path_style,
-        network_stream_timeout_seconds: None,
-        requester_pays: false,
-    }
+    let mut s3 = S3Options::default();
+    s3.region = options
+        .s3_region
+        .clone()
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"));
+    s3.endpoint_url = endpoint_url;
+    s3.anonymous = options.anonymous;
+    s3.allow_http = allow_http;
+    s3.force_path_style = options.s3_path_style;
+    s3
 }
 
-/// Opens the existing repository at `location`.
+/// Opens the existing repository at `location`, of either spec version.
 pub(crate) fn open(location: &str, runtime: &IoRuntime) -> Result<Repository> {
     let storage = storage(location, runtime)?;
     runtime
-        .block_on(Repository::open(None, storage, HashMap::new()))
-        .map_err(|e| Error::Open {
-            repo: location.to_string(),
-            source: boxed(e),
-        })
+        .block_on(Repository::open(storage).execute())
+        .map_err(|e| open_failure(location, e))
+}
+
+/// The spec version of the repository at `location`, `None` when there is none.
+pub(crate) fn detect(
+    location: &str,
+    storage: &Arc<dyn Storage + Send + Sync>,
+    runtime: &IoRuntime,
+) -> Result<Option<SpecVersion>> {
+    let detected = runtime
+        .block_on(Repository::fetch_spec_version(Arc::clone(storage), None))
+        .map_err(|e| open_failure(location, e))?;
+    Ok(detected.map(|d| spec_version(d.spec_version())))
+}
+
+/// zshard's name of one of the versions icechunk reads.
+pub(crate) fn spec_version(version: SpecVersionBin) -> SpecVersion {
+    match version {
+        SpecVersionBin::V1 => SpecVersion::V1,
+        SpecVersionBin::V2 => SpecVersion::V2,
+    }
+}
+
+/// Icechunk's name of a version zshard writes.
+pub(crate) fn spec_version_bin(version: SpecVersion) -> SpecVersionBin {
+    match version {
+        SpecVersion::V1 => SpecVersionBin::V1,
+        SpecVersion::V2 => SpecVersionBin::V2,
+    }
+}
+
+/// Why the repository at `location` could not be opened or made, in zshard's words where
+/// icechunk's would mislead (a folder that is no repository, a version too new).
+pub(crate) fn open_failure(location: &str, e: RepositoryError) -> Error {
+    let repo = location.to_string();
+    match e.kind {
+        RepositoryErrorKind::FormatError(IcechunkFormatErrorKind::InvalidSpecVersion {
+            found,
+            ..
+        }) => Error::Version { repo, found },
+        RepositoryErrorKind::RepositoryDoesntExist => Error::Open {
+            repo,
+            source: "no Icechunk repository there (neither the `repo` object of spec version 2 \
+                     nor the branch main under `refs/` of spec version 1)"
+                .into(),
+        },
+        RepositoryErrorKind::ParentDirectoryNotClean => Error::Open {
+            repo,
+            source: "the folder or prefix holds objects but no Icechunk repository (neither the \
+                     `repo` object of spec version 2 nor the branch main under `refs/` of spec \
+                     version 1); a repository is made only where nothing is"
+                .into(),
+        },
+        kind => Error::Open {
+            repo,
+            source: boxed(kind),
+        },
+    }
 }
 
 /// The version `reference` names: a branch, else a tag, else a snapshot id.
@@ -238,13 +277,13 @@ pub(crate) fn version(
     };
     let branches = runtime
         .block_on(repo.list_branches())
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| error(e.kind.to_string()))?;
     if branches.contains(reference) {
         return Ok(VersionInfo::BranchTipRef(reference.to_string()));
     }
     let tags = runtime
         .block_on(repo.list_tags())
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| error(e.kind.to_string()))?;
     if tags.contains(reference) {
         return Ok(VersionInfo::TagRef(reference.to_string()));
     }

@@ -16,7 +16,7 @@ use zshard_store::IoRuntime;
 
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::ChunkCounts;
+use crate::{ChunkCounts, SpecVersion};
 
 /// An opened repository at one version.
 #[derive(Debug)]
@@ -28,6 +28,7 @@ pub struct Source {
     external: Arc<ExternalRanges>,
     nodes: Vec<Node>,
     counts: ChunkCounts,
+    spec_version: SpecVersion,
 }
 
 impl Source {
@@ -41,13 +42,14 @@ impl Source {
         runtime: Arc<IoRuntime>,
     ) -> Result<Source> {
         let repository = repo::open(location, &runtime)?;
+        let spec_version = repo::spec_version(repository.spec_version());
         let version = repo::version(&repository, location, reference, &runtime)?;
         let session = runtime
             .block_on(repository.readonly_session(&version))
             .map_err(|e| Error::Reference {
                 repo: location.to_string(),
                 reference: reference.to_string(),
-                reason: e.to_string(),
+                reason: e.kind.to_string(),
             })?;
         let parent = std::path::Path::new(location.trim_start_matches("file://"))
             .parent()
@@ -69,17 +71,24 @@ impl Source {
             external: Arc::new(external),
             nodes,
             counts,
+            spec_version,
         })
     }
 
-    /// The repository and version, for messages: `REPO@REF (snapshot ID)`.
+    /// The repository and version, for messages: `REPO@REF (snapshot ID, spec version N)`.
     pub fn url(&self) -> String {
         format!(
-            "{}@{} (snapshot {})",
+            "{}@{} (snapshot {}, spec version {})",
             self.location,
             self.reference,
-            self.session.snapshot_id()
+            self.session.snapshot_id(),
+            self.spec_version
         )
+    }
+
+    /// The repository's Icechunk spec version.
+    pub fn spec_version(&self) -> SpecVersion {
+        self.spec_version
     }
 
     /// Every group and array, parents first, sorted by path.
@@ -123,14 +132,14 @@ fn scan(
         let stream = session.all_chunks().await.map_err(|e| Error::Node {
             repo: location.to_string(),
             path: "/".to_string(),
-            source: boxed(e),
+            source: boxed(e.kind),
         })?;
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             let (path, info) = item.map_err(|e| Error::Node {
                 repo: location.to_string(),
                 path: "/".to_string(),
-                source: boxed(e),
+                source: boxed(e.kind),
             })?;
             match info.payload {
                 ChunkPayload::Ref(_) => counts.native += 1,
@@ -148,14 +157,9 @@ fn scan(
                         key: key.clone(),
                         reason,
                     };
-                    let url = reference.location.url();
-                    if session.matching_container(&reference.location).is_none() {
-                        return Err(refused(format!(
-                            "target {url} matches none of the repository's virtual chunk containers"
-                        )));
-                    }
+                    let url = virtual_target(session, &reference).map_err(refused)?;
                     external
-                        .check(&key, target_path(url))
+                        .check(&key, target_path(&url))
                         .map_err(|e| refused(zshard_core::chain_text(&e)))?;
                 }
                 // Newer kinds of reference are refused when their chunk is read.
@@ -164,6 +168,24 @@ fn scan(
         }
         Ok(counts)
     })
+}
+
+/// The absolute URL of a virtual chunk's target, once it matches one of the repository's virtual
+/// chunk containers: spec-2 repositories may name it relative to a container
+/// (`vcc://NAME/PATH`), which is expanded against that container's prefix.
+fn virtual_target(
+    session: &Session,
+    reference: &VirtualChunkRef,
+) -> std::result::Result<String, String> {
+    let named = reference.location.url();
+    if session.matching_container(&reference.location).is_none() {
+        return Err(format!(
+            "target {named} matches none of the repository's virtual chunk containers"
+        ));
+    }
+    session
+        .resolve_virtual_location(&reference.location)
+        .map_err(|e| format!("target {named}: {}", e.kind))
 }
 
 /// What zshard's policy reads for a virtual chunk location: a local path for `file://` URLs.
@@ -182,8 +204,8 @@ fn read_nodes(session: &Session, location: &str, runtime: &IoRuntime) -> Result<
         let iter = session
             .list_nodes(&Path::root())
             .await
-            .map_err(|e| error("/", boxed(e)))?;
-        iter.map(|node| node.map_err(|e| error("/", boxed(e))))
+            .map_err(|e| error("/", boxed(e.kind)))?;
+        iter.map(|node| node.map_err(|e| error("/", boxed(e.kind))))
             .collect::<Result<Vec<_>>>()
     })?;
     let mut nodes = snapshots
@@ -253,7 +275,7 @@ impl IcechunkReader {
             .session
             .get_chunk_ref(path, &indices)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.kind.to_string())?;
         Ok(match payload {
             None => Lookup::Ready(ExternalChunk::Known(None)),
             Some(ChunkPayload::Inline(bytes)) => Lookup::Ready(ExternalChunk::Known(Some(bytes))),
@@ -272,16 +294,7 @@ impl IcechunkReader {
         coord: &[u64],
         reference: VirtualChunkRef,
     ) -> std::result::Result<ExternalChunk, String> {
-        let url = reference.location.url().to_string();
-        if self
-            .session
-            .matching_container(&reference.location)
-            .is_none()
-        {
-            return Err(format!(
-                "target {url} matches none of the repository's virtual chunk containers"
-            ));
-        }
+        let url = virtual_target(&self.session, &reference)?;
         Ok(ExternalChunk::Range {
             key: format!("{} ({})", self.chunk_key(coord), url),
             url: target_path(&url).to_string(),
@@ -299,10 +312,10 @@ impl IcechunkReader {
             .session
             .get_chunk_reader(path, indices, &ByteRange::ALL)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.kind.to_string())?;
         match reader {
             None => Ok(None),
-            Some(read) => read.await.map(Some).map_err(|e| e.to_string()),
+            Some(read) => read.await.map(Some).map_err(|e| e.kind.to_string()),
         }
     }
 }

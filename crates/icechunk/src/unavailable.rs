@@ -9,7 +9,7 @@ use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
 use zshard_store::IoRuntime;
 
 use crate::error::{Error, Result};
-use crate::{ChunkCounts, Published};
+use crate::{ChunkCounts, DestinationSpec, Published, SpecVersion};
 
 /// An opened repository: none can be opened in this build.
 #[derive(Debug)]
@@ -43,6 +43,11 @@ impl Source {
         match *self {}
     }
 
+    /// The repository's Icechunk spec version.
+    pub fn spec_version(&self) -> SpecVersion {
+        match *self {}
+    }
+
     /// The reads of virtual chunk targets made so far.
     pub fn virtual_reads(&self) -> ReadStats {
         match *self {}
@@ -55,7 +60,22 @@ impl Source {
 }
 
 /// Refuses: this build cannot write repositories.
-pub fn create_if_missing(location: &str, _runtime: &IoRuntime) -> Result<()> {
+pub fn create_if_missing(
+    location: &str,
+    _spec: Option<SpecVersion>,
+    _runtime: &IoRuntime,
+) -> Result<DestinationSpec> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot read repositories.
+pub fn destination_spec(
+    location: &str,
+    _spec: Option<SpecVersion>,
+    _runtime: &IoRuntime,
+) -> Result<DestinationSpec> {
     Err(Error::Unavailable {
         repo: location.to_string(),
     })

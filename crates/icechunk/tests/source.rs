@@ -1,18 +1,18 @@
 //! An Icechunk repository written with the `icechunk` crate itself (native, inline and virtual
 //! chunks), read back through `Source`, and published into through `publish`.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use icechunk::config::ObjectStoreConfig;
+use icechunk::format::format_constants::SpecVersionBin;
 use icechunk::format::manifest::{VirtualChunkLocation, VirtualChunkRef};
 use icechunk::virtual_chunks::VirtualChunkContainer;
 use icechunk::{Repository, RepositoryConfig, Store};
 use tokio::sync::RwLock;
 use zshard_core::NodeKind;
-use zshard_icechunk::{ChunkCounts, Error, Source};
+use zshard_icechunk::{ChunkCounts, Error, Source, SpecVersion};
 use zshard_kerchunk::Options;
 use zshard_store::IoRuntime;
 
@@ -29,9 +29,31 @@ fn array(shape: u64, chunk: u64) -> Bytes {
     )
 }
 
+/// How a test repository names its virtual chunk's target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// An absolute `file://` URL (both spec versions).
+    Absolute,
+    /// `vcc://files/data.bin`, relative to the container named `files` (spec 2).
+    Relative,
+}
+
+/// The repositories every reading test runs on: both spec versions, and spec 2 with a relative
+/// virtual target.
+const KINDS: [(SpecVersionBin, Target); 3] = [
+    (SpecVersionBin::V1, Target::Absolute),
+    (SpecVersionBin::V2, Target::Absolute),
+    (SpecVersionBin::V2, Target::Relative),
+];
+
 /// `root/repo` with array x (3 chunks of 1024: native, virtual into `root/files/data.bin` at 2,
 /// missing) and array y (one 4-byte inline chunk). Returns the native chunk and the data file.
-fn make_repository(root: &Path, runtime: &IoRuntime) -> (Vec<u8>, Vec<u8>) {
+fn make_repository(
+    root: &Path,
+    runtime: &IoRuntime,
+    spec: SpecVersionBin,
+    target: Target,
+) -> (Vec<u8>, Vec<u8>) {
     let files = root.join("files");
     std::fs::create_dir_all(&files).expect("mkdir");
     let data: Vec<u8> = (0..1100u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -40,14 +62,23 @@ fn make_repository(root: &Path, runtime: &IoRuntime) -> (Vec<u8>, Vec<u8>) {
     runtime.block_on(async {
         let mut config = RepositoryConfig::default();
         let prefix = format!("file://{}/", files.display());
-        config.set_virtual_chunk_container(
-            VirtualChunkContainer::new(prefix, ObjectStoreConfig::LocalFileSystem(files.clone()))
-                .expect("container"),
-        );
-        let storage = icechunk::ObjectStorage::new_local_filesystem(&root.join("repo"))
+        let store = ObjectStoreConfig::LocalFileSystem(files.clone());
+        let container = match target {
+            Target::Absolute => VirtualChunkContainer::new(prefix, store),
+            Target::Relative => {
+                VirtualChunkContainer::new_named("files".to_string(), prefix, store)
+            }
+        };
+        config
+            .set_virtual_chunk_container(container.expect("container"))
+            .expect("set container");
+        let storage = icechunk::new_local_filesystem_storage(&root.join("repo"))
             .await
             .expect("storage");
-        let repo = Repository::create(Some(config), Arc::new(storage), HashMap::new())
+        let repo = Repository::create(storage)
+            .config(config)
+            .spec_version(spec)
+            .execute()
             .await
             .expect("create");
         let session = repo.writable_session("main").await.expect("session");
@@ -70,10 +101,13 @@ fn make_repository(root: &Path, runtime: &IoRuntime) -> (Vec<u8>, Vec<u8>) {
             .set("y/c/0", Bytes::from_static(&[9, 8, 7, 6]))
             .await
             .expect("inline");
-        let location = VirtualChunkLocation::from_absolute_path(&format!(
-            "file://{}",
-            files.join("data.bin").display()
-        ))
+        let location = match target {
+            Target::Absolute => VirtualChunkLocation::from_url(&format!(
+                "file://{}",
+                files.join("data.bin").display()
+            )),
+            Target::Relative => VirtualChunkLocation::from_vcc_path("files", "data.bin"),
+        }
         .expect("location");
         let reference = VirtualChunkRef {
             location,
@@ -87,17 +121,26 @@ fn make_repository(root: &Path, runtime: &IoRuntime) -> (Vec<u8>, Vec<u8>) {
             .expect("virtual");
         let session = store.session();
         let mut session = session.write().await;
-        session.commit("set up", None).await.expect("commit");
+        session.commit("set up").execute().await.expect("commit");
     });
     (native, data)
 }
 
 #[test]
 fn native_inline_and_virtual_chunks_read_back() {
+    for (spec, target) in KINDS {
+        native_inline_and_virtual_chunks_read_back_from(spec, target);
+    }
+}
+
+fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target: Target) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let runtime = IoRuntime::new(2).expect("runtime");
-    let (native, data) = make_repository(tmp.path(), &runtime);
+    let (native, data) = make_repository(tmp.path(), &runtime, spec, target);
     let repo = tmp.path().join("repo");
+    assert!(zshard_icechunk::is_repository(
+        repo.to_str().expect("utf-8")
+    ));
     let source = Source::open(
         repo.to_str().expect("utf-8"),
         "main",
@@ -105,6 +148,18 @@ fn native_inline_and_virtual_chunks_read_back() {
         runtime.clone(),
     )
     .expect("open");
+    let version = match spec {
+        SpecVersionBin::V1 => SpecVersion::V1,
+        SpecVersionBin::V2 => SpecVersion::V2,
+    };
+    assert_eq!(source.spec_version(), version);
+    assert!(
+        source
+            .url()
+            .ends_with(&format!(", spec version {version})")),
+        "{}",
+        source.url()
+    );
     assert_eq!(
         source.chunk_counts(),
         ChunkCounts {
@@ -144,9 +199,18 @@ fn native_inline_and_virtual_chunks_read_back() {
 
 #[test]
 fn virtual_target_outside_the_root_is_refused_when_opening() {
+    for (spec, target) in KINDS {
+        virtual_target_outside_the_root_is_refused_when_opening_in(spec, target);
+    }
+}
+
+fn virtual_target_outside_the_root_is_refused_when_opening_in(
+    spec: SpecVersionBin,
+    target: Target,
+) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let runtime = IoRuntime::new(2).expect("runtime");
-    make_repository(tmp.path(), &runtime);
+    make_repository(tmp.path(), &runtime, spec, target);
     let repo = tmp.path().join("repo");
     let options = Options {
         ref_root: Some(repo.to_string_lossy().into_owned()),
@@ -164,7 +228,7 @@ fn virtual_target_outside_the_root_is_refused_when_opening() {
 fn unknown_reference_names_branches_and_tags() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let runtime = IoRuntime::new(2).expect("runtime");
-    make_repository(tmp.path(), &runtime);
+    make_repository(tmp.path(), &runtime, SpecVersionBin::V2, Target::Absolute);
     let repo = tmp.path().join("repo");
     let err = Source::open(
         repo.to_str().expect("utf-8"),

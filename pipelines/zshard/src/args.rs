@@ -139,32 +139,40 @@ pub struct OutputArgs {
     /// Icechunk output: the commit message (default: names zshard, the source and the options).
     #[arg(long, value_name = "TEXT")]
     message: Option<String>,
+    /// Icechunk output: the spec version of a repository zshard makes (default 2; 1 for readers on
+    /// icechunk 1.x). An existing repository is written in its own.
+    #[arg(long, value_name = "1|2")]
+    icechunk_spec: Option<zshard_convert::SpecVersion>,
 }
 
 impl OutputArgs {
     /// Whether any of these flags is given.
     fn given(&self) -> bool {
-        self.output_format.is_some() || self.branch.is_some() || self.message.is_some()
+        self.output_format.is_some()
+            || self.branch.is_some()
+            || self.message.is_some()
+            || self.icechunk_spec.is_some()
     }
 
     /// The Icechunk output these flags ask for (`None` for plain Zarr, or when DST decides).
     fn icechunk(&self) -> zshard_convert::Result<Option<zshard_convert::IcechunkOutput>> {
         let icechunk = self.output_format.as_deref() == Some("icechunk");
-        if !icechunk
-            && (self.branch.is_some() || self.message.is_some())
-            && self.output_format.is_some()
-        {
+        let icechunk_flags =
+            self.branch.is_some() || self.message.is_some() || self.icechunk_spec.is_some();
+        if !icechunk && icechunk_flags && self.output_format.is_some() {
             return Err(zshard_convert::Error::Options {
-                reason: "--branch and --message apply to --output-format icechunk".to_string(),
+                reason: "--branch, --message and --icechunk-spec apply to --output-format icechunk"
+                    .to_string(),
             });
         }
-        let wanted = icechunk || self.branch.is_some() || self.message.is_some();
+        let wanted = icechunk || icechunk_flags;
         Ok(wanted.then(|| {
             let mut output = zshard_convert::IcechunkOutput::default();
             if let Some(branch) = &self.branch {
                 output.branch = branch.clone();
             }
             output.message = self.message.clone();
+            output.spec = self.icechunk_spec;
             output
         }))
     }

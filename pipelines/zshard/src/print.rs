@@ -226,6 +226,15 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
             c.virtual_
         )?;
     }
+    if let Some((branch, spec)) = &plan.icechunk_output {
+        writeln!(
+            out,
+            "destination: icechunk repository {} ({}), branch {branch}, spec version {}",
+            doc["destination"].as_str().unwrap_or_default(),
+            if spec.exists { "existing" } else { "new" },
+            spec.version
+        )?;
+    }
     arrays_text(out, &arrays, plan.threads(), plan.memory_limit())?;
     if let Some(limit) = plan.memory_limit() {
         writeln!(
