@@ -36,6 +36,7 @@ P = [
  ("output_format", "OutputFormat", "Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'`` when ``dst`` already is a repository, else ``'zarr'``.", LAYOUT),
  ("branch", "str", "Icechunk output: the branch to commit to (created from ``main`` when missing). Default: ``'main'``.", LAYOUT),
  ("message", "str", "Icechunk output: the commit message. Default: one naming zshard, the source and the options.", LAYOUT),
+ ("icechunk_spec", "int", "Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own version; asking for the other is refused.", LAYOUT),
  ("threads", "int", "Worker threads per CPU stage (at least 1). Default: the number of cores.", "CPV"),
  ("memory_limit", "Size", "Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB: 10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused before it starts. Default: half of the machine's memory (or of the cgroup's limit).", "CP"),
  ("worker", "Worker", "Convert only share ``index`` of ``count`` of all shards: ``(index, count)`` or ``'index/count'`` (0-based). A partitioned run writes no metadata: call :func:`finalize` once every worker is done. Default: from a SLURM job array or a Kubernetes Indexed Job (with ``workers``), else every shard.", "C"),

@@ -54,6 +54,7 @@ def convert(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
+    icechunk_spec: int | None = None,
     threads: int | None = None,
     memory_limit: Size | None = None,
     worker: Worker | None = None,
@@ -159,6 +160,10 @@ def convert(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : int, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
     threads : int, optional
         Worker threads per CPU stage (at least 1). Default: the number of cores.
     memory_limit : int | str, optional
@@ -244,6 +249,7 @@ def convert(
             "output_format": output_format,
             "branch": branch,
             "message": message,
+            "icechunk_spec": icechunk_spec,
             "threads": threads,
             "memory_limit": memory_limit,
             "worker": worker,
@@ -289,6 +295,7 @@ def plan(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
+    icechunk_spec: int | None = None,
     threads: int | None = None,
     memory_limit: Size | None = None,
     s3_endpoint: str | None = None,
@@ -387,6 +394,10 @@ def plan(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : int, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
     threads : int, optional
         Worker threads per CPU stage (at least 1). Default: the number of cores.
     memory_limit : int | str, optional
@@ -456,6 +467,7 @@ def plan(
             "output_format": output_format,
             "branch": branch,
             "message": message,
+            "icechunk_spec": icechunk_spec,
             "threads": threads,
             "memory_limit": memory_limit,
             "s3_endpoint": s3_endpoint,
@@ -496,6 +508,7 @@ def finalize(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
+    icechunk_spec: int | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -592,6 +605,10 @@ def finalize(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : int, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -655,6 +672,7 @@ def finalize(
             "output_format": output_format,
             "branch": branch,
             "message": message,
+            "icechunk_spec": icechunk_spec,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,

@@ -192,6 +192,13 @@ def worker(name: str, value: object) -> str:
     return f"{index}/{total}"
 
 
+def spec_version(name: str, value: object) -> int:
+    version = _integer(name, value, "an int")
+    if version not in (1, 2):
+        raise OptionsError(f"{name} is 1 or 2, got {version}", kind="options")
+    return version
+
+
 def fraction(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: a float, got {_kind(value)}")
@@ -216,6 +223,7 @@ CHECKS: dict[str, Callable[[str, object], object]] = {
     "output_format": choice(OutputFormat),
     "branch": text,
     "message": text,
+    "icechunk_spec": spec_version,
     # Source
     "source_format": choice(SourceFormat),
     "ref_root": path,
