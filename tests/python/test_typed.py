@@ -80,7 +80,7 @@ def test_every_option_of_the_command_is_a_keyword_and_back(command):
         literal = [a for a in typing.get_args(hints[name]) if typing.get_origin(a) is typing.Literal]
         value, description = flags[flag]
         if literal and "|" in value:
-            assert "|".join(typing.get_args(literal[0])) == value, (name, value)
+            assert "|".join(map(str, typing.get_args(literal[0]))) == value, (name, value)
         elif literal:
             # `--source-format <KIND>`: the kinds are in its description.
             named = re.findall(r"(?:^|: |, | or )([a-z0-9-]+) \(", description)

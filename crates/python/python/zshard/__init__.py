@@ -48,6 +48,7 @@ from ._errors import (
 from ._options import (
     Codec,
     Compressor,
+    IcechunkSpec,
     IndexLocation,
     Location,
     OmeMetadata,
@@ -85,6 +86,7 @@ __all__ = [
     "Counts",
     "DestinationError",
     "Finalized",
+    "IcechunkSpec",
     "IndexLocation",
     "ListedArray",
     "Listing",

@@ -11,6 +11,7 @@ from . import _zshard
 from ._errors import ConversionError, OptionsError
 from ._options import (
     Compressor,
+    IcechunkSpec,
     IndexLocation,
     Location,
     OmeMetadata,
@@ -54,7 +55,7 @@ def convert(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
-    icechunk_spec: int | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
     threads: int | None = None,
     memory_limit: Size | None = None,
     worker: Worker | None = None,
@@ -160,7 +161,7 @@ def convert(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : int, optional
+    icechunk_spec : {1, 2}, optional
         Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
@@ -295,7 +296,7 @@ def plan(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
-    icechunk_spec: int | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
     threads: int | None = None,
     memory_limit: Size | None = None,
     s3_endpoint: str | None = None,
@@ -394,7 +395,7 @@ def plan(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : int, optional
+    icechunk_spec : {1, 2}, optional
         Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
@@ -508,7 +509,7 @@ def finalize(
     output_format: OutputFormat | None = None,
     branch: str | None = None,
     message: str | None = None,
-    icechunk_spec: int | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -605,7 +606,7 @@ def finalize(
         ``'main'``.
     message : str, optional
         Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : int, optional
+    icechunk_spec : {1, 2}, optional
         Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.

@@ -47,6 +47,7 @@ OmeMetadata = Literal["upgrade", "keep"]
 SourceFormat = Literal["zarr", "kerchunk-json", "kerchunk-parquet", "icechunk", "n5"]
 OnUnsupported = Literal["refuse", "skip"]
 OutputFormat = Literal["zarr", "icechunk"]
+IcechunkSpec = Literal[1, 2]
 
 
 def _kind(value: object) -> str:
@@ -194,8 +195,9 @@ def worker(name: str, value: object) -> str:
 
 def spec_version(name: str, value: object) -> int:
     version = _integer(name, value, "an int")
-    if version not in (1, 2):
-        raise OptionsError(f"{name} is 1 or 2, got {version}", kind="options")
+    allowed: tuple[int, ...] = get_args(IcechunkSpec)
+    if version not in allowed:
+        raise OptionsError(f"{name} is one of {', '.join(map(str, allowed))}, got {version}", kind="options")
     return version
 
 
