@@ -758,14 +758,7 @@ fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '
 /// `--overwrite` never removes through links (the store refuses any write or removal through one, so
 /// a link deeper down fails that shard instead).
 fn refuse_links(destination: &Store, plan: &Plan) -> Result<()> {
-    let join = |path: &str, name: &str| {
-        if path.is_empty() {
-            name.to_string()
-        } else {
-            format!("{path}/{name}")
-        }
-    };
-    let arrays = plan.arrays.iter().map(|a| join(&a.path, "c"));
+    let arrays = plan.arrays.iter().map(|a| state::join(&a.path, "c"));
     let groups = plan.groups.iter().map(|(path, _)| path.clone());
     let paths = std::iter::once(state::STATE_DIR.to_string())
         .chain(arrays)

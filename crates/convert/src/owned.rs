@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use zshard_core::ChunkKeyEncoding;
 
+use crate::state::join;
+
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ChunkKeys {
@@ -76,14 +78,6 @@ enum Node {
 
 /// Metadata document names of Zarr v2 and v3.
 const METADATA_DOCUMENTS: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}/{key}")
-    }
-}
 
 /// The keys among `keys` (every key of the destination) that `--overwrite` may remove: the hierarchy
 /// walked from `roots` (the root and the paths this conversion writes), the chunk keys of `arrays`

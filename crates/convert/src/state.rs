@@ -59,7 +59,8 @@ pub(crate) fn fingerprint(source_id: &str, plan: &Plan) -> Value {
     json!({"zshard_state": 1, "source": source_id, "arrays": arrays})
 }
 
-fn join(path: &str, key: &str) -> String {
+/// The key `key` below the node at `path` (the root's path is empty).
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
