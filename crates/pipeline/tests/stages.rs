@@ -137,6 +137,7 @@ fn job_with_source_chunks(
         layout: ArrayLayout {
             geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
             source_repr: source,
+            source_grid: None,
             inner_repr: inner,
             passthrough: false,
         },

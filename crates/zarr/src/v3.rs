@@ -1,8 +1,12 @@
 //! Zarr v3 metadata (`zarr.json`).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue, NodeKind};
+use zshard_core::{
+    ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue, NodeKind, RectilinearGrid,
+};
 
 use crate::error::{metadata, Error, Result};
 
@@ -139,27 +143,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
     )
     .map_err(core)?;
     let grid = z.chunk_grid.ok_or_else(|| missing("chunk_grid"))?;
-    if grid["name"] != "regular" {
-        return Err(metadata(
-            key,
-            format!("chunk_grid {} is not supported (regular)", grid["name"]),
-        ));
-    }
-    let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
-        .as_array()
-        .and_then(|a| a.iter().map(Value::as_u64).collect())
-        .ok_or_else(|| {
-            metadata(
-                key,
-                "chunk_grid.configuration.chunk_shape must be a list of integers",
-            )
-        })?;
-    if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
-        return Err(metadata(
-            key,
-            format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
-        ));
-    }
+    let (chunk_shape, rectilinear) = chunk_grid(key, &grid, &shape)?;
     crate::v2::check_sizes(key, &shape, &chunk_shape, data_type)?;
     let encoding = z
         .chunk_key_encoding
@@ -198,18 +182,84 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
             ));
         }
     }
-    Ok(ArrayMeta {
+    let meta = ArrayMeta {
         shape,
         data_type,
         fill_value,
         chunk_shape,
+        rectilinear,
         codecs: z.codecs.ok_or_else(|| missing("codecs"))?,
         chunk_key_encoding,
         attributes: z.attributes,
         dimension_names: z.dimension_names,
         sharded: None,
         warnings: Vec::new(),
-    })
+    };
+    check_rectilinear_shards(key, &meta)?;
+    Ok(meta)
+}
+
+/// The chunk shape and, for a rectilinear grid whose chunks differ in shape, the grid, from a
+/// `chunk_grid` document (`regular`, or zarr-extensions' `rectilinear`).
+fn chunk_grid(
+    key: &str,
+    grid: &Value,
+    shape: &[u64],
+) -> Result<(Vec<u64>, Option<Arc<RectilinearGrid>>)> {
+    match grid["name"].as_str() {
+        Some("regular") => {
+            let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_u64).collect())
+                .ok_or_else(|| {
+                    metadata(
+                        key,
+                        "chunk_grid.configuration.chunk_shape must be a list of integers",
+                    )
+                })?;
+            if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
+                return Err(metadata(
+                    key,
+                    format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
+                ));
+            }
+            Ok((chunk_shape, None))
+        }
+        Some("rectilinear") => {
+            let rectilinear = RectilinearGrid::from_configuration(&grid["configuration"], shape)
+                .map_err(|e| metadata(key, e.to_string()))?;
+            // Chunks all of one shape (bare steps, one run-length pair) are a regular grid.
+            Ok(match rectilinear.as_regular() {
+                Some(chunk_shape) => (chunk_shape, None),
+                None => (rectilinear.largest_chunk(), Some(Arc::new(rectilinear))),
+            })
+        }
+        _ => Err(metadata(
+            key,
+            format!(
+                "chunk_grid {} is not supported (regular, rectilinear)",
+                grid["name"]
+            ),
+        )),
+    }
+}
+
+/// Refuses shards on a rectilinear grid with an edge that is not a multiple of the inner chunk's:
+/// the `sharding_indexed` codec splits every shard into whole inner chunks.
+fn check_rectilinear_shards(key: &str, meta: &ArrayMeta) -> Result<()> {
+    let (Some(grid), Some(Ok(config))) = (&meta.rectilinear, meta.sharding()) else {
+        return Ok(());
+    };
+    if grid.divisible_by(&config.chunk_shape) {
+        return Ok(());
+    }
+    Err(metadata(
+        key,
+        format!(
+            "invalid chunk_grid: a rectilinear shard edge is not a multiple of the inner chunk shape {:?}",
+            config.chunk_shape
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -53,6 +53,7 @@ fn store_with_shards(
         .put(&keys.key(&[1, 1]), Bytes::from(truncated))
         .expect("put");
     let shards = SourceShards {
+        rectilinear: None,
         shard_shape: vec![20, 40],
         index_encoding: encoding,
         index_location: location,
@@ -140,6 +141,7 @@ fn an_index_entry_past_the_end_of_the_shard_is_an_error() {
     shard.extend_from_slice(&110u64.to_le_bytes());
     store.put(&keys.key(&[0]), Bytes::from(shard)).expect("put");
     let shards = SourceShards {
+        rectilinear: None,
         shard_shape: vec![4],
         index_encoding: encoding,
         index_location: IndexLocation::End,
