@@ -204,9 +204,9 @@ def test_bad_rectilinear_metadata_is_refused_with_the_array_path(tmp_path: Path,
     _rectilinear(src, data, [[1, 3], [2, 3]])
     meta = load_json(src / "zarr.json")
     for chunk_shapes, reason in [
-        ([[1, 2], [2, 3]], "the edges of chunk_shapes[0] sum to 3, less than the array's extent 4 in dimension 0"),
-        ([[1, 0, 3], [2, 3]], "chunk_shapes[0][1] is 0, expected a positive integer"),
-        ([[[2, -2]], [2, 3]], "chunk_shapes[0][0][1] (a count) is -2, expected a positive integer"),
+        ([[1, 2], [2, 3]], "rectilinear chunk_shapes[0]: the edges sum to 3, less than the array's extent 4 in dimension 0"),
+        ([[1, 0, 3], [2, 3]], "rectilinear chunk_shapes[0][1] is 0, expected a positive integer"),
+        ([[[2, -2]], [2, 3]], "rectilinear chunk_shapes[0][0][1] (a count) is -2, expected a positive integer"),
         ([[1, 3]], "rectilinear chunk_shapes has 1 entries, the array has 2 dimensions"),
     ]:
         meta["chunk_grid"]["configuration"]["chunk_shapes"] = chunk_shapes

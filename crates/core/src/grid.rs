@@ -81,8 +81,11 @@ pub struct RectilinearGrid {
     extents: Vec<u64>,
 }
 
+/// An invalid `rectilinear` configuration: `reason` names the member at fault.
 fn invalid(reason: String) -> Error {
-    Error::InvalidChunkGrid { reason }
+    Error::InvalidChunkGrid {
+        reason: format!("rectilinear {reason}"),
+    }
 }
 
 /// A positive integer of the configuration, or why it is not one (`what` names it).
@@ -106,20 +109,20 @@ impl RectilinearGrid {
             Some(Value::String(kind)) if kind == "inline" => {}
             Some(other) => {
                 return Err(invalid(format!(
-                    "rectilinear kind {other} is not supported (\"inline\")"
+                    "kind {other} is not supported (\"inline\")"
                 )))
             }
-            None => return Err(invalid("rectilinear configuration has no kind".into())),
+            None => return Err(invalid("configuration has no kind".into())),
         }
         let Some(Value::Array(dims)) = configuration.get("chunk_shapes") else {
             return Err(invalid(
-                "rectilinear configuration.chunk_shapes must be a list with one entry per dimension"
+                "configuration.chunk_shapes must be a list with one entry per dimension"
                     .into(),
             ));
         };
         if dims.len() != shape.len() {
             return Err(invalid(format!(
-                "rectilinear chunk_shapes has {} entries, the array has {} dimensions (shape {shape:?})",
+                "chunk_shapes has {} entries, the array has {} dimensions (shape {shape:?})",
                 dims.len(),
                 shape.len()
             )));
@@ -141,7 +144,7 @@ impl RectilinearGrid {
         let declared: Vec<(u64, u64)> = match spec {
             Value::Array(items) if items.is_empty() => {
                 return Err(invalid(format!(
-                    "rectilinear chunk_shapes[{d}] is an empty list"
+                    "chunk_shapes[{d}] is an empty list"
                 )))
             }
             Value::Array(items) => items
@@ -179,7 +182,7 @@ impl RectilinearGrid {
                 .and_then(|n| n.checked_add(start))
                 .ok_or_else(|| {
                     invalid(format!(
-                        "the chunks of chunk_shapes[{d}] end past 2^64 elements"
+                        "chunk_shapes[{d}]: the chunks end past 2^64 elements"
                     ))
                 })?;
             match runs.last_mut() {
@@ -196,7 +199,7 @@ impl RectilinearGrid {
         }
         if start < extent {
             return Err(invalid(format!(
-                "the edges of chunk_shapes[{d}] sum to {start}, less than the array's extent {extent} in dimension {d}"
+                "chunk_shapes[{d}]: the edges sum to {start}, less than the array's extent {extent} in dimension {d}"
             )));
         }
         Ok(Axis {
@@ -428,7 +431,7 @@ mod tests {
             (json!([[[0, 3]]]), vec![2], "chunk_shapes[0][0][0] (an edge) is 0"),
             (json!([[[3, 1, 1]]]), vec![2], "chunk_shapes[0][0] is [3,1,1], expected an edge or a pair"),
             (json!([[]]), vec![2], "chunk_shapes[0] is an empty list"),
-            (json!([[2, 2], [1]]), vec![4, 2], "the edges of chunk_shapes[1] sum to 1, less than the array's extent 2 in dimension 1"),
+            (json!([[2, 2], [1]]), vec![4, 2], "chunk_shapes[1]: the edges sum to 1, less than the array's extent 2 in dimension 1"),
             (json!([[[2, 2]]]), vec![5], "sum to 4, less than the array's extent 5"),
             (json!([[2]]), vec![2, 2], "chunk_shapes has 1 entries, the array has 2 dimensions"),
             (json!([[u64::MAX - 1, 3]]), vec![u64::MAX], "end past 2^64 elements"),
@@ -436,7 +439,7 @@ mod tests {
         for (chunk_shapes, shape, expected) in cases {
             let error = refused(chunk_shapes.clone(), &shape);
             assert!(error.contains(expected), "{chunk_shapes}: {error}");
-            assert!(error.starts_with("invalid chunk_grid: "), "{error}");
+            assert!(error.starts_with("invalid chunk_grid: rectilinear "), "{error}");
         }
         let config = |c: Value| RectilinearGrid::from_configuration(&c, &[4]);
         for (c, expected) in [

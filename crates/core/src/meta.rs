@@ -369,6 +369,44 @@ mod tests {
         assert!(read.sharded.is_some());
     }
 
+    /// Shards on a rectilinear grid of rows 64, 32 and 128 (inner chunks of 32 rows): read by inner
+    /// chunk on the regular grid of 32 x 16, each shard with its own number of them.
+    #[test]
+    fn rectilinear_shards_are_read_by_inner_chunk_when_their_edges_divide() {
+        let sharding = serde_json::json!({
+            "chunk_shape": [32, 16],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes"}]
+        });
+        let grid = |rows: serde_json::Value| {
+            crate::RectilinearGrid::from_configuration(
+                &serde_json::json!({"kind": "inline", "chunk_shapes": [rows, [64]]}),
+                &[200, 50],
+            )
+            .expect("grid")
+        };
+        let mut meta = sharded(sharding.clone());
+        meta.shape = vec![200, 50];
+        meta.chunk_shape = vec![128, 64];
+        meta.rectilinear = Some(Arc::new(grid(serde_json::json!([64, 32, 128]))));
+        let read = meta.clone().read_by_inner_chunk();
+        assert_eq!(read.rectilinear, None);
+        assert_eq!(read.chunk_shape, vec![32, 16]);
+        let shards = read.sharded.expect("sharded");
+        assert_eq!(shards.rectilinear, meta.rectilinear);
+        // Inner row 2 is the first of the second shard; row 3 the first of the third, which holds
+        // 4 rows of 4 columns.
+        assert_eq!(shards.locate(&[1, 3], &[32, 16]), Some((vec![0, 0], 7, vec![2, 4])));
+        assert_eq!(shards.locate(&[2, 0], &[32, 16]), Some((vec![1, 0], 0, vec![1, 4])));
+        assert_eq!(shards.locate(&[6, 2], &[32, 16]), Some((vec![2, 0], 14, vec![4, 4])));
+        assert_eq!(shards.locate(&[7, 0], &[32, 16]), None);
+        assert_eq!(shards.locate(&[u64::MAX, 0], &[32, 16]), None);
+        // An edge of 48 rows is not whole inner chunks: left as it is.
+        let mut odd = meta;
+        odd.rectilinear = Some(Arc::new(grid(serde_json::json!([64, 48, 128]))));
+        assert_eq!(odd.clone().read_by_inner_chunk(), odd);
+    }
+
     #[test]
     fn coordinates_invert_keys() {
         let d = ChunkKeyEncoding::Default { separator: '/' };
