@@ -44,8 +44,9 @@ impl Axis {
     fn chunk_at(&self, position: u64) -> u64 {
         let i = self.runs.partition_point(|r| r.start <= position);
         match i.checked_sub(1).and_then(|i| self.runs.get(i)) {
-            Some(run) => (run.first + (position - run.start) / run.edge)
-                .min(self.chunks.saturating_sub(1)),
+            Some(run) => {
+                (run.first + (position - run.start) / run.edge).min(self.chunks.saturating_sub(1))
+            }
             None => 0,
         }
     }
@@ -53,7 +54,8 @@ impl Axis {
     /// Start and (full) edge of chunk `index`.
     fn chunk(&self, index: u64) -> Option<(u64, u64)> {
         let run = self.run_of_chunk(index)?;
-        (index < run.first + run.count).then(|| (run.start + (index - run.first) * run.edge, run.edge))
+        (index < run.first + run.count)
+            .then(|| (run.start + (index - run.first) * run.edge, run.edge))
     }
 
     fn largest_edge(&self) -> u64 {
@@ -116,8 +118,7 @@ impl RectilinearGrid {
         }
         let Some(Value::Array(dims)) = configuration.get("chunk_shapes") else {
             return Err(invalid(
-                "configuration.chunk_shapes must be a list with one entry per dimension"
-                    .into(),
+                "configuration.chunk_shapes must be a list with one entry per dimension".into(),
             ));
         };
         if dims.len() != shape.len() {
@@ -274,7 +275,12 @@ impl RectilinearGrid {
     pub fn chunk_region(&self, coord: &[u64]) -> Region {
         match self.chunk_bounds(coord) {
             Some(mut region) => {
-                for ((n, s), e) in region.shape.iter_mut().zip(&region.start).zip(&self.extents) {
+                for ((n, s), e) in region
+                    .shape
+                    .iter_mut()
+                    .zip(&region.start)
+                    .zip(&self.extents)
+                {
                     *n = (*n).min(e.saturating_sub(*s));
                 }
                 region
@@ -308,11 +314,9 @@ impl RectilinearGrid {
     /// source stored in shards on this grid then lie on one regular grid of `inner`).
     pub fn divisible_by(&self, inner: &[u64]) -> bool {
         inner.len() == self.axes.len()
-            && self
-                .axes
-                .iter()
-                .zip(inner)
-                .all(|(a, &i)| i > 0 && a.runs.iter().all(|r| r.edge % i == 0) && a.first_edge % i == 0)
+            && self.axes.iter().zip(inner).all(|(a, &i)| {
+                i > 0 && a.runs.iter().all(|r| r.edge % i == 0) && a.first_edge % i == 0
+            })
     }
 }
 
@@ -344,7 +348,13 @@ mod tests {
         // The overhanging third chunk of the last dimension never meets the array.
         assert_eq!(
             edges,
-            vec![vec![4, 4], vec![1, 2, 3], vec![4, 4], vec![1, 1, 1, 3], vec![4, 4]]
+            vec![
+                vec![4, 4],
+                vec![1, 2, 3],
+                vec![4, 4],
+                vec![1, 1, 1, 3],
+                vec![4, 4]
+            ]
         );
         assert_eq!(g.grid_shape(), vec![2, 3, 2, 4, 2]);
         assert_eq!(g.largest_chunk(), vec![4, 3, 4, 3, 4]);
@@ -356,7 +366,16 @@ mod tests {
         // Months of 31, 28, 31 and 30 days, then run-length 2 x 5; 10 x 3 along the other axis.
         let g = grid(json!([[31, 28, 31, 30, [5, 2]], [[3, 3], 1]]), &[130, 10]).expect("parses");
         assert_eq!(g.grid_shape(), vec![6, 4]);
-        let months = [(0, 0), (30, 0), (31, 1), (58, 1), (59, 2), (89, 2), (90, 3), (119, 3)];
+        let months = [
+            (0, 0),
+            (30, 0),
+            (31, 1),
+            (58, 1),
+            (59, 2),
+            (89, 2),
+            (90, 3),
+            (119, 3),
+        ];
         for (day, chunk) in months {
             assert_eq!(g.chunk_containing(&[day, 0])[0], chunk, "day {day}");
         }
@@ -377,7 +396,10 @@ mod tests {
             start: vec![29, 5],
             shape: vec![3, 2],
         });
-        assert_eq!(overlapping, vec![vec![0, 1], vec![0, 2], vec![1, 1], vec![1, 2]]);
+        assert_eq!(
+            overlapping,
+            vec![vec![0, 1], vec![0, 2], vec![1, 1], vec![1, 2]]
+        );
     }
 
     #[test]
@@ -409,11 +431,17 @@ mod tests {
 
     #[test]
     fn huge_run_lengths_cost_one_entry() {
-        let g = grid(json!([[[1, u64::MAX]], [[7, 3], [1000, 1_000_000_000_000u64]]]), &[1 << 40, 5021])
-            .expect("parses");
+        let g = grid(
+            json!([[[1, u64::MAX]], [[7, 3], [1000, 1_000_000_000_000u64]]]),
+            &[1 << 40, 5021],
+        )
+        .expect("parses");
         // 3 chunks of 7, then 5 of 1000 cover 5021 elements.
         assert_eq!(g.grid_shape(), vec![1 << 40, 8]);
-        assert_eq!(g.chunk_containing(&[(1 << 40) - 1, 5020]), vec![(1 << 40) - 1, 7]);
+        assert_eq!(
+            g.chunk_containing(&[(1 << 40) - 1, 5020]),
+            vec![(1 << 40) - 1, 7]
+        );
         assert_eq!(g.chunk_containing(&[7, 21]), vec![7, 3]);
         assert_eq!(g.chunk_shape(&[5, 7]), Some(vec![1, 1000]));
         assert_eq!(g.chunk_shape(&[5, 8]), None);
@@ -439,14 +467,23 @@ mod tests {
         for (chunk_shapes, shape, expected) in cases {
             let error = refused(chunk_shapes.clone(), &shape);
             assert!(error.contains(expected), "{chunk_shapes}: {error}");
-            assert!(error.starts_with("invalid chunk_grid: rectilinear "), "{error}");
+            assert!(
+                error.starts_with("invalid chunk_grid: rectilinear "),
+                "{error}"
+            );
         }
         let config = |c: Value| RectilinearGrid::from_configuration(&c, &[4]);
         for (c, expected) in [
             (json!({"chunk_shapes": [[4]]}), "has no kind"),
-            (json!({"kind": "file", "chunk_shapes": [[4]]}), "kind \"file\" is not supported"),
+            (
+                json!({"kind": "file", "chunk_shapes": [[4]]}),
+                "kind \"file\" is not supported",
+            ),
             (json!({"kind": "inline"}), "chunk_shapes must be a list"),
-            (json!({"kind": "inline", "chunk_shapes": {"0": 4}}), "chunk_shapes must be a list"),
+            (
+                json!({"kind": "inline", "chunk_shapes": {"0": 4}}),
+                "chunk_shapes must be a list",
+            ),
         ] {
             let error = config(c.clone()).expect_err("refused").to_string();
             assert!(error.contains(expected), "{c}: {error}");

@@ -180,9 +180,21 @@ impl SourceShards {
     pub fn locate(&self, coord: &[u64], inner_shape: &[u64]) -> Option<(Vec<u64>, u64, Vec<u64>)> {
         let Some(grid) = &self.rectilinear else {
             let per_shard = self.chunks_per_shard(inner_shape);
-            let shard = coord.iter().zip(&per_shard).map(|(c, n)| c / n.max(&1)).collect();
-            let local: Vec<u64> = coord.iter().zip(&per_shard).map(|(c, n)| c % n.max(&1)).collect();
-            return Some((shard, crate::geometry::linear_index(&local, &per_shard), per_shard));
+            let shard = coord
+                .iter()
+                .zip(&per_shard)
+                .map(|(c, n)| c / n.max(&1))
+                .collect();
+            let local: Vec<u64> = coord
+                .iter()
+                .zip(&per_shard)
+                .map(|(c, n)| c % n.max(&1))
+                .collect();
+            return Some((
+                shard,
+                crate::geometry::linear_index(&local, &per_shard),
+                per_shard,
+            ));
         };
         let element: Vec<u64> = coord
             .iter()
@@ -202,7 +214,11 @@ impl SourceShards {
             local.push(offset / inner);
             per_shard.push(bounds.shape[d] / inner);
         }
-        Some((shard, crate::geometry::linear_index(&local, &per_shard), per_shard))
+        Some((
+            shard,
+            crate::geometry::linear_index(&local, &per_shard),
+            per_shard,
+        ))
     }
 }
 
@@ -396,9 +412,18 @@ mod tests {
         assert_eq!(shards.rectilinear, meta.rectilinear);
         // Inner row 2 is the first of the second shard; row 3 the first of the third, which holds
         // 4 rows of 4 columns.
-        assert_eq!(shards.locate(&[1, 3], &[32, 16]), Some((vec![0, 0], 7, vec![2, 4])));
-        assert_eq!(shards.locate(&[2, 0], &[32, 16]), Some((vec![1, 0], 0, vec![1, 4])));
-        assert_eq!(shards.locate(&[6, 2], &[32, 16]), Some((vec![2, 0], 14, vec![4, 4])));
+        assert_eq!(
+            shards.locate(&[1, 3], &[32, 16]),
+            Some((vec![0, 0], 7, vec![2, 4]))
+        );
+        assert_eq!(
+            shards.locate(&[2, 0], &[32, 16]),
+            Some((vec![1, 0], 0, vec![1, 4]))
+        );
+        assert_eq!(
+            shards.locate(&[6, 2], &[32, 16]),
+            Some((vec![2, 0], 14, vec![4, 4]))
+        );
         assert_eq!(shards.locate(&[7, 0], &[32, 16]), None);
         assert_eq!(shards.locate(&[u64::MAX, 0], &[32, 16]), None);
         // An edge of 48 rows is not whole inner chunks: left as it is.

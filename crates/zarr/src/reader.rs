@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use zshard_core::{
-    chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error,
-    IndexLocation, Result, ShardIndex, SourceShards,
+    chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error, IndexLocation,
+    Result, ShardIndex, SourceShards,
 };
 use zshard_store::{coalesce, Store, COALESCE_GAP, MAX_REQUEST};
 

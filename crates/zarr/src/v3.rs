@@ -344,7 +344,10 @@ mod tests {
     const BYTES: &str = r#"[{"name":"bytes","configuration":{"endian":"little"}}]"#;
 
     fn array_of(doc: &str) -> ArrayMeta {
-        match parse_node("a/zarr.json", doc.as_bytes()).expect("parses").kind {
+        match parse_node("a/zarr.json", doc.as_bytes())
+            .expect("parses")
+            .kind
+        {
             NodeKind::Array(meta) => *meta,
             NodeKind::Group { .. } => panic!("expected an array"),
         }
@@ -404,7 +407,9 @@ mod tests {
         );
         let e = parse_node(
             "a/zarr.json",
-            rectilinear("[[130],[10]]", BYTES).replace("rectilinear", "rectangular").as_bytes(),
+            rectilinear("[[130],[10]]", BYTES)
+                .replace("rectilinear", "rectangular")
+                .as_bytes(),
         )
         .expect_err("unknown grid")
         .to_string();

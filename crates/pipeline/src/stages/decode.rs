@@ -36,15 +36,10 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) ->
                 // truncated or garbled source chunk stops the run as it does without passthrough.
                 // Frames that state their sizes are checked by their headers, others are decoded.
                 // `Vec::from` does not copy an unshared buffer.
-                job.source_chain
-                    .check(&b, &repr)
-                    .map_err(error)?;
+                job.source_chain.check(&b, &repr).map_err(error)?;
                 return Ok((coord, Some(Vec::from(b)), None));
             }
-            let data = job
-                .source_chain
-                .decode(&b, &repr)
-                .map_err(error)?;
+            let data = job.source_chain.decode(&b, &repr).map_err(error)?;
             if !strings_of {
                 return Ok((coord, Some(data), None));
             }
