@@ -268,3 +268,21 @@ def test_sharded_source_with_unordered_inner_chunks(tmp_path: Path, zshard_bin: 
         dst = tmp_path / f"out{i}.zarr"
         convert_ok(zshard_bin, src, dst, "--quiet", "--shard-shape", shape_arg(shard), "--chunk-shape", shape_arg(inner))
         assert_readback(dst, data)
+
+
+@needs_rectilinear
+def test_rectilinear_array_of_an_icechunk_repository(tmp_path: Path, zshard_bin: Path) -> None:
+    """Icechunk 2 stores zarr-python's rectilinear arrays as they are: zshard reads them from the repository."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    data = (np.arange(50 * 7, dtype="int16").reshape(50, 7) * 3) - 400
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        group = zarr.open_group(session.store, mode="w")
+        a = group.create_array("x", shape=data.shape, dtype=data.dtype, chunks=[[10, 25, 15], [3, 4]])
+        a[...] = data
+        assert a.metadata.to_dict()["chunk_grid"]["name"] == "rectilinear"
+    session.commit("rectilinear")
+    dst = tmp_path / "out.zarr"
+    convert_ok(zshard_bin, tmp_path / "repo", dst, "--quiet", "--shard-shape", "20,7", "--chunk-shape", "10,7")
+    assert_readback(dst / "x", data)
