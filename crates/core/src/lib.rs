@@ -24,6 +24,7 @@ mod dtype;
 mod error;
 mod fill;
 mod geometry;
+mod grid;
 mod io;
 mod meta;
 mod shard_index;
@@ -42,6 +43,7 @@ pub use geometry::{
     Region, ShardGeometry, ShardSplit, AUTO_SHARD_MAX_CHUNKS, AUTO_SHARD_TARGET_BYTES,
     MAX_BUFFER_BYTES,
 };
+pub use grid::RectilinearGrid;
 pub use io::{ChunkReader, ShardSink, ShardStream};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use shard_index::{
