@@ -57,7 +57,7 @@ impl NumDt {
         })
     }
 
-    fn is_int(self) -> bool {
+    pub(crate) fn is_int(self) -> bool {
         !matches!(self, NumDt::F16 | NumDt::F32 | NumDt::F64)
     }
 }
