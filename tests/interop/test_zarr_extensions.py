@@ -268,6 +268,9 @@ def refused_alike(run: subprocess.CompletedProcess, error, codec: str) -> None:
     assert codec in run.stderr, run.stderr
     if stage == "read":
         assert "c/0" in run.stderr, run.stderr
+    else:
+        # Refused for what the configuration says, not for an unknown codec.
+        assert "unsupported codec" not in run.stderr, run.stderr
 
 
 # Integers narrowed on decoding (int16 stored, int8 or uint8 decoded): where out_of_range wrap is legal.
@@ -335,23 +338,26 @@ def test_decoding_cases_include_both_outcomes(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 SCALE_CASES = [
-    ("int16", {"offset": 1000, "scale": 3}, np.array([0, 3, -3, 9, 30000, -30000, 300], dtype="<i2")),
-    ("int16", {"offset": 1000, "scale": 3}, np.array([0, 3, 4], dtype="<i2")),  # 4 % 3: refused
-    ("int16", {"offset": 30000, "scale": 1}, np.array([0, 2767, 2768], dtype="<i2")),  # out of range
-    ("uint8", {"offset": 10, "scale": 2}, np.array([0, 2, 254, 100], dtype="u1")),
-    ("int64", {"offset": 2**62, "scale": -1}, np.array([-(2**62), 2**62, -(2**63), 5], dtype="<i8")),
-    ("uint64", {"offset": 2**63, "scale": 1}, np.array([0, 2**63 - 1, 2**63], dtype="<u8")),
-    ("float32", {"offset": 0.1, "scale": 3}, np.array([1, 0.3, np.nan, -np.inf, 3e38, 1e-45], dtype="<f4")),
-    ("float16", {"offset": 1000, "scale": 0.1}, np.array([0, 1.5, 65504, -65504, 0.1, np.nan], dtype="<f2")),
-    ("float64", {"offset": "NaN", "scale": 2}, np.array([0, 1.5], dtype="<f8")),
+    ("int16", {"offset": 1000, "scale": 3}, 0, np.array([0, 3, -3, 9, 30000, -30000, 300], dtype="<i2")),
+    ("int16", {"offset": 1000, "scale": 3}, 0, np.array([0, 3, 4], dtype="<i2")),  # 4 % 3: refused
+    ("int16", {"offset": 30000, "scale": 1}, 0, np.array([0, 2767, 2768], dtype="<i2")),  # out of range
+    ("uint8", {"offset": 10, "scale": 2}, 10, np.array([0, 2, 254, 100], dtype="u1")),
+    ("uint8", {"offset": 10, "scale": 2}, 0, np.array([0], dtype="u1")),  # the fill value has no encoding
+    ("int64", {"offset": 2**62, "scale": -1}, 0, np.array([-(2**62), 2**62, -(2**63), 5], dtype="<i8")),
+    ("uint64", {"offset": 2**63, "scale": 1}, 2**63, np.array([0, 2**63 - 1, 2**63], dtype="<u8")),
+    ("float32", {"offset": 0.1, "scale": 3}, 0, np.array([1, 0.3, np.nan, -np.inf, 3e38, 1e-45], dtype="<f4")),
+    ("float16", {"offset": 1000, "scale": 0.1}, 0, np.array([0, 1.5, 65504, -65504, 0.1, np.nan], dtype="<f2")),
+    ("float64", {"offset": "NaN", "scale": 2}, 0, np.array([0, 1.5], dtype="<f8")),
 ]
 
 
-@pytest.mark.parametrize("array_type,config,stored", SCALE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(SCALE_CASES)])
-def test_scale_offset_decoding_matches_zarr_python(array_type, config, stored, tmp_path, zshard_bin):
+@pytest.mark.parametrize(
+    "array_type,config,fill,stored", SCALE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(SCALE_CASES)]
+)
+def test_scale_offset_decoding_matches_zarr_python(array_type, config, fill, stored, tmp_path, zshard_bin):
     src = tmp_path / "src.zarr"
     write_raw(src, stored, {
-        "data_type": array_type, "fill_value": 0,
+        "data_type": array_type, "fill_value": fill,
         "codecs": [{"name": "scale_offset", "configuration": config}, {"name": "bytes", "configuration": {"endian": "little"}}],
     })
     expected, error = zarr_read_or_error(src)
