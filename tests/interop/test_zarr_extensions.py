@@ -369,3 +369,68 @@ def test_scale_offset_decoding_matches_zarr_python(array_type, config, fill, sto
     assert run.returncode == 0, run.stderr
     assert_same(read(dst), expected, "zarr-python read")
     assert_same(read_with_tensorstore(dst), expected, "tensorstore read")
+
+
+# --------------------------------------------------------------------------------------------------
+# --compressor source: a v2 fixedscaleoffset / astype filter kept as scale_offset + cast_value
+# --------------------------------------------------------------------------------------------------
+
+# Half-way values (numpy's around: half to even) and values whose encoding overflows the stored type
+# (numcodecs wraps them: 25.6 * 10 = 256 is stored as 0), as numcodecs writes them.
+V2_VALUES = np.array(
+    [0, 0.05, 0.15, 0.25, 0.35, -0.05, -0.15, 25.5, 25.55, 25.6, 30, -1, 12.3456, 3.14159, 7, -25.6],
+    dtype="<f8",
+)
+
+
+def v2_source(path: Path, filters, dtype: str, fill) -> np.ndarray:
+    import numcodecs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = zarr.create_array(
+            str(path), shape=V2_VALUES.shape, chunks=(5,), dtype=dtype, fill_value=fill, zarr_format=2,
+            filters=filters, compressors=numcodecs.Zlib(level=1),
+        )
+        a[:12] = V2_VALUES[:12].astype(dtype)
+    return read(path)
+
+
+def v2_cases():
+    import numcodecs
+
+    fso = numcodecs.FixedScaleOffset
+    return {
+        "fso-f8-u1": (lambda: [fso(offset=0, scale=10, dtype="<f8", astype="u1")], "<f8", 0.0, True),
+        "fso-f8-i1-offset": (lambda: [fso(offset=-3, scale=4, dtype="<f8", astype="i1")], "<f8", -3.0, True),
+        "fso-f8-i2-big": (lambda: [fso(offset=1.5, scale=100, dtype="<f8", astype=">i2")], "<f8", 1.5, True),
+        "fso-f8-u2-offset": (lambda: [fso(offset=1000, scale=0.25, dtype="<f8", astype="<u2")], "<f8", 1000.0, True),
+        "astype-f8-u1": (lambda: [numcodecs.AsType(encode_dtype="u1", decode_dtype="<f8")], "<f8", 0.0, True),
+        "astype-i4-i2": (lambda: [numcodecs.AsType(encode_dtype="<i2", decode_dtype="<i4")], "<i4", 0, True),
+        # Not exact: numcodecs decodes in float64 and rounds to float32 once, scale_offset rounds twice.
+        "fso-f4-u2": (lambda: [fso(offset=0.1, scale=3.7, dtype="<f4", astype="<u2")], "<f4", 0.0, False),
+        # Not exact: NaN, the fill value, has no uint8 value for cast_value.
+        "fso-f8-u1-nan-fill": (lambda: [fso(offset=0, scale=10, dtype="<f8", astype="u1")], "<f8", float("nan"), False),
+        # Not converted: a 32-bit stored type cannot be checked value by value.
+        "fso-f8-i4": (lambda: [fso(offset=0, scale=1000, dtype="<f8", astype="<i4")], "<f8", 0.0, False),
+    }
+
+
+@pytest.mark.parametrize("case", list(v2_cases()))
+def test_v2_scale_filters_are_kept_where_exact(case, tmp_path, zshard_bin):
+    filters, dtype, fill, exact = v2_cases()[case]
+    src = tmp_path / "src.zarr"
+    expected = v2_source(src, filters(), dtype, fill)
+    dst = tmp_path / "out.zarr"
+    run = convert(zshard_bin, src, dst, "--shard-shape", "10", "--chunk-shape", "5", "--compressor", "source")
+    assert run.returncode == 0, run.stderr
+    meta = json.loads((dst / "zarr.json").read_text())
+    inner = [c["name"] for c in meta["codecs"][0]["configuration"]["codecs"]]
+    if exact:
+        kind = "fso" if case.startswith("fso") else "astype"
+        assert inner == ([] if kind == "astype" else ["scale_offset"]) + ["cast_value", "bytes", "numcodecs.zlib"], inner
+        assert "no exact Zarr v3 form" not in run.stderr, run.stderr
+    else:
+        assert inner == ["bytes", "zstd"], inner
+        assert "has no exact Zarr v3 form" in run.stderr, run.stderr
+    assert_same(read(dst), expected, f"zarr-python read of {case}")
