@@ -203,9 +203,11 @@ def test_scale_offset_cast_value_written_by_zarr_python(rounding, oor, target, t
     expected = read(src)
     # The grid is coarse, so decoding differs from what was written: the truth is zarr-python's read.
     assert not np.array_equal(expected, WRITTEN, equal_nan=True)
-    for compressor in ["zstd:3", "source"]:
-        dst = tmp_path / f"out-{compressor}.zarr"
-        run = convert(zshard_bin, src, dst, "--shard-shape", "14", "--chunk-shape", "7", "--compressor", compressor)
+    # "source" copies the chunks (same chunk shape); with inner chunks of 5, zshard encodes them itself.
+    for compressor, inner in [("zstd:3", "7"), ("source", "7"), ("source", "5")]:
+        dst = tmp_path / f"out-{compressor}-{inner}.zarr"
+        run = convert(zshard_bin, src, dst, "--shard-shape", "10" if inner == "5" else "14", "--chunk-shape", inner,
+                      "--compressor", compressor)
         assert run.returncode == 0, run.stderr
         if compressor == "source":
             meta = json.loads((dst / "zarr.json").read_text())
