@@ -29,6 +29,7 @@ mod io;
 mod meta;
 mod shard_index;
 mod sharding;
+mod structs;
 mod vlen;
 
 pub use codec::{
@@ -51,4 +52,5 @@ pub use shard_index::{
     ShardReader, EMPTY,
 };
 pub use sharding::{ShardingConfig, SHARDING_CODEC};
+pub use structs::{StructField, StructType, MAX_STRUCT_TYPES};
 pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};
