@@ -76,6 +76,7 @@ pub use selection::Selection;
 pub use shape::ShapeSpec;
 pub use size::parse_size;
 pub use verify::{Mismatches, Verification, Verified};
+pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
 pub use zshard_pipeline::{Cancel, PartOutcome, ShardOutcome, Stats};
 pub use zshard_store::StoreOptions;

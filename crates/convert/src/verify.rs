@@ -488,7 +488,10 @@ fn verify(v: &Verification) -> Result<Verified> {
     let (source, destination, sample) = (v.source.as_str(), v.destination.as_str(), v.sample);
     if !(sample > 0.0 && sample <= 1.0) {
         return Err(Error::Options {
-            reason: format!("--sample {sample} is not in (0, 1]"),
+            reason: format!(
+                "{} is not in (0, 1]",
+                zshard_core::Setting::Sample.given(sample)
+            ),
         });
     }
     let (source_location, destination_location) =

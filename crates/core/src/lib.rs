@@ -26,6 +26,7 @@ mod fill;
 mod geometry;
 mod io;
 mod meta;
+pub mod setting;
 mod shard_index;
 mod sharding;
 mod vlen;
@@ -44,6 +45,7 @@ pub use geometry::{
 };
 pub use io::{ChunkReader, ShardSink, ShardStream};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
+pub use setting::{Setting, Spelling};
 pub use shard_index::{
     assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
     ShardReader, EMPTY,

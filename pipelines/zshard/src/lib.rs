@@ -669,6 +669,8 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
 /// and returns its exit status: 0, 1 on failure, 2 on a usage error, 128 + the signal when stopped
 /// by one.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
+    // Messages of the library name settings by this command's flags (`--memory-limit`).
+    zshard_convert::set_spelling(zshard_convert::Spelling::Flag);
     let cli = match parse_cli(args.into_iter().collect()) {
         Ok(cli) => cli,
         Err(code) => return code,
