@@ -47,6 +47,7 @@ mod input;
 mod lease;
 mod listing;
 mod memory;
+pub mod options;
 mod owned;
 mod partition;
 mod plan;

@@ -124,6 +124,13 @@ impl Partition {
     }
 }
 
+/// `I/N`, as [`Partition::parse`] reads it.
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,12 +61,14 @@ pub struct Layouts {
     pub per_level: std::collections::BTreeMap<usize, LevelShapes>,
 }
 
-/// The shapes of one pyramid level (`--level-shapes LEVEL:SHARD[/CHUNK]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The shapes of one pyramid level (the `level_shapes` setting).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LevelShapes {
     /// The level's shard shape.
     pub shard_shape: Vec<u64>,
     /// Its inner chunk shape; `None`: the first level's, within the level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_shape: Option<Vec<u64>>,
 }
 

@@ -450,7 +450,7 @@ impl Verification {
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: crate::options::default_threads(),
             ome: Default::default(),
         }
     }

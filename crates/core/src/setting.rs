@@ -395,7 +395,7 @@ mod tests {
                 assert_eq!(Setting::Worker.to_string(), "worker=")
             });
             assert_eq!(Setting::Worker.to_string(), "--worker");
-            let other = std::thread::spawn(|| spelling()).join().expect("thread");
+            let other = std::thread::spawn(spelling).join().expect("thread");
             assert_ne!(other, Spelling::Flag, "the override is this thread's only");
         });
     }
