@@ -551,15 +551,17 @@ impl Conversion {
     /// Sets what `options` give (all but the source and destination); the settings that hold are
     /// set even when a later one does not, so that the report of the failure shows them.
     pub fn configure(&mut self, options: &Options) -> Result<()> {
+        // A conversion's own defaults are those of `Conversion::new`.
+        let default = Conversion::new("", "");
         let run = &options.run;
-        self.threads = run.threads.unwrap_or_else(default_threads);
+        self.threads = run.threads.unwrap_or(default.threads);
         self.memory_limit = run.memory_limit.map(|s| s.0);
-        self.overwrite = run.overwrite.unwrap_or(false);
+        self.overwrite = run.overwrite.unwrap_or(default.overwrite);
         self.report_path.clone_from(&run.report);
         self.ome = options.ome.unwrap_or_default();
         self.store_options = options.storage.store_options();
         self.io_threads = options.storage.io_threads;
-        self.consolidate = options.consolidate.unwrap_or(true);
+        self.consolidate = options.consolidate.unwrap_or(default.consolidate);
         self.lease_stale_after = lease_stale_after(|k| std::env::var(k).ok())?;
         self.source_options = options.input.resolve();
         self.layouts = options.layouts();
@@ -580,7 +582,7 @@ impl Verification {
         verification.store_options = options.storage.store_options();
         verification.io_threads = options.storage.io_threads;
         verification.ome = options.ome.unwrap_or_default();
-        verification.threads = options.threads.unwrap_or_else(default_threads);
+        verification.threads = options.threads.unwrap_or(verification.threads);
         if let Some(sample) = options.sample {
             verification.sample = sample;
         }

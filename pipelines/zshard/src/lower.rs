@@ -253,4 +253,182 @@ mod tests {
         let flags = Flags::parse_from(["zshard", "job.toml", "--retries", "3"]);
         assert!(given_beside_job(&flags.layout).is_empty());
     }
+
+    /// Every job key against the SRC DST form: a job file giving one setting lowers to the same
+    /// options as the command line giving its flag.
+    #[test]
+    fn every_job_key_is_the_flag_of_the_src_dst_form() {
+        use std::collections::BTreeSet;
+        let cases: &[(Setting, &str, &[&str])] = &[
+            (
+                Setting::ShardShape,
+                "shard_shape = [4, 4]",
+                &["--shard-shape", "4,4"],
+            ),
+            (
+                Setting::ChunkShape,
+                "chunk_shape = { lat = 2 }",
+                &["--chunk-shape", "lat=2"],
+            ),
+            (
+                Setting::Compressor,
+                "compressor = \"gzip:5\"",
+                &["--compressor", "gzip:5"],
+            ),
+            (
+                Setting::IndexLocation,
+                "index_location = \"start\"",
+                &["--index-location", "start"],
+            ),
+            (
+                Setting::Passthrough,
+                "passthrough = false",
+                &["--no-passthrough"],
+            ),
+            (
+                Setting::LevelShapes,
+                "[conversions.levels.1]\nshard_shape = [1, 64, 64]\nchunk_shape = [1, 32, 32]",
+                &["--level-shapes", "1:1,64,64/1,32,32"],
+            ),
+            (
+                Setting::Consolidate,
+                "consolidate = false",
+                &["--no-consolidate"],
+            ),
+            (Setting::Ome, "ome = \"keep\"", &["--ome", "keep"]),
+            (
+                Setting::SourceFormat,
+                "source_format = \"kerchunk-json\"",
+                &["--source-format", "kerchunk-json"],
+            ),
+            (
+                Setting::RefRoot,
+                "ref_root = \"/refs\"",
+                &["--ref-root", "/refs"],
+            ),
+            (
+                Setting::AllowRefPrefix,
+                "allow_ref_prefix = [\"http://h/\"]",
+                &["--allow-ref-prefix", "http://h/"],
+            ),
+            (
+                Setting::RefCoalesceGap,
+                "ref_coalesce_gap = \"off\"",
+                &["--ref-coalesce-gap", "off"],
+            ),
+            (
+                Setting::StrictRefs,
+                "strict_refs = true",
+                &["--strict-refs"],
+            ),
+            (
+                Setting::Include,
+                "include = [\"a/*\"]",
+                &["--include", "a/*"],
+            ),
+            (
+                Setting::Exclude,
+                "exclude = [\"a/b\"]",
+                &["--exclude", "a/b"],
+            ),
+            (
+                Setting::SourceRef,
+                "source_ref = \"v1\"",
+                &["--source-ref", "v1"],
+            ),
+            (
+                Setting::OnUnsupported,
+                "on_unsupported = \"skip\"",
+                &["--on-unsupported", "skip"],
+            ),
+            (
+                Setting::S3Endpoint,
+                "[storage]\ns3_endpoint = \"http://x\"",
+                &["--s3-endpoint", "http://x"],
+            ),
+            (
+                Setting::S3Region,
+                "[storage]\ns3_region = \"eu\"",
+                &["--s3-region", "eu"],
+            ),
+            (
+                Setting::S3PathStyle,
+                "[storage]\ns3_path_style = true",
+                &["--s3-path-style"],
+            ),
+            (
+                Setting::Anonymous,
+                "[storage]\nanonymous = true",
+                &["--anonymous"],
+            ),
+            (
+                Setting::Retries,
+                "[storage]\nretries = 3",
+                &["--retries", "3"],
+            ),
+            (
+                Setting::RetryTimeout,
+                "[storage]\nretry_timeout = 30",
+                &["--retry-timeout", "30"],
+            ),
+            (
+                Setting::MaxRequests,
+                "[storage]\nmax_requests = 4",
+                &["--max-requests", "4"],
+            ),
+            (
+                Setting::PartSize,
+                "[storage]\npart_size = \"8MiB\"",
+                &["--part-size", "8MiB"],
+            ),
+            (
+                Setting::IoThreads,
+                "[storage]\nio_threads = 4",
+                &["--io-threads", "4"],
+            ),
+            (
+                Setting::OutputFormat,
+                "output_format = \"icechunk\"",
+                &["--output-format", "icechunk"],
+            ),
+            (Setting::Branch, "branch = \"dev\"", &["--branch", "dev"]),
+            (Setting::Message, "message = \"m\"", &["--message", "m"]),
+            (
+                Setting::IcechunkSpec,
+                "icechunk_spec = 1",
+                &["--icechunk-spec", "1"],
+            ),
+        ];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = dir.path().join("job.toml");
+        for (setting, key, flags) in cases {
+            std::fs::write(
+                &job,
+                format!("[[conversions]]\nsource = \"/a\"\ndestination = \"/b\"\n{key}\n"),
+            )
+            .expect("write");
+            let from_job = crate::job::load(&job, &StorageOptions::default(), None)
+                .unwrap_or_else(|e| panic!("{setting:?}: {e:#}"));
+            let (from_flags, result) = lowered(&[&["/a", "/b"][..], flags].concat());
+            result.unwrap_or_else(|e| panic!("{setting:?}: {e}"));
+            assert_eq!(from_job, [from_flags.clone()], "{setting:?}");
+            assert_ne!(from_flags, Options::new("/a", "/b"), "{setting:?} is given");
+        }
+        // The settings that are no key of a conversion here: SRC and DST, the run's settings of
+        // `convert` (covered by the job's own tests), and verify's.
+        let elsewhere = [
+            Setting::Source,
+            Setting::Destination,
+            Setting::Threads,
+            Setting::MemoryLimit,
+            Setting::Overwrite,
+            Setting::Report,
+            Setting::Worker,
+            Setting::Workers,
+            Setting::Sample,
+        ];
+        let covered: BTreeSet<Setting> = cases.iter().map(|c| c.0).chain(elsewhere).collect();
+        let all: BTreeSet<Setting> = Setting::ALL.iter().copied().collect();
+        assert_eq!(covered, all, "a setting without a case");
+    }
 }
