@@ -281,7 +281,8 @@ pub enum Spelling {
     Flag,
     /// As a Python keyword argument, `memory_limit=` ([`Setting::keyword`]).
     Keyword,
-    /// As a job file's key, `memory_limit` (storage keys in their table: `storage.part_size`).
+    /// As a job file's key, `memory_limit` (storage keys in their table: `storage.part_size`); the
+    /// settings a job file has no key for are `zshard run`'s and `verify`'s flags (`--worker`).
     JobKey,
 }
 
@@ -294,6 +295,14 @@ impl Spelling {
             Spelling::Keyword => setting.keyword(),
             Spelling::JobKey if setting.group() == Group::Storage => {
                 format!("storage.{}", setting.key()).into()
+            }
+            Spelling::JobKey
+                if matches!(
+                    setting,
+                    Setting::Worker | Setting::Workers | Setting::Sample
+                ) =>
+            {
+                setting.flag()
             }
             Spelling::JobKey => setting.key().into(),
         }
@@ -383,6 +392,7 @@ mod tests {
         assert_eq!(passthrough(Spelling::Flag), "--no-passthrough");
         assert_eq!(passthrough(Spelling::Keyword), "passthrough=False");
         assert_eq!(Spelling::JobKey.of(Setting::PartSize), "storage.part_size");
+        assert_eq!(Spelling::JobKey.of(Setting::Worker), "--worker");
         assert_eq!(Spelling::Flag.of(Setting::Source), "SRC");
         assert_eq!(Spelling::Keyword.of(Setting::Overwrite), "overwrite=True");
     }

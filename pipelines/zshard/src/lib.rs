@@ -230,6 +230,14 @@ fn in_job<T>(
     }
 }
 
+/// Messages of a job file's conversions name settings by the job file's keys (`chunk_shape`), those
+/// of SRC DST by the flags (`--chunk-shape`).
+fn spell_for(job: Option<&str>) {
+    if job.is_some() {
+        zshard_convert::set_spelling(zshard_convert::Spelling::JobKey);
+    }
+}
+
 /// The one place the command line builds a conversion: from the options model, every default
 /// the library's. The settings that hold are set even when one does not (its error is returned
 /// beside), so that a report of the failure shows them.
@@ -320,6 +328,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         }
         Command::Finalize { layout, quiet } => {
             let job = layout.dst.is_none().then_some(layout.src.as_str());
+            spell_for(job);
             for options in conversions(&layout)? {
                 let (conversion, configured) = conversion(&options);
                 signals::cancel_on_signals(conversion.cancel.clone())?;
@@ -337,6 +346,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         } => {
             signals::exit_on_signals()?;
             let job = layout.dst.is_none().then_some(layout.src.as_str());
+            spell_for(job);
             let mut plans = Vec::new();
             for mut options in conversions(&layout)? {
                 // The flags win over the job file's settings.
@@ -374,6 +384,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                     "job file {src}: give the source options in the job file, not as flags beside it"
                 );
             }
+            spell_for(Some(&src));
             let verifications = job::verifications(&src, &lower::storage(&storage))?;
             signals::exit_on_signals()?;
             for mut options in verifications {
@@ -393,12 +404,11 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             workers,
             storage,
             quiet,
-        } => job::run(
-            &job,
-            lower::worker(&workers)?,
-            &lower::storage(&storage),
-            quiet,
-        ),
+        } => {
+            let worker = lower::worker(&workers)?;
+            spell_for(Some(&job.to_string_lossy()));
+            job::run(&job, worker, &lower::storage(&storage), quiet)
+        }
         Command::Demo {
             dir,
             threads,
