@@ -107,7 +107,7 @@ impl Conversion {
             source_options: SourceOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: crate::options::default_threads(),
             memory_limit: None,
             partition: Partition::ALL,
             overwrite: false,

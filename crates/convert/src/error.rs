@@ -104,10 +104,10 @@ pub enum Error {
 
     /// A shape by dimension name naming a dimension that no array it applies to has (a misspelt name
     /// would otherwise silently leave the default shapes).
-    #[error("{option}: no dimension named {} in {scope}; {known}", names.join(", "))]
+    #[error("{setting}: no dimension named {} in {scope}; {known}", names.join(", "))]
     UnknownDimension {
-        /// The option (`--shard-shape`, `--chunk-shape`).
-        option: String,
+        /// The setting ([`Setting::ShardShape`](zshard_core::Setting), `ChunkShape`).
+        setting: zshard_core::Setting,
         /// The names no array has.
         names: Vec<String>,
         /// The arrays it applies to (`any array of SRC`, `the array a/b`).

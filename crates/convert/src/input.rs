@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind};
+use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind, Setting};
 use zshard_kerchunk::{Format, ReadStats, ReferenceSet};
 use zshard_store::{IoRuntime, Location, Store};
 use zshard_zarr::{array_chunk_reader, open_hierarchy, open_hierarchy_skipping};
@@ -40,7 +40,8 @@ impl std::str::FromStr for SourceFormat {
             "n5" => Ok(SourceFormat::N5),
             other => Err(Error::Options {
                 reason: format!(
-                    "--source-format {other:?} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk, n5)"
+                    "{} is not supported (zarr, kerchunk-json, kerchunk-parquet, icechunk, n5)",
+                    Setting::SourceFormat.given(format_args!("{other:?}"))
                 ),
             }),
         }
@@ -67,7 +68,10 @@ impl std::str::FromStr for OnUnsupported {
             "refuse" => Ok(OnUnsupported::Refuse),
             "skip" => Ok(OnUnsupported::Skip),
             other => Err(Error::Options {
-                reason: format!("--on-unsupported {other:?} is not supported (refuse, skip)"),
+                reason: format!(
+                    "{} is not supported (refuse, skip)",
+                    Setting::OnUnsupported.given(format_args!("{other:?}"))
+                ),
             }),
         }
     }
@@ -163,7 +167,9 @@ impl Input {
         if options.reference.is_some() {
             return Err(Error::Options {
                 reason: format!(
-                    "--source-ref applies to Icechunk repositories, but {location} is not one (see --source-format)"
+                    "{} applies to Icechunk repositories, but {location} is not one (see {})",
+                    Setting::SourceRef,
+                    Setting::SourceFormat
                 ),
             });
         }
@@ -189,7 +195,11 @@ impl Input {
         match format {
             None if options.references.is_some() => Err(Error::Options {
                 reason: format!(
-                    "--ref-root, --allow-ref-prefix and --ref-coalesce-gap apply to kerchunk reference sets, but {location} is read as Zarr or N5 (see --source-format)"
+                    "{}, {} and {} apply to kerchunk reference sets, but {location} is read as Zarr or N5 (see {})",
+                    Setting::RefRoot,
+                    Setting::AllowRefPrefix,
+                    Setting::RefCoalesceGap,
+                    Setting::SourceFormat
                 ),
             }),
             None => {
@@ -200,7 +210,8 @@ impl Input {
                 if options.format.is_none() && looks_like_remote_icechunk(&store) {
                     return Err(Error::Options {
                         reason: format!(
-                            "{location} holds no Zarr metadata but the folders of an Icechunk repository (refs/, snapshots/); repositories on object stores are read with --source-format icechunk"
+                            "{location} holds no Zarr metadata but the folders of an Icechunk repository (refs/, snapshots/); repositories on object stores are read with {}",
+                            Setting::SourceFormat.given("icechunk")
                         ),
                     });
                 }
@@ -391,10 +402,15 @@ fn looks_like_remote_icechunk(store: &Store) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{OnUnsupported, SourceFormat};
+    use zshard_core::setting::{spelled, Spelling};
 
     #[test]
     fn on_unsupported_values() {
-        let of = |v| OnUnsupported::from_option(v).map_err(|e| e.to_string());
+        let of = |v| {
+            spelled(Spelling::Flag, || {
+                OnUnsupported::from_option(v).map_err(|e| e.to_string())
+            })
+        };
         assert_eq!(of(None), Ok(OnUnsupported::Refuse));
         assert_eq!(of(Some("refuse")), Ok(OnUnsupported::Refuse));
         assert_eq!(of(Some("skip")), Ok(OnUnsupported::Skip));

@@ -207,7 +207,8 @@ fn refuse_live(store: &Store, live: Vec<Live>) -> Result<()> {
     };
     Err(Error::Destination {
         reason: format!(
-            "--overwrite refused: a live run holds {} (host {}, pid {}, worker {}, started {}; lease renewed {:.1} s ago, considered stale {:.1} s after its last renewal, so in {:.1} s if that run was killed; see {})",
+            "{} refused: a live run holds {} (host {}, pid {}, worker {}, started {}; lease renewed {:.1} s ago, considered stale {:.1} s after its last renewal, so in {:.1} s if that run was killed; see {})",
+            zshard_core::Setting::Overwrite,
             store.url(""),
             record.host,
             record.pid,

@@ -76,7 +76,7 @@ impl std::fmt::Display for MemoryDefault {
 /// Where a conversion's memory limit came from: given, or the default of [`memory_default`].
 pub(crate) fn limit_origin(given: Option<u64>) -> String {
     match given {
-        Some(_) => "given (--memory-limit)".to_string(),
+        Some(_) => format!("given ({})", zshard_core::Setting::MemoryLimit),
         None => format!("default: {}", memory_default()),
     }
 }

@@ -3,7 +3,14 @@
 //! order) belongs to worker `g mod N`, so parts are disjoint, cover everything, differ in size by at
 //! most one shard, and spread every region of every array over all workers.
 
+use zshard_core::Setting;
+
 use crate::error::{Error, Result};
+
+/// `--worker "3/x"` (quoted, as given).
+fn worker(s: &str) -> String {
+    Setting::Worker.given(format_args!("{s:?}"))
+}
 
 fn invalid(reason: String) -> Error {
     Error::Worker { reason }
@@ -26,16 +33,16 @@ impl Partition {
     pub fn parse(s: &str) -> Result<Partition> {
         let (i, n) = s
             .split_once('/')
-            .ok_or_else(|| invalid(format!("--worker {s:?} is not I/N (e.g. 3/16)")))?;
+            .ok_or_else(|| invalid(format!("{} is not I/N (e.g. 3/16)", worker(s))))?;
         let index: u64 = i
             .trim()
             .parse()
-            .map_err(|_| invalid(format!("--worker {s:?}: bad index")))?;
+            .map_err(|_| invalid(format!("{}: bad index", worker(s))))?;
         let count: u64 = n
             .trim()
             .parse()
-            .map_err(|_| invalid(format!("--worker {s:?}: bad count")))?;
-        Self::new(index, count).map_err(|e| invalid(format!("--worker {s}: {e}")))
+            .map_err(|_| invalid(format!("{}: bad count", worker(s))))?;
+        Self::new(index, count).map_err(|e| invalid(format!("{}: {e}", Setting::Worker.given(s))))
     }
 
     /// Worker `index` of `count`; refused unless `index < count`.
@@ -81,10 +88,10 @@ impl Partition {
         }
         if let Some(index) = number("JOB_COMPLETION_INDEX")? {
             let Some(count) = workers else {
-                return Err(invalid(
-                    "JOB_COMPLETION_INDEX is set: give the number of workers with --workers N"
-                        .to_string(),
-                ));
+                return Err(invalid(format!(
+                    "JOB_COMPLETION_INDEX is set: give the number of workers with {}",
+                    Setting::Workers.given("N")
+                )));
             };
             return Self::new(index, count)
                 .map_err(|e| invalid(format!("from JOB_COMPLETION_INDEX: {e}")));
@@ -92,7 +99,9 @@ impl Partition {
         if let Some(count) = workers {
             if count != 1 {
                 return Err(invalid(format!(
-                    "--workers {count} needs --worker I/N, a SLURM job array or JOB_COMPLETION_INDEX"
+                    "{} needs {}, a SLURM job array or JOB_COMPLETION_INDEX",
+                    Setting::Workers.given(count),
+                    Setting::Worker.given("I/N")
                 )));
             }
         }
@@ -112,6 +121,13 @@ impl Partition {
     /// A name for this worker's records, unique among the workers of a run.
     pub fn tag(&self) -> String {
         format!("w{}of{}", self.index, self.count)
+    }
+}
+
+/// `I/N`, as [`Partition::parse`] reads it.
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
     }
 }
 

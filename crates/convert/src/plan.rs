@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
 use zshard_core::{
-    auto_shard_shape_around, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, ShardGeometry,
+    auto_shard_shape_around, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, Setting,
+    ShardGeometry,
 };
 use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_store::Store;
@@ -60,12 +61,14 @@ pub struct Layouts {
     pub per_level: std::collections::BTreeMap<usize, LevelShapes>,
 }
 
-/// The shapes of one pyramid level (`--level-shapes LEVEL:SHARD[/CHUNK]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The shapes of one pyramid level (the `level_shapes` setting).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LevelShapes {
     /// The level's shard shape.
     pub shard_shape: Vec<u64>,
     /// Its inner chunk shape; `None`: the first level's, within the level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_shape: Option<Vec<u64>>,
 }
 
@@ -101,11 +104,11 @@ impl Layouts {
 }
 
 impl Layout {
-    /// The shapes it gives, with the option that gives each.
-    fn shapes(&self) -> impl Iterator<Item = (&'static str, &ShapeSpec)> {
+    /// The shapes it gives, with the setting that gives each.
+    fn shapes(&self) -> impl Iterator<Item = (Setting, &ShapeSpec)> {
         [
-            ("--shard-shape", self.shard_shape.as_ref()),
-            ("--chunk-shape", self.chunk_shape.as_ref()),
+            (Setting::ShardShape, self.shard_shape.as_ref()),
+            (Setting::ChunkShape, self.chunk_shape.as_ref()),
         ]
         .into_iter()
         .filter_map(|(option, spec)| spec.map(|s| (option, s)))
@@ -298,19 +301,22 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
 }
 
 /// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
-fn by_name_hint(what: &str, meta: &ArrayMeta) -> String {
+fn by_name_hint(what: Setting, meta: &ArrayMeta) -> String {
     let named = crate::shape::dimension_names(meta)
         .and_then(|names| names.iter().flatten().next())
         .zip(meta.chunk_shape.first());
     named.map_or_else(String::new, |(name, extent)| {
-        format!("; arrays of different ranks take extents by dimension name, e.g. {what} {name}={extent}")
+        format!(
+            "; arrays of different ranks take extents by dimension name, e.g. {}",
+            what.given(format_args!("{name}={extent}"))
+        )
     })
 }
 
-/// Checks a shape given for an array (`what` names the option): one positive extent per dimension.
+/// Checks a shape given for an array (`what` names the setting): one positive extent per dimension.
 /// Every front end (flags, job files, the library) goes through here, before any geometry divides by
 /// an extent.
-fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
+fn check_shape(what: Setting, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     if shape.len() != meta.shape.len() {
         return Err(Error::Layout {
             reason: format!(
@@ -332,10 +338,10 @@ fn check_shape(what: &str, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
     Ok(())
 }
 
-/// The extent `spec` (of the option `what`) gives each dimension of `meta`, `None` where the default
+/// The extent `spec` (of the setting `what`) gives each dimension of `meta`, `None` where the default
 /// rule applies; extents by position must give every dimension.
 fn given_extents(
-    what: &str,
+    what: Setting,
     spec: Option<&ShapeSpec>,
     meta: &ArrayMeta,
 ) -> Result<Vec<Option<u64>>> {
@@ -353,13 +359,13 @@ fn given_extents(
 /// The inner chunk shape: the extents given, else the source's chunk (or inner chunk) extent.
 fn inner_shape_of(spec: Option<&ShapeSpec>, meta: &ArrayMeta) -> Result<Vec<u64>> {
     let source = source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone());
-    let given = given_extents("--chunk-shape", spec, meta)?;
+    let given = given_extents(Setting::ChunkShape, spec, meta)?;
     let shape: Vec<u64> = given
         .iter()
         .zip(&source)
         .map(|(given, &source)| given.unwrap_or(source))
         .collect();
-    check_shape("--chunk-shape", &shape, meta)?;
+    check_shape(Setting::ChunkShape, &shape, meta)?;
     Ok(shape)
 }
 
@@ -370,9 +376,9 @@ fn shard_shape_of(
     meta: &ArrayMeta,
     inner_shape: &[u64],
 ) -> Result<Vec<u64>> {
-    let given = given_extents("--shard-shape", spec, meta)?;
+    let given = given_extents(Setting::ShardShape, spec, meta)?;
     let shape = auto_shard_shape_around(&meta.shape, inner_shape, meta.data_type.size(), &given);
-    check_shape("--shard-shape", &shape, meta)?;
+    check_shape(Setting::ShardShape, &shape, meta)?;
     Ok(shape)
 }
 
@@ -389,7 +395,8 @@ fn level_layouts(
     if let Some(level) = layouts.per_level.keys().find(|&&l| l >= deepest) {
         return Err(Error::Options {
             reason: format!(
-                "--level-shapes gives shapes for pyramid level {level}, but {source} has {}",
+                "{} gives shapes for pyramid level {level}, but {source} has {}",
+                Setting::LevelShapes,
                 match deepest {
                     0 => "no multiscale pyramid (OME-Zarr multiscales)".to_string(),
                     n => format!("levels 0 to {} only", n - 1),
@@ -640,9 +647,11 @@ mod tests {
                 chunk_shape: None,
             },
         );
-        let error = Plan::new(&nodes, &layouts, "a.zarr", OnUnsupported::Refuse)
-            .expect_err("no pyramid")
-            .to_string();
+        let error = zshard_core::setting::spelled(zshard_core::Spelling::Flag, || {
+            Plan::new(&nodes, &layouts, "a.zarr", OnUnsupported::Refuse)
+                .expect_err("no pyramid")
+                .to_string()
+        });
         assert!(
             error.contains("--level-shapes gives shapes for pyramid level 1, but a.zarr has no multiscale pyramid"),
             "{error}"

@@ -3,7 +3,7 @@
 //! kept with its attributes, and groups with no kept array below them are dropped.
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use zshard_core::{Node, NodeKind};
+use zshard_core::{Node, NodeKind, Setting};
 
 use crate::error::{Error, Result};
 
@@ -31,12 +31,16 @@ struct Pattern {
 }
 
 impl Pattern {
-    fn new(option: &str, text: &str) -> Result<Pattern> {
+    fn new(setting: Setting, text: &str) -> Result<Pattern> {
         let glob: Glob = GlobBuilder::new(text)
             .literal_separator(true)
             .build()
             .map_err(|e| Error::Options {
-                reason: format!("{option} {text:?} is not a valid glob: {}", e.kind()),
+                reason: format!(
+                    "{} is not a valid glob: {}",
+                    setting.given(format_args!("{text:?}")),
+                    e.kind()
+                ),
             })?;
         Ok(Pattern {
             text: text.to_string(),
@@ -72,26 +76,26 @@ impl Selection {
         if self.is_all() {
             return Ok(nodes);
         }
-        let compile = |option: &str, texts: &[String]| -> Result<Vec<Pattern>> {
-            texts.iter().map(|t| Pattern::new(option, t)).collect()
+        let compile = |setting: Setting, texts: &[String]| -> Result<Vec<Pattern>> {
+            texts.iter().map(|t| Pattern::new(setting, t)).collect()
         };
-        let include = compile("--include", &self.include)?;
-        let exclude = compile("--exclude", &self.exclude)?;
+        let include = compile(Setting::Include, &self.include)?;
+        let exclude = compile(Setting::Exclude, &self.exclude)?;
         let arrays: Vec<&str> = nodes
             .iter()
             .filter(|n| matches!(n.kind, NodeKind::Array(_)))
             .map(|n| n.path.as_str())
             .collect();
-        for (option, pattern) in include
+        for (setting, pattern) in include
             .iter()
-            .map(|p| ("--include", p))
-            .chain(exclude.iter().map(|p| ("--exclude", p)))
+            .map(|p| (Setting::Include, p))
+            .chain(exclude.iter().map(|p| (Setting::Exclude, p)))
         {
             if !arrays.iter().any(|a| pattern.selects(a)) {
                 return Err(Error::Options {
                     reason: format!(
-                        "{option} {:?} matches no array of {source} (its arrays: {})",
-                        pattern.text,
+                        "{} matches no array of {source} (its arrays: {})",
+                        setting.given(format_args!("{:?}", pattern.text)),
                         listed(&arrays)
                     ),
                 });
@@ -106,8 +110,9 @@ impl Selection {
         if kept.is_empty() {
             return Err(Error::Options {
                 reason: format!(
-                    "--include {:?} and --exclude {:?} leave no array of {source} to convert",
-                    self.include, self.exclude
+                    "{} and {} leave no array of {source} to convert",
+                    Setting::Include.given(format_args!("{:?}", self.include)),
+                    Setting::Exclude.given(format_args!("{:?}", self.exclude))
                 ),
             });
         }
@@ -133,11 +138,11 @@ impl Selection {
         if self.is_all() {
             return Ok(items);
         }
-        let compile = |option: &str, texts: &[String]| -> Result<Vec<Pattern>> {
-            texts.iter().map(|t| Pattern::new(option, t)).collect()
+        let compile = |setting: Setting, texts: &[String]| -> Result<Vec<Pattern>> {
+            texts.iter().map(|t| Pattern::new(setting, t)).collect()
         };
-        let include = compile("--include", &self.include)?;
-        let exclude = compile("--exclude", &self.exclude)?;
+        let include = compile(Setting::Include, &self.include)?;
+        let exclude = compile(Setting::Exclude, &self.exclude)?;
         Ok(items
             .into_iter()
             .filter(|item| {
@@ -259,10 +264,17 @@ mod tests {
 
     #[test]
     fn patterns_that_select_nothing_are_errors() {
-        let e = paths(&select(&["c/*"], &[])).expect_err("no match");
-        assert!(e.to_string().contains("--include \"c/*\" matches no array of src (its arrays: a/x, a/skip, a/deep/y, b/z, top)"), "{e}");
-        let e = paths(&select(&[], &["nope"])).expect_err("no match");
-        assert!(e.to_string().starts_with("--exclude \"nope\""), "{e}");
+        let flags = |include: &[&str], exclude: &[&str]| {
+            zshard_core::setting::spelled(zshard_core::Spelling::Flag, || {
+                paths(&select(include, exclude))
+                    .expect_err("no match")
+                    .to_string()
+            })
+        };
+        let e = flags(&["c/*"], &[]);
+        assert!(e.contains("--include \"c/*\" matches no array of src (its arrays: a/x, a/skip, a/deep/y, b/z, top)"), "{e}");
+        let e = flags(&[], &["nope"]);
+        assert!(e.starts_with("--exclude \"nope\""), "{e}");
         let e = paths(&select(&["b"], &["b/*"])).expect_err("nothing left");
         assert!(e.to_string().contains("leave no array"), "{e}");
         let e = paths(&select(&["a/[x"], &[])).expect_err("bad glob");

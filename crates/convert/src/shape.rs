@@ -10,7 +10,7 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
-use zshard_core::ArrayMeta;
+use zshard_core::{ArrayMeta, Setting};
 
 use crate::error::{Error, Result};
 
@@ -187,11 +187,11 @@ pub(crate) fn dimension_names(meta: &ArrayMeta) -> Option<&[Option<String>]> {
     meta.dimension_names.as_deref()
 }
 
-/// Refuses a `spec` (of the option `option`) that names a dimension none of `arrays` has: a misspelt
+/// Refuses a `spec` (of the setting `setting`) that names a dimension none of `arrays` has: a misspelt
 /// name must not silently leave the shapes to the default rule. `scope` says which arrays they are in
 /// the message (`any array of SRC`).
 pub(crate) fn check_names_known<'a>(
-    option: &str,
+    setting: Setting,
     spec: &ShapeSpec,
     arrays: impl Iterator<Item = &'a ArrayMeta>,
     scope: &str,
@@ -213,7 +213,7 @@ pub(crate) fn check_names_known<'a>(
         format!("the dimension names are: {}", list.join(", "))
     };
     Err(Error::UnknownDimension {
-        option: option.to_string(),
+        setting,
         names: unknown.iter().map(|n| n.to_string()).collect(),
         known,
         scope: scope.to_string(),
@@ -223,6 +223,7 @@ pub(crate) fn check_names_known<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zshard_core::setting::{spelled, Spelling};
 
     fn meta(shape: &[u64]) -> ArrayMeta {
         ArrayMeta {
@@ -298,20 +299,22 @@ mod tests {
         let mut meta = meta(&[10, 20]);
         meta.dimension_names = Some(vec![Some("time".into()), Some("lat".into())]);
         let spec = by_name(&[("tme", 4), ("lat", 2)]);
-        let e = check_names_known(
-            "--shard-shape",
-            &spec,
-            [&meta].into_iter(),
-            "any array of src",
-        )
-        .expect_err("typo")
-        .to_string();
+        let e = spelled(Spelling::Flag, || {
+            check_names_known(
+                Setting::ShardShape,
+                &spec,
+                [&meta].into_iter(),
+                "any array of src",
+            )
+            .expect_err("typo")
+            .to_string()
+        });
         assert_eq!(
             e,
             "--shard-shape: no dimension named tme in any array of src; the dimension names are: lat, time"
         );
         assert!(check_names_known(
-            "--shard-shape",
+            Setting::ShardShape,
             &by_name(&[("lat", 2)]),
             [&meta].into_iter(),
             "any array of src"

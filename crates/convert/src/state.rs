@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use zshard_core::{linear_index, ChunkKeyEncoding};
+use zshard_core::{linear_index, ChunkKeyEncoding, Setting};
 use zshard_store::{PutNew, Store};
 
 use crate::ahead::WriteAhead;
@@ -308,8 +308,9 @@ fn claim(
         }
         return Err(Error::Destination {
             reason: format!(
-                "an --overwrite of {} was interrupted; rerun with --overwrite to finish clearing it",
-                dst.url("")
+                "an {o} of {} was interrupted; rerun with {o} to finish clearing it",
+                dst.url(""),
+                o = Setting::Overwrite
             ),
         });
     }
@@ -350,10 +351,11 @@ fn claim(
         }
         return Err(Error::Destination {
             reason: format!(
-                "{} is claimed by a conversion with different options ({}; see {}), running now or interrupted; rerun with its options to resume it, or use --overwrite to replace it once no run writes into it",
+                "{} is claimed by a conversion with different options ({}; see {}), running now or interrupted; rerun with its options to resume it, or use {} to replace it once no run writes into it",
                 dst.url(""),
                 differences(&claimed, fingerprint),
-                dst.url(CLAIM)
+                dst.url(CLAIM),
+                Setting::Overwrite
             ),
         });
     }
@@ -418,9 +420,10 @@ fn check_holdings(
     if let Some(key) = survey.first_v2_metadata() {
         return Err(Error::Destination {
             reason: format!(
-                "{} holds Zarr v2 metadata ({}); use --overwrite to replace it",
+                "{} holds Zarr v2 metadata ({}); use {} to replace it",
                 dst.url(""),
-                dst.url(key)
+                dst.url(key),
+                Setting::Overwrite
             ),
         });
     }
@@ -431,8 +434,9 @@ fn check_holdings(
         }
         return Err(Error::Destination {
             reason: format!(
-                "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use --overwrite to replace it",
-                dst.url("")
+                "{} already holds Zarr metadata that differs from this conversion (different options, or not written by zshard); use {} to replace it",
+                dst.url(""),
+                Setting::Overwrite
             ),
         });
     }
@@ -443,18 +447,20 @@ fn check_holdings(
         if let Some((key, _, _)) = survey.shards.iter().flatten().next() {
             return Err(Error::Destination {
                 reason: format!(
-                    "{} holds {} but no record of the zshard conversion that wrote it, so its shards cannot be trusted; use --overwrite to replace it",
+                    "{} holds {} but no record of the zshard conversion that wrote it, so its shards cannot be trusted; use {} to replace it",
                     dst.url(""),
-                    dst.url(key)
+                    dst.url(key),
+                    Setting::Overwrite
                 ),
             });
         }
     } else if let Some(key) = survey.conflicting_record(dst, fingerprint)? {
         return Err(Error::Destination {
             reason: format!(
-                "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use --overwrite to replace it",
+                "{} holds a conversion with different options (see {}); rerun with the same options to resume it, or use {} to replace it",
                 dst.url(""),
-                dst.url(key)
+                dst.url(key),
+                Setting::Overwrite
             ),
         });
     }
@@ -609,7 +615,8 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     if !partition.is_all() {
         return Err(Error::Destination {
             reason: format!(
-                "--overwrite cannot be combined with a partitioned run; empty {} first",
+                "{} cannot be combined with a partitioned run; empty {} first",
+                Setting::Overwrite,
                 dst.url("")
             ),
         });
@@ -618,7 +625,7 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     // later run must not take them for done ones of its own.
     dst.put(
         OVERWRITING,
-        Bytes::from_static(b"an --overwrite is clearing this destination\n"),
+        Bytes::from_static(b"an overwrite is clearing this destination\n"),
     )?;
     let owned: Vec<String> = owned.into_iter().filter(|k| k != OVERWRITING).collect();
     dst.delete_many(&owned)?;

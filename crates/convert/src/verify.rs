@@ -450,7 +450,7 @@ impl Verification {
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: crate::options::default_threads(),
             ome: Default::default(),
         }
     }
@@ -488,7 +488,10 @@ fn verify(v: &Verification) -> Result<Verified> {
     let (source, destination, sample) = (v.source.as_str(), v.destination.as_str(), v.sample);
     if !(sample > 0.0 && sample <= 1.0) {
         return Err(Error::Options {
-            reason: format!("--sample {sample} is not in (0, 1]"),
+            reason: format!(
+                "{} is not in (0, 1]",
+                zshard_core::Setting::Sample.given(sample)
+            ),
         });
     }
     let (source_location, destination_location) =

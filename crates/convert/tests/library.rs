@@ -302,3 +302,39 @@ fn a_cancelled_conversion_reports_it_and_resumes() {
     assert_eq!(resumed.status, zshard_convert::Status::Ok);
     assert_eq!(read_output(&dst), expected());
 }
+
+/// A library error names a setting as the front end in use spells it: the command's flag, Python's
+/// keyword, a job file's key. Nothing in the library spells it as a flag of its own.
+#[test]
+fn errors_name_settings_as_each_front_end_spells_them() {
+    use zshard_convert::{one_line, spelled, Spelling};
+    let (_tmp, src, dst) = setup();
+    let mut c = conversion(&src, &dst);
+    c.memory_limit = Some(1024);
+    let e = c.plan().expect_err("1 KiB holds no shard");
+    let cli = spelled(Spelling::Flag, || one_line(&e));
+    let python = spelled(Spelling::Keyword, || one_line(&e));
+    let job = spelled(Spelling::JobKey, || one_line(&e));
+    assert!(cli.contains("or use a --memory-limit of at least"), "{cli}");
+    assert!(
+        python.contains("or use a memory_limit= of at least"),
+        "{python}"
+    );
+    assert!(!python.contains("--"), "{python}");
+    assert!(job.contains("or use a memory_limit of at least"), "{job}");
+    // A message made eagerly (here on this thread) takes the spelling of the moment.
+    c.memory_limit = None;
+    c.partition = Partition::new(0, 2).expect("partition");
+    c.convert(&()).expect("worker 0 of 2");
+    c.overwrite = true;
+    let refused = |spelling| spelled(spelling, || one_line(&c.convert(&()).expect_err("refused")));
+    let (cli, python) = (refused(Spelling::Flag), refused(Spelling::Keyword));
+    assert!(
+        cli.contains("--overwrite cannot be combined with a partitioned run"),
+        "{cli}"
+    );
+    assert!(
+        python.contains("overwrite=True cannot be combined with a partitioned run"),
+        "{python}"
+    );
+}

@@ -77,11 +77,15 @@ fn names_no_array_has_are_refused_naming_the_known_ones() {
     let tmp = tempfile::tempdir().expect("tempdir");
     write_source(&tmp.path().join("src"));
     let source = tmp.path().join("src");
-    let e = conversion(tmp.path(), "tme=16", None)
-        .plan()
-        .expect_err("misspelt");
+    // Messages name settings as the command line's flags here (`zshard` spells them so).
+    let flags = |c: &zshard_convert::Conversion| {
+        zshard_convert::spelled(zshard_convert::Spelling::Flag, || {
+            zshard_convert::one_line(&c.plan().expect_err("refused"))
+        })
+    };
+    let e = flags(&conversion(tmp.path(), "tme=16", None));
     assert_eq!(
-        e.to_string(),
+        e,
         format!(
             "--shard-shape: no dimension named tme in any array of {}; the dimension names are: lat, time",
             source.display()
@@ -94,7 +98,7 @@ fn names_no_array_has_are_refused_naming_the_known_ones() {
         ..Layout::default()
     };
     c.layouts.per_array.insert("time".into(), own);
-    let e = c.plan().expect_err("not a dimension of time").to_string();
+    let e = flags(&c);
     assert_eq!(
         e,
         "--chunk-shape: no dimension named lat in the array \"time\"; the dimension names are: time"
@@ -105,11 +109,13 @@ fn names_no_array_has_are_refused_naming_the_known_ones() {
 fn a_positional_shape_that_misses_an_array_points_to_shapes_by_name() {
     let tmp = tempfile::tempdir().expect("tempdir");
     write_source(&tmp.path().join("src"));
-    let e = zshard_convert::one_line(
-        &conversion(tmp.path(), "20", None)
-            .plan()
-            .expect_err("ranks differ"),
-    );
+    let e = zshard_convert::spelled(zshard_convert::Spelling::Flag, || {
+        zshard_convert::one_line(
+            &conversion(tmp.path(), "20", None)
+                .plan()
+                .expect_err("ranks differ"),
+        )
+    });
     assert_eq!(
         e,
         "array field: --shard-shape [20] has 1 dimensions, but the array has 2 (shape [40, 60]); \

@@ -27,6 +27,7 @@ mod geometry;
 mod grid;
 mod io;
 mod meta;
+pub mod setting;
 mod shard_index;
 mod sharding;
 mod structs;
@@ -47,6 +48,7 @@ pub use geometry::{
 pub use grid::RectilinearGrid;
 pub use io::{ChunkReader, ShardSink, ShardStream};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
+pub use setting::{Setting, Spelling};
 pub use shard_index::{
     assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
     ShardReader, EMPTY,

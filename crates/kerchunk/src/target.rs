@@ -15,6 +15,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
 
+use zshard_core::Setting;
 use zshard_store::Location;
 
 /// Schemes of remote targets that are read.
@@ -99,11 +100,15 @@ pub(crate) fn local_allowed(path: &Path, policy: &Policy) -> Result<(), String> 
     match &policy.root {
         Root::Local(root) if path.starts_with(root) => Ok(()),
         Root::Local(root) => Err(format!(
-            "it is outside the reference root {} (see --ref-root and --allow-ref-prefix)",
-            root.display()
+            "it is outside the reference root {} (see {} and {})",
+            root.display(),
+            Setting::RefRoot,
+            Setting::AllowRefPrefix
         )),
         Root::Remote(root) => Err(format!(
-            "local files are not read for a remote reference set ({root}) unless --ref-root or --allow-ref-prefix names them"
+            "local files are not read for a remote reference set ({root}) unless {} or {} names them",
+            Setting::RefRoot,
+            Setting::AllowRefPrefix
         )),
     }
 }
@@ -199,7 +204,8 @@ fn remote_allowed(url: &url::Url, raw: &str, policy: &Policy) -> Result<(), Stri
     if scheme == "http" || scheme == "https" {
         if let Some(why) = url.host().as_ref().and_then(internal_host) {
             return Err(format!(
-                "it is {why}, read only when --allow-ref-prefix names it"
+                "it is {why}, read only when {} names it",
+                Setting::AllowRefPrefix
             ));
         }
     }
@@ -218,7 +224,8 @@ impl zshard_store::HttpGuard for Policy {
         });
         match internal_address(address) {
             Some(why) if !named => Err(format!(
-                "{address} is {why}, read only when --allow-ref-prefix names the host {host}"
+                "{address} is {why}, read only when {} names the host {host}",
+                Setting::AllowRefPrefix
             )),
             _ => Ok(()),
         }
@@ -362,7 +369,7 @@ mod tests {
             .contains("climbs out"));
         assert!(resolve("/etc/passwd", &p)
             .expect_err("outside")
-            .contains("--ref-root"));
+            .contains(&Setting::RefRoot.to_string()));
     }
 
     /// Issue 31, row 3: a reference that climbs out of an allowed prefix with dot segments is

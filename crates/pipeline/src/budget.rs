@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use zshard_core::{product, ShardGeometry};
+use zshard_core::{product, Setting, ShardGeometry};
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayLayout, Options, DEFAULT_PART_BYTES};
@@ -262,8 +262,9 @@ impl fmt::Display for MemoryUse {
         match *self {
             MemoryUse::Chunks { bytes } => write!(
                 f,
-                "the source chunks (or inner chunks) in flight take {}, too big for it: use smaller --chunk-shape",
-                HumanBytes(bytes)
+                "the source chunks (or inner chunks) in flight take {}, too big for it: use smaller {}",
+                HumanBytes(bytes),
+                Setting::ChunkShape
             ),
             MemoryUse::ShardIndex {
                 chunks_per_shard,
@@ -271,8 +272,10 @@ impl fmt::Display for MemoryUse {
                 bytes,
             } => write!(
                 f,
-                "the shard index takes {} ({chunks_per_shard} inner chunks per shard at {INDEX_BYTES_PER_CHUNK} B each, {open_shards} shards open at a time): use a smaller --shard-shape or a larger --chunk-shape",
-                HumanBytes(bytes)
+                "the shard index takes {} ({chunks_per_shard} inner chunks per shard at {INDEX_BYTES_PER_CHUNK} B each, {open_shards} shards open at a time): use a smaller {} or a larger {}",
+                HumanBytes(bytes),
+                Setting::ShardShape,
+                Setting::ChunkShape
             ),
             MemoryUse::Source { bytes } => write!(
                 f,
@@ -563,7 +566,8 @@ mod tests {
         assert_eq!(tight.array_peak(&array), tight.estimated_peak);
         let err = budget(arrays, &request(8, Some(1 << 20))).expect_err("too small");
         assert!(matches!(err, Error::MemoryLimit { limit, .. } if limit == 1 << 20));
-        let message = err.to_string();
+        let message =
+            zshard_core::setting::spelled(zshard_core::Spelling::Flag, || err.to_string());
         assert!(
             message.contains("more than the memory limit of 1.00 MiB")
                 && message.contains("--memory-limit"),

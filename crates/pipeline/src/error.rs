@@ -64,7 +64,7 @@ pub enum Error {
     },
 
     /// [`budget`](crate::budget) finds no thread count and part size under the memory limit.
-    #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}: {cause}; or use a --memory-limit of at least {}", HumanBytes(*.needed), HumanBytes(*.limit), HumanBytes(*.needed))]
+    #[error("the conversion needs about {} of memory even with one thread and parts of one inner chunk, more than the memory limit of {}: {cause}; or use a {} of at least {}", HumanBytes(*.needed), HumanBytes(*.limit), zshard_core::Setting::MemoryLimit, HumanBytes(*.needed))]
     MemoryLimit {
         /// Index (in the layouts given to [`budget`](crate::budget)) of the array whose smallest run
         /// needs the most; `None` when what the source holds is the cause.

@@ -129,7 +129,10 @@ fn cli_main(py: Python<'_>, args: Vec<String>) -> u8 {
         .chain(args)
         .map(OsString::from)
         .collect();
-    py.detach(|| zshard_cli::main(args))
+    let status = py.detach(|| zshard_cli::main(args));
+    // The command spells settings as flags; this module's functions, as keywords again.
+    zshard_convert::set_spelling(zshard_convert::Spelling::Keyword);
+    status
 }
 
 /// Runs the `convert`, `plan`, `finalize`, `verify` or `ls` command line `args` (without the
@@ -280,6 +283,8 @@ fn figures_dict(py: Python<'_>, f: Figures) -> PyResult<Bound<'_, PyDict>> {
 /// The extension module `zshard._zshard`.
 #[pymodule]
 fn _zshard(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Messages of the library name settings as this module's keyword arguments (`memory_limit=`).
+    zshard_convert::set_spelling(zshard_convert::Spelling::Keyword);
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,12 +1,9 @@
-//! Command-line flags shared by several subcommands, and how they become the library's typed options.
-//! Nothing below `main` sees a flag: each group turns into a `zshard_convert` value here.
+//! The command line's flags shared by several subcommands, as clap reads them: the low level of the
+//! command line (ripgrep's `LowArgs`). `lower.rs` maps them into the library's options model in one
+//! place; nothing here builds a library value and no default is written here.
 
-use std::time::Duration;
-
-use zshard_convert::{
-    parse_size, Compressor, Layout, LevelShapes, OmeMetadata, Partition, ReferenceOptions,
-    Selection, ShapeSpec, SourceOptions, StoreOptions,
-};
+use zshard_convert::options::CoalesceGap;
+use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, ShapeSpec};
 use zshard_core::IndexLocation;
 
 /// A size flag (`512MiB`, `4G`, `2GB`).
@@ -14,21 +11,9 @@ pub fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-/// `--ref-coalesce-gap`: a size, or `off` (`None`) for one request per reference. (A newtype, as
-/// clap reads `Option<Option<_>>` as a flag with an optional value.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CoalesceGap(Option<u64>);
-
+/// `--ref-coalesce-gap`: a size, or `off` for one request per reference.
 fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
-    ref_coalesce_gap(s).map(CoalesceGap)
-}
-
-/// A reference coalescing gap (flag or job key): a size, or `off` (`None`).
-pub fn ref_coalesce_gap(s: &str) -> Result<Option<u64>, String> {
-    if s.trim().eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    size(s).map(Some)
+    s.parse().map_err(|e: zshard_convert::Error| e.to_string())
 }
 
 /// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`.
@@ -76,53 +61,53 @@ fn index_location(s: &str) -> Result<IndexLocation, String> {
 pub struct LayoutArgs {
     /// Source: a Zarr v2 or v3 array or group, or a kerchunk reference set (a path or a file://,
     /// s3://, gs://, az:// or http(s):// URL).
-    pub src: String,
+    pub(crate) src: String,
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
     /// az:// URL). Without it, SRC is a job file (JOB.toml) that gives every conversion's options.
-    pub dst: Option<String>,
+    pub(crate) dst: Option<String>,
     /// Shard shape: one extent per dimension, e.g. 4096,4096, or extents by dimension name for
     /// every array that has those dimensions, e.g. time=48,lat=720 (names from dimension_names or
     /// _ARRAY_DIMENSIONS; dimensions not named are chosen automatically, see `zshard convert --help`).
     #[arg(long, value_name = "a,b,...|name=a,...")]
-    shard_shape: Option<String>,
+    pub(crate) shard_shape: Option<String>,
     /// Inner chunk shape: e.g. 256,256, or by dimension name, e.g. lon=1440 (default, and for
     /// dimensions not named: the source chunk shape).
     #[arg(long, value_name = "a,b,...|name=a,...")]
-    chunk_shape: Option<String>,
+    pub(crate) chunk_shape: Option<String>,
     /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
     /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
     /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples); or source: each
     /// array's own codecs where they are a valid Zarr v3 chain (plan names the arrays that get the
     /// default instead). Default: zstd:3.
     #[arg(long, value_name = "SPEC")]
-    compressor: Option<Compressor>,
+    pub(crate) compressor: Option<Compressor>,
     /// Where each shard's index goes (default: end).
     #[arg(long, value_parser = index_location, value_name = "start|end")]
-    index_location: Option<IndexLocation>,
+    pub(crate) index_location: Option<IndexLocation>,
     /// Always decode and re-encode. By default, source chunks that already have the output's inner
     /// chunk shape and codec chain are copied into the shards without decoding.
     #[arg(long)]
-    no_passthrough: bool,
+    pub(crate) no_passthrough: bool,
     /// Do not consolidate the metadata of a hierarchy into its root zarr.json. By default it is, as
     /// zarr-python's consolidate_metadata does (xarray opens the output without a warning).
     #[arg(long)]
-    no_consolidate: bool,
+    pub(crate) no_consolidate: bool,
     /// Shapes of one level of every multiscale (OME-Zarr) pyramid, LEVEL:SHARD[/CHUNK] (0 is the
     /// full resolution; repeatable), e.g. 2:1,256,256/1,64,64. By default each level's shapes follow
     /// from the first level's through the level's scale factors.
     #[arg(long, value_parser = level_shapes, value_name = "LEVEL:SHARD[/CHUNK]")]
-    level_shapes: Vec<(usize, LevelShapes)>,
+    pub(crate) level_shapes: Vec<(usize, LevelShapes)>,
     /// OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or bioformats2raw
     /// hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as dimension_names); 0.5 and other
     /// versions are copied as they are. keep copies every attribute as it is.
-    #[arg(long, default_value = "upgrade", value_name = "upgrade|keep")]
-    pub ome: OmeMetadata,
+    #[arg(long, value_name = "upgrade|keep")]
+    pub(crate) ome: Option<OmeMetadata>,
     #[command(flatten)]
-    pub source: SourceArgs,
+    pub(crate) source: SourceArgs,
     #[command(flatten)]
-    pub storage: StorageArgs,
+    pub(crate) storage: StorageArgs,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 /// What kind of output DST is.
@@ -132,138 +117,17 @@ pub struct OutputArgs {
     /// Icechunk repository DST (created when missing) in one commit. A DST that already is a
     /// repository is written as icechunk.
     #[arg(long, value_name = "zarr|icechunk", value_parser = ["zarr", "icechunk"])]
-    output_format: Option<String>,
+    pub(crate) output_format: Option<String>,
     /// Icechunk output: the branch to commit to (default main; created from main when missing).
     #[arg(long, value_name = "NAME")]
-    branch: Option<String>,
+    pub(crate) branch: Option<String>,
     /// Icechunk output: the commit message (default: names zshard, the source and the options).
     #[arg(long, value_name = "TEXT")]
-    message: Option<String>,
+    pub(crate) message: Option<String>,
     /// Icechunk output: the spec version of a repository zshard makes (default 2; 1 for readers on
     /// icechunk 1.x). An existing repository is written in its own.
     #[arg(long, value_name = "1|2")]
-    icechunk_spec: Option<zshard_convert::SpecVersion>,
-}
-
-impl OutputArgs {
-    /// Whether any of these flags is given.
-    fn given(&self) -> bool {
-        self.output_format.is_some()
-            || self.branch.is_some()
-            || self.message.is_some()
-            || self.icechunk_spec.is_some()
-    }
-
-    /// The Icechunk output these flags ask for (`None` for plain Zarr, or when DST decides).
-    fn icechunk(&self) -> zshard_convert::Result<Option<zshard_convert::IcechunkOutput>> {
-        let icechunk = self.output_format.as_deref() == Some("icechunk");
-        let icechunk_flags =
-            self.branch.is_some() || self.message.is_some() || self.icechunk_spec.is_some();
-        if !icechunk && icechunk_flags && self.output_format.is_some() {
-            return Err(zshard_convert::Error::Options {
-                reason: "--branch, --message and --icechunk-spec apply to --output-format icechunk"
-                    .to_string(),
-            });
-        }
-        let wanted = icechunk || icechunk_flags;
-        Ok(wanted.then(|| {
-            let mut output = zshard_convert::IcechunkOutput::default();
-            if let Some(branch) = &self.branch {
-                output.branch = branch.clone();
-            }
-            output.message = self.message.clone();
-            output.spec = self.icechunk_spec;
-            output
-        }))
-    }
-}
-
-impl LayoutArgs {
-    /// The layout these flags give; the shapes are parsed by the library (a conversion error, exit 1).
-    pub fn layout(&self) -> zshard_convert::Result<Layout> {
-        let shape = |text: &Option<String>| text.as_deref().map(str::parse).transpose();
-        Ok(Layout {
-            shard_shape: shape(&self.shard_shape)?,
-            chunk_shape: shape(&self.chunk_shape)?,
-            compressor: self.compressor.clone().unwrap_or(Compressor::DEFAULT),
-            index_location: self.index_location.unwrap_or(IndexLocation::End),
-            passthrough: !self.no_passthrough,
-        })
-    }
-
-    /// The conversions these arguments name: SRC into DST with these options, or those of the job
-    /// file SRC when there is no DST (then only the storage flags may be given with it).
-    pub fn conversions(&self) -> anyhow::Result<Vec<zshard_convert::Conversion>> {
-        let Some(dst) = &self.dst else {
-            self.refuse_options_beside_job()?;
-            return crate::job::load(self.src.as_ref(), Partition::ALL, &self.storage);
-        };
-        let mut c = zshard_convert::Conversion::new(&self.src, dst);
-        self.configure(&mut c)?;
-        Ok(vec![c])
-    }
-
-    /// The job file, when SRC is one (no DST given).
-    pub fn job(&self) -> Option<&str> {
-        self.dst.is_none().then_some(self.src.as_str())
-    }
-
-    /// A job file holds the options; flags that would be ignored beside it are refused.
-    fn refuse_options_beside_job(&self) -> anyhow::Result<()> {
-        if !self.src.ends_with(".toml") {
-            anyhow::bail!("DST is missing: give SRC DST, or a job file (JOB.toml) alone");
-        }
-        let given = self.shard_shape.is_some()
-            || self.chunk_shape.is_some()
-            || self.compressor.is_some()
-            || self.index_location.is_some()
-            || self.no_passthrough
-            || self.no_consolidate
-            || self.source.given()
-            || self.output.given();
-        if given {
-            let job = std::fs::canonicalize(&self.src)
-                .map_or_else(|_| self.src.clone(), |p| p.display().to_string());
-            anyhow::bail!(
-                "job file {job}: give the conversion's options in the job file, not as flags beside it (only storage flags apply)"
-            );
-        }
-        Ok(())
-    }
-
-    /// Sets these options on `c` (a conversion of SRC into DST); the ones that parse are set even
-    /// when another one does not, so a report of the failure shows them.
-    pub fn configure(&self, c: &mut zshard_convert::Conversion) -> zshard_convert::Result<()> {
-        c.layouts.per_level = self.level_shapes.iter().cloned().collect();
-        c.ome = self.ome;
-        c.store_options = self.storage.options();
-        c.io_threads = self.storage.io_threads;
-        c.consolidate = !self.no_consolidate;
-        c.lease_stale_after = lease_stale_after()?;
-        c.source_options = self.source.options()?;
-        c.layouts.default = self.layout()?;
-        c.icechunk = self.output.icechunk()?;
-        Ok(())
-    }
-}
-
-/// The variable that sets how long a run's lease on its destination stays fresh without renewal.
-pub const LEASE_VARIABLE: &str = "ZSHARD_LEASE_STALE_SECONDS";
-
-/// How long this run's lease stays fresh: `ZSHARD_LEASE_STALE_SECONDS` (seconds, fractions allowed),
-/// else the library's default (60 s).
-pub fn lease_stale_after() -> zshard_convert::Result<Duration> {
-    let Ok(text) = std::env::var(LEASE_VARIABLE) else {
-        return Ok(zshard_convert::DEFAULT_LEASE_STALE_AFTER);
-    };
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| zshard_convert::Error::Options {
-            reason: format!("{LEASE_VARIABLE}={text:?} is not a positive number of seconds"),
-        })
+    pub(crate) icechunk_spec: Option<zshard_convert::SpecVersion>,
 }
 
 /// Which share of the shards this process converts.
@@ -274,18 +138,10 @@ pub struct WorkerArgs {
     /// --workers) decides; otherwise all shards. A partitioned run writes no metadata: run
     /// `zshard finalize` once all workers are done.
     #[arg(long, value_name = "I/N")]
-    worker: Option<String>,
+    pub(crate) worker: Option<String>,
     /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
     #[arg(long, value_name = "N")]
-    workers: Option<u64>,
-}
-
-impl WorkerArgs {
-    pub fn partition(&self) -> zshard_convert::Result<Partition> {
-        Partition::resolve(self.worker.as_deref(), self.workers, |k| {
-            std::env::var(k).ok()
-        })
-    }
+    pub(crate) workers: Option<u64>,
 }
 
 /// Options about the input.
@@ -296,91 +152,47 @@ pub struct SourceArgs {
     /// reference folder), icechunk (an Icechunk repository) or n5 (an N5 container). Detected when
     /// not given.
     #[arg(long, value_name = "KIND")]
-    source_format: Option<String>,
+    pub(crate) source_format: Option<String>,
     /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
     /// local targets must lie under (default: the folder of the reference file, or of the Parquet
     /// reference folder).
     #[arg(long, value_name = "DIR")]
-    ref_root: Option<String>,
+    pub(crate) ref_root: Option<String>,
     /// Kerchunk references: also read targets that start with PREFIX, e.g. http://127.0.0.1:8000/
     /// or /data/ (repeatable; needed for http(s) targets on loopback, link-local or private
     /// addresses and for local files outside --ref-root).
     #[arg(long = "allow-ref-prefix", value_name = "PREFIX")]
-    allow_ref_prefix: Vec<String>,
+    pub(crate) allow_ref_prefix: Vec<String>,
     /// Kerchunk references: byte ranges of one target file at most SIZE apart are read with one
     /// request (default 64KiB); `off` reads every reference with its own request.
     #[arg(long, value_parser = coalesce_gap, value_name = "SIZE|off")]
-    ref_coalesce_gap: Option<CoalesceGap>,
+    pub(crate) ref_coalesce_gap: Option<CoalesceGap>,
     /// Only the arrays whose path matches GLOB (repeatable), e.g. 'climate/*' or '**/temp*' (`*`
     /// stays within one level, `**` crosses levels); a group's path selects everything below it.
     /// The groups above a selected array are kept with their attributes; a GLOB that matches no
     /// array is an error.
     #[arg(long, value_name = "GLOB")]
-    include: Vec<String>,
+    pub(crate) include: Vec<String>,
     /// Leave out the arrays whose path (or a group above them) matches GLOB (repeatable), even when
     /// included.
     #[arg(long, value_name = "GLOB")]
-    exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
     /// Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default it reads as
     /// a record without references, as kerchunk writes no file for one).
     #[arg(long)]
-    strict_refs: bool,
+    pub(crate) strict_refs: bool,
     /// Icechunk source: the branch, tag or snapshot id to read (default: the branch main).
     /// --ref-root and --allow-ref-prefix apply to its virtual chunks (default root: the folder
     /// holding the repository).
     #[arg(long, value_name = "REF")]
-    source_ref: Option<String>,
+    pub(crate) source_ref: Option<String>,
 
     /// What becomes of an array whose data type or codecs zshard does not read (a pickle object
     /// array, an unknown codec): refuse (the default) stops before anything is written, naming it;
     /// skip converts everything else and lists each skipped array with its reason in the plan, the
     /// summary and the report.
     #[arg(long, value_name = "refuse|skip")]
-    on_unsupported: Option<String>,
-}
-
-impl SourceArgs {
-    /// Whether any of these flags was given.
-    pub fn given(&self) -> bool {
-        self.source_format.is_some()
-            || self.ref_root.is_some()
-            || !self.allow_ref_prefix.is_empty()
-            || self.ref_coalesce_gap.is_some()
-            || !self.include.is_empty()
-            || !self.exclude.is_empty()
-            || self.strict_refs
-            || self.source_ref.is_some()
-            || self.on_unsupported.is_some()
-    }
-
-    pub fn options(&self) -> zshard_convert::Result<SourceOptions> {
-        let given = self.ref_root.is_some()
-            || !self.allow_ref_prefix.is_empty()
-            || self.ref_coalesce_gap.is_some()
-            || self.strict_refs;
-        let defaults = ReferenceOptions::default();
-        Ok(SourceOptions {
-            // Parsed here rather than by clap, so that a wrong kind is a conversion error (exit 1).
-            format: self.source_format.as_deref().map(str::parse).transpose()?,
-            references: given.then(|| ReferenceOptions {
-                ref_root: self.ref_root.clone(),
-                allow_prefixes: self.allow_ref_prefix.clone(),
-                coalesce_gap: self
-                    .ref_coalesce_gap
-                    .map_or(defaults.coalesce_gap, |gap| gap.0),
-                strict_refs: self.strict_refs,
-                ..defaults
-            }),
-            selection: Selection {
-                include: self.include.clone(),
-                exclude: self.exclude.clone(),
-            },
-            reference: self.source_ref.clone(),
-            on_unsupported: zshard_convert::OnUnsupported::from_option(
-                self.on_unsupported.as_deref(),
-            )?,
-        })
-    }
+    pub(crate) on_unsupported: Option<String>,
 }
 
 /// The `--help` heading of the storage flags: where everything else comes from.
@@ -402,52 +214,39 @@ pub struct StorageArgs {
     /// AWS_ENDPOINT_URL; an http:// endpoint needs no AWS_ALLOW_HTTP). Credentials, session token and
     /// region otherwise come from AWS_* variables.
     #[arg(long, help_heading = STORAGE, value_name = "URL")]
-    s3_endpoint: Option<String>,
+    pub(crate) s3_endpoint: Option<String>,
     /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).
     #[arg(long, help_heading = STORAGE, value_name = "REGION")]
-    s3_region: Option<String>,
+    pub(crate) s3_region: Option<String>,
     /// Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want (the default
     /// with a custom endpoint unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true).
     #[arg(long, help_heading = STORAGE)]
-    s3_path_style: bool,
+    pub(crate) s3_path_style: bool,
     /// Unsigned requests, for public buckets and containers (also AWS_SKIP_SIGNATURE=true, ...).
     #[arg(long, help_heading = STORAGE)]
-    anonymous: bool,
+    pub(crate) anonymous: bool,
     /// Retries of one request at most (default: as many as --retry-timeout allows). Transient storage
     /// failures (5xx, 429, timeouts, refused or reset connections) are retried with exponential
     /// backoff and jitter; permanent ones (403, 404, missing bucket) fail at once.
     #[arg(long, help_heading = STORAGE, value_name = "N")]
-    retries: Option<usize>,
+    pub(crate) retries: Option<usize>,
     /// How long a request is retried: no retry starts later than this after its first attempt, so an
-    /// outage shorter than this is ridden out (waits grow from 0.1 s to a tenth of this, at most 10 s).
-    #[arg(long, help_heading = STORAGE, default_value_t = 120, value_name = "SECONDS")]
-    retry_timeout: u64,
-    /// Storage requests in flight per batch (the chunks of one shard, the parts of one upload).
-    #[arg(long, help_heading = STORAGE, default_value_t = 32, value_name = "N")]
-    max_requests: usize,
-    /// Shards larger than this are uploaded to object stores in parts of this size (min 5MiB).
-    #[arg(long, help_heading = STORAGE, default_value = "32MiB", value_parser = size, value_name = "SIZE")]
-    part_size: u64,
+    /// outage shorter than this is ridden out (waits grow from 0.1 s to a tenth of this, at most 10 s;
+    /// default 120).
+    #[arg(long, help_heading = STORAGE, value_name = "SECONDS")]
+    pub(crate) retry_timeout: Option<u64>,
+    /// Storage requests in flight per batch (the chunks of one shard, the parts of one upload;
+    /// default 32).
+    #[arg(long, help_heading = STORAGE, value_name = "N")]
+    pub(crate) max_requests: Option<usize>,
+    /// Shards larger than this are uploaded to object stores in parts of this size (default 32MiB,
+    /// min 5MiB).
+    #[arg(long, help_heading = STORAGE, value_parser = size, value_name = "SIZE")]
+    pub(crate) part_size: Option<u64>,
     /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths, 8
     /// when the source or destination is a remote store).
     #[arg(long, help_heading = STORAGE, value_name = "N")]
-    pub io_threads: Option<usize>,
-}
-
-impl StorageArgs {
-    pub fn options(&self) -> StoreOptions {
-        StoreOptions {
-            s3_endpoint: self.s3_endpoint.clone(),
-            s3_region: self.s3_region.clone(),
-            s3_path_style: self.s3_path_style,
-            anonymous: self.anonymous,
-            retries: self.retries,
-            retry_timeout: Duration::from_secs(self.retry_timeout),
-            max_requests: self.max_requests.max(1),
-            part_size: usize::try_from(self.part_size).unwrap_or(usize::MAX),
-            ..StoreOptions::default()
-        }
-    }
+    pub(crate) io_threads: Option<usize>,
 }
 
 #[cfg(test)]
@@ -460,53 +259,6 @@ mod tests {
         assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
         assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
         assert!(coalesce_gap("lots").is_err());
-    }
-
-    #[test]
-    fn on_unsupported_reaches_the_conversion_and_the_python_request() {
-        use zshard_convert::OnUnsupported;
-        let of = |args: &[&str]| match crate::request(args) {
-            Ok(crate::Request::Convert(c) | crate::Request::Plan(c)) => {
-                Some(c.source_options.on_unsupported)
-            }
-            _ => None,
-        };
-        let skip = [
-            "zshard",
-            "convert",
-            "a.zarr",
-            "b.zarr",
-            "--on-unsupported",
-            "skip",
-        ];
-        assert_eq!(of(&skip), Some(OnUnsupported::Skip));
-        assert_eq!(
-            of(&[
-                "zshard",
-                "plan",
-                "a.zarr",
-                "b.zarr",
-                "--on-unsupported",
-                "refuse"
-            ]),
-            Some(OnUnsupported::Refuse)
-        );
-        assert_eq!(
-            of(&["zshard", "convert", "a.zarr", "b.zarr"]),
-            Some(OnUnsupported::Refuse)
-        );
-        let wrong = [
-            "zshard",
-            "convert",
-            "a.zarr",
-            "b.zarr",
-            "--on-unsupported",
-            "maybe",
-        ];
-        assert!(matches!(
-            crate::request(wrong),
-            Err(crate::RequestError::Options(_))
-        ));
     }
 
     #[test]

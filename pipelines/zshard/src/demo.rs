@@ -7,7 +7,6 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Value};
 use zshard_codecs::build_chain;
-use zshard_convert::Conversion;
 use zshard_core::{c_order, grid_shape, product, Region};
 use zshard_zarr::parse_v2_array;
 
@@ -110,7 +109,7 @@ pub fn write_source(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
+pub fn demo(dir: &Path, threads: Option<usize>, quiet: bool) -> anyhow::Result<()> {
     let source = dir.join("source.zarr");
     let output = dir.join("sharded.zarr");
     for old in [&source, &output] {
@@ -120,12 +119,14 @@ pub fn demo(dir: &Path, threads: usize, quiet: bool) -> anyhow::Result<()> {
         }
     }
     write_source(&source)?;
-    let mut conversion = Conversion::new(
+    let mut options = zshard_convert::options::Options::new(
         source.to_string_lossy().into_owned(),
         output.to_string_lossy().into_owned(),
     );
-    conversion.threads = threads;
-    conversion.overwrite = true;
+    options.run.threads = threads;
+    options.run.overwrite = Some(true);
+    let (conversion, configured) = crate::conversion(&options);
+    configured?;
     crate::print::convert(&conversion, quiet)?;
     let job = write_job(dir)?;
     let job = job.display();

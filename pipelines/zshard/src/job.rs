@@ -1,253 +1,114 @@
-//! `zshard run JOB.toml`: declarative jobs for scheduled ETL. A job holds one or more conversions;
-//! settings at the top level apply to every conversion and array unless a conversion or an
-//! `[conversions.arrays."path"]` table sets its own. See `pipelines/*.toml` for commented examples.
+//! `zshard run JOB.toml`: declarative jobs for scheduled ETL. A job file is the library's options
+//! model ([`Options`], the keys are its settings): the top level applies to every conversion and
+//! array unless a `[[conversions]]` table or an `[conversions.arrays."path"]` table sets its own;
+//! `[storage]` holds the storage settings, `[conversions.levels.N]` a pyramid level's shapes. See
+//! `pipelines/*.toml` for commented examples.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde_json::{Map, Value};
 
-use zshard_convert::{
-    parse_size, Compressor, Conversion, Layout, Layouts, LevelShapes, OmeMetadata, Partition,
-    ReferenceOptions, Selection, ShapeSpec, SourceFormat, SourceOptions, Verification,
-};
-use zshard_store::{Location, StoreOptions};
+use zshard_convert::options::{Options, StorageOptions, VerifyOptions};
+use zshard_convert::{Setting, Spelling};
+use zshard_core::setting::Group;
+use zshard_store::Location;
 
-use crate::args::{SourceArgs, StorageArgs};
-
-/// Settings that may appear at the top level, in a conversion, or (the layout ones) for one array.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    /// `[48, 720]`, `{ time = 48, lat = 720 }` or `"time=48,lat=720"`, as `--shard-shape`.
-    shard_shape: Option<ShapeSpec>,
-    chunk_shape: Option<ShapeSpec>,
-    compressor: Option<String>,
-    index_location: Option<String>,
-    /// `passthrough = false` is `--no-passthrough`.
-    passthrough: Option<bool>,
-    // How the source is read: a conversion's (or every conversion's), never one array's.
-    source_format: Option<String>,
-    ref_root: Option<String>,
-    allow_ref_prefix: Option<Vec<String>>,
-    ref_coalesce_gap: Option<String>,
-    include: Option<Vec<String>>,
-    exclude: Option<Vec<String>>,
-    /// `"refuse"` or `"skip"`, as `--on-unsupported`.
-    on_unsupported: Option<String>,
-}
-
-/// `[storage]`: the storage flags of `zshard convert` (job keys win over the flags).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StorageSettings {
-    s3_endpoint: Option<String>,
-    s3_region: Option<String>,
-    s3_path_style: Option<bool>,
-    anonymous: Option<bool>,
-    retries: Option<usize>,
-    retry_timeout: Option<u64>,
-    max_requests: Option<usize>,
-    part_size: Option<String>,
-    io_threads: Option<usize>,
-}
-
-impl StorageSettings {
-    /// `flags` with what the job sets in place of theirs.
-    fn over(&self, flags: &StorageArgs) -> anyhow::Result<(StoreOptions, Option<usize>)> {
-        let mut options = flags.options();
-        let set = |slot: &mut Option<String>, value: &Option<String>| {
-            if value.is_some() {
-                slot.clone_from(value);
-            }
-        };
-        set(&mut options.s3_endpoint, &self.s3_endpoint);
-        set(&mut options.s3_region, &self.s3_region);
-        options.s3_path_style = self.s3_path_style.unwrap_or(options.s3_path_style);
-        options.anonymous = self.anonymous.unwrap_or(options.anonymous);
-        options.retries = self.retries.or(options.retries);
-        if let Some(seconds) = self.retry_timeout {
-            options.retry_timeout = std::time::Duration::from_secs(seconds);
-        }
-        options.max_requests = self.max_requests.unwrap_or(options.max_requests).max(1);
-        if let Some(size) = &self.part_size {
-            let size = parse_size(size).context("storage.part_size")?;
-            options.part_size = usize::try_from(size).unwrap_or(usize::MAX);
-        }
-        Ok((options, self.io_threads.or(flags.io_threads)))
-    }
-}
-
-impl Settings {
-    /// `self` where set, else `base`.
-    fn over(&self, base: &Settings) -> Settings {
-        fn or<T: Clone>(own: &Option<T>, base: &Option<T>) -> Option<T> {
-            own.as_ref().or(base.as_ref()).cloned()
-        }
-        Settings {
-            shard_shape: or(&self.shard_shape, &base.shard_shape),
-            chunk_shape: or(&self.chunk_shape, &base.chunk_shape),
-            compressor: or(&self.compressor, &base.compressor),
-            index_location: or(&self.index_location, &base.index_location),
-            passthrough: or(&self.passthrough, &base.passthrough),
-            source_format: or(&self.source_format, &base.source_format),
-            ref_root: or(&self.ref_root, &base.ref_root),
-            allow_ref_prefix: or(&self.allow_ref_prefix, &base.allow_ref_prefix),
-            ref_coalesce_gap: or(&self.ref_coalesce_gap, &base.ref_coalesce_gap),
-            include: or(&self.include, &base.include),
-            exclude: or(&self.exclude, &base.exclude),
-            on_unsupported: or(&self.on_unsupported, &base.on_unsupported),
-        }
-    }
-
-    /// The source keys set here, which one array cannot have.
-    fn source_keys(&self) -> Vec<&'static str> {
-        [
-            ("source_format", self.source_format.is_some()),
-            ("ref_root", self.ref_root.is_some()),
-            ("allow_ref_prefix", self.allow_ref_prefix.is_some()),
-            ("ref_coalesce_gap", self.ref_coalesce_gap.is_some()),
-            ("include", self.include.is_some()),
-            ("exclude", self.exclude.is_some()),
-            ("on_unsupported", self.on_unsupported.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(key, set)| set.then_some(key))
-        .collect()
-    }
-
-    /// How the source is read; relative local paths resolve against `base` (the job's folder).
-    fn source_options(&self, base: &Path) -> anyhow::Result<SourceOptions> {
-        let format = self
-            .source_format
-            .as_deref()
-            .map(str::parse::<SourceFormat>)
-            .transpose()?;
-        let given = self.ref_root.is_some()
-            || self.allow_ref_prefix.is_some()
-            || self.ref_coalesce_gap.is_some();
-        let defaults = ReferenceOptions::default();
-        let coalesce_gap = match &self.ref_coalesce_gap {
-            None => defaults.coalesce_gap,
-            Some(gap) => crate::args::ref_coalesce_gap(gap)
-                .map_err(|e| anyhow::anyhow!("ref_coalesce_gap: {e}"))?,
-        };
-        let prefixes = self.allow_ref_prefix.iter().flatten();
-        let references = ReferenceOptions {
-            ref_root: self
-                .ref_root
-                .as_deref()
-                .map(|r| resolve(base, r))
-                .transpose()?,
-            allow_prefixes: prefixes
-                .map(|p| resolve_prefix(base, p))
-                .collect::<anyhow::Result<_>>()?,
-            coalesce_gap,
-            ..defaults
-        };
-        Ok(SourceOptions {
-            format,
-            references: given.then_some(references),
-            selection: Selection {
-                include: self.include.clone().unwrap_or_default(),
-                exclude: self.exclude.clone().unwrap_or_default(),
-            },
-            // Job files name no Icechunk reference yet: the branch main.
-            reference: None,
-            on_unsupported: zshard_convert::OnUnsupported::from_option(
-                self.on_unsupported.as_deref(),
-            )?,
-        })
-    }
-
-    fn layout(&self) -> anyhow::Result<Layout> {
-        let compressor: Compressor = self.compressor.as_deref().unwrap_or("zstd:3").parse()?;
-        let index_location = match self.index_location.as_deref() {
-            None => zshard_core::IndexLocation::End,
-            Some(s) => zshard_core::IndexLocation::parse(s)
-                .with_context(|| format!("index_location {s:?} is not start or end"))?,
-        };
-        Ok(Layout {
-            shard_shape: self.shard_shape.clone(),
-            chunk_shape: self.chunk_shape.clone(),
-            compressor,
-            index_location,
-            passthrough: self.passthrough.unwrap_or(true),
-        })
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConversionSpec {
-    source: String,
-    destination: String,
-    #[serde(flatten)]
-    settings: Settings,
-    #[serde(default)]
-    arrays: BTreeMap<String, Settings>,
-    /// Shapes of a pyramid level of every multiscale image, by level (`[conversions.levels.1]`).
-    #[serde(default)]
-    levels: BTreeMap<String, LevelSettings>,
-    /// `upgrade` or `keep` (see `--ome`); the job's when not given.
-    ome: Option<String>,
-}
-
-/// `--level-shapes` in a job file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LevelSettings {
-    shard_shape: Vec<u64>,
-    chunk_shape: Option<Vec<u64>>,
-}
-
-/// The level shapes of a conversion, by level number.
-fn per_level(
-    levels: &BTreeMap<String, LevelSettings>,
-) -> anyhow::Result<BTreeMap<usize, LevelShapes>> {
-    levels
-        .iter()
-        .map(|(level, shapes)| {
-            let level = level
-                .parse::<usize>()
-                .with_context(|| format!("levels.{level}: not a level number"))?;
-            let shapes = LevelShapes {
-                shard_shape: shapes.shard_shape.clone(),
-                chunk_shape: shapes.chunk_shape.clone(),
-            };
-            Ok((level, shapes))
-        })
-        .collect()
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A job file, read: the settings of every conversion, the `[storage]` table, and the conversions.
+#[derive(Debug)]
 struct JobFile {
-    /// Free text for people and logs.
-    #[serde(default)]
-    #[allow(dead_code)]
-    description: Option<String>,
-    threads: Option<usize>,
-    memory_limit: Option<String>,
-    /// A report per conversion: `{n}` becomes the conversion's number (from 0).
-    report: Option<String>,
-    #[serde(default)]
-    overwrite: bool,
-    /// `consolidate = false` is `--no-consolidate` for every conversion.
-    #[serde(default = "consolidate_by_default")]
-    consolidate: bool,
-    #[serde(default)]
-    storage: StorageSettings,
-    /// `ome = "keep"` is `--ome keep` for every conversion.
-    ome: Option<String>,
-    #[serde(flatten)]
-    settings: Settings,
-    conversions: Vec<ConversionSpec>,
+    top: Options,
+    storage: StorageOptions,
+    conversions: Vec<Options>,
 }
 
-fn consolidate_by_default() -> bool {
-    true
+/// Where a key of a job file's table may not be, and why (`None`: it may).
+fn misplaced(key: &str, table: Table) -> Option<String> {
+    let setting = Setting::from_key(key)?;
+    let group = setting.group();
+    match (table, group) {
+        (_, Group::Storage) if table != Table::Storage => {
+            Some(format!("{key} is a key of the [storage] table"))
+        }
+        (_, _) if matches!(setting, Setting::Worker | Setting::Workers) => Some(format!(
+            "{key} is no job key: give {} to zshard run",
+            Spelling::Flag.of(setting)
+        )),
+        (Table::Top, Group::Location) => Some(format!("{key} belongs in a [[conversions]] table")),
+        (Table::Array, group) if group != Group::Layout => Some(format!(
+            "{key} applies to a whole conversion, not to one array"
+        )),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Table {
+    Top,
+    Storage,
+    Conversion,
+    Array,
+}
+
+/// Refuses the keys of `table` that belong elsewhere, with where they go.
+fn check_keys(map: &Map<String, Value>, table: Table) -> anyhow::Result<()> {
+    for key in map.keys() {
+        if let Some(why) = misplaced(key, table) {
+            bail!("{why}");
+        }
+        if table == Table::Top && matches!(key.as_str(), "arrays" | "levels" | "level_shapes") {
+            bail!("{key} belongs in a [[conversions]] table");
+        }
+    }
+    Ok(())
+}
+
+/// The job file `text`: TOML, read into the options model through a value tree (so that pyramid
+/// levels, `[conversions.levels.2]`, are numbers).
+fn parse(text: &str) -> anyhow::Result<JobFile> {
+    let toml: toml::Value = toml::from_str(text)?;
+    let Value::Object(mut top) = serde_json::to_value(toml)? else {
+        bail!("a job file is a table");
+    };
+    top.remove("description");
+    let storage = match top.remove("storage") {
+        None => StorageOptions::default(),
+        Some(storage) => serde_json::from_value(storage).context("[storage]")?,
+    };
+    let conversions = match top.remove("conversions") {
+        None => Vec::new(),
+        Some(Value::Array(conversions)) => conversions,
+        Some(_) => bail!("conversions is a list of tables ([[conversions]])"),
+    };
+    check_keys(&top, Table::Top)?;
+    let top: Options = serde_json::from_value(Value::Object(top))?;
+    let conversions = conversions
+        .into_iter()
+        .enumerate()
+        .map(|(n, conversion)| {
+            let Value::Object(mut conversion) = conversion else {
+                bail!("conversions[{n}] is not a table");
+            };
+            check_keys(&conversion, Table::Conversion)?;
+            if let Some(levels) = conversion.remove("levels") {
+                conversion.insert("level_shapes".into(), levels);
+            }
+            if let Some(Value::Object(arrays)) = conversion.get("arrays") {
+                for (path, table) in arrays {
+                    if let Value::Object(table) = table {
+                        check_keys(table, Table::Array).with_context(|| format!("array {path}"))?;
+                    }
+                }
+            }
+            let conversion: Options = serde_json::from_value(Value::Object(conversion))?;
+            Ok(conversion)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(JobFile {
+        top,
+        storage,
+        conversions,
+    })
 }
 
 /// Relative paths in a job file are relative to the file's folder, so jobs can be moved whole; local
@@ -273,80 +134,60 @@ fn resolve_prefix(base: &Path, prefix: &str) -> anyhow::Result<String> {
     Ok(resolved)
 }
 
-/// The conversions of the job file at `path`, with `storage` flags where the job's `[storage]`
-/// does not set a key.
+/// The conversions of the job file at `path`: each one's settings over the job's, the job's
+/// `[storage]` over the storage `flags` (the job's keys win), paths resolved against the job's
+/// folder, `{n}` in `report` the conversion's number, and `worker` the run's share.
 pub fn load(
     path: &Path,
-    partition: Partition,
-    storage: &StorageArgs,
-) -> anyhow::Result<Vec<Conversion>> {
+    flags: &StorageOptions,
+    worker: Option<String>,
+) -> anyhow::Result<Vec<Options>> {
     // Absolute and normalized, so that messages name the file wherever zshard was started.
     let path = &std::fs::canonicalize(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;
-    let job: JobFile =
-        toml::from_str(&text).with_context(|| format!("job file {}", path.display()))?;
+    let job = parse(&text).with_context(|| format!("job file {}", path.display()))?;
     if job.conversions.is_empty() {
         bail!("job file {} has no [[conversions]]", path.display());
     }
-    let (store_options, io_threads) = job
-        .storage
-        .over(storage)
-        .with_context(|| format!("job file {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let memory_limit = job.memory_limit.as_deref().map(parse_size).transpose()?;
-    let threads = job
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let storage = job.storage.over(flags);
     job.conversions
         .iter()
         .enumerate()
         .map(|(n, c)| {
-            let settings = c.settings.over(&job.settings);
-            let per_array = c
-                .arrays
-                .iter()
-                .map(|(p, s)| {
-                    if let Some(key) = s.source_keys().first() {
-                        bail!("array {p}: {key} applies to a whole conversion, not to one array");
-                    }
-                    Ok((
-                        p.clone(),
-                        s.over(&settings)
-                            .layout()
-                            .with_context(|| format!("array {p}"))?,
-                    ))
+            let mut options = c.over(&job.top);
+            options.source = resolve(&base, &c.source)?;
+            options.destination = resolve(&base, &c.destination)?;
+            options.storage = storage.clone();
+            let input = &mut options.input;
+            input.ref_root = input
+                .ref_root
+                .as_deref()
+                .map(|r| resolve(&base, r))
+                .transpose()?;
+            input.allow_ref_prefix = input
+                .allow_ref_prefix
+                .as_ref()
+                .map(|prefixes| {
+                    prefixes
+                        .iter()
+                        .map(|p| resolve_prefix(&base, p))
+                        .collect::<anyhow::Result<Vec<_>>>()
                 })
-                .collect::<anyhow::Result<_>>()?;
-            let mut conversion =
-                Conversion::new(resolve(&base, &c.source)?, resolve(&base, &c.destination)?);
-            conversion.layouts = Layouts {
-                default: settings.layout()?,
-                per_array,
-                per_level: per_level(&c.levels)?,
-            };
-            if let Some(ome) = c.ome.as_ref().or(job.ome.as_ref()) {
-                conversion.ome = ome
-                    .parse::<OmeMetadata>()
-                    .map_err(anyhow::Error::msg)
-                    .context("ome")?;
-            }
-            conversion.threads = threads;
-            conversion.memory_limit = memory_limit;
-            conversion.partition = partition;
-            conversion.overwrite = job.overwrite;
-            conversion.consolidate = job.consolidate;
-            conversion.source_options = settings.source_options(&base)?;
-            conversion.lease_stale_after = crate::args::lease_stale_after()?;
-            conversion.store_options = store_options.clone();
-            conversion.io_threads = io_threads;
-            conversion.report_path = job
+                .transpose()?;
+            options.run.report = options
+                .run
                 .report
                 .as_ref()
-                .map(|r| resolve(&base, &r.replace("{n}", &n.to_string())).map(PathBuf::from))
+                .map(|r| {
+                    let report = r.to_string_lossy().replace("{n}", &n.to_string());
+                    resolve(&base, &report).map(PathBuf::from)
+                })
                 .transpose()?;
-            Ok(conversion)
+            options.run.worker.clone_from(&worker);
+            Ok(options)
         })
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| format!("job file {}", path.display()))
@@ -354,12 +195,23 @@ pub fn load(
 
 pub fn run(
     path: &Path,
-    partition: Partition,
-    storage: &StorageArgs,
+    worker: Option<String>,
+    storage: &StorageOptions,
     quiet: bool,
 ) -> anyhow::Result<()> {
     // Every conversion is checked before the first one starts.
-    let mut all = load(path, partition, storage)?;
+    let mut all = Vec::new();
+    for options in load(path, storage, worker)? {
+        let (conversion, configured) = crate::conversion(&options);
+        let job = path.to_string_lossy();
+        crate::in_job(
+            Some(&job),
+            &options.source,
+            &options.destination,
+            configured,
+        )?;
+        all.push(conversion);
+    }
     // One signal stops the conversion under way and the ones after it.
     let cancel = zshard_convert::Cancel::new();
     for c in &mut all {
@@ -386,25 +238,12 @@ pub fn run(
     Ok(())
 }
 
-/// `zshard verify JOB.toml`: a verification of each conversion of the job, reading its source as
-/// the conversion did.
-pub fn verifications(
-    path: &str,
-    source: &SourceArgs,
-    storage: &StorageArgs,
-    threads: Option<usize>,
-) -> anyhow::Result<Vec<Verification>> {
-    if source.given() {
-        bail!("job file {path}: give the source options in the job file, not as flags beside it");
-    }
-    let conversions = load(Path::new(path), Partition::ALL, storage)?;
-    Ok(conversions
-        .into_iter()
-        .map(|c| {
-            let mut v = Verification::of(&c);
-            v.threads = threads.unwrap_or(c.threads);
-            v
-        })
+/// `zshard verify JOB.toml`: the verification of each conversion of the job, reading its source as
+/// the conversion did and comparing as it wrote ([`Options::verification`]).
+pub fn verifications(path: &str, storage: &StorageOptions) -> anyhow::Result<Vec<VerifyOptions>> {
+    Ok(load(Path::new(path), storage, None)?
+        .iter()
+        .map(Options::verification)
         .collect())
 }
 
@@ -412,15 +251,18 @@ pub fn verifications(
 mod tests {
     use super::*;
 
-    /// The storage flags as the command line gives them when none is set.
-    fn storage_flags() -> StorageArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Flags {
-            #[command(flatten)]
-            storage: StorageArgs,
-        }
-        Flags::parse_from(["zshard"]).storage
+    use zshard_convert::options::Options;
+    use zshard_convert::{
+        Compressor, Conversion, LevelShapes, OmeMetadata, ShapeSpec, SourceFormat,
+    };
+
+    /// The conversions of the job file at `path`, built as `zshard run` builds them, with no
+    /// storage flag given.
+    fn load(path: &Path) -> anyhow::Result<Vec<Conversion>> {
+        super::load(path, &StorageOptions::default(), None)?
+            .iter()
+            .map(|o: &Options| Ok(Conversion::from_options(o)?))
+            .collect()
     }
 
     #[test]
@@ -442,7 +284,7 @@ compressor = "none"
 "#,
         )
         .expect("write");
-        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let all = load(&job).expect("valid job");
         let c = &all[0];
         assert_eq!(c.threads, 3);
         assert!(c.consolidate);
@@ -458,7 +300,7 @@ compressor = "none"
             "shard_shape = { time = 48, lat = 720 }\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nchunk_shape = \"lon=1440\"\n",
         )
         .expect("write");
-        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let all = load(&job).expect("valid job");
         assert_eq!(
             all[0].layouts.default.shard_shape,
             Some("time=48,lat=720".parse().expect("shape"))
@@ -472,7 +314,7 @@ compressor = "none"
             "shard_shape = \"time=48,720\"\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
         )
         .expect("write");
-        let e = load(&job, Partition::ALL, &storage_flags()).expect_err("mixed forms");
+        let e = load(&job).expect_err("mixed forms");
         assert!(
             format!("{e:#}").contains("mixes extents by position and by dimension name"),
             "{e:#}"
@@ -482,7 +324,7 @@ compressor = "none"
             "consolidate = false\n[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n",
         )
         .expect("write");
-        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let all = load(&job).expect("valid job");
         assert!(!all[0].consolidate);
         assert_eq!(all[0].ome, OmeMetadata::Upgrade);
         std::fs::write(
@@ -498,7 +340,7 @@ chunk_shape = [1, 32, 32]
 "#,
         )
         .expect("write");
-        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let all = load(&job).expect("valid job");
         assert_eq!(all[0].ome, OmeMetadata::Keep);
         assert_eq!(
             all[0].layouts.per_level[&2],
@@ -512,7 +354,7 @@ chunk_shape = [1, 32, 32]
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\nshard_shap = [1]\n",
         )
         .expect("write");
-        assert!(load(&job, Partition::ALL, &storage_flags()).is_err());
+        assert!(load(&job).is_err());
     }
 
     #[test]
@@ -542,7 +384,7 @@ passthrough = false
 "#,
         )
         .expect("write");
-        let all = load(&job, Partition::ALL, &storage_flags()).expect("valid job");
+        let all = load(&job).expect("valid job");
         let c = &all[0];
         let options = &c.source_options;
         assert_eq!(options.format, Some(SourceFormat::KerchunkJson));
@@ -571,11 +413,70 @@ passthrough = false
             "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n[conversions.arrays.\"x\"]\ninclude = [\"y\"]\n",
         )
         .expect("write");
-        let e = load(&job, Partition::ALL, &storage_flags()).expect_err("per-array include");
+        let e = load(&job).expect_err("per-array include");
         assert!(
             format!("{e:#}")
                 .contains("array x: include applies to a whole conversion, not to one array"),
             "{e:#}"
         );
+    }
+
+    #[test]
+    fn a_job_is_the_model_and_verifies_as_it_converted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = dir.path().join("job.toml");
+        std::fs::write(
+            &job,
+            r#"
+ome = "keep"
+threads = 3
+source_ref = "v1"
+[storage]
+retries = 3
+[[conversions]]
+source = "a"
+destination = "b"
+include = ["x/*"]
+"#,
+        )
+        .expect("write");
+        let flags = StorageOptions {
+            retries: Some(9),
+            anonymous: Some(true),
+            ..StorageOptions::default()
+        };
+        let all = super::load(&job, &flags, Some("1/2".into())).expect("valid job");
+        let o = &all[0];
+        assert_eq!(o.storage.retries, Some(3), "the job's [storage] wins");
+        assert_eq!(o.storage.anonymous, Some(true), "flags fill in");
+        assert_eq!(o.input.source_ref.as_deref(), Some("v1"));
+        assert_eq!(o.run.worker.as_deref(), Some("1/2"));
+        // The issue-32 bug: the verification of a job compares as the job wrote (`ome`).
+        let v = super::verifications(&job.to_string_lossy(), &flags).expect("valid job");
+        let v = zshard_convert::Verification::from_options(&v[0]);
+        assert_eq!(v.ome, OmeMetadata::Keep);
+        assert_eq!(v.threads, 3);
+        assert_eq!(v.source_options.selection.include, ["x/*"]);
+        assert_eq!(v.store_options.retries, Some(3));
+        // A key in the wrong table says where it goes.
+        for (text, wanted) in [
+            ("retries = 1\n", "retries is a key of the [storage] table"),
+            (
+                "worker = \"0/2\"\n",
+                "worker is no job key: give --worker to zshard run",
+            ),
+            (
+                "source = \"x\"\n",
+                "source belongs in a [[conversions]] table",
+            ),
+        ] {
+            std::fs::write(
+                &job,
+                format!("{text}[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n"),
+            )
+            .expect("write");
+            let e = super::load(&job, &flags, None).expect_err(text);
+            assert!(format!("{e:#}").contains(wanted), "{e:#}");
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! The `zshard` command line, as a library: the `zshard` binary and the Python package's `zshard`
 //! command both call [`main`], and the Python module builds its conversions with [`request`] from
-//! the same flags, so every front end shares their names, defaults and checks.
+//! the same flags. The flags (`args.rs`, clap's structs) are lowered into the library's options
+//! model in one place (`lower.rs`); a job file (`job.rs`) is read into the same model; the
+//! conversions and verifications are built from it in one place each ([`conversion`],
+//! [`verification`]), and every default is the library's.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -13,11 +16,14 @@ mod demo;
 mod help;
 mod job;
 mod logging;
+mod lower;
 mod print;
 mod progress;
 mod signals;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
+use lower::First;
+use zshard_convert::options::{Options, RunOptions, Size, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Verification};
 
 const CONVERT_HELP: &str = "\
@@ -137,9 +143,9 @@ enum Command {
         source: SourceArgs,
         #[command(flatten)]
         storage: StorageArgs,
-        /// Check only this fraction of shards (a deterministic sample), e.g. 0.01.
-        #[arg(long, default_value_t = 1.0, value_name = "FRACTION")]
-        sample: f64,
+        /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
+        #[arg(long, value_name = "FRACTION")]
+        sample: Option<f64>,
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
@@ -224,8 +230,56 @@ fn in_job<T>(
     }
 }
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// Messages of a job file's conversions name settings by the job file's keys (`chunk_shape`), those
+/// of SRC DST by the flags (`--chunk-shape`).
+fn spell_for(job: Option<&str>) {
+    if job.is_some() {
+        zshard_convert::set_spelling(zshard_convert::Spelling::JobKey);
+    }
+}
+
+/// The one place the command line builds a conversion: from the options model, every default
+/// the library's. The settings that hold are set even when one does not (its error is returned
+/// beside), so that a report of the failure shows them.
+pub(crate) fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
+    let mut conversion = Conversion::new(&options.source, &options.destination);
+    let configured = conversion.configure(options);
+    (conversion, configured)
+}
+
+/// The one place the command line builds a verification: from the options model.
+fn verification(options: &VerifyOptions) -> Verification {
+    Verification::from_options(options)
+}
+
+/// The conversions that plan and finalize run: SRC into DST as the flags say, or those of the job
+/// file SRC when there is no DST (then only the storage flags may be given with it).
+fn conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
+    let Some(dst) = &layout.dst else {
+        refuse_options_beside_job(layout)?;
+        let storage = lower::storage(&layout.storage);
+        return job::load(layout.src.as_ref(), &storage, None);
+    };
+    let mut first = First::default();
+    let options = lower::conversion(layout, dst, &mut first);
+    first.result()?;
+    Ok(vec![options])
+}
+
+/// A job file holds the options; flags that would be ignored beside it are refused.
+fn refuse_options_beside_job(layout: &LayoutArgs) -> anyhow::Result<()> {
+    if !layout.src.ends_with(".toml") {
+        anyhow::bail!("DST is missing: give SRC DST, or a job file (JOB.toml) alone");
+    }
+    if !lower::given_beside_job(layout).is_empty() {
+        let src = &layout.src;
+        let job =
+            std::fs::canonicalize(src).map_or_else(|_| src.clone(), |p| p.display().to_string());
+        anyhow::bail!(
+            "job file {job}: give the conversion's options in the job file, not as flags beside it (only storage flags apply)"
+        );
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -273,11 +327,14 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             )
         }
         Command::Finalize { layout, quiet } => {
-            for conversion in layout.conversions()? {
+            let job = layout.dst.is_none().then_some(layout.src.as_str());
+            spell_for(job);
+            for options in conversions(&layout)? {
+                let (conversion, configured) = conversion(&options);
                 signals::cancel_on_signals(conversion.cancel.clone())?;
                 let (source, destination) = (&conversion.source, &conversion.destination);
-                let finalized = in_job(layout.job(), source, destination, conversion.finalize())?;
-                print::finalized(&finalized, quiet);
+                let finalized = configured.and_then(|()| conversion.finalize());
+                print::finalized(&in_job(job, source, destination, finalized)?, quiet);
             }
             Ok(())
         }
@@ -288,13 +345,17 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             json,
         } => {
             signals::exit_on_signals()?;
+            let job = layout.dst.is_none().then_some(layout.src.as_str());
+            spell_for(job);
             let mut plans = Vec::new();
-            for mut conversion in layout.conversions()? {
-                conversion.threads = threads.unwrap_or(conversion.threads);
-                conversion.memory_limit = memory_limit.or(conversion.memory_limit);
-                let plan = conversion.plan();
+            for mut options in conversions(&layout)? {
+                // The flags win over the job file's settings.
+                options.run.threads = threads.or(options.run.threads);
+                options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
+                let (conversion, configured) = conversion(&options);
+                let plan = configured.and_then(|()| conversion.plan());
                 let (source, destination) = (&conversion.source, &conversion.destination);
-                plans.push(in_job(layout.job(), source, destination, plan)?);
+                plans.push(in_job(job, source, destination, plan)?);
             }
             print::plans(&plans, json)
         }
@@ -313,10 +374,24 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                     "job file {src}: --ome is the job file's `ome` key, not a flag beside it"
                 );
             }
-            let verifications = job::verifications(&src, &source, &storage, threads)?;
+            if !lower::source(&source, &mut First::default())
+                .given()
+                .is_empty()
+                || source.source_format.is_some()
+                || source.on_unsupported.is_some()
+            {
+                anyhow::bail!(
+                    "job file {src}: give the source options in the job file, not as flags beside it"
+                );
+            }
+            spell_for(Some(&src));
+            let verifications = job::verifications(&src, &lower::storage(&storage))?;
             signals::exit_on_signals()?;
-            for mut verification in verifications {
-                verification.sample = sample;
+            for mut options in verifications {
+                // The flags win over the job file's settings.
+                options.threads = threads.or(options.threads);
+                options.sample = sample;
+                let verification = verification(&options);
                 let (source, destination) = (&verification.source, &verification.destination);
                 let verified = in_job(Some(&src), source, destination, verification.run())?;
                 print::verified(&verification.source, &verified, quiet)?;
@@ -329,12 +404,16 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             workers,
             storage,
             quiet,
-        } => job::run(&job, workers.partition()?, &storage, quiet),
+        } => {
+            let worker = lower::worker(&workers)?;
+            spell_for(Some(&job.to_string_lossy()));
+            job::run(&job, worker, &lower::storage(&storage), quiet)
+        }
         Command::Demo {
             dir,
             threads,
             quiet,
-        } => demo::demo(&dir, threads.unwrap_or_else(default_threads), quiet),
+        } => demo::demo(&dir, threads, quiet),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut command(), "zshard", &mut script);
@@ -351,8 +430,8 @@ fn command() -> clap::Command {
         .long_version(help::long_version())
 }
 
-/// The conversion `zshard convert` runs. Options that do not parse are a failed run too: the report
-/// (if one is asked for) says so.
+/// The conversion `zshard convert` runs. Options that do not parse or hold are a failed run too:
+/// the report (if one is asked for) says so.
 fn convert_conversion(
     layout: &LayoutArgs,
     dst: &str,
@@ -362,16 +441,18 @@ fn convert_conversion(
     memory_limit: Option<u64>,
     report: Option<PathBuf>,
 ) -> zshard_convert::Result<Conversion> {
-    let mut conversion = Conversion::new(&layout.src, dst);
-    conversion.threads = threads.unwrap_or_else(default_threads);
-    conversion.memory_limit = memory_limit;
-    conversion.overwrite = overwrite;
-    conversion.report_path = report;
-    let configured = layout
-        .configure(&mut conversion)
-        .and_then(|()| workers.partition())
-        .map(|partition| conversion.partition = partition);
-    if let Err(e) = configured {
+    let mut first = First::default();
+    let mut options = lower::conversion(layout, dst, &mut first);
+    options.run = RunOptions {
+        threads,
+        memory_limit: memory_limit.map(Size),
+        overwrite: overwrite.then_some(true),
+        report,
+        worker: first.take(lower::worker(workers)).flatten(),
+        workers: workers.workers,
+    };
+    let (conversion, configured) = conversion(&options);
+    if let Err(e) = first.result().and(configured) {
         if let Err(report_error) = conversion.report_failure(&e) {
             eprintln!("zshard: warning: {}", one_line(&report_error));
         }
@@ -380,48 +461,23 @@ fn convert_conversion(
     Ok(conversion)
 }
 
-/// The conversion of SRC into DST that `layout` describes (a request needs both).
-fn one_conversion(layout: &LayoutArgs) -> Result<Conversion, RequestError> {
+/// The conversion of SRC into DST that `layout` describes (a request needs both), with `run`'s
+/// settings.
+fn one_conversion(layout: &LayoutArgs, run: RunOptions) -> Result<Conversion, RequestError> {
     let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-    let mut conversion = Conversion::new(&layout.src, dst);
-    layout
-        .configure(&mut conversion)
+    let mut first = First::default();
+    let mut options = lower::conversion(layout, dst, &mut first);
+    options.run = run;
+    let (conversion, configured) = conversion(&options);
+    first
+        .result()
+        .and(configured)
         .map_err(RequestError::Options)?;
     Ok(conversion)
 }
 
 fn missing_dst() -> RequestError {
     RequestError::Usage("DST is missing: a request converts SRC into DST".into())
-}
-
-/// The conversion `zshard plan` plans.
-fn plan_conversion(
-    layout: &LayoutArgs,
-    threads: Option<usize>,
-    memory_limit: Option<u64>,
-) -> Result<Conversion, RequestError> {
-    let mut conversion = one_conversion(layout)?;
-    conversion.threads = threads.unwrap_or_else(default_threads);
-    conversion.memory_limit = memory_limit;
-    Ok(conversion)
-}
-
-/// The verification `zshard verify` runs.
-fn verification(
-    src: String,
-    dst: String,
-    source: &SourceArgs,
-    storage: &StorageArgs,
-    sample: f64,
-    threads: Option<usize>,
-) -> zshard_convert::Result<Verification> {
-    let mut verification = Verification::new(src, dst);
-    verification.source_options = source.options()?;
-    verification.store_options = storage.options();
-    verification.io_threads = storage.io_threads;
-    verification.sample = sample;
-    verification.threads = threads.unwrap_or_else(default_threads);
-    Ok(verification)
 }
 
 /// What a `convert`, `plan`, `finalize`, `verify` or `ls` command line asks for, ready to run.
@@ -541,11 +597,16 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             memory_limit,
             json,
         } if layout.dst.is_some() => {
-            let conversion = plan_conversion(&layout, threads, memory_limit)?;
+            let run = RunOptions {
+                threads,
+                memory_limit: memory_limit.map(Size),
+                ..RunOptions::default()
+            };
+            let conversion = one_conversion(&layout, run)?;
             request(Request::Plan(Box::new(conversion)), false, json)
         }
         Command::Finalize { layout, quiet } if layout.dst.is_some() => request(
-            Request::Finalize(Box::new(one_conversion(&layout)?)),
+            Request::Finalize(Box::new(one_conversion(&layout, RunOptions::default())?)),
             quiet,
             false,
         ),
@@ -559,9 +620,13 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             ome,
             quiet,
         } => {
-            let mut verification = verification(src, dst, &source, &storage, sample, threads)
-                .map_err(RequestError::Options)?;
-            verification.ome = ome.unwrap_or_default();
+            let mut first = First::default();
+            let mut options = lower::verification(&src, &dst, &source, &storage, &mut first);
+            first.result().map_err(RequestError::Options)?;
+            options.ome = ome;
+            options.threads = threads;
+            options.sample = sample;
+            let verification = verification(&options);
             request(Request::Verify(Box::new(verification)), quiet, false)
         }
         Command::Ls {
@@ -570,10 +635,13 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             storage,
             json,
         } => {
+            let mut first = First::default();
+            let options = lower::source(&source, &mut first);
+            first.result().map_err(RequestError::Options)?;
             let list = List {
                 source: src,
-                options: source.options().map_err(RequestError::Options)?,
-                store_options: storage.options(),
+                options: options.resolve(),
+                store_options: lower::storage(&storage).store_options(),
             };
             request(Request::List(Box::new(list)), false, json)
         }
@@ -657,18 +725,21 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
         }
     }
     let report = report.filter(|r| !r.is_empty())?;
-    let mut conversion = Conversion::new(
+    let mut options = Options::new(
         positionals.first().cloned().unwrap_or_default(),
         positionals.get(1).cloned().unwrap_or_default(),
     );
-    conversion.report_path = Some(PathBuf::from(report));
-    Some(conversion)
+    options.run.report = Some(PathBuf::from(report));
+    // Only the report is wanted here: a setting that does not hold is beside the point.
+    Some(conversion(&options).0)
 }
 
 /// Runs the `zshard` command with `args` (the program name first, as `std::env::args_os` gives it)
 /// and returns its exit status: 0, 1 on failure, 2 on a usage error, 128 + the signal when stopped
 /// by one.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
+    // Messages of the library name settings by this command's flags (`--memory-limit`).
+    zshard_convert::set_spelling(zshard_convert::Spelling::Flag);
     let cli = match parse_cli(args.into_iter().collect()) {
         Ok(cli) => cli,
         Err(code) => return code,

@@ -375,8 +375,9 @@ mod tests {
         };
         let path = root.to_str().expect("utf-8");
         let want = format!(
-            "{}: is missing (--strict-refs: every record file of array x must exist)",
-            root.join("x/refs.1.parq").display()
+            "{}: is missing ({}: every record file of array x must exist)",
+            root.join("x/refs.1.parq").display(),
+            zshard_core::Setting::StrictRefs
         );
         let e = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect_err("strict");
         assert!(e.to_string().contains(&want), "{e}");

@@ -391,7 +391,10 @@ fn meta_key(path: &str, name: &str) -> String {
 /// Why a missing record file is refused under `strict_refs`.
 pub(crate) fn missing_record(array: &str) -> String {
     let array = if array.is_empty() { "/" } else { array };
-    format!("is missing (--strict-refs: every record file of array {array} must exist)")
+    format!(
+        "is missing ({}: every record file of array {array} must exist)",
+        zshard_core::Setting::StrictRefs
+    )
 }
 
 #[cfg(test)]

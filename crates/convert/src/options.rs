@@ -1,0 +1,843 @@
+//! The options model: every setting of `convert`, `plan`, `finalize`, `verify` and `ls`, typed, with
+//! serde, as a front end hands it to the library.
+//!
+//! Every front end lowers into this model once: the command line maps its flags into it, a job file
+//! deserializes into it (the model plus per-array tables), and the result builds the runtime types
+//! with [`Conversion::from_options`] and [`Verification::from_options`]. A field is `None` when the
+//! setting was not given, so levels merge ([`LayoutOptions::over`]) and "given or not" checks keep
+//! working; the defaults are resolved in one place, the `resolve` functions here, from the runtime
+//! types' own `Default`s ([`Layout::default`], [`StoreOptions::default`], ...). The keys are
+//! [`Setting::key`]s: the job file's keys and the Python keywords.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use zshard_core::{IndexLocation, Setting};
+use zshard_store::StoreOptions;
+use zshard_zarr::ome::OmeMetadata;
+
+use crate::error::{Error, Result};
+use crate::icechunk_output::{IcechunkOutput, SpecVersion};
+use crate::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
+use crate::partition::Partition;
+use crate::plan::{Layout, Layouts, LevelShapes};
+use crate::selection::Selection;
+use crate::{Compressor, Conversion, ShapeSpec, Verification};
+
+/// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LayoutOptions {
+    /// Shard shape, by position or by dimension name (`None`: chosen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_shape: Option<ShapeSpec>,
+    /// Inner chunk shape (`None`: the source's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_shape: Option<ShapeSpec>,
+    /// The inner chunks' codecs: a spec (`zstd:3`) or a Zarr v3 codec list.
+    #[serde(with = "text", skip_serializing_if = "Option::is_none")]
+    pub compressor: Option<Compressor>,
+    /// Where each shard's index goes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_location: Option<IndexLocation>,
+    /// Copy source chunks that already fit without decoding them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passthrough: Option<bool>,
+}
+
+/// How the source is read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourceOptions {
+    /// The source's kind (`None`: detected).
+    #[serde(with = "text", skip_serializing_if = "Option::is_none")]
+    pub source_format: Option<SourceFormat>,
+    /// Kerchunk references: the root of relative and local targets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ref_root: Option<String>,
+    /// Kerchunk references: prefixes of targets read besides the root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_ref_prefix: Option<Vec<String>>,
+    /// Kerchunk references: the gap below which reads of one target are coalesced, or `off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ref_coalesce_gap: Option<CoalesceGap>,
+    /// Kerchunk Parquet references: a missing record file is an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict_refs: Option<bool>,
+    /// Only the arrays matching these globs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    /// Leave out the arrays matching these globs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<Vec<String>>,
+    /// The Icechunk branch, tag or snapshot read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_ref: Option<String>,
+    /// What becomes of arrays zshard does not read.
+    #[serde(with = "text", skip_serializing_if = "Option::is_none")]
+    pub on_unsupported: Option<OnUnsupported>,
+}
+
+/// How storage is reached (the source's and the destination's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageOptions {
+    /// An S3-compatible endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    /// The S3 region.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_region: Option<String>,
+    /// Path-style S3 requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_path_style: Option<bool>,
+    /// Unsigned requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anonymous: Option<bool>,
+    /// Retries of one request at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<usize>,
+    /// How long a request is retried, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_timeout: Option<u64>,
+    /// Storage requests in flight per batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<usize>,
+    /// The part size of multipart uploads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part_size: Option<Size>,
+    /// Threads fetching chunks and threads writing shards, each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_threads: Option<usize>,
+}
+
+/// What kind of output is written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputOptions {
+    /// `zarr` or `icechunk` (`None`: Zarr, unless the destination is a repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_format: Option<OutputFormat>,
+    /// Icechunk output: the branch committed to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Icechunk output: the commit message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Icechunk output: the spec version of a repository made.
+    #[serde(with = "text", skip_serializing_if = "Option::is_none")]
+    pub icechunk_spec: Option<SpecVersion>,
+}
+
+/// The kind of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    /// Plain sharded Zarr v3.
+    Zarr,
+    /// A commit to an Icechunk repository.
+    Icechunk,
+}
+
+/// How the run goes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunOptions {
+    /// Worker threads per CPU stage (`None`: one per core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// Peak memory not to exceed (`None`: half of the machine's or cgroup's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<Size>,
+    /// Replace what the destination holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+    /// Where the JSON report goes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
+    /// This worker's share of the shards, `I/N`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The number of workers when the index comes from `JOB_COMPLETION_INDEX`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u64>,
+}
+
+/// One conversion as a front end gives it: everything `convert`, `plan` and `finalize` take. The
+/// groups are flattened, so the keys are flat, as job files and Python keywords give them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// The source: a path or URL.
+    pub source: String,
+    /// The destination: a path or URL.
+    pub destination: String,
+    /// The layout of every array without its own.
+    #[serde(flatten)]
+    pub layout: LayoutOptions,
+    /// Layouts of single arrays, by path, over `layout`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub arrays: BTreeMap<String, LayoutOptions>,
+    /// Shapes of pyramid levels, by level.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub level_shapes: BTreeMap<usize, LevelShapes>,
+    /// Consolidate a hierarchy's metadata into its root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidate: Option<bool>,
+    /// What becomes of OME-Zarr metadata.
+    #[serde(with = "ome", skip_serializing_if = "Option::is_none")]
+    pub ome: Option<OmeMetadata>,
+    /// How the source is read.
+    #[serde(flatten)]
+    pub input: SourceOptions,
+    /// How storage is reached.
+    #[serde(flatten)]
+    pub storage: StorageOptions,
+    /// What kind of output is written.
+    #[serde(flatten)]
+    pub output: OutputOptions,
+    /// How the run goes.
+    #[serde(flatten)]
+    pub run: RunOptions,
+}
+
+/// What `verify` takes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerifyOptions {
+    /// The source that was converted.
+    pub source: String,
+    /// The output.
+    pub destination: String,
+    /// How the source is read.
+    #[serde(flatten)]
+    pub input: SourceOptions,
+    /// How storage is reached.
+    #[serde(flatten)]
+    pub storage: StorageOptions,
+    /// What the conversion did with OME-Zarr metadata.
+    #[serde(with = "ome", skip_serializing_if = "Option::is_none")]
+    pub ome: Option<OmeMetadata>,
+    /// Worker threads per CPU stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// The fraction of shards checked, in (0, 1].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<f64>,
+}
+
+/// A size in bytes: an integer, or text with a unit (`512MiB`, `4G`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Size(pub u64);
+
+/// The reference coalescing gap: a size, or `off` (`None`: one request per reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoalesceGap(pub Option<u64>);
+
+impl FromStr for CoalesceGap {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s.trim().eq_ignore_ascii_case("off") {
+            return Ok(CoalesceGap(None));
+        }
+        crate::parse_size(s).map(|n| CoalesceGap(Some(n)))
+    }
+}
+
+/// Threads for every core: the default of every `threads` setting.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The variable that sets how long a run's lease on its destination stays fresh without renewal.
+pub const LEASE_VARIABLE: &str = "ZSHARD_LEASE_STALE_SECONDS";
+
+/// How long a run's lease stays fresh: [`LEASE_VARIABLE`] in `env` (seconds, fractions allowed),
+/// else [`DEFAULT_LEASE_STALE_AFTER`](crate::DEFAULT_LEASE_STALE_AFTER).
+pub fn lease_stale_after(env: impl Fn(&str) -> Option<String>) -> Result<Duration> {
+    let Some(text) = env(LEASE_VARIABLE) else {
+        return Ok(crate::DEFAULT_LEASE_STALE_AFTER);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| Error::Options {
+            reason: format!("{LEASE_VARIABLE}={text:?} is not a positive number of seconds"),
+        })
+}
+
+fn or<T: Clone>(own: &Option<T>, base: &Option<T>) -> Option<T> {
+    own.as_ref().or(base.as_ref()).cloned()
+}
+
+impl LayoutOptions {
+    /// These options where given, else `base`'s.
+    pub fn over(&self, base: &LayoutOptions) -> LayoutOptions {
+        LayoutOptions {
+            shard_shape: or(&self.shard_shape, &base.shard_shape),
+            chunk_shape: or(&self.chunk_shape, &base.chunk_shape),
+            compressor: or(&self.compressor, &base.compressor),
+            index_location: or(&self.index_location, &base.index_location),
+            passthrough: or(&self.passthrough, &base.passthrough),
+        }
+    }
+
+    /// The layout, with [`Layout::default`]'s values where nothing is given: the one place the
+    /// layout's defaults are read.
+    pub fn resolve(&self) -> Layout {
+        let default = Layout::default();
+        Layout {
+            shard_shape: self.shard_shape.clone(),
+            chunk_shape: self.chunk_shape.clone(),
+            compressor: self.compressor.clone().unwrap_or(default.compressor),
+            index_location: self.index_location.unwrap_or(default.index_location),
+            passthrough: self.passthrough.unwrap_or(default.passthrough),
+        }
+    }
+
+    /// The settings given here.
+    pub fn given(&self) -> Vec<Setting> {
+        [
+            (Setting::ShardShape, self.shard_shape.is_some()),
+            (Setting::ChunkShape, self.chunk_shape.is_some()),
+            (Setting::Compressor, self.compressor.is_some()),
+            (Setting::IndexLocation, self.index_location.is_some()),
+            (Setting::Passthrough, self.passthrough.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(s, given)| given.then_some(s))
+        .collect()
+    }
+}
+
+impl SourceOptions {
+    /// These options where given, else `base`'s.
+    pub fn over(&self, base: &SourceOptions) -> SourceOptions {
+        SourceOptions {
+            source_format: or(&self.source_format, &base.source_format),
+            ref_root: or(&self.ref_root, &base.ref_root),
+            allow_ref_prefix: or(&self.allow_ref_prefix, &base.allow_ref_prefix),
+            ref_coalesce_gap: or(&self.ref_coalesce_gap, &base.ref_coalesce_gap),
+            strict_refs: or(&self.strict_refs, &base.strict_refs),
+            include: or(&self.include, &base.include),
+            exclude: or(&self.exclude, &base.exclude),
+            source_ref: or(&self.source_ref, &base.source_ref),
+            on_unsupported: or(&self.on_unsupported, &base.on_unsupported),
+        }
+    }
+
+    /// The settings given here.
+    pub fn given(&self) -> Vec<Setting> {
+        [
+            (Setting::SourceFormat, self.source_format.is_some()),
+            (Setting::RefRoot, self.ref_root.is_some()),
+            (Setting::AllowRefPrefix, self.allow_ref_prefix.is_some()),
+            (Setting::RefCoalesceGap, self.ref_coalesce_gap.is_some()),
+            (Setting::StrictRefs, self.strict_refs.is_some()),
+            (Setting::Include, self.include.is_some()),
+            (Setting::Exclude, self.exclude.is_some()),
+            (Setting::SourceRef, self.source_ref.is_some()),
+            (Setting::OnUnsupported, self.on_unsupported.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(s, given)| given.then_some(s))
+        .collect()
+    }
+
+    /// How the source is read; the reference options are kept (and refused for a Zarr source) only
+    /// when one of them is given.
+    pub fn resolve(&self) -> ReadOptions {
+        let given = self.ref_root.is_some()
+            || self.allow_ref_prefix.is_some()
+            || self.ref_coalesce_gap.is_some()
+            || self.strict_refs.is_some();
+        let defaults = crate::ReferenceOptions::default();
+        ReadOptions {
+            format: self.source_format,
+            references: given.then(|| crate::ReferenceOptions {
+                ref_root: self.ref_root.clone(),
+                allow_prefixes: self.allow_ref_prefix.clone().unwrap_or_default(),
+                coalesce_gap: self
+                    .ref_coalesce_gap
+                    .map_or(defaults.coalesce_gap, |gap| gap.0),
+                strict_refs: self.strict_refs.unwrap_or(defaults.strict_refs),
+                ..defaults
+            }),
+            selection: Selection {
+                include: self.include.clone().unwrap_or_default(),
+                exclude: self.exclude.clone().unwrap_or_default(),
+            },
+            reference: self.source_ref.clone(),
+            on_unsupported: self.on_unsupported.unwrap_or_default(),
+        }
+    }
+}
+
+impl StorageOptions {
+    /// These options where given, else `base`'s.
+    pub fn over(&self, base: &StorageOptions) -> StorageOptions {
+        StorageOptions {
+            s3_endpoint: or(&self.s3_endpoint, &base.s3_endpoint),
+            s3_region: or(&self.s3_region, &base.s3_region),
+            s3_path_style: or(&self.s3_path_style, &base.s3_path_style),
+            anonymous: or(&self.anonymous, &base.anonymous),
+            retries: or(&self.retries, &base.retries),
+            retry_timeout: or(&self.retry_timeout, &base.retry_timeout),
+            max_requests: or(&self.max_requests, &base.max_requests),
+            part_size: or(&self.part_size, &base.part_size),
+            io_threads: or(&self.io_threads, &base.io_threads),
+        }
+    }
+
+    /// How stores are reached, with [`StoreOptions::default`]'s values where nothing is given.
+    pub fn store_options(&self) -> StoreOptions {
+        let default = StoreOptions::default();
+        StoreOptions {
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_path_style: self.s3_path_style.unwrap_or(default.s3_path_style),
+            anonymous: self.anonymous.unwrap_or(default.anonymous),
+            retries: self.retries,
+            retry_timeout: self
+                .retry_timeout
+                .map_or(default.retry_timeout, Duration::from_secs),
+            max_requests: self.max_requests.unwrap_or(default.max_requests).max(1),
+            part_size: self.part_size.map_or(default.part_size, |s| {
+                usize::try_from(s.0).unwrap_or(usize::MAX)
+            }),
+            ..default
+        }
+    }
+}
+
+impl OutputOptions {
+    /// These options where given, else `base`'s.
+    pub fn over(&self, base: &OutputOptions) -> OutputOptions {
+        OutputOptions {
+            output_format: or(&self.output_format, &base.output_format),
+            branch: or(&self.branch, &base.branch),
+            message: or(&self.message, &base.message),
+            icechunk_spec: or(&self.icechunk_spec, &base.icechunk_spec),
+        }
+    }
+
+    /// The settings given here.
+    pub fn given(&self) -> Vec<Setting> {
+        [
+            (Setting::OutputFormat, self.output_format.is_some()),
+            (Setting::Branch, self.branch.is_some()),
+            (Setting::Message, self.message.is_some()),
+            (Setting::IcechunkSpec, self.icechunk_spec.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(s, given)| given.then_some(s))
+        .collect()
+    }
+
+    /// The Icechunk output asked for (`None` for plain Zarr, or when the destination decides).
+    pub fn icechunk(&self) -> Result<Option<IcechunkOutput>> {
+        let icechunk = self.output_format == Some(OutputFormat::Icechunk);
+        let icechunk_settings =
+            self.branch.is_some() || self.message.is_some() || self.icechunk_spec.is_some();
+        if !icechunk && icechunk_settings && self.output_format.is_some() {
+            return Err(Error::Options {
+                reason: format!(
+                    "{}, {} and {} apply to {}",
+                    Setting::Branch,
+                    Setting::Message,
+                    Setting::IcechunkSpec,
+                    Setting::OutputFormat.given("icechunk")
+                ),
+            });
+        }
+        Ok((icechunk || icechunk_settings).then(|| {
+            let mut output = IcechunkOutput::default();
+            if let Some(branch) = &self.branch {
+                output.branch = branch.clone();
+            }
+            output.message = self.message.clone();
+            output.spec = self.icechunk_spec;
+            output
+        }))
+    }
+}
+
+impl RunOptions {
+    /// These options where given, else `base`'s.
+    pub fn over(&self, base: &RunOptions) -> RunOptions {
+        RunOptions {
+            threads: or(&self.threads, &base.threads),
+            memory_limit: or(&self.memory_limit, &base.memory_limit),
+            overwrite: or(&self.overwrite, &base.overwrite),
+            report: or(&self.report, &base.report),
+            worker: or(&self.worker, &base.worker),
+            workers: or(&self.workers, &base.workers),
+        }
+    }
+}
+
+impl Options {
+    /// These options where given, else `base`'s (a job file's conversion over the job's top level);
+    /// the per-array layouts and level shapes are this conversion's own.
+    pub fn over(&self, base: &Options) -> Options {
+        Options {
+            source: self.source.clone(),
+            destination: self.destination.clone(),
+            layout: self.layout.over(&base.layout),
+            arrays: self.arrays.clone(),
+            level_shapes: self.level_shapes.clone(),
+            consolidate: or(&self.consolidate, &base.consolidate),
+            ome: or(&self.ome, &base.ome),
+            input: self.input.over(&base.input),
+            storage: self.storage.over(&base.storage),
+            output: self.output.over(&base.output),
+            run: self.run.over(&base.run),
+        }
+    }
+
+    /// A conversion of `source` into `destination` with nothing else given.
+    pub fn new(source: impl Into<String>, destination: impl Into<String>) -> Self {
+        Options {
+            source: source.into(),
+            destination: destination.into(),
+            ..Options::default()
+        }
+    }
+
+    /// The verification of what this conversion writes: its source read as the conversion reads
+    /// it and compared as it was written. Every field is named, so one added to [`VerifyOptions`]
+    /// must be decided here.
+    pub fn verification(&self) -> VerifyOptions {
+        VerifyOptions {
+            source: self.source.clone(),
+            destination: self.destination.clone(),
+            input: self.input.clone(),
+            storage: self.storage.clone(),
+            ome: self.ome,
+            threads: self.run.threads,
+            sample: None,
+        }
+    }
+
+    /// The layouts: the default one, each array's over it, and the pyramid levels'.
+    pub fn layouts(&self) -> Layouts {
+        Layouts {
+            default: self.layout.resolve(),
+            per_array: self
+                .arrays
+                .iter()
+                .map(|(path, own)| (path.clone(), own.over(&self.layout).resolve()))
+                .collect(),
+            per_level: self.level_shapes.clone(),
+        }
+    }
+}
+
+impl Conversion {
+    /// The conversion these options describe, every default resolved here.
+    pub fn from_options(options: &Options) -> Result<Conversion> {
+        let mut conversion = Conversion::new(&options.source, &options.destination);
+        conversion.configure(options)?;
+        Ok(conversion)
+    }
+
+    /// Sets what `options` give (all but the source and destination); the settings that hold are
+    /// set even when a later one does not, so that the report of the failure shows them.
+    pub fn configure(&mut self, options: &Options) -> Result<()> {
+        // A conversion's own defaults are those of `Conversion::new`.
+        let default = Conversion::new("", "");
+        let run = &options.run;
+        self.threads = run.threads.unwrap_or(default.threads);
+        self.memory_limit = run.memory_limit.map(|s| s.0);
+        self.overwrite = run.overwrite.unwrap_or(default.overwrite);
+        self.report_path.clone_from(&run.report);
+        self.ome = options.ome.unwrap_or_default();
+        self.store_options = options.storage.store_options();
+        self.io_threads = options.storage.io_threads;
+        self.consolidate = options.consolidate.unwrap_or(default.consolidate);
+        self.lease_stale_after = lease_stale_after(|k| std::env::var(k).ok())?;
+        self.source_options = options.input.resolve();
+        self.layouts = options.layouts();
+        self.icechunk = options.output.icechunk()?;
+        self.partition = match &run.worker {
+            Some(_) => Partition::resolve(run.worker.as_deref(), run.workers, |_| None)?,
+            None => Partition::ALL,
+        };
+        Ok(())
+    }
+}
+
+impl Verification {
+    /// The verification these options describe, every default resolved here.
+    pub fn from_options(options: &VerifyOptions) -> Verification {
+        let mut verification = Verification::new(&options.source, &options.destination);
+        verification.source_options = options.input.resolve();
+        verification.store_options = options.storage.store_options();
+        verification.io_threads = options.storage.io_threads;
+        verification.ome = options.ome.unwrap_or_default();
+        verification.threads = options.threads.unwrap_or(verification.threads);
+        if let Some(sample) = options.sample {
+            verification.sample = sample;
+        }
+        verification
+    }
+}
+
+impl Serialize for Size {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => crate::parse_size(&text)
+                .map(Size)
+                .map_err(serde::de::Error::custom),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .map(Size)
+                .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a size in bytes"))),
+            other => Err(serde::de::Error::custom(format!(
+                "{other} is not a size (bytes, or text such as \"4GiB\")"
+            ))),
+        }
+    }
+}
+
+impl Serialize for CoalesceGap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(n) => serializer.serialize_u64(n),
+            None => serializer.serialize_str("off"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CoalesceGap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => text.parse().map_err(serde::de::Error::custom),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .map(|n| CoalesceGap(Some(n)))
+                .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a size in bytes"))),
+            other => Err(serde::de::Error::custom(format!(
+                "{other} is not a size or off"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for SourceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SourceFormat::Zarr => "zarr",
+            SourceFormat::KerchunkJson => "kerchunk-json",
+            SourceFormat::KerchunkParquet => "kerchunk-parquet",
+            SourceFormat::Icechunk => "icechunk",
+            SourceFormat::N5 => "n5",
+        })
+    }
+}
+
+impl fmt::Display for OnUnsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OnUnsupported::Refuse => "refuse",
+            OnUnsupported::Skip => "skip",
+        })
+    }
+}
+
+/// (De)serializes an optional value as its text (`Display` / `FromStr`, so the library's own
+/// parse and wording); a number or a list is taken as its JSON text (`2`, a codec list).
+mod text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<T: Display, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.collect_str(value),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, T, D>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        let text = match Option::<serde_json::Value>::deserialize(deserializer)? {
+            None => return Ok(None),
+            Some(serde_json::Value::String(text)) => text,
+            Some(other) => other.to_string(),
+        };
+        text.parse().map(Some).map_err(serde::de::Error::custom)
+    }
+}
+
+/// (De)serializes [`OmeMetadata`] as `upgrade` or `keep`.
+mod ome {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use zshard_zarr::ome::OmeMetadata;
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<OmeMetadata>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(OmeMetadata::Upgrade) => serializer.serialize_str("upgrade"),
+            Some(OmeMetadata::Keep) => serializer.serialize_str("keep"),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<OmeMetadata>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| text.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_given_resolves_to_the_runtime_defaults() {
+        let options = Options::new("a.zarr", "b.zarr");
+        let c = Conversion::from_options(&options).expect("defaults hold");
+        let plain = Conversion::new("a.zarr", "b.zarr");
+        assert_eq!(c.layouts, plain.layouts);
+        assert_eq!(c.layouts.default.compressor, Compressor::DEFAULT);
+        assert_eq!(c.layouts.default.index_location, IndexLocation::End);
+        assert!(c.layouts.default.passthrough);
+        assert_eq!(c.store_options, StoreOptions::default());
+        assert_eq!(c.io_threads, None);
+        assert_eq!(c.threads, default_threads());
+        assert_eq!(c.memory_limit, None);
+        assert_eq!(c.partition, Partition::ALL);
+        assert!(!c.overwrite && c.consolidate);
+        assert_eq!(c.ome, OmeMetadata::Upgrade);
+        assert_eq!(c.icechunk, None);
+        assert!(c.source_options.references.is_none());
+        assert_eq!(c.source_options.on_unsupported, OnUnsupported::Refuse);
+        let v = Verification::from_options(&options.verification());
+        assert_eq!(
+            (v.sample, v.threads, v.ome),
+            (1.0, default_threads(), OmeMetadata::Upgrade)
+        );
+    }
+
+    #[test]
+    fn a_job_shaped_document_round_trips() {
+        let document = serde_json::json!({
+            "source": "in.zarr",
+            "destination": "out.zarr",
+            "shard_shape": {"time": 48, "lat": 720},
+            "chunk_shape": [10, 10],
+            "compressor": "gzip:5",
+            "index_location": "start",
+            "passthrough": false,
+            "arrays": {"a/b": {"compressor": "none"}},
+            "level_shapes": {"2": {"shard_shape": [1, 64, 64], "chunk_shape": [1, 32, 32]}},
+            "consolidate": false,
+            "ome": "keep",
+            "source_format": "kerchunk-json",
+            "ref_coalesce_gap": "off",
+            "include": ["a/*"],
+            "on_unsupported": "skip",
+            "part_size": "8MiB",
+            "retry_timeout": 30,
+            "output_format": "icechunk",
+            "icechunk_spec": 1,
+            "memory_limit": 1024,
+            "worker": "1/4",
+        });
+        let options: Options = serde_json::from_value(document).expect("valid");
+        assert_eq!(options.run.memory_limit, Some(Size(1024)));
+        assert_eq!(options.storage.part_size, Some(Size(8 << 20)));
+        assert_eq!(options.input.ref_coalesce_gap, Some(CoalesceGap(None)));
+        assert_eq!(options.output.icechunk_spec, Some(SpecVersion::V1));
+        let again: Options =
+            serde_json::from_value(serde_json::to_value(&options).expect("serializes"))
+                .expect("reads back");
+        assert_eq!(again, options);
+        let c = Conversion::from_options(&options).expect("holds");
+        assert_eq!(c.layouts.default.compressor, Compressor::Gzip { level: 5 });
+        let ab = &c.layouts.per_array["a/b"];
+        assert_eq!(ab.compressor, Compressor::None);
+        assert_eq!(ab.chunk_shape, Some(vec![10, 10].into()), "inherited");
+        assert_eq!(c.layouts.per_level[&2].shard_shape, [1, 64, 64]);
+        assert_eq!(c.ome, OmeMetadata::Keep);
+        assert_eq!(c.store_options.part_size, 8 << 20);
+        assert_eq!(c.store_options.retry_timeout, Duration::from_secs(30));
+        assert_eq!(c.partition, Partition::new(1, 4).expect("1/4"));
+        assert_eq!(
+            c.icechunk.as_ref().map(|i| i.spec),
+            Some(Some(SpecVersion::V1))
+        );
+        // A key the model does not have is refused, naming it.
+        let typo = serde_json::json!({"source": "a", "destination": "b", "shard_shap": [1]});
+        let e = serde_json::from_value::<Options>(typo).expect_err("unknown key");
+        assert!(e.to_string().contains("shard_shap"), "{e}");
+    }
+
+    #[test]
+    fn a_verification_reads_the_source_as_its_conversion_did() {
+        let document = serde_json::json!({
+            "source": "in", "destination": "out", "ome": "keep", "threads": 3,
+            "source_format": "zarr", "include": ["x"], "anonymous": true, "io_threads": 5,
+        });
+        let options: Options = serde_json::from_value(document).expect("valid");
+        let v = Verification::from_options(&options.verification());
+        let c = Conversion::from_options(&options).expect("holds");
+        let of = Verification::of(&c);
+        assert_eq!(v.ome, OmeMetadata::Keep);
+        assert_eq!(
+            (v.ome, v.threads, v.io_threads),
+            (of.ome, of.threads, of.io_threads)
+        );
+        assert_eq!(v.store_options, of.store_options);
+        assert_eq!(v.source_options.selection.include, ["x"]);
+        assert_eq!(v.source_options.format, Some(SourceFormat::Zarr));
+    }
+
+    #[test]
+    fn an_error_of_the_model_names_the_setting_as_the_front_end_spells_it() {
+        let output = OutputOptions {
+            output_format: Some(OutputFormat::Zarr),
+            branch: Some("dev".into()),
+            ..OutputOptions::default()
+        };
+        let message = |spelling| {
+            zshard_core::setting::spelled(spelling, || {
+                output
+                    .icechunk()
+                    .expect_err("zarr with a branch")
+                    .to_string()
+            })
+        };
+        assert!(message(zshard_core::Spelling::Flag)
+            .contains("--branch, --message and --icechunk-spec apply to --output-format icechunk"));
+        assert!(message(zshard_core::Spelling::Keyword)
+            .contains("branch=, message= and icechunk_spec= apply to output_format=icechunk"));
+    }
+}

@@ -1,0 +1,434 @@
+//! The one place the command line's flags become the library's options model, ripgrep's
+//! `LowArgs -> HiArgs`: clap's structs (`args.rs`) are the low level, [`Options`] and
+//! [`VerifyOptions`] the high level that builds the conversion or verification. No default is
+//! written here: a flag not given stays `None`, and the library resolves it.
+
+use zshard_convert::options::{
+    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, Size, SourceOptions,
+    StorageOptions, VerifyOptions,
+};
+use zshard_convert::{Error, Partition, Result, Setting};
+
+use crate::args::{LayoutArgs, OutputArgs, SourceArgs, StorageArgs, WorkerArgs};
+
+/// The first error met while lowering; the settings that parse are lowered all the same, so that
+/// the report of the failure shows them.
+#[derive(Debug, Default)]
+pub(crate) struct First(Option<Error>);
+
+impl First {
+    pub(crate) fn take<T>(&mut self, result: Result<T>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.0.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// `Ok` when everything lowered.
+    pub(crate) fn result(self) -> Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// The layout flags. The shapes are parsed by the library (a conversion error, exit 1).
+fn layout(args: &LayoutArgs, first: &mut First) -> LayoutOptions {
+    let mut shape = |text: &Option<String>| {
+        text.as_deref()
+            .and_then(|t| first.take(t.parse::<zshard_convert::ShapeSpec>()))
+    };
+    LayoutOptions {
+        shard_shape: shape(&args.shard_shape),
+        chunk_shape: shape(&args.chunk_shape),
+        compressor: args.compressor.clone(),
+        index_location: args.index_location,
+        passthrough: args.no_passthrough.then_some(false),
+    }
+}
+
+/// The source flags; the kind and `--on-unsupported` are parsed by the library (exit 1).
+pub(crate) fn source(args: &SourceArgs, first: &mut First) -> SourceOptions {
+    let listed = |values: &Vec<String>| (!values.is_empty()).then(|| values.clone());
+    SourceOptions {
+        source_format: args
+            .source_format
+            .as_deref()
+            .and_then(|f| first.take(f.parse())),
+        ref_root: args.ref_root.clone(),
+        allow_ref_prefix: listed(&args.allow_ref_prefix),
+        ref_coalesce_gap: args.ref_coalesce_gap,
+        strict_refs: args.strict_refs.then_some(true),
+        include: listed(&args.include),
+        exclude: listed(&args.exclude),
+        source_ref: args.source_ref.clone(),
+        on_unsupported: args
+            .on_unsupported
+            .as_deref()
+            .and_then(|o| first.take(o.parse())),
+    }
+}
+
+/// The storage flags.
+pub(crate) fn storage(args: &StorageArgs) -> StorageOptions {
+    StorageOptions {
+        s3_endpoint: args.s3_endpoint.clone(),
+        s3_region: args.s3_region.clone(),
+        s3_path_style: args.s3_path_style.then_some(true),
+        anonymous: args.anonymous.then_some(true),
+        retries: args.retries,
+        retry_timeout: args.retry_timeout,
+        max_requests: args.max_requests,
+        part_size: args.part_size.map(Size),
+        io_threads: args.io_threads,
+    }
+}
+
+fn output(args: &OutputArgs) -> OutputOptions {
+    OutputOptions {
+        output_format: args.output_format.as_deref().map(|f| match f {
+            "icechunk" => OutputFormat::Icechunk,
+            _ => OutputFormat::Zarr,
+        }),
+        branch: args.branch.clone(),
+        message: args.message.clone(),
+        icechunk_spec: args.icechunk_spec,
+    }
+}
+
+/// The conversion of SRC into `dst` that the layout, source, storage and output flags describe.
+pub(crate) fn conversion(args: &LayoutArgs, dst: &str, first: &mut First) -> Options {
+    Options {
+        source: args.src.clone(),
+        destination: dst.to_string(),
+        layout: layout(args, first),
+        arrays: Default::default(),
+        level_shapes: args.level_shapes.iter().cloned().collect(),
+        consolidate: args.no_consolidate.then_some(false),
+        ome: args.ome,
+        input: source(&args.source, first),
+        storage: storage(&args.storage),
+        output: output(&args.output),
+        run: RunOptions::default(),
+    }
+}
+
+/// The flags given beside a job file that the job file gives instead (only the storage flags apply).
+pub(crate) fn given_beside_job(args: &LayoutArgs) -> Vec<Setting> {
+    let mut first = First::default();
+    let options = conversion(args, "", &mut first);
+    let mut given = options.layout.given();
+    given.extend(options.input.given());
+    given.extend(options.output.given());
+    // Flags whose library parse failed are given too.
+    given.extend(
+        args.source
+            .source_format
+            .is_some()
+            .then_some(Setting::SourceFormat),
+    );
+    given.extend(
+        args.source
+            .on_unsupported
+            .is_some()
+            .then_some(Setting::OnUnsupported),
+    );
+    given.extend(args.shard_shape.is_some().then_some(Setting::ShardShape));
+    given.extend(args.chunk_shape.is_some().then_some(Setting::ChunkShape));
+    given.extend(options.consolidate.map(|_| Setting::Consolidate));
+    given.extend(options.ome.map(|_| Setting::Ome));
+    given.extend((!options.level_shapes.is_empty()).then_some(Setting::LevelShapes));
+    given.sort();
+    given.dedup();
+    given
+}
+
+/// The share of the shards `convert` or `run` converts: `--worker`, else the SLURM job array or
+/// Kubernetes Indexed Job of the environment (`None`: all of them).
+pub(crate) fn worker(args: &WorkerArgs) -> Result<Option<String>> {
+    let partition = Partition::resolve(args.worker.as_deref(), args.workers, |k| {
+        std::env::var(k).ok()
+    })?;
+    Ok(match &args.worker {
+        Some(given) => Some(given.clone()),
+        None => (!partition.is_all()).then(|| partition.to_string()),
+    })
+}
+
+/// The verification of SRC against DST that the verify flags describe.
+pub(crate) fn verification(
+    src: &str,
+    dst: &str,
+    source_args: &SourceArgs,
+    storage_args: &StorageArgs,
+    first: &mut First,
+) -> VerifyOptions {
+    VerifyOptions {
+        source: src.to_string(),
+        destination: dst.to_string(),
+        input: source(source_args, first),
+        storage: storage(storage_args),
+        ..VerifyOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use zshard_convert::{Conversion, OnUnsupported};
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        layout: LayoutArgs,
+    }
+
+    /// The options the flags `args` lower to, messages spelled as the command line spells them.
+    fn lowered(args: &[&str]) -> (Options, Result<()>) {
+        let flags = Flags::parse_from(["zshard"].iter().chain(args));
+        zshard_convert::spelled(zshard_convert::Spelling::Flag, || {
+            let mut first = First::default();
+            let dst = flags.layout.dst.clone().unwrap_or_default();
+            let options = conversion(&flags.layout, &dst, &mut first);
+            (options, first.result())
+        })
+    }
+
+    #[test]
+    fn flags_not_given_stay_unset_and_the_library_resolves_them() {
+        let (options, result) = lowered(&["a.zarr", "b.zarr"]);
+        result.expect("lowers");
+        assert_eq!(options, Options::new("a.zarr", "b.zarr"));
+        let (options, _) = lowered(&[
+            "a.zarr",
+            "b.zarr",
+            "--no-passthrough",
+            "--compressor",
+            "gzip:5",
+            "--on-unsupported",
+            "skip",
+            "--part-size",
+            "8MiB",
+            "--ome",
+            "keep",
+        ]);
+        let c = Conversion::from_options(&options).expect("holds");
+        assert!(!c.layouts.default.passthrough);
+        assert_eq!(
+            c.layouts.default.compressor,
+            zshard_convert::Compressor::Gzip { level: 5 }
+        );
+        assert_eq!(c.source_options.on_unsupported, OnUnsupported::Skip);
+        assert_eq!(c.store_options.part_size, 8 << 20);
+        assert_eq!(c.ome, zshard_convert::OmeMetadata::Keep);
+    }
+
+    #[test]
+    fn a_flag_the_library_refuses_is_an_error_and_the_others_still_lower() {
+        let (options, result) = lowered(&[
+            "a.zarr",
+            "b.zarr",
+            "--on-unsupported",
+            "maybe",
+            "--shard-shape",
+            "4,4",
+        ]);
+        let e = result.expect_err("maybe").to_string();
+        assert!(
+            e.contains(r#"--on-unsupported "maybe" is not supported"#),
+            "{e}"
+        );
+        assert_eq!(options.layout.shard_shape, Some(vec![4, 4].into()));
+    }
+
+    #[test]
+    fn flags_beside_a_job_file_are_named() {
+        let flags = Flags::parse_from(["zshard", "job.toml", "--ome", "keep", "--include", "x"]);
+        assert_eq!(
+            given_beside_job(&flags.layout),
+            [Setting::Ome, Setting::Include]
+        );
+        let flags = Flags::parse_from(["zshard", "job.toml", "--retries", "3"]);
+        assert!(given_beside_job(&flags.layout).is_empty());
+    }
+
+    /// Every job key against the SRC DST form: a job file giving one setting lowers to the same
+    /// options as the command line giving its flag.
+    #[test]
+    fn every_job_key_is_the_flag_of_the_src_dst_form() {
+        use std::collections::BTreeSet;
+        let cases: &[(Setting, &str, &[&str])] = &[
+            (
+                Setting::ShardShape,
+                "shard_shape = [4, 4]",
+                &["--shard-shape", "4,4"],
+            ),
+            (
+                Setting::ChunkShape,
+                "chunk_shape = { lat = 2 }",
+                &["--chunk-shape", "lat=2"],
+            ),
+            (
+                Setting::Compressor,
+                "compressor = \"gzip:5\"",
+                &["--compressor", "gzip:5"],
+            ),
+            (
+                Setting::IndexLocation,
+                "index_location = \"start\"",
+                &["--index-location", "start"],
+            ),
+            (
+                Setting::Passthrough,
+                "passthrough = false",
+                &["--no-passthrough"],
+            ),
+            (
+                Setting::LevelShapes,
+                "[conversions.levels.1]\nshard_shape = [1, 64, 64]\nchunk_shape = [1, 32, 32]",
+                &["--level-shapes", "1:1,64,64/1,32,32"],
+            ),
+            (
+                Setting::Consolidate,
+                "consolidate = false",
+                &["--no-consolidate"],
+            ),
+            (Setting::Ome, "ome = \"keep\"", &["--ome", "keep"]),
+            (
+                Setting::SourceFormat,
+                "source_format = \"kerchunk-json\"",
+                &["--source-format", "kerchunk-json"],
+            ),
+            (
+                Setting::RefRoot,
+                "ref_root = \"/refs\"",
+                &["--ref-root", "/refs"],
+            ),
+            (
+                Setting::AllowRefPrefix,
+                "allow_ref_prefix = [\"http://h/\"]",
+                &["--allow-ref-prefix", "http://h/"],
+            ),
+            (
+                Setting::RefCoalesceGap,
+                "ref_coalesce_gap = \"off\"",
+                &["--ref-coalesce-gap", "off"],
+            ),
+            (
+                Setting::StrictRefs,
+                "strict_refs = true",
+                &["--strict-refs"],
+            ),
+            (
+                Setting::Include,
+                "include = [\"a/*\"]",
+                &["--include", "a/*"],
+            ),
+            (
+                Setting::Exclude,
+                "exclude = [\"a/b\"]",
+                &["--exclude", "a/b"],
+            ),
+            (
+                Setting::SourceRef,
+                "source_ref = \"v1\"",
+                &["--source-ref", "v1"],
+            ),
+            (
+                Setting::OnUnsupported,
+                "on_unsupported = \"skip\"",
+                &["--on-unsupported", "skip"],
+            ),
+            (
+                Setting::S3Endpoint,
+                "[storage]\ns3_endpoint = \"http://x\"",
+                &["--s3-endpoint", "http://x"],
+            ),
+            (
+                Setting::S3Region,
+                "[storage]\ns3_region = \"eu\"",
+                &["--s3-region", "eu"],
+            ),
+            (
+                Setting::S3PathStyle,
+                "[storage]\ns3_path_style = true",
+                &["--s3-path-style"],
+            ),
+            (
+                Setting::Anonymous,
+                "[storage]\nanonymous = true",
+                &["--anonymous"],
+            ),
+            (
+                Setting::Retries,
+                "[storage]\nretries = 3",
+                &["--retries", "3"],
+            ),
+            (
+                Setting::RetryTimeout,
+                "[storage]\nretry_timeout = 30",
+                &["--retry-timeout", "30"],
+            ),
+            (
+                Setting::MaxRequests,
+                "[storage]\nmax_requests = 4",
+                &["--max-requests", "4"],
+            ),
+            (
+                Setting::PartSize,
+                "[storage]\npart_size = \"8MiB\"",
+                &["--part-size", "8MiB"],
+            ),
+            (
+                Setting::IoThreads,
+                "[storage]\nio_threads = 4",
+                &["--io-threads", "4"],
+            ),
+            (
+                Setting::OutputFormat,
+                "output_format = \"icechunk\"",
+                &["--output-format", "icechunk"],
+            ),
+            (Setting::Branch, "branch = \"dev\"", &["--branch", "dev"]),
+            (Setting::Message, "message = \"m\"", &["--message", "m"]),
+            (
+                Setting::IcechunkSpec,
+                "icechunk_spec = 1",
+                &["--icechunk-spec", "1"],
+            ),
+        ];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = dir.path().join("job.toml");
+        for (setting, key, flags) in cases {
+            std::fs::write(
+                &job,
+                format!("[[conversions]]\nsource = \"/a\"\ndestination = \"/b\"\n{key}\n"),
+            )
+            .expect("write");
+            let from_job = crate::job::load(&job, &StorageOptions::default(), None)
+                .unwrap_or_else(|e| panic!("{setting:?}: {e:#}"));
+            let (from_flags, result) = lowered(&[&["/a", "/b"][..], flags].concat());
+            result.unwrap_or_else(|e| panic!("{setting:?}: {e}"));
+            assert_eq!(from_job, std::slice::from_ref(&from_flags), "{setting:?}");
+            assert_ne!(from_flags, Options::new("/a", "/b"), "{setting:?} is given");
+        }
+        // The settings that are no key of a conversion here: SRC and DST, the run's settings of
+        // `convert` (covered by the job's own tests), and verify's.
+        let elsewhere = [
+            Setting::Source,
+            Setting::Destination,
+            Setting::Threads,
+            Setting::MemoryLimit,
+            Setting::Overwrite,
+            Setting::Report,
+            Setting::Worker,
+            Setting::Workers,
+            Setting::Sample,
+        ];
+        let covered: BTreeSet<Setting> = cases.iter().map(|c| c.0).chain(elsewhere).collect();
+        let all: BTreeSet<Setting> = Setting::ALL.iter().copied().collect();
+        assert_eq!(covered, all, "a setting without a case");
+    }
+}
