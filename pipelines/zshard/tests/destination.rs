@@ -610,6 +610,33 @@ fn writing_through_a_link_is_refused() {
     }
 }
 
+/// Issue 31, row 17: odd names are refused up front with the path, before anything is written: an
+/// array whose name holds a tab (it failed the whole listing with object_store's message), and one
+/// named like a staged file (`zarr.json#1`: it failed at cleanup, after everything was written).
+#[test]
+fn odd_source_names_are_refused_up_front() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (dir, name, parts) in [
+        ("tab", "a\tb", &[r#""a\tb""#, "rename it"][..]),
+        ("staged", "zarr.json#1", &["zarr.json#1", "reserved"][..]),
+    ] {
+        let case = tmp.path().join(dir);
+        let src = group_source(&case, name);
+        let dst = case.join("dst");
+        refused(&convert(&src, &dst, &[]), parts);
+        assert!(
+            !dst.join("zarr.json").exists(),
+            "{name:?}: nothing published"
+        );
+        assert!(!dst.join(".zshard").exists(), "{name:?}: nothing written");
+    }
+    // A staged-looking name, left out, lets the rest convert.
+    let src = tmp.path().join("staged/group");
+    let dst = tmp.path().join("staged/dst");
+    ok(&convert(&src, &dst, &["--exclude", "zarr.json#1"]));
+    assert!(dst.join("a/zarr.json").exists());
+}
+
 /// Issue 31, row 2: a source node whose name zshard reserves for its state (`.zshard`, and
 /// `.zshard-...` of an Icechunk output) is refused with its name, never silently lost.
 #[test]
