@@ -353,6 +353,30 @@ fn a_zstd_frame_naming_a_dictionary_is_refused() {
     }
 }
 
+/// Issue 31, row 18: a garbled `.zattrs` beside a valid `.zarray` is reported as the `.zattrs`
+/// (it was reported as the `.zarray`).
+#[test]
+fn a_garbled_zattrs_is_named_as_itself() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    valid_v2(&src);
+    std::fs::write(src.join(".zattrs"), b"{garbled").expect("garble");
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}/.zattrs: invalid JSON", src.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(".zarray"), "{stderr}");
+}
+
 /// Issue 31, row 16: zstd chunks with a skippable frame before (or after) the real frame are valid
 /// zstd: passthrough converts them (it refused them: "a block of the frame states 532480 bytes") and
 /// drops the skippable frames, which numcodecs refuses at the start of a chunk.
