@@ -649,8 +649,8 @@ fn verify_reports_content_the_source_lacks() {
     assert_mismatches(
         &verify(&src, &dst),
         &[
-            format!("array g/extra: in the output, not in the source"),
-            format!("group h: in the output, not in the source"),
+            "array g/extra: in the output, not in the source".to_string(),
+            "group h: in the output, not in the source".to_string(),
         ],
     );
 }
