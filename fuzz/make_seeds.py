@@ -1,5 +1,6 @@
 """Adds zarr-python v3 seeds to fuzz/corpus/v3_metadata: zarr.json, 0xFF, the first stored chunk
-(or shard). Run with the venv that has zarr 3: target/venv/bin/python fuzz/make_seeds.py"""
+(or shard). Run with the venv that has zarr 3: target/venv/bin/python fuzz/make_seeds.py (and
+target/venv-current/bin/python for the zarr-python 3.2+ seeds)"""
 
 import json
 import pathlib
@@ -35,6 +36,19 @@ def arrays(root):
     yield g.create_array("bools", shape=(5,), chunks=(5,), dtype="bool", compressors=None), np.array([1, 0, 1, 1, 0], bool)
     yield g.create_array("f16", shape=(3,), chunks=(3,), dtype="f2", fill_value="-Infinity",
                          compressors=None), np.array([1, -2, 0.5])
+    if tuple(int(p) for p in zarr.__version__.split(".")[:2]) >= (3, 2):
+        # zarr-python 3.2+ (target/venv-current): the struct data type, scale_offset and cast_value.
+        from zarr.codecs import CastValue, ScaleOffset
+
+        st = np.dtype([("x", "<f4"), ("p", [("a", "u1"), ("b", ">f8")])])
+        yield g.create_array("struct", shape=(3,), chunks=(3,), dtype=st, compressors=None,
+                             fill_value=np.array((1.5, (2, np.nan)), dtype=st)[()],
+                             serializer=BytesCodec(endian="big")), np.zeros(3, dtype=st)
+        yield g.create_array("scale_cast", shape=(6,), chunks=(6,), dtype="f8", fill_value=float("nan"),
+                             filters=[ScaleOffset(offset=-10, scale=0.1),
+                                      CastValue(data_type="uint8", out_of_range="clamp",
+                                                scalar_map={"encode": [("NaN", 0)], "decode": [(0, "NaN")]})],
+                             compressors=None), np.array([0, 1.5, 2540, np.nan, -1e9, 5])
 
 
 def main():

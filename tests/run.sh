@@ -6,16 +6,34 @@
 #   3b. the Python package: built by pip (maturin) from crates/python, installed into that venv, then pytest,
 #   3c. the interop, Python-package and cloud suites again on today's stack (Python 3.13, zarr-python 3.4,
 #       icechunk 2.3; the interpreter is built once into ~/.cache/zshard by tests/current-python.sh),
-#   4. cloud tests: moto's S3 server and Azurite on 127.0.0.1 (installed into target/), with a fault-injecting
+#   4. cloud tests: moto's S3 server and Azurite on 127.0.0.1 (installed into the cache, below), with a fault-injecting
 #      proxy: round trips, retries, multipart, a kill during an upload, fast failures,
 #   5. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a
 #      4-task job array, finalize, compare with a single run (prints SKIPPED with the reason where it can't),
 #   6. the build stage of pipelines/Dockerfile, run outside a container (tests/container-build.sh),
 #   7. the W1 acceptance run (16384x16384 uint16, both index locations), verified the same way.
-# Python packages go into a venv under target/ (created on first use). Set ZSHARD_SKIP_W1=1 to skip step 7.
+# Set ZSHARD_SKIP_W1=1 to skip step 7.
+#
+# Builds and venvs persist OUTSIDE the clone, in ${ZSHARD_CACHE:-~/.cache/zshard}, so a second run (or CI on a
+# warm machine, which clones afresh each time) reuses them: the cargo target dir (cargo rebuilds the
+# workspace's own crates, whose files are new in a fresh clone, and reuses every dependency), the Python 3.11
+# and 3.13 venvs (each reinstalled when its requirements file or interpreter changes: the scripts keep a
+# sha256 stamp of both in the venv), zarr 2.18's venv, Azurite's node_modules, and the CPython 3.13 build.
+# Nothing is installed by hand: an empty cache is a fresh machine and takes the same path, only longer.
+# Override with ZSHARD_CACHE=DIR (e.g. $PWD/target/cache for a cache inside the clone) or CARGO_TARGET_DIR.
+# Runs that share one cache take turns (a lock on the cache), since they share binaries and venvs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+export ZSHARD_CACHE="${ZSHARD_CACHE:-$HOME/.cache/zshard}"
+mkdir -p "$ZSHARD_CACHE"
+exec 8>"$ZSHARD_CACHE/tests-run.lock"
+flock 8
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ZSHARD_CACHE/target}"
+export ZSHARD_VENV="${ZSHARD_VENV:-$ZSHARD_CACHE/venv-3.11}"
+export ZSHARD_VENV_ZARR2="${ZSHARD_VENV_ZARR2:-$ZSHARD_CACHE/venv-zarr2}"
+export ZSHARD_NODE_DIR="${ZSHARD_NODE_DIR:-$ZSHARD_CACHE/node}"
+echo "tests/run.sh: cache $ZSHARD_CACHE (cargo target $CARGO_TARGET_DIR)"
 
 # Each step's heading also says how long the previous step took (where CI's minutes go).
 step_started=$SECONDS
@@ -40,7 +58,7 @@ cargo test --workspace --release
 
 step "cargo build --release (the zshard binary)"
 cargo build --release -p zshard
-export ZSHARD_BIN="$PWD/target/release/zshard"
+export ZSHARD_BIN="$CARGO_TARGET_DIR/release/zshard"
 
 step "container build steps (pipelines/Dockerfile's build stage, outside a container)"
 tests/container-build.sh
@@ -60,7 +78,7 @@ tests/cloud/run.sh
 # fresh machine); the Python 3.11 runs above keep what exists only there (zarr 2.18's draft layout, icechunk 1.x).
 step "today's stack: CPython 3.13 (tests/current-python.sh, cached outside the clone)"
 current_python="$(tests/current-python.sh)"
-current=(env ZSHARD_VENV="$PWD/target/venv-current" PYTHON="$current_python" PYTHON_ZARR2=python3
+current=(env ZSHARD_VENV="$ZSHARD_CACHE/venv-3.13" PYTHON="$current_python" PYTHON_ZARR2=python3
   ZSHARD_REQUIREMENTS=requirements-current.txt)
 
 step "today's stack: interop tests (zarr-python 3.4, icechunk 2.3, tensorstore)"
@@ -73,12 +91,12 @@ step "today's stack: cloud storage"
 "${current[@]}" tests/cloud/run.sh
 
 step "SLURM job array (tests/cluster/slurm.sh)"
-tests/cluster/slurm.sh "$ZSHARD_BIN" "${ZSHARD_VENV:-$PWD/target/venv}/bin/python"
+tests/cluster/slurm.sh "$ZSHARD_BIN" "$ZSHARD_VENV/bin/python"
 
 if [ "${ZSHARD_SKIP_W1:-0}" != "1" ]; then
   step "W1 acceptance: 16384^2 uint16, blosc zstd 5 -> shards 4096^2 of 256^2, zstd 3"
   work="$PWD/target/w1"
-  "${ZSHARD_VENV:-$PWD/target/venv}/bin/python" benches/w1.py "$ZSHARD_BIN" "$work"
+  "$ZSHARD_VENV/bin/python" benches/w1.py "$ZSHARD_BIN" "$work"
   rm -rf "$work"
 fi
 

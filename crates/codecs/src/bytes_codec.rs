@@ -1,9 +1,7 @@
 //! `bytes`: the array→bytes codec that lays elements out in a byte order.
 
 use serde_json::json;
-use zshard_core::{
-    swap_byte_order, ArrayToBytesCodec, ChunkRepr, CodecSpec, Endian, Error, Result,
-};
+use zshard_core::{ArrayToBytesCodec, ChunkRepr, CodecSpec, Endian, Error, Result};
 
 use crate::config::string;
 use crate::error::invalid;
@@ -52,7 +50,7 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
 impl BytesCodec {
     fn swap(&self, data: &mut [u8], repr: &ChunkRepr) {
         if self.endian == Some(Endian::Big) {
-            swap_byte_order(data, repr.data_type.swap_unit());
+            repr.data_type.swap_bytes(data);
         }
     }
 }

@@ -31,6 +31,9 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.json2", crate::object_codecs::build_json2),
     ("numcodecs.msgpack2", crate::object_codecs::build_msgpack2),
     ("transpose", crate::transpose::build),
+    // zarr-extensions array→array codecs (zarr-python 3.2+).
+    ("scale_offset", crate::scale_offset::build),
+    ("cast_value", crate::cast_value::build),
     ("sharding_indexed", crate::sharding::build),
     ("blosc", crate::blosc::build),
     ("numcodecs.blosc", crate::blosc::build),

@@ -151,8 +151,21 @@ impl Compressor {
         if *self != Compressor::Source {
             return (self.inner_codecs(meta.data_type), None);
         }
-        match zshard_codecs::v3_form_problem(&meta.codecs) {
-            None => (meta.codecs.clone(), None),
+        // A v2 fixedscaleoffset or astype filter becomes scale_offset + cast_value where that is exact.
+        let codecs = match zshard_codecs::v3_equivalent(&meta.codecs, &meta.chunk_repr()) {
+            Ok(converted) => converted.unwrap_or_else(|| meta.codecs.clone()),
+            Err(problem) => {
+                return (
+                    Compressor::DEFAULT.inner_codecs(meta.data_type),
+                    Some(format!(
+                        "the source's {problem}; written with the default {} instead",
+                        Compressor::DEFAULT
+                    )),
+                )
+            }
+        };
+        match zshard_codecs::v3_form_problem(&codecs) {
+            None => (codecs, None),
             Some(problem) => (
                 Compressor::DEFAULT.inner_codecs(meta.data_type),
                 Some(format!(

@@ -141,6 +141,7 @@ impl PlannedArray {
         ArrayLayout {
             geometry: self.geometry.clone(),
             source_repr: self.source.chunk_repr(),
+            source_grid: self.source.rectilinear.clone(),
             inner_repr: ChunkRepr {
                 shape: self.output.inner_shape.clone(),
                 data_type: self.output.data_type,
@@ -570,7 +571,9 @@ fn passthrough_applies(
     source_chain: &zshard_core::CodecChain,
     inner_chain: &zshard_core::CodecChain,
 ) -> bool {
-    meta.chunk_shape == inner_shape && source_chain.specs() == inner_chain.specs()
+    meta.rectilinear.is_none()
+        && meta.chunk_shape == inner_shape
+        && source_chain.specs() == inner_chain.specs()
 }
 
 #[cfg(test)]
@@ -600,6 +603,7 @@ mod tests {
             chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
             attributes: Map::new(),
             dimension_names: None,
+            rectilinear: None,
             sharded: None,
             warnings: Vec::new(),
         }

@@ -137,7 +137,10 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "source_chunk_shape": a.source.chunk_shape,
         // An already sharded source is read by inner chunk: these are its inner chunks.
         "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
-        "source_chunks": product(&grid_shape(&a.source.shape, &a.source.chunk_shape)),
+        "source_chunks": product(&a.source.rectilinear.as_ref().map_or_else(
+            || grid_shape(&a.source.shape, &a.source.chunk_shape),
+            |grid| grid.grid_shape()
+        )),
         "source_codecs": a.source.codecs,
         // Names of the dimensions (null when the source gives none), which shapes by name refer to.
         "dimension_names": a.output.dimension_names,

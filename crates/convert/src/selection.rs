@@ -209,6 +209,7 @@ mod tests {
                 chunk_key_encoding: zshard_core::ChunkKeyEncoding::Default { separator: '/' },
                 attributes: Map::new(),
                 dimension_names: None,
+                rectilinear: None,
                 sharded: None,
                 warnings: vec![],
             })),

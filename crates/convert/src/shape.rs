@@ -235,6 +235,7 @@ mod tests {
             chunk_key_encoding: zshard_core::ChunkKeyEncoding::Default { separator: '/' },
             attributes: Default::default(),
             dimension_names: None,
+            rectilinear: None,
             sharded: None,
             warnings: Vec::new(),
         }

@@ -574,6 +574,7 @@ fn verify(v: &Verification) -> Result<Verified> {
             layout: ArrayLayout {
                 geometry,
                 source_repr: meta.chunk_repr(),
+                source_grid: meta.rectilinear.clone(),
                 inner_repr,
                 passthrough: false,
             },

@@ -1,4 +1,5 @@
 use crate::error::{Error, Result};
+use crate::structs::StructType;
 
 /// Byte order of multi-byte elements in an encoded chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +69,9 @@ pub enum DataType {
     /// Variable-length bytes (zarr-python 3's v3 `variable_length_bytes`, v2 `|O` with the
     /// `vlen-bytes` filter): handled as [`DataType::String`] is, in the same layout, without UTF-8.
     Bytes,
+    /// `struct` (zarr-extensions; zarr-python 3.2+): records of named fixed-size fields packed without
+    /// padding, each field little-endian in memory (see [`crate::StructType`]).
+    Struct(&'static StructType),
 }
 
 /// The unit of a numpy `datetime64` / `timedelta64`, as numpy spells it.
@@ -137,7 +141,7 @@ impl TimeUnit {
 }
 
 /// The parametric v3 data types, for error messages.
-const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}";
+const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}, struct {fields}";
 
 const ALL: [DataType; 16] = [
     DataType::Bool,
@@ -174,6 +178,7 @@ impl DataType {
             DataType::Complex128 => 16,
             DataType::NullTerminatedBytes(n) => n as usize,
             DataType::FixedLengthUtf32(n) => n as usize * 4,
+            DataType::Struct(t) => t.size(),
             DataType::DateTime64(..)
             | DataType::TimeDelta64(..)
             | DataType::String
@@ -203,7 +208,19 @@ impl DataType {
             DataType::Complex128 => 8,
             DataType::NullTerminatedBytes(_) | DataType::String | DataType::Bytes => 1,
             DataType::FixedLengthUtf32(_) => 4,
+            // The widest field's: more than 1 when the byte order matters. Swap with
+            // [`DataType::swap_bytes`], which goes field by field.
+            DataType::Struct(t) => t.max_swap_unit(),
             other => other.size(),
+        }
+    }
+
+    /// Reverses the byte order of every element in `buf` (of each half of complex numbers, of each
+    /// field of structs); a no-op for single-byte units.
+    pub fn swap_bytes(self, buf: &mut [u8]) {
+        match self {
+            DataType::Struct(t) => t.swap_bytes(buf),
+            other => swap_byte_order(buf, other.swap_unit()),
         }
     }
 
@@ -230,6 +247,7 @@ impl DataType {
             DataType::TimeDelta64(..) => "numpy.timedelta64",
             DataType::String => "string",
             DataType::Bytes => "variable_length_bytes",
+            DataType::Struct(_) => "struct",
         }
     }
 
@@ -248,6 +266,7 @@ impl DataType {
                     "configuration": {"unit": unit.as_str(), "scale_factor": scale}
                 })
             }
+            DataType::Struct(t) => t.to_v3_json(),
             other => serde_json::Value::String(other.v3_name().to_string()),
         }
     }
@@ -257,6 +276,11 @@ impl DataType {
         match value {
             serde_json::Value::String(name) => Self::from_v3_name(name),
             serde_json::Value::Object(o) => {
+                match o.get("name").and_then(serde_json::Value::as_str) {
+                    Some("struct") => return crate::structs::parse(value, false),
+                    Some("structured") => return crate::structs::parse(value, true),
+                    _ => {}
+                }
                 Self::from_v3_object(o).ok_or_else(|| Error::UnsupportedDataType {
                     name: value.to_string(),
                     supported: PARAMETRIC.into(),
@@ -406,6 +430,8 @@ impl DataType {
             DataType::NullTerminatedBytes(n) => return format!("|S{n}"),
             DataType::FixedLengthUtf32(n) => return format!("<U{n}"),
             DataType::String | DataType::Bytes => return "|O".into(),
+            // numpy's opaque record of that size (a v2 structured type is a list, not a string).
+            DataType::Struct(t) => return format!("|V{}", t.size()),
             DataType::DateTime64(unit, scale) => return format!("<M8{}", time_suffix(unit, scale)),
             DataType::TimeDelta64(unit, scale) => {
                 return format!("<m8{}", time_suffix(unit, scale))
@@ -422,6 +448,14 @@ impl std::fmt::Display for DataType {
             DataType::FixedLengthUtf32(n) => write!(f, "fixed_length_utf32({n} characters)"),
             DataType::DateTime64(unit, scale) | DataType::TimeDelta64(unit, scale) => {
                 write!(f, "{}{}", self.v3_name(), time_suffix(*unit, *scale))
+            }
+            DataType::Struct(t) => {
+                f.write_str("struct{")?;
+                for (i, field) in t.fields().iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}: {}", field.name, field.data_type)?;
+                }
+                f.write_str("}")
             }
             other => f.write_str(other.v3_name()),
         }

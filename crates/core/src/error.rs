@@ -36,6 +36,13 @@ pub enum Error {
         reason: String,
     },
 
+    /// A chunk grid whose configuration breaks its specification (the `rectilinear` grid's edges).
+    #[error("invalid chunk_grid: {reason}")]
+    InvalidChunkGrid {
+        /// What is wrong, with the element of the configuration at fault.
+        reason: String,
+    },
+
     /// A codec rejected its configuration or its input.
     #[error("codec {codec}: {reason}")]
     Codec {

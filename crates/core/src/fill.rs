@@ -55,6 +55,26 @@ impl FillValue {
                 .ok_or_else(|| invalid("expected base64-encoded bytes"));
         }
         match dtype {
+            DataType::Struct(t) => {
+                // An object with a value for every field, by name (nested structs nest).
+                let members = value
+                    .as_object()
+                    .ok_or_else(|| invalid("expected an object of field values"))?;
+                if let Some(extra) = members
+                    .keys()
+                    .find(|k| !t.fields().iter().any(|f| &f.name == *k))
+                {
+                    return Err(invalid(&format!("{extra:?} is not a field")));
+                }
+                let mut bytes = Vec::with_capacity(t.size());
+                for field in t.fields() {
+                    let v = members
+                        .get(&field.name)
+                        .ok_or_else(|| invalid(&format!("no value for field {:?}", field.name)))?;
+                    bytes.extend_from_slice(&Self::from_json(v, field.data_type)?.bytes);
+                }
+                return Ok(FillValue { bytes });
+            }
             DataType::FixedLengthUtf32(n) => {
                 return Self::utf32_from_json(value, n as usize)
                     .ok_or_else(|| invalid("expected a string of at most the array's length"))
@@ -211,6 +231,16 @@ impl FillValue {
             DataType::DateTime64(..) | DataType::TimeDelta64(..) => {
                 i64::from_le_bytes(arr(8)).into()
             }
+            DataType::Struct(t) => Value::Object(
+                t.fields()
+                    .iter()
+                    .map(|f| {
+                        let end = (f.offset + f.data_type.size()).min(b.len());
+                        let part = FillValue::from_bytes(b[f.offset.min(end)..end].to_vec());
+                        (f.name.clone(), part.to_v3_json(f.data_type))
+                    })
+                    .collect(),
+            ),
             DataType::Bool => Value::Bool(b[0] != 0),
             DataType::Int8 => (b[0] as i8).into(),
             DataType::UInt8 => b[0].into(),

@@ -24,11 +24,13 @@ mod dtype;
 mod error;
 mod fill;
 mod geometry;
+mod grid;
 mod io;
 mod meta;
 pub mod setting;
 mod shard_index;
 mod sharding;
+mod structs;
 mod vlen;
 
 pub use codec::{
@@ -43,6 +45,7 @@ pub use geometry::{
     Region, ShardGeometry, ShardSplit, AUTO_SHARD_MAX_CHUNKS, AUTO_SHARD_TARGET_BYTES,
     MAX_BUFFER_BYTES,
 };
+pub use grid::RectilinearGrid;
 pub use io::{ChunkReader, ShardSink, ShardStream};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use setting::{Setting, Spelling};
@@ -51,4 +54,5 @@ pub use shard_index::{
     ShardReader, EMPTY,
 };
 pub use sharding::{ShardingConfig, SHARDING_CODEC};
+pub use structs::{StructField, StructType, MAX_STRUCT_TYPES};
 pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};

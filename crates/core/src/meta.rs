@@ -1,10 +1,13 @@
 //! The source-format-independent model of an array that readers produce.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::codec::{ChunkRepr, CodecSpec};
 use crate::dtype::DataType;
 use crate::fill::FillValue;
+use crate::grid::RectilinearGrid;
 use crate::shard_index::{IndexEncoding, IndexLocation};
 
 /// How chunk grid coordinates become store keys.
@@ -122,8 +125,13 @@ pub struct ArrayMeta {
     /// The value of elements that no chunk stores.
     pub fill_value: FillValue,
     /// The shape of the chunks the source is read by: its stored chunks, or, for a source stored in
-    /// shards (see `sharded`), their inner chunks.
+    /// shards (see `sharded`), their inner chunks. On a rectilinear grid (`rectilinear`), the largest
+    /// chunk edge of each dimension: a shape that holds any of its chunks.
     pub chunk_shape: Vec<u64>,
+    /// The chunks the source is read by lie on this `rectilinear` grid (zarr-extensions), each with
+    /// its own shape; `None`: on the regular grid of `chunk_shape`. A grid whose chunks all have the
+    /// same shape is given as regular.
+    pub rectilinear: Option<Arc<RectilinearGrid>>,
     /// The source chain as v3 codecs (v2 compressors, byte order and order F are translated); for a
     /// source stored in shards, the inner chunks' chain.
     pub codecs: Vec<CodecSpec>,
@@ -145,7 +153,11 @@ pub struct ArrayMeta {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceShards {
     /// Extent of one shard in elements; a multiple of the array's `chunk_shape` in every dimension.
+    /// On a rectilinear shard grid (`rectilinear`), the largest shard edge of each dimension.
     pub shard_shape: Vec<u64>,
+    /// The shards lie on this rectilinear grid, every edge a multiple of the inner chunk's (so the
+    /// inner chunks still lie on one regular grid); `None`: on the regular grid of `shard_shape`.
+    pub rectilinear: Option<Arc<RectilinearGrid>>,
     /// How the shard index entries are encoded (the `index_codecs`).
     pub index_encoding: IndexEncoding,
     /// Whether the index is at the start or end of each shard.
@@ -161,6 +173,53 @@ impl SourceShards {
             .map(|(s, i)| s / i.max(&1))
             .collect()
     }
+
+    /// The shard that holds the inner chunk `coord` (of inner chunks of `inner_shape`), the chunk's
+    /// C-order index within it and the shard's inner chunks along each dimension; `None` for a
+    /// coordinate outside the shard grid.
+    pub fn locate(&self, coord: &[u64], inner_shape: &[u64]) -> Option<(Vec<u64>, u64, Vec<u64>)> {
+        let Some(grid) = &self.rectilinear else {
+            let per_shard = self.chunks_per_shard(inner_shape);
+            let shard = coord
+                .iter()
+                .zip(&per_shard)
+                .map(|(c, n)| c / n.max(&1))
+                .collect();
+            let local: Vec<u64> = coord
+                .iter()
+                .zip(&per_shard)
+                .map(|(c, n)| c % n.max(&1))
+                .collect();
+            return Some((
+                shard,
+                crate::geometry::linear_index(&local, &per_shard),
+                per_shard,
+            ));
+        };
+        let element: Vec<u64> = coord
+            .iter()
+            .zip(inner_shape)
+            .map(|(c, i)| c.checked_mul(*i))
+            .collect::<Option<_>>()?;
+        let shard = grid.chunk_containing(&element);
+        let bounds = grid.chunk_bounds(&shard)?;
+        let mut local = Vec::with_capacity(coord.len());
+        let mut per_shard = Vec::with_capacity(coord.len());
+        for d in 0..coord.len() {
+            let inner = inner_shape[d].max(1);
+            let offset = element[d].checked_sub(bounds.start[d])?;
+            if offset >= bounds.shape[d] {
+                return None;
+            }
+            local.push(offset / inner);
+            per_shard.push(bounds.shape[d] / inner);
+        }
+        Some((
+            shard,
+            crate::geometry::linear_index(&local, &per_shard),
+            per_shard,
+        ))
+    }
 }
 
 impl ArrayMeta {
@@ -169,6 +228,9 @@ impl ArrayMeta {
     /// says where they are. A part of a shard then costs the inner chunks it needs, not the shard;
     /// and inner chunks that are already what the output wants can be copied as they are. Any other
     /// array (or an invalid sharding configuration, reported when its chain is built) is unchanged.
+    ///
+    /// Shards on a rectilinear grid whose every edge is a multiple of the inner chunk's are read so
+    /// too: their inner chunks lie on one regular grid.
     pub fn read_by_inner_chunk(self) -> ArrayMeta {
         if self.codecs.len() != 1 || self.sharded.is_some() {
             return self;
@@ -182,19 +244,27 @@ impl ArrayMeta {
         if config.chunks_per_shard(&self.chunk_shape).is_err() || config.codecs.is_empty() {
             return self;
         }
+        if let Some(grid) = &self.rectilinear {
+            if !grid.divisible_by(&config.chunk_shape) {
+                return self;
+            }
+        }
         ArrayMeta {
             sharded: Some(SourceShards {
                 shard_shape: self.chunk_shape.clone(),
+                rectilinear: self.rectilinear.clone(),
                 index_encoding,
                 index_location: config.index_location,
             }),
+            rectilinear: None,
             chunk_shape: config.chunk_shape,
             codecs: config.codecs,
             ..self
         }
     }
 
-    /// The representation of one decoded source chunk.
+    /// The representation of a decoded source chunk: of its largest one on a rectilinear grid (each
+    /// chunk's own is [`ChunkRepr::shape`] from [`RectilinearGrid::chunk_shape`]).
     pub fn chunk_repr(&self) -> ChunkRepr {
         ChunkRepr {
             shape: self.chunk_shape.clone(),
@@ -240,6 +310,7 @@ mod tests {
             chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
             attributes: Map::new(),
             dimension_names: None,
+            rectilinear: None,
             sharded: None,
             warnings: Vec::new(),
         }
@@ -312,6 +383,53 @@ mod tests {
         let read = meta.read_by_inner_chunk();
         assert_eq!(read.chunk_shape, vec![32, 32]);
         assert!(read.sharded.is_some());
+    }
+
+    /// Shards on a rectilinear grid of rows 64, 32 and 128 (inner chunks of 32 rows): read by inner
+    /// chunk on the regular grid of 32 x 16, each shard with its own number of them.
+    #[test]
+    fn rectilinear_shards_are_read_by_inner_chunk_when_their_edges_divide() {
+        let sharding = serde_json::json!({
+            "chunk_shape": [32, 16],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes"}]
+        });
+        let grid = |rows: serde_json::Value| {
+            crate::RectilinearGrid::from_configuration(
+                &serde_json::json!({"kind": "inline", "chunk_shapes": [rows, [64]]}),
+                &[200, 50],
+            )
+            .expect("grid")
+        };
+        let mut meta = sharded(sharding.clone());
+        meta.shape = vec![200, 50];
+        meta.chunk_shape = vec![128, 64];
+        meta.rectilinear = Some(Arc::new(grid(serde_json::json!([64, 32, 128]))));
+        let read = meta.clone().read_by_inner_chunk();
+        assert_eq!(read.rectilinear, None);
+        assert_eq!(read.chunk_shape, vec![32, 16]);
+        let shards = read.sharded.expect("sharded");
+        assert_eq!(shards.rectilinear, meta.rectilinear);
+        // Inner row 2 is the first of the second shard; row 3 the first of the third, which holds
+        // 4 rows of 4 columns.
+        assert_eq!(
+            shards.locate(&[1, 3], &[32, 16]),
+            Some((vec![0, 0], 7, vec![2, 4]))
+        );
+        assert_eq!(
+            shards.locate(&[2, 0], &[32, 16]),
+            Some((vec![1, 0], 0, vec![1, 4]))
+        );
+        assert_eq!(
+            shards.locate(&[6, 2], &[32, 16]),
+            Some((vec![2, 0], 14, vec![4, 4]))
+        );
+        assert_eq!(shards.locate(&[7, 0], &[32, 16]), None);
+        assert_eq!(shards.locate(&[u64::MAX, 0], &[32, 16]), None);
+        // An edge of 48 rows is not whole inner chunks: left as it is.
+        let mut odd = meta;
+        odd.rectilinear = Some(Arc::new(grid(serde_json::json!([64, 48, 128]))));
+        assert_eq!(odd.clone().read_by_inner_chunk(), odd);
     }
 
     #[test]

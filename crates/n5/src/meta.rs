@@ -265,6 +265,7 @@ impl Dataset {
             chunk_key_encoding: ChunkKeyEncoding::V2 { separator: '/' },
             attributes: self.attributes.clone(),
             dimension_names: None,
+            rectilinear: None,
             sharded: None,
             warnings: Vec::new(),
         }

@@ -518,6 +518,7 @@ mod tests {
         ArrayLayout {
             geometry: ShardGeometry::new(shape, shard, inner).expect("geometry"),
             source_repr: repr(source, DataType::Float32),
+            source_grid: None,
             inner_repr: repr(inner, DataType::Float32),
             passthrough: false,
         }

@@ -1,7 +1,12 @@
 use std::sync::Arc;
 
 use crate::cancel::Cancel;
-use zshard_core::{ChunkReader, ChunkRepr, CodecChain, ShardGeometry, ShardSink, ShardSplit};
+use std::borrow::Cow;
+
+use zshard_core::{
+    ChunkReader, ChunkRepr, CodecChain, RectilinearGrid, Region, ShardGeometry, ShardSink,
+    ShardSplit,
+};
 
 /// Everything the stages need to convert one array: where chunks come from and how they decode, its
 /// layout, the inner codecs, and where shards go.
@@ -29,8 +34,12 @@ pub struct ArrayJob {
 pub struct ArrayLayout {
     /// The array, its shards and their inner chunks.
     pub geometry: ShardGeometry,
-    /// A decoded source chunk (its shape is the source chunk shape).
+    /// A decoded source chunk (its shape is the source chunk shape; on a rectilinear grid, the
+    /// largest chunk's, each chunk having its own).
     pub source_repr: ChunkRepr,
+    /// The source chunks lie on this rectilinear grid; `None`: on the regular grid of
+    /// `source_repr.shape`.
+    pub source_grid: Option<Arc<RectilinearGrid>>,
     /// A decoded inner chunk of the output.
     pub inner_repr: ChunkRepr,
     /// Source chunks are already inner chunks, encoded exactly as the output's are (same chunk shape and
@@ -42,6 +51,33 @@ impl ArrayLayout {
     /// Bytes of one element of the output (at least one).
     pub(crate) fn element_size(&self) -> usize {
         self.inner_repr.data_type.size().max(1)
+    }
+
+    /// The source chunks that overlap `region` (array coordinates, inside the array), in C order.
+    pub(crate) fn source_chunks_overlapping(&self, region: &Region) -> Vec<Vec<u64>> {
+        match &self.source_grid {
+            Some(grid) => grid.chunks_overlapping(region),
+            None => region.chunks_overlapping(&self.source_repr.shape),
+        }
+    }
+
+    /// The region of source chunk `coord`, clipped to the array.
+    pub(crate) fn source_chunk_region(&self, coord: &[u64]) -> Region {
+        match &self.source_grid {
+            Some(grid) => grid.chunk_region(coord),
+            None => Region::of_chunk(coord, &self.source_repr.shape, self.geometry.array_shape()),
+        }
+    }
+
+    /// What source chunk `coord` decodes to: on a rectilinear grid, a chunk of its own (full) shape.
+    pub(crate) fn source_chunk_repr(&self, coord: &[u64]) -> Cow<'_, ChunkRepr> {
+        match self.source_grid.as_ref().and_then(|g| g.chunk_shape(coord)) {
+            Some(shape) => Cow::Owned(ChunkRepr {
+                shape,
+                ..self.source_repr.clone()
+            }),
+            None => Cow::Borrowed(&self.source_repr),
+        }
     }
 
     /// How shards are cut into parts of at most `part_bytes` raw bytes of inner chunks.

@@ -137,6 +137,7 @@ fn job_with_source_chunks(
         layout: ArrayLayout {
             geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
             source_repr: source,
+            source_grid: None,
             inner_repr: inner,
             passthrough: false,
         },
@@ -464,5 +465,68 @@ fn a_cancelled_run_stops_and_publishes_only_complete_shards() {
             expected.get(coord),
             "shard {coord:?} is complete"
         );
+    }
+}
+
+/// `job`, with source chunks on a rectilinear grid: rows in edges of 3, 1, 5, 7 and 6 (the last
+/// overhangs a 20-row array by 2 rows, stored whole), columns in 3, 3 and 2. Each chunk is encoded at
+/// its own shape.
+fn rectilinear_job() -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
+    let rows = 20;
+    let grid = zshard_core::RectilinearGrid::from_configuration(
+        &json!({"kind": "inline", "chunk_shapes": [[3, 1, 5, 7, 6], [[3, 2], 2]]}),
+        &[rows, 8],
+    )
+    .expect("grid");
+    // The codecs and output of `job`, with this grid's chunks, reader and sink.
+    let (mut job, _, _) = job_with_source_chunks(rows, [7, 3], None);
+    let source = repr(&grid.largest_chunk());
+    let mut chunks = HashMap::new();
+    for coord in c_order(&grid.grid_shape()) {
+        let bounds = grid.chunk_bounds(&coord).expect("in the grid");
+        let shape = bounds.shape.clone();
+        let raw: Vec<u8> = (0..shape[0])
+            .flat_map(|r| (0..shape[1]).map(move |c| (r, c)))
+            .flat_map(|(r, c)| value(bounds.start[0] + r, bounds.start[1] + c).to_le_bytes())
+            .collect();
+        let encoded = job.source_chain.encode(raw, &repr(&shape)).expect("encode");
+        chunks.insert(coord, Bytes::from(encoded));
+    }
+    let reader = Arc::new(MemoryReader {
+        chunks,
+        fail_at: None,
+        chunks_read: AtomicU64::new(0),
+        slow_at: None,
+        slowed: AtomicBool::new(false),
+        read_while_slow: AtomicU64::new(0),
+    });
+    job.reader = reader.clone();
+    job.layout.source_repr = source;
+    job.layout.source_grid = Some(Arc::new(grid));
+    let sink = Arc::new(MemorySink::default());
+    job.sink = sink.clone();
+    (job, reader, sink)
+}
+
+#[test]
+fn rectilinear_source_chunks_land_in_the_right_inner_chunks() {
+    let rows = 20;
+    let (whole, expected, _) = run_job_in_parts(rectilinear_job(), 2, 1 << 20, true);
+    let whole = whole.expect("run");
+    assert_eq!(expected.len(), 3);
+    let (job, _, _) = rectilinear_job();
+    assert_values(&job, &expected, rows);
+    // Source chunk rows span 0..3, 3..4, 4..9, 9..16 and 16..22: shard rows 0..8, 8..16 and 16..20
+    // meet chunk rows 0 to 2, 2 to 3 and 4, of 3 columns each.
+    assert_eq!(whole.chunks_read, (3 + 2 + 1) * 3);
+    for part_bytes in [16, 32, 48] {
+        for keep in [true, false] {
+            let (stats, shards, _) = run_job_in_parts(rectilinear_job(), 3, part_bytes, keep);
+            let stats = stats.expect("run");
+            assert_eq!(shards, expected, "part_bytes {part_bytes}, keep {keep}");
+            if keep {
+                assert_eq!(stats.chunks_read, whole.chunks_read);
+            }
+        }
     }
 }

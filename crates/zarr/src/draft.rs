@@ -339,6 +339,7 @@ fn shards(
         }
     })?;
     Ok(Some(SourceShards {
+        rectilinear: None,
         shard_shape,
         index_encoding: IndexEncoding {
             endian: Endian::Little,
@@ -464,6 +465,7 @@ mod tests {
         assert_eq!(
             meta.sharded,
             Some(SourceShards {
+                rectilinear: None,
                 shard_shape: vec![6, 4],
                 index_encoding: IndexEncoding {
                     endian: Endian::Little,

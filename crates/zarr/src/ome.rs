@@ -413,6 +413,7 @@ mod tests {
                 chunk_key_encoding: ChunkKeyEncoding::Default { separator: '/' },
                 attributes: Map::new(),
                 dimension_names: None,
+                rectilinear: None,
                 sharded: None,
                 warnings: Vec::new(),
             })),

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use zshard_core::{
-    chain_text, linear_index, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error,
-    IndexLocation, Result, ShardIndex, SourceShards,
+    chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error, IndexLocation,
+    Result, ShardIndex, SourceShards,
 };
 use zshard_store::{coalesce, Store, COALESCE_GAP, MAX_REQUEST};
 
@@ -85,7 +85,7 @@ pub struct ShardedChunkReader {
     store: Store,
     encoding: ChunkKeyEncoding,
     shards: SourceShards,
-    per_shard: Vec<u64>,
+    inner_shape: Vec<u64>,
     indexes: Mutex<HashMap<Vec<u64>, Arc<Option<ShardIndex>>>>,
 }
 
@@ -98,7 +98,7 @@ impl ShardedChunkReader {
         inner_shape: &[u64],
     ) -> Self {
         ShardedChunkReader {
-            per_shard: shards.chunks_per_shard(inner_shape),
+            inner_shape: inner_shape.to_vec(),
             store,
             encoding,
             shards,
@@ -106,29 +106,20 @@ impl ShardedChunkReader {
         }
     }
 
-    /// The shard holding inner chunk `coord`, and the chunk's C-order index within it.
-    fn locate(&self, coord: &[u64]) -> (Vec<u64>, u64) {
-        let shard: Vec<u64> = coord
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(c, n)| c / n)
-            .collect();
-        let local: Vec<u64> = coord
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(c, n)| c % n)
-            .collect();
-        (shard, linear_index(&local, &self.per_shard))
+    /// The shard holding inner chunk `coord`, the chunk's C-order index within it and the shard's
+    /// inner chunks per dimension (see [`SourceShards::locate`]); `None` outside the shard grid.
+    fn locate(&self, coord: &[u64]) -> Option<(Vec<u64>, u64, Vec<u64>)> {
+        self.shards.locate(coord, &self.inner_shape)
     }
 
     /// The index of `shard`, `None` when the shard does not exist.
-    fn index(&self, shard: &[u64]) -> Result<Arc<Option<ShardIndex>>> {
+    fn index(&self, shard: &[u64], per_shard: &[u64]) -> Result<Arc<Option<ShardIndex>>> {
         let kept = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = kept.get(shard) {
             return Ok(Arc::clone(index));
         }
         drop(kept);
-        let chunks = product(&self.per_shard) as usize;
+        let chunks = product(per_shard) as usize;
         let encoding = self.shards.index_encoding;
         let key = self.encoding.key(shard);
         let error = |source: BoxError| Error::Read {
@@ -158,11 +149,11 @@ impl ShardedChunkReader {
     /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard.
     fn read_shard(
         &self,
-        shard: &[u64],
+        (shard, per_shard): (&[u64], &[u64]),
         members: &[(usize, u64)],
         out: &mut [Result<Option<Bytes>>],
     ) {
-        let index = match self.index(shard) {
+        let index = match self.index(shard, per_shard) {
             Ok(index) => index,
             Err(e) => {
                 // Every chunk of the shard fails with the index; the first error carries its cause.
@@ -237,31 +228,40 @@ impl ShardedChunkReader {
     }
 }
 
-/// A shard's coordinates and the chunks of a batch in it: (slot in the batch, index in the shard).
-type ShardMembers = (Vec<u64>, Vec<(usize, u64)>);
+/// A shard's coordinates, its inner chunks per dimension and the chunks of a batch in it: (slot in
+/// the batch, index in the shard).
+type ShardMembers = (Vec<u64>, Vec<u64>, Vec<(usize, u64)>);
 
 impl ChunkReader for ShardedChunkReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
-        let (shard, inner) = self.locate(coord);
-        format!(
-            "{} (inner chunk {inner})",
-            self.store.url(&self.encoding.key(&shard))
-        )
+        match self.locate(coord) {
+            Some((shard, inner, _)) => format!(
+                "{} (inner chunk {inner})",
+                self.store.url(&self.encoding.key(&shard))
+            ),
+            None => format!(
+                "{} (inner chunk {coord:?}, outside the shard grid)",
+                self.store.url("")
+            ),
+        }
     }
 
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>> {
         let mut out: Vec<Result<Option<Bytes>>> = coords.iter().map(|_| Ok(None)).collect();
-        // Shards in the order they are first needed, each with its chunks' slots.
+        // Shards in the order they are first needed, each with its chunks' slots. A chunk outside
+        // the shard grid (past the array's end) is missing.
         let mut shards: Vec<ShardMembers> = Vec::new();
         for (slot, coord) in coords.iter().enumerate() {
-            let (shard, inner) = self.locate(coord);
-            match shards.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, members)) => members.push((slot, inner)),
-                None => shards.push((shard, vec![(slot, inner)])),
+            let Some((shard, inner, per_shard)) = self.locate(coord) else {
+                continue;
+            };
+            match shards.iter_mut().find(|(s, _, _)| *s == shard) {
+                Some((_, _, members)) => members.push((slot, inner)),
+                None => shards.push((shard, per_shard, vec![(slot, inner)])),
             }
         }
-        for (shard, members) in &shards {
-            self.read_shard(shard, members, &mut out);
+        for (shard, per_shard, members) in &shards {
+            self.read_shard((shard, per_shard), members, &mut out);
         }
         out
     }

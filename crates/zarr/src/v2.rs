@@ -263,6 +263,7 @@ fn array_from(
         chunk_key_encoding: ChunkKeyEncoding::V2 { separator },
         attributes,
         dimension_names,
+        rectilinear: None,
         sharded: None,
         warnings,
     })

@@ -1,8 +1,12 @@
 //! Zarr v3 metadata (`zarr.json`).
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use zshard_core::{ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue, NodeKind};
+use zshard_core::{
+    ArrayMeta, ChunkKeyEncoding, CodecSpec, DataType, FillValue, NodeKind, RectilinearGrid,
+};
 
 use crate::error::{metadata, Error, Result};
 
@@ -139,27 +143,7 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
     )
     .map_err(core)?;
     let grid = z.chunk_grid.ok_or_else(|| missing("chunk_grid"))?;
-    if grid["name"] != "regular" {
-        return Err(metadata(
-            key,
-            format!("chunk_grid {} is not supported (regular)", grid["name"]),
-        ));
-    }
-    let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
-        .as_array()
-        .and_then(|a| a.iter().map(Value::as_u64).collect())
-        .ok_or_else(|| {
-            metadata(
-                key,
-                "chunk_grid.configuration.chunk_shape must be a list of integers",
-            )
-        })?;
-    if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
-        return Err(metadata(
-            key,
-            format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
-        ));
-    }
+    let (chunk_shape, rectilinear) = chunk_grid(key, &grid, &shape)?;
     crate::v2::check_sizes(key, &shape, &chunk_shape, data_type)?;
     let encoding = z
         .chunk_key_encoding
@@ -198,18 +182,84 @@ fn array(key: &str, z: ZarrJson) -> Result<ArrayMeta> {
             ));
         }
     }
-    Ok(ArrayMeta {
+    let meta = ArrayMeta {
         shape,
         data_type,
         fill_value,
         chunk_shape,
+        rectilinear,
         codecs: z.codecs.ok_or_else(|| missing("codecs"))?,
         chunk_key_encoding,
         attributes: z.attributes,
         dimension_names: z.dimension_names,
         sharded: None,
         warnings: Vec::new(),
-    })
+    };
+    check_rectilinear_shards(key, &meta)?;
+    Ok(meta)
+}
+
+/// The chunk shape and, for a rectilinear grid whose chunks differ in shape, the grid, from a
+/// `chunk_grid` document (`regular`, or zarr-extensions' `rectilinear`).
+fn chunk_grid(
+    key: &str,
+    grid: &Value,
+    shape: &[u64],
+) -> Result<(Vec<u64>, Option<Arc<RectilinearGrid>>)> {
+    match grid["name"].as_str() {
+        Some("regular") => {
+            let chunk_shape: Vec<u64> = grid["configuration"]["chunk_shape"]
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_u64).collect())
+                .ok_or_else(|| {
+                    metadata(
+                        key,
+                        "chunk_grid.configuration.chunk_shape must be a list of integers",
+                    )
+                })?;
+            if chunk_shape.len() != shape.len() || chunk_shape.contains(&0) {
+                return Err(metadata(
+                    key,
+                    format!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"),
+                ));
+            }
+            Ok((chunk_shape, None))
+        }
+        Some("rectilinear") => {
+            let rectilinear = RectilinearGrid::from_configuration(&grid["configuration"], shape)
+                .map_err(|e| metadata(key, e.to_string()))?;
+            // Chunks all of one shape (bare steps, one run-length pair) are a regular grid.
+            Ok(match rectilinear.as_regular() {
+                Some(chunk_shape) => (chunk_shape, None),
+                None => (rectilinear.largest_chunk(), Some(Arc::new(rectilinear))),
+            })
+        }
+        _ => Err(metadata(
+            key,
+            format!(
+                "chunk_grid {} is not supported (regular, rectilinear)",
+                grid["name"]
+            ),
+        )),
+    }
+}
+
+/// Refuses shards on a rectilinear grid with an edge that is not a multiple of the inner chunk's:
+/// the `sharding_indexed` codec splits every shard into whole inner chunks.
+fn check_rectilinear_shards(key: &str, meta: &ArrayMeta) -> Result<()> {
+    let (Some(grid), Some(Ok(config))) = (&meta.rectilinear, meta.sharding()) else {
+        return Ok(());
+    };
+    if grid.divisible_by(&config.chunk_shape) {
+        return Ok(());
+    }
+    Err(metadata(
+        key,
+        format!(
+            "invalid chunk_grid: a rectilinear shard edge is not a multiple of the inner chunk shape {:?}",
+            config.chunk_shape
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -283,12 +333,100 @@ mod tests {
         assert!(err.to_string().contains("more than"), "{err}");
     }
 
+    fn rectilinear(chunk_shapes: &str, codecs: &str) -> String {
+        format!(
+            r#"{{"zarr_format":3,"node_type":"array","shape":[130,10],"data_type":"int32",
+            "chunk_grid":{{"name":"rectilinear","configuration":{{"kind":"inline","chunk_shapes":{chunk_shapes}}}}},
+            "chunk_key_encoding":{{"name":"default"}},"fill_value":0,"codecs":{codecs}}}"#
+        )
+    }
+
+    const BYTES: &str = r#"[{"name":"bytes","configuration":{"endian":"little"}}]"#;
+
+    fn array_of(doc: &str) -> ArrayMeta {
+        match parse_node("a/zarr.json", doc.as_bytes())
+            .expect("parses")
+            .kind
+        {
+            NodeKind::Array(meta) => *meta,
+            NodeKind::Group { .. } => panic!("expected an array"),
+        }
+    }
+
+    #[test]
+    fn parses_rectilinear_grids() {
+        // As zarr-python 3.4 writes it: explicit edges, a run-length pair, a bare step.
+        let meta = array_of(&rectilinear("[[31,28,31,30,[5,2]],4]", BYTES));
+        let grid = meta.rectilinear.clone().expect("rectilinear");
+        assert_eq!(grid.edges(0), vec![31, 28, 31, 30, 5, 5]);
+        assert_eq!(grid.edges(1), vec![4, 4, 4]);
+        // The largest chunk is what holds any of them.
+        assert_eq!(meta.chunk_shape, vec![31, 4]);
+        assert_eq!(meta.chunk_repr().shape, vec![31, 4]);
+        // Chunks all of one shape are a regular grid (the overhanging last edge is stored whole).
+        let regular = array_of(&rectilinear("[[[13,10]],[[4,2],4]]", BYTES));
+        assert_eq!(regular.rectilinear, None);
+        assert_eq!(regular.chunk_shape, vec![13, 4]);
+    }
+
+    #[test]
+    fn bad_rectilinear_grids_are_refused_with_the_document() {
+        for (chunk_shapes, reason) in [
+            ("[[31,28],4]", "chunk_shapes[0]: the edges sum to 59, less than the array's extent 130 in dimension 0"),
+            ("[[130],0]", "chunk_shapes[1] is 0, expected a positive integer"),
+            ("[[130],[[2,0]]]", "chunk_shapes[1][0][1] (a count) is 0, expected a positive integer"),
+            ("[[130]]", "chunk_shapes has 1 entries, the array has 2 dimensions (shape [130, 10])"),
+            ("[[130],[]]", "chunk_shapes[1] is an empty list"),
+        ] {
+            let e = parse_node("a/zarr.json", rectilinear(chunk_shapes, BYTES).as_bytes())
+                .expect_err(chunk_shapes)
+                .to_string();
+            assert_eq!(e, format!("a/zarr.json: invalid chunk_grid: rectilinear {reason}"));
+        }
+        // Shards must split into whole inner chunks: an edge of 28 is not a multiple of 10.
+        let sharded = |inner: &str| {
+            format!(
+                r#"[{{"name":"sharding_indexed","configuration":{{"chunk_shape":{inner},
+                "codecs":[{{"name":"bytes"}}],"index_codecs":[{{"name":"bytes"}}]}}}}]"#
+            )
+        };
+        let e = parse_node(
+            "a/zarr.json",
+            rectilinear("[[60,40,30],[10]]", &sharded("[10,5]")).as_bytes(),
+        );
+        assert!(e.is_ok(), "{e:?}");
+        let e = parse_node(
+            "a/zarr.json",
+            rectilinear("[[60,28,42],[10]]", &sharded("[10,5]")).as_bytes(),
+        )
+        .expect_err("28 rows are not whole inner chunks")
+        .to_string();
+        assert!(
+            e.starts_with("a/zarr.json: invalid chunk_grid: a rectilinear shard edge is not a multiple of the inner chunk shape [10, 5]"),
+            "{e}"
+        );
+        let e = parse_node(
+            "a/zarr.json",
+            rectilinear("[[130],[10]]", BYTES)
+                .replace("rectilinear", "rectangular")
+                .as_bytes(),
+        )
+        .expect_err("unknown grid")
+        .to_string();
+        assert_eq!(
+            e,
+            "a/zarr.json: chunk_grid \"rectangular\" is not supported (regular, rectilinear)"
+        );
+    }
+
     #[test]
     fn rejects_bad_documents() {
         assert!(parse_node("z", br#"{"zarr_format":2,"node_type":"group"}"#).is_err());
         assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4]}"#).is_err());
         assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
             "chunk_grid":{"name":"rectilinear"},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[]}"#).is_err());
+        assert!(parse_node("z", br#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
+            "chunk_grid":{"name":"hexagonal"},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[]}"#).is_err());
         assert!(matches!(
             parse_node(
                 "z",

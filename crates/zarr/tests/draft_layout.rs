@@ -88,6 +88,7 @@ fn the_hierarchy_has_explicit_and_implicit_groups_and_both_arrays() {
     assert_eq!(
         sharded.sharded,
         Some(SourceShards {
+            rectilinear: None,
             shard_shape: vec![4, 2],
             index_encoding: DRAFT_INDEX,
             index_location: IndexLocation::End

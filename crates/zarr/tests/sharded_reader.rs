@@ -53,6 +53,7 @@ fn store_with_shards(
         .put(&keys.key(&[1, 1]), Bytes::from(truncated))
         .expect("put");
     let shards = SourceShards {
+        rectilinear: None,
         shard_shape: vec![20, 40],
         index_encoding: encoding,
         index_location: location,
@@ -140,6 +141,7 @@ fn an_index_entry_past_the_end_of_the_shard_is_an_error() {
     shard.extend_from_slice(&110u64.to_le_bytes());
     store.put(&keys.key(&[0]), Bytes::from(shard)).expect("put");
     let shards = SourceShards {
+        rectilinear: None,
         shard_shape: vec![4],
         index_encoding: encoding,
         index_location: IndexLocation::End,
@@ -148,4 +150,67 @@ fn an_index_entry_past_the_end_of_the_shard_is_an_error() {
     let got = reader.read_chunks(&[vec![0]]);
     let err = got[0].as_ref().expect_err("past the end");
     assert!(zshard_core::chain_text(err).contains("c/0"), "{err}");
+}
+
+/// Shards on a rectilinear grid (rows in edges of 20, 10 and 30, one column of 40; inner chunks of
+/// 10x10), each holding its inner chunks out of order with gaps between them, index at the end: the
+/// inner chunks lie on one regular grid, each shard with as many as its edges hold.
+#[test]
+fn rectilinear_shards_with_unordered_inner_chunks_are_read_by_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = IoRuntime::new(1).expect("runtime");
+    let store = Store::open(dir.path().to_str().expect("utf-8"), runtime, true).expect("store");
+    let keys = ChunkKeyEncoding::Default { separator: '/' };
+    let encoding = IndexEncoding {
+        endian: Endian::Little,
+        crc32c: false,
+    };
+    let grid = zshard_core::RectilinearGrid::from_configuration(
+        &serde_json::json!({"kind": "inline", "chunk_shapes": [[20, 10, 30], [40]]}),
+        &[55, 40],
+    )
+    .expect("grid");
+    // Shards start at rows 0, 20 and 30 (inner rows 0, 2 and 3), with 2, 1 and 3 inner rows of 4.
+    for (shard, (first_row, rows)) in [(0u64, 2u64), (2, 1), (3, 3)].into_iter().enumerate() {
+        let n = rows * 4;
+        let mut data = vec![0xeeu8; 5];
+        let mut index = vec![(u64::MAX, u64::MAX); n as usize];
+        // Last chunk first; the inner chunk (1, 1) of the first shard is absent.
+        for i in (0..n).rev() {
+            let coord = [first_row + i / 4, i % 4];
+            if coord == [1, 1] {
+                continue;
+            }
+            let bytes = chunk(&coord);
+            index[i as usize] = (data.len() as u64, bytes.len() as u64);
+            data.extend_from_slice(&bytes);
+            data.extend_from_slice(&[0xee; 3]);
+        }
+        for (offset, nbytes) in index {
+            data.extend_from_slice(&offset.to_le_bytes());
+            data.extend_from_slice(&nbytes.to_le_bytes());
+        }
+        store
+            .put(&keys.key(&[shard as u64, 0]), Bytes::from(data))
+            .expect("put");
+    }
+    let shards = SourceShards {
+        rectilinear: Some(std::sync::Arc::new(grid)),
+        shard_shape: vec![30, 40],
+        index_encoding: encoding,
+        index_location: IndexLocation::End,
+    };
+    let reader = ShardedChunkReader::new(store, keys, shards, &[10, 10]);
+    let coords: Vec<Vec<u64>> = zshard_core::c_order(&[6, 4]).collect();
+    let got = reader.read_chunks(&coords);
+    for (coord, result) in coords.iter().zip(&got) {
+        let bytes = result.as_ref().expect("read");
+        let expected = (coord != &vec![1, 1]).then(|| chunk(coord));
+        assert_eq!(bytes.as_ref().map(|b| b.to_vec()), expected, "{coord:?}");
+    }
+    assert!(reader.chunk_key(&[2, 3]).ends_with("c/1/0 (inner chunk 3)"));
+    assert!(reader.chunk_key(&[4, 1]).ends_with("c/2/0 (inner chunk 5)"));
+    // Past the array's last shard: missing, not an error.
+    let past = reader.read_chunks(&[vec![6, 0]]);
+    assert!(matches!(past[0], Ok(None)));
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crossbeam_channel::{Receiver, Sender};
-use zshard_core::{copy_region, FillValue, Region, StringHandle};
+use zshard_core::{copy_region, FillValue, StringHandle};
 
 use super::in_order::InOrder;
 use super::message::{Assembled, Decoded, Msg, ShardKey};
@@ -90,7 +90,6 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
         return place_encoded(array, range, decoded);
     }
     let geometry = &job.layout.geometry;
-    let array_shape = geometry.array_shape();
     let source_shape = &job.layout.source_repr.shape;
     let element = job.layout.inner_repr.data_type.size();
     let handle_fill;
@@ -103,7 +102,8 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
     let mut by_coord: HashMap<Vec<u64>, Option<Vec<u8>>> = decoded.chunks.into_iter().collect();
     // Source chunks that are exactly the inner chunks: each is used once and, inside the array,
     // becomes its inner chunk as it is (no fill, no copy).
-    let same_grid = source_shape.as_slice() == geometry.inner_shape();
+    let same_grid =
+        job.layout.source_grid.is_none() && source_shape.as_slice() == geometry.inner_shape();
     let array_region = geometry.array_region();
     let first_inner = range.start;
     let inner = range
@@ -117,7 +117,7 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
                 return (!fill.fills(&data)).then_some(data);
             }
             let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
-            for coord in covered.chunks_overlapping(source_shape) {
+            for coord in job.layout.source_chunks_overlapping(&covered) {
                 let data = match by_coord.get(&coord) {
                     Some(data) => data,
                     None => match kept.as_deref().and_then(|k| k.get(&coord)) {
@@ -128,13 +128,13 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
                 let Some(data) = data else {
                     continue;
                 };
-                let source = Region::of_chunk(&coord, source_shape, array_shape);
+                let source = job.layout.source_chunk_region(&coord);
                 let Some(overlap) = covered.intersect(&source) else {
                     continue;
                 };
                 copy_region(
                     data,
-                    source_shape,
+                    &job.layout.source_chunk_repr(&coord).shape,
                     &source.start,
                     &mut buffer,
                     &region.shape,

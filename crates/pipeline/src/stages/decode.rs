@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) -> Msg<Decoded> {
     let job = array.job;
     let strings_of = job.layout.source_repr.data_type.is_variable() && !job.layout.passthrough;
-    let count = job.layout.source_repr.elements() as usize;
     let fill = job.layout.source_repr.fill_value.as_bytes();
     let decoded = fetched
         .chunks
@@ -31,26 +30,22 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) ->
             let Some(b) = bytes else {
                 return Ok((coord, None, None));
             };
+            let repr = job.layout.source_chunk_repr(&coord);
             if job.layout.passthrough {
                 // The encoded bytes go to the shard as they are, but only once they are checked: a
                 // truncated or garbled source chunk stops the run as it does without passthrough.
                 // Frames that state their sizes are checked by their headers, others are decoded.
                 // `Vec::from` does not copy an unshared buffer.
-                job.source_chain
-                    .check(&b, &job.layout.source_repr)
-                    .map_err(error)?;
+                job.source_chain.check(&b, &repr).map_err(error)?;
                 return Ok((coord, Some(Vec::from(b)), None));
             }
-            let data = job
-                .source_chain
-                .decode(&b, &job.layout.source_repr)
-                .map_err(error)?;
+            let data = job.source_chain.decode(&b, &repr).map_err(error)?;
             if !strings_of {
                 return Ok((coord, Some(data), None));
             }
             // Reassembly moves fixed-size elements: strings travel as handles into the table.
             let (handles, strings) =
-                StringTable::handles(slot, data, count, fill).map_err(error)?;
+                StringTable::handles(slot, data, repr.elements() as usize, fill).map_err(error)?;
             Ok((coord, Some(handles), Some(strings)))
         })
         .collect::<Result<Vec<_>>>()?;

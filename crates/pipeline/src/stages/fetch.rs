@@ -43,9 +43,7 @@ fn fetch(array: &RunArray<'_>, part: ShardPart) -> Msg<Fetched> {
         .split
         .region(&job.layout.geometry, &part.task.shard, part.index)
         .intersect(&job.layout.geometry.array_region());
-    let mut coords = region.map_or_else(Vec::new, |r| {
-        r.chunks_overlapping(&job.layout.source_repr.shape)
-    });
+    let mut coords = region.map_or_else(Vec::new, |r| job.layout.source_chunks_overlapping(&r));
     if array.keep {
         // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
         coords.retain(|coord| {

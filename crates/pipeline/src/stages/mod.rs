@@ -22,7 +22,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{ParallelBridge, ParallelIterator};
-use zshard_core::{Region, ShardSplit};
+use zshard_core::ShardSplit;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -274,11 +274,7 @@ impl<'a> RunArray<'a> {
     /// The first and last part of `shard` that need source chunk `coord`.
     fn parts_needing(&self, shard: &[u64], coord: &[u64]) -> Option<(u64, u64)> {
         let geometry = &self.job.layout.geometry;
-        let chunk = Region::of_chunk(
-            coord,
-            &self.job.layout.source_repr.shape,
-            geometry.array_shape(),
-        );
+        let chunk = self.job.layout.source_chunk_region(coord);
         self.split.parts_meeting(geometry, shard, &chunk)
     }
 }
