@@ -101,3 +101,27 @@ def test_otherwise_chunks_are_reencoded(extra, level, dtype, tmp_path, zshard_bi
     # With the same zstd library and level, re-encoding can give the very same bytes.
     assert differs > 0 or extra == ["--no-passthrough"]
     assert_readback(dst, data.astype("<u2"))
+
+
+def skippable_frame(payload: bytes) -> bytes:
+    """A zstd skippable frame (RFC 8878, 3.1.2): magic 0x184D2A5?, the payload's length, the payload."""
+    return (0x184D2A53).to_bytes(4, "little") + len(payload).to_bytes(4, "little") + payload
+
+
+def test_skippable_frames_are_dropped(tmp_path, zshard_bin):
+    """Issue 31, row 16: zstd chunks with skippable frames (before, between, after the real frame) are
+    valid zstd and convert with passthrough; the frames are dropped, since numcodecs refuses a chunk
+    that opens with one (content size 0), so zarr-python and tensorstore read the values."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data = make_source(src, 2, "<u2", 3)
+    chunks = sorted(p for p in src.iterdir() if not p.name.startswith("."))
+    for i, p in enumerate(chunks):
+        frame = p.read_bytes()
+        skip = skippable_frame(b"x" * (532480 if i == 0 else i))
+        p.write_bytes([skip + frame, frame + skip, skip + skip + frame][i % 3])
+    convert(zshard_bin, src, dst)
+    for coord, stored in inner_chunks(dst):
+        if stored is not None:
+            assert stored[:4] == b"\x28\xb5\x2f\xfd", coord
+            assert b"\x53\x2a\x4d\x18" not in stored, coord
+    assert_readback(dst, data)

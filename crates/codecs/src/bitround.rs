@@ -73,7 +73,7 @@ impl BitRoundCodec {
 
 impl BytesToBytesCodec for BitRoundCodec {
     fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>> {
-        if decoded.len() % self.size != 0 {
+        if !decoded.len().is_multiple_of(self.size) {
             return Err(Error::codec(
                 NAME,
                 format!("{} bytes are not whole elements", decoded.len()),

@@ -308,7 +308,7 @@ pub(crate) fn convert_len(
     from: &ElemType,
     to: &ElemType,
 ) -> zshard_core::Result<usize> {
-    if len % from.size() != 0 {
+    if !len.is_multiple_of(from.size()) {
         return Err(zshard_core::Error::codec(
             codec,
             format!("{len} bytes are not whole {} elements", from.typestr()),

@@ -170,7 +170,7 @@ impl ScaleOffsetCodec {
         what: &str,
     ) -> Result<Vec<u8>> {
         let size = self.elem.size();
-        if data.len() % size != 0 {
+        if !data.len().is_multiple_of(size) {
             return Err(Error::codec(
                 NAME,
                 format!(

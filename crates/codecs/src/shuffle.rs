@@ -34,7 +34,7 @@ impl ShuffleCodec {
             Ok(size) if size > 1 => size,
             _ => return Ok(None),
         };
-        if len % size != 0 {
+        if !len.is_multiple_of(size) {
             return Err(Error::codec(
                 NAME,
                 format!("{len} bytes are not a whole number of {size}-byte elements"),

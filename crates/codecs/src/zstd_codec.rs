@@ -95,6 +95,14 @@ impl BytesToBytesCodec for ZstdCodec {
         let mut total: u64 = 0;
         while offset < encoded.len() {
             let rest = &encoded[offset..];
+            // A skippable frame holds no content: decoders pass over it.
+            if let Some(len) = skippable_frame_len(rest) {
+                if len > rest.len() {
+                    return Some(Err(Error::codec("zstd", "a skippable frame is truncated")));
+                }
+                offset += len;
+                continue;
+            }
             // A frame compressed with a dictionary decodes only with that dictionary, which Zarr's
             // zstd codec cannot name: copied, it would be unreadable by every reader.
             if let Some(id) = dictionary_id(rest).filter(|&id| id != 0) {
@@ -132,6 +140,10 @@ impl BytesToBytesCodec for ZstdCodec {
         Some(Ok(()))
     }
 
+    fn for_copy(&self, encoded: &[u8]) -> Option<Vec<u8>> {
+        without_skippable_frames(encoded)
+    }
+
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
         zstd::zstd_safe::compress_bound(decoded_len)
     }
@@ -159,6 +171,44 @@ fn frame_header_len(frame: &[u8]) -> Option<usize> {
         _ => 8,
     };
     Some(5 + usize::from(!single_segment) + dictionary_id + content_size)
+}
+
+/// The length (header included) that the skippable frame at the start of `frame` states, `None`
+/// when `frame` does not start with one (RFC 8878, 3.1.2: magic 0x184D2A5?, then a 4-byte size).
+fn skippable_frame_len(frame: &[u8]) -> Option<usize> {
+    let magic = u32::from_le_bytes(frame.get(..4)?.try_into().ok()?);
+    if magic & 0xffff_fff0 != 0x184d_2a50 {
+        return None;
+    }
+    let size = u32::from_le_bytes(frame.get(4..8)?.try_into().ok()?);
+    Some(8usize.saturating_add(usize::try_from(size).ok()?))
+}
+
+/// `encoded` without its skippable frames, when it has any and every frame is whole; `None`
+/// otherwise. Skippable frames decode to nothing, but numcodecs reads the content size of the first
+/// frame only and refuses a chunk that opens with one (it states 0), so passthrough drops them.
+fn without_skippable_frames(encoded: &[u8]) -> Option<Vec<u8>> {
+    let mut kept = Vec::new();
+    let mut skipped = false;
+    let mut offset = 0;
+    while offset < encoded.len() {
+        let rest = &encoded[offset..];
+        if let Some(len) = skippable_frame_len(rest) {
+            if len > rest.len() {
+                return None;
+            }
+            skipped = true;
+            offset += len;
+            continue;
+        }
+        let len = zstd::zstd_safe::find_frame_compressed_size(rest).ok()?;
+        if len == 0 || len > rest.len() {
+            return None;
+        }
+        kept.extend_from_slice(&rest[..len]);
+        offset += len;
+    }
+    skipped.then_some(kept)
 }
 
 /// The `Dictionary_ID` of the zstd frame at the start of `frame` (0 when it names none), `None`

@@ -51,12 +51,14 @@ pub enum Error {
     },
 
     /// A node of the source whose name zshard reserves for its own state in the destination.
-    #[error("{path}: the name {name:?} is reserved by zshard (names starting with .zshard hold its state in the destination, where this node would be removed with it); leave the node out (exclude it) or rename it in the source")]
+    #[error("{path}: the name {name:?} is reserved by zshard ({why}); leave the node out (exclude it) or rename it in the source")]
     ReservedName {
         /// The node's path in the hierarchy.
         path: String,
         /// The reserved segment of that path.
         name: String,
+        /// What zshard uses such names for.
+        why: &'static str,
     },
 
     /// Source and destination overlap.

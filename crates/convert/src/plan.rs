@@ -191,10 +191,19 @@ pub(crate) fn array_name(source: &str, path: &str) -> String {
 /// name would be written where zshard keeps its state, and removed with it.
 pub(crate) const RESERVED_PREFIX: &str = ".zshard";
 
-/// The first segment of a node's path that zshard reserves (see [`RESERVED_PREFIX`]), if any.
-fn reserved_segment(path: &str) -> Option<&str> {
-    path.split('/')
-        .find(|segment| segment.starts_with(RESERVED_PREFIX))
+/// The first segment of a node's path that zshard reserves, if any, with what it reserves it for:
+/// names beginning with [`RESERVED_PREFIX`], and names of staged files (`NAME#<n>`, see
+/// [`zshard_store::staged_base`]), which a run removes as leftovers of interrupted writes.
+fn reserved_segment(path: &str) -> Option<(&str, &'static str)> {
+    path.split('/').find_map(|segment| {
+        if segment.starts_with(RESERVED_PREFIX) {
+            Some((segment, "names starting with .zshard hold its state in the destination, where this node would be removed with it"))
+        } else if zshard_store::staged_base(segment).is_some() {
+            Some((segment, "a name ending in # and digits is that of a file staged by an interrupted write, which a run removes"))
+        } else {
+            None
+        }
+    })
 }
 
 impl Plan {
@@ -207,11 +216,14 @@ impl Plan {
         source: &str,
         on_unsupported: OnUnsupported,
     ) -> Result<Plan> {
-        if let Some(node) = nodes.iter().find(|n| reserved_segment(&n.path).is_some()) {
-            return Err(Error::ReservedName {
-                path: array_name(source, &node.path),
-                name: reserved_segment(&node.path).unwrap_or_default().to_string(),
-            });
+        for node in nodes {
+            if let Some((name, why)) = reserved_segment(&node.path) {
+                return Err(Error::ReservedName {
+                    path: array_name(source, &node.path),
+                    name: name.to_string(),
+                    why,
+                });
+            }
         }
         let levels = level_layouts(nodes, layouts, source)?;
         let mut arrays = Vec::new();
@@ -584,9 +596,13 @@ mod tests {
 
     #[test]
     fn names_of_zshard_state_are_reserved_at_every_depth() {
-        assert_eq!(reserved_segment(".zshard"), Some(".zshard"));
+        assert_eq!(reserved_segment(".zshard").map(|r| r.0), Some(".zshard"));
         assert_eq!(
-            reserved_segment("g/.zshard-staging/a"),
+            reserved_segment("g/zarr.json#1/a").map(|r| r.0),
+            Some("zarr.json#1")
+        );
+        assert_eq!(
+            reserved_segment("g/.zshard-staging/a").map(|r| r.0),
             Some(".zshard-staging")
         );
         assert_eq!(reserved_segment(""), None);

@@ -17,9 +17,10 @@
 //! before its first chunk is fetched whatever the destination holds, and a resume finds what is
 //! done from one listing per array and the record files, never from a request per shard.
 //!
-//! Resume trusts a listed shard only when a record of this conversion names it with the listed size:
-//! anything else at one of our shard keys (a shard whose record was lost to a kill, junk, a truncated
-//! copy) is removed and converted again. Every key is written by one worker only. Once the metadata
+//! Resume trusts a listed shard only when a record of this conversion names it with the listed size
+//! and its shard index holds (crc32c, every inner chunk inside the object; one range read of the
+//! index per shard): anything else at one of our shard keys (a shard whose record was lost to a
+//! kill, junk, a truncated copy, bytes of the same length) is removed and converted again. Every key is written by one worker only. Once the metadata
 //! is written the conversion is complete, its metadata is the record of that, and the state folder is
 //! removed (Zarr readers would otherwise list it as an unknown member of the root group).
 
@@ -29,7 +30,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use zshard_core::{linear_index, ChunkKeyEncoding, Setting};
+use zshard_core::{
+    linear_index, ChunkKeyEncoding, IndexEncoding, IndexLocation, Setting, ShardIndex,
+};
 use zshard_store::{PutNew, Store};
 
 use crate::ahead::WriteAhead;
@@ -760,14 +763,34 @@ pub(crate) fn done_shards(
     for (i, index) in records(survey, plan, EMPTY_DIR).into_keys() {
         resume.done[i].insert(index);
     }
+    // A recorded size proves the object was ours once; its shard index (one range read per shard
+    // this worker owns, side by side) proves it was not replaced since by bytes of the same length.
+    let mut first_global = 0u64;
+    let mut checks = Vec::new();
+    for (i, array) in plan.arrays.iter().enumerate() {
+        let grid = array.geometry.shard_grid();
+        for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
+            let index = linear_index(coord, &grid);
+            let recorded = written
+                .get(&(i, index))
+                .is_some_and(|sizes| sizes.contains(&Some(*size)));
+            if recorded && partition.owns(first_global + index) {
+                checks.push((i, key.clone(), *size));
+            }
+        }
+        first_global += array.geometry.shard_count();
+    }
+    let intact = intact_indexes(dst, plan, &checks)?;
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
             let index = linear_index(coord, &grid);
-            let proven = written
+            let recorded = written
                 .get(&(i, index))
                 .is_some_and(|sizes| sizes.contains(&Some(*size)));
+            let proven =
+                recorded && (!partition.owns(first_global + index) || intact.contains(key));
             if proven {
                 resume.done[i].insert(index);
             } else {
@@ -786,6 +809,52 @@ pub(crate) fn done_shards(
         first_global += array.geometry.shard_count();
     }
     Ok(resume)
+}
+
+/// The keys among `checks` (array, shard key, listed size) whose shard index is intact: its
+/// crc32c matches and every inner chunk it names lies inside the object, outside the index, with no
+/// two overlapping. Only the index is read (a range at the end or start of the object).
+fn intact_indexes(
+    dst: &Store,
+    plan: &Plan,
+    checks: &[(usize, String, u64)],
+) -> Result<HashSet<String>> {
+    let encoding = IndexEncoding::default();
+    let mut requests = Vec::new();
+    let mut expected = Vec::new();
+    for (i, key, size) in checks {
+        let array = &plan.arrays[*i];
+        let Ok(chunks) = usize::try_from(zshard_core::product(&array.geometry.chunks_per_shard()))
+        else {
+            continue;
+        };
+        let index_len = encoding.byte_len(chunks) as u64;
+        if index_len > *size {
+            continue;
+        }
+        let location = array.output.index_location;
+        let range = match location {
+            IndexLocation::End => size - index_len..*size,
+            IndexLocation::Start => 0..index_len,
+        };
+        requests.push((key.clone(), range));
+        expected.push((key, *size, chunks, index_len, location));
+    }
+    let mut intact = HashSet::new();
+    for ((key, size, chunks, index_len, location), read) in
+        expected.into_iter().zip(dst.get_ranges(&requests))
+    {
+        // Unreadable (gone or shorter since it was listed): not proven, so converted again, and a
+        // lasting fault shows there.
+        let Ok(bytes) = read else { continue };
+        let ok = ShardIndex::decode(&bytes, chunks, encoding)
+            .and_then(|index| index.validate(size, index_len, location))
+            .is_ok();
+        if ok {
+            intact.insert(key.clone());
+        }
+    }
+    Ok(intact)
 }
 
 /// Recorded shards: (array, C-order shard index) to the sizes recorded for it.

@@ -19,6 +19,7 @@ use zshard_zarr::open_hierarchy;
 use crate::error::{one_line, Error, Result};
 use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
+use crate::state::join;
 use crate::Conversion;
 
 /// How many mismatches are kept one by one; the rest are counted.
@@ -290,43 +291,160 @@ fn attribute_differences(
         .collect()
 }
 
-/// Objects in the output that no reader of it uses: keys where an array keeps its chunks that are
-/// not a shard of its grid, staged files of interrupted writes, and the state folder of a
-/// conversion (`.zshard/`), which a finished one removes. Each is named by its location.
-fn stray_objects(dst: &Store, outputs: &[(String, ArrayMeta)]) -> Result<Vec<String>> {
-    let mut strays = Vec::new();
-    for (path, meta) in outputs {
-        let array = dst.child(path);
-        let grid = grid_shape(&meta.shape, &meta.chunk_shape);
-        for key in array.list_keys("")? {
-            // A root array shares its folder with the state folder, reported below.
-            let state = path.is_empty() && key.starts_with(".zshard/");
-            if key == "zarr.json"
-                || state
-                || !in_chunk_namespace(&key, meta.chunk_key_encoding)
-                || is_chunk_key(&key, meta.chunk_key_encoding, &grid)
-            {
-                continue;
-            }
-            strays.push(format!(
-                "{}: stray object: not a shard of the array's grid {grid:?}",
-                array.url(&key)
-            ));
+/// What the output holds beside the converted hierarchy.
+#[derive(Debug, Default)]
+struct Extras {
+    /// Mismatches: keys where an array keeps its chunks that are not a shard of its grid, staged
+    /// files of interrupted writes, the state folder of a conversion (`.zshard/`, which a finished
+    /// one removes, even empty), each named by its location.
+    strays: Vec<String>,
+    /// Files that are not part of the Zarr hierarchy (a `readme.txt` beside an array's metadata):
+    /// readers never see them and zshard writes around them, so they are reported, not mismatches.
+    foreign: Vec<String>,
+    /// Mismatches: arrays and groups whose metadata documents are in the output but that its
+    /// hierarchy (as opened, through the root's consolidated metadata) does not hold.
+    unknown_nodes: Vec<String>,
+}
+
+/// The warning about the file at `url`, which is no part of the hierarchy.
+fn not_zarr(url: &str) -> String {
+    format!("{url}: not part of the Zarr hierarchy (no reader sees it; not compared)")
+}
+
+/// The deepest node of `nodes` that `key` lies below, and the rest of the key below it.
+fn owner<'a, 'k>(nodes: &'a [Node], key: &'k str) -> Option<(&'a Node, &'k str)> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let rest = match n.path.as_str() {
+                "" => Some(key),
+                path => key.strip_prefix(path)?.strip_prefix('/'),
+            };
+            rest.map(|rest| (n, rest))
+        })
+        .min_by_key(|(_, rest)| rest.len())
+}
+
+/// Sorts every key of the output (one listing) into [`Extras`], by the deepest node of `nodes` (the
+/// output's arrays and groups) it lies below.
+fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
+    let mut extras = Extras::default();
+    let keys = dst.list_keys("")?;
+    let mut state = Vec::new();
+    // Metadata documents of nodes the hierarchy does not hold (readers that list the store, or
+    // do not use the root's consolidated metadata, see them), with their kind.
+    let mut unknown: Vec<(String, &str)> = Vec::new();
+    for key in &keys {
+        let (parent, document) = key.rsplit_once('/').unwrap_or(("", key));
+        let kind = match document {
+            ".zarray" => "array",
+            ".zgroup" => "group",
+            "zarr.json" => "node",
+            _ => continue,
+        };
+        let known = owner(nodes, key).is_some_and(|(_, rest)| rest == "zarr.json");
+        if known || parent.split('/').any(|s| s == ".zshard") || dst.first_link(key).is_some() {
+            continue;
+        }
+        let kind = match dst
+            .get(key)?
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            Some(doc) if kind == "node" => match doc.get("node_type").and_then(Value::as_str) {
+                Some("array") => "array",
+                Some("group") => "group",
+                _ => "node",
+            },
+            _ => kind,
+        };
+        if !unknown.iter().any(|(p, _)| p == parent) {
+            unknown.push((parent.to_string(), kind));
         }
     }
+    for (path, kind) in &unknown {
+        extras.unknown_nodes.push(format!(
+            "{kind} {}: in the output, not in the source",
+            if path.is_empty() {
+                dst.url("")
+            } else {
+                path.clone()
+            }
+        ));
+    }
+    let below_unknown = |key: &str| {
+        unknown.iter().any(|(p, _)| {
+            p.is_empty()
+                || key
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    };
+    let mut links: Vec<std::path::PathBuf> = Vec::new();
+    for key in keys.iter().cloned() {
+        // What a linked folder leads to is not zshard's (it never writes or removes through a
+        // link): named once, not compared. A link at a chunk key is a stray below.
+        if let Some(link) = dst
+            .first_link(&key)
+            .filter(|l| Some(l) != dst.local_path(&key).as_ref())
+        {
+            if !links.contains(&link) {
+                extras.foreign.push(format!(
+                    "{}: a symbolic link; what it leads to is not zshard's and was not compared",
+                    link.display()
+                ));
+                links.push(link);
+            }
+            continue;
+        }
+        if key == ".zshard" || key.starts_with(".zshard/") {
+            state.push(format!(
+                "{}: stray object: state of an unfinished conversion (a finished one removes .zshard/)",
+                dst.url(&key)
+            ));
+            continue;
+        }
+        if below_unknown(&key) {
+            continue;
+        }
+        let Some((node, rest)) = owner(nodes, &key) else {
+            extras.foreign.push(not_zarr(&dst.url(&key)));
+            continue;
+        };
+        if rest == "zarr.json" {
+            continue;
+        }
+        if let NodeKind::Array(meta) = &node.kind {
+            if in_chunk_namespace(rest, meta.chunk_key_encoding) {
+                let grid = grid_shape(&meta.shape, &meta.chunk_shape);
+                if !is_chunk_key(rest, meta.chunk_key_encoding, &grid) {
+                    extras.strays.push(format!(
+                        "{}: stray object: not a shard of the array's grid {grid:?}",
+                        dst.url(&key)
+                    ));
+                }
+                continue;
+            }
+        }
+        extras.foreign.push(not_zarr(&dst.url(&key)));
+    }
     for key in dst.staged_keys("")? {
-        strays.push(format!(
+        extras.strays.push(format!(
             "{}: stray object: staged file of an interrupted write",
             dst.url(&key)
         ));
     }
-    for key in dst.list_keys(".zshard")? {
-        strays.push(format!(
-            "{}: stray object: state of an unfinished conversion (a finished one removes .zshard/)",
-            dst.url(&key)
-        ));
+    extras.strays.extend(state);
+    // An empty state folder lists no key on disk, but Zarr readers still list it as a member.
+    if let Some(state) = dst.local_path(".zshard") {
+        let empty = std::fs::read_dir(&state).is_ok_and(|mut entries| entries.next().is_none());
+        if empty {
+            extras.strays.push(format!(
+                "{}: stray object: the state folder of a conversion (a finished one removes .zshard/)",
+                dst.url(".zshard")
+            ));
+        }
     }
-    Ok(strays)
+    Ok(extras)
 }
 
 /// Nodes whose `zarr.json` says something else than the root's consolidated metadata, which readers
@@ -438,6 +556,9 @@ pub struct Verified {
     /// Source arrays zshard does not read, which a conversion skips (`--on-unsupported skip`) or
     /// refuses: not compared, and not a mismatch.
     pub skipped_arrays: Vec<SkippedArray>,
+    /// Files in the output that are not part of its Zarr hierarchy (a `readme.txt` beside an
+    /// array's metadata), by location: not a mismatch, since no reader sees them.
+    pub warnings: Vec<String>,
 }
 
 impl Verification {
@@ -510,7 +631,17 @@ fn verify(v: &Verification) -> Result<Verified> {
     let dst = Store::open_location(&destination_location, runtime, false)?;
     let output_nodes = open_hierarchy(&dst)?;
     let output_groups = groups(output_nodes.clone());
-    let outputs = arrays(output_nodes);
+    let outputs = arrays(output_nodes.clone());
+    let source_arrays: Vec<&str> = source_nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Array(_)))
+        .map(|n| n.path.as_str())
+        .collect();
+    let source_groups: Vec<&str> = source_nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Group { .. }))
+        .map(|n| n.path.as_str())
+        .collect();
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     let mut jobs = Vec::new();
     for (path, meta) in arrays(source_nodes.clone()) {
@@ -581,7 +712,7 @@ fn verify(v: &Verification) -> Result<Verified> {
             inner_chain: None,
         });
     }
-    for (path, attributes) in groups(source_nodes) {
+    for (path, attributes) in groups(source_nodes.clone()) {
         let name = format!("group {}", array_name(&src.url(), &path));
         match output_groups.iter().find(|(p, _)| *p == path) {
             Some((_, out)) => {
@@ -592,8 +723,24 @@ fn verify(v: &Verification) -> Result<Verified> {
             None => lock(&mismatches)?.push(format!("{name}: missing from {}", dst.url(""))),
         }
     }
-    for stray in stray_objects(&dst, &outputs)? {
+    let extras = extra_objects(&dst, &output_nodes)?;
+    for stray in extras.strays.into_iter().chain(extras.unknown_nodes) {
         lock(&mismatches)?.push(stray);
+    }
+    let warnings = extras.foreign;
+    // Arrays and groups the source does not have (nor zshard skipped there) are not a copy of it.
+    for node in &output_nodes {
+        let (what, in_source) = match &node.kind {
+            NodeKind::Array(_) => ("array", source_arrays.contains(&node.path.as_str())),
+            NodeKind::Group { .. } => ("group", source_groups.contains(&node.path.as_str())),
+        };
+        let linked = dst.first_link(&join(&node.path, "zarr.json")).is_some();
+        if !in_source && !linked && !skipped_arrays.iter().any(|s| s.path == node.path) {
+            lock(&mismatches)?.push(format!(
+                "{what} {}: in the output, not in the source",
+                array_name(&dst.url(""), &node.path)
+            ));
+        }
     }
     for stale in stale_consolidated_entries(&dst)? {
         lock(&mismatches)?.push(stale);
@@ -627,6 +774,7 @@ fn verify(v: &Verification) -> Result<Verified> {
         mismatches,
         reference_reads: src.reference_reads(),
         skipped_arrays,
+        warnings,
     })
 }
 

@@ -134,6 +134,12 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     fn check_framing(&self, _encoded: &[u8], _decoded_len: usize) -> Option<Result<()>> {
         None
     }
+    /// The bytes to copy in place of `encoded` when some readers of the output refuse `encoded` as it
+    /// is though it decodes (zstd: skippable frames, which numcodecs refuses before the first real
+    /// frame); `None` to copy it as it is.
+    fn for_copy(&self, _encoded: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
     /// An upper bound on the encoded size for a decoded size (used to bound the decoders before it).
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
         // Generous default for compressors: incompressible data grows by a small header and framing.
@@ -221,6 +227,19 @@ impl CodecChain {
             }
         }
         self.decode(encoded, repr).map(|_| ())
+    }
+
+    /// The bytes to copy in place of the encoded chunk `encoded` when the chain is `bytes` and one
+    /// compressor that rewrites what some readers refuse (see [`BytesToBytesCodec::for_copy`]);
+    /// `None` to copy it as it is. Check the result with [`check`](Self::check).
+    pub fn for_copy(&self, encoded: &[u8]) -> Option<Vec<u8>> {
+        match (
+            self.array_to_array.as_slice(),
+            self.bytes_to_bytes.as_slice(),
+        ) {
+            ([], [compressor]) => compressor.for_copy(encoded),
+            _ => None,
+        }
     }
 
     /// The chain as Zarr v3 metadata.

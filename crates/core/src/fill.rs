@@ -293,7 +293,7 @@ impl FillValue {
     /// a NaN matches only the same NaN): an inner chunk for which this holds is stored as empty.
     pub fn fills(&self, data: &[u8]) -> bool {
         let unit = self.bytes.len();
-        if unit == 0 || data.len() % unit != 0 {
+        if unit == 0 || !data.len().is_multiple_of(unit) {
             return false;
         }
         if let Some(&first) = self.bytes.first() {

@@ -291,7 +291,7 @@ impl ShardGeometry {
                 "array shape {array_shape:?} in shards of {shard_shape:?}: the shards of dimension {d} end past 2^64 elements"
             ));
         }
-        if let Some(d) = (0..ndim).find(|&d| shard_shape[d] % inner_shape[d] != 0) {
+        if let Some(d) = (0..ndim).find(|&d| !shard_shape[d].is_multiple_of(inner_shape[d])) {
             return bad(format!(
                 "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
                 shard_shape[d], inner_shape[d]

@@ -51,6 +51,16 @@ pub enum Error {
         source: Box<object_store::Error>,
     },
 
+    /// A listing found a name that no object key can hold (a control character such as a tab, or a
+    /// name that is not UTF-8): nothing below the listed prefix can be read or written by name.
+    #[error("cannot list {location}: the name {name:?} below it holds a character no object key can (a control character, or bytes that are not UTF-8); rename it or move it out of {location}")]
+    UnusableName {
+        /// The URL of the listed prefix.
+        location: String,
+        /// The path holding the name, as the listing found it.
+        name: String,
+    },
+
     /// A ranged read returned fewer bytes than a wanted range needs: the object ends at `len`.
     #[error("{location}: bytes {start}..{end} are beyond its end ({len} bytes)")]
     RangePastEnd {

@@ -962,17 +962,32 @@ impl Store {
         Ok(listed)
     }
 
+    /// The error of a failed listing of `prefix`: a name no key can hold is named as such.
+    fn list_error(&self, prefix: &str, source: object_store::Error) -> Error {
+        match source {
+            object_store::Error::InvalidPath {
+                source:
+                    object_store::path::Error::BadSegment { path, .. }
+                    | object_store::path::Error::NonUnicode { path, .. },
+            } => Error::UnusableName {
+                location: self.url(prefix),
+                name: path.trim_start_matches('/').to_string(),
+            },
+            source => Error::Request {
+                operation: "cannot list",
+                location: self.url(prefix),
+                source: Box::new(source),
+            },
+        }
+    }
+
     /// Names of the immediate "subdirectories" of `prefix` (common prefixes of keys below it).
     pub fn list_children(&self, prefix: &str) -> Result<Vec<String>> {
         let path = self.path(prefix)?;
         let listing = self
             .runtime
             .block_on(self.retrying(|| self.inner.list_with_delimiter(Some(&path))))
-            .map_err(|source| Error::Request {
-                operation: "cannot list",
-                location: self.url(prefix),
-                source: Box::new(source),
-            })?;
+            .map_err(|source| self.list_error(prefix, source))?;
         let mut names: Vec<String> = listing
             .common_prefixes
             .iter()
@@ -1056,11 +1071,7 @@ impl Store {
                 .try_concat()
                 .await
         };
-        let metas = listed.map_err(|source| Error::Request {
-            operation: "cannot list",
-            location: self.url(prefix),
-            source: Box::new(source),
-        })?;
+        let metas = listed.map_err(|source| self.list_error(prefix, source))?;
         let mut objects: Vec<ListedObject> = metas
             .into_iter()
             .filter_map(|m| {

@@ -74,11 +74,15 @@ pub fn parse_array(key: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<Ar
         key: key.to_string(),
         source,
     })?;
+    // A garbled `.zattrs` is named as itself, not as the `.zarray` beside it.
+    let attrs_key = key
+        .strip_suffix(".zarray")
+        .map_or_else(|| key.to_string(), |base| format!("{base}.zattrs"));
     array_from(
         key,
         z,
         zattrs
-            .map(|a| parse_attributes(key, a))
+            .map(|a| parse_attributes(&attrs_key, a))
             .transpose()?
             .unwrap_or_default(),
         FillAttribute::Xarray,

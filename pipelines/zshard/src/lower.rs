@@ -411,7 +411,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{setting:?}: {e:#}"));
             let (from_flags, result) = lowered(&[&["/a", "/b"][..], flags].concat());
             result.unwrap_or_else(|e| panic!("{setting:?}: {e}"));
-            assert_eq!(from_job, [from_flags.clone()], "{setting:?}");
+            assert_eq!(from_job, std::slice::from_ref(&from_flags), "{setting:?}");
             assert_ne!(from_flags, Options::new("/a", "/b"), "{setting:?} is given");
         }
         // The settings that are no key of a conversion here: SRC and DST, the run's settings of

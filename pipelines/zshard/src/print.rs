@@ -145,6 +145,9 @@ pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Resul
             s.path, s.reason
         );
     }
+    for warning in &verified.warnings {
+        eprintln!("zshard: warning: {warning}");
+    }
     let found = &verified.mismatches;
     for m in &found.first {
         eprintln!("zshard: mismatch: {m}");

@@ -353,6 +353,92 @@ fn a_zstd_frame_naming_a_dictionary_is_refused() {
     }
 }
 
+/// Issue 31, row 18: a garbled `.zattrs` beside a valid `.zarray` is reported as the `.zattrs`
+/// (it was reported as the `.zarray`).
+#[test]
+fn a_garbled_zattrs_is_named_as_itself() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    valid_v2(&src);
+    std::fs::write(src.join(".zattrs"), b"{garbled").expect("garble");
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}/.zattrs: invalid JSON", src.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(".zarray"), "{stderr}");
+}
+
+/// Issue 31, row 16: zstd chunks with a skippable frame before (or after) the real frame are valid
+/// zstd: passthrough converts them (it refused them: "a block of the frame states 532480 bytes") and
+/// drops the skippable frames, which numcodecs refuses at the start of a chunk.
+#[test]
+fn a_zstd_chunk_with_a_skippable_frame_converts_without_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt16, &[32, 32], 0);
+    let zstd = json!({"id": "zstd", "level": 3});
+    write_v2(&src, DataType::UInt16, &[32, 32], &[8, 8], zstd, &data);
+    let skippable = |len: u32| {
+        let mut frame = 0x184d_2a50_u32.to_le_bytes().to_vec();
+        frame.extend(len.to_le_bytes());
+        frame.extend(vec![0x5a; len as usize]);
+        frame
+    };
+    for (key, before) in [("1.2", true), ("0.0", false)] {
+        let chunk = std::fs::read(src.join(key)).expect("chunk");
+        let mut bytes = if before {
+            skippable(532_472)
+        } else {
+            Vec::new()
+        };
+        bytes.extend(&chunk);
+        if !before {
+            bytes.extend(skippable(3));
+        }
+        std::fs::write(src.join(key), &bytes).expect("write");
+    }
+    for (i, extra) in [&["--compressor", "zstd:3"][..], &["--no-passthrough"][..]]
+        .iter()
+        .enumerate()
+    {
+        let dst = tmp.path().join(format!("dst{i}"));
+        let mut args = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--shard-shape",
+            "16,16",
+            "--chunk-shape",
+            "8,8",
+            "--quiet",
+        ];
+        args.extend(extra.iter());
+        let out = zshard(&args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(read_v3(&dst).0, data, "{extra:?}");
+        for shard in ["c/0/1", "c/0/0"] {
+            let bytes = std::fs::read(dst.join(shard)).expect("shard");
+            assert!(
+                !bytes.windows(4).any(|w| w == 0x184d_2a50_u32.to_le_bytes()),
+                "{extra:?}: {shard} holds a skippable frame"
+            );
+        }
+    }
+}
+
 /// Issue 31, rows 15 and 4: a chunk that is a FIFO (the read blocked beyond SIGTERM) or a link to
 /// `/dev/zero` (read without end, 6.3 GB in 16 s) is refused at once with its key.
 #[test]

@@ -187,6 +187,51 @@ fn a_shard_replaced_by_junk_or_truncated_is_converted_again() {
     ok(&verify(&src, &dst));
 }
 
+/// Issue 31, row 14: a recorded shard replaced by bytes of the same length (random bytes, or an
+/// index with a valid crc32c whose inner chunk lies outside the object) is converted again: resume
+/// reads each recorded shard's index and trusts the size only when the index holds.
+#[test]
+fn a_recorded_shard_replaced_by_bytes_of_the_same_length_is_converted_again() {
+    use zshard_core::{ChunkLocation, IndexEncoding, ShardIndex};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = half_done(tmp.path(), &src);
+    let keys = shard_keys(&files(&dst));
+    let (random, outside) = (&keys[0], &keys[1]);
+    let len = std::fs::read(dst.join(random)).expect("shard").len();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let junk: Vec<u8> = (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect();
+    std::fs::write(dst.join(random), junk).expect("random bytes");
+    // 16x16 shards of 8x8 chunks: an index of 4 entries at the end, the first pointing past the end.
+    let mut bytes = std::fs::read(dst.join(outside)).expect("shard");
+    let encoding = IndexEncoding::default();
+    let index_len = encoding.byte_len(4);
+    let entries = vec![
+        Some(ChunkLocation {
+            offset: 0,
+            nbytes: bytes.len() as u64 * 2,
+        });
+        4
+    ];
+    let at = bytes.len() - index_len;
+    bytes[at..].copy_from_slice(&ShardIndex::new(entries).encode(encoding));
+    std::fs::write(dst.join(outside), &bytes).expect("bad index");
+
+    let path = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--report", s(&path)]));
+    let resumed = report(&path);
+    assert_eq!(resumed["totals"]["shards_skipped"], json!(13), "{resumed}");
+    assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
+    ok(&verify(&src, &dst));
+}
+
 /// A shard published but not recorded (a kill between the write and the flush of its record) is
 /// converted again rather than trusted.
 #[test]
@@ -563,6 +608,33 @@ fn writing_through_a_link_is_refused() {
         }
         assert!(!dst.join("zarr.json").exists(), "{case}");
     }
+}
+
+/// Issue 31, row 17: odd names are refused up front with the path, before anything is written: an
+/// array whose name holds a tab (it failed the whole listing with object_store's message), and one
+/// named like a staged file (`zarr.json#1`: it failed at cleanup, after everything was written).
+#[test]
+fn odd_source_names_are_refused_up_front() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (dir, name, parts) in [
+        ("tab", "a\tb", &[r#""a\tb""#, "rename it"][..]),
+        ("staged", "zarr.json#1", &["zarr.json#1", "reserved"][..]),
+    ] {
+        let case = tmp.path().join(dir);
+        let src = group_source(&case, name);
+        let dst = case.join("dst");
+        refused(&convert(&src, &dst, &[]), parts);
+        assert!(
+            !dst.join("zarr.json").exists(),
+            "{name:?}: nothing published"
+        );
+        assert!(!dst.join(".zshard").exists(), "{name:?}: nothing written");
+    }
+    // A staged-looking name, left out, lets the rest convert.
+    let src = tmp.path().join("staged/group");
+    let dst = tmp.path().join("staged/dst");
+    ok(&convert(&src, &dst, &["--exclude", "zarr.json#1"]));
+    assert!(dst.join("a/zarr.json").exists());
 }
 
 /// Issue 31, row 2: a source node whose name zshard reserves for its state (`.zshard`, and

@@ -81,7 +81,9 @@ fn args(command: &str, src: &Path, dst: &Path, extra: &[&str]) -> Vec<String> {
 }
 
 fn run(args: &[String]) -> Output {
-    Command::new(BIN).args(args).output().expect("run zshard")
+    // ZSHARD_BIN: an older build, to show a test fails there.
+    let bin = std::env::var_os("ZSHARD_BIN").map_or_else(|| BIN.into(), PathBuf::from);
+    Command::new(bin).args(args).output().expect("run zshard")
 }
 
 fn assert_success(out: &Output, what: &str) {
@@ -600,6 +602,55 @@ fn verify_reports_stray_objects_by_key() {
             format!("{d}/a/c/notes.txt: stray object: not a shard of the array's grid [2, 2]"),
             format!("{d}/g/b/c/1/1#1: stray object: staged file of an interrupted write"),
             format!("{d}/.zshard/options/w0of1.json: stray object: state of an unfinished conversion (a finished one removes .zshard/)"),
+        ],
+    );
+}
+
+/// Issue 31, row 13: content the source lacks is reported. An array and a group in the output that
+/// the source does not have, and an empty `.zshard/`, are mismatches; a file that is not part of the
+/// Zarr hierarchy (a `readme.txt` beside an array's metadata) is a warning, not a mismatch: zshard
+/// writes around such files and `--overwrite` keeps them (`destination.rs`,
+/// `overwrite_keeps_files_zshard_did_not_write`).
+#[test]
+fn verify_reports_content_the_source_lacks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = converted(tmp.path());
+    let d = dst.display();
+    std::fs::write(dst.join("a/readme.txt"), b"notes").expect("readme");
+    let out = verify(&src, &dst);
+    assert_success(&out, "verify with a readme.txt beside an array");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "zshard: warning: {d}/a/readme.txt: not part of the Zarr hierarchy"
+        )),
+        "{stderr}"
+    );
+
+    std::fs::create_dir(dst.join(".zshard")).expect("empty state folder");
+    assert_mismatches(
+        &verify(&src, &dst),
+        &[format!("{d}/.zshard: stray object: the state folder of a conversion (a finished one removes .zshard/)")],
+    );
+    std::fs::remove_dir(dst.join(".zshard")).expect("rmdir");
+
+    // A copy of an output array where the source has none, and a group.
+    let copy = dst.join("g/extra");
+    std::fs::create_dir_all(copy.join("c/0")).expect("mkdir");
+    for rel in ["zarr.json", "c/0/0"] {
+        std::fs::copy(dst.join("g/b").join(rel), copy.join(rel)).expect("copy");
+    }
+    std::fs::create_dir_all(dst.join("h")).expect("mkdir");
+    std::fs::write(
+        dst.join("h/zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .expect("group");
+    assert_mismatches(
+        &verify(&src, &dst),
+        &[
+            "array g/extra: in the output, not in the source".to_string(),
+            "group h: in the output, not in the source".to_string(),
         ],
     );
 }

@@ -82,7 +82,7 @@ fn round_trip_matrix() {
                         "--compressor",
                         OUTPUT_COMPRESSORS[case % 4],
                         "--threads",
-                        if case % 2 == 0 { "1" } else { "3" },
+                        if case.is_multiple_of(2) { "1" } else { "3" },
                         "--quiet",
                     ]);
                     assert!(

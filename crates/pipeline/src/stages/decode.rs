@@ -35,7 +35,12 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) ->
                 // The encoded bytes go to the shard as they are, but only once they are checked: a
                 // truncated or garbled source chunk stops the run as it does without passthrough.
                 // Frames that state their sizes are checked by their headers, others are decoded.
-                // `Vec::from` does not copy an unshared buffer.
+                // `Vec::from` does not copy an unshared buffer. Frames that some readers refuse
+                // though they decode (zstd's skippable frames) are dropped first.
+                let b = match job.source_chain.for_copy(&b) {
+                    Some(kept) => bytes::Bytes::from(kept),
+                    None => b,
+                };
                 job.source_chain.check(&b, &repr).map_err(error)?;
                 return Ok((coord, Some(Vec::from(b)), None));
             }

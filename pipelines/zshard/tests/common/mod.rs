@@ -78,9 +78,14 @@ pub fn write_v2(
     }
 }
 
-/// Runs the zshard binary.
+/// Runs the zshard binary: `ZSHARD_BIN` when set (an older build, to show a test fails there),
+/// else the one cargo built.
 pub fn zshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zshard"))
+    let binary = std::env::var_os("ZSHARD_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_zshard").into(),
+        std::path::PathBuf::from,
+    );
+    Command::new(binary)
         .args(args)
         .output()
         .expect("run zshard")
