@@ -14,7 +14,7 @@ zshard="$prefix/bin/zshard"
 mkdir -p "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
   "$prefix/share/zsh/site-functions" "$prefix/share/fish/vendor_completions.d"
 "$zshard" man >"$prefix/share/man/man1/zshard.1"
-for command in convert plan finalize verify run demo completions man; do
+for command in convert plan finalize verify run ls status demo completions man; do
   "$zshard" man "$command" >"$prefix/share/man/man1/zshard-$command.1"
 done
 "$zshard" completions bash >"$prefix/share/bash-completion/completions/zshard"

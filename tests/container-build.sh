@@ -27,7 +27,7 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 for page in "$prefix"/share/man/man1/*.1; do
   head -5 "$page" | grep -q '^\.TH ' || fail "$page has no .TH header"
 done
-[ "$(ls "$prefix"/share/man/man1 | wc -l)" = 9 ] || fail "expected 9 man pages: $(ls "$prefix"/share/man/man1)"
+[ "$(ls "$prefix"/share/man/man1 | wc -l)" = 11 ] || fail "expected 11 man pages: $(ls "$prefix"/share/man/man1)"
 bash -n "$prefix/share/bash-completion/completions/zshard" || fail "the bash completion does not parse"
 head -1 "$prefix/share/zsh/site-functions/_zshard" | grep -q '^#compdef zshard' || fail "the zsh completion has no #compdef"
 

@@ -279,6 +279,45 @@ fn fresh(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<Option<Live
     }))
 }
 
+/// A lease as `zshard status` shows it: what its holder wrote, and whether it is fresh at `now` by
+/// the rule `--overwrite` applies ([`fresh`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) worker: String,
+    pub(crate) started: String,
+    pub(crate) renewed_ms: u64,
+    pub(crate) stale_after_ms: u64,
+    /// Milliseconds since its last renewal.
+    pub(crate) age_ms: u64,
+    pub(crate) fresh: bool,
+}
+
+/// The lease at `key` holding `bytes`, as seen at `now` (milliseconds since the Unix epoch).
+pub(crate) fn seen(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<Seen> {
+    let fresh = fresh(store, key, bytes, now)?.is_some();
+    let record: Record = serde_json::from_slice(bytes).map_err(|source| Error::State {
+        key: store.url(key),
+        source,
+    })?;
+    Ok(Seen {
+        age_ms: now.saturating_sub(record.renewed_ms),
+        host: record.host,
+        pid: record.pid,
+        worker: record.worker,
+        started: record.started,
+        renewed_ms: record.renewed_ms,
+        stale_after_ms: record.stale_after_ms,
+        fresh,
+    })
+}
+
+/// Milliseconds since the Unix epoch, by this host's clock (the clock leases are renewed by).
+pub(crate) fn now_millis() -> u64 {
+    now_ms()
+}
+
 fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }

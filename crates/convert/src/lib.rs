@@ -58,6 +58,7 @@ mod selection;
 mod shape;
 mod size;
 mod state;
+pub mod status;
 mod verify;
 
 pub use compressor::Compressor;

@@ -46,11 +46,11 @@ use crate::plan::Plan;
 
 /// The folder of a conversion's state.
 pub(crate) const STATE_DIR: &str = ".zshard";
-const OPTIONS_DIR: &str = ".zshard/options";
-const EMPTY_DIR: &str = ".zshard/empty";
+pub(crate) const OPTIONS_DIR: &str = ".zshard/options";
+pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
-const DONE_DIR: &str = ".zshard/done";
-const CLAIM: &str = ".zshard/claim.json";
+pub(crate) const DONE_DIR: &str = ".zshard/done";
+pub(crate) const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
 
@@ -203,7 +203,7 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
 }
 
 /// Whether `key` lies below the folder `dir`.
-fn in_dir(key: &str, dir: &str) -> bool {
+pub(crate) fn in_dir(key: &str, dir: &str) -> bool {
     key.strip_prefix(dir)
         .is_some_and(|rest| rest.starts_with('/'))
 }

@@ -20,6 +20,7 @@ mod lower;
 mod print;
 mod progress;
 mod signals;
+mod status;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
 use lower::First;
@@ -196,6 +197,19 @@ enum Command {
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// How far a conversion into DST has come, from DST alone: per array shards done and planned
+    /// and bytes written, per worker its shards and whether its lease is live or stale, and what
+    /// `finalize` still waits for. Read-only; never reads a shard.
+    #[command(after_help = status::HELP)]
+    Status {
+        /// The destination of the conversion (a path or a file://, s3://, gs:// or az:// URL).
+        dst: String,
+        #[command(flatten)]
+        storage: StorageArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
     #[command(after_help = help::COMPLETIONS)]
@@ -414,6 +428,10 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             threads,
             quiet,
         } => demo::demo(&dir, threads, quiet),
+        Command::Status { dst, storage, json } => {
+            let options = lower::storage(&storage).store_options();
+            status::print(&zshard_convert::status::status_of(&dst, &options)?, json)
+        }
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut command(), "zshard", &mut script);

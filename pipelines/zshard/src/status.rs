@@ -1,0 +1,155 @@
+//! `zshard status DST`: how far a conversion into DST has come, from DST alone (see
+//! `zshard_convert::status`), as a table or as JSON.
+
+use std::fmt::Write as _;
+
+use indicatif::HumanBytes;
+use zshard_convert::status::{Phase, Status};
+
+/// `zshard status --help`.
+pub const HELP: &str = "\
+Examples:
+  # How far the workers of a partitioned run have come, and what finalize still waits for:
+  zshard status /data/out.zarr
+
+  # The same from a script (shards done and planned per array, each worker's leases):
+  zshard status s3://bucket/out.zarr --json | jq '.totals.shards_done / .totals.shards_planned'
+
+What it reads:
+  One listing of DST/.zshard and the root zarr.json, then zshard's small state records (the claim,
+  the workers' options, the records of shards written and all fill, the leases); never a shard.
+  A shard counts as done when a record names it (finalize also checks its object). A worker is live
+  while its lease was renewed within its stale time (60 s by default), as --overwrite judges it.
+  Exits 0 whatever the conversion's state; see `phase` in the JSON.";
+
+/// Prints `status` as JSON or as a table.
+pub fn print(status: &Status, json: bool) -> anyhow::Result<()> {
+    if json {
+        return crate::print::stdout(&format!("{}\n", serde_json::to_string_pretty(status)?));
+    }
+    crate::print::stdout(&table(status))
+}
+
+fn percent(done: u64, planned: u64) -> String {
+    if planned == 0 {
+        return "-".into();
+    }
+    format!("{:.1}%", 100.0 * done as f64 / planned as f64)
+}
+
+/// The human form.
+fn table(s: &Status) -> String {
+    let mut out = String::new();
+    let phase = match s.phase {
+        Phase::NotStarted => "not started (no zshard state, no metadata)",
+        Phase::InProgress => "in progress",
+        Phase::Complete => "complete (metadata written, state removed)",
+        _ => "unknown",
+    };
+    let _ = writeln!(out, "{}: {phase}", s.destination);
+    if s.phase != Phase::InProgress {
+        return out;
+    }
+    if !s.arrays.is_empty() {
+        let width = s
+            .arrays
+            .iter()
+            .map(|a| display_path(&a.path).len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        let _ = writeln!(
+            out,
+            "\n{:<width$}  {:>12}  {:>12}  {:>7}  {:>10}  {:>12}",
+            "array", "shards done", "planned", "", "all fill", "written"
+        );
+        for a in &s.arrays {
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>12}  {:>12}  {:>7}  {:>10}  {:>12}",
+                display_path(&a.path),
+                a.shards_done,
+                a.shards_planned,
+                percent(a.shards_done, a.shards_planned),
+                a.shards_empty,
+                HumanBytes(a.bytes_written).to_string()
+            );
+        }
+        let t = &s.totals;
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>12}  {:>12}  {:>7}  {:>10}  {:>12}",
+            "total",
+            t.shards_done,
+            t.shards_planned,
+            percent(t.shards_done, t.shards_planned),
+            "",
+            HumanBytes(t.bytes_written).to_string()
+        );
+    }
+    if !s.workers.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<12}  {:>12}  {:>12}  {:<8}  lease",
+            "worker", "shards done", "planned", "state"
+        );
+        for w in &s.workers {
+            let state = if w.live {
+                "live"
+            } else if w.shards_planned > 0 && w.shards_done == w.shards_planned {
+                "done"
+            } else if !w.leases.is_empty() {
+                "stale"
+            } else if w.started {
+                "stopped"
+            } else {
+                "not seen"
+            };
+            let lease = w
+                .leases
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} pid {} renewed {:.1} s ago ({})",
+                        l.host,
+                        l.pid,
+                        l.age_ms as f64 / 1000.0,
+                        if l.live { "live" } else { "stale" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let _ = writeln!(
+                out,
+                "{:<12}  {:>12}  {:>12}  {:<8}  {}",
+                w.worker,
+                w.shards_done,
+                w.shards_planned,
+                state,
+                if lease.is_empty() { "-" } else { &lease }
+            );
+        }
+    }
+    let _ = writeln!(out);
+    if s.finalize_waits_for.is_empty() {
+        let _ = writeln!(out, "every shard is recorded done: run `zshard finalize`");
+    } else {
+        let _ = writeln!(
+            out,
+            "finalize waits for: {}",
+            s.finalize_waits_for.join(", ")
+        );
+    }
+    for line in &s.unreadable {
+        let _ = writeln!(out, "warning: unreadable record, not counted: {line}");
+    }
+    out
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() {
+        "/"
+    } else {
+        path
+    }
+}

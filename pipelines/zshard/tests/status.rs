@@ -1,0 +1,117 @@
+//! `zshard status DST`: a partitioned conversion with one of its two workers done, then both, then
+//! finalized; the JSON's numbers against what the destination holds.
+
+mod common;
+
+use common::{banded_source, files, zshard, SHARDS_OF_16};
+use serde_json::Value;
+
+fn status(dst: &str) -> Value {
+    let out = zshard(&["status", dst, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+fn run(args: &[&str]) {
+    let out = zshard(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The shard objects the destination holds (key -> size).
+fn shards(dst: &std::path::Path) -> Vec<u64> {
+    files(dst)
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("c/"))
+        .map(|(_, bytes)| bytes.len() as u64)
+        .collect()
+}
+
+#[test]
+fn status_counts_what_the_workers_did() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let src = src.to_str().expect("utf-8");
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+
+    // A missing local destination is an error; an empty one holds no conversion yet.
+    assert!(!zshard(&["status", dst]).status.success());
+    std::fs::create_dir(&dst_path).expect("mkdir");
+    let s = status(dst);
+    assert_eq!(s["phase"], "not_started", "{s:#}");
+
+    // Worker 0 of 2 converts its 15 shards (global indices 0, 2, ..., 28); worker 1 never runs.
+    let convert = |worker: &str| {
+        run(&[
+            &["convert", src, dst, "--worker", worker, "-q"][..],
+            &SHARDS_OF_16,
+        ]
+        .concat())
+    };
+    convert("0/2");
+    let written = shards(&dst_path);
+    // 96x80 in 16x16 shards: 30 shards; the first 2000 elements are the fill value, so the 5
+    // shards of the first row hold only it and are not written (3 of them are worker 0's).
+    assert_eq!(written.len(), 12);
+    let s = status(dst);
+    assert_eq!(s["phase"], "in_progress", "{s:#}");
+    let array = &s["arrays"][0];
+    assert_eq!(array["path"], "");
+    assert_eq!(array["shards_planned"], 30);
+    assert_eq!(array["shards_done"], 15);
+    assert_eq!(array["shards_written"], written.len() as u64);
+    assert_eq!(array["shards_empty"], 3);
+    assert_eq!(array["bytes_written"], written.iter().sum::<u64>());
+    assert_eq!(s["totals"]["shards_done"], 15);
+    assert_eq!(s["totals"]["shards_planned"], 30);
+    let workers: Vec<(String, bool, u64, u64, bool)> = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            (
+                w["worker"].as_str().expect("tag").to_string(),
+                w["started"].as_bool().expect("started"),
+                w["shards_planned"].as_u64().expect("planned"),
+                w["shards_done"].as_u64().expect("done"),
+                w["live"].as_bool().expect("live"),
+            )
+        })
+        .collect();
+    // Worker 0 ended and removed its lease: nothing is live.
+    assert_eq!(
+        workers,
+        [
+            ("w0of2".to_string(), true, 15, 15, false),
+            ("w1of2".to_string(), false, 15, 0, false)
+        ]
+    );
+    assert_eq!(s["finalize_waits_for"], serde_json::json!(["w1of2"]));
+    assert_eq!(s["unreadable"], serde_json::json!([]));
+    // The table says the same.
+    let table = zshard(&["status", dst]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("finalize waits for: w1of2"), "{table}");
+
+    convert("1/2");
+    let written = shards(&dst_path);
+    assert_eq!(written.len(), 25);
+    let s = status(dst);
+    assert_eq!(s["totals"]["shards_done"], 30, "{s:#}");
+    assert_eq!(s["arrays"][0]["shards_empty"], 5);
+    assert_eq!(s["totals"]["bytes_written"], written.iter().sum::<u64>());
+    assert_eq!(s["finalize_waits_for"], serde_json::json!([]));
+
+    run(&[&["finalize", src, dst, "-q"][..], &SHARDS_OF_16].concat());
+    let s = status(dst);
+    assert_eq!(s["phase"], "complete", "{s:#}");
+    assert_eq!(s["arrays"], serde_json::json!([]));
+}
