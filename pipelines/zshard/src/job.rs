@@ -73,7 +73,7 @@ fn parse(text: &str) -> anyhow::Result<JobFile> {
     top.remove("description");
     let storage = match top.remove("storage") {
         None => StorageOptions::default(),
-        Some(storage) => serde_json::from_value(storage).context("[storage]")?,
+        Some(storage) => from_table(storage, "[storage]")?,
     };
     let conversions = match top.remove("conversions") {
         None => Vec::new(),
@@ -81,7 +81,7 @@ fn parse(text: &str) -> anyhow::Result<JobFile> {
         Some(_) => bail!("conversions is a list of tables ([[conversions]])"),
     };
     check_keys(&top, Table::Top)?;
-    let top: Options = serde_json::from_value(Value::Object(top))?;
+    let top: Options = from_table(Value::Object(top), "the job's top level")?;
     let conversions = conversions
         .into_iter()
         .enumerate()
@@ -100,7 +100,10 @@ fn parse(text: &str) -> anyhow::Result<JobFile> {
                     }
                 }
             }
-            let conversion: Options = serde_json::from_value(Value::Object(conversion))?;
+            let conversion: Options = from_table(
+                Value::Object(conversion),
+                &format!("[[conversions]] {}", n + 1),
+            )?;
             Ok(conversion)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -108,6 +111,40 @@ fn parse(text: &str) -> anyhow::Result<JobFile> {
         top,
         storage,
         conversions,
+    })
+}
+
+/// A table of the job file as `T`; an error names the table and the key at fault. The options model
+/// flattens its groups, which hides the key from serde's error, so on an error the key is found by
+/// leaving keys out, one level at a time, until the table deserializes.
+fn from_table<T: serde::de::DeserializeOwned>(value: Value, table: &str) -> anyhow::Result<T> {
+    let error = match serde_json::from_value::<T>(value.clone()) {
+        Ok(parsed) => return Ok(parsed),
+        Err(error) => error,
+    };
+    let mut path: Vec<String> = Vec::new();
+    while let Some(key) = key_at_fault::<T>(&value, &path) {
+        path.push(key);
+    }
+    if path.is_empty() {
+        bail!("{table}: {error}");
+    }
+    bail!("{table}, {}: {error}", path.join("."));
+}
+
+/// The key of the table at `path` in `root` without which `root` deserializes as `T`.
+fn key_at_fault<T: serde::de::DeserializeOwned>(root: &Value, path: &[String]) -> Option<String> {
+    let node = path.iter().try_fold(root, |node, key| node.get(key))?;
+    let keys: Vec<String> = node.as_object()?.keys().cloned().collect();
+    keys.into_iter().find(|key| {
+        let mut without = root.clone();
+        let parent = path
+            .iter()
+            .try_fold(&mut without, |node, key| node.get_mut(key));
+        if let Some(Value::Object(map)) = parent {
+            map.remove(key);
+        }
+        serde_json::from_value::<T>(without).is_ok()
     })
 }
 
@@ -263,6 +300,28 @@ mod tests {
             .iter()
             .map(|o: &Options| Ok(Conversion::from_options(o)?))
             .collect()
+    }
+
+    #[test]
+    fn a_wrongly_typed_value_is_named_by_its_table_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = dir.path().join("job.toml");
+        let cases = [
+            ("threads = \"two\"\n", "the job's top level, threads: "),
+            (
+                "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n[[conversions]]\nsource = \"c\"\ndestination = \"d\"\nmemory_limit = [1]\n",
+                "[[conversions]] 2, memory_limit: ",
+            ),
+            (
+                "[[conversions]]\nsource = \"a\"\ndestination = \"b\"\n[conversions.arrays.\"x/y\"]\nchunk_shape = true\n",
+                "[[conversions]] 1, arrays.x/y.chunk_shape: ",
+            ),
+        ];
+        for (text, named) in cases {
+            std::fs::write(&job, text).expect("write");
+            let error = format!("{:#}", load(&job).expect_err(text));
+            assert!(error.contains(named), "{text}: {error}");
+        }
     }
 
     #[test]
