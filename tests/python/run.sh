@@ -28,6 +28,24 @@ REQ="$HERE/requirements.txt"
 # requirements are added below.
 ZSHARD_VENV="$VENV" PYTHON="$PY" "$REPO/tests/interop/run.sh" --venv-only
 
+# On another stack (ZSHARD_REQUIREMENTS, e.g. today's on Python 3.13) the interop file's pins of numpy,
+# zarr-python, numcodecs and xarray stand: installing this file's pins over them would downgrade that venv
+# (and the interop suite's stamp would then keep the wrong versions). Only the other packages are added.
+if [ -n "${ZSHARD_REQUIREMENTS:-}" ]; then
+    interop_req="$ZSHARD_REQUIREMENTS"
+    case "$interop_req" in */*) ;; *) interop_req="$REPO/tests/interop/$interop_req" ;; esac
+    pinned="$(sed -n 's/^\([A-Za-z0-9_.-]*\)[=<>~!].*/\1/p' "$interop_req" | tr 'A-Z_' 'a-z-')"
+    filtered="$(mktemp)"
+    trap 'rm -f "$filtered"' EXIT
+    while IFS= read -r line; do
+        name="$(printf '%s' "$line" | sed -n 's/^\([A-Za-z0-9_.-]*\)[=<>~!].*/\1/p' | tr 'A-Z_' 'a-z-')"
+        if [ -z "$name" ] || ! printf '%s\n' "$pinned" | grep -qxF "$name"; then
+            printf '%s\n' "$line"
+        fi
+    done <"$REQ" >"$filtered"
+    REQ="$filtered"
+fi
+
 # Skip pip when this exact requirements set is already installed.
 want="$( { cat "$REQ"; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
 stamp="$VENV/.zshard-python-requirements"
