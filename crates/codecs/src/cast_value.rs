@@ -15,7 +15,9 @@ use zarr_cast_value::{
     convert_slice_int_to_int, f16, CastError, CastFloat, CastInt, CastInto, FloatToFloatConfig,
     FloatToIntConfig, IntToFloatConfig, IntToIntConfig, MapEntry, OutOfRangeMode, RoundingMode,
 };
-use zshard_core::{ArrayToArrayCodec, ChunkRepr, CodecSpec, DataType, Error, FillValue, Result};
+use zshard_core::{
+    json_float, ArrayToArrayCodec, ChunkRepr, CodecSpec, DataType, Error, FillValue, Result,
+};
 
 use crate::error::invalid;
 use crate::registry::Codec;
@@ -92,20 +94,6 @@ fn json_int(value: &Value) -> Option<i128> {
     let f = n.as_f64()?;
     // Beyond 2^64 no integer type holds it; the bound keeps the cast below exact.
     (f.fract() == 0.0 && f.abs() <= 1.9e19).then_some(f as i128)
-}
-
-/// A JSON number or one of the special strings, as Python's `float()` gives it.
-fn json_float(value: &Value) -> Option<f64> {
-    match value {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 macro_rules! int_elem {

@@ -148,11 +148,11 @@ impl FillValue {
             DataType::UInt32 => int::<u32>(value).map(|v| v.to_le_bytes().to_vec()),
             DataType::UInt64 => int::<u64>(value).map(|v| v.to_le_bytes().to_vec()),
             DataType::Float16 => {
-                float(value).map(|v| half::f16::from_f64(v).to_le_bytes().to_vec())
+                json_float(value).map(|v| half::f16::from_f64(v).to_le_bytes().to_vec())
             }
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
-            DataType::Float32 => float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
-            DataType::Float64 => float(value).map(|v| v.to_le_bytes().to_vec()),
+            DataType::Float32 => json_float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
+            DataType::Float64 => json_float(value).map(|v| v.to_le_bytes().to_vec()),
             _ => None,
         }
         .ok_or_else(|| invalid("not representable in this data type"))?;
@@ -323,7 +323,8 @@ fn int<T: TryFrom<i64> + TryFrom<u64>>(value: &Value) -> Option<T> {
     None
 }
 
-fn float(value: &Value) -> Option<f64> {
+/// A JSON float as Zarr writes it: a number, or one of the strings `NaN`, `Infinity`, `-Infinity`.
+pub fn json_float(value: &Value) -> Option<f64> {
     match value {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => match s.as_str() {

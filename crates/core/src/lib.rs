@@ -38,7 +38,7 @@ pub use codec::{
 };
 pub use dtype::{swap_byte_order, utf32_decode, utf32_encode, DataType, Endian, TimeUnit};
 pub use error::{chain_text, BoxError, Error, Result};
-pub use fill::FillValue;
+pub use fill::{json_float, FillValue};
 pub use geometry::{
     auto_shard_shape, auto_shard_shape_around, c_order, checked_byte_size, copy_region, grid_shape,
     inverse_permutation, level_shapes, linear_index, product, strides, transpose, unravel_index,
