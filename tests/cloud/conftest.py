@@ -11,7 +11,8 @@ from proxy import FaultProxy, free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 ZSHARD = os.environ.get("ZSHARD_BIN", str(REPO / "target" / "release" / "zshard"))
-AZURITE_BIN = Path(os.environ.get("AZURITE_BIN", REPO / "target" / "node" / "node_modules" / ".bin" / "azurite-blob"))
+NODE_DIR = Path(os.environ.get("ZSHARD_NODE_DIR", REPO / "target" / "node"))
+AZURITE_BIN = Path(os.environ.get("AZURITE_BIN", NODE_DIR / "node_modules" / ".bin" / "azurite-blob"))
 # Azurite's documented development account.
 AZURE_ACCOUNT = "devstoreaccount1"
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

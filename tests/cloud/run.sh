@@ -21,5 +21,6 @@ if ! grep -qF "\"version\": \"$AZURITE_VERSION\"" "$NODE_DIR/node_modules/azurit
   npm install --silent --no-audit --no-fund --prefix "$NODE_DIR" azurite@$AZURITE_VERSION >/dev/null
 fi
 export ZSHARD_BIN="${ZSHARD_BIN:-$REPO/target/release/zshard}"
+export AZURITE_BIN="$NODE_DIR/node_modules/.bin/azurite-blob"
 cd "$HERE"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -s "$@"
