@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -436,3 +437,85 @@ def test_v2_scale_filters_are_kept_where_exact(case, tmp_path, zshard_bin):
         assert inner == ["bytes", "zstd"], inner
         assert "has no exact Zarr v3 form" in run.stderr, run.stderr
     assert_same(read(dst), expected, f"zarr-python read of {case}")
+
+
+# --------------------------------------------------------------------------------------------------
+# v2 structured dtypes (numpy records in `.zarray`), written by zarr-python 2.18 and 3.4
+# --------------------------------------------------------------------------------------------------
+
+# zarr-python 2.18 (its own venv, tests/interop/run.sh) writes a v2 structured array: argv[1] the path,
+# argv[2] the dtype descr as JSON, argv[3] the byte order to force ("<" or ">"). Rows 16.. stay unwritten.
+ZARR2_STRUCTURED = r"""
+import json, sys
+import numpy as np, zarr, numcodecs
+path, descr, order = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+def tuples(d):
+    return [(n, tuples(t) if isinstance(t, list) else t) for n, t in d]
+dtype = np.dtype(tuples(descr)).newbyteorder(order)
+fill = np.zeros((), dtype=dtype)
+fill["x"] = np.nan
+a = zarr.open_array(path, mode="w", shape=(23, 5), chunks=(4, 3), dtype=dtype, fill_value=fill,
+                    compressor=numcodecs.Zstd(level=3))
+rng = np.random.default_rng(7)
+raw = rng.integers(0, 256, 16 * 5 * dtype.itemsize, dtype="u1").tobytes()
+values = np.frombuffer(raw, dtype=dtype).copy().reshape(16, 5)
+values["x"][0, :3] = [np.nan, -0.0, np.inf]
+a[:16, :] = values
+"""
+
+V2_STRUCTURED = {
+    "flat": [["x", "<f4"], ["y", "<i2"], ["z", "|u1"]],
+    # (no datetime field: numcodecs cannot take a buffer of records holding one)
+    "nested": [["x", "<f8"], ["p", [["a", "<u2"], ["s", "|S3"]]], ["t", "<i8"]],
+}
+
+
+@pytest.mark.parametrize("producer", ["zarr-2.18", "zarr-python"])
+@pytest.mark.parametrize("ident,order", [("flat", "<"), ("nested", "<"), ("nested", ">")])
+def test_v2_structured_dtypes_convert_to_struct(producer, ident, order, tmp_path, zshard_bin):
+    """Issue 33: a v2 array of numpy records becomes a v3 struct array that zarr-python reads back bit
+    for bit, fill value (base64 in `.zarray`) and unwritten chunks included."""
+    src = tmp_path / "src.zarr"
+    descr = V2_STRUCTURED[ident]
+    if producer == "zarr-2.18":
+        python = os.environ.get("ZSHARD_ZARR2_PYTHON")
+        if not python:
+            pytest.fail("ZSHARD_ZARR2_PYTHON is not set (tests/interop/run.sh makes the zarr 2.18 venv)")
+        run = subprocess.run([python, "-c", ZARR2_STRUCTURED, str(src), json.dumps(descr), order],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+    else:
+        dtype = np.dtype([(n, [tuple(f) for f in t] if isinstance(t, list) else t) for n, t in descr])
+        dtype = dtype.newbyteorder(order)
+        fill = np.zeros((), dtype=dtype)
+        fill["x"] = np.nan
+        from numcodecs import Zstd
+
+        a = zarr.create_array(str(src), shape=(23, 5), chunks=(4, 3), dtype=dtype, fill_value=fill[()],
+                              zarr_format=2, compressors=Zstd(level=3))
+        a[:16, :] = struct_values(dtype, 16 * 5, 3).reshape(16, 5)
+    zarray = json.loads((src / ".zarray").read_text())
+    assert isinstance(zarray["dtype"], list), zarray["dtype"]
+    expected = read(src)
+    dst = tmp_path / "out.zarr"
+    run = convert(zshard_bin, src, dst, "--shard-shape", "8,6", "--chunk-shape", "4,3")
+    assert run.returncode == 0, run.stderr
+    meta = json.loads((dst / "zarr.json").read_text())
+    assert meta["data_type"]["name"] == "struct"
+    same_bits(read(dst), expected, f"{producer} {ident} {order}")
+    fill_of = lambda p: zarr.open_array(str(p), mode="r").fill_value  # noqa: E731
+    assert fill_of(dst).astype(expected.dtype.newbyteorder("=")).tobytes() == \
+        fill_of(src).astype(expected.dtype.newbyteorder("=")).tobytes()
+
+
+def test_v2_structured_dtypes_zshard_cannot_keep_are_refused_naming_the_array(tmp_path, zshard_bin):
+    for name, descr in [("mixed", [["a", "<i4"], ["b", ">f8"]]), ("subarray", [["a", "<i4", [2]]])]:
+        src = tmp_path / f"{name}.zarr"
+        src.mkdir()
+        (src / ".zarray").write_text(json.dumps({
+            "zarr_format": 2, "shape": [4], "chunks": [2], "dtype": descr, "compressor": None,
+            "fill_value": None, "order": "C", "filters": None}))
+        run = convert(zshard_bin, src, tmp_path / f"{name}-out.zarr")
+        assert run.returncode != 0
+        assert str(src) in run.stderr and ".zarray" in run.stderr, run.stderr
+        assert ("byte order" if name == "mixed" else "subarray") in run.stderr, run.stderr

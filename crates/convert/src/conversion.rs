@@ -182,19 +182,48 @@ impl Conversion {
         let input = Input::open(source, &self.source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
-        let on_unsupported = self.source_options.on_unsupported;
-        let mut plan = Plan::new(&nodes, &self.layouts, &input.url(), on_unsupported)?;
-        plan.warnings = ome_warnings;
-        plan.skipped.splice(0..0, skipped);
-        plan.files = input.ome_files(&nodes)?;
+        let files = input.ome_files(&nodes)?;
+        let url = input.url();
+        let plan_with = |auto_max_chunks| -> Result<Plan> {
+            let on_unsupported = self.source_options.on_unsupported;
+            let mut plan = Plan::new(&nodes, &self.layouts, &url, on_unsupported, auto_max_chunks)?;
+            plan.warnings = ome_warnings.clone();
+            plan.skipped.splice(0..0, skipped.iter().cloned());
+            plan.files = files.clone();
+            Ok(plan)
+        };
+        let mut auto_max_chunks = zshard_core::AUTO_SHARD_MAX_CHUNKS;
+        let plan = plan_with(auto_max_chunks)?;
         let fingerprint = state::fingerprint(&source_id(source), &plan);
-        Ok(Opened {
+        let mut opened = Opened {
             input,
             plan,
             fingerprint,
             runtime,
             destination,
-        })
+        };
+        // An automatic shard shape whose index does not fit the memory limit is made smaller (halving
+        // its inner chunks) until it fits; a shape the user gave stays and is refused by the budget.
+        while auto_max_chunks > 1
+            && self
+                .budget(&opened)
+                .is_err_and(|e| is_shard_index_refusal(&e))
+        {
+            auto_max_chunks /= 2;
+            let smaller = plan_with(auto_max_chunks)?;
+            if smaller.layouts() == opened.plan.layouts() {
+                break;
+            }
+            opened.fingerprint = state::fingerprint(&source_id(source), &smaller);
+            opened.plan = smaller;
+        }
+        if auto_max_chunks < zshard_core::AUTO_SHARD_MAX_CHUNKS {
+            opened.plan.warnings.push(format!(
+                "automatic shard shapes hold at most {auto_max_chunks} inner chunks here, so that \
+                 their index fits the memory limit"
+            ));
+        }
+        Ok(opened)
     }
 
     /// Checks everything `convert` checks before writing (the source, the layouts), without reading
@@ -755,6 +784,21 @@ fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '
 /// A local destination where this conversion would write through a symbolic link (zshard's state
 /// folder, a node's folder, an array's `c` folder of chunks, or a link on the way to one) is refused
 /// before anything is written: what it wrote there would land outside the destination, and a later
+/// Whether `error` is the budget's refusal of a shard index too big for the memory limit.
+fn is_shard_index_refusal(error: &Error) -> bool {
+    let error = match error {
+        Error::Array { source, .. } => source.as_ref(),
+        other => other,
+    };
+    matches!(
+        error,
+        Error::Pipeline(zshard_pipeline::Error::MemoryLimit {
+            cause: zshard_pipeline::MemoryUse::ShardIndex { .. },
+            ..
+        })
+    )
+}
+
 /// `--overwrite` never removes through links (the store refuses any write or removal through one, so
 /// a link deeper down fails that shard instead).
 fn refuse_links(destination: &Store, plan: &Plan) -> Result<()> {

@@ -2,22 +2,23 @@
 //! state folder, the metadata documents of the Zarr hierarchy found there (v3 `zarr.json`, v2
 //! `.zarray`/`.zgroup`/`.zattrs`/`.zmetadata`), walked from the root and from every node this
 //! conversion writes, and the chunk keys of each array found (keys below the array that parse as its
-//! chunk keys under its metadata's chunk key encoding) or described by zshard's own state. Anything
+//! chunk keys under its metadata's chunk key encoding and lie in its chunk grid) or described by zshard's own state. Anything
 //! else (a `notes.txt` beside the data, another tool's folder) is not ours and stays.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use zshard_core::ChunkKeyEncoding;
+use zshard_core::{grid_shape, ChunkKeyEncoding, RectilinearGrid};
 
 use crate::state::join;
 
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ChunkKeys {
-    /// Dimensions of the array (coordinates per key).
-    ndim: usize,
     encoding: ChunkKeyEncoding,
+    /// Chunks along each dimension: a key whose coordinates fall outside the grid (`c/0/9` of a
+    /// 1x2 grid) is no chunk of the array, so not ours to remove.
+    grid: Vec<u64>,
 }
 
 /// A one-character separator, as every chunk key encoding has.
@@ -30,7 +31,6 @@ fn separator(text: &str) -> Option<char> {
 impl ChunkKeys {
     /// The chunk keys of a v3 array's `zarr.json` document; `None` when it is not one.
     pub(crate) fn of_v3(doc: &Value) -> Option<ChunkKeys> {
-        let ndim = doc.get("shape")?.as_array()?.len();
         let encoding = doc.get("chunk_key_encoding");
         let name = encoding
             .and_then(|e| e.get("name"))
@@ -49,22 +49,55 @@ impl ChunkKeys {
             },
             _ => return None,
         };
-        Some(ChunkKeys { ndim, encoding })
+        let grid = v3_grid(doc, &shape(doc)?)?;
+        Some(ChunkKeys { encoding, grid })
     }
 
     /// The chunk keys of a v2 array's `.zarray` document.
     pub(crate) fn of_v2(doc: &Value) -> Option<ChunkKeys> {
-        let ndim = doc.get("shape")?.as_array()?.len();
         let configured = doc.get("dimension_separator").and_then(Value::as_str);
         let encoding = ChunkKeyEncoding::V2 {
             separator: configured.map_or(Some('.'), separator)?,
         };
-        Some(ChunkKeys { ndim, encoding })
+        let shape = shape(doc)?;
+        let chunks = integers(doc.get("chunks")?)?;
+        (chunks.len() == shape.len()).then_some(())?;
+        let grid = grid_shape(&shape, &chunks);
+        Some(ChunkKeys { encoding, grid })
     }
 
     /// Whether `relative` (a key relative to the array's path) is one of its chunk keys.
     pub(crate) fn matches(&self, relative: &str) -> bool {
-        self.encoding.coordinates(relative, self.ndim).is_some()
+        self.encoding
+            .coordinates(relative, self.grid.len())
+            .is_some_and(|coord| coord.iter().zip(&self.grid).all(|(c, n)| c < n))
+    }
+}
+
+/// A list of non-negative integers.
+fn integers(value: &Value) -> Option<Vec<u64>> {
+    value.as_array()?.iter().map(Value::as_u64).collect()
+}
+
+/// The `shape` of an array's metadata document.
+fn shape(doc: &Value) -> Option<Vec<u64>> {
+    integers(doc.get("shape")?)
+}
+
+/// The chunks along each dimension of a v3 array's `chunk_grid` (regular or rectilinear); `None`
+/// for a grid zshard cannot read, whose keys are then left alone.
+fn v3_grid(doc: &Value, shape: &[u64]) -> Option<Vec<u64>> {
+    let grid = doc.get("chunk_grid")?;
+    let configuration = grid.get("configuration")?;
+    match grid.get("name")?.as_str()? {
+        "regular" => {
+            let chunks = integers(configuration.get("chunk_shape")?)?;
+            (chunks.len() == shape.len()).then(|| grid_shape(shape, &chunks))
+        }
+        "rectilinear" => RectilinearGrid::from_configuration(configuration, shape)
+            .ok()
+            .map(|g| g.grid_shape()),
+        _ => None,
     }
 }
 
@@ -187,25 +220,56 @@ mod tests {
 
     #[test]
     fn chunk_keys_of_each_encoding() {
-        let v3 = ChunkKeys::of_v3(&json!({"shape": [4, 4]})).expect("v3");
+        let v3 = ChunkKeys::of_v3(&json!({"shape": [4, 4], "chunk_grid": regular(&[2, 1])}))
+            .expect("v3");
         assert!(v3.matches("c/0/1"));
         assert!(!v3.matches("c/0"));
         assert!(!v3.matches("c/0/x"));
         assert!(!v3.matches("notes.txt"));
-        let dotted = ChunkKeys::of_v3(&json!({"shape": [4, 4],
+        let dotted = ChunkKeys::of_v3(&json!({"shape": [4, 4], "chunk_grid": regular(&[2, 2]),
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}}}))
         .expect("v3 dotted");
         assert!(dotted.matches("c.0.1"));
         assert!(!dotted.matches("c/0/1"));
-        let v2 = ChunkKeys::of_v2(&json!({"shape": [4, 4]})).expect("v2");
+        let v2 = ChunkKeys::of_v2(&json!({"shape": [4, 4], "chunks": [1, 1]})).expect("v2");
         assert!(v2.matches("3.0"));
         assert!(!v2.matches("3/0"));
-        let nested = ChunkKeys::of_v2(&json!({"shape": [4, 4], "dimension_separator": "/"}))
-            .expect("nested");
+        let nested = ChunkKeys::of_v2(
+            &json!({"shape": [4, 4], "chunks": [1, 1], "dimension_separator": "/"}),
+        )
+        .expect("nested");
         assert!(nested.matches("3/0"));
-        let scalar = ChunkKeys::of_v3(&json!({"shape": []})).expect("0-d");
+        let scalar =
+            ChunkKeys::of_v3(&json!({"shape": [], "chunk_grid": regular(&[])})).expect("0-d");
         assert!(scalar.matches("c"));
         assert!(!scalar.matches("c/0"));
+    }
+
+    fn regular(chunk_shape: &[u64]) -> Value {
+        json!({"name": "regular", "configuration": {"chunk_shape": chunk_shape}})
+    }
+
+    #[test]
+    fn keys_outside_the_grid_are_no_chunks() {
+        // 10 x 10 in 5 x 4 chunks: a 2 x 3 grid.
+        let v3 = ChunkKeys::of_v3(&json!({"shape": [10, 10], "chunk_grid": regular(&[5, 4])}))
+            .expect("v3");
+        assert!(v3.matches("c/1/2"));
+        assert!(!v3.matches("c/2/0"));
+        assert!(!v3.matches("c/0/9"));
+        let v2 = ChunkKeys::of_v2(&json!({"shape": [10, 10], "chunks": [5, 4]})).expect("v2");
+        assert!(v2.matches("1.2"));
+        assert!(!v2.matches("99.99"));
+        let rectilinear = ChunkKeys::of_v3(&json!({"shape": [10], "chunk_grid": {
+            "name": "rectilinear",
+            "configuration": {"kind": "inline", "chunk_shapes": [[3, 7]]}}}))
+        .expect("rectilinear");
+        assert!(rectilinear.matches("c/1"));
+        assert!(!rectilinear.matches("c/2"));
+        // A grid zshard cannot read: no chunk keys at all, so nothing below the array is removed.
+        assert!(
+            ChunkKeys::of_v3(&json!({"shape": [10], "chunk_grid": {"name": "other"}})).is_none()
+        );
     }
 
     #[test]
@@ -219,8 +283,10 @@ mod tests {
             "a/0.0",
             "a/0.1",
             "a/readme",
+            "a/9.9",
             "b/zarr.json",
             "b/c/0/0",
+            "b/c/0/2",
             "b/c/x",
             "other/data.bin",
             ".zshard/options/all.json",
@@ -230,8 +296,9 @@ mod tests {
         .collect();
         let read = |key: &str| -> Option<Value> {
             Some(match key {
-                "a/.zarray" => json!({"shape": [10, 10]}),
-                "b/zarr.json" => json!({"node_type": "array", "shape": [10, 10]}),
+                "a/.zarray" => json!({"shape": [10, 10], "chunks": [5, 5]}),
+                "b/zarr.json" => json!({"node_type": "array", "shape": [10, 10],
+                    "chunk_grid": regular(&[5, 5])}),
                 _ => json!({}),
             })
         };

@@ -210,11 +210,15 @@ impl Plan {
     /// Plans every array of `nodes` (the hierarchy of `source`) with its layout.
     /// With [`OnUnsupported::Skip`], an array whose source codecs zshard does not read is left out
     /// and listed in [`Plan::skipped`].
+    ///
+    /// Automatic shard shapes hold at most `auto_max_chunks` inner chunks (see
+    /// [`auto_shard_shape_around`]).
     pub(crate) fn new(
         nodes: &[Node],
         layouts: &Layouts,
         source: &str,
         on_unsupported: OnUnsupported,
+        auto_max_chunks: u64,
     ) -> Result<Plan> {
         for node in nodes {
             if let Some((name, why)) = reserved_segment(&node.path) {
@@ -225,7 +229,7 @@ impl Plan {
                 });
             }
         }
-        let levels = level_layouts(nodes, layouts, source)?;
+        let levels = level_layouts(nodes, layouts, source, auto_max_chunks)?;
         let mut arrays = Vec::new();
         let mut groups = Vec::new();
         let mut skipped = Vec::new();
@@ -239,7 +243,7 @@ impl Plan {
                         Some((layout, level)) => (layout, Some(level.clone())),
                         None => (layouts.for_array(&node.path), None),
                     };
-                    let mut array = match plan_array(&node.path, meta, layout) {
+                    let mut array = match plan_array(&node.path, meta, layout, auto_max_chunks) {
                         Ok(array) => array,
                         Err(
                             e @ Error::Codecs {
@@ -387,9 +391,11 @@ fn shard_shape_of(
     spec: Option<&ShapeSpec>,
     meta: &ArrayMeta,
     inner_shape: &[u64],
+    auto_max_chunks: u64,
 ) -> Result<Vec<u64>> {
     let given = given_extents(Setting::ShardShape, spec, meta)?;
-    let shape = auto_shard_shape_around(&meta.shape, inner_shape, meta.data_type.size(), &given);
+    let size = meta.data_type.size();
+    let shape = auto_shard_shape_around(&meta.shape, inner_shape, size, &given, auto_max_chunks);
     check_shape(Setting::ShardShape, &shape, meta)?;
     Ok(shape)
 }
@@ -401,6 +407,7 @@ fn level_layouts(
     nodes: &[Node],
     layouts: &Layouts,
     source: &str,
+    auto_max_chunks: u64,
 ) -> Result<std::collections::BTreeMap<String, (Layout, PyramidLevel)>> {
     let pyramids = zshard_zarr::ome::pyramids(nodes)?;
     let deepest = pyramids.iter().map(|p| p.levels.len()).max().unwrap_or(0);
@@ -436,7 +443,9 @@ fn level_layouts(
         };
         let first_layout = level_layout(layouts, &first.path, 0);
         // A first level whose shapes do not resolve is refused when it is planned.
-        let Ok((first_shard, first_inner)) = resolved_shapes(first_meta, &first_layout) else {
+        let Ok((first_shard, first_inner)) =
+            resolved_shapes(first_meta, &first_layout, auto_max_chunks)
+        else {
             continue;
         };
         for (index, level) in pyramid.levels.iter().enumerate() {
@@ -504,14 +513,28 @@ fn downsampling(
 }
 
 /// The shard and inner chunk shapes `layout` gives the array `meta`, checked against its rank.
-fn resolved_shapes(meta: &ArrayMeta, layout: &Layout) -> Result<(Vec<u64>, Vec<u64>)> {
+fn resolved_shapes(
+    meta: &ArrayMeta,
+    layout: &Layout,
+    auto_max_chunks: u64,
+) -> Result<(Vec<u64>, Vec<u64>)> {
     let inner_shape = inner_shape_of(layout.chunk_shape.as_ref(), meta)?;
-    let shard_shape = shard_shape_of(layout.shard_shape.as_ref(), meta, &inner_shape)?;
+    let shard_shape = shard_shape_of(
+        layout.shard_shape.as_ref(),
+        meta,
+        &inner_shape,
+        auto_max_chunks,
+    )?;
     Ok((shard_shape, inner_shape))
 }
 
-fn plan_array(path: &str, meta: &ArrayMeta, layout: &Layout) -> Result<PlannedArray> {
-    let (shard_shape, inner_shape) = resolved_shapes(meta, layout)?;
+fn plan_array(
+    path: &str,
+    meta: &ArrayMeta,
+    layout: &Layout,
+    auto_max_chunks: u64,
+) -> Result<PlannedArray> {
+    let (shard_shape, inner_shape) = resolved_shapes(meta, layout, auto_max_chunks)?;
     let geometry = ShardGeometry::new(&meta.shape, &shard_shape, &inner_shape)?;
     let size = meta.data_type.size();
     zshard_core::checked_byte_size("shard shape", &shard_shape, size)?;
@@ -664,9 +687,15 @@ mod tests {
             },
         );
         let error = zshard_core::setting::spelled(zshard_core::Spelling::Flag, || {
-            Plan::new(&nodes, &layouts, "a.zarr", OnUnsupported::Refuse)
-                .expect_err("no pyramid")
-                .to_string()
+            Plan::new(
+                &nodes,
+                &layouts,
+                "a.zarr",
+                OnUnsupported::Refuse,
+                zshard_core::AUTO_SHARD_MAX_CHUNKS,
+            )
+            .expect_err("no pyramid")
+            .to_string()
         });
         assert!(
             error.contains("--level-shapes gives shapes for pyramid level 1, but a.zarr has no multiscale pyramid"),

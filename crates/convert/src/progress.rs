@@ -23,23 +23,22 @@ pub struct Work {
 }
 
 impl Work {
-    /// The work of converting `tasks`, shards of `jobs`.
+    /// The work of converting `tasks`, shards of `jobs`: the inner chunks they store (none of the
+    /// padding past the array's end).
     pub(crate) fn of(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Work {
-        let per_shard: Vec<(u64, u64)> = jobs
+        let chunk_bytes: Vec<u64> = jobs
             .iter()
             .map(|job| {
-                let geometry = &job.layout.geometry;
-                let chunks = product(&geometry.chunks_per_shard());
-                let chunk_bytes = product(geometry.inner_shape())
-                    * job.layout.inner_repr.data_type.size().max(1) as u64;
-                (chunks, chunks * chunk_bytes)
+                product(job.layout.geometry.inner_shape())
+                    * job.layout.inner_repr.data_type.size().max(1) as u64
             })
             .collect();
         tasks.fold(Work::default(), |mut work, task| {
-            let (chunks, bytes) = per_shard[task.array];
+            let geometry = &jobs[task.array].layout.geometry;
+            let chunks = geometry.chunks_inside(&geometry.shard_region(&task.shard));
             work.shards += 1;
             work.inner_chunks += chunks;
-            work.raw_bytes += bytes;
+            work.raw_bytes += chunks * chunk_bytes[task.array];
             work
         })
     }

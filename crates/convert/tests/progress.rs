@@ -108,3 +108,37 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
     assert_eq!(read, report.totals.stats.bytes_read);
     assert_eq!(read, 2048 * 4096 * 2);
 }
+
+/// Issue 31, row 18: the progress total counts the inner chunks a shard stores, not the padding of
+/// the last shard past the array's end (shards of 1536 rows over 2048: the second holds 512 rows).
+#[test]
+fn the_padding_past_the_array_end_is_no_work() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
+    write_source(&src);
+    let mut conversion = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
+    conversion.layouts.default = Layout {
+        shard_shape: Some(vec![1536, 4096].into()),
+        ..Layout::default()
+    };
+    conversion.threads = 1;
+    conversion.memory_limit = Some(256 << 20);
+    let events = Events::default();
+    conversion.convert(&events).expect("convert");
+    let events = events.0.into_inner().expect("events");
+    let Some(Event::Work(work)) = events.first() else {
+        panic!("the work comes first: {events:?}");
+    };
+    // The array's 8 x 16 chunks of 256 x 256, not 2 shards x 6 x 16.
+    assert_eq!(
+        (work.shards, work.inner_chunks, work.raw_bytes),
+        (2, 128, 2048 * 4096 * 2)
+    );
+    let (raw, chunks) = events
+        .iter()
+        .fold((0, 0), |(raw, chunks), event| match event {
+            Event::Part(_, part) => (raw + part.raw_bytes, chunks + part.inner_chunks),
+            _ => (raw, chunks),
+        });
+    assert_eq!((raw, chunks), (work.raw_bytes, work.inner_chunks));
+}

@@ -31,9 +31,19 @@ impl FillValue {
 
     /// Parses a Zarr v2 `.zarray` fill value: `null`, a number, a boolean, or one of "NaN", "Infinity",
     /// "-Infinity".
+    ///
+    /// A structured (struct) array's fill value is the base64 of one element as stored, in the
+    /// array's byte order: the caller swaps a big-endian one.
     pub fn from_v2_json(value: &Value, dtype: DataType) -> Result<Self> {
-        match value {
-            Value::Null => Ok(Self::zero(dtype)),
+        match (value, dtype) {
+            (Value::Null, _) => Ok(Self::zero(dtype)),
+            (Value::String(_), DataType::Struct(t)) => Self::bytes_from_json(value, 0)
+                .filter(|f| f.bytes.len() == t.size())
+                .ok_or_else(|| Error::InvalidFillValue {
+                    value: value.to_string(),
+                    data_type: dtype.to_string(),
+                    reason: format!("expected the base64 of one element ({} bytes)", t.size()),
+                }),
             _ => Self::from_json(value, dtype),
         }
     }

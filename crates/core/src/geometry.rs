@@ -362,6 +362,25 @@ impl ShardGeometry {
         }
     }
 
+    /// The inner chunks of `region` (a box of whole inner chunks, such as a shard or a part of one)
+    /// that start inside the array: those a shard stores. The padding of a shard past the array's end
+    /// holds none, so progress does not count it.
+    pub fn chunks_inside(&self, region: &Region) -> u64 {
+        region
+            .start
+            .iter()
+            .zip(&region.shape)
+            .zip(self.array_shape.iter().zip(&self.inner_shape))
+            .map(|((&start, &extent), (&array, &inner))| {
+                let inner = inner.max(1);
+                array
+                    .saturating_sub(start)
+                    .div_ceil(inner)
+                    .min(extent / inner)
+            })
+            .product()
+    }
+
     /// The whole array as a region.
     pub fn array_region(&self) -> Region {
         Region {
@@ -546,18 +565,23 @@ pub fn auto_shard_shape(array_shape: &[u64], inner_shape: &[u64], element_size: 
         inner_shape,
         element_size,
         &vec![None; inner_shape.len()],
+        AUTO_SHARD_MAX_CHUNKS,
     )
 }
 
 /// [`auto_shard_shape`] with some extents given (`Some`, kept as they are, as a shard shape given by
 /// dimension name fixes only the named dimensions): only the other dimensions are grown, by the same
-/// rule, counting the given extents in the shard's size and inner chunks.
+/// rule, counting the given extents in the shard's size and inner chunks, and up to `max_chunks`
+/// inner chunks (at most [`AUTO_SHARD_MAX_CHUNKS`]; lower where the shard index of so many would
+/// not fit a memory limit).
 pub fn auto_shard_shape_around(
     array_shape: &[u64],
     inner_shape: &[u64],
     element_size: usize,
     given: &[Option<u64>],
+    max_chunks: u64,
 ) -> Vec<u64> {
+    let max_chunks = max_chunks.min(AUTO_SHARD_MAX_CHUNKS);
     let inner_shape: Vec<u64> = inner_shape.iter().map(|&i| i.max(1)).collect();
     let inner_shape = inner_shape.as_slice();
     let mut shard: Vec<u64> = inner_shape
@@ -584,7 +608,7 @@ pub fn auto_shard_shape_around(
         match candidate {
             Some(d)
                 if bytes.saturating_mul(2) <= AUTO_SHARD_TARGET_BYTES
-                    && chunks.saturating_mul(2) <= AUTO_SHARD_MAX_CHUNKS =>
+                    && chunks.saturating_mul(2) <= max_chunks =>
             {
                 shard[d] = (shard[d] * 2).min(limit[d]);
             }
@@ -630,6 +654,22 @@ pub fn level_shapes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_inside_leave_out_the_padding() {
+        // Shards of 64 x 40 x 40 over 100 x 60 x 40, inner chunks of 16 x 10 x 20.
+        let g = ShardGeometry::new(&[100, 60, 40], &[64, 40, 40], &[16, 10, 20]).expect("test");
+        assert_eq!(g.chunks_inside(&g.shard_region(&[0, 0, 0])), 4 * 4 * 2);
+        // Rows 64..128 hold 36 of the array's: 3 chunk rows; columns 40..80 hold 20: 2.
+        assert_eq!(g.chunks_inside(&g.shard_region(&[1, 1, 0])), 3 * 2 * 2);
+        let all: u64 = (0..2)
+            .flat_map(|i| (0..2).map(move |j| [i, j, 0]))
+            .map(|shard| g.chunks_inside(&g.shard_region(&shard)))
+            .sum();
+        assert_eq!(all, 7 * 6 * 2, "the array's own chunks, each once");
+        let scalar = ShardGeometry::new(&[], &[], &[]).expect("scalar");
+        assert_eq!(scalar.chunks_inside(&scalar.shard_region(&[])), 1);
+    }
 
     #[test]
     fn pyramid_levels_get_shards_of_the_same_region_within_the_level() {
@@ -863,17 +903,23 @@ mod tests {
             &[24, 90, 180],
             1,
             &[Some(48), None, None],
+            AUTO_SHARD_MAX_CHUNKS,
         );
         assert_eq!(s, vec![48, 720, 1440]);
         // Everything given: returned as given.
         assert_eq!(
-            auto_shard_shape_around(&[10, 10], &[5, 5], 1, &[Some(5), Some(10)]),
+            auto_shard_shape_around(&[10, 10], &[5, 5], 1, &[Some(5), Some(10)], 1),
             vec![5, 10]
         );
         // Nothing given: the automatic rule.
         assert_eq!(
-            auto_shard_shape_around(&[16384, 16384], &[256, 256], 2, &[None, None]),
+            auto_shard_shape_around(&[16384, 16384], &[256, 256], 2, &[None, None], u64::MAX),
             auto_shard_shape(&[16384, 16384], &[256, 256], 2)
+        );
+        // A cap on the inner chunks: 10^15 x 1 in 1 x 1 chunks stops at 2^10 of them.
+        assert_eq!(
+            auto_shard_shape_around(&[1_000_000_000_000_000, 1], &[1, 1], 8, &[None, None], 1024),
+            vec![1024, 1]
         );
     }
 

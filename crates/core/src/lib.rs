@@ -54,5 +54,5 @@ pub use shard_index::{
     ShardReader, EMPTY,
 };
 pub use sharding::{ShardingConfig, SHARDING_CODEC};
-pub use structs::{StructField, StructType, MAX_STRUCT_TYPES};
+pub use structs::{struct_from_v2, StructField, StructType, MAX_STRUCT_TYPES};
 pub use vlen::{vlen_encode, vlen_ranges, StringChunkData, StringHandle, StringTable};

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use serde_json::{json, Map, Value};
 
-use crate::dtype::DataType;
+use crate::dtype::{DataType, Endian};
 use crate::error::{Error, Result};
 
 /// How many distinct struct types one process keeps (a conversion has a handful).
@@ -175,6 +175,95 @@ fn parse_at(doc: &Value, legacy: bool, depth: usize) -> Result<DataType> {
         })
 }
 
+/// Parses a Zarr v2 structured `dtype` (numpy's array-interface description: a list of
+/// `[name, typestr]`, a nested list in place of the typestr for a nested record) into a struct type
+/// and the byte order of its fields. Fields of more than one byte must share one byte order (the v3
+/// `bytes` codec has one); subarray fields (`[name, typestr, shape]`) and empty names are refused.
+pub fn struct_from_v2(descr: &Value) -> Result<(DataType, Endian)> {
+    let mut endian = None;
+    let data_type = v2_fields(descr, &mut endian, 0)?;
+    Ok((data_type, endian.unwrap_or(Endian::Little)))
+}
+
+fn v2_fields(descr: &Value, endian: &mut Option<Endian>, depth: usize) -> Result<DataType> {
+    if depth > MAX_DEPTH {
+        return Err(refuse(
+            descr,
+            format!("fields nest deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    let list = descr
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| refuse(descr, "a v2 structured dtype must be a non-empty list"))?;
+    let mut fields: Vec<StructField> = Vec::with_capacity(list.len());
+    let mut size = 0usize;
+    for item in list {
+        let (name, field) = match item.as_array().map(Vec::as_slice) {
+            Some([Value::String(name), field]) if !name.is_empty() => (name, field),
+            Some([_, _, _]) => {
+                return Err(refuse(
+                    descr,
+                    format!("subarray field {item} is not supported"),
+                ))
+            }
+            _ => {
+                return Err(refuse(
+                    descr,
+                    format!("field {item} is not [name, typestr]"),
+                ))
+            }
+        };
+        if fields.iter().any(|f| &f.name == name) {
+            return Err(refuse(descr, format!("field name {name:?} is repeated")));
+        }
+        let data_type = match field {
+            Value::String(typestr) => {
+                let (data_type, order) = DataType::from_v2_typestr(typestr)
+                    .map_err(|e| refuse(descr, format!("field {name:?}: {e}")))?;
+                if data_type.swap_unit() > 1 {
+                    match endian {
+                        Some(seen) if *seen != order => {
+                            return Err(refuse(
+                                descr,
+                                format!(
+                                "field {name:?} has another byte order than the fields before it"
+                            ),
+                            ))
+                        }
+                        _ => *endian = Some(order),
+                    }
+                }
+                data_type
+            }
+            nested => v2_fields(nested, endian, depth + 1)?,
+        };
+        if data_type.is_variable() {
+            return Err(refuse(
+                descr,
+                format!("field {name:?} has the variable-length type {data_type}"),
+            ));
+        }
+        fields.push(StructField {
+            name: name.clone(),
+            data_type,
+            offset: size,
+        });
+        size = size
+            .checked_add(data_type.size())
+            .filter(|&s| s <= u32::MAX as usize)
+            .ok_or_else(|| refuse(descr, "elements are larger than 4 GiB"))?;
+    }
+    intern(StructType { fields, size })
+        .map(DataType::Struct)
+        .ok_or_else(|| {
+            refuse(
+                descr,
+                format!("more than {MAX_STRUCT_TYPES} distinct struct types in one run"),
+            )
+        })
+}
+
 /// A field's type: a name, an object with a configuration, or (zarr-extensions #63) an object with
 /// only a name.
 fn field_data_type(value: &Value, depth: usize) -> Result<DataType> {
@@ -219,6 +308,36 @@ mod tests {
 
     fn st(fields: Value) -> Value {
         json!({"name": "struct", "configuration": {"fields": fields}})
+    }
+
+    #[test]
+    fn v2_structured_dtypes() {
+        let (t, endian) = struct_from_v2(&json!([
+            ["x", ">f4"],
+            ["p", [["a", ">u2"], ["s", "|S3"]]],
+            ["f", "|u1"]
+        ]))
+        .expect("nested, big-endian");
+        assert_eq!(endian, Endian::Big);
+        assert_eq!(t.size(), 4 + 2 + 3 + 1);
+        assert_eq!(
+            t.to_v3_json(),
+            json!({"name": "struct", "configuration": {"fields": [
+                {"name": "x", "data_type": "float32"},
+                {"name": "p", "data_type": {"name": "struct", "configuration": {"fields": [
+                    {"name": "a", "data_type": "uint16"},
+                    {"name": "s", "data_type": {"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}}]}}},
+                {"name": "f", "data_type": "uint8"}]}})
+        );
+        for bad in [
+            json!([["a", "<i4"], ["b", ">f8"]]),
+            json!([["a", "<i4", [2]]]),
+            json!([["a", "|O"]]),
+            json!([]),
+            json!([["a", "<i4"], ["a", "<i4"]]),
+        ] {
+            assert!(struct_from_v2(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

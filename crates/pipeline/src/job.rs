@@ -190,7 +190,8 @@ pub struct PartOutcome {
     pub index: u64,
     /// Parts of the shard.
     pub count: u64,
-    /// Inner chunks in the part (empty ones and those past the array's end included).
+    /// Inner chunks in the part inside the array (empty ones included; the padding past the
+    /// array's end, which the shard does not store, not).
     pub inner_chunks: u64,
     /// Raw (decoded) bytes of those inner chunks: what progress by bytes counts, known in advance.
     pub raw_bytes: u64,

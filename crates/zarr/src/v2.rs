@@ -148,17 +148,15 @@ fn array_from(
             format!("chunks {:?} do not fit shape {:?}", z.chunks, z.shape),
         ));
     }
-    let typestr = z.dtype.as_str().ok_or_else(|| {
-        unsupported(
-            key,
-            format!("structured dtype {} is not supported", z.dtype),
-        )
-    })?;
     let core = |source| Error::Core {
         key: key.to_string(),
         source,
     };
-    let (data_type, endian) = DataType::from_v2_typestr(typestr).map_err(core)?;
+    let (data_type, endian) = match &z.dtype {
+        Value::String(typestr) => DataType::from_v2_typestr(typestr).map_err(core)?,
+        // numpy's structured dtype: the v3 struct type.
+        descr => zshard_core::struct_from_v2(descr).map_err(core)?,
+    };
     let mut filters = z.filters.unwrap_or_default().into_iter().peekable();
     // An object array's type is its object codec's (the first filter), which decodes it.
     let object_codec = match data_type {
@@ -167,7 +165,14 @@ fn array_from(
     };
     let data_type = object_codec.as_ref().map_or(data_type, |(t, _)| *t);
     check_element_size(key, data_type)?;
-    let fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
+    let mut fill_value = FillValue::from_v2_json(&z.fill_value, data_type).map_err(core)?;
+    if let (DataType::Struct(t), Endian::Big, Value::String(_)) = (data_type, endian, &z.fill_value)
+    {
+        // The base64 of a big-endian element: fill values are kept little-endian.
+        let mut bytes = fill_value.as_bytes().to_vec();
+        t.swap_bytes(&mut bytes);
+        fill_value = FillValue::from_bytes(bytes);
+    }
     check_sizes(key, &z.shape, &z.chunks, data_type)?;
 
     let mut codecs = Vec::new();

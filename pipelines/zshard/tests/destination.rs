@@ -104,6 +104,23 @@ fn other_options_after_zarr_json_was_removed_are_refused() {
     assert_eq!(files(&dst), before, "a refused run changes nothing");
     args.push("--overwrite");
     ok(&zshard(&args));
+    // With neither metadata nor state left, nothing proves that the first run's shards outside the
+    // new 3 x 3 grid are zshard's (issue 31, row 18): they stay, and verify names them; without
+    // them all is well.
+    let outside: Vec<String> = files(&dst)
+        .into_keys()
+        .filter(|k| {
+            let coord = k.strip_prefix("c/").map(|c| c.split('/'));
+            coord.is_some_and(|mut c| c.any(|c| c.parse::<u64>().is_ok_and(|c| c >= 3)))
+        })
+        .collect();
+    let first = outside
+        .first()
+        .expect("shards of the first run outside the new grid");
+    refused(&verify(&src, &dst), &[&format!("{first}: stray object")]);
+    for key in &outside {
+        std::fs::remove_file(dst.join(key)).expect("remove");
+    }
     ok(&verify(&src, &dst));
     let (values, doc) = read_v3(&dst);
     assert_eq!(values, expected(DataType::UInt16, &[96, 80], 2000));
@@ -455,8 +472,15 @@ fn overwrite_keeps_files_zshard_did_not_write() {
     std::fs::write(dst.join("notes.txt"), NOTES).expect("notes");
     std::fs::write(dst.join("sub/keep.txt"), KEEP).expect("keep");
     ok(&convert(&src, &dst, &[]));
+    // Issue 31, row 18: a file named like a chunk key outside the array's grid is no chunk of it.
+    std::fs::create_dir_all(dst.join("c/9")).expect("mkdir");
+    std::fs::write(dst.join("c/9/99"), KEEP).expect("out of the grid");
     let first = reference(tmp.path(), &src, "first", &[]);
-    let extra: [(&str, &[u8]); 2] = [("notes.txt", NOTES), ("sub/keep.txt", KEEP)];
+    let extra: [(&str, &[u8]); 3] = [
+        ("notes.txt", NOTES),
+        ("sub/keep.txt", KEEP),
+        ("c/9/99", KEEP),
+    ];
     assert_eq!(files(&dst), with(first, &extra));
 
     // A partitioned worker never deletes.
@@ -471,6 +495,9 @@ fn overwrite_keeps_files_zshard_did_not_write() {
     ok(&convert(&src, &dst, &options));
     let second = reference(tmp.path(), &src, "second", &other);
     assert_eq!(files(&dst), with(second, &extra));
+    // Readers never see the file outside the grid, but it sits where only chunks belong.
+    refused(&verify(&src, &dst), &["c/9/99: stray object"]);
+    std::fs::remove_file(dst.join("c/9/99")).expect("remove");
     ok(&verify(&src, &dst));
 }
 
@@ -515,13 +542,19 @@ fn a_zarr_v2_destination_is_refused_and_replaced_with_overwrite() {
     std::fs::write(group.join(".zgroup"), br#"{"zarr_format": 2}"#).expect(".zgroup");
     std::fs::write(group.join(".zattrs"), br#"{"title": "old"}"#).expect(".zattrs");
     std::fs::write(group.join("a/readme.txt"), KEEP).expect("readme");
+    // Issue 31, row 18: chunk-like names outside the 2 x 2 grid are not the array's.
+    std::fs::write(group.join("a/99.99"), KEEP).expect("out of the grid");
     std::fs::write(group.join("notes.txt"), NOTES).expect("notes");
     refused(
         &convert(&src, &group, &[]),
         &[&format!("{}/.zgroup", s(&group))],
     );
     ok(&convert(&src, &group, &["--overwrite"]));
-    let extra: [(&str, &[u8]); 2] = [("notes.txt", NOTES), ("a/readme.txt", KEEP)];
+    let extra: [(&str, &[u8]); 3] = [
+        ("notes.txt", NOTES),
+        ("a/readme.txt", KEEP),
+        ("a/99.99", KEEP),
+    ];
     assert_eq!(files(&group), with(expected_output, &extra));
 }
 

@@ -286,3 +286,54 @@ fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
         "{stderr}"
     );
 }
+
+/// Issue 31, row 18: an automatic shard shape is made smaller until its index fits the memory limit
+/// (10^15 x 1 float64 in 1 x 1 chunks under 128 MiB: 2^20 inner chunks per shard needed 128.01 MiB),
+/// while a shard shape the user gives is still refused with what it needs.
+#[test]
+fn an_automatic_shard_shape_shrinks_to_fit_the_memory_limit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let zarray = json!({"zarr_format": 2, "shape": [1_000_000_000_000_000u64, 1], "chunks": [1, 1],
+        "dtype": "<f8", "compressor": null, "fill_value": 0, "order": "C", "filters": null});
+    std::fs::write(src.join(".zarray"), zarray.to_string()).expect(".zarray");
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        s(&dst),
+        "--memory-limit",
+        "128MiB",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{:?}", failure(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+    let array = &plan["arrays"][0];
+    let chunks = array["inner_chunks_per_shard"].as_u64().expect("chunks");
+    assert!(
+        (1..(1 << 20)).contains(&chunks),
+        "shard of {chunks} inner chunks: {array}"
+    );
+    assert_eq!(array["shard_shape"], json!([chunks, 1]));
+    let peak = plan["totals"]["estimated_peak_memory_per_worker"].as_u64();
+    assert!(peak.expect("peak") <= 128 << 20, "{plan}");
+    let warnings = plan["warnings"].to_string();
+    assert!(warnings.contains("fits the memory limit"), "{warnings}");
+
+    let given = zshard(&[
+        "plan",
+        s(&src),
+        s(&dst),
+        "--memory-limit",
+        "128MiB",
+        "--shard-shape",
+        "1048576,1",
+    ]);
+    let (code, stderr) = failure(&given);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("1048576 inner chunks per shard"),
+        "{stderr}"
+    );
+}

@@ -220,13 +220,17 @@ impl<'a> RunContext<'a> {
     /// Reports a part of a shard written: `inner` its encoded inner chunks, `read` what reading its
     /// source chunks took.
     fn part_done(&self, part: &ShardPart, inner: &[Option<bytes::Bytes>], read: ReadCounts) {
-        let inner_chunks = inner.len() as u64;
+        let array = self.array(part.task.array);
+        let geometry = &array.job.layout.geometry;
+        // Inner chunks of the padding past the array's end are no work done.
+        let inner_chunks =
+            geometry.chunks_inside(&array.split.region(geometry, &part.task.shard, part.index));
         self.progress.part_done(&PartOutcome {
             task: part.task.clone(),
             index: part.index,
             count: part.count,
             inner_chunks,
-            raw_bytes: inner_chunks * self.array(part.task.array).inner_chunk_bytes,
+            raw_bytes: inner_chunks * array.inner_chunk_bytes,
             bytes_read: read.bytes,
             chunks_read: read.chunks,
             bytes_written: inner.iter().flatten().map(|b| b.len() as u64).sum(),
