@@ -103,8 +103,54 @@ pub struct WorkerStatus {
     pub live: bool,
 }
 
+/// How fast shards were recorded done lately (from the modification times of the record batches,
+/// which workers store every 10 s), and when the rest would be done at that pace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Rate {
+    /// The window the rate is measured over, in seconds, ending now.
+    pub window_s: u64,
+    /// Shards recorded done (written or all fill) per second within the window.
+    pub shards_per_s: f64,
+    /// Bytes of shards recorded written per second within the window.
+    pub bytes_per_s: f64,
+    /// Seconds until every planned shard is done at this rate; `None` when none was done in the
+    /// window.
+    pub eta_s: Option<u64>,
+}
+
+/// The window [`Rate`] is measured over.
+pub const RATE_WINDOW_MS: u64 = 120_000;
+
+/// A batch of records: when it was stored, its shards and their bytes.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    modified_ms: u64,
+    shards: u64,
+    bytes: u64,
+}
+
+/// The rate of the batches stored within `window_ms` before `now_ms`, with `remaining` shards left.
+fn rate(batches: &[Batch], now_ms: u64, window_ms: u64, remaining: u64) -> Rate {
+    let since = now_ms.saturating_sub(window_ms);
+    let (shards, bytes) = batches
+        .iter()
+        .filter(|b| b.modified_ms > since)
+        .fold((0u64, 0u64), |(s, b), batch| {
+            (s + batch.shards, b + batch.bytes)
+        });
+    let seconds = window_ms as f64 / 1000.0;
+    let shards_per_s = shards as f64 / seconds;
+    Rate {
+        window_s: window_ms / 1000,
+        shards_per_s,
+        bytes_per_s: bytes as f64 / seconds,
+        eta_s: (shards > 0).then(|| (remaining as f64 / shards_per_s).ceil() as u64),
+    }
+}
+
 /// What a destination shows of a conversion into it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Status {
     /// The destination.
@@ -122,6 +168,9 @@ pub struct Status {
     pub finalize_waits_for: Vec<String>,
     /// Lines of record files that could not be read, each naming its key and line (not counted).
     pub unreadable: Vec<String>,
+    /// The pace of the last [`RATE_WINDOW_MS`] and the time left at it (while in progress, with a
+    /// recorded plan).
+    pub rate: Option<Rate>,
 }
 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
@@ -134,9 +183,15 @@ pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
 /// The status of the conversion into `dst` (see the module's documentation).
 pub fn status(dst: &Store) -> Result<Status> {
     let root = "zarr.json".to_string();
-    let (listed, metadata) = dst
-        .block_on(async { futures::join!(dst.list_sizes_async(STATE_DIR), dst.get_async(&root)) });
-    let listed: Vec<String> = listed?.into_iter().map(|(key, _)| key).collect();
+    let (listed, metadata) = dst.block_on(async {
+        futures::join!(dst.list_objects_async(STATE_DIR), dst.get_async(&root))
+    });
+    let listed = listed?;
+    let modified: HashMap<String, u64> = listed
+        .iter()
+        .map(|o| (o.key.clone(), o.modified_ms))
+        .collect();
+    let listed: Vec<String> = listed.into_iter().map(|o| o.key).collect();
     let metadata = metadata?;
     let mut status = Status {
         destination: dst.url(""),
@@ -146,6 +201,7 @@ pub fn status(dst: &Store) -> Result<Status> {
         workers: Vec::new(),
         finalize_waits_for: Vec::new(),
         unreadable: Vec::new(),
+        rate: None,
     };
     let wanted: Vec<String> = listed
         .iter()
@@ -185,14 +241,22 @@ pub fn status(dst: &Store) -> Result<Status> {
     let mut done: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); plan.len()];
     let mut written: Vec<HashMap<u64, u64>> = vec![HashMap::new(); plan.len()];
     let mut empty: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); plan.len()];
+    let mut batches = Vec::new();
     for (key, bytes) in &read {
         let is_done = in_dir(key, DONE_DIR);
         if !is_done && !in_dir(key, EMPTY_DIR) {
             continue;
         }
+        let mut batch = Batch {
+            modified_ms: modified.get(key).copied().unwrap_or(0),
+            shards: 0,
+            bytes: 0,
+        };
         for (number, line) in String::from_utf8_lossy(bytes).lines().enumerate() {
             match parse_record(line, is_done, &plan) {
                 Some((array, index, size)) => {
+                    batch.shards += 1;
+                    batch.bytes += size.unwrap_or(0);
                     done[array].insert(index);
                     match size {
                         Some(size) => {
@@ -208,6 +272,7 @@ pub fn status(dst: &Store) -> Result<Status> {
                     .push(format!("{} line {}", dst.url(key), number + 1)),
             }
         }
+        batches.push(batch);
     }
     for (i, array) in plan.iter().enumerate() {
         let entry = ArrayStatus {
@@ -223,6 +288,10 @@ pub fn status(dst: &Store) -> Result<Status> {
         status.totals.bytes_written += entry.bytes_written;
         status.arrays.push(entry);
     }
+    let now_ms = crate::lease::now_millis();
+    let remaining =
+        status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
+    status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done)?;
     status.finalize_waits_for = status
         .workers
@@ -439,6 +508,28 @@ mod tests {
         store
             .put(key, bytes::Bytes::from(text.to_string()))
             .expect("put");
+    }
+
+    #[test]
+    fn the_rate_counts_the_batches_of_the_window() {
+        let batch = |modified_ms, shards, bytes| Batch {
+            modified_ms,
+            shards,
+            bytes,
+        };
+        // 100 s ago (in), 130 s ago (out), 10 s ago (in): 30 shards in 120 s.
+        let batches = [
+            batch(900_000, 10, 1000),
+            batch(870_000, 50, 5000),
+            batch(990_000, 20, 2000),
+        ];
+        let r = rate(&batches, 1_000_000, 120_000, 60);
+        assert_eq!(r.window_s, 120);
+        assert_eq!(r.shards_per_s, 0.25);
+        assert_eq!(r.bytes_per_s, 25.0);
+        assert_eq!(r.eta_s, Some(240));
+        let idle = rate(&batches, 2_000_000, 120_000, 60);
+        assert_eq!((idle.shards_per_s, idle.eta_s), (0.0, None));
     }
 
     #[test]

@@ -248,6 +248,7 @@ mod tests {
             key: key.to_string(),
             size,
             version: "v1".to_string(),
+            modified_ms: 0,
         }
     }
 

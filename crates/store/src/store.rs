@@ -27,6 +27,8 @@ pub struct ListedObject {
     /// What changes whenever the object is written again: its ETag (a local file's inode,
     /// modification time and size; an S3 object's content digest), else its modification time.
     pub version: String,
+    /// When it was last written, in milliseconds since the Unix epoch (0 when before it).
+    pub modified_ms: u64,
 }
 
 /// A location in some object store (a local directory, a bucket prefix) with synchronous helpers
@@ -1078,6 +1080,7 @@ impl Store {
                 Some(ListedObject {
                     key: self.key_of(&m.location)?,
                     size: m.size,
+                    modified_ms: u64::try_from(m.last_modified.timestamp_millis()).unwrap_or(0),
                     version: m.e_tag.unwrap_or_else(|| {
                         m.last_modified
                             .timestamp_nanos_opt()
@@ -1102,6 +1105,11 @@ impl Store {
                 .collect::<Vec<_>>()
                 .join("/")
         })
+    }
+
+    /// [`Store::list_objects`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn list_objects_async(&self, prefix: &str) -> Result<Vec<ListedObject>> {
+        self.list_objects_split_async(prefix, &[]).await
     }
 
     /// The objects below `prefix` with their sizes and versions, sorted by key.

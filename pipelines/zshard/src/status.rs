@@ -18,8 +18,10 @@ Examples:
 What it reads:
   One listing of DST/.zshard and the root zarr.json, then zshard's small state records (the claim,
   the workers' options, the records of shards written and all fill, the leases); never a shard.
-  A shard counts as done when a record names it (finalize also checks its object). A worker is live
-  while its lease was renewed within its stale time (60 s by default), as --overwrite judges it.
+  A shard counts as done when a record names it (finalize also checks its object). The rate counts
+  the shards recorded in the last 120 s (workers store their records every 10 s), and the time
+  left assumes it holds. A worker is live while its lease was renewed within its stale time (60 s
+  by default), as --overwrite judges it.
   Exits 0 whatever the conversion's state; see `phase` in the JSON.";
 
 /// Prints `status` as JSON or as a table.
@@ -35,6 +37,16 @@ fn percent(done: u64, planned: u64) -> String {
         return "-".into();
     }
     format!("{:.1}%", 100.0 * done as f64 / planned as f64)
+}
+
+/// `seconds` as `1h 02m 03s`, `2m 03s` or `3s`.
+fn duration(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s:02}s"),
+        _ => format!("{h}h {m:02}m {s:02}s"),
+    }
 }
 
 /// The human form.
@@ -85,6 +97,16 @@ fn table(s: &Status) -> String {
             percent(t.shards_done, t.shards_planned),
             "",
             HumanBytes(t.bytes_written).to_string()
+        );
+    }
+    if let Some(rate) = &s.rate {
+        let eta = rate.eta_s.map_or("-".to_string(), duration);
+        let _ = writeln!(
+            out,
+            "\nrate (last {} s): {:.1} shards/s, {}/s; time left at this rate: {eta}",
+            rate.window_s,
+            rate.shards_per_s,
+            HumanBytes(rate.bytes_per_s as u64)
         );
     }
     if !s.workers.is_empty() {

@@ -96,10 +96,22 @@ fn status_counts_what_the_workers_did() {
     );
     assert_eq!(s["finalize_waits_for"], serde_json::json!(["w1of2"]));
     assert_eq!(s["unreadable"], serde_json::json!([]));
+    // Worker 0's records were stored just now: its 15 shards (and their bytes) over the 120 s
+    // window, and the 15 left at that pace take 120 s.
+    let rate = &s["rate"];
+    assert_eq!(rate["window_s"], 120, "{rate}");
+    assert_eq!(rate["shards_per_s"], 15.0 / 120.0, "{rate}");
+    assert_eq!(
+        rate["bytes_per_s"],
+        written.iter().sum::<u64>() as f64 / 120.0,
+        "{rate}"
+    );
+    assert_eq!(rate["eta_s"], 120, "{rate}");
     // The table says the same.
     let table = zshard(&["status", dst]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("finalize waits for: w1of2"), "{table}");
+    assert!(table.contains("time left at this rate: 2m 00s"), "{table}");
 
     convert("1/2");
     let written = shards(&dst_path);
