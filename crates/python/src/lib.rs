@@ -162,10 +162,7 @@ fn convert<'py>(
             run.worker = Some(partition.to_string());
         }
     });
-    // The one construction of a conversion to run; the settings that hold are set even when one
-    // does not, so that the report of the failure shows them.
-    let mut conversion = Conversion::new(&options.source, &options.destination);
-    let configured = conversion.configure(&options);
+    let (conversion, configured) = conversion(&options);
     if let Err(e) = worker.and(configured) {
         if let Err(report_error) = conversion.report_failure(&e) {
             let message = format!(
@@ -188,7 +185,7 @@ fn plan<'py>(
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let conversion = conversion(py, Action::Plan, src, dst, options)?;
+    let conversion = configured(py, Action::Plan, src, dst, options)?;
     let plan = py
         .detach(|| conversion.plan())
         .map_err(|e| conversion_error(py, &e))?;
@@ -203,7 +200,7 @@ fn finalize<'py>(
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let conversion = conversion(py, Action::Finalize, src, dst, options)?;
+    let conversion = configured(py, Action::Finalize, src, dst, options)?;
     let finalized = py
         .detach(|| conversion.finalize())
         .map_err(|e| conversion_error(py, &e))?;
@@ -253,8 +250,17 @@ fn ls<'py>(
     Ok(pythonize::pythonize(py, &listing)?)
 }
 
-/// The one construction of a conversion that plans or finalizes.
-fn conversion(
+/// The one place the module builds a conversion: from the options model, every default the
+/// library's. The settings that hold are set even when one does not (its error is returned beside),
+/// so that a report of the failure shows them.
+fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
+    let mut conversion = Conversion::new(&options.source, &options.destination);
+    let configured = conversion.configure(options);
+    (conversion, configured)
+}
+
+/// The conversion that `plan` or `finalize` (`action`) runs.
+fn configured(
     py: Python<'_>,
     action: Action,
     src: &Bound<'_, PyAny>,
@@ -262,7 +268,9 @@ fn conversion(
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Conversion> {
     let options: Options = lower::model(py, action, src, Some(dst), options)?;
-    Conversion::from_options(&options).map_err(|e| conversion_error(py, &e))
+    let (conversion, configured) = conversion(&options);
+    configured.map_err(|e| conversion_error(py, &e))?;
+    Ok(conversion)
 }
 
 fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
