@@ -1,6 +1,7 @@
-"""The typed API: every keyword of the functions matches an option of the ``zshard`` command (and back),
-values are checked at the edge with messages naming the keyword, results are dataclasses, the package
-ships its types (``py.typed``, the extension's stub) and ``mypy --strict`` passes on the examples."""
+"""The typed API: the keywords of each function are the settings the library's options model gives its
+command (and every option of the ``zshard`` command is one, and back), values are checked by the extension
+as it builds the model, with messages naming the keyword, results are dataclasses, the package ships its
+types (``py.typed``, the extension's stub) and ``mypy --strict`` passes on the examples."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 import zarr
 
 import zshard
+from zshard import _zshard
 from conftest import EXAMPLES, example
 
 #: The command of each function.
@@ -90,6 +92,32 @@ def test_every_option_of_the_command_is_a_keyword_and_back(command):
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_the_keywords_are_the_settings_of_the_model(command):
+    """The extension lists the settings of the library's model for each command (``Action::settings``,
+    by ``Setting::key``): the function takes exactly those, SRC and DST as ``src`` and ``dst``."""
+    function = COMMANDS[command]
+    settings = _zshard.settings(command)
+    assert len(settings) == len(set(settings)) > 5
+    positional = [
+        name for name, p in inspect.signature(function).parameters.items() if p.kind is not inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert positional == [{"source": "src", "destination": "dst"}[s] for s in settings if s in ("source", "destination")]
+    model = {s for s in settings if s not in ("source", "destination")}
+    python = set(keywords(function)) - PYTHON_ONLY
+    assert model - python == set(), f"settings of the model without a keyword of zshard.{command}"
+    assert python - model == set(), f"keywords of zshard.{command} that the model does not give {command}"
+
+
+def test_the_extension_refuses_a_setting_its_command_does_not_take(small, tmp_path):
+    src, _ = small
+    with pytest.raises(TypeError, match=r"^plan\(\) got an unexpected keyword argument 'worker'"):
+        _zshard.plan(src, tmp_path / "out.zarr", {"worker": "0/2"})
+    with pytest.raises(TypeError, match=r"^ls\(\) got an unexpected keyword argument 'shard_shape'"):
+        _zshard.ls(src, {"shard_shape": (1, 2)})
+    assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_signatures_are_explicit_typed_and_documented(command):
     function = COMMANDS[command]
     parameters = inspect.signature(function).parameters
@@ -139,7 +167,8 @@ def test_the_wheel_ships_its_types():
     assert package.joinpath("py.typed").is_file()
     stub = package.joinpath("_zshard.pyi")
     assert stub.is_file()
-    assert "def run(" in stub.read_text() and "def cli_main(" in stub.read_text()
+    text = stub.read_text()
+    assert all(f"def {name}(" in text for name in (*COMMANDS, "settings", "cli_main")), text
 
 
 def test_mypy_strict_passes_on_the_examples():
@@ -226,6 +255,40 @@ def test_values_are_checked_at_the_edge_naming_the_keyword(small, tmp_path, opti
     if error is ValueError:
         assert isinstance(raised.value, zshard.OptionsError)
     assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        # Issue 31, row 18, at the extension itself (no Python check in front of it): these values went
+        # through a command line and clap ("cannot be used multiple times", "unexpected argument '-1'",
+        # memory_limit=[1] taken as 1 byte).
+        ({"shard_shape": (512.5, 512)}, TypeError, "shard_shape: extents are ints, got float 512.5"),
+        ({"threads": -1}, ValueError, "threads must be at least 1, got -1"),
+        ({"memory_limit": [1]}, TypeError, "memory_limit: a size is an int (bytes) or a str such as '4GiB', got list [1]"),
+    ],
+)
+def test_the_extension_checks_values_as_it_builds_the_model(small, tmp_path, options, error, message):
+    src, _ = small
+    for call in (
+        lambda: _zshard.plan(src, tmp_path / "out.zarr", options),
+        lambda: _zshard.convert(src, tmp_path / "out.zarr", options, None),
+    ):
+        with pytest.raises(error) as raised:
+            call()
+        assert str(raised.value) == message
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_the_share_of_a_slurm_array_task_is_converted(small, tmp_path, monkeypatch):
+    src, _ = small
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "2")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    report = zshard.convert(src, tmp_path / "out.zarr", shard_shape=(20, 40))
+    assert report.worker == (1, 2)
+    # A partitioned run writes no metadata: finalize does, once every worker is done.
+    assert not (tmp_path / "out.zarr" / "zarr.json").exists()
 
 
 def test_errors_from_the_library_name_keywords_not_flags(small, tmp_path):

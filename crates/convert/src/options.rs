@@ -590,6 +590,121 @@ impl Verification {
     }
 }
 
+/// What a front end asks of the library: a command of `zshard`, a function of its Python module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Action {
+    /// Convert ([`Options`]).
+    Convert,
+    /// Plan a conversion from metadata alone ([`Options`] without the run's partition, overwrite
+    /// and report).
+    Plan,
+    /// Finalize a partitioned conversion ([`Options`] without the run's settings).
+    Finalize,
+    /// Verify an output against its source ([`VerifyOptions`]).
+    Verify,
+    /// List the arrays of a source (its [`SourceOptions`] and [`StorageOptions`]).
+    List,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: &'static [Action] = &[
+        Action::Convert,
+        Action::Plan,
+        Action::Finalize,
+        Action::Verify,
+        Action::List,
+    ];
+
+    /// The action's name: the command, the Python function (`ls` lists).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Action::Convert => "convert",
+            Action::Plan => "plan",
+            Action::Finalize => "finalize",
+            Action::Verify => "verify",
+            Action::List => "ls",
+        }
+    }
+
+    /// The action named `name` ([`Action::name`]).
+    pub fn from_name(name: &str) -> Option<Action> {
+        Self::ALL.iter().copied().find(|a| a.name() == name)
+    }
+
+    /// Whether the action takes `setting`.
+    pub fn takes(self, setting: Setting) -> bool {
+        use zshard_core::setting::Group;
+        let group = setting.group();
+        match self {
+            Action::Convert => group != Group::Verify,
+            Action::Plan => {
+                group != Group::Verify
+                    && !matches!(
+                        setting,
+                        Setting::Overwrite | Setting::Report | Setting::Worker | Setting::Workers
+                    )
+            }
+            Action::Finalize => !matches!(group, Group::Run | Group::Verify),
+            Action::Verify => {
+                matches!(
+                    group,
+                    Group::Location | Group::Source | Group::Storage | Group::Verify
+                ) || matches!(setting, Setting::Ome | Setting::Threads)
+            }
+            Action::List => {
+                matches!(group, Group::Source | Group::Storage) || setting == Setting::Source
+            }
+        }
+    }
+
+    /// The settings the action takes (SRC and DST too), in [`Setting::ALL`]'s order.
+    pub fn settings(self) -> Vec<Setting> {
+        Setting::ALL
+            .iter()
+            .copied()
+            .filter(|s| self.takes(*s))
+            .collect()
+    }
+}
+
+/// One `level_shapes` entry as text, `LEVEL:SHARD[/CHUNK]` (`2:1,256,256/1,64,64`): the level and
+/// its shapes (extents by position).
+pub fn parse_level_shapes(text: &str) -> Result<(usize, LevelShapes)> {
+    let invalid = |why: String| Error::Options {
+        reason: format!(
+            "{} {text:?}: {why} (expected LEVEL:SHARD[/CHUNK], e.g. 1:1,512,512/1,128,128)",
+            Setting::LevelShapes
+        ),
+    };
+    let (level, shapes) = text
+        .split_once(':')
+        .ok_or_else(|| invalid("no LEVEL:".into()))?;
+    let level = level
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| invalid(format!("{level:?} is not a level number")))?;
+    let positional = |s: &str| match s.parse::<ShapeSpec>() {
+        Ok(ShapeSpec::Positional(shape)) => Ok(shape),
+        Ok(ShapeSpec::ByName(_)) => Err(invalid(format!(
+            "{s:?}: a level's extents are by position (a,b,...)"
+        ))),
+        Err(e) => Err(invalid(crate::one_line(&e))),
+    };
+    let (shard, chunk) = match shapes.split_once('/') {
+        Some((shard, chunk)) => (shard, Some(positional(chunk)?)),
+        None => (shapes, None),
+    };
+    Ok((
+        level,
+        LevelShapes {
+            shard_shape: positional(shard)?,
+            chunk_shape: chunk,
+        },
+    ))
+}
+
 impl Serialize for Size {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
         serializer.serialize_u64(self.0)
@@ -818,6 +933,65 @@ mod tests {
         assert_eq!(v.store_options, of.store_options);
         assert_eq!(v.source_options.selection.include, ["x"]);
         assert_eq!(v.source_options.format, Some(SourceFormat::Zarr));
+    }
+
+    /// The settings of each action are the keys its model reads: a key it does not take is an
+    /// unknown field of the model's serde, one it takes is not.
+    #[test]
+    fn the_settings_of_an_action_are_the_keys_of_its_model() {
+        fn unknown<T: serde::de::DeserializeOwned>(key: &str) -> bool {
+            let document = serde_json::json!({ key: null });
+            serde_json::from_value::<T>(document)
+                .err()
+                .is_some_and(|e| e.to_string().contains("unknown field"))
+        }
+        for setting in Setting::ALL.iter().copied() {
+            let key = setting.key();
+            assert_eq!(
+                Action::Convert.takes(setting),
+                !unknown::<Options>(key),
+                "{key}"
+            );
+            assert_eq!(
+                Action::Verify.takes(setting),
+                !unknown::<VerifyOptions>(key),
+                "{key}"
+            );
+            for action in [Action::Plan, Action::Finalize, Action::List] {
+                assert!(
+                    !action.takes(setting) || Action::Convert.takes(setting),
+                    "{action:?} {key}"
+                );
+            }
+        }
+        assert!(Action::List.takes(Setting::Source) && !Action::List.takes(Setting::Destination));
+        assert!(Action::Plan.takes(Setting::MemoryLimit) && !Action::Plan.takes(Setting::Worker));
+        assert!(!Action::Finalize.takes(Setting::Threads));
+        assert_eq!(Action::from_name("ls"), Some(Action::List));
+    }
+
+    #[test]
+    fn level_shapes_read_as_text() {
+        assert_eq!(
+            parse_level_shapes("2:1,256,256/1,64,64").expect("valid"),
+            (
+                2,
+                LevelShapes {
+                    shard_shape: vec![1, 256, 256],
+                    chunk_shape: Some(vec![1, 64, 64])
+                }
+            )
+        );
+        assert_eq!(
+            parse_level_shapes(" 1 : 4,4").expect("valid").1.chunk_shape,
+            None
+        );
+        for bad in ["x", "a:1,2", "1:y=2", "1:0,2", "1:2/"] {
+            let e = zshard_core::setting::spelled(zshard_core::Spelling::Keyword, || {
+                parse_level_shapes(bad).expect_err(bad).to_string()
+            });
+            assert!(e.starts_with("level_shapes= "), "{e}");
+        }
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! `zshard._zshard`, the extension behind the Python package `zshard` (see `python/zshard`).
 //!
-//! It takes a `zshard` command line (the Python side turns keyword arguments into the command's
-//! flags), so options are parsed, defaulted and checked in one place, the command's
-//! (`zshard_cli::request`), and runs it with the GIL released. A conversion runs on a thread of its
-//! own while the calling thread polls: it checks Python's signals (Ctrl-C cancels the conversion,
-//! which stops cleanly and resumes on the next call), hands the progress to the Python callback and
-//! raises the library's warnings as Python warnings. Results go back as JSON documents that the
-//! Python side turns into its result types.
+//! Its functions take the keyword arguments of `zshard.convert`, `plan`, `finalize`, `verify` and
+//! `ls` as a dict and build the library's options model from them directly ([`lower`]: checked
+//! values, then the model's serde), so the library resolves the defaults; each builds its
+//! conversion or verification once and runs it with the GIL released. A conversion runs on a
+//! thread of its own while the calling thread polls: it checks Python's signals (Ctrl-C cancels the
+//! conversion, which stops cleanly and resumes on the next call), hands the progress to the Python
+//! callback and raises the library's warnings as Python warnings. Results go back as Python dicts
+//! (the library's documents, through serde) that the Python side turns into its dataclasses. The
+//! wheel's `zshard` command is the command line's `main` ([`cli_main`]).
+
+mod lower;
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,10 +19,9 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use serde_json::json;
-use zshard_cli::{Request, RequestError};
-use zshard_convert::{one_line, Conversion, Observer, ShardOutcome};
+use pyo3::types::{PyDict, PyList};
+use zshard_convert::options::{Action, Options, VerifyOptions};
+use zshard_convert::{one_line, Conversion, Observer, Partition, ShardOutcome, Verification};
 
 /// How often the calling thread looks at Python's signals while a conversion runs.
 const POLL: Duration = Duration::from_millis(20);
@@ -92,7 +95,7 @@ impl Observer for Counters {
 
 /// The Python exception for a failure of kind `kind` (see `zshard._errors`), carrying the array and
 /// key it is about.
-fn python_error(
+pub(crate) fn python_error(
     py: Python<'_>,
     kind: &str,
     message: String,
@@ -113,14 +116,6 @@ fn conversion_error(py: Python<'_>, e: &zshard_convert::Error) -> PyErr {
     python_error(py, e.kind(), one_line(e), e.array(), e.key())
 }
 
-fn request_error(py: Python<'_>, e: &RequestError) -> PyErr {
-    match e {
-        RequestError::Options(e) => conversion_error(py, e),
-        RequestError::Usage(message) => python_error(py, "options", message.clone(), None, None),
-        other => python_error(py, "internal", format!("{other:?}"), None, None),
-    }
-}
-
 /// Runs the `zshard` command line `args` (without the program name) as the command does, with the
 /// GIL released, and returns its exit status.
 #[pyfunction]
@@ -135,63 +130,162 @@ fn cli_main(py: Python<'_>, args: Vec<String>) -> u8 {
     status
 }
 
-/// Runs the `convert`, `plan`, `finalize`, `verify` or `ls` command line `args` (without the
-/// program name) and returns its result as JSON. `progress` is called with a dict of figures while a
-/// conversion runs.
+/// The keys of the settings `command` (`convert`, `plan`, `finalize`, `verify` or `ls`) takes, in
+/// the model's order (`source` and `destination` are the positional `src` and `dst`).
 #[pyfunction]
-#[pyo3(signature = (args, progress=None))]
-fn run(py: Python<'_>, args: Vec<String>, progress: Option<Py<PyAny>>) -> PyResult<String> {
-    let command = std::iter::once("zshard".to_string()).chain(args);
-    let request = zshard_cli::request(command).map_err(|e| request_error(py, &e))?;
-    let fail = |e: zshard_convert::Error| conversion_error(py, &e);
-    let result = match request {
-        Request::Convert(conversion) => return convert(py, &conversion, progress.as_ref()),
-        Request::Plan(conversion) => py.detach(|| conversion.plan()).map_err(fail)?.to_json(),
-        Request::Finalize(conversion) => {
-            let finalized = py.detach(|| conversion.finalize()).map_err(fail)?;
-            json!({
-                "destination": finalized.destination,
-                "arrays": finalized.arrays,
-                "groups": finalized.groups,
-                "already_finalized": finalized.already_finalized,
-            })
+fn settings(command: &str) -> PyResult<Vec<&'static str>> {
+    let action = Action::from_name(command).ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err(format!("no command {command:?}"))
+    })?;
+    Ok(action.settings().into_iter().map(|s| s.key()).collect())
+}
+
+/// Converts `src` into `dst` with the settings `options` (keyword -> value) and returns the run's
+/// report. `progress` is called with a dict of figures while it runs.
+#[pyfunction]
+#[pyo3(signature = (src, dst, options, progress=None))]
+fn convert<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    dst: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut options: Options = lower::model(py, Action::Convert, src, Some(dst), options)?;
+    // Without `worker`, the share of a SLURM job array or a Kubernetes Indexed Job, as the command's.
+    let run = &mut options.run;
+    let worker = Partition::resolve(run.worker.as_deref(), run.workers, |k| {
+        std::env::var(k).ok()
+    })
+    .map(|partition| {
+        if run.worker.is_none() && !partition.is_all() {
+            run.worker = Some(partition.to_string());
         }
-        Request::Verify(verification) => {
-            let verified = py.detach(|| verification.run()).map_err(fail)?;
-            json!({
-                "destination": verified.destination,
-                "shards_checked": verified.shards_checked,
-                "arrays": verified.arrays,
-                "mismatch_count": verified.mismatches.count,
-                "mismatches": verified.mismatches.first,
-            })
+    });
+    let (conversion, configured) = conversion(&options);
+    if let Err(e) = worker.and(configured) {
+        if let Err(report_error) = conversion.report_failure(&e) {
+            let message = format!(
+                "the report could not be written: {}",
+                one_line(&report_error)
+            );
+            warn(py, &message)?;
         }
-        Request::List(list) => {
-            let listing = py.detach(|| list.list()).map_err(fail)?;
-            serde_json::to_value(&listing)
-                .map_err(|e| python_error(py, "internal", e.to_string(), None, None))?
-        }
-        other => {
-            return Err(python_error(
-                py,
-                "internal",
-                format!("not a request the module runs: {other:?}"),
-                None,
-                None,
-            ))
-        }
-    };
-    Ok(result.to_string())
+        return Err(conversion_error(py, &e));
+    }
+    let report = run_conversion(py, &conversion, progress.as_ref())?;
+    Ok(pythonize::pythonize(py, &report)?)
+}
+
+/// What converting `src` into `dst` with `options` would do: the plan document.
+#[pyfunction]
+fn plan<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    dst: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let conversion = configured(py, Action::Plan, src, dst, options)?;
+    let plan = py
+        .detach(|| conversion.plan())
+        .map_err(|e| conversion_error(py, &e))?;
+    Ok(pythonize::pythonize(py, &plan.to_json())?)
+}
+
+/// Finalizes the partitioned conversion of `src` into `dst` made with `options`.
+#[pyfunction]
+fn finalize<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    dst: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let conversion = configured(py, Action::Finalize, src, dst, options)?;
+    let finalized = py
+        .detach(|| conversion.finalize())
+        .map_err(|e| conversion_error(py, &e))?;
+    let dict = PyDict::new(py);
+    dict.set_item("destination", finalized.destination)?;
+    dict.set_item("arrays", finalized.arrays)?;
+    dict.set_item("groups", finalized.groups)?;
+    dict.set_item("already_finalized", finalized.already_finalized)?;
+    Ok(dict)
+}
+
+/// Compares the output `dst` with its source `src` read with `options`.
+#[pyfunction]
+fn verify<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    dst: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let options: VerifyOptions = lower::model(py, Action::Verify, src, Some(dst), options)?;
+    // The one construction of a verification.
+    let verification = Verification::from_options(&options);
+    let verified = py
+        .detach(|| verification.run())
+        .map_err(|e| conversion_error(py, &e))?;
+    let dict = PyDict::new(py);
+    dict.set_item("destination", verified.destination)?;
+    dict.set_item("shards_checked", verified.shards_checked)?;
+    dict.set_item("arrays", verified.arrays)?;
+    dict.set_item("mismatch_count", verified.mismatches.count)?;
+    dict.set_item("mismatches", PyList::new(py, verified.mismatches.first)?)?;
+    Ok(dict)
+}
+
+/// The arrays and groups of `src` read with `options`.
+#[pyfunction]
+fn ls<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options: Options = lower::model(py, Action::List, src, None, options)?;
+    let (read, store) = (options.input.resolve(), options.storage.store_options());
+    let listing = py
+        .detach(|| zshard_convert::list(&options.source, &read, &store))
+        .map_err(|e| conversion_error(py, &e))?;
+    Ok(pythonize::pythonize(py, &listing)?)
+}
+
+/// The one place the module builds a conversion: from the options model, every default the
+/// library's. The settings that hold are set even when one does not (its error is returned beside),
+/// so that a report of the failure shows them.
+fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
+    let mut conversion = Conversion::new(&options.source, &options.destination);
+    let configured = conversion.configure(options);
+    (conversion, configured)
+}
+
+/// The conversion that `plan` or `finalize` (`action`) runs.
+fn configured(
+    py: Python<'_>,
+    action: Action,
+    src: &Bound<'_, PyAny>,
+    dst: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyDict>,
+) -> PyResult<Conversion> {
+    let options: Options = lower::model(py, action, src, Some(dst), options)?;
+    let (conversion, configured) = conversion(&options);
+    configured.map_err(|e| conversion_error(py, &e))?;
+    Ok(conversion)
+}
+
+fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
+    let category = py.import("zshard._errors")?.getattr("ZshardWarning")?;
+    PyErr::warn(py, &category, &std::ffi::CString::new(message)?, 1)
 }
 
 /// Converts on a thread of its own while this one, without the GIL, polls Python: a signal handler
 /// that raises (Ctrl-C's `KeyboardInterrupt`) or a progress callback that raises cancels the
 /// conversion, which then stops cleanly; that exception is raised once it has.
-fn convert(
+fn run_conversion(
     py: Python<'_>,
     conversion: &Conversion,
     progress: Option<&Py<PyAny>>,
-) -> PyResult<String> {
+) -> PyResult<zshard_convert::Report> {
     let counters = Counters::default();
     let mut poller = Poller {
         counters: &counters,
@@ -228,9 +322,7 @@ fn convert(
         )
     })?;
     poller.poll(py, true)?;
-    let report = converted.map_err(|e| conversion_error(py, &e))?;
-    serde_json::to_string(&report)
-        .map_err(|e| python_error(py, "internal", e.to_string(), None, None))
+    converted.map_err(|e| conversion_error(py, &e))
 }
 
 /// What the polling thread hands to Python.
@@ -247,8 +339,7 @@ impl Poller<'_> {
     fn poll(&mut self, py: Python<'_>, last: bool) -> PyResult<()> {
         py.check_signals()?;
         for message in self.counters.take_warnings() {
-            let category = py.import("zshard._errors")?.getattr("ZshardWarning")?;
-            PyErr::warn(py, &category, &std::ffi::CString::new(message)?, 1)?;
+            warn(py, &message)?;
         }
         let Some(progress) = self.progress else {
             return Ok(());
@@ -285,7 +376,12 @@ fn figures_dict(py: Python<'_>, f: Figures) -> PyResult<Bound<'_, PyDict>> {
 fn _zshard(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Messages of the library name settings as this module's keyword arguments (`memory_limit=`).
     zshard_convert::set_spelling(zshard_convert::Spelling::Keyword);
-    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(ls, m)?)?;
+    m.add_function(wrap_pyfunction!(settings, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -3,7 +3,7 @@
 //! place; nothing here builds a library value and no default is written here.
 
 use zshard_convert::options::CoalesceGap;
-use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, ShapeSpec};
+use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata};
 use zshard_core::IndexLocation;
 
 /// A size flag (`512MiB`, `4G`, `2GB`).
@@ -16,40 +16,9 @@ fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
     s.parse().map_err(|e: zshard_convert::Error| e.to_string())
 }
 
-/// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`.
+/// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`, read as the library reads it.
 fn level_shapes(s: &str) -> Result<(usize, LevelShapes), String> {
-    let expected = "expected LEVEL:SHARD[/CHUNK], e.g. 1:1,512,512/1,128,128";
-    let (level, shapes) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?}: {expected}"))?;
-    let level = level
-        .trim()
-        .parse::<usize>()
-        .map_err(|_| format!("{level:?} is not a level number ({expected})"))?;
-    let (shard, chunk) = match shapes.split_once('/') {
-        Some((shard, chunk)) => (shard, Some(positional(chunk)?)),
-        None => (shapes, None),
-    };
-    Ok((
-        level,
-        LevelShapes {
-            shard_shape: positional(shard)?,
-            chunk_shape: chunk,
-        },
-    ))
-}
-
-/// A shape by position (`a,b,...`), parsed as the library parses `--shard-shape`.
-fn positional(s: &str) -> Result<Vec<u64>, String> {
-    match s
-        .parse::<ShapeSpec>()
-        .map_err(|e| zshard_convert::one_line(&e))?
-    {
-        ShapeSpec::Positional(shape) => Ok(shape),
-        ShapeSpec::ByName(_) => Err(format!(
-            "{s:?}: --level-shapes takes extents by position (a,b,...)"
-        )),
-    }
+    zshard_convert::options::parse_level_shapes(s).map_err(|e| zshard_convert::one_line(&e))
 }
 
 fn index_location(s: &str) -> Result<IndexLocation, String> {

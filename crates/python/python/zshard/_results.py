@@ -1,8 +1,8 @@
-"""What the functions of ``zshard`` return: frozen dataclasses built from the library's JSON documents."""
+"""What the functions of ``zshard`` return: frozen dataclasses built from the library's documents (dicts
+the extension makes from the library's result types)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -70,7 +70,7 @@ class Counts:
     bytes_written: int = 0
 
     @classmethod
-    def _from_json(cls, doc: dict[str, Any]) -> Counts:
+    def _from_dict(cls, doc: dict[str, Any]) -> Counts:
         return cls(**{name: doc.get(name, 0) for name in cls.__dataclass_fields__})
 
 
@@ -113,16 +113,15 @@ class Report:
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def _from_json(cls, text: str) -> Report:
-        doc = json.loads(text)
+    def _from_dict(cls, doc: dict[str, Any]) -> Report:
         return cls(
             status=doc["status"],
             source=doc["source"],
             destination=doc["destination"],
             worker=(doc["worker"]["index"], doc["worker"]["count"]),
             duration_seconds=doc["duration_seconds"],
-            totals=Counts._from_json(doc["totals"]),
-            arrays={a["path"]: Counts._from_json(a) for a in doc["arrays"]},
+            totals=Counts._from_dict(doc["totals"]),
+            arrays={a["path"]: Counts._from_dict(a) for a in doc["arrays"]},
             skipped_arrays=_skipped(doc),
             document=doc,
         )
@@ -158,8 +157,7 @@ class VerifyResult:
         return self.mismatch_count == 0
 
     @classmethod
-    def _from_json(cls, text: str) -> VerifyResult:
-        doc = json.loads(text)
+    def _from_dict(cls, doc: dict[str, Any]) -> VerifyResult:
         return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
 
 
@@ -185,8 +183,7 @@ class Finalized:
     already_finalized: bool
 
     @classmethod
-    def _from_json(cls, text: str) -> Finalized:
-        doc = json.loads(text)
+    def _from_dict(cls, doc: dict[str, Any]) -> Finalized:
         return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
 
 
@@ -291,7 +288,7 @@ class PlannedArray:
     warnings: list[str]
 
     @classmethod
-    def _from_json(cls, doc: dict[str, Any]) -> PlannedArray:
+    def _from_dict(cls, doc: dict[str, Any]) -> PlannedArray:
         values: dict[str, Any] = {name: doc.get(name) for name in cls.__dataclass_fields__}
         pyramid = doc.get("pyramid")
         values["pyramid"] = None if pyramid is None else PyramidLevel(pyramid["group"], pyramid["level"])
@@ -378,8 +375,7 @@ class Plan:
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def _from_json(cls, text: str) -> Plan:
-        doc = json.loads(text)
+    def _from_dict(cls, doc: dict[str, Any]) -> Plan:
         totals = doc["totals"]
         return cls(
             source=doc["source"],
@@ -388,7 +384,7 @@ class Plan:
             memory_limit=doc.get("memory_limit"),
             memory_limit_source=doc.get("memory_limit_source", ""),
             part_bytes=doc.get("part_bytes"),
-            arrays=[PlannedArray._from_json(a) for a in doc["arrays"]],
+            arrays=[PlannedArray._from_dict(a) for a in doc["arrays"]],
             groups=list(doc.get("groups") or []),
             warnings=list(doc.get("warnings") or []),
             skipped_arrays=_skipped(doc),
@@ -449,8 +445,7 @@ class Listing:
     skipped_arrays: list[tuple[str, str]]
 
     @classmethod
-    def _from_json(cls, text: str) -> Listing:
-        doc = json.loads(text)
+    def _from_dict(cls, doc: dict[str, Any]) -> Listing:
         return cls(
             source=doc["source"],
             arrays=[ListedArray(**{n: a.get(n) for n in ListedArray.__dataclass_fields__}) for a in doc["arrays"]],
