@@ -92,6 +92,10 @@ pub struct Conversion {
     /// writing plain Zarr there (see `icechunk_output.rs`). A destination that already is a
     /// repository gets the defaults.
     pub icechunk: Option<crate::IcechunkOutput>,
+    /// Keep the checksum manifest of every shard written (`.zshard/manifest.tsv`) once the
+    /// conversion finishes, for `zshard verify --manifest` (see `manifest.rs`); otherwise it is
+    /// removed with the rest of the state.
+    pub keep_manifest: bool,
 }
 
 /// Threads for storage requests while opening and planning; they mostly wait.
@@ -117,6 +121,7 @@ impl Conversion {
             ome: Default::default(),
             lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
             icechunk: None,
+            keep_manifest: false,
         }
     }
 
@@ -366,6 +371,7 @@ impl Conversion {
         };
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
+        let passthrough: Vec<bool> = jobs.iter().map(|j| j.layout.passthrough).collect();
         let result = zshard_pipeline::run_observed(
             &jobs,
             pending(&jobs, partition, done),
@@ -385,10 +391,20 @@ impl Conversion {
                         .and_then(|mut logs| {
                             let (written, empty) = &mut *logs;
                             if outcome.written {
+                                let entry = crate::manifest::Entry {
+                                    size: outcome.bytes_written,
+                                    crc32c: outcome.crc32c,
+                                    kind: if passthrough[outcome.task.array] {
+                                        crate::manifest::ChunkHashes::Encoded
+                                    } else {
+                                        crate::manifest::ChunkHashes::Decoded
+                                    },
+                                    chunks: outcome.chunk_hashes.clone(),
+                                };
                                 return written.record(
                                     &array.path,
                                     &outcome.task.shard,
-                                    Some(outcome.bytes_written),
+                                    Some(&entry),
                                 );
                             }
                             // An object we could not trust sits where no shard belongs.
@@ -437,6 +453,7 @@ impl Conversion {
                 &self.cancel,
                 &records,
                 lease,
+                self.keep_manifest,
             )?;
             return Ok((Status::Ok, input.reference_reads()));
         }
@@ -527,6 +544,7 @@ impl Conversion {
             &self.cancel,
             &[],
             lease,
+            self.keep_manifest,
         )?;
         Ok(finalized)
     }
@@ -644,6 +662,9 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
 /// `records`, this run's last record files, alongside), then removes the state with the lease.
 /// On an object store that is three round trips for a single array (the documents with the records
 /// and a listing of the state folder; the removals; the claim), one more for a hierarchy's root.
+/// With `keep_manifest`, the manifest records (those stored and this run's last, in `records`) are
+/// first merged into the manifest that stays (a listing and a round of reads more): before the
+/// metadata, so that a finished conversion never lacks it.
 fn finish(
     destination: &Store,
     plan: &Plan,
@@ -651,7 +672,13 @@ fn finish(
     cancel: &Cancel,
     records: &[(String, bytes::Bytes)],
     lease: Lease,
+    keep_manifest: bool,
 ) -> Result<()> {
+    if keep_manifest {
+        let files = crate::manifest::read_records(destination, records)?;
+        let merged = crate::manifest::merge(&files);
+        destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
+    }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
     also.push(lease.stop());

@@ -6,9 +6,16 @@
 //!   bytes), and a rerun after a kill finds its own claim and resumes.
 //! - `options/<worker>.json`: the conversion each worker was started with (source and every output
 //!   `zarr.json`). A run with different options into the same destination is refused.
-//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size` per line;
+//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c`
+//!   per line (the crc32c of the object in 8 hex digits; records of earlier versions have none);
 //!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
 //!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches.
+//! - `manifest/<worker>-<run>-<seq>.txt`: the manifest of the shards of the `done` file of the same
+//!   name, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>kind:h,h,...` per line: besides the
+//!   object's crc32c, the crc32c of each inner chunk's decoded values (`kind` `d`), or of its stored
+//!   bytes for an array copied through (`e`), 8 hex digits each, `-` for an empty chunk (see
+//!   `manifest.rs`). With `--keep-manifest` the records are merged into `manifest.tsv` (same lines,
+//!   the latest record of each shard), which stays after the conversion finishes.
 //! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
 //!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
 //!
@@ -50,6 +57,9 @@ pub(crate) const OPTIONS_DIR: &str = ".zshard/options";
 pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
 pub(crate) const DONE_DIR: &str = ".zshard/done";
+pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
+pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
 pub(crate) const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
@@ -679,6 +689,8 @@ pub(crate) fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -
     let mut keys: BTreeSet<String> = listed.into_iter().collect();
     keys.extend(also.iter().cloned());
     keys.remove(CLAIM);
+    // Written only with `--keep-manifest`, to stay (an `--overwrite` removes it).
+    keys.remove(MANIFEST);
     dst.delete_many(&keys.into_iter().collect::<Vec<_>>())?;
     dst.delete(CLAIM).map_err(Error::from)
 }
@@ -1005,9 +1017,13 @@ fn remove_staged_leftovers(
 #[derive(Debug)]
 pub(crate) struct ShardLog {
     store: Store,
-    prefix: String,
+    /// `<dir>/<worker>-<run>`; the manifest's records go beside, under [`MANIFEST_DIR`].
+    name: String,
+    dir: &'static str,
     seq: u64,
     pending: String,
+    /// The manifest lines of the written shards in `pending`.
+    manifest: String,
     entries: usize,
     last_flush: Instant,
 }
@@ -1026,33 +1042,38 @@ impl ShardLog {
         Self::new(store, EMPTY_DIR, partition)
     }
 
-    fn new(store: Store, dir: &str, partition: Partition) -> Self {
+    fn new(store: Store, dir: &'static str, partition: Partition) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         ShardLog {
             store,
-            prefix: format!("{dir}/{}-{run}", partition.tag()),
+            name: format!("{}-{run}", partition.tag()),
+            dir,
             seq: 0,
             pending: String::new(),
+            manifest: String::new(),
             entries: 0,
             last_flush: Instant::now(),
         }
     }
 
-    /// Records a shard; `size` is the written object's size (`None` for an all-fill shard).
+    /// Records a shard; `written` is what was stored (`None` for an all-fill shard).
     pub(crate) fn record(
         &mut self,
         array_path: &str,
         shard: &[u64],
-        size: Option<u64>,
+        written: Option<&crate::manifest::Entry>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
+        let coord = coord.join(",");
         self.pending.push_str(array_path);
         self.pending.push('\t');
-        self.pending.push_str(&coord.join(","));
-        if let Some(size) = size {
-            self.pending.push_str(&format!("\t{size}"));
+        self.pending.push_str(&coord);
+        if let Some(entry) = written {
+            self.pending
+                .push_str(&format!("\t{}\t{:08x}", entry.size, entry.crc32c));
+            entry.write_line(array_path, &coord, &mut self.manifest);
         }
         self.pending.push('\n');
         self.entries += 1;
@@ -1062,25 +1083,38 @@ impl ShardLog {
         Ok(())
     }
 
-    /// Writes the records batched since the last flush.
+    /// Writes the records batched since the last flush (the manifest's first: a record names a
+    /// shard only once its manifest line is stored).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        if let Some((key, bytes)) = self.take_batch() {
+        for (key, bytes) in self.take_batch() {
             self.store.put(&key, bytes)?;
         }
         Ok(())
     }
 
-    /// The records batched since the last flush, as the record file to write (its key and bytes),
-    /// for a caller that writes it side by side with other objects; `None` when there are none.
-    pub(crate) fn take_batch(&mut self) -> Option<(String, Bytes)> {
+    /// The records batched since the last flush, as the record files to write (key and bytes: the
+    /// manifest's, when shards were written, then the record file), for a caller that writes them
+    /// side by side with other objects; empty when there are none.
+    pub(crate) fn take_batch(&mut self) -> Vec<(String, Bytes)> {
         self.last_flush = Instant::now();
         if self.entries == 0 {
-            return None;
+            return Vec::new();
         }
-        let key = format!("{}-{:06}.txt", self.prefix, self.seq);
+        let file = format!("{}-{:06}.txt", self.name, self.seq);
         self.seq += 1;
         self.entries = 0;
-        Some((key, Bytes::from(std::mem::take(&mut self.pending))))
+        let mut batch = Vec::new();
+        if !self.manifest.is_empty() {
+            batch.push((
+                join(MANIFEST_DIR, &file),
+                Bytes::from(std::mem::take(&mut self.manifest)),
+            ));
+        }
+        batch.push((
+            join(self.dir, &file),
+            Bytes::from(std::mem::take(&mut self.pending)),
+        ));
+        batch
     }
 }
 

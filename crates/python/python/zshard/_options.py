@@ -242,6 +242,7 @@ CHECKS: dict[str, Callable[[str, object], object]] = {
     "worker": worker,
     "workers": count(1),
     "overwrite": flag,
+    "keep_manifest": flag,
     "report": path,
     "sample": fraction,
     # Storage
