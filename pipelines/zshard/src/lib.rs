@@ -407,7 +407,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             verification.store_options = storage.store_options();
             verification.io_threads = storage.io_threads;
             let verified = verification.run()?;
-            print::verified("its manifest", &verified, quiet)
+            print::verified_manifest(&verified, quiet)
         }
         Command::Verify {
             src,
