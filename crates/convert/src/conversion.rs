@@ -349,7 +349,9 @@ impl Conversion {
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
-        let mut jobs = plan.jobs(input, destination);
+        // Shards are published without an fsync each (group commit): the shard log checkpoints
+        // before each `done` record, and the run before its last records and the metadata.
+        let mut jobs = plan.jobs(input, &destination.deferring_sync()?);
         // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
         if let Some(options) = &options_record {
             for job in &mut jobs {
@@ -426,6 +428,9 @@ impl Conversion {
         if let Some(options) = &options_record {
             options.finish()?;
         }
+        // The checkpoint that the last records (and the metadata) need: every shard written
+        // reaches the disk first.
+        let checkpointed = destination.checkpoint();
         // The last records of this run, as record files still to write.
         let records: Vec<(String, bytes::Bytes)> = {
             let mut logs = log
@@ -439,6 +444,7 @@ impl Conversion {
                 .collect()
         };
         let log_error = log_error.into_inner().ok().flatten();
+        checkpointed?;
         // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
         if partition.is_all()
             && result.is_ok()
@@ -537,6 +543,9 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
+        // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
+        // manifest's checksum) reach the disk before the metadata says the output is complete.
+        destination.checkpoint()?;
         finish(
             &destination,
             &plan,

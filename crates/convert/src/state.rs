@@ -185,6 +185,7 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
         .map(|(key, found)| Ok((key, found?)))
         .collect::<Result<HashMap<_, _>>>()?;
     let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+    let listed: HashSet<&str> = state.iter().map(String::as_str).collect();
     let record_keys: Vec<String> = state
         .iter()
         .filter(|key| {
@@ -192,6 +193,7 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
                 || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR]
                     .iter()
                     .any(|dir| in_dir(key, dir))
+                || uncheckpointed(key, &listed)
         })
         .cloned()
         .collect();
@@ -210,6 +212,14 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
         shards,
         records,
     })
+}
+
+/// Whether `key` is a manifest record whose shards no checkpoint covers: its `done` record of the
+/// same name is not among the `listed` keys (a run stopped between the two, see [`ShardLog`]).
+fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
+    key.strip_prefix(MANIFEST_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| !listed.contains(join(DONE_DIR, name).as_str()))
 }
 
 /// Whether `key` lies below the folder `dir`.
@@ -783,8 +793,15 @@ pub(crate) fn done_shards(
     // million shards at 20 ms), so there the listed size stands alone until the records carry
     // what the listing can compare for free (issue 34's manifest).
     let check_indexes = dst.location().is_local();
+    // Shards written since the last checkpoint of a run that stopped (their manifest records, but
+    // no `done` record): on local disk their bytes may not have reached the disk, so each one is
+    // read whole and trusted only when its crc32c is the manifest's. (On an object store such a
+    // shard is converted again, as any shard without a record: a GET per shard is what a resume
+    // must not cost there.)
+    let unchecked = uncheckpointed_entries(survey, plan);
     let mut first_global = 0u64;
     let mut checks = Vec::new();
+    let mut hash_checks = Vec::new();
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
@@ -795,10 +812,28 @@ pub(crate) fn done_shards(
             if check_indexes && recorded && partition.owns(first_global + index) {
                 checks.push((i, key.clone(), *size));
             }
+            if let Some(&crc) = unchecked.get(&(i, index, *size)) {
+                if check_indexes && !recorded && partition.owns(first_global + index) {
+                    hash_checks.push((key.clone(), crc));
+                }
+            }
         }
         first_global += array.geometry.shard_count();
     }
-    let intact = intact_indexes(dst, plan, &checks)?;
+    let mut intact = intact_indexes(dst, plan, &checks)?;
+    // A few at a time: shards can be large.
+    for batch in hash_checks.chunks(16) {
+        let keys: Vec<String> = batch.iter().map(|(key, _)| key.clone()).collect();
+        for ((key, crc), read) in batch.iter().zip(dst.get_many(&keys)) {
+            // Unreadable: not proven, so converted again.
+            if let Ok(Some(bytes)) = read {
+                if crc32c::crc32c(&bytes) == *crc {
+                    intact.insert(key.clone());
+                }
+            }
+        }
+    }
+    let rechecked: HashSet<&String> = hash_checks.iter().map(|(key, _)| key).collect();
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
@@ -807,10 +842,11 @@ pub(crate) fn done_shards(
             let recorded = written
                 .get(&(i, index))
                 .is_some_and(|sizes| sizes.contains(&Some(*size)));
-            let proven = recorded
+            let proven = (recorded
                 && (!check_indexes
                     || !partition.owns(first_global + index)
-                    || intact.contains(key));
+                    || intact.contains(key)))
+                || (rechecked.contains(key) && intact.contains(key));
             if proven {
                 resume.done[i].insert(index);
             } else {
@@ -875,6 +911,31 @@ fn intact_indexes(
         }
     }
     Ok(intact)
+}
+
+/// The manifest entries of the shards that no checkpoint covers (see [`uncheckpointed`]), as read
+/// by the survey: (array, C-order shard index, size) to the object's crc32c.
+fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, u64), u32> {
+    let files: Vec<(String, Bytes)> = survey
+        .records
+        .iter()
+        .filter(|(key, _)| in_dir(key, MANIFEST_DIR))
+        .map(|(key, bytes)| (key.clone(), bytes.clone()))
+        .collect();
+    let mut found = HashMap::new();
+    for ((path, coord), entry) in crate::manifest::merge(&files) {
+        let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+            continue;
+        };
+        let grid = plan.arrays[i].geometry.shard_grid();
+        if let Some(coord) = recorded_coord(&coord, &grid) {
+            found.insert(
+                (i, linear_index(&coord, &grid), entry.size),
+                entry.crc32c,
+            );
+        }
+    }
+    found
 }
 
 /// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
@@ -1083,10 +1144,14 @@ impl ShardLog {
         Ok(())
     }
 
-    /// Writes the records batched since the last flush (the manifest's first: a record names a
-    /// shard only once its manifest line is stored).
+    /// Writes the records batched since the last flush: the manifest's first, then a checkpoint
+    /// (see [`Store::checkpoint`]: the shards they name were written without an fsync of their
+    /// own), then the `done` record, which so names only shards a checkpoint covers.
     pub(crate) fn flush(&mut self) -> Result<()> {
         for (key, bytes) in self.take_batch() {
+            if in_dir(&key, DONE_DIR) {
+                self.store.checkpoint()?;
+            }
             self.store.put(&key, bytes)?;
         }
         Ok(())
