@@ -98,6 +98,9 @@ pub struct Conversion {
     pub keep_manifest: bool,
 }
 
+/// How often a local destination's filesystem is synced while shards are written (see `run`).
+const WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Threads for storage requests while opening and planning; they mostly wait.
 const OPEN_IO_THREADS: usize = 2;
 
@@ -374,55 +377,74 @@ impl Conversion {
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
         let passthrough: Vec<bool> = jobs.iter().map(|j| j.layout.passthrough).collect();
-        let result = zshard_pipeline::run_observed(
-            &jobs,
-            pending(&jobs, partition, done),
-            &options,
-            &crate::progress::Relay {
-                observer,
-                names,
-                shard_done: &|outcome: &ShardOutcome| {
-                    observer.shard_done(outcome);
-                    if let Ok(mut b) = builder.lock() {
-                        b.add(outcome);
+        // On local disk a thread syncs the filesystem every WRITEBACK_INTERVAL while the pipeline
+        // runs: the shards' writeback then overlaps the conversion, and the checkpoints that must
+        // wait (before each `done` record, and at the end) find little left to write.
+        let result = std::thread::scope(|scope| {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            if destination.location().is_local() {
+                let dst = destination.clone();
+                scope.spawn(move || {
+                    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                        stopped.recv_timeout(WRITEBACK_INTERVAL)
+                    {
+                        // Best effort: the checkpoints that records depend on report errors.
+                        let _ = dst.checkpoint();
                     }
-                    let array = &plan.arrays[outcome.task.array];
-                    let recorded = log
-                        .lock()
-                        .map_err(|_| Error::Poisoned { what: "the record" })
-                        .and_then(|mut logs| {
-                            let (written, empty) = &mut *logs;
-                            if outcome.written {
-                                let entry = crate::manifest::Entry {
-                                    size: outcome.bytes_written,
-                                    crc32c: outcome.crc32c,
-                                    kind: if passthrough[outcome.task.array] {
-                                        crate::manifest::ChunkHashes::Encoded
-                                    } else {
-                                        crate::manifest::ChunkHashes::Decoded
-                                    },
-                                    chunks: outcome.chunk_hashes.clone(),
-                                };
-                                return written.record(
-                                    &array.path,
-                                    &outcome.task.shard,
-                                    Some(&entry),
-                                );
-                            }
-                            // An object we could not trust sits where no shard belongs.
-                            let index =
-                                linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-                            if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
-                                destination.delete(key)?;
-                            }
-                            empty.record(&array.path, &outcome.task.shard, None)
-                        });
-                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                        slot.get_or_insert(e);
-                    }
+                });
+            }
+            let result = zshard_pipeline::run_observed(
+                &jobs,
+                pending(&jobs, partition, done),
+                &options,
+                &crate::progress::Relay {
+                    observer,
+                    names,
+                    shard_done: &|outcome: &ShardOutcome| {
+                        observer.shard_done(outcome);
+                        if let Ok(mut b) = builder.lock() {
+                            b.add(outcome);
+                        }
+                        let array = &plan.arrays[outcome.task.array];
+                        let recorded = log
+                            .lock()
+                            .map_err(|_| Error::Poisoned { what: "the record" })
+                            .and_then(|mut logs| {
+                                let (written, empty) = &mut *logs;
+                                if outcome.written {
+                                    let entry = crate::manifest::Entry {
+                                        size: outcome.bytes_written,
+                                        crc32c: outcome.crc32c,
+                                        kind: if passthrough[outcome.task.array] {
+                                            crate::manifest::ChunkHashes::Encoded
+                                        } else {
+                                            crate::manifest::ChunkHashes::Decoded
+                                        },
+                                        chunks: outcome.chunk_hashes.clone(),
+                                    };
+                                    return written.record(
+                                        &array.path,
+                                        &outcome.task.shard,
+                                        Some(&entry),
+                                    );
+                                }
+                                // An object we could not trust sits where no shard belongs.
+                                let index =
+                                    linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                                if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
+                                    destination.delete(key)?;
+                                }
+                                empty.record(&array.path, &outcome.task.shard, None)
+                            });
+                        if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                            slot.get_or_insert(e);
+                        }
+                    },
                 },
-            },
-        );
+            );
+            drop(stop);
+            result
+        });
         // Nothing is recorded before the options record has landed (a run without shards to write
         // never waited for it).
         if let Some(options) = &options_record {
