@@ -431,7 +431,9 @@ impl Conversion {
                                 // An object we could not trust sits where no shard belongs.
                                 let index =
                                     linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-                                if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
+                                if let Some(key) =
+                                    resume.untrusted.get(&(outcome.task.array, index))
+                                {
                                     destination.delete(key)?;
                                 }
                                 empty.record(&array.path, &outcome.task.shard, None)

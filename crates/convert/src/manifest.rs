@@ -48,7 +48,11 @@ impl Entry {
             ChunkHashes::Encoded => 'e',
         };
         // Writing into a String cannot fail.
-        let _ = write!(out, "{path}\t{coord}\t{}\t{:08x}\t{kind}:", self.size, self.crc32c);
+        let _ = write!(
+            out,
+            "{path}\t{coord}\t{}\t{:08x}\t{kind}:",
+            self.size, self.crc32c
+        );
         for (i, hash) in self.chunks.iter().enumerate() {
             if i > 0 {
                 out.push(',');
@@ -146,7 +150,10 @@ pub(crate) fn to_text(manifest: &Manifest) -> Bytes {
 
 /// The per-worker manifest files under the destination's state, read (one listing, then the files
 /// side by side), with `pending` (files about to be written) over them.
-pub(crate) fn read_records(dst: &Store, pending: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>> {
+pub(crate) fn read_records(
+    dst: &Store,
+    pending: &[(String, Bytes)],
+) -> Result<Vec<(String, Bytes)>> {
     let keys: Vec<String> = dst
         .list_keys(MANIFEST_DIR)?
         .into_iter()

@@ -929,10 +929,7 @@ fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, 
         };
         let grid = plan.arrays[i].geometry.shard_grid();
         if let Some(coord) = recorded_coord(&coord, &grid) {
-            found.insert(
-                (i, linear_index(&coord, &grid), entry.size),
-                entry.crc32c,
-            );
+            found.insert((i, linear_index(&coord, &grid), entry.size), entry.crc32c);
         }
     }
     found

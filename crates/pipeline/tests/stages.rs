@@ -76,7 +76,9 @@ impl ShardSink for MemorySink {
             .lock()
             .map_err(|_| CoreError::codec("sink", "poisoned"))?;
         shards.insert(shard.to_vec(), inner.to_vec());
-        Ok(zshard_core::Stored::of_parts(inner.iter().flatten().map(|b| &b[..])))
+        Ok(zshard_core::Stored::of_parts(
+            inner.iter().flatten().map(|b| &b[..]),
+        ))
     }
 }
 

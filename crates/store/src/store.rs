@@ -303,7 +303,8 @@ impl Store {
         let Some(folder) = self.opened_folder.as_deref().filter(|_| !self.zip) else {
             return Ok(());
         };
-        let synced = File::open(folder).and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into));
+        let synced =
+            File::open(folder).and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into));
         synced.map_err(|source| Error::Io {
             operation: "cannot sync",
             location: folder.display().to_string(),

@@ -263,7 +263,15 @@ mod tests {
                 stream.append(part).expect("test");
             }
             assert_eq!(stream.finish().expect("test"), whole);
-            assert_eq!(whole.crc32c, crc32c::crc32c(&store.get(&format!("{}/c/0/0", location.as_str())).expect("test").expect("test")));
+            assert_eq!(
+                whole.crc32c,
+                crc32c::crc32c(
+                    &store
+                        .get(&format!("{}/c/0/0", location.as_str()))
+                        .expect("test")
+                        .expect("test")
+                )
+            );
             let a = store
                 .get(&format!("{}/c/0/0", location.as_str()))
                 .expect("test");

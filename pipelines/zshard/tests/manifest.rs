@@ -110,10 +110,18 @@ fn the_kept_manifest_records_every_shard_with_the_sources_values_and_verifies_cl
         let fields: Vec<&str> = line.split('\t').collect();
         assert_eq!(fields.len(), 5, "{line}");
         assert_eq!(fields[0], "");
-        let coord: Vec<u64> = fields[1].split(',').map(|c| c.parse().expect("n")).collect();
-        let object = std::fs::read(dst.join(format!("c/{}/{}", coord[0], coord[1]))).expect("shard");
+        let coord: Vec<u64> = fields[1]
+            .split(',')
+            .map(|c| c.parse().expect("n"))
+            .collect();
+        let object =
+            std::fs::read(dst.join(format!("c/{}/{}", coord[0], coord[1]))).expect("shard");
         assert_eq!(fields[2], object.len().to_string(), "{line}");
-        assert_eq!(fields[3], format!("{:08x}", crc32c::crc32c(&object)), "{line}");
+        assert_eq!(
+            fields[3],
+            format!("{:08x}", crc32c::crc32c(&object)),
+            "{line}"
+        );
         let hashes = fields[4].strip_prefix("d:").expect("decoded hashes");
         let hashes: Vec<&str> = hashes.split(',').collect();
         assert_eq!(hashes.len(), 4);
@@ -135,7 +143,11 @@ fn the_kept_manifest_records_every_shard_with_the_sources_values_and_verifies_cl
         src.to_str().expect("utf-8"),
         dst.to_str().expect("utf-8"),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A rerun finds the conversion complete and keeps the manifest.
     convert(&src, &dst, &[]);
     assert!(dst.join(".zshard/manifest.tsv").exists());
@@ -212,8 +224,12 @@ fn verify_manifest_reports_each_kind_of_damage() {
     });
     assert_eq!(swapped.len(), 2, "{swapped:?}");
     assert!(
-        swapped.iter().any(|m| m.contains("c/1/1") && m.contains("swapped"))
-            && swapped.iter().any(|m| m.contains("c/2/2") && m.contains("swapped")),
+        swapped
+            .iter()
+            .any(|m| m.contains("c/1/1") && m.contains("swapped"))
+            && swapped
+                .iter()
+                .any(|m| m.contains("c/2/2") && m.contains("swapped")),
         "{swapped:?}"
     );
 
@@ -232,12 +248,18 @@ fn verify_manifest_reports_each_kind_of_damage() {
 /// The shards (`i,j` coordinate texts) that the manifest records of worker `tag` name.
 fn manifest_shards(dst: &Path, tag: &str) -> Vec<String> {
     let mut shards = Vec::new();
-    for entry in std::fs::read_dir(dst.join(".zshard/manifest")).expect("manifest records").flatten() {
+    for entry in std::fs::read_dir(dst.join(".zshard/manifest"))
+        .expect("manifest records")
+        .flatten()
+    {
         if !entry.file_name().to_string_lossy().starts_with(tag) {
             continue;
         }
         let text = std::fs::read_to_string(entry.path()).expect("read");
-        shards.extend(text.lines().map(|l| l.split('\t').nth(1).expect("coord").to_string()));
+        shards.extend(
+            text.lines()
+                .map(|l| l.split('\t').nth(1).expect("coord").to_string()),
+        );
     }
     shards.sort();
     shards
@@ -263,7 +285,10 @@ fn shards_lost_after_the_last_checkpoint_are_found_by_the_manifest_and_rewritten
     convert(&src, &dst, &["--worker", "0/2"]);
     let shards = manifest_shards(&dst, "w0of2-");
     assert!(shards.len() >= 3, "{shards:?}");
-    for entry in std::fs::read_dir(dst.join(".zshard/done")).expect("done").flatten() {
+    for entry in std::fs::read_dir(dst.join(".zshard/done"))
+        .expect("done")
+        .flatten()
+    {
         if entry.file_name().to_string_lossy().starts_with("w0of2-") {
             std::fs::remove_file(entry.path()).expect("remove");
         }
@@ -294,12 +319,20 @@ fn shards_lost_after_the_last_checkpoint_are_found_by_the_manifest_and_rewritten
         "none",
         "--quiet",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(common::read_v3(&dst).0, data);
     let out = zshard(&[
         "verify",
         src.to_str().expect("utf-8"),
         dst.to_str().expect("utf-8"),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
