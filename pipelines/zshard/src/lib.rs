@@ -486,26 +486,19 @@ fn command() -> clap::Command {
 
 /// The conversion `zshard convert` runs. Options that do not parse or hold are a failed run too:
 /// the report (if one is asked for) says so.
+/// `run` holds the run's flags but the worker's, which come from `workers`.
 fn convert_conversion(
     layout: &LayoutArgs,
     dst: &str,
-    threads: Option<usize>,
     workers: &WorkerArgs,
-    overwrite: bool,
-    keep_manifest: bool,
-    memory_limit: Option<u64>,
-    report: Option<PathBuf>,
+    run: RunOptions,
 ) -> zshard_convert::Result<Conversion> {
     let mut first = First::default();
     let mut options = lower::conversion(layout, dst, &mut first);
     options.run = RunOptions {
-        threads,
-        memory_limit: memory_limit.map(Size),
-        overwrite: overwrite.then_some(true),
-        keep_manifest: keep_manifest.then_some(true),
-        report,
         worker: first.take(lower::worker(workers)).flatten(),
         workers: workers.workers,
+        ..run
     };
     let (conversion, configured) = conversion(&options);
     if let Err(e) = first.result().and(configured) {
@@ -636,17 +629,16 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             quiet,
         } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-            let conversion = convert_conversion(
-                &layout,
-                dst,
+            let run = RunOptions {
                 threads,
-                &workers,
-                overwrite,
-                keep_manifest,
-                memory_limit,
+                memory_limit: memory_limit.map(Size),
+                overwrite: overwrite.then_some(true),
+                keep_manifest: keep_manifest.then_some(true),
                 report,
-            )
-            .map_err(RequestError::Options)?;
+                ..RunOptions::default()
+            };
+            let conversion =
+                convert_conversion(&layout, dst, &workers, run).map_err(RequestError::Options)?;
             request(Request::Convert(Box::new(conversion)), quiet, false)
         }
         Command::Plan {
