@@ -43,6 +43,7 @@ P = [
  ("memory_limit", "Size", "Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB: 10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused before it starts. Default: half of the machine's memory (or of the cgroup's limit).", "CP"),
  ("worker", "Worker", "Convert only share ``index`` of ``count`` of all shards: ``(index, count)`` or ``'index/count'`` (0-based). A partitioned run writes no metadata: call :func:`finalize` once every worker is done. Default: from a SLURM job array or a Kubernetes Indexed Job (with ``workers``), else every shard.", "C"),
  ("workers", "int", "Number of workers when the index comes from ``JOB_COMPLETION_INDEX``.", "C"),
+ ("keep_manifest", "bool", "Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check the output without reading the source. By default it is removed with the rest of the state.", "CF"),
  ("overwrite", "bool", "Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and one from a run with the same options is resumed).", "C"),
  ("report", "Location", "Write the run's JSON report to this file however the run ends; ``{worker}``, ``{host}`` and ``{date}`` in it are replaced.", "C"),
  ("sample", "float", "Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``. Default: 1 (every shard).", "V"),

@@ -123,7 +123,11 @@ impl ShardSink for AfterWrite {
         self.sink.shard_key(shard)
     }
 
-    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+    fn write_shard(
+        &self,
+        shard: &[u64],
+        inner: &[Option<Bytes>],
+    ) -> zshard_core::Result<zshard_core::Stored> {
         self.landed()?;
         self.sink.write_shard(shard, inner)
     }
@@ -155,9 +159,13 @@ mod tests {
             format!("c/{shard:?}")
         }
 
-        fn write_shard(&self, _: &[u64], _: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+        fn write_shard(
+            &self,
+            _: &[u64],
+            _: &[Option<Bytes>],
+        ) -> zshard_core::Result<zshard_core::Stored> {
             self.0.fetch_add(1, Ordering::SeqCst);
-            Ok(0)
+            Ok(zshard_core::Stored::NOTHING)
         }
     }
 
@@ -180,7 +188,10 @@ mod tests {
     fn shards_are_written_once_the_write_has_landed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ahead, counting, sink) = ahead_of_counting(dir.path());
-        assert_eq!(sink.write_shard(&[0], &[]).expect("write"), 0);
+        assert_eq!(
+            sink.write_shard(&[0], &[]).expect("write"),
+            zshard_core::Stored::NOTHING
+        );
         // The shard went through only after the record was there.
         let record = dir.path().join(".zshard/options/w0of1.json");
         assert_eq!(std::fs::read(record).expect("record"), b"{}");

@@ -92,7 +92,14 @@ pub struct Conversion {
     /// writing plain Zarr there (see `icechunk_output.rs`). A destination that already is a
     /// repository gets the defaults.
     pub icechunk: Option<crate::IcechunkOutput>,
+    /// Keep the checksum manifest of every shard written (`.zshard/manifest.tsv`) once the
+    /// conversion finishes, for `zshard verify --manifest` (see `manifest.rs`); otherwise it is
+    /// removed with the rest of the state.
+    pub keep_manifest: bool,
 }
+
+/// How often a local destination's filesystem is synced while shards are written (see `run`).
+const WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Threads for storage requests while opening and planning; they mostly wait.
 const OPEN_IO_THREADS: usize = 2;
@@ -117,6 +124,7 @@ impl Conversion {
             ome: Default::default(),
             lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
             icechunk: None,
+            keep_manifest: false,
         }
     }
 
@@ -373,7 +381,9 @@ impl Conversion {
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
-        let mut jobs = plan.jobs(input, destination);
+        // Shards are published without an fsync each (group commit): the shard log checkpoints
+        // before each `done` record, and the run before its last records and the metadata.
+        let mut jobs = plan.jobs(input, &destination.deferring_sync()?);
         // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
         if let Some(options) = &options_record {
             for job in &mut jobs {
@@ -395,50 +405,85 @@ impl Conversion {
         };
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
-        let result = zshard_pipeline::run_observed(
-            &jobs,
-            pending(&jobs, partition, done),
-            &options,
-            &crate::progress::Relay {
-                observer,
-                names,
-                shard_done: &|outcome: &ShardOutcome| {
-                    observer.shard_done(outcome);
-                    if let Ok(mut b) = builder.lock() {
-                        b.add(outcome);
+        let passthrough: Vec<bool> = jobs.iter().map(|j| j.layout.passthrough).collect();
+        // On local disk a thread syncs the filesystem every WRITEBACK_INTERVAL while the pipeline
+        // runs: the shards' writeback then overlaps the conversion, and the checkpoints that must
+        // wait (before each `done` record, and at the end) find little left to write.
+        let result = std::thread::scope(|scope| {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            if destination.location().is_local() {
+                let dst = destination.clone();
+                scope.spawn(move || {
+                    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                        stopped.recv_timeout(WRITEBACK_INTERVAL)
+                    {
+                        // Best effort: the checkpoints that records depend on report errors.
+                        let _ = dst.checkpoint();
                     }
-                    let array = &plan.arrays[outcome.task.array];
-                    let recorded = log
-                        .lock()
-                        .map_err(|_| Error::Poisoned { what: "the record" })
-                        .and_then(|mut logs| {
-                            let (written, empty) = &mut *logs;
-                            if outcome.written {
-                                return written.record(
-                                    &array.path,
-                                    &outcome.task.shard,
-                                    Some(outcome.bytes_written),
-                                );
-                            }
-                            // An object we could not trust sits where no shard belongs.
-                            let index =
-                                linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-                            if let Some(key) = resume.untrusted.get(&(outcome.task.array, index)) {
-                                destination.delete(key)?;
-                            }
-                            empty.record(&array.path, &outcome.task.shard, None)
-                        });
-                    if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                        slot.get_or_insert(e);
-                    }
+                });
+            }
+            let result = zshard_pipeline::run_observed(
+                &jobs,
+                pending(&jobs, partition, done),
+                &options,
+                &crate::progress::Relay {
+                    observer,
+                    names,
+                    shard_done: &|outcome: &ShardOutcome| {
+                        observer.shard_done(outcome);
+                        if let Ok(mut b) = builder.lock() {
+                            b.add(outcome);
+                        }
+                        let array = &plan.arrays[outcome.task.array];
+                        let recorded = log
+                            .lock()
+                            .map_err(|_| Error::Poisoned { what: "the record" })
+                            .and_then(|mut logs| {
+                                let (written, empty) = &mut *logs;
+                                if outcome.written {
+                                    let entry = crate::manifest::Entry {
+                                        size: outcome.bytes_written,
+                                        crc32c: outcome.crc32c,
+                                        kind: if passthrough[outcome.task.array] {
+                                            crate::manifest::ChunkHashes::Encoded
+                                        } else {
+                                            crate::manifest::ChunkHashes::Decoded
+                                        },
+                                        chunks: outcome.chunk_hashes.clone(),
+                                    };
+                                    return written.record(
+                                        &array.path,
+                                        &outcome.task.shard,
+                                        Some(&entry),
+                                    );
+                                }
+                                // An object we could not trust sits where no shard belongs.
+                                let index =
+                                    linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                                if let Some(key) =
+                                    resume.untrusted.get(&(outcome.task.array, index))
+                                {
+                                    destination.delete(key)?;
+                                }
+                                empty.record(&array.path, &outcome.task.shard, None)
+                            });
+                        if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
+                            slot.get_or_insert(e);
+                        }
+                    },
                 },
-            },
-        );
+            );
+            drop(stop);
+            result
+        });
         // Nothing is recorded before the options record has landed (a run without shards to write
         // never waited for it).
         if let Some(options) = &options_record {
             options.finish()?;
         }
+        // The checkpoint that the last records (and the metadata) need: every shard written
+        // reaches the disk first.
+        let checkpointed = destination.checkpoint();
         // The last records of this run, as record files still to write.
         let records: Vec<(String, bytes::Bytes)> = {
             let mut logs = log
@@ -452,6 +497,7 @@ impl Conversion {
                 .collect()
         };
         let log_error = log_error.into_inner().ok().flatten();
+        checkpointed?;
         // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
         if partition.is_all()
             && result.is_ok()
@@ -466,6 +512,7 @@ impl Conversion {
                 &self.cancel,
                 &records,
                 lease,
+                self.keep_manifest,
             )?;
             return Ok((Status::Ok, input.reference_reads()));
         }
@@ -549,6 +596,9 @@ impl Conversion {
             });
         }
         state::abort_recorded_uploads(&destination)?;
+        // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
+        // manifest's checksum) reach the disk before the metadata says the output is complete.
+        destination.checkpoint()?;
         finish(
             &destination,
             &plan,
@@ -556,6 +606,7 @@ impl Conversion {
             &self.cancel,
             &[],
             lease,
+            self.keep_manifest,
         )?;
         Ok(finalized)
     }
@@ -673,6 +724,9 @@ pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
 /// `records`, this run's last record files, alongside), then removes the state with the lease.
 /// On an object store that is three round trips for a single array (the documents with the records
 /// and a listing of the state folder; the removals; the claim), one more for a hierarchy's root.
+/// With `keep_manifest`, the manifest records (those stored and this run's last, in `records`) are
+/// first merged into the manifest that stays (a listing and a round of reads more): before the
+/// metadata, so that a finished conversion never lacks it.
 fn finish(
     destination: &Store,
     plan: &Plan,
@@ -680,7 +734,13 @@ fn finish(
     cancel: &Cancel,
     records: &[(String, bytes::Bytes)],
     lease: Lease,
+    keep_manifest: bool,
 ) -> Result<()> {
+    if keep_manifest {
+        let files = crate::manifest::read_records(destination, records)?;
+        let merged = crate::manifest::merge(&files);
+        destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
+    }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
     also.push(lease.stop());

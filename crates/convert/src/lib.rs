@@ -46,6 +46,7 @@ mod icechunk_output;
 mod input;
 mod lease;
 mod listing;
+mod manifest;
 mod memory;
 pub mod options;
 mod owned;
@@ -68,6 +69,7 @@ pub use icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersio
 pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
 pub use lease::DEFAULT_LEASE_STALE_AFTER;
 pub use listing::{list, ListedArray, Listing};
+pub use manifest::ManifestVerification;
 pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};
 pub use partition::Partition;
 pub use plan::{Layout, Layouts, LevelShapes, Plan, PlannedArray, PyramidLevel};

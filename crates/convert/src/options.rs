@@ -156,6 +156,9 @@ pub struct RunOptions {
     /// Replace what the destination holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overwrite: Option<bool>,
+    /// Keep the checksum manifest after the conversion finishes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_manifest: Option<bool>,
     /// Where the JSON report goes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<PathBuf>,
@@ -476,6 +479,7 @@ impl RunOptions {
             threads: or(&self.threads, &base.threads),
             memory_limit: or(&self.memory_limit, &base.memory_limit),
             overwrite: or(&self.overwrite, &base.overwrite),
+            keep_manifest: or(&self.keep_manifest, &base.keep_manifest),
             report: or(&self.report, &base.report),
             worker: or(&self.worker, &base.worker),
             workers: or(&self.workers, &base.workers),
@@ -557,6 +561,7 @@ impl Conversion {
         self.threads = run.threads.unwrap_or(default.threads);
         self.memory_limit = run.memory_limit.map(|s| s.0);
         self.overwrite = run.overwrite.unwrap_or(default.overwrite);
+        self.keep_manifest = run.keep_manifest.unwrap_or(default.keep_manifest);
         self.report_path.clone_from(&run.report);
         self.ome = options.ome.unwrap_or_default();
         self.store_options = options.storage.store_options();

@@ -6,9 +6,16 @@
 //!   bytes), and a rerun after a kill finds its own claim and resumes.
 //! - `options/<worker>.json`: the conversion each worker was started with (source and every output
 //!   `zarr.json`). A run with different options into the same destination is refused.
-//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size` per line;
+//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c`
+//!   per line (the crc32c of the object in 8 hex digits; records of earlier versions have none);
 //!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
 //!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches.
+//! - `manifest/<worker>-<run>-<seq>.txt`: the manifest of the shards of the `done` file of the same
+//!   name, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>kind:h,h,...` per line: besides the
+//!   object's crc32c, the crc32c of each inner chunk's decoded values (`kind` `d`), or of its stored
+//!   bytes for an array copied through (`e`), 8 hex digits each, `-` for an empty chunk (see
+//!   `manifest.rs`). With `--keep-manifest` the records are merged into `manifest.tsv` (same lines,
+//!   the latest record of each shard), which stays after the conversion finishes.
 //! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
 //!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
 //!
@@ -50,6 +57,9 @@ pub(crate) const OPTIONS_DIR: &str = ".zshard/options";
 pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
 pub(crate) const DONE_DIR: &str = ".zshard/done";
+pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
+pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
 pub(crate) const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
@@ -175,6 +185,7 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
         .map(|(key, found)| Ok((key, found?)))
         .collect::<Result<HashMap<_, _>>>()?;
     let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+    let listed: HashSet<&str> = state.iter().map(String::as_str).collect();
     let record_keys: Vec<String> = state
         .iter()
         .filter(|key| {
@@ -182,6 +193,7 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
                 || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR]
                     .iter()
                     .any(|dir| in_dir(key, dir))
+                || uncheckpointed(key, &listed)
         })
         .cloned()
         .collect();
@@ -200,6 +212,14 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
         shards,
         records,
     })
+}
+
+/// Whether `key` is a manifest record whose shards no checkpoint covers: its `done` record of the
+/// same name is not among the `listed` keys (a run stopped between the two, see [`ShardLog`]).
+fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
+    key.strip_prefix(MANIFEST_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| !listed.contains(join(DONE_DIR, name).as_str()))
 }
 
 /// Whether `key` lies below the folder `dir`.
@@ -679,6 +699,8 @@ pub(crate) fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -
     let mut keys: BTreeSet<String> = listed.into_iter().collect();
     keys.extend(also.iter().cloned());
     keys.remove(CLAIM);
+    // Written only with `--keep-manifest`, to stay (an `--overwrite` removes it).
+    keys.remove(MANIFEST);
     dst.delete_many(&keys.into_iter().collect::<Vec<_>>())?;
     dst.delete(CLAIM).map_err(Error::from)
 }
@@ -771,8 +793,15 @@ pub(crate) fn done_shards(
     // million shards at 20 ms), so there the listed size stands alone until the records carry
     // what the listing can compare for free (issue 34's manifest).
     let check_indexes = dst.location().is_local();
+    // Shards written since the last checkpoint of a run that stopped (their manifest records, but
+    // no `done` record): on local disk their bytes may not have reached the disk, so each one is
+    // read whole and trusted only when its crc32c is the manifest's. (On an object store such a
+    // shard is converted again, as any shard without a record: a GET per shard is what a resume
+    // must not cost there.)
+    let unchecked = uncheckpointed_entries(survey, plan);
     let mut first_global = 0u64;
     let mut checks = Vec::new();
+    let mut hash_checks = Vec::new();
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
@@ -783,10 +812,28 @@ pub(crate) fn done_shards(
             if check_indexes && recorded && partition.owns(first_global + index) {
                 checks.push((i, key.clone(), *size));
             }
+            if let Some(&crc) = unchecked.get(&(i, index, *size)) {
+                if check_indexes && !recorded && partition.owns(first_global + index) {
+                    hash_checks.push((key.clone(), crc));
+                }
+            }
         }
         first_global += array.geometry.shard_count();
     }
-    let intact = intact_indexes(dst, plan, &checks)?;
+    let mut intact = intact_indexes(dst, plan, &checks)?;
+    // A few at a time: shards can be large.
+    for batch in hash_checks.chunks(16) {
+        let keys: Vec<String> = batch.iter().map(|(key, _)| key.clone()).collect();
+        for ((key, crc), read) in batch.iter().zip(dst.get_many(&keys)) {
+            // Unreadable: not proven, so converted again.
+            if let Ok(Some(bytes)) = read {
+                if crc32c::crc32c(&bytes) == *crc {
+                    intact.insert(key.clone());
+                }
+            }
+        }
+    }
+    let rechecked: HashSet<&String> = hash_checks.iter().map(|(key, _)| key).collect();
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
@@ -795,10 +842,11 @@ pub(crate) fn done_shards(
             let recorded = written
                 .get(&(i, index))
                 .is_some_and(|sizes| sizes.contains(&Some(*size)));
-            let proven = recorded
+            let proven = (recorded
                 && (!check_indexes
                     || !partition.owns(first_global + index)
-                    || intact.contains(key));
+                    || intact.contains(key)))
+                || (rechecked.contains(key) && intact.contains(key));
             if proven {
                 resume.done[i].insert(index);
             } else {
@@ -863,6 +911,28 @@ fn intact_indexes(
         }
     }
     Ok(intact)
+}
+
+/// The manifest entries of the shards that no checkpoint covers (see [`uncheckpointed`]), as read
+/// by the survey: (array, C-order shard index, size) to the object's crc32c.
+fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, u64), u32> {
+    let files: Vec<(String, Bytes)> = survey
+        .records
+        .iter()
+        .filter(|(key, _)| in_dir(key, MANIFEST_DIR))
+        .map(|(key, bytes)| (key.clone(), bytes.clone()))
+        .collect();
+    let mut found = HashMap::new();
+    for ((path, coord), entry) in crate::manifest::merge(&files) {
+        let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+            continue;
+        };
+        let grid = plan.arrays[i].geometry.shard_grid();
+        if let Some(coord) = recorded_coord(&coord, &grid) {
+            found.insert((i, linear_index(&coord, &grid), entry.size), entry.crc32c);
+        }
+    }
+    found
 }
 
 /// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
@@ -1005,9 +1075,13 @@ fn remove_staged_leftovers(
 #[derive(Debug)]
 pub(crate) struct ShardLog {
     store: Store,
-    prefix: String,
+    /// `<dir>/<worker>-<run>`; the manifest's records go beside, under [`MANIFEST_DIR`].
+    name: String,
+    dir: &'static str,
     seq: u64,
     pending: String,
+    /// The manifest lines of the written shards in `pending`.
+    manifest: String,
     entries: usize,
     last_flush: Instant,
 }
@@ -1026,33 +1100,38 @@ impl ShardLog {
         Self::new(store, EMPTY_DIR, partition)
     }
 
-    fn new(store: Store, dir: &str, partition: Partition) -> Self {
+    fn new(store: Store, dir: &'static str, partition: Partition) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         ShardLog {
             store,
-            prefix: format!("{dir}/{}-{run}", partition.tag()),
+            name: format!("{}-{run}", partition.tag()),
+            dir,
             seq: 0,
             pending: String::new(),
+            manifest: String::new(),
             entries: 0,
             last_flush: Instant::now(),
         }
     }
 
-    /// Records a shard; `size` is the written object's size (`None` for an all-fill shard).
+    /// Records a shard; `written` is what was stored (`None` for an all-fill shard).
     pub(crate) fn record(
         &mut self,
         array_path: &str,
         shard: &[u64],
-        size: Option<u64>,
+        written: Option<&crate::manifest::Entry>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
+        let coord = coord.join(",");
         self.pending.push_str(array_path);
         self.pending.push('\t');
-        self.pending.push_str(&coord.join(","));
-        if let Some(size) = size {
-            self.pending.push_str(&format!("\t{size}"));
+        self.pending.push_str(&coord);
+        if let Some(entry) = written {
+            self.pending
+                .push_str(&format!("\t{}\t{:08x}", entry.size, entry.crc32c));
+            entry.write_line(array_path, &coord, &mut self.manifest);
         }
         self.pending.push('\n');
         self.entries += 1;
@@ -1062,25 +1141,42 @@ impl ShardLog {
         Ok(())
     }
 
-    /// Writes the records batched since the last flush.
+    /// Writes the records batched since the last flush: the manifest's first, then a checkpoint
+    /// (see [`Store::checkpoint`]: the shards they name were written without an fsync of their
+    /// own), then the `done` record, which so names only shards a checkpoint covers.
     pub(crate) fn flush(&mut self) -> Result<()> {
-        if let Some((key, bytes)) = self.take_batch() {
+        for (key, bytes) in self.take_batch() {
+            if in_dir(&key, DONE_DIR) {
+                self.store.checkpoint()?;
+            }
             self.store.put(&key, bytes)?;
         }
         Ok(())
     }
 
-    /// The records batched since the last flush, as the record file to write (its key and bytes),
-    /// for a caller that writes it side by side with other objects; `None` when there are none.
-    pub(crate) fn take_batch(&mut self) -> Option<(String, Bytes)> {
+    /// The records batched since the last flush, as the record files to write (key and bytes: the
+    /// manifest's, when shards were written, then the record file), for a caller that writes them
+    /// side by side with other objects; empty when there are none.
+    pub(crate) fn take_batch(&mut self) -> Vec<(String, Bytes)> {
         self.last_flush = Instant::now();
         if self.entries == 0 {
-            return None;
+            return Vec::new();
         }
-        let key = format!("{}-{:06}.txt", self.prefix, self.seq);
+        let file = format!("{}-{:06}.txt", self.name, self.seq);
         self.seq += 1;
         self.entries = 0;
-        Some((key, Bytes::from(std::mem::take(&mut self.pending))))
+        let mut batch = Vec::new();
+        if !self.manifest.is_empty() {
+            batch.push((
+                join(MANIFEST_DIR, &file),
+                Bytes::from(std::mem::take(&mut self.manifest)),
+            ));
+        }
+        batch.push((
+            join(self.dir, &file),
+            Bytes::from(std::mem::take(&mut self.pending)),
+        ));
+        batch
     }
 }
 

@@ -382,6 +382,12 @@ fn parse_record(
         Some(size) => Some(size.parse::<u64>().ok()?),
         None => None,
     };
+    // A written shard's record carries the object's crc32c after its size (earlier versions' do not).
+    if with_size {
+        if let Some(crc) = fields.next() {
+            u32::from_str_radix(crc, 16).ok()?;
+        }
+    }
     if fields.next().is_some() || size.is_some() != with_size {
         return None;
     }

@@ -36,7 +36,7 @@ pub struct Mismatches {
 }
 
 impl Mismatches {
-    fn push(&mut self, message: String) {
+    pub(crate) fn push(&mut self, message: String) {
         self.count += 1;
         if self.first.len() < KEPT {
             self.first.push(message);
@@ -45,15 +45,15 @@ impl Mismatches {
 }
 
 /// The layout of one sharded output array, read from its `zarr.json`.
-struct OutputArray {
+pub(crate) struct OutputArray {
     meta: ArrayMeta,
-    inner_shape: Vec<u64>,
-    inner_chain: CodecChain,
-    index_location: IndexLocation,
-    index_encoding: IndexEncoding,
+    pub(crate) inner_shape: Vec<u64>,
+    pub(crate) inner_chain: CodecChain,
+    pub(crate) index_location: IndexLocation,
+    pub(crate) index_encoding: IndexEncoding,
 }
 
-fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
+pub(crate) fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
     let config = match (meta.codecs.len(), meta.sharding()) {
         (1, Some(config)) => config?,
         _ => {
@@ -149,7 +149,11 @@ impl ShardSink for VerifySink {
         self.store.url(&self.keys.key(shard))
     }
 
-    fn write_shard(&self, shard: &[u64], expected: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+    fn write_shard(
+        &self,
+        shard: &[u64],
+        expected: &[Option<Bytes>],
+    ) -> zshard_core::Result<zshard_core::Stored> {
         let key = self.keys.key(shard);
         let object = self.store.get(&key).map_err(|e| zshard_core::Error::Read {
             key: self.store.url(&key),
@@ -162,7 +166,7 @@ impl ShardSink for VerifySink {
                     self.shard_key(shard)
                 ));
             }
-            return Ok(0);
+            return Ok(zshard_core::Stored::NOTHING);
         };
         let reader = match ShardReader::new(
             &object,
@@ -173,13 +177,13 @@ impl ShardSink for VerifySink {
             Ok(r) => r,
             Err(e) => {
                 self.mismatch(format!("{}: {e}", self.shard_key(shard)));
-                return Ok(0);
+                return Ok(zshard_core::Stored::NOTHING);
             }
         };
         for (i, exp) in expected.iter().enumerate() {
             self.compare(shard, i, reader.chunk(i), exp.as_ref());
         }
-        Ok(0)
+        Ok(zshard_core::Stored::NOTHING)
     }
 }
 
@@ -394,6 +398,10 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
                 ));
                 links.push(link);
             }
+            continue;
+        }
+        if key == crate::state::MANIFEST {
+            // Kept by `--keep-manifest`.
             continue;
         }
         if key == ".zshard" || key.starts_with(".zshard/") {

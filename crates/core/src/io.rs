@@ -18,6 +18,35 @@ pub trait ChunkReader: Send + Sync + Debug {
     fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>>;
 }
 
+/// What a [`ShardSink`] stored for one shard: the object's size and the crc32c (Castagnoli) of its
+/// bytes, as a manifest records them. Both are 0 when nothing was stored (a shard of only empty
+/// inner chunks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Stored {
+    /// Bytes stored, index included.
+    pub bytes: u64,
+    /// The crc32c of the stored object's bytes, in order.
+    pub crc32c: u32,
+}
+
+impl Stored {
+    /// Nothing stored.
+    pub const NOTHING: Stored = Stored {
+        bytes: 0,
+        crc32c: 0,
+    };
+
+    /// The object made of `parts`, in order.
+    pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Stored {
+        let mut stored = Stored::NOTHING;
+        for part in parts {
+            stored.crc32c = crc32c::crc32c_append(stored.crc32c, part);
+            stored.bytes += part.len() as u64;
+        }
+        stored
+    }
+}
+
 /// A destination for the shards of one array.
 pub trait ShardSink: Send + Sync + Debug {
     /// The key of a shard, for messages.
@@ -25,8 +54,8 @@ pub trait ShardSink: Send + Sync + Debug {
 
     /// Stores a shard from its encoded inner chunks (C order, `None` = empty). The shard must become
     /// visible under its key only once complete. Called for every shard, also when every inner chunk
-    /// is empty (a writer then stores nothing). Returns the number of bytes written.
-    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> Result<u64>;
+    /// is empty (a writer then stores nothing). Returns what was stored.
+    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> Result<Stored>;
 
     /// Starts a shard of `chunks` inner chunks that arrives in parts (consecutive runs of its C-order
     /// inner chunks, in order), for shards too big to hold at once. Dropping the stream before
@@ -47,8 +76,8 @@ pub trait ShardStream: Send {
     fn append(&mut self, inner: &[Option<Bytes>]) -> Result<()>;
 
     /// Completes the shard (it becomes visible under its key; a shard of only empty chunks is not
-    /// stored, as with `write_shard`). Returns the number of bytes written.
-    fn finish(self: Box<Self>) -> Result<u64>;
+    /// stored, as with `write_shard`). Returns what was stored.
+    fn finish(self: Box<Self>) -> Result<Stored>;
 }
 
 /// The default [`ShardStream`]: keeps every part and writes the shard whole.
@@ -64,7 +93,7 @@ impl<S: ShardSink + ?Sized> ShardStream for CollectedShard<'_, S> {
         Ok(())
     }
 
-    fn finish(self: Box<Self>) -> Result<u64> {
+    fn finish(self: Box<Self>) -> Result<Stored> {
         self.sink.write_shard(&self.shard, &self.inner)
     }
 }

@@ -46,7 +46,7 @@ pub use geometry::{
     MAX_BUFFER_BYTES,
 };
 pub use grid::RectilinearGrid;
-pub use io::{ChunkReader, ShardSink, ShardStream};
+pub use io::{ChunkReader, ShardSink, ShardStream, Stored};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use setting::{Setting, Spelling};
 pub use shard_index::{

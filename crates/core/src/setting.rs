@@ -85,6 +85,8 @@ pub enum Setting {
     MemoryLimit,
     /// Replacing what the destination holds.
     Overwrite,
+    /// Keeping the checksum manifest after the conversion finishes.
+    KeepManifest,
     /// Where the JSON report goes.
     Report,
     /// This worker's share of the shards.
@@ -155,6 +157,7 @@ impl Setting {
         Setting::Threads,
         Setting::MemoryLimit,
         Setting::Overwrite,
+        Setting::KeepManifest,
         Setting::Report,
         Setting::Worker,
         Setting::Workers,
@@ -199,6 +202,7 @@ impl Setting {
             Setting::Threads => "threads",
             Setting::MemoryLimit => "memory_limit",
             Setting::Overwrite => "overwrite",
+            Setting::KeepManifest => "keep_manifest",
             Setting::Report => "report",
             Setting::Worker => "worker",
             Setting::Workers => "workers",
@@ -223,7 +227,9 @@ impl Setting {
             S3Endpoint | S3Region | S3PathStyle | Anonymous | Retries | RetryTimeout
             | MaxRequests | PartSize | IoThreads => Group::Storage,
             OutputFormat | Branch | Message | IcechunkSpec => Group::Output,
-            Threads | MemoryLimit | Overwrite | Report | Worker | Workers => Group::Run,
+            Threads | MemoryLimit | Overwrite | KeepManifest | Report | Worker | Workers => {
+                Group::Run
+            }
             Sample => Group::Verify,
         }
     }
@@ -250,7 +256,8 @@ impl Setting {
             Setting::StrictRefs
             | Setting::S3PathStyle
             | Setting::Anonymous
-            | Setting::Overwrite => format!("{}=True", self.key()).into(),
+            | Setting::Overwrite
+            | Setting::KeepManifest => format!("{}=True", self.key()).into(),
             other => format!("{}=", other.key()).into(),
         }
     }

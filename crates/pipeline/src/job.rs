@@ -177,6 +177,12 @@ pub struct ShardOutcome {
     pub bytes_written: u64,
     /// False when every inner chunk held only the fill value, so nothing was written.
     pub written: bool,
+    /// The crc32c of the stored object (0 when nothing was written), as the sink computed it.
+    pub crc32c: u32,
+    /// Per inner chunk (C order), the crc32c of its decoded values as the writer got them, or of
+    /// its stored bytes when the array is copied through ([`ArrayLayout::passthrough`]); `None`
+    /// for an empty chunk (only the fill value, or outside the array).
+    pub chunk_hashes: Vec<Option<u32>>,
 }
 
 /// One part of a shard, written: a shard that fits [`Options::part_bytes`] is one part, a bigger one

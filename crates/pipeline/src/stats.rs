@@ -70,6 +70,8 @@ mod tests {
             chunks_missing: n,
             bytes_written: if written { 1000 * n } else { 0 },
             written,
+            crc32c: 0,
+            chunk_hashes: Vec::new(),
         }
     }
 

@@ -66,13 +66,19 @@ impl ShardSink for MemorySink {
         format!("out/{shard:?}")
     }
 
-    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+    fn write_shard(
+        &self,
+        shard: &[u64],
+        inner: &[Option<Bytes>],
+    ) -> zshard_core::Result<zshard_core::Stored> {
         let mut shards = self
             .shards
             .lock()
             .map_err(|_| CoreError::codec("sink", "poisoned"))?;
         shards.insert(shard.to_vec(), inner.to_vec());
-        Ok(inner.iter().flatten().map(|b| b.len() as u64).sum())
+        Ok(zshard_core::Stored::of_parts(
+            inner.iter().flatten().map(|b| &b[..]),
+        ))
     }
 }
 

@@ -55,7 +55,8 @@ fn kind(setting: Setting) -> Option<Kind> {
         ShardShape | ChunkShape => Kind::Shape,
         Compressor => Kind::Compressor,
         IndexLocation => Kind::Choice(&["start", "end"]),
-        Passthrough | Consolidate | StrictRefs | S3PathStyle | Anonymous | Overwrite => Kind::Flag,
+        Passthrough | Consolidate | StrictRefs | S3PathStyle | Anonymous | Overwrite
+        | KeepManifest => Kind::Flag,
         LevelShapes => Kind::LevelShapes,
         Ome => Kind::Choice(&["upgrade", "keep"]),
         SourceFormat => Kind::Choice(&[

@@ -56,6 +56,8 @@ pub struct Store {
     /// Objects read ahead side by side (see [`Store::read_ahead`]), by their path in `inner`;
     /// shared by the store's clones and children.
     read_ahead: Arc<Mutex<HashMap<String, Option<Bytes>>>>,
+    /// Local writes skip the fsync before their rename (see [`Store::deferring_sync`]).
+    pub(crate) deferred_sync: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -117,6 +119,7 @@ impl Store {
             runtime,
             zip: false,
             read_ahead: Default::default(),
+            deferred_sync: false,
         })
     }
 
@@ -168,6 +171,7 @@ impl Store {
             runtime: runtime.clone(),
             zip: true,
             read_ahead: Default::default(),
+            deferred_sync: false,
         }))
     }
 
@@ -193,6 +197,7 @@ impl Store {
                     records: None,
                     zip: false,
                     read_ahead: Default::default(),
+                    deferred_sync: false,
                 })
             }
             _ => Self::open_location(&parsed, runtime, false),
@@ -267,6 +272,46 @@ impl Store {
             location: self.location.join(subpath),
             ..self.clone()
         }
+    }
+
+    /// This store with local writes that skip their own fsync before the rename that publishes
+    /// them (group commit): a crash of the process leaves every published key complete, as before,
+    /// but after a power loss or node crash a key published since the last [`Store::checkpoint`]
+    /// can be empty or short, so the caller must record which keys a checkpoint covers and check
+    /// the others before trusting them. Object stores (and zip members) are returned unchanged:
+    /// what they publish is durable.
+    pub fn deferring_sync(&self) -> Result<Store> {
+        let Some(folder) = self.opened_folder.as_deref().filter(|_| !self.zip) else {
+            return Ok(self.clone());
+        };
+        let fs = LocalFileSystem::new_with_prefix(folder)
+            .map(|fs| fs.with_fsync(false).with_automatic_cleanup(true))
+            .map_err(|source| Error::Request {
+                operation: "open",
+                location: self.location.to_string(),
+                source: Box::new(source),
+            })?;
+        Ok(Store {
+            inner: Arc::new(fs),
+            deferred_sync: true,
+            ..self.clone()
+        })
+    }
+
+    /// Makes every local write published so far durable, with one `syncfs` of the filesystem
+    /// holding this store's folder (a checkpoint: one call instead of an fsync per key written
+    /// through [`Store::deferring_sync`]). Nothing to do for object stores.
+    pub fn checkpoint(&self) -> Result<()> {
+        let Some(folder) = self.opened_folder.as_deref().filter(|_| !self.zip) else {
+            return Ok(());
+        };
+        let synced =
+            File::open(folder).and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into));
+        synced.map_err(|source| Error::Io {
+            operation: "cannot sync",
+            location: folder.display().to_string(),
+            source,
+        })
     }
 
     /// Limits how many requests one batch keeps in flight.
@@ -1397,6 +1442,7 @@ mod split_listing_tests {
             runtime,
             zip: false,
             read_ahead: Default::default(),
+            deferred_sync: false,
         }
     }
 

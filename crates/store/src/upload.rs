@@ -183,8 +183,11 @@ impl Upload {
                     if self.reserved > 0 {
                         file.write_all_at(head, 0)?;
                     }
-                    // As the local store does for every put: after a crash the key is complete or absent.
-                    file.sync_all()?;
+                    // As the local store does for every put: after a crash the key is complete or
+                    // absent (unless syncing is deferred to a checkpoint, see `deferring_sync`).
+                    if !self.store.deferred_sync {
+                        file.sync_all()?;
+                    }
                     std::fs::rename(&staging, &dest)
                 })();
                 if let Err(e) = published {

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use zshard_core::{
     shard_index_for, ChunkKeyEncoding, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,
-    ShardSink, ShardStream,
+    ShardSink, ShardStream, Stored,
 };
 use zshard_store::{Store, Upload};
 
@@ -35,10 +35,10 @@ impl ShardSink for ShardWriter {
         self.store.url(&self.keys.key(shard))
     }
 
-    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<u64> {
+    fn write_shard(&self, shard: &[u64], inner: &[Option<Bytes>]) -> zshard_core::Result<Stored> {
         // A shard of nothing but the fill value is not stored: readers take a missing shard as fill.
         if inner.iter().all(Option::is_none) {
-            return Ok(0);
+            return Ok(Stored::NOTHING);
         }
         // The shard goes out as its pieces: copying them into one buffer would double its memory.
         let index = Bytes::from(shard_index_for(
@@ -54,14 +54,14 @@ impl ShardSink for ShardWriter {
         if self.index_location == IndexLocation::End {
             parts.push(index);
         }
-        let len = parts.iter().map(|p| p.len() as u64).sum();
+        let stored = Stored::of_parts(parts.iter().map(|p| &p[..]));
         self.store
             .put_parts(&self.keys.key(shard), parts)
             .map_err(|e| zshard_core::Error::Write {
                 key: self.shard_key(shard),
                 source: Box::new(e),
             })?;
-        Ok(len)
+        Ok(stored)
     }
 
     fn begin_shard(
@@ -75,6 +75,7 @@ impl ShardSink for ShardWriter {
             entries: Vec::with_capacity(chunks),
             chunks,
             upload: None,
+            crc32c: 0,
         }))
     }
 }
@@ -89,6 +90,9 @@ struct StreamedShard<'a> {
     chunks: usize,
     /// Opened at the first stored chunk: a shard of only empty chunks is never written.
     upload: Option<Upload>,
+    /// The crc32c of the chunks appended so far (the manifest's checksum of the object, once the
+    /// index is put in its place).
+    crc32c: u32,
 }
 
 impl StreamedShard<'_> {
@@ -148,12 +152,15 @@ impl ShardStream for StreamedShard<'_> {
             }));
         }
         let appended = upload.append_all(&pieces);
+        for piece in &pieces {
+            self.crc32c = crc32c::crc32c_append(self.crc32c, piece);
+        }
         appended.map_err(|e| self.error(e))
     }
 
-    fn finish(mut self: Box<Self>) -> zshard_core::Result<u64> {
+    fn finish(mut self: Box<Self>) -> zshard_core::Result<Stored> {
         let Some(upload) = self.upload.take() else {
-            return Ok(0);
+            return Ok(Stored::NOTHING);
         };
         if self.entries.len() != self.chunks {
             return Err(zshard_core::Error::Write {
@@ -168,9 +175,18 @@ impl ShardStream for StreamedShard<'_> {
         }
         let entries = std::mem::take(&mut self.entries);
         let index = ShardIndex::new(entries).encode(IndexEncoding::default());
-        upload
+        let crc32c = match self.writer.index_location {
+            IndexLocation::End => crc32c::crc32c_append(self.crc32c, &index),
+            IndexLocation::Start => crc32c::crc32c_combine(
+                crc32c::crc32c(&index),
+                self.crc32c,
+                usize::try_from(upload.appended()).unwrap_or(usize::MAX),
+            ),
+        };
+        let bytes = upload
             .finish(&Bytes::from(index))
-            .map_err(|e| self.error(e))
+            .map_err(|e| self.error(e))?;
+        Ok(Stored { bytes, crc32c })
     }
 }
 
@@ -247,6 +263,15 @@ mod tests {
                 stream.append(part).expect("test");
             }
             assert_eq!(stream.finish().expect("test"), whole);
+            assert_eq!(
+                whole.crc32c,
+                crc32c::crc32c(
+                    &store
+                        .get(&format!("{}/c/0/0", location.as_str()))
+                        .expect("test")
+                        .expect("test")
+                )
+            );
             let a = store
                 .get(&format!("{}/c/0/0", location.as_str()))
                 .expect("test");
@@ -272,7 +297,7 @@ mod tests {
         let mut empty = writer.begin_shard(&[1], 4).expect("test");
         empty.append(&[None, None]).expect("test");
         empty.append(&[None, None]).expect("test");
-        assert_eq!(empty.finish().expect("test"), 0);
+        assert_eq!(empty.finish().expect("test"), Stored::NOTHING);
         let mut abandoned = writer.begin_shard(&[2], 4).expect("test");
         abandoned.append(&chunks()[..2]).expect("test");
         drop(abandoned);

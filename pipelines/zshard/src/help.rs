@@ -32,7 +32,10 @@ Examples:
   zshard verify era5.zarr era5-sharded.zarr
 
   # A deterministic 1% sample of the shards of an output on S3:
-  zshard verify s3://raw/era5.zarr s3://analysis/era5-sharded.zarr --sample 0.01";
+  zshard verify s3://raw/era5.zarr s3://analysis/era5-sharded.zarr --sample 0.01
+
+  # Without the source: against the checksum manifest `convert --keep-manifest` kept:
+  zshard verify --manifest s3://analysis/era5-sharded.zarr";
 
 /// `zshard run --help`.
 pub const RUN: &str = "\

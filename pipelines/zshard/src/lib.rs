@@ -91,6 +91,10 @@ enum Command {
         /// and one from a run with the same options is resumed).
         #[arg(long)]
         overwrite: bool,
+        /// Keep the checksum manifest of every shard written (DST/.zshard/manifest.tsv) after the
+        /// conversion finishes, for `zshard verify --manifest DST`.
+        #[arg(long)]
+        keep_manifest: bool,
         /// Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; default: half of the machine's memory, or
         /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
         /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
@@ -128,6 +132,10 @@ enum Command {
     Finalize {
         #[command(flatten)]
         layout: LayoutArgs,
+        /// Keep the checksum manifest of every shard written (DST/.zshard/manifest.tsv), merged
+        /// from the workers' records, for `zshard verify --manifest DST`.
+        #[arg(long)]
+        keep_manifest: bool,
         /// No summary.
         #[arg(long, short)]
         quiet: bool,
@@ -136,7 +144,8 @@ enum Command {
     /// non-zero on any mismatch, listing them per chunk.
     #[command(after_help = help::VERIFY)]
     Verify {
-        /// The source that was converted, or a job file (JOB.toml) alone: each of its conversions.
+        /// The source that was converted, or a job file (JOB.toml) alone: each of its conversions;
+        /// with --manifest, the output alone.
         src: String,
         /// The sharded Zarr v3 output.
         dst: Option<String>,
@@ -147,6 +156,11 @@ enum Command {
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
         #[arg(long, value_name = "FRACTION")]
         sample: Option<f64>,
+        /// Check the output DST (given alone) against the checksum manifest its conversion kept
+        /// (--keep-manifest), without the source: every shard's size and crc32c, and objects at
+        /// chunk keys the manifest does not name.
+        #[arg(long)]
+        manifest: bool,
         /// Worker threads per CPU stage (default: the number of cores).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
@@ -340,10 +354,17 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 "DST is missing: give SRC DST (a job file runs with `zshard run JOB.toml`)"
             )
         }
-        Command::Finalize { layout, quiet } => {
+        Command::Finalize {
+            layout,
+            keep_manifest,
+            quiet,
+        } => {
             let job = layout.dst.is_none().then_some(layout.src.as_str());
             spell_for(job);
-            for options in conversions(&layout)? {
+            for mut options in conversions(&layout)? {
+                if keep_manifest {
+                    options.run.keep_manifest = Some(true);
+                }
                 let (conversion, configured) = conversion(&options);
                 signals::cancel_on_signals(conversion.cancel.clone())?;
                 let (source, destination) = (&conversion.source, &conversion.destination);
@@ -372,6 +393,21 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 plans.push(in_job(job, source, destination, plan)?);
             }
             print::plans(&plans, json)
+        }
+        Command::Verify {
+            src,
+            storage,
+            manifest: true,
+            quiet,
+            ..
+        } => {
+            signals::exit_on_signals()?;
+            let storage = lower::storage(&storage);
+            let mut verification = zshard_convert::ManifestVerification::new(&src);
+            verification.store_options = storage.store_options();
+            verification.io_threads = storage.io_threads;
+            let verified = verification.run()?;
+            print::verified_manifest(&verified, quiet)
         }
         Command::Verify {
             src,
@@ -450,24 +486,19 @@ fn command() -> clap::Command {
 
 /// The conversion `zshard convert` runs. Options that do not parse or hold are a failed run too:
 /// the report (if one is asked for) says so.
+/// `run` holds the run's flags but the worker's, which come from `workers`.
 fn convert_conversion(
     layout: &LayoutArgs,
     dst: &str,
-    threads: Option<usize>,
     workers: &WorkerArgs,
-    overwrite: bool,
-    memory_limit: Option<u64>,
-    report: Option<PathBuf>,
+    run: RunOptions,
 ) -> zshard_convert::Result<Conversion> {
     let mut first = First::default();
     let mut options = lower::conversion(layout, dst, &mut first);
     options.run = RunOptions {
-        threads,
-        memory_limit: memory_limit.map(Size),
-        overwrite: overwrite.then_some(true),
-        report,
         worker: first.take(lower::worker(workers)).flatten(),
         workers: workers.workers,
+        ..run
     };
     let (conversion, configured) = conversion(&options);
     if let Err(e) = first.result().and(configured) {
@@ -592,21 +623,22 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             threads,
             workers,
             overwrite,
+            keep_manifest,
             memory_limit,
             report,
             quiet,
         } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-            let conversion = convert_conversion(
-                &layout,
-                dst,
+            let run = RunOptions {
                 threads,
-                &workers,
-                overwrite,
-                memory_limit,
+                memory_limit: memory_limit.map(Size),
+                overwrite: overwrite.then_some(true),
+                keep_manifest: keep_manifest.then_some(true),
                 report,
-            )
-            .map_err(RequestError::Options)?;
+                ..RunOptions::default()
+            };
+            let conversion =
+                convert_conversion(&layout, dst, &workers, run).map_err(RequestError::Options)?;
             request(Request::Convert(Box::new(conversion)), quiet, false)
         }
         Command::Plan {
@@ -623,11 +655,28 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             let conversion = one_conversion(&layout, run)?;
             request(Request::Plan(Box::new(conversion)), false, json)
         }
-        Command::Finalize { layout, quiet } if layout.dst.is_some() => request(
-            Request::Finalize(Box::new(one_conversion(&layout, RunOptions::default())?)),
+        Command::Finalize {
+            layout,
+            keep_manifest,
             quiet,
-            false,
-        ),
+        } if layout.dst.is_some() => {
+            let run = RunOptions {
+                keep_manifest: keep_manifest.then_some(true),
+                ..RunOptions::default()
+            };
+            request(
+                Request::Finalize(Box::new(one_conversion(&layout, run)?)),
+                quiet,
+                false,
+            )
+        }
+        Command::Verify {
+            manifest: true,
+            dst: Some(_),
+            ..
+        } => Err(RequestError::Usage(
+            "verify --manifest takes the output DST alone (the source is not read)".into(),
+        )),
         Command::Verify {
             src,
             dst: Some(dst),
@@ -637,6 +686,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             threads,
             ome,
             quiet,
+            manifest: false,
         } => {
             let mut first = First::default();
             let mut options = lower::verification(&src, &dst, &source, &storage, &mut first);

@@ -422,6 +422,7 @@ mod tests {
             Setting::Threads,
             Setting::MemoryLimit,
             Setting::Overwrite,
+            Setting::KeepManifest,
             Setting::Report,
             Setting::Worker,
             Setting::Workers,

@@ -138,6 +138,25 @@ fn committed(p: &zshard_convert::Published) {
 
 /// `zshard verify`: the mismatches, or one line saying that everything matches.
 pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Result<()> {
+    verified_as(
+        source,
+        verified,
+        quiet,
+        "every element equals the source, every index is valid",
+    )
+}
+
+/// `zshard verify --manifest`: what was found, as [`verified`] prints it.
+pub fn verified_manifest(verified: &Verified, quiet: bool) -> anyhow::Result<()> {
+    verified_as(
+        "",
+        verified,
+        quiet,
+        "every shard has the size and crc32c its manifest records, and no object stands where the manifest names none",
+    )
+}
+
+fn verified_as(source: &str, verified: &Verified, quiet: bool, ok: &str) -> anyhow::Result<()> {
     reference_reads(source, verified.reference_reads.as_ref());
     for s in &verified.skipped_arrays {
         eprintln!(
@@ -168,7 +187,7 @@ pub fn verified(source: &str, verified: &Verified, quiet: bool) -> anyhow::Resul
     }
     if !quiet {
         eprintln!(
-            "zshard: verified {} shard(s) in {} array(s) of {}: every element equals the source, every index is valid",
+            "zshard: verified {} shard(s) in {} array(s) of {}: {ok}",
             verified.shards_checked, verified.arrays, verified.destination
         );
     }

@@ -29,13 +29,21 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
         .map(|(i, raw)| match raw {
             _ if cancel.is_cancelled() => Err(Error::Cancelled),
             None => Ok(None),
-            Some(raw) if job.layout.passthrough => Ok(Some(Bytes::from(raw))),
+            Some(raw) if job.layout.passthrough => {
+                let hash = crc32c::crc32c(&raw);
+                Ok(Some((Bytes::from(raw), hash)))
+            }
             Some(raw) => resolve(raw)
-                .and_then(|raw| match &job.inner_chain {
-                    None => Ok(raw),
-                    Some(chain) => chain.encode(raw, &job.layout.inner_repr),
+                .and_then(|raw| {
+                    // The decoded values' hash, for the manifest.
+                    let hash = crc32c::crc32c(&raw);
+                    match &job.inner_chain {
+                        None => Ok(raw),
+                        Some(chain) => chain.encode(raw, &job.layout.inner_repr),
+                    }
+                    .map(|b| (b, hash))
                 })
-                .map(|b| Some(Bytes::from(b)))
+                .map(|(b, hash)| Some((Bytes::from(b), hash)))
                 .map_err(|source| Error::Encode {
                     array: job.name.clone(),
                     key: job.sink.shard_key(shard),
@@ -44,9 +52,17 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
+    let (inner, hashes) = inner
+        .into_iter()
+        .map(|chunk| match chunk {
+            Some((bytes, hash)) => (Some(bytes), Some(hash)),
+            None => (None, None),
+        })
+        .unzip();
     Ok(Encoded {
         part: assembled.part,
         inner,
+        hashes,
         read: assembled.read,
     })
 }

@@ -85,5 +85,8 @@ pub(super) struct Assembled {
 pub(super) struct Encoded {
     pub(super) part: ShardPart,
     pub(super) inner: Vec<Option<Bytes>>,
+    /// Per inner chunk, the crc32c of its decoded values (of its stored bytes when the array is
+    /// copied through, see [`ShardOutcome::chunk_hashes`](crate::ShardOutcome)); `None` = empty.
+    pub(super) hashes: Vec<Option<u32>>,
     pub(super) read: ReadCounts,
 }

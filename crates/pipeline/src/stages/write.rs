@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
-use zshard_core::ShardStream;
+use zshard_core::{ShardStream, Stored};
 
 use super::in_order::InOrder;
 use super::message::{Encoded, Msg, ReadCounts, ShardKey};
@@ -28,6 +28,7 @@ struct OpenShard<'a> {
     read: ReadCounts,
     written: bool,
     failed: bool,
+    hashes: Vec<Option<u32>>,
 }
 
 impl<'a> Writer<'a> {
@@ -84,18 +85,19 @@ impl<'a> Writer<'a> {
         }
         let stream = shard.stream.take();
         let (read, written) = (shard.read, shard.written);
+        let hashes = std::mem::take(&mut shard.hashes);
         drop(shard);
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
-        let bytes_written = match stream {
+        let stored = match stream {
             Some(stream) => stream
                 .finish()
                 .map_err(|source| write_error(job, &task.shard, source))?,
-            None => 0,
+            None => Stored::NOTHING,
         };
-        Ok(Some(outcome(task, read, bytes_written, written)))
+        Ok(Some(outcome(task, read, stored, written, hashes)))
     }
 }
 
@@ -105,7 +107,7 @@ fn write(ctx: &RunContext<'_>, job: &ArrayJob, encoded: Encoded) -> Result<Shard
     // writer skips them) is its policy.
     let written = encoded.inner.iter().any(Option::is_some);
     let shard = &encoded.part.task.shard;
-    let bytes_written = job
+    let stored = job
         .sink
         .write_shard(shard, &encoded.inner)
         .map_err(|source| write_error(job, shard, source))?;
@@ -113,19 +115,28 @@ fn write(ctx: &RunContext<'_>, job: &ArrayJob, encoded: Encoded) -> Result<Shard
     Ok(outcome(
         encoded.part.task,
         encoded.read,
-        bytes_written,
+        stored,
         written,
+        encoded.hashes,
     ))
 }
 
-fn outcome(task: ShardTask, read: ReadCounts, bytes_written: u64, written: bool) -> ShardOutcome {
+fn outcome(
+    task: ShardTask,
+    read: ReadCounts,
+    stored: Stored,
+    written: bool,
+    chunk_hashes: Vec<Option<u32>>,
+) -> ShardOutcome {
     ShardOutcome {
         task,
         bytes_read: read.bytes,
         chunks_read: read.chunks,
         chunks_missing: read.missing,
-        bytes_written,
+        bytes_written: stored.bytes,
         written,
+        crc32c: stored.crc32c,
+        chunk_hashes,
     }
 }
 
@@ -159,6 +170,7 @@ fn append_ready<'a>(
                 .map_err(|source| write_error(job, &task.shard, source))?;
         }
         ctx.part_done(&part.part, &part.inner, part.read);
+        shard.hashes.extend_from_slice(&part.hashes);
         shard.read += part.read;
         shard.written |= part.inner.iter().any(Option::is_some);
     }

@@ -56,6 +56,7 @@ def convert(
     memory_limit: Size | None = None,
     worker: Worker | None = None,
     workers: int | None = None,
+    keep_manifest: bool | None = None,
     overwrite: bool | None = None,
     report: Location | None = None,
     s3_endpoint: str | None = None,
@@ -174,6 +175,10 @@ def convert(
         shard.
     workers : int, optional
         Number of workers when the index comes from ``JOB_COMPLETION_INDEX``.
+    keep_manifest : bool, optional
+        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
+        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
+        the output without reading the source. By default it is removed with the rest of the state.
     overwrite : bool, optional
         Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and
         one from a run with the same options is resumed).
@@ -251,6 +256,7 @@ def convert(
             "memory_limit": memory_limit,
             "worker": worker,
             "workers": workers,
+            "keep_manifest": keep_manifest,
             "overwrite": overwrite,
             "report": report,
             "s3_endpoint": s3_endpoint,
@@ -506,6 +512,7 @@ def finalize(
     branch: str | None = None,
     message: str | None = None,
     icechunk_spec: IcechunkSpec | None = None,
+    keep_manifest: bool | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -606,6 +613,10 @@ def finalize(
         Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
+    keep_manifest : bool, optional
+        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
+        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
+        the output without reading the source. By default it is removed with the rest of the state.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -670,6 +681,7 @@ def finalize(
             "branch": branch,
             "message": message,
             "icechunk_spec": icechunk_spec,
+            "keep_manifest": keep_manifest,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
