@@ -42,6 +42,9 @@ step() {
   step_started=$SECONDS
 }
 
+step "links of README.md and docs/ (tests/docs/check_links.py)"
+python3 tests/docs/check_links.py
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

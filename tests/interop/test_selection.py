@@ -75,7 +75,7 @@ def test_include_exclude_keeps_a_valid_hierarchy(zshard_bin, tmp_path):
         node = root[group] if group else root
         assert dict(node.attrs) == GROUP_ATTRS[group], group
     for name in kept_arrays:
-        # The source's attributes, and the `_FillValue` xarray masks a v2 array by (README: xarray).
+        # The source's attributes, and the `_FillValue` xarray masks a v2 array by (docs/formats.md: xarray).
         assert dict(root[name].attrs) == {"name": name, "_FillValue": 0}
         np.testing.assert_array_equal(root[name][...], values[name], err_msg=name)
         assert_readback(dst / name, values[name])

@@ -165,7 +165,7 @@ pub struct SourceArgs {
 }
 
 /// The `--help` heading of the storage flags: where everything else comes from.
-const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see the README's cloud section)";
+const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see docs/cloud.md)";
 
 /// Options about reaching storage (both the source and the destination).
 ///
