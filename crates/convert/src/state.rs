@@ -202,6 +202,12 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
     })
 }
 
+/// Whether the destination holds the recorded options of a conversion (one running, interrupted,
+/// or a partitioned one waiting for `finalize`): one listing.
+pub(crate) fn holds_a_run(dst: &Store) -> Result<bool> {
+    Ok(!dst.list_keys(OPTIONS_DIR)?.is_empty())
+}
+
 /// Whether `key` lies below the folder `dir`.
 pub(crate) fn in_dir(key: &str, dir: &str) -> bool {
     key.strip_prefix(dir)
