@@ -120,7 +120,8 @@ impl Conversion {
                 None => Ok(false),
             }
         };
-        let mut report = staged.convert_checked(observer, Some(&committed))?;
+        let converted = staged.convert_checked(observer, Some(&committed));
+        let mut report = converted.inspect_err(|_| remove_if_empty(&staged.destination))?;
         if !matches!(report.status, Status::Ok | Status::Complete) {
             return Ok(report);
         }
@@ -130,6 +131,7 @@ impl Conversion {
         if let Some(snapshot) = on_branch {
             remove_staging(&staged.destination, runtime)?;
             report.published = Some(already_committed(output, snapshot));
+            report.destination = self.destination.clone();
             return Ok(report);
         }
         if all {
@@ -276,6 +278,18 @@ impl Conversion {
         )?;
         remove_staging(&staged.destination, runtime)?;
         Ok(published)
+    }
+}
+
+/// Removes the local staging folder `location` when it is empty (a run refused before it staged
+/// anything leaves nothing behind); anything else stays.
+fn remove_if_empty(location: &str) {
+    if let Some(folder) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    {
+        // Fails, and so keeps the folder, unless it is empty.
+        let _ = std::fs::remove_dir(folder);
     }
 }
 
