@@ -632,6 +632,16 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
             ),
         });
     }
+    // Uploads that killed runs left open are recorded under the state folder, which is about to
+    // go: abort them first (no other run is live, see above), or nothing would ever abort them.
+    let uploads: Vec<String> = keys
+        .iter()
+        .filter(|key| in_dir(key, UPLOADS_DIR))
+        .cloned()
+        .collect();
+    if !uploads.is_empty() {
+        dst.abort_uploads_recorded_in(&uploads)?;
+    }
     // The marker goes first and leaves last: if this is interrupted, old shards may remain, and a
     // later run must not take them for done ones of its own.
     dst.put(
