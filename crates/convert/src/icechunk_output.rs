@@ -102,9 +102,9 @@ impl Conversion {
         let fingerprint = Mutex::new(None);
         let on_branch = Mutex::new(None);
         let committed = |plan: &Plan, conversion: &serde_json::Value, running: bool| {
-            *fingerprint
-                .lock()
-                .map_err(|_| Error::Poisoned { what: "the fingerprint" })? = Some(conversion.clone());
+            *fingerprint.lock().map_err(|_| Error::Poisoned {
+                what: "the fingerprint",
+            })? = Some(conversion.clone());
             // A worker never ends a run it shares; a run in the staging folder is resumed there
             // (or refused by its own checks).
             if self.overwrite || !all || running {
@@ -137,7 +137,9 @@ impl Conversion {
         if all {
             let fingerprint = fingerprint
                 .into_inner()
-                .map_err(|_| Error::Poisoned { what: "the fingerprint" })?
+                .map_err(|_| Error::Poisoned {
+                    what: "the fingerprint",
+                })?
                 .ok_or(Error::Poisoned {
                     what: "the fingerprint",
                 })?;

@@ -516,13 +516,19 @@ pub fn earlier_commit(
     let repository = runtime
         .block_on(Repository::open(storage).execute())
         .map_err(|e| repo::open_failure(location, e))?;
-    runtime.block_on(async {
-        if !repository.list_branches().await.map_err(boxed)?.contains(branch) {
-            return Ok(None);
-        }
-        find_commit(&repository, branch, &token).await
-    })
-    .map_err(read_error)
+    runtime
+        .block_on(async {
+            if !repository
+                .list_branches()
+                .await
+                .map_err(boxed)?
+                .contains(branch)
+            {
+                return Ok(None);
+            }
+            find_commit(&repository, branch, &token).await
+        })
+        .map_err(read_error)
 }
 
 /// What `branch` of the repository at `location` holds of the conversion whose fingerprint is
@@ -545,7 +551,12 @@ pub fn on_branch(
     let ours = digest(conversion.to_string().as_bytes());
     runtime
         .block_on(async {
-            if !repository.list_branches().await.map_err(boxed)?.contains(branch) {
+            if !repository
+                .list_branches()
+                .await
+                .map_err(boxed)?
+                .contains(branch)
+            {
                 return Ok(OnBranch::Nothing);
             }
             let version = VersionInfo::BranchTipRef(branch.to_string());
@@ -562,10 +573,7 @@ pub fn on_branch(
             if recorded.is_empty() {
                 return Ok(OnBranch::Nothing);
             }
-            let session = repository
-                .readonly_session(&version)
-                .await
-                .map_err(boxed)?;
+            let session = repository.readonly_session(&version).await.map_err(boxed)?;
             let document = |path: &str| {
                 let node = IcechunkPath::try_from(format!("/{path}").as_str());
                 let session = &session;
@@ -583,9 +591,9 @@ pub fn on_branch(
                     writers.push(None);
                     continue;
                 };
-                let newest = recorded.iter().find(|(_, record)| {
-                    record["arrays"].get(path.as_str()).is_some()
-                });
+                let newest = recorded
+                    .iter()
+                    .find(|(_, record)| record["arrays"].get(path.as_str()).is_some());
                 let written = newest.filter(|(_, record)| {
                     record["arrays"][path.as_str()].as_str() == Some(digest(&bytes).as_str())
                 });
@@ -816,11 +824,13 @@ mod tests {
     #[test]
     fn a_second_publication_of_the_same_staging_finds_the_first_commit() {
         let (_dir, staged, location, runtime) = setup();
-        let first = publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("first");
+        let first =
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("first");
         assert!(!first.already_committed);
         assert_eq!((first.nodes, first.chunks), (2, 1));
         // As after a run killed between its commit and removing the staging folder.
-        let again = publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
+        let again =
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
         assert!(again.already_committed);
         assert_eq!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -830,12 +840,51 @@ mod tests {
     }
 
     #[test]
+    fn the_branch_holds_a_publication_by_its_conversion() {
+        let (_dir, staged, location, runtime) = setup();
+        let ours = json!({"source": "/src", "arrays": [{"path": "a"}]});
+        let held = |conversion: &serde_json::Value, arrays: &[&str], branch: &str| {
+            let arrays: Vec<String> = arrays.iter().map(|a| a.to_string()).collect();
+            on_branch(
+                &location,
+                branch,
+                conversion,
+                &arrays,
+                &[String::new()],
+                &runtime,
+            )
+            .expect("on branch")
+        };
+        assert_eq!(held(&ours, &["a"], "main"), OnBranch::Nothing);
+        let published =
+            publish(&staged, &location, "main", "zshard", &ours, &runtime).expect("publish");
+        let same = OnBranch::Same {
+            snapshot: published.snapshot.clone(),
+        };
+        assert_eq!(held(&ours, &["a"], "main"), same);
+        // Another source or other options, at the array zshard committed: named with its commit.
+        let other = json!({"source": "/elsewhere", "arrays": [{"path": "a"}]});
+        assert_eq!(
+            held(&other, &["a"], "main"),
+            OnBranch::Other {
+                path: "a".to_string(),
+                snapshot: published.snapshot
+            }
+        );
+        // An array that is not there, and a branch that does not exist: nothing.
+        assert_eq!(held(&ours, &["a", "b"], "main"), OnBranch::Nothing);
+        assert_eq!(held(&ours, &["a"], "dev"), OnBranch::Nothing);
+    }
+
+    #[test]
     fn after_forgetting_an_earlier_commit_the_staging_is_committed_again() {
         let (_dir, staged, location, runtime) = setup();
-        let first = publish(&staged, &location, "main", "first", &json!({}), &runtime).expect("first");
+        let first =
+            publish(&staged, &location, "main", "first", &json!({}), &runtime).expect("first");
         // As before an --overwrite run into a staging folder left by a run killed after committing.
         forget_stored_shards(&staged, &location, &runtime).expect("forget");
-        let again = publish(&staged, &location, "main", "second", &json!({}), &runtime).expect("again");
+        let again =
+            publish(&staged, &location, "main", "second", &json!({}), &runtime).expect("again");
         assert!(!again.already_committed);
         assert_ne!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -848,9 +897,15 @@ mod tests {
     fn a_commit_meanwhile_elsewhere_in_the_repository_is_rebased_onto() {
         let (_dir, staged, location, runtime) = setup();
         let folder = PathBuf::from(&location);
-        publish_with(&staged, &location, "main", "zshard", &json!({}), &runtime, || {
-            commit_elsewhere(folder, "other/zarr.json")
-        })
+        publish_with(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &runtime,
+            || commit_elsewhere(folder, "other/zarr.json"),
+        )
         .expect("rebased");
         assert_eq!(
             history(&location, &runtime),
@@ -862,9 +917,15 @@ mod tests {
     fn a_commit_meanwhile_to_the_same_array_is_a_conflict_naming_the_branch() {
         let (_dir, staged, location, runtime) = setup();
         let folder = PathBuf::from(&location);
-        let err = publish_with(&staged, &location, "main", "zshard", &json!({}), &runtime, || {
-            commit_elsewhere(folder, "a/zarr.json")
-        })
+        let err = publish_with(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &runtime,
+            || commit_elsewhere(folder, "a/zarr.json"),
+        )
         .expect_err("conflict");
         assert!(
             matches!(&err, Error::Conflict { branch, .. } if branch == "main"),
@@ -910,8 +971,8 @@ mod tests {
                 matches!(refused, Error::VersionMismatch { found, wanted, .. } if found == spec && wanted == other),
                 "{refused}"
             );
-            let published =
-                publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+            let published = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
+                .expect("publish");
             assert_eq!((published.nodes, published.chunks), (2, 1));
             assert_eq!(
                 history(&location, &runtime),
