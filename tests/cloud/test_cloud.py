@@ -168,6 +168,45 @@ def test_a_kill_during_a_multipart_upload_leaves_no_object_and_the_rerun_aborts_
     assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
 
 
+def test_overwrite_aborts_the_uploads_a_killed_run_left_open(tmp_path, s3, fault_proxy):
+    """Issue 31 row 6: a run killed during a multipart upload leaves it open and recorded under
+    .zshard/uploads/; once its lease is stale, an --overwrite with other options removes that state,
+    and must abort the recorded upload first (else it stays open forever, its record gone). Uploads
+    that are not zshard's stay."""
+    data = big_array(tmp_path / "big.zarr")
+    create_buckets(s3, "src6", "dst6")
+    upload_dir(s3, tmp_path / "big.zarr", "src6", "big.zarr")
+    foreign = sorted((key, s3.create_multipart_upload(Bucket="dst6", Key=key)["UploadId"])
+                     for key in ("big.zarr/c/9/9", "elsewhere/object"))
+    proxy = fault_proxy(delay_parts=1.0)
+    stale = {"ZSHARD_LEASE_STALE_SECONDS": "2"}
+    env = {**os.environ, **S3_ENV, **stale}
+    common = ["s3://src6/big.zarr", "s3://dst6/big.zarr", "--s3-endpoint", proxy.endpoint, "--s3-path-style",
+              "--quiet"]
+    proc = subprocess.Popen([ZSHARD, "convert", *common, *BIG_OPTS], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("partNumber=" in e[1] for e in proxy.log):
+        time.sleep(0.05)
+    assert any("partNumber=" in e[1] for e in proxy.log), "the upload never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(2.5)  # parts in flight land, and the killed run's lease goes stale
+    orphans = [u for u in open_uploads(s3, "dst6") if u not in foreign]
+    assert [key for key, _ in orphans] == ["big.zarr/c/0/0"], orphans
+    records = s3.list_objects_v2(Bucket="dst6", Prefix="big.zarr/.zshard/uploads/").get("KeyCount", 0)
+    assert records == 1
+    # Other options (two shards of 2048 rows instead of one), replacing what the killed run left.
+    run_zshard("convert", *common, "--overwrite", "--shard-shape", "2048,4096", *BIG_OPTS[2:],
+               env={**S3_ENV, **stale})
+    assert open_uploads(s3, "dst6") == foreign
+    keys = download_prefix(s3, "dst6", "big.zarr", tmp_path / "out.zarr")
+    assert sorted(keys) == ["c/0/0", "c/1/0", "zarr.json"], keys
+    out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
+    assert out.shards == (2048, 4096)
+    assert np.array_equal(out[:], data)
+
+
 def test_a_worker_aborts_only_its_own_orphaned_uploads(tmp_path, s3, fault_proxy):
     """Two workers: worker 0's upload is killed; worker 1 runs and leaves worker 0's upload alone (worker 0
     might still be running); worker 0's rerun aborts its own orphan; finalize then finds nothing open."""

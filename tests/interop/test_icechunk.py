@@ -510,3 +510,131 @@ def test_virtualizarr_dataset_in_a_spec_2_repository_as_source(zshard_bin, tmp_p
     want = xr.open_dataset(nc, engine="h5netcdf").load()
     got = xr.open_zarr(tmp_path / "out.zarr", consolidated=None).load()
     xr.testing.assert_identical(got, want)
+
+
+# --------------------------------------------------------------------------
+# reruns, finalize again, kills during cleanup (issue 31)
+# --------------------------------------------------------------------------
+
+
+def _small_source(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A Zarr v2 group with one 256x256 uint16 array in 32x32 chunks (16 shards of 64x64)."""
+    src = tmp_path / "small.zarr"
+    data = np.random.default_rng(31).integers(0, 60000, size=(256, 256), dtype="u2")
+    group = zarr.open_group(str(src), mode="w", zarr_format=2)
+    group.create_array("big", shape=data.shape, chunks=(32, 32), dtype="u2")[:] = data
+    return src, data
+
+
+def _into(src: Path, out: Path, *extra, shards: str = "64,64", message: str = "sharded") -> list[str]:
+    return ["convert", src, out, "--threads", "2", "--output-format", "icechunk", "--shard-shape", shards,
+            "--message", message, *extra]
+
+
+def _shards(repo: Path) -> tuple[int, ...]:
+    session = ic.Repository.open(ic.local_filesystem_storage(str(repo))).readonly_session(branch="main")
+    return zarr.open_group(session.store, mode="r")["big"].shards
+
+
+def test_a_rerun_of_a_finished_conversion_commits_nothing(zshard_bin, tmp_path):
+    """Issue 31 row 9: a rerun with the same options finds the conversion on the branch (its commit
+    records the conversion's fingerprint) and does nothing, as a rerun into a finished Zarr output;
+    with other options it is refused as Zarr output is, and --overwrite then commits them."""
+    src, data = _small_source(tmp_path)
+    out = tmp_path / "out"
+    _zshard(zshard_bin, *_into(src, out, *NEW))
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    chunks = _chunk_objects(out)
+    assert len(chunks) == 16
+    r = _zshard(zshard_bin, *_into(src, out))
+    assert _commits(out) == ["sharded", "Repository initialized"]  # no second commit
+    assert _chunk_objects(out) == chunks  # nothing stored again
+    assert "already complete with these options; nothing to do" in r.stderr, r.stderr
+    assert "was committed by an earlier run; nothing committed now" in r.stderr, r.stderr
+    assert not (out / ".zshard-staging").exists()
+    _assert_equal(_read_repo(out), {"big": data})
+    # Other options: refused, nothing committed or left behind.
+    r = _zshard(zshard_bin, *_into(src, out, shards="128,128"), ok=False)
+    assert 'branch "main" holds array big as zshard committed it' in r.stderr, r.stderr
+    assert "use --overwrite to replace it" in r.stderr, r.stderr
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    assert _chunk_objects(out) == chunks and not (out / ".zshard-staging").exists()
+    # --overwrite commits the other options once; a rerun of those is a no-op again.
+    _zshard(zshard_bin, *_into(src, out, "--overwrite", shards="128,128", message="again"))
+    assert _commits(out) == ["again", "sharded", "Repository initialized"]
+    assert _shards(out) == (128, 128)
+    _assert_equal(_read_repo(out), {"big": data})
+    _zshard(zshard_bin, *_into(src, out, shards="128,128", message="again"))
+    assert len(_commits(out)) == 3 and len(_chunk_objects(out)) == 16 + 4
+
+
+def test_finalize_twice_says_already_finalized(zshard_bin, tmp_path):
+    """Issue 31 row 11: finalize of a partitioned conversion run again exits 0 saying it is already
+    finalized, and commits nothing."""
+    src, data = _small_source(tmp_path)
+    out = tmp_path / "out"
+    for i in range(2):
+        _zshard(zshard_bin, *_into(src, out, *NEW, "--worker", f"{i}/2"))
+    finalize = ["finalize", src, out, "--output-format", "icechunk", "--shard-shape", "64,64", "--message",
+                "sharded", *NEW]
+    r = _zshard(zshard_bin, *finalize)
+    assert "committed snapshot" in r.stderr, r.stderr
+    chunks = _chunk_objects(out)
+    r = _zshard(zshard_bin, *finalize)
+    assert f"{out} is already finalized" in r.stderr, r.stderr
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    assert _chunk_objects(out) == chunks and len(chunks) == 16
+    _assert_equal(_read_repo(out), {"big": data})
+
+
+def _kill_at(path: Path, syscall: str, argv: list) -> None:
+    """Runs zshard under strace, killed (SIGKILL) at the first `syscall` on `path`."""
+    killed = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(path),
+                             "-e", f"inject={syscall}:signal=KILL:when=1", *map(str, argv)],
+                            capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()
+
+
+def test_killed_while_removing_the_staging_folder_the_rerun_finishes_it(zshard_bin, tmp_path):
+    """Issue 31 row 8: killed after the commit, at the unlink of the commit record while removing
+    the staging folder (shards still staged, their records gone): the rerun finds the commit, commits
+    nothing and removes the staging folder."""
+    src, data = _small_source(tmp_path)
+    out = tmp_path / "out"
+    argv = [zshard_bin, *_into(src, out, *NEW, "--quiet")]
+    _kill_at(out / ".zshard-staging" / ".zshard-committed.json", "unlink", argv)
+    assert _commits(out) == ["sharded", "Repository initialized"]  # the killed run had committed
+    assert (out / ".zshard-staging" / ".zshard-commit.json").is_file()
+    chunks = _chunk_objects(out)
+    r = _zshard(zshard_bin, *_into(src, out))
+    assert "was committed by an earlier run; nothing committed now" in r.stderr, r.stderr
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    assert _chunk_objects(out) == chunks and len(chunks) == 16
+    assert not (out / ".zshard-staging").exists()
+    _assert_equal(_read_repo(out), {"big": data})
+
+
+def test_killed_at_the_branch_reference_rename_the_rerun_removes_its_staged_reference(zshard_bin, tmp_path):
+    """Issue 31 row 12: in a spec-1 repository, killed at the rename of the branch's staged reference
+    `refs/branch.main/ref.json#1`: the rerun commits once and removes that file, which names the
+    killed run's snapshot; a staged reference naming another snapshot, and other files, stay."""
+    src, data = _small_source(tmp_path)
+    out = tmp_path / "out"
+    spec1 = ["--icechunk-spec", "1"]
+    staged_ref = out / "refs" / "branch.main" / "ref.json#1"
+    _kill_at(staged_ref, "rename", [zshard_bin, *_into(src, out, *spec1, "--quiet")])
+    assert staged_ref.is_file() and _commits(out) == ["Repository initialized"]
+    initial = ic.Repository.open(ic.local_filesystem_storage(str(out))).lookup_branch("main")
+    foreign = out / "refs" / "branch.main" / "ref.json#7"
+    foreign.write_text(f'{{"snapshot":"{initial}"}}')
+    notes = out / "refs" / "branch.main" / "notes#1"
+    notes.write_text("not zshard's")
+    _zshard(zshard_bin, *_into(src, out, *spec1))
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    assert not staged_ref.exists()
+    assert foreign.is_file() and notes.is_file()
+    foreign.unlink()
+    notes.unlink()
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*#*"))
+    assert left == [], left
+    _assert_equal(_read_repo(out), {"big": data})

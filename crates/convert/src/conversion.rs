@@ -130,7 +130,7 @@ impl Conversion {
 
     /// Opens the source and plans; fails on everything `convert` would reject, before anything is
     /// written.
-    fn open(&self) -> Result<Opened> {
+    pub(crate) fn open(&self) -> Result<Opened> {
         let (source, destination, runtime) = self.locations()?;
         self.open_source(&source, destination, runtime)
     }
@@ -293,8 +293,18 @@ impl Conversion {
         if let Some(output) = self.icechunk_output() {
             return self.convert_into_icechunk(&output, observer);
         }
+        self.convert_checked(observer, None)
+    }
+
+    /// [`Conversion::convert`] into Zarr, asking `committed` (when given) before the destination's
+    /// state is read whether the conversion is complete elsewhere (see [`Committed`]).
+    pub(crate) fn convert_checked(
+        &self,
+        observer: &dyn Observer,
+        committed: Option<Committed<'_>>,
+    ) -> Result<Report> {
         let builder = Mutex::new(ReportBuilder::new(self));
-        let ran = self.run(observer, &builder);
+        let ran = self.run(observer, &builder, committed);
         let builder = builder
             .into_inner()
             .map_err(|_| Error::Poisoned { what: "the report" })?;
@@ -329,6 +339,7 @@ impl Conversion {
         &self,
         observer: &dyn Observer,
         builder: &Mutex<ReportBuilder>,
+        committed: Option<Committed<'_>>,
     ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
         let (opened, destination, lease) = self.open_leased()?;
         let budget = self.budget(&opened)?;
@@ -351,6 +362,20 @@ impl Conversion {
         for warning in reader_warnings(plan, &input.url()) {
             observer.warning(&warning);
         }
+        let all: Vec<u64> = plan
+            .arrays
+            .iter()
+            .map(|a| a.geometry.shard_count())
+            .collect();
+        if let Some(committed) = committed {
+            let running = state::holds_a_run(destination)?;
+            if committed(plan, fingerprint, running)? {
+                let lease_key = lease.stop();
+                clear_state(destination, None, &[lease_key])?;
+                planned(&all)?;
+                return Ok((Status::Complete, input.reference_reads()));
+            }
+        }
         // The lease (taken in `open_leased`) is held from before the destination is touched until
         // its state is removed, so that an --overwrite elsewhere refuses while this run writes.
         let (prepared, options_record) = state::prepare(
@@ -364,11 +389,6 @@ impl Conversion {
         let survey = match prepared {
             Prepared::Run(survey) => survey,
             Prepared::Complete => {
-                let all: Vec<u64> = plan
-                    .arrays
-                    .iter()
-                    .map(|a| a.geometry.shard_count())
-                    .collect();
                 // A run killed while removing its state after writing the metadata left some of it.
                 let lease_key = lease.stop();
                 clear_state(destination, None, &[lease_key])?;
@@ -555,7 +575,11 @@ impl Conversion {
         if let Some(output) = self.icechunk_output() {
             return self.finalize_into_icechunk(&output);
         }
-        let opened = self.open()?;
+        self.finalize_opened(self.open()?)
+    }
+
+    /// [`Conversion::finalize`] into Zarr, with the source opened and planned.
+    pub(crate) fn finalize_opened(&self, opened: Opened) -> Result<Finalized> {
         let destination = opened.destination(false)?;
         let Opened {
             plan,
@@ -638,11 +662,19 @@ pub struct Finalized {
     pub published: Option<crate::Published>,
 }
 
+/// Asked by a conversion into an Icechunk repository, with the plan, the conversion's fingerprint
+/// and whether the staging folder holds a run of a conversion (recorded options), once the
+/// staging folder is leased and before its state is read: whether the repository's branch already
+/// holds this conversion (`true`: the run ends as complete, writing nothing), or an error to stop
+/// with (it holds another one).
+pub(crate) type Committed<'a> =
+    &'a (dyn Fn(&Plan, &serde_json::Value, bool) -> Result<bool> + Sync);
+
 /// The source opened and the plan made and checked.
-struct Opened {
+pub(crate) struct Opened {
     input: Input,
-    plan: Plan,
-    fingerprint: serde_json::Value,
+    pub(crate) plan: Plan,
+    pub(crate) fingerprint: serde_json::Value,
     runtime: Arc<IoRuntime>,
     destination: Location,
 }

@@ -6,10 +6,14 @@
 //! visible on the branch before that commit.
 
 use std::collections::HashSet;
+use std::sync::Mutex;
+
+use zshard_icechunk::OnBranch;
 
 use crate::conversion::{Conversion, Finalized, Observer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::partition::Partition;
+use crate::plan::Plan;
 use crate::report::{Report, Status};
 
 /// Where and how a conversion into an Icechunk repository commits.
@@ -68,7 +72,11 @@ impl Conversion {
     }
 
     /// [`Conversion::convert`] into a repository: converts into the staging folder, then (when this
-    /// run covers every shard) commits it.
+    /// run covers every shard) commits it. A rerun of a conversion that the branch already holds
+    /// (see [`zshard_icechunk::on_branch`]) does nothing and reports it complete, as a rerun into
+    /// a finished Zarr destination does; a branch holding zshard's output of another conversion at
+    /// these arrays is refused unless `--overwrite`. What a run killed after its commit left in the
+    /// staging folder is removed.
     pub(crate) fn convert_into_icechunk(
         &self,
         output: &IcechunkOutput,
@@ -77,8 +85,12 @@ impl Conversion {
         let staged = self.staged()?;
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
+        let all = self.partition == Partition::ALL;
+        if all {
+            self.remove_committed_staging(&staged, output, &runtime)?;
+        }
         // (An --overwrite worker is refused by the conversion itself.)
-        if self.overwrite && self.partition == Partition::ALL {
+        if self.overwrite && all {
             // The staged shards are about to be replaced: copies stored ahead would be stale, and
             // an earlier run's commit token names another conversion.
             zshard_icechunk::forget_stored_shards(
@@ -87,12 +99,51 @@ impl Conversion {
                 &runtime,
             )?;
         }
-        let mut report = staged.convert(observer)?;
+        let fingerprint = Mutex::new(None);
+        let on_branch = Mutex::new(None);
+        let committed = |plan: &Plan, conversion: &serde_json::Value, running: bool| {
+            *fingerprint.lock().map_err(|_| Error::Poisoned {
+                what: "the fingerprint",
+            })? = Some(conversion.clone());
+            // A worker never ends a run it shares; a run in the staging folder is resumed there
+            // (or refused by its own checks).
+            if self.overwrite || !all || running {
+                return Ok(false);
+            }
+            match self.branch_holds(output, plan, conversion, &runtime)? {
+                Some(snapshot) => {
+                    *on_branch
+                        .lock()
+                        .map_err(|_| Error::Poisoned { what: "the commit" })? = Some(snapshot);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        };
+        let converted = staged.convert_checked(observer, Some(&committed));
+        let mut report = converted.inspect_err(|_| remove_if_empty(&staged.destination))?;
         if !matches!(report.status, Status::Ok | Status::Complete) {
             return Ok(report);
         }
-        if self.partition == Partition::ALL {
-            report.published = Some(self.publish(&staged, output)?);
+        let on_branch = on_branch
+            .into_inner()
+            .map_err(|_| Error::Poisoned { what: "the commit" })?;
+        if let Some(snapshot) = on_branch {
+            remove_staging(&staged.destination, runtime)?;
+            report.published = Some(already_committed(output, snapshot));
+            report.destination = self.destination.clone();
+            return Ok(report);
+        }
+        if all {
+            let fingerprint = fingerprint
+                .into_inner()
+                .map_err(|_| Error::Poisoned {
+                    what: "the fingerprint",
+                })?
+                .ok_or(Error::Poisoned {
+                    what: "the fingerprint",
+                })?;
+            report.published = Some(self.publish(&staged, output, &fingerprint)?);
         } else {
             // This worker's shards go into the repository's chunk storage now, side by side with
             // the other workers', so that `finalize` only references them.
@@ -110,28 +161,149 @@ impl Conversion {
     }
 
     /// [`Conversion::finalize`] into a repository: finalizes the staging folder, then commits it.
+    /// Finalizing again what the branch already holds (see [`Conversion::convert_into_icechunk`])
+    /// does nothing and says so.
     pub(crate) fn finalize_into_icechunk(&self, output: &IcechunkOutput) -> Result<Finalized> {
         let staged = self.staged()?;
         // Only checks the spec version asked for: the repository was made by the conversion.
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
-        let mut finalized = staged.finalize()?;
-        finalized.published = Some(self.publish(&staged, output)?);
+        self.remove_committed_staging(&staged, output, &runtime)?;
+        let opened = staged.open()?;
+        let fingerprint = opened.fingerprint.clone();
+        let staging = zshard_store::Location::parse(&staged.destination)?;
+        let folder = staging.local_path();
+        let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());
+        let running = !missing && {
+            let store = zshard_store::Store::open_location(&staging, runtime.clone(), false)?;
+            crate::state::holds_a_run(&store)?
+        };
+        if !running {
+            if let Some(snapshot) =
+                self.branch_holds(output, &opened.plan, &fingerprint, &runtime)?
+            {
+                if !missing {
+                    remove_staging(&staged.destination, runtime.clone())?;
+                }
+                return Ok(Finalized {
+                    destination: self.destination.clone(),
+                    arrays: opened.plan.arrays.len(),
+                    groups: opened.plan.groups.len(),
+                    already_finalized: true,
+                    published: Some(already_committed(output, snapshot)),
+                });
+            }
+            if missing {
+                return Err(Error::Destination {
+                    reason: format!(
+                        "{} holds no zshard conversion with these options to finalize: neither its staging folder {} nor a commit of it on branch {:?}",
+                        self.destination, staged.destination, output.branch
+                    ),
+                });
+            }
+        }
+        let mut finalized = staged.finalize_opened(opened)?;
+        finalized.published = Some(self.publish(&staged, output, &fingerprint)?);
         Ok(finalized)
     }
 
+    /// The snapshot in which `output`'s branch holds this conversion (planned as `plan`, with the
+    /// fingerprint `conversion`), if it does; refuses when the branch holds zshard's output of
+    /// another conversion at one of its arrays, as a Zarr destination holding other metadata is.
+    fn branch_holds(
+        &self,
+        output: &IcechunkOutput,
+        plan: &Plan,
+        conversion: &serde_json::Value,
+        runtime: &std::sync::Arc<zshard_store::IoRuntime>,
+    ) -> Result<Option<String>> {
+        let arrays: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        let groups: Vec<String> = plan.groups.iter().map(|(path, _)| path.clone()).collect();
+        let held = zshard_icechunk::on_branch(
+            &self.destination,
+            &output.branch,
+            conversion,
+            &arrays,
+            &groups,
+            runtime,
+        )?;
+        match held {
+            OnBranch::Same { snapshot } => Ok(Some(snapshot)),
+            OnBranch::Other { path, snapshot } => Err(Error::Destination {
+                reason: format!(
+                    "icechunk repository {}: branch {:?} holds array {} as zshard committed it in snapshot {snapshot} from a conversion with different options or another source; rerun with its options, or use {} to replace it",
+                    self.destination,
+                    output.branch,
+                    if path.is_empty() { "/" } else { &path },
+                    zshard_core::Setting::Overwrite
+                ),
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    /// Removes the staging folder when what it holds was committed already (a run killed after its
+    /// commit, while removing it): its commit record names a commit on the branch.
+    fn remove_committed_staging(
+        &self,
+        staged: &Conversion,
+        output: &IcechunkOutput,
+        runtime: &std::sync::Arc<zshard_store::IoRuntime>,
+    ) -> Result<()> {
+        let earlier = zshard_icechunk::earlier_commit(
+            &staged.destination,
+            &self.destination,
+            &output.branch,
+            runtime,
+        )?;
+        if earlier.is_some() {
+            remove_staging(&staged.destination, runtime.clone())?;
+        }
+        Ok(())
+    }
+
     /// Commits the staged output, then removes the staging folder (all of it written by zshard).
-    fn publish(&self, staged: &Conversion, output: &IcechunkOutput) -> Result<Published> {
+    fn publish(
+        &self,
+        staged: &Conversion,
+        output: &IcechunkOutput,
+        fingerprint: &serde_json::Value,
+    ) -> Result<Published> {
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         let published = zshard_icechunk::publish(
             &staged.destination,
             &self.destination,
             &output.branch,
             &self.commit_message(output),
+            fingerprint,
             &runtime,
         )?;
         remove_staging(&staged.destination, runtime)?;
         Ok(published)
+    }
+}
+
+/// Removes the local staging folder `location` when it is empty (a run refused before it staged
+/// anything leaves nothing behind); anything else stays.
+fn remove_if_empty(location: &str) {
+    if let Some(folder) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    {
+        // Fails, and so keeps the folder, unless it is empty.
+        let _ = std::fs::remove_dir(folder);
+    }
+}
+
+/// What a rerun reports of a commit made before: nothing committed now.
+fn already_committed(output: &IcechunkOutput, snapshot: String) -> Published {
+    Published {
+        branch: output.branch.clone(),
+        snapshot,
+        nodes: 0,
+        chunks: 0,
+        stored_at_commit: 0,
+        already_committed: true,
     }
 }
 

@@ -222,6 +222,12 @@ fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
         .is_some_and(|name| !listed.contains(join(DONE_DIR, name).as_str()))
 }
 
+/// Whether the destination holds the recorded options of a conversion (one running, interrupted,
+/// or a partitioned one waiting for `finalize`): one listing.
+pub(crate) fn holds_a_run(dst: &Store) -> Result<bool> {
+    Ok(!dst.list_keys(OPTIONS_DIR)?.is_empty())
+}
+
 /// Whether `key` lies below the folder `dir`.
 pub(crate) fn in_dir(key: &str, dir: &str) -> bool {
     key.strip_prefix(dir)
@@ -645,6 +651,16 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
                 dst.url("")
             ),
         });
+    }
+    // Uploads that killed runs left open are recorded under the state folder, which is about to
+    // go: abort them first (no other run is live, see above), or nothing would ever abort them.
+    let uploads: Vec<String> = keys
+        .iter()
+        .filter(|key| in_dir(key, UPLOADS_DIR))
+        .cloned()
+        .collect();
+    if !uploads.is_empty() {
+        dst.abort_uploads_recorded_in(&uploads)?;
     }
     // The marker goes first and leaves last: if this is interrupted, old shards may remain, and a
     // later run must not take them for done ones of its own.

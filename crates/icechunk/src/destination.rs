@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use icechunk::conflicts::detector::ConflictDetector;
 use icechunk::format::manifest::{ChunkPayload, ChunkRef};
-use icechunk::format::{ChunkId, ChunkIndices, Path as IcechunkPath};
+use icechunk::format::{ChunkId, ChunkIndices, Path as IcechunkPath, SnapshotId};
 use icechunk::repository::VersionInfo;
 use icechunk::session::SessionErrorKind;
 use icechunk::{Repository, Store};
@@ -20,7 +20,7 @@ use zshard_store::{IoRuntime, ListedObject, Store as Staging};
 use crate::chunks::{self, is_metadata, StoredChunk};
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::{DestinationSpec, Published, SpecVersion, COMMIT_RECORD, STAGING};
+use crate::{DestinationSpec, OnBranch, Published, SpecVersion, COMMIT_RECORD, STAGING};
 
 /// Creates an empty repository at `location` when there is none, in spec version `spec` (default
 /// 2), before anything is staged in its folder (Icechunk creates repositories only in empty
@@ -89,6 +89,12 @@ fn existing(
 /// The snapshot property holding a publication's token (see [`COMMIT_RECORD`]).
 const TOKEN_PROPERTY: &str = "zshard_commit";
 
+/// The snapshot property recording which conversion a publication committed: `{"fingerprint":
+/// SHA-256 of the conversion's fingerprint, "arrays": {path: SHA-256 of the array's zarr.json}}`
+/// (digests, not the documents: spec 2 keeps every snapshot's properties in the one `repo` object
+/// rewritten by each commit).
+const CONVERSION_PROPERTY: &str = "zshard_conversion";
+
 /// How far back a branch's history is searched for a publication's commit.
 const ANCESTRY_SEARCH: usize = 1000;
 
@@ -101,14 +107,28 @@ const ANCESTRY_SEARCH: usize = 1000;
 /// stays. When the branch moved meanwhile, the commit is rebased onto its new tip if the changes do
 /// not overlap, else it fails with [`Error::Conflict`]. A publication of `staged` that already
 /// committed (a run killed after its commit) is found on the branch and not committed again.
+/// The commit records `conversion` (the conversion's fingerprint: source and every array's
+/// document) as a digest, with a digest of each array document it commits, so that a rerun finds
+/// it on the branch ([`on_branch`]). In a local repository, the branch reference that a run killed
+/// while moving it left staged (`refs/branch.NAME/ref.json#N`, naming a snapshot of this
+/// publication) is removed.
 pub fn publish(
     staged: &str,
     location: &str,
     branch: &str,
     message: &str,
+    conversion: &serde_json::Value,
     runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
-    publish_with(staged, location, branch, message, runtime, || async {})
+    publish_with(
+        staged,
+        location,
+        branch,
+        message,
+        conversion,
+        runtime,
+        || async {},
+    )
 }
 
 /// [`publish`], running `before_commit` between writing the session and committing it (tests
@@ -118,6 +138,7 @@ fn publish_with<F, Fut>(
     location: &str,
     branch: &str,
     message: &str,
+    conversion: &serde_json::Value,
     runtime: &Arc<IoRuntime>,
     before_commit: F,
 ) -> Result<Published>
@@ -158,6 +179,7 @@ where
             if let Some(snapshot) = found {
                 published.snapshot = snapshot;
                 published.already_committed = true;
+                remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
                 return Ok(published);
             }
             token
@@ -172,13 +194,20 @@ where
         .block_on(repository.writable_session(branch))
         .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e.kind)))?;
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
-    write_session(&store, &staging, &objects, &stored.chunks, runtime)
+    let arrays = write_session(&store, &staging, &objects, &stored.chunks, runtime)
         .map_err(|(what, e)| write_error(&what, e))?;
     runtime.block_on(before_commit());
-    let properties = [(
-        TOKEN_PROPERTY.to_string(),
-        serde_json::Value::from(token.as_str()),
-    )];
+    let record = serde_json::json!({
+        "fingerprint": digest(conversion.to_string().as_bytes()),
+        "arrays": arrays,
+    });
+    let properties = [
+        (
+            TOKEN_PROPERTY.to_string(),
+            serde_json::Value::from(token.as_str()),
+        ),
+        (CONVERSION_PROPERTY.to_string(), record),
+    ];
     let snapshot = runtime
         .block_on(async {
             let session = store.session();
@@ -203,6 +232,7 @@ where
     published.snapshot = snapshot.to_string();
     record_commit(&staging, &token, &published.snapshot)
         .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?;
+    remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
     Ok(published)
 }
 
@@ -212,14 +242,15 @@ type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 /// Writes the staged documents into the session and references the stored chunks: arrays being
 /// replaced are deleted first (they lose every chunk of their former shape; groups stay with
 /// whatever else they hold), then documents, parents before children (a chunk needs its array),
-/// then one reference per shard.
+/// then one reference per shard. Returns the digest of every array document written, by the
+/// array's path (the root's is empty).
 fn write_session(
     store: &Store,
     staging: &Staging,
     objects: &[ListedObject],
     stored: &HashMap<String, StoredChunk>,
     runtime: &IoRuntime,
-) -> std::result::Result<(), WriteError> {
+) -> std::result::Result<serde_json::Map<String, serde_json::Value>, WriteError> {
     let documents: Vec<String> = objects
         .iter()
         .filter(|o| is_metadata(&o.key))
@@ -233,6 +264,12 @@ fn write_session(
             Err(e) => return Err((key.clone(), boxed(e))),
         }
     }
+    let arrays = documents
+        .iter()
+        .zip(&bytes)
+        .filter(|(_, bytes)| is_array_document(bytes))
+        .map(|(key, bytes)| (node_of(key).to_string(), digest(bytes).into()))
+        .collect();
     let references = objects
         .iter()
         .filter(|o| !is_metadata(&o.key))
@@ -240,7 +277,7 @@ fn write_session(
         .collect::<std::result::Result<Vec<_>, WriteError>>()?;
     runtime.block_on(async {
         for (key, bytes) in documents.iter().zip(&bytes) {
-            let node = key.trim_end_matches("zarr.json").trim_end_matches('/');
+            let node = node_of(key);
             if !node.is_empty()
                 && is_array_document(bytes)
                 && store.exists(key).await.unwrap_or(false)
@@ -266,7 +303,22 @@ fn write_session(
                 .map_err(|e| (key, boxed(e.kind)))?;
         }
         Ok::<_, WriteError>(())
-    })
+    })?;
+    Ok(arrays)
+}
+
+/// The path of the node whose `zarr.json` is at `key` (the root's is empty).
+fn node_of(key: &str) -> &str {
+    key.trim_end_matches("zarr.json").trim_end_matches('/')
+}
+
+/// The SHA-256 of `bytes`, in hex.
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A shard's reference: its key, node, coordinates and stored chunk.
@@ -430,6 +482,212 @@ async fn find_commit(
     Ok(None)
 }
 
+/// The snapshot on `branch` that an earlier publication of the staging folder `staged` of the
+/// repository at `location` committed, if its commit record is still there and the branch's
+/// history holds that commit: a run killed after its commit, while removing the staging folder,
+/// whose leftovers are to be removed rather than converted or committed again.
+pub fn earlier_commit(
+    staged: &str,
+    location: &str,
+    branch: &str,
+    runtime: &Arc<IoRuntime>,
+) -> Result<Option<String>> {
+    check_staging(staged, location)?;
+    let read_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+        repo: location.to_string(),
+        what: format!("reading branch {branch:?}"),
+        source: e,
+    };
+    let local = zshard_store::Location::parse(staged)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf));
+    if local.is_some_and(|folder| !folder.is_dir()) {
+        return Ok(None);
+    }
+    let staging = Staging::open(staged, runtime.clone(), false).map_err(|e| Error::Write {
+        repo: location.to_string(),
+        what: "opening the staging folder".to_string(),
+        source: boxed(e),
+    })?;
+    let Some(token) = read_token(&staging) else {
+        return Ok(None);
+    };
+    let storage = repo::storage(location, runtime)?;
+    let repository = runtime
+        .block_on(Repository::open(storage).execute())
+        .map_err(|e| repo::open_failure(location, e))?;
+    runtime
+        .block_on(async {
+            if !repository
+                .list_branches()
+                .await
+                .map_err(boxed)?
+                .contains(branch)
+            {
+                return Ok(None);
+            }
+            find_commit(&repository, branch, &token).await
+        })
+        .map_err(read_error)
+}
+
+/// What `branch` of the repository at `location` holds of the conversion whose fingerprint is
+/// `conversion` (arrays at `arrays`, groups at `groups`; the root's path is empty), from the
+/// records zshard's commits carry (see [`CONVERSION_PROPERTY`]) and the branch tip's documents:
+/// each array's document at the tip is matched to the newest of zshard's commits that wrote the
+/// array; when that commit wrote this very document, zshard's output is still there.
+pub fn on_branch(
+    location: &str,
+    branch: &str,
+    conversion: &serde_json::Value,
+    arrays: &[String],
+    groups: &[String],
+    runtime: &Arc<IoRuntime>,
+) -> Result<OnBranch> {
+    let storage = repo::storage(location, runtime)?;
+    let repository = runtime
+        .block_on(Repository::open(storage).execute())
+        .map_err(|e| repo::open_failure(location, e))?;
+    let ours = digest(conversion.to_string().as_bytes());
+    runtime
+        .block_on(async {
+            if !repository
+                .list_branches()
+                .await
+                .map_err(boxed)?
+                .contains(branch)
+            {
+                return Ok(OnBranch::Nothing);
+            }
+            let version = VersionInfo::BranchTipRef(branch.to_string());
+            // zshard's commits on the branch, newest first: snapshot and record.
+            let mut recorded: Vec<(String, serde_json::Value)> = Vec::new();
+            let ancestry = repository.ancestry(&version).await.map_err(boxed)?;
+            let mut ancestry = std::pin::pin!(ancestry.take(ANCESTRY_SEARCH));
+            while let Some(info) = ancestry.next().await {
+                let info = info.map_err(boxed)?;
+                if let Some(record) = info.metadata.get(CONVERSION_PROPERTY) {
+                    recorded.push((info.id.to_string(), record.clone()));
+                }
+            }
+            if recorded.is_empty() {
+                return Ok(OnBranch::Nothing);
+            }
+            let session = repository.readonly_session(&version).await.map_err(boxed)?;
+            let document = |path: &str| {
+                let node = IcechunkPath::try_from(format!("/{path}").as_str());
+                let session = &session;
+                async move {
+                    match node {
+                        Ok(node) => session.get_node(&node).await.ok().map(|n| n.user_data),
+                        Err(_) => None,
+                    }
+                }
+            };
+            // Per array: the commit of zshard whose document is still there.
+            let mut writers = Vec::with_capacity(arrays.len());
+            for path in arrays {
+                let Some(bytes) = document(path).await else {
+                    writers.push(None);
+                    continue;
+                };
+                let newest = recorded
+                    .iter()
+                    .find(|(_, record)| record["arrays"].get(path.as_str()).is_some());
+                let written = newest.filter(|(_, record)| {
+                    record["arrays"][path.as_str()].as_str() == Some(digest(&bytes).as_str())
+                });
+                writers.push(written);
+            }
+            let same = |record: &serde_json::Value| record["fingerprint"].as_str() == Some(&ours);
+            for (path, writer) in arrays.iter().zip(&writers) {
+                if let Some((snapshot, record)) = writer {
+                    if !same(record) {
+                        return Ok(OnBranch::Other {
+                            path: path.clone(),
+                            snapshot: snapshot.clone(),
+                        });
+                    }
+                }
+            }
+            let mut groups_there = true;
+            for path in groups {
+                groups_there &= document(path).await.is_some();
+            }
+            let all_ours = writers.iter().all(Option::is_some);
+            let snapshot = match writers.first() {
+                Some(Some((snapshot, _))) => Some(snapshot.clone()),
+                Some(None) => None,
+                // A conversion of groups only: its commit is the one with its fingerprint.
+                None => recorded
+                    .iter()
+                    .find(|(_, record)| same(record))
+                    .map(|(snapshot, _)| snapshot.clone()),
+            };
+            match snapshot {
+                Some(snapshot) if all_ours && groups_there => Ok(OnBranch::Same { snapshot }),
+                _ => Ok(OnBranch::Nothing),
+            }
+        })
+        .map_err(|e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+            repo: location.to_string(),
+            what: format!("reading branch {branch:?}"),
+            source: e,
+        })
+}
+
+/// In a local repository of spec version 1, removes what a run of this publication (`token`)
+/// killed while moving `branch` left: its staged reference `refs/branch.NAME/ref.json#N` (the
+/// store's temporary name), when it names a snapshot that carries `token`. Any other file stays.
+fn remove_killed_ref_writes(
+    location: &str,
+    branch: &str,
+    repository: &Repository,
+    token: &str,
+    runtime: &IoRuntime,
+) -> Result<()> {
+    let Some(folder) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    else {
+        return Ok(());
+    };
+    let refs = folder.join("refs").join(format!("branch.{branch}"));
+    let Ok(entries) = std::fs::read_dir(&refs) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let staged = name
+            .strip_prefix("ref.json#")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !staged {
+            continue;
+        }
+        let path = entry.path();
+        let named = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .and_then(|doc| doc.get("snapshot")?.as_str().map(str::to_string))
+            .and_then(|id| SnapshotId::try_from(id.as_str()).ok());
+        let Some(id) = named else { continue };
+        let ours = runtime
+            .block_on(repository.lookup_snapshot(&id))
+            .ok()
+            .is_some_and(|info| {
+                info.metadata.get(TOKEN_PROPERTY).and_then(|t| t.as_str()) == Some(token)
+            });
+        if ours {
+            std::fs::remove_file(&path).map_err(|e| Error::Write {
+                repo: location.to_string(),
+                what: format!("removing {}", path.display()),
+                source: boxed(e),
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates `branch` at `main`'s tip when it does not exist.
 async fn ensure_branch(
     repository: &Repository,
@@ -453,6 +711,7 @@ fn is_array_document(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::path::{Path as FsPath, PathBuf};
 
     #[test]
@@ -565,11 +824,13 @@ mod tests {
     #[test]
     fn a_second_publication_of_the_same_staging_finds_the_first_commit() {
         let (_dir, staged, location, runtime) = setup();
-        let first = publish(&staged, &location, "main", "zshard", &runtime).expect("first");
+        let first =
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("first");
         assert!(!first.already_committed);
         assert_eq!((first.nodes, first.chunks), (2, 1));
         // As after a run killed between its commit and removing the staging folder.
-        let again = publish(&staged, &location, "main", "zshard", &runtime).expect("again");
+        let again =
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
         assert!(again.already_committed);
         assert_eq!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -579,12 +840,51 @@ mod tests {
     }
 
     #[test]
+    fn the_branch_holds_a_publication_by_its_conversion() {
+        let (_dir, staged, location, runtime) = setup();
+        let ours = json!({"source": "/src", "arrays": [{"path": "a"}]});
+        let held = |conversion: &serde_json::Value, arrays: &[&str], branch: &str| {
+            let arrays: Vec<String> = arrays.iter().map(|a| a.to_string()).collect();
+            on_branch(
+                &location,
+                branch,
+                conversion,
+                &arrays,
+                &[String::new()],
+                &runtime,
+            )
+            .expect("on branch")
+        };
+        assert_eq!(held(&ours, &["a"], "main"), OnBranch::Nothing);
+        let published =
+            publish(&staged, &location, "main", "zshard", &ours, &runtime).expect("publish");
+        let same = OnBranch::Same {
+            snapshot: published.snapshot.clone(),
+        };
+        assert_eq!(held(&ours, &["a"], "main"), same);
+        // Another source or other options, at the array zshard committed: named with its commit.
+        let other = json!({"source": "/elsewhere", "arrays": [{"path": "a"}]});
+        assert_eq!(
+            held(&other, &["a"], "main"),
+            OnBranch::Other {
+                path: "a".to_string(),
+                snapshot: published.snapshot
+            }
+        );
+        // An array that is not there, and a branch that does not exist: nothing.
+        assert_eq!(held(&ours, &["a", "b"], "main"), OnBranch::Nothing);
+        assert_eq!(held(&ours, &["a"], "dev"), OnBranch::Nothing);
+    }
+
+    #[test]
     fn after_forgetting_an_earlier_commit_the_staging_is_committed_again() {
         let (_dir, staged, location, runtime) = setup();
-        let first = publish(&staged, &location, "main", "first", &runtime).expect("first");
+        let first =
+            publish(&staged, &location, "main", "first", &json!({}), &runtime).expect("first");
         // As before an --overwrite run into a staging folder left by a run killed after committing.
         forget_stored_shards(&staged, &location, &runtime).expect("forget");
-        let again = publish(&staged, &location, "main", "second", &runtime).expect("again");
+        let again =
+            publish(&staged, &location, "main", "second", &json!({}), &runtime).expect("again");
         assert!(!again.already_committed);
         assert_ne!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -597,9 +897,15 @@ mod tests {
     fn a_commit_meanwhile_elsewhere_in_the_repository_is_rebased_onto() {
         let (_dir, staged, location, runtime) = setup();
         let folder = PathBuf::from(&location);
-        publish_with(&staged, &location, "main", "zshard", &runtime, || {
-            commit_elsewhere(folder, "other/zarr.json")
-        })
+        publish_with(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &runtime,
+            || commit_elsewhere(folder, "other/zarr.json"),
+        )
         .expect("rebased");
         assert_eq!(
             history(&location, &runtime),
@@ -611,9 +917,15 @@ mod tests {
     fn a_commit_meanwhile_to_the_same_array_is_a_conflict_naming_the_branch() {
         let (_dir, staged, location, runtime) = setup();
         let folder = PathBuf::from(&location);
-        let err = publish_with(&staged, &location, "main", "zshard", &runtime, || {
-            commit_elsewhere(folder, "a/zarr.json")
-        })
+        let err = publish_with(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &runtime,
+            || commit_elsewhere(folder, "a/zarr.json"),
+        )
         .expect_err("conflict");
         assert!(
             matches!(&err, Error::Conflict { branch, .. } if branch == "main"),
@@ -659,8 +971,8 @@ mod tests {
                 matches!(refused, Error::VersionMismatch { found, wanted, .. } if found == spec && wanted == other),
                 "{refused}"
             );
-            let published =
-                publish(&staged, &location, "main", "zshard", &runtime).expect("publish");
+            let published = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
+                .expect("publish");
             assert_eq!((published.nodes, published.chunks), (2, 1));
             assert_eq!(
                 history(&location, &runtime),

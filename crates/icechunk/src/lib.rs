@@ -27,14 +27,16 @@ mod unavailable;
 
 #[cfg(feature = "icechunk")]
 pub use destination::{
-    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards,
+    create_if_missing, destination_spec, earlier_commit, forget_stored_shards, on_branch, publish,
+    store_staged_shards,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "icechunk")]
 pub use source::Source;
 #[cfg(not(feature = "icechunk"))]
 pub use unavailable::{
-    create_if_missing, destination_spec, forget_stored_shards, publish, store_staged_shards, Source,
+    create_if_missing, destination_spec, earlier_commit, forget_stored_shards, on_branch, publish,
+    store_staged_shards, Source,
 };
 
 use error::boxed;
@@ -78,6 +80,29 @@ pub struct Published {
     /// The commit had been made by an earlier run of the same conversion (killed after
     /// committing); nothing was committed now.
     pub already_committed: bool,
+}
+
+/// What a branch holds of a conversion, as the commits zshard made record it (see [`on_branch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnBranch {
+    /// Nothing that zshard committed at the conversion's arrays (absent, replaced since by someone
+    /// else, or committed by a zshard that did not record its conversions): convert and commit.
+    Nothing,
+    /// Every array of the conversion is as zshard committed it from this very conversion (the same
+    /// source and options), in `snapshot`, and every group is there: a rerun has nothing to do.
+    Same {
+        /// The snapshot of that commit.
+        snapshot: String,
+    },
+    /// The array at `path` is as zshard committed it in `snapshot` from a conversion with other
+    /// options or another source.
+    Other {
+        /// The array's path.
+        path: String,
+        /// The snapshot of that commit.
+        snapshot: String,
+    },
 }
 
 /// How many chunks of each kind an input holds.

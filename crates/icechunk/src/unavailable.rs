@@ -9,7 +9,7 @@ use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
 use zshard_store::IoRuntime;
 
 use crate::error::{Error, Result};
-use crate::{ChunkCounts, DestinationSpec, Published, SpecVersion};
+use crate::{ChunkCounts, DestinationSpec, OnBranch, Published, SpecVersion};
 
 /// An opened repository: none can be opened in this build.
 #[derive(Debug)]
@@ -87,6 +87,7 @@ pub fn publish(
     location: &str,
     _branch: &str,
     _message: &str,
+    _conversion: &serde_json::Value,
     _runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
     Err(Error::Unavailable {
@@ -113,6 +114,32 @@ pub fn forget_stored_shards(
     location: &str,
     _runtime: &Arc<IoRuntime>,
 ) -> Result<()> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot read repositories.
+pub fn earlier_commit(
+    _staged: &str,
+    location: &str,
+    _branch: &str,
+    _runtime: &Arc<IoRuntime>,
+) -> Result<Option<String>> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
+/// Refuses: this build cannot read repositories.
+pub fn on_branch(
+    location: &str,
+    _branch: &str,
+    _conversion: &serde_json::Value,
+    _arrays: &[String],
+    _groups: &[String],
+    _runtime: &Arc<IoRuntime>,
+) -> Result<OnBranch> {
     Err(Error::Unavailable {
         repo: location.to_string(),
     })
