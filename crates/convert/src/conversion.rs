@@ -179,7 +179,11 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let input = Input::open(source, &self.source_options, runtime.clone())?;
+        let source_options = crate::input::SourceOptions {
+            memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
+            ..self.source_options.clone()
+        };
+        let input = Input::open(source, &source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         let on_unsupported = self.source_options.on_unsupported;
@@ -187,7 +191,7 @@ impl Conversion {
         plan.warnings = ome_warnings;
         plan.skipped.splice(0..0, skipped);
         plan.files = input.ome_files(&nodes)?;
-        let fingerprint = state::fingerprint(&source_id(source), &plan);
+        let fingerprint = state::Fingerprint::new(&source_id(source), &plan)?;
         Ok(Opened {
             input,
             plan,
@@ -562,7 +566,7 @@ pub struct Finalized {
 struct Opened {
     input: Input,
     plan: Plan,
-    fingerprint: serde_json::Value,
+    fingerprint: state::Fingerprint,
     runtime: Arc<IoRuntime>,
     destination: Location,
 }
