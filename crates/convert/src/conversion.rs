@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use zshard_core::linear_index;
 use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
 use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
-use zshard_writer::{consolidated_group_json, document_bytes, group_json};
+use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
@@ -191,11 +191,10 @@ impl Conversion {
         plan.warnings = ome_warnings;
         plan.skipped.splice(0..0, skipped);
         plan.files = input.ome_files(&nodes)?;
-        let fingerprint = state::Fingerprint::new(&source_id(source), &plan)?;
         Ok(Opened {
             input,
             plan,
-            fingerprint,
+            source_id: source_id(source),
             runtime,
             destination,
         })
@@ -301,12 +300,8 @@ impl Conversion {
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
-        let Opened {
-            input,
-            plan,
-            fingerprint,
-            ..
-        } = &opened;
+        let fingerprint = &opened.fingerprint()?;
+        let Opened { input, plan, .. } = &opened;
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
                 .lock()
@@ -485,12 +480,8 @@ impl Conversion {
         }
         let opened = self.open()?;
         let destination = opened.destination(false)?;
-        let Opened {
-            plan,
-            fingerprint,
-            input,
-            ..
-        } = opened;
+        let fingerprint = opened.fingerprint()?;
+        let Opened { plan, input, .. } = opened;
         let mut finalized = Finalized {
             destination: destination.url(""),
             arrays: plan.arrays.len(),
@@ -566,12 +557,19 @@ pub struct Finalized {
 struct Opened {
     input: Input,
     plan: Plan,
-    fingerprint: state::Fingerprint,
+    /// The source as a conversion's fingerprint records it.
+    source_id: String,
     runtime: Arc<IoRuntime>,
     destination: Location,
 }
 
 impl Opened {
+    /// What identifies this conversion in the destination's claim and records (made only by the
+    /// commands that write or check them: `plan` does without).
+    fn fingerprint(&self) -> Result<state::Fingerprint> {
+        state::Fingerprint::new(&self.source_id, &self.plan)
+    }
+
     /// Opens the destination (creating a local folder with `create`).
     fn destination(&self, create: bool) -> Result<Store> {
         Ok(Store::open_location(
@@ -694,10 +692,8 @@ fn write_metadata(
     for (path, attributes) in &plan.groups {
         if !path.is_empty() {
             first.push((metadata_key(path), document_bytes(&group_json(attributes))));
-        } else if consolidate {
-            root = Some(consolidated_group_json(attributes, members(plan)));
         } else {
-            root = Some(group_json(attributes));
+            root = Some(attributes);
         }
     }
     stop_if_cancelled()?;
@@ -715,12 +711,22 @@ fn write_metadata(
     });
     recorded?;
     written?;
+    drop(first);
     let listed = listed?.into_iter().map(|(key, _)| key).collect();
-    if let Some(doc) = root {
+    if let Some(attributes) = root {
         stop_if_cancelled()?;
+        // Made once the other documents are written and dropped, each member's document only
+        // while it is serialized: 30,000 arrays held the whole as JSON values took 300 MB.
+        let doc = if consolidate {
+            let members = members(plan);
+            let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
+            consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
+        } else {
+            document_bytes(&group_json(attributes))
+        };
         let key = metadata_key("");
         destination.remove_staged_of(&key)?;
-        destination.put(&key, document_bytes(&doc))?;
+        destination.put(&key, doc)?;
     }
     Ok(listed)
 }
@@ -744,18 +750,23 @@ fn clear_state(destination: &Store, listed: Option<Vec<String>>, also: &[String]
     Ok(())
 }
 
-/// The `zarr.json` document of every node below the root, by path.
-fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
-    let arrays = plan
-        .arrays
-        .iter()
-        .map(|array| (array.path.clone(), array.output.to_json()));
-    let groups = plan
-        .groups
-        .iter()
-        .map(|(path, attributes)| (path.clone(), group_json(attributes)));
-    arrays.chain(groups).filter(|(path, _)| !path.is_empty())
+/// Every node below the root with the maker of its `zarr.json` document.
+#[allow(clippy::type_complexity)]
+fn members(plan: &Plan) -> Vec<(String, Box<dyn Fn() -> serde_json::Value + '_>)> {
+    let arrays = plan.arrays.iter().map(|array| {
+        let doc: Box<dyn Fn() -> serde_json::Value + '_> = Box::new(move || array.output.to_json());
+        (array.path.clone(), doc)
+    });
+    let groups = plan.groups.iter().map(|(path, attributes)| {
+        let doc: Box<dyn Fn() -> serde_json::Value + '_> = Box::new(move || group_json(attributes));
+        (path.clone(), doc)
+    });
+    arrays
+        .chain(groups)
+        .filter(|(path, _)| !path.is_empty())
+        .collect()
 }
+
 /// A local destination where this conversion would write through a symbolic link (zshard's state
 /// folder, a node's folder, an array's `c` folder of chunks, or a link on the way to one) is refused
 /// before anything is written: what it wrote there would land outside the destination, and a later
