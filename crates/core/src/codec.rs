@@ -153,6 +153,9 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     fn spec(&self) -> CodecSpec;
 }
 
+/// The least extra room [`CodecChain::max_stored_len`] leaves for bytes the codecs never read.
+const STORED_ALLOWANCE: u64 = 1 << 20;
+
 /// A full chain: array→array codecs, one array→bytes codec, bytes→bytes codecs, applied in that order
 /// when encoding and in reverse when decoding.
 #[derive(Clone, Debug)]
@@ -218,6 +221,15 @@ impl CodecChain {
         let bytes_repr = reprs.last().unwrap_or(repr);
         let bound = self.bounds(bytes_repr).last().copied().unwrap_or(0);
         Ok(u64::try_from(bound).unwrap_or(u64::MAX))
+    }
+
+    /// The most bytes a stored chunk of `repr` is read up to: [`CodecChain::max_encoded_len`] plus
+    /// as much again (at least 1 MiB) for bytes the codecs never read, which readers of the source
+    /// accept: numcodecs' zlib and Blosc ignore bytes after their stream, zstd skips skippable frames.
+    /// A longer chunk cannot be one its readers decode; it is refused unread.
+    pub fn max_stored_len(&self, repr: &ChunkRepr) -> Result<u64> {
+        let bound = self.max_encoded_len(repr)?;
+        Ok(bound.saturating_add(bound.max(STORED_ALLOWANCE)))
     }
 
     /// `repr`, then what each array→array codec turns it into, in encoding order.

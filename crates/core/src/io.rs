@@ -17,7 +17,7 @@ pub trait ChunkReader: Send + Sync + Debug {
     /// coordinate, in order.
     ///
     /// `max_len` is the most bytes a stored chunk can take (the source chain's
-    /// [`CodecChain::max_encoded_len`](crate::CodecChain::max_encoded_len) for a chunk): a chunk
+    /// [`CodecChain::max_stored_len`](crate::CodecChain::max_stored_len) for a chunk): a chunk
     /// stored in more fails, naming both sizes, without being read whole (at most `max_len + 1`
     /// bytes of it are), whatever its object, file, member or reference states, so that no input
     /// makes a run allocate more than its chunks can need. `u64::MAX` reads without a bound.

@@ -255,7 +255,8 @@ struct RunArray<'a> {
     /// Raw bytes of one inner chunk, for progress by bytes.
     inner_chunk_bytes: u64,
     /// The most bytes a stored source chunk can take (the source chain's bound for a chunk of
-    /// `source_repr`, the largest chunk on a rectilinear grid): the one bound every reader gets.
+    /// `source_repr`, the largest chunk on a rectilinear grid, with room for bytes its codecs skip;
+    /// see `CodecChain::max_stored_len`): the one bound every reader gets.
     max_chunk_len: u64,
 }
 
@@ -270,7 +271,7 @@ impl<'a> RunArray<'a> {
         // the decoder names the problem.
         let max_chunk_len = job
             .source_chain
-            .max_encoded_len(&job.layout.source_repr)
+            .max_stored_len(&job.layout.source_repr)
             .unwrap_or(u64::MAX);
         RunArray {
             job,
