@@ -148,8 +148,9 @@ fn frame_promising_more(content_size: u16, count: usize) -> Vec<u8> {
 fn passthrough_refuses_a_zstd_frame_whose_blocks_promise_more_than_its_header() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = small_source(tmp.path());
-    // 16x16 uint16 chunks are 512 bytes; this frame's header says 512 and its blocks 16 MiB. (A
-    // frame longer than zstd's bound for 512 bytes, 577, is refused unread before any check.)
+    // 16x16 uint16 chunks are 512 bytes; this frame's header says 512 and its blocks 16 MiB. It is
+    // kept within zstd's bound for 512 bytes (577), so that the frame check, not the read bound,
+    // refuses it.
     let frame = frame_promising_more(512, 128);
     assert!(frame.len() <= 577, "{} bytes", frame.len());
     std::fs::write(src.join("1.2"), frame).expect("damage chunk 1.2");
