@@ -109,7 +109,7 @@ impl BytesToBytesCodec for BloscCodec {
     }
 
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
-        decoded_len + MAX_OVERHEAD
+        decoded_len.saturating_add(MAX_OVERHEAD)
     }
 
     fn spec(&self) -> CodecSpec {

@@ -43,7 +43,7 @@ impl BytesToBytesCodec for Crc32cCodec {
     }
 
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
-        decoded_len + 4
+        decoded_len.saturating_add(4)
     }
 
     fn spec(&self) -> CodecSpec {

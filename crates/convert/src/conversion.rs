@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use zshard_core::linear_index;
 use zshard_pipeline::{ArrayJob, ShardOutcome, ShardTask};
 use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
-use zshard_writer::{consolidated_group_json, document_bytes, group_json};
+use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
 use crate::input::{Input, SourceOptions};
@@ -187,7 +187,11 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let input = Input::open(source, &self.source_options, runtime.clone())?;
+        let source_options = crate::input::SourceOptions {
+            memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
+            ..self.source_options.clone()
+        };
+        let input = Input::open(source, &source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         let files = input.ome_files(&nodes)?;
@@ -202,11 +206,10 @@ impl Conversion {
         };
         let mut auto_max_chunks = zshard_core::AUTO_SHARD_MAX_CHUNKS;
         let plan = plan_with(auto_max_chunks)?;
-        let fingerprint = state::fingerprint(&source_id(source), &plan);
         let mut opened = Opened {
             input,
             plan,
-            fingerprint,
+            source_id: source_id(source),
             runtime,
             destination,
         };
@@ -222,7 +225,6 @@ impl Conversion {
             if smaller.layouts() == opened.plan.layouts() {
                 break;
             }
-            opened.fingerprint = state::fingerprint(&source_id(source), &smaller);
             opened.plan = smaller;
         }
         if auto_max_chunks < zshard_core::AUTO_SHARD_MAX_CHUNKS {
@@ -345,12 +347,8 @@ impl Conversion {
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
-        let Opened {
-            input,
-            plan,
-            fingerprint,
-            ..
-        } = &opened;
+        let fingerprint = &opened.fingerprint()?;
+        let Opened { input, plan, .. } = &opened;
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
                 .lock()
@@ -369,7 +367,7 @@ impl Conversion {
             .collect();
         if let Some(committed) = committed {
             let running = state::holds_a_run(destination)?;
-            if committed(plan, fingerprint, running)? {
+            if committed(plan, &fingerprint.value(), running)? {
                 let lease_key = lease.stop();
                 clear_state(destination, None, &[lease_key])?;
                 planned(&all)?;
@@ -581,12 +579,8 @@ impl Conversion {
     /// [`Conversion::finalize`] into Zarr, with the source opened and planned.
     pub(crate) fn finalize_opened(&self, opened: Opened) -> Result<Finalized> {
         let destination = opened.destination(false)?;
-        let Opened {
-            plan,
-            fingerprint,
-            input,
-            ..
-        } = opened;
+        let fingerprint = opened.fingerprint()?;
+        let Opened { plan, input, .. } = opened;
         let mut finalized = Finalized {
             destination: destination.url(""),
             arrays: plan.arrays.len(),
@@ -674,12 +668,19 @@ pub(crate) type Committed<'a> =
 pub(crate) struct Opened {
     input: Input,
     pub(crate) plan: Plan,
-    pub(crate) fingerprint: serde_json::Value,
+    /// The source as a conversion's fingerprint records it.
+    pub(crate) source_id: String,
     runtime: Arc<IoRuntime>,
     destination: Location,
 }
 
 impl Opened {
+    /// What identifies this conversion in the destination's claim and records (made only by the
+    /// commands that write or check them: `plan` does without).
+    pub(crate) fn fingerprint(&self) -> Result<state::Fingerprint> {
+        state::Fingerprint::new(&self.source_id, &self.plan)
+    }
+
     /// Opens the destination (creating a local folder with `create`).
     fn destination(&self, create: bool) -> Result<Store> {
         Ok(Store::open_location(
@@ -800,44 +801,65 @@ fn write_metadata(
         }
         Ok(())
     };
-    let mut first: Vec<(String, bytes::Bytes)> = plan.files.clone();
-    first.extend(plan.arrays.iter().map(|array| {
-        (
-            metadata_key(&array.path),
-            document_bytes(&array.output.to_json()),
-        )
-    }));
+    // Every document but the root's, made batch by batch as they are written: 30,000 arrays' made
+    // at once held 60 MB (issue 31).
     let mut root = None;
+    let mut first: Vec<(String, Box<dyn Fn() -> bytes::Bytes + '_>)> = Vec::new();
+    for (key, bytes) in &plan.files {
+        first.push((key.clone(), Box::new(move || bytes.clone())));
+    }
+    for array in &plan.arrays {
+        let doc = move || document_bytes(&array.output.to_json());
+        first.push((metadata_key(&array.path), Box::new(doc)));
+    }
     for (path, attributes) in &plan.groups {
         if !path.is_empty() {
-            first.push((metadata_key(path), document_bytes(&group_json(attributes))));
-        } else if consolidate {
-            root = Some(consolidated_group_json(attributes, members(plan)));
+            let doc = move || document_bytes(&group_json(attributes));
+            first.push((metadata_key(path), Box::new(doc)));
         } else {
-            root = Some(group_json(attributes));
+            root = Some(attributes);
         }
     }
     stop_if_cancelled()?;
     for (key, _) in &first {
         destination.remove_staged_of(key)?;
     }
+    let batch = destination.concurrency().saturating_mul(16).max(64);
+    let write_first = async {
+        for part in first.chunks(batch) {
+            let docs: Vec<(String, bytes::Bytes)> =
+                part.iter().map(|(key, doc)| (key.clone(), doc())).collect();
+            destination.put_many_async(&docs).await?;
+        }
+        Ok::<(), zshard_store::Error>(())
+    };
     // Joined, not chained: a document that fails to be written must not cancel the records' writes
     // (a rerun skips the shards they name).
     let (written, recorded, listed) = destination.block_on(async {
         futures::join!(
-            destination.put_many_async(&first),
+            write_first,
             destination.put_many_async(alongside),
             destination.list_sizes_async(state::STATE_DIR)
         )
     });
     recorded?;
     written?;
+    drop(first);
     let listed = listed?.into_iter().map(|(key, _)| key).collect();
-    if let Some(doc) = root {
+    if let Some(attributes) = root {
         stop_if_cancelled()?;
+        // Made once the other documents are written and dropped, each member's document only
+        // while it is serialized: 30,000 arrays held the whole as JSON values took 300 MB.
+        let doc = if consolidate {
+            let members = members(plan);
+            let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
+            consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
+        } else {
+            document_bytes(&group_json(attributes))
+        };
         let key = metadata_key("");
         destination.remove_staged_of(&key)?;
-        destination.put(&key, document_bytes(&doc))?;
+        destination.put(&key, doc)?;
     }
     Ok(listed)
 }
@@ -861,18 +883,23 @@ fn clear_state(destination: &Store, listed: Option<Vec<String>>, also: &[String]
     Ok(())
 }
 
-/// The `zarr.json` document of every node below the root, by path.
-fn members(plan: &Plan) -> impl Iterator<Item = (String, serde_json::Value)> + '_ {
-    let arrays = plan
-        .arrays
-        .iter()
-        .map(|array| (array.path.clone(), array.output.to_json()));
-    let groups = plan
-        .groups
-        .iter()
-        .map(|(path, attributes)| (path.clone(), group_json(attributes)));
-    arrays.chain(groups).filter(|(path, _)| !path.is_empty())
+/// Every node below the root with the maker of its `zarr.json` document.
+#[allow(clippy::type_complexity)]
+fn members(plan: &Plan) -> Vec<(String, Box<dyn Fn() -> serde_json::Value + '_>)> {
+    let arrays = plan.arrays.iter().map(|array| {
+        let doc: Box<dyn Fn() -> serde_json::Value + '_> = Box::new(move || array.output.to_json());
+        (array.path.clone(), doc)
+    });
+    let groups = plan.groups.iter().map(|(path, attributes)| {
+        let doc: Box<dyn Fn() -> serde_json::Value + '_> = Box::new(move || group_json(attributes));
+        (path.clone(), doc)
+    });
+    arrays
+        .chain(groups)
+        .filter(|(path, _)| !path.is_empty())
+        .collect()
 }
+
 /// A local destination where this conversion would write through a symbolic link (zshard's state
 /// folder, a node's folder, an array's `c` folder of chunks, or a link on the way to one) is refused
 /// before anything is written: what it wrote there would land outside the destination, and a later

@@ -170,7 +170,7 @@ impl Conversion {
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         self.remove_committed_staging(&staged, output, &runtime)?;
         let opened = staged.open()?;
-        let fingerprint = opened.fingerprint.clone();
+        let fingerprint = opened.fingerprint()?.value();
         let staging = zshard_store::Location::parse(&staged.destination)?;
         let folder = staging.local_path();
         let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());

@@ -122,6 +122,10 @@ pub struct SourceOptions {
     /// Whether an array of a Zarr hierarchy or kerchunk reference set that zshard does not read stops
     /// the conversion.
     pub on_unsupported: OnUnsupported,
+    /// The memory limit the input's own structures must fit while it is opened: a reference set's
+    /// generated references are counted against it before they are made. A conversion sets its
+    /// own limit here; `None` leaves only the inputs' fixed caps.
+    pub memory_limit: Option<u64>,
 }
 
 /// The branch an Icechunk repository is read at when no reference is given.
@@ -222,6 +226,7 @@ impl Input {
                 format,
                 &zshard_kerchunk::Options {
                     skip_unsupported: options.on_unsupported == OnUnsupported::Skip,
+                    memory_limit: options.memory_limit,
                     ..options.references.clone().unwrap_or_default()
                 },
                 runtime,

@@ -379,6 +379,8 @@ impl SourceOptions {
             },
             reference: self.source_ref.clone(),
             on_unsupported: self.on_unsupported.unwrap_or_default(),
+            // The conversion sets its own.
+            memory_limit: None,
         }
     }
 }

@@ -77,25 +77,46 @@ impl PlanReport {
         self.budget.limit
     }
 
-    /// The plan as a JSON document (what `zshard plan --json` prints).
-    pub fn to_json(&self) -> Value {
-        let arrays: Vec<Value> = self
-            .plan
+    /// The source, as messages name it.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The destination, as given.
+    pub fn destination(&self) -> &str {
+        &self.destination
+    }
+
+    /// Each array of the plan as its JSON document in [`PlanReport::to_json`]'s `arrays`, made one
+    /// at a time (a plan of 30,000 arrays as one JSON value took hundreds of MB; issue 31).
+    pub fn array_docs(&self) -> impl Iterator<Item = Value> + '_ {
+        self.plan
             .arrays
             .iter()
             .map(|a| describe(a, &array_name(&self.source, &a.path), &self.budget))
-            .collect();
-        let total = |k: &str| {
-            arrays
-                .iter()
-                .map(|a| a[k].as_u64().unwrap_or(0))
-                .sum::<u64>()
-        };
-        let peak = arrays
-            .iter()
-            .map(|a| a["estimated_peak_memory_per_worker"].as_u64().unwrap_or(0))
-            .max()
-            .unwrap_or(0);
+    }
+
+    /// The `totals` of [`PlanReport::to_json`], summed array by array.
+    pub fn totals(&self) -> Value {
+        let (mut arrays, mut shards, mut chunks, mut bytes_in, mut bytes_out, mut peak) =
+            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        for a in self.array_docs() {
+            let u = |k: &str| a[k].as_u64().unwrap_or(0);
+            arrays += 1;
+            shards += u("shards");
+            chunks += u("source_chunks");
+            bytes_in += u("estimated_bytes_in");
+            bytes_out += u("estimated_bytes_out");
+            peak = peak.max(u("estimated_peak_memory_per_worker"));
+        }
+        json!({"arrays": arrays, "shards": shards, "source_chunks": chunks,
+               "estimated_bytes_in": bytes_in, "estimated_bytes_out": bytes_out,
+               "estimated_peak_memory_per_worker": peak})
+    }
+
+    /// The plan as a JSON document (what `zshard plan --json` prints).
+    pub fn to_json(&self) -> Value {
+        let arrays: Vec<Value> = self.array_docs().collect();
         let mut doc = json!({
             "source": self.source,
             "destination": self.destination,
@@ -108,9 +129,7 @@ impl PlanReport {
             "warnings": self.warnings(),
             // Arrays left out (`--on-unsupported skip`): path and reason.
             "skipped_arrays": self.plan.skipped,
-            "totals": {"arrays": arrays.len(), "shards": total("shards"), "source_chunks": total("source_chunks"),
-                       "estimated_bytes_in": total("estimated_bytes_in"), "estimated_bytes_out": total("estimated_bytes_out"),
-                       "estimated_peak_memory_per_worker": peak},
+            "totals": self.totals(),
         });
         if let Some(c) = self.icechunk_chunks {
             doc["icechunk_chunks"] =

@@ -64,14 +64,68 @@ pub(crate) const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
 
-/// What identifies a conversion.
-pub(crate) fn fingerprint(source_id: &str, plan: &Plan) -> Value {
-    let arrays: Vec<Value> = plan
-        .arrays
-        .iter()
-        .map(|a| json!({"path": a.path, "zarr.json": a.output.to_json()}))
-        .collect();
-    json!({"zshard_state": 1, "source": source_id, "arrays": arrays})
+/// What identifies a conversion: its source and every array's output metadata, as the JSON text
+/// recorded in the claim and the options records. Held as that text for the whole run: as a JSON
+/// value, 30,000 small arrays took 300 MB (issue 31), their text a tenth of it. A record is compared
+/// by its text first, and as JSON only when the text differs (a record an earlier version wrote
+/// pretty-printed, or another conversion's).
+#[derive(Debug, Clone)]
+pub(crate) struct Fingerprint(Bytes);
+
+impl Fingerprint {
+    pub(crate) fn new(source_id: &str, plan: &Plan) -> Result<Fingerprint> {
+        /// The arrays, each made a JSON value only while it is written.
+        struct Arrays<'a>(&'a Plan);
+        impl serde::Serialize for Arrays<'_> {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                serializer.collect_seq(
+                    self.0
+                        .arrays
+                        .iter()
+                        .map(|a| json!({"path": a.path, "zarr.json": a.output.to_json()})),
+                )
+            }
+        }
+        // Members in the order a JSON value sorts them.
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            arrays: Arrays<'a>,
+            source: &'a str,
+            zshard_state: u32,
+        }
+        let text = serde_json::to_vec(&Document {
+            arrays: Arrays(plan),
+            source: source_id,
+            zshard_state: 1,
+        })
+        .map_err(|source| Error::Serialize {
+            what: "the conversion's options",
+            source,
+        })?;
+        Ok(Fingerprint(Bytes::from(text)))
+    }
+
+    /// The text recorded for this conversion.
+    pub(crate) fn text(&self) -> Bytes {
+        self.0.clone()
+    }
+
+    /// Whether `recorded` (a claim or options record) records this conversion.
+    fn recorded_in(&self, recorded: &[u8]) -> std::result::Result<bool, serde_json::Error> {
+        if recorded == &self.0[..] {
+            return Ok(true);
+        }
+        let recorded: Value = serde_json::from_slice(recorded)?;
+        Ok(recorded == self.value())
+    }
+
+    /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.
+    pub(crate) fn value(&self) -> Value {
+        serde_json::from_slice(&self.0).unwrap_or(Value::Null)
+    }
 }
 
 /// The key `key` below the node at `path` (the root's path is empty).
@@ -106,7 +160,7 @@ pub(crate) enum Prepared {
 pub(crate) fn prepare(
     dst: &Store,
     plan: &Plan,
-    fingerprint: &Value,
+    fingerprint: &Fingerprint,
     partition: Partition,
     overwrite: Option<&str>,
     observer: &dyn Observer,
@@ -136,11 +190,7 @@ pub(crate) fn prepare(
     // equal them): writing them again would change nothing.
     let mut options = None;
     if !survey.records.contains_key(&own) {
-        let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
-            what: "the conversion's options",
-            source,
-        })?;
-        options = Some(Arc::new(WriteAhead::start(dst, &own, Bytes::from(text))?));
+        options = Some(Arc::new(WriteAhead::start(dst, &own, fingerprint.text())?));
     }
     Ok((Prepared::Run(Box::new(survey)), options))
 }
@@ -172,10 +222,16 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
             let grid = array.geometry.shard_grid();
             async move { shard_keys(dst, &array.path, &grid).await }
         });
+        // The store's number of listings at a time: every listing in flight holds a buffer of
+        // entries, and 30,000 arrays listed at once took 1.8 GB (issue 31).
+        let shards = futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffered(
+            futures::stream::iter(shards),
+            dst.concurrency(),
+        ));
         futures::join!(
             dst.list_sizes_async(STATE_DIR),
             dst.get_many_async(&documents),
-            futures::future::join_all(shards)
+            shards
         )
     });
     let state: Vec<String> = state?.into_iter().map(|(key, _)| key).collect();
@@ -307,25 +363,19 @@ async fn create_beside_read(
 /// vanished).
 fn claim(
     dst: &Store,
-    fingerprint: &Value,
+    fingerprint: &Fingerprint,
     marker: Marker,
     observer: &dyn Observer,
 ) -> Result<Claim> {
-    let text = serde_json::to_vec_pretty(fingerprint).map_err(|source| Error::Serialize {
-        what: "the conversion's options",
-        source,
-    })?;
+    let text = fingerprint.text();
     let ((created, existing), overwriting) = dst.block_on(async {
-        futures::join!(
-            create_beside_read(dst, CLAIM, Bytes::from(text.clone())),
-            async {
-                match marker {
-                    Marker::Check => dst.get_async(OVERWRITING).await,
-                    Marker::Remove => dst.delete_async(OVERWRITING).await.map(|()| None),
-                    Marker::Ignore => Ok(None),
-                }
+        futures::join!(create_beside_read(dst, CLAIM, text.clone()), async {
+            match marker {
+                Marker::Check => dst.get_async(OVERWRITING).await,
+                Marker::Remove => dst.delete_async(OVERWRITING).await.map(|()| None),
+                Marker::Ignore => Ok(None),
             }
-        )
+        })
     });
     let overwriting = overwriting.inspect_err(|_| {
         if matches!(created, Ok(PutNew::Created)) {
@@ -350,7 +400,7 @@ fn claim(
     for _ in 0..3 {
         let (created, existing) = first
             .take()
-            .unwrap_or_else(|| (dst.put_new(CLAIM, Bytes::from(text.clone())), Ok(None)));
+            .unwrap_or_else(|| (dst.put_new(CLAIM, text.clone()), Ok(None)));
         match created? {
             PutNew::Created => return Ok(Claim::Created),
             PutNew::Exists => {}
@@ -360,7 +410,7 @@ fn claim(
                     dst.url("")
                 ));
                 if dst.get(CLAIM)?.is_none() {
-                    dst.put(CLAIM, Bytes::from(text))?;
+                    dst.put(CLAIM, text)?;
                     return Ok(Claim::Created);
                 }
             }
@@ -373,18 +423,19 @@ fn claim(
         let Some(bytes) = bytes else {
             continue;
         };
-        let claimed: Value = serde_json::from_slice(&bytes).map_err(|source| Error::State {
+        let state_error = |source| Error::State {
             key: dst.url(CLAIM),
             source,
-        })?;
-        if &claimed == fingerprint {
+        };
+        if fingerprint.recorded_in(&bytes).map_err(state_error)? {
             return Ok(Claim::Joined);
         }
+        let claimed: Value = serde_json::from_slice(&bytes).map_err(state_error)?;
         return Err(Error::Destination {
             reason: format!(
                 "{} is claimed by a conversion with different options ({}; see {}), running now or interrupted; rerun with its options to resume it, or use {} to replace it once no run writes into it",
                 dst.url(""),
-                differences(&claimed, fingerprint),
+                differences(&claimed, &fingerprint.value()),
                 dst.url(CLAIM),
                 Setting::Overwrite
             ),
@@ -445,7 +496,7 @@ fn differences(recorded: &Value, ours: &Value) -> String {
 fn check_holdings(
     dst: &Store,
     plan: &Plan,
-    fingerprint: &Value,
+    fingerprint: &Fingerprint,
     survey: &Survey,
 ) -> Result<Prepared> {
     if let Some(key) = survey.first_v2_metadata() {
@@ -550,16 +601,18 @@ impl Survey {
     }
 
     /// The key of a recorded conversion whose options differ from `fingerprint`, if any.
-    fn conflicting_record(&self, dst: &Store, fingerprint: &Value) -> Result<Option<&str>> {
+    fn conflicting_record(&self, dst: &Store, fingerprint: &Fingerprint) -> Result<Option<&str>> {
         for key in self.options_records() {
             let Some(bytes) = self.records.get(key) else {
                 continue; // removed meanwhile
             };
-            let recorded: Value = serde_json::from_slice(bytes).map_err(|source| Error::State {
-                key: dst.url(key),
-                source,
-            })?;
-            if &recorded != fingerprint {
+            let same = fingerprint
+                .recorded_in(bytes)
+                .map_err(|source| Error::State {
+                    key: dst.url(key),
+                    source,
+                })?;
+            if !same {
                 return Ok(Some(key));
             }
         }
@@ -726,7 +779,7 @@ pub(crate) fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -
 pub(crate) fn check_recorded(
     dst: &Store,
     plan: &Plan,
-    fingerprint: &Value,
+    fingerprint: &Fingerprint,
     survey: &Survey,
 ) -> Result<Prepared> {
     if survey.options_records().next().is_none() {
@@ -740,18 +793,22 @@ pub(crate) fn check_recorded(
             ),
         });
     }
-    let claimed = survey.claim().map(|bytes| {
-        serde_json::from_slice::<Value>(bytes).map_err(|source| Error::State {
-            key: dst.url(CLAIM),
-            source,
-        })
-    });
-    if let Some(claimed) = claimed.transpose()?.filter(|c| c != fingerprint) {
+    let state_error = |source| Error::State {
+        key: dst.url(CLAIM),
+        source,
+    };
+    let other_claim = match survey.claim() {
+        Some(bytes) if !fingerprint.recorded_in(bytes).map_err(state_error)? => {
+            Some(serde_json::from_slice::<Value>(bytes).map_err(state_error)?)
+        }
+        _ => None,
+    };
+    if let Some(claimed) = other_claim {
         return Err(Error::Destination {
             reason: format!(
                 "{} was claimed by a conversion with different options ({}; see {})",
                 dst.url(""),
-                differences(&claimed, fingerprint),
+                differences(&claimed, &fingerprint.value()),
                 dst.url(CLAIM)
             ),
         });

@@ -142,12 +142,19 @@ pub trait BytesToBytesCodec: Send + Sync + Debug {
     }
     /// An upper bound on the encoded size for a decoded size (used to bound the decoders before it).
     fn max_encoded_len(&self, decoded_len: usize) -> usize {
-        // Generous default for compressors: incompressible data grows by a small header and framing.
-        decoded_len + decoded_len / 8 + 1024
+        // Generous default for compressors: incompressible data grows by a small header and framing
+        // (gzip/zlib: 5 bytes per stored block of up to 64 KiB and 18 of header and trailer; bzip2
+        // about 1% and 600 bytes; xz/lzma a block header and 3 bytes per 64 KiB), far below this.
+        decoded_len
+            .saturating_add(decoded_len / 8)
+            .saturating_add(1024)
     }
     /// The codec as it appears in v3 metadata.
     fn spec(&self) -> CodecSpec;
 }
+
+/// The least extra room [`CodecChain::max_stored_len`] leaves for bytes the codecs never read.
+const STORED_ALLOWANCE: u64 = 1 << 20;
 
 /// A full chain: array→array codecs, one array→bytes codec, bytes→bytes codecs, applied in that order
 /// when encoding and in reverse when decoding.
@@ -187,18 +194,9 @@ impl CodecChain {
     /// Decodes one chunk into little-endian C-order elements of `repr`. Allocation is bounded by the
     /// sizes that `repr` implies, whatever the encoded bytes claim.
     pub fn decode(&self, encoded: &[u8], repr: &ChunkRepr) -> Result<Vec<u8>> {
-        let mut reprs = vec![repr.clone()];
-        for codec in &self.array_to_array {
-            let next = codec.encoded_repr(reprs.last().unwrap_or(repr))?;
-            reprs.push(next);
-        }
+        let reprs = self.reprs(repr)?;
         let bytes_repr = reprs.last().unwrap_or(repr).clone();
-        // Bounds for each bytes→bytes stage, innermost first.
-        let mut bounds = vec![self.array_to_bytes.max_encoded_len(&bytes_repr)];
-        for codec in &self.bytes_to_bytes {
-            let last = bounds.last().copied().unwrap_or(0);
-            bounds.push(codec.max_encoded_len(last));
-        }
+        let bounds = self.bounds(&bytes_repr);
         let mut bytes: Option<Vec<u8>> = None;
         for (i, codec) in self.bytes_to_bytes.iter().enumerate().rev() {
             let input = bytes.as_deref().unwrap_or(encoded);
@@ -210,6 +208,49 @@ impl CodecChain {
             data = codec.decode(data, decoded_repr)?;
         }
         Ok(data)
+    }
+
+    /// The most bytes a chunk of `repr` can be stored in: the array→bytes codec's bound, grown by
+    /// each bytes→bytes codec's worst-case expansion (see [`BytesToBytesCodec::max_encoded_len`]).
+    /// A stored chunk longer than this cannot decode, so readers refuse it before reading it whole
+    /// (a sparse file, a lying zip member or reference cannot make a run allocate more). For
+    /// variable-length types the bound is the decoders' own ([`ArrayToBytesCodec::max_encoded_len`]:
+    /// 1 GiB of string bytes per chunk), not one the metadata implies.
+    pub fn max_encoded_len(&self, repr: &ChunkRepr) -> Result<u64> {
+        let reprs = self.reprs(repr)?;
+        let bytes_repr = reprs.last().unwrap_or(repr);
+        let bound = self.bounds(bytes_repr).last().copied().unwrap_or(0);
+        Ok(u64::try_from(bound).unwrap_or(u64::MAX))
+    }
+
+    /// The most bytes a stored chunk of `repr` is read up to: [`CodecChain::max_encoded_len`] plus
+    /// as much again (at least 1 MiB) for bytes the codecs never read, which readers of the source
+    /// accept: numcodecs' zlib and Blosc ignore bytes after their stream, zstd skips skippable frames.
+    /// A longer chunk cannot be one its readers decode; it is refused unread.
+    pub fn max_stored_len(&self, repr: &ChunkRepr) -> Result<u64> {
+        let bound = self.max_encoded_len(repr)?;
+        Ok(bound.saturating_add(bound.max(STORED_ALLOWANCE)))
+    }
+
+    /// `repr`, then what each array→array codec turns it into, in encoding order.
+    fn reprs(&self, repr: &ChunkRepr) -> Result<Vec<ChunkRepr>> {
+        let mut reprs = vec![repr.clone()];
+        for codec in &self.array_to_array {
+            let next = codec.encoded_repr(reprs.last().unwrap_or(repr))?;
+            reprs.push(next);
+        }
+        Ok(reprs)
+    }
+
+    /// The largest input of each bytes→bytes stage when decoding, innermost first; the last is the
+    /// largest stored chunk.
+    fn bounds(&self, bytes_repr: &ChunkRepr) -> Vec<usize> {
+        let mut bounds = vec![self.array_to_bytes.max_encoded_len(bytes_repr)];
+        for codec in &self.bytes_to_bytes {
+            let last = bounds.last().copied().unwrap_or(0);
+            bounds.push(codec.max_encoded_len(last));
+        }
+        bounds
     }
 
     /// Checks an encoded chunk that is going to be copied as it is: by its framing when the chain is

@@ -15,7 +15,13 @@ pub trait ChunkReader: Send + Sync + Debug {
     /// Reads several chunks at once, so that an implementation can overlap or coalesce requests.
     /// `Ok(None)` is a chunk that does not exist (it holds the fill value). The result has one entry per
     /// coordinate, in order.
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>>;
+    ///
+    /// `max_len` is the most bytes a stored chunk can take (the source chain's
+    /// [`CodecChain::max_stored_len`](crate::CodecChain::max_stored_len) for a chunk): a chunk
+    /// stored in more fails, naming both sizes, without being read whole (at most `max_len + 1`
+    /// bytes of it are), whatever its object, file, member or reference states, so that no input
+    /// makes a run allocate more than its chunks can need. `u64::MAX` reads without a bound.
+    fn read_chunks(&self, coords: &[Vec<u64>], max_len: u64) -> Vec<Result<Option<Bytes>>>;
 }
 
 /// What a [`ShardSink`] stored for one shard: the object's size and the crc32c (Castagnoli) of its

@@ -25,6 +25,7 @@ mod error;
 mod fill;
 mod geometry;
 mod grid;
+mod human;
 mod io;
 mod meta;
 pub mod setting;
@@ -46,6 +47,7 @@ pub use geometry::{
     MAX_BUFFER_BYTES,
 };
 pub use grid::RectilinearGrid;
+pub use human::HumanBytes;
 pub use io::{ChunkReader, ShardSink, ShardStream, Stored};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use setting::{Setting, Spelling};

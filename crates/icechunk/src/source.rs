@@ -262,8 +262,14 @@ impl IcechunkReader {
         Path::new(&format!("/{}", self.path)).map_err(|e| e.to_string())
     }
 
-    /// What the manifest says about the chunk at `coord`.
-    async fn lookup(&self, path: &Path, coord: &[u64]) -> std::result::Result<Lookup, String> {
+    /// What the manifest says about the chunk at `coord`; a native chunk whose manifest entry
+    /// states more than `max_len` bytes is refused unread (a virtual one by the range reader).
+    async fn lookup(
+        &self,
+        path: &Path,
+        coord: &[u64],
+        max_len: u64,
+    ) -> std::result::Result<Lookup, String> {
         let indices = coord
             .iter()
             .map(|&c| {
@@ -279,6 +285,15 @@ impl IcechunkReader {
         Ok(match payload {
             None => Lookup::Ready(ExternalChunk::Known(None)),
             Some(ChunkPayload::Inline(bytes)) => Lookup::Ready(ExternalChunk::Known(Some(bytes))),
+            Some(ChunkPayload::Ref(chunk)) if chunk.length > max_len => {
+                return Err(zshard_store::Error::TooLarge {
+                    location: format!("its chunk object {}", chunk.id),
+                    len: chunk.length,
+                    at_least: false,
+                    max: max_len,
+                }
+                .to_string())
+            }
             Some(ChunkPayload::Ref(_)) => Lookup::Native(indices),
             Some(ChunkPayload::Virtual(reference)) => {
                 Lookup::Ready(self.virtual_chunk(coord, reference)?)
@@ -325,14 +340,18 @@ impl ChunkReader for IcechunkReader {
         self.encoding.key_under(&self.path, coord)
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let path = match self.array_path() {
             Ok(p) => p,
             Err(e) => return coords.iter().map(|c| Err(self.read_error(c, &e))).collect(),
         };
         // Manifest lookups and native reads of the batch run together.
         let looked: Vec<_> = self.runtime.block_on(async {
-            let lookups = join_all(coords.iter().map(|c| self.lookup(&path, c))).await;
+            let lookups = join_all(coords.iter().map(|c| self.lookup(&path, c, max_len))).await;
             let path = &path;
             join_all(lookups.into_iter().map(|lookup| async move {
                 match lookup {
@@ -357,7 +376,7 @@ impl ChunkReader for IcechunkReader {
                 })
             })
             .collect();
-        let mut out = self.external.read(wants);
+        let mut out = self.external.read(wants, max_len);
         for (i, e) in failed {
             out[i] = Err(self.read_error(&coords[i], e));
         }

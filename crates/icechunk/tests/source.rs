@@ -176,7 +176,7 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
     };
     let chunks = source
         .reader("x", x)
-        .read_chunks(&[vec![0], vec![1], vec![2]]);
+        .read_chunks(&[vec![0], vec![1], vec![2]], u64::MAX);
     assert_eq!(
         chunks[0].as_ref().expect("native").as_deref(),
         Some(&native[..])
@@ -189,7 +189,7 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
     let NodeKind::Array(y) = &nodes[2].kind else {
         panic!("y is an array")
     };
-    let chunks = source.reader("y", y).read_chunks(&[vec![0]]);
+    let chunks = source.reader("y", y).read_chunks(&[vec![0]], u64::MAX);
     assert_eq!(
         chunks[0].as_ref().expect("inline").as_deref(),
         Some(&[9u8, 8, 7, 6][..])

@@ -12,6 +12,11 @@ use crate::template::{Prepared, Template, Templates};
 /// once held (every reference stays in memory), and a few bytes of `gen` must not ask for more.
 pub(crate) const MAX_GENERATED: u64 = 1 << 26;
 
+/// The least memory one generated reference holds once the set is built (see
+/// [`crate::refs::HELD_REF_BYTES`]). With a memory limit, `gen` entries that would generate more
+/// than the limit holds of these are refused before one is made.
+pub(crate) const GENERATED_REF_BYTES: u64 = crate::refs::HELD_REF_BYTES;
+
 /// One compiled `gen` entry.
 #[derive(Debug)]
 pub(crate) struct Gen {
@@ -153,8 +158,15 @@ impl Gen {
             .unwrap_or_default()
     }
 
-    /// Compiles the `gen` list of a reference set, its strings into `templates`.
-    pub(crate) fn parse_all(gen: &Value, templates: &mut Templates) -> Result<Vec<Gen>, GenError> {
+    /// Compiles the `gen` list of a reference set, its strings into `templates`. The references
+    /// the entries generate are counted from their dimensions first: more than [`MAX_GENERATED`],
+    /// or more than `memory_limit` holds at [`GENERATED_REF_BYTES`] each, are refused before any
+    /// is generated.
+    pub(crate) fn parse_all(
+        gen: &Value,
+        templates: &mut Templates,
+        memory_limit: Option<u64>,
+    ) -> Result<Vec<Gen>, GenError> {
         let Value::Array(entries) = gen else {
             return Err(("gen".into(), gen.to_string(), "gen must be a list".into()));
         };
@@ -199,6 +211,19 @@ impl Gen {
                         format!("generates more than {MAX_GENERATED} references"),
                     )
                 })?;
+            let held = total.saturating_mul(GENERATED_REF_BYTES);
+            if let Some(limit) = memory_limit.filter(|&limit| held > limit) {
+                return Err((
+                    what,
+                    String::new(),
+                    format!(
+                        "the gen entries up to this one generate {total} references, which take at least {} held in memory, more than the memory limit of {} ({}); generate fewer references or use a larger memory limit",
+                        zshard_core::HumanBytes(held),
+                        zshard_core::HumanBytes(limit),
+                        zshard_core::Setting::MemoryLimit,
+                    ),
+                ));
+            }
             let names: Vec<&str> = dimensions.iter().map(|(n, _)| &**n).collect();
             let range = match range {
                 None => None,
@@ -299,7 +324,7 @@ mod tests {
 
     fn expand_all(gen: Value, templates: &mut Templates) -> Result<Vec<Generated>, GenError> {
         let mut out = Vec::new();
-        for g in Gen::parse_all(&gen, templates)? {
+        for g in Gen::parse_all(&gen, templates, None)? {
             g.expand(templates, &mut |r| {
                 out.push(r);
                 Ok(())
@@ -352,6 +377,24 @@ mod tests {
     }
 
     #[test]
+    fn references_are_counted_against_the_memory_limit_before_they_are_made() {
+        let gen = json!([{"key": "x/{{i}}", "url": "u", "offset": "{{i}}", "length": "1",
+            "dimensions": {"i": {"stop": 60_000_000}}}]);
+        let (what, _, reason) =
+            Gen::parse_all(&gen, &mut Templates::default(), Some(256 << 20)).expect_err("refused");
+        assert_eq!(what, "gen[0]");
+        assert!(
+            reason.starts_with(
+                "the gen entries up to this one generate 60000000 references, which take at least "
+            ) && reason.contains("more than the memory limit of 256.00 MiB"),
+            "{reason}"
+        );
+        // What fits is compiled.
+        let fits = json!([{"key": "x/{{i}}", "url": "u", "dimensions": {"i": {"stop": 1000}}}]);
+        assert!(Gen::parse_all(&fits, &mut Templates::default(), Some(256 << 20)).is_ok());
+    }
+
+    #[test]
     fn bad_gen_entries() {
         let mut t = Templates::default();
         for bad in [
@@ -393,6 +436,7 @@ mod bench {
             "offset": "{{(i * 1000 + j) * 4096}}", "length": "4096",
             "dimensions": {"i": {"stop": 1000}, "j": {"stop": 1000}}}]),
             &mut t,
+            None,
         )
         .expect("parses");
         let start = std::time::Instant::now();

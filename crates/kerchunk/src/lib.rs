@@ -44,7 +44,7 @@
 //! let nodes = set.nodes();
 //! let NodeKind::Array(meta) = &nodes[1].kind else { panic!("x is an array") };
 //! let reader = set.reader("x", meta);
-//! let chunks = reader.read_chunks(&[vec![0], vec![1], vec![2]]);
+//! let chunks = reader.read_chunks(&[vec![0], vec![1], vec![2]], u64::MAX);
 //! assert_eq!(chunks[0].as_ref().unwrap().as_deref(), Some(&[1u8, 2, 3, 4][..]));
 //! assert_eq!(chunks[1].as_ref().unwrap().as_deref(), Some(&[5u8, 6, 7, 8][..]));
 //! assert!(chunks[2].as_ref().unwrap().is_none()); // no reference: the fill value

@@ -157,6 +157,24 @@ impl BlockDecoder {
         Ok(self.pad(&header.shape, payload))
     }
 
+    /// The most bytes a stored block can take: the longest header (mode, axes, extents, element
+    /// count) and the compression's worst case for a full block (the codec's bound; for N5's LZ4
+    /// framing, whose 21-byte block headers and LZ4's expansion stay far below it, the margin of
+    /// [`BytesToBytesCodec::max_encoded_len`]'s default). A longer block cannot decode: readers
+    /// refuse it unread.
+    pub fn max_block_len(&self) -> u64 {
+        let raw = usize::try_from(product(&self.block_size))
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.element_size);
+        let payload = match (&self.compression, &self.codec) {
+            (_, None) => raw,
+            (Compression::Lz4, _) => raw.saturating_add(raw / 8).saturating_add(1024),
+            (_, Some(codec)) => codec.max_encoded_len(raw),
+        };
+        let header = 8 + 4 * self.block_size.len();
+        u64::try_from(payload.saturating_add(header)).unwrap_or(u64::MAX)
+    }
+
     fn decompress(&self, key: &str, payload: &[u8], expected: usize) -> Result<Vec<u8>> {
         let failed = |source| Error::Decompress {
             key: key.to_string(),

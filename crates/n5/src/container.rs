@@ -205,7 +205,14 @@ impl ChunkReader for N5ChunkReader {
         self.store.url(&self.encoding.key(coord))
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    /// `max_len` bounds the decoded block this reader returns; the stored block, which holds N5's
+    /// header and compression, is bounded by [`BlockDecoder::max_block_len`] instead (unless
+    /// `max_len` is `u64::MAX`: no bound).
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let keys: Vec<String> = coords.iter().map(|c| self.encoding.key(c)).collect();
         let decoder = match self.decoder() {
             Ok(decoder) => decoder,
@@ -225,8 +232,12 @@ impl ChunkReader for N5ChunkReader {
                     .collect();
             }
         };
+        let max_block = match max_len {
+            u64::MAX => u64::MAX,
+            _ => decoder.max_block_len(),
+        };
         self.store
-            .get_many(&keys)
+            .get_many_bounded(&keys, max_block)
             .into_iter()
             .zip(&keys)
             .map(|(result, key)| match result {

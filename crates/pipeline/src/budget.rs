@@ -462,21 +462,7 @@ fn reads_each_source_chunk_once(array: &ArrayLayout, part_bytes: u64) -> bool {
     source_footprint(&array.geometry, &array.source_repr.shape, &part) <= product(&part)
 }
 
-/// Bytes for people, in binary units with two decimals ("1.25 GiB", "15 B"), the way the progress
-/// bar of the command line (indicatif's `HumanBytes`) writes them, through the same `unit-prefix`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HumanBytes(pub(crate) u64);
-
-impl fmt::Display for HumanBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match unit_prefix::NumberPrefix::binary(self.0 as f64) {
-            unit_prefix::NumberPrefix::Standalone(number) => write!(f, "{number:.0} B"),
-            unit_prefix::NumberPrefix::Prefixed(prefix, number) => {
-                write!(f, "{number:.2} {prefix}B")
-            }
-        }
-    }
-}
+pub(crate) use zshard_core::HumanBytes;
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,11 @@ impl ChunkReader for MemoryReader {
         format!("mem/{coord:?}")
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        _max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let slow = self.slow_at.as_ref().is_some_and(|s| coords.contains(s));
         // Only the first read of it is slow.
         if slow && !self.slowed.swap(true, Ordering::SeqCst) {

@@ -74,6 +74,21 @@ pub enum Error {
         len: u64,
     },
 
+    /// An object (or a range of one) longer than the most its reader can need: a stored chunk longer
+    /// than its codecs can encode a chunk in (see [`Store::get_many_bounded`](crate::Store)). It is
+    /// not read whole: at most `max + 1` bytes of it were.
+    #[error("{location} holds {} bytes, more than the {max} bytes a chunk can be stored in (its codecs' bound for the chunk's size): it was not read", if *at_least { format!("at least {len}") } else { len.to_string() })]
+    TooLarge {
+        /// The URL of the object (and range).
+        location: String,
+        /// Its length in bytes, or the bytes read before it was refused (`at_least`).
+        len: u64,
+        /// Whether the length is only known to be at least `len` (an object that grew while read).
+        at_least: bool,
+        /// The most bytes a chunk can be stored in.
+        max: u64,
+    },
+
     /// A key of a local store whose path goes through a symbolic link (a linked folder on the way, or
     /// the key itself): removing or replacing it would change a file outside the store, which zshard
     /// never does.

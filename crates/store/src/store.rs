@@ -314,6 +314,12 @@ impl Store {
         })
     }
 
+    /// How many requests this store keeps in flight at most (see [`Store::with_concurrency`]):
+    /// also the bound for callers that run many of its operations side by side.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency.max(1)
+    }
+
     /// Limits how many requests one batch keeps in flight.
     pub fn with_concurrency(mut self, concurrency: usize) -> Store {
         self.concurrency = concurrency.max(1);
@@ -359,21 +365,68 @@ impl Store {
     /// [`Store::get`] as a future on the store's I/O runtime (to run side by side with other
     /// requests inside [`Store::block_on`]).
     pub async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
+        self.get_bounded_async(key, u64::MAX).await
+    }
+
+    /// [`Store::get_async`], refusing an object longer than `max` bytes ([`Error::TooLarge`]) before
+    /// reading more than `max + 1` bytes of it (see [`Store::get_many_bounded`]).
+    async fn get_bounded_async(&self, key: &str, max: u64) -> Result<Option<Bytes>> {
         let path = self.path(key)?;
         self.refuse_special_file(key)?;
+        let too_large = |len: u64, at_least: bool| Error::TooLarge {
+            location: self.url(key),
+            len,
+            at_least,
+            max,
+        };
         if let Some(found) = self.read_ahead_of(&path) {
-            return Ok(found);
+            return match found {
+                Some(bytes) if bytes.len() as u64 > max => {
+                    Err(too_large(bytes.len() as u64, false))
+                }
+                found => Ok(found),
+            };
         }
         let fail = |source| Error::Request {
             operation: "cannot read",
             location: self.url(key),
             source: Box::new(source),
         };
+        if self.zip && max < u64::MAX {
+            // A zip member is inflated as soon as it is got: its size from the directory first.
+            match self.retrying(|| self.inner.head(&path)).await {
+                Ok(meta) if meta.size > max => return Err(too_large(meta.size, false)),
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(fail(e)),
+            }
+        }
         let read = self
-            .retrying(|| async { self.inner.get(&path).await?.bytes().await })
+            .retrying(|| async {
+                let got = self.inner.get(&path).await?;
+                if max == u64::MAX {
+                    return Ok(Ok(got.bytes().await?));
+                }
+                // The size the response states first, then the body with a cap, in case the body
+                // is longer than stated.
+                if got.meta.size > max {
+                    return Ok(Err((got.meta.size, false)));
+                }
+                let mut parts = got.into_stream();
+                let mut data = Vec::with_capacity(usize::try_from(max).unwrap_or(0).min(1 << 20));
+                while let Some(part) = parts.next().await {
+                    let part = part?;
+                    if (data.len() + part.len()) as u64 > max {
+                        return Ok(Err(((data.len() + part.len()) as u64, true)));
+                    }
+                    data.extend_from_slice(&part);
+                }
+                Ok(Ok(Bytes::from(data)))
+            })
             .await;
         match read {
-            Ok(bytes) => Ok(Some(bytes)),
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+            Ok(Err((len, at_least))) => Err(too_large(len, at_least)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(fail(e)),
         }
@@ -540,11 +593,20 @@ impl Store {
     /// Reads several objects with up to the configured number of requests in flight; results are in
     /// the order of `keys`.
     pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        self.get_many_bounded(keys, u64::MAX)
+    }
+
+    /// [`Store::get_many`] for objects that cannot be longer than `max` bytes (the stored chunks of
+    /// an array, whose codecs bound them): a longer one is refused ([`Error::TooLarge`]) without
+    /// being read whole, by the size of a local file (of which at most `max + 1` bytes are read, in
+    /// case it grows), a zip member's directory entry (before it is inflated), or the size an
+    /// object store's response states (before its body, which is read with the same cap).
+    pub fn get_many_bounded(&self, keys: &[String], max: u64) -> Vec<Result<Option<Bytes>>> {
         if self.reads_files() {
-            return keys.iter().map(|key| self.read_local(key)).collect();
+            return keys.iter().map(|key| self.read_local(key, max)).collect();
         }
         self.runtime.block_on(
-            futures::stream::iter(keys.iter().map(|k| self.get_async(k)))
+            futures::stream::iter(keys.iter().map(|k| self.get_bounded_async(k, max)))
                 .buffered(self.concurrency)
                 .collect(),
         )
@@ -577,17 +639,34 @@ impl Store {
         self.location.is_local() && !self.zip
     }
 
-    /// Reads a whole local file; `None` when it does not exist.
-    fn read_local(&self, key: &str) -> Result<Option<Bytes>> {
+    /// Reads a whole local file; `None` when it does not exist. A file longer than `max` bytes is
+    /// refused by its size, and at most `max + 1` bytes are read in case it grows meanwhile.
+    fn read_local(&self, key: &str, max: u64) -> Result<Option<Bytes>> {
         self.path(key)?;
         let Some(file) = self.local_path(key) else {
             return Ok(None);
         };
-        match open_regular(&file).and_then(|mut f| {
-            let mut data = Vec::new();
-            f.read_to_end(&mut data).map(|_| data)
-        }) {
-            Ok(data) => Ok(Some(Bytes::from(data))),
+        let read = open_regular(&file).and_then(|f| {
+            let size = f.metadata()?.len();
+            if size > max {
+                return Ok(Err((size, false)));
+            }
+            // Reserved at the stated size (at most `max`), so that reading does not grow the buffer.
+            let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            f.take(max.saturating_add(1)).read_to_end(&mut data)?;
+            if data.len() as u64 > max {
+                return Ok(Err((data.len() as u64, true)));
+            }
+            Ok(Ok(data))
+        });
+        match read {
+            Ok(Ok(data)) => Ok(Some(Bytes::from(data))),
+            Ok(Err((len, at_least))) => Err(Error::TooLarge {
+                location: self.url(key),
+                len,
+                at_least,
+                max,
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(Error::Io {
                 operation: "cannot read",

@@ -366,7 +366,24 @@ impl ZipStore {
                 return self.read_file(start + range.start..start + range.end).await;
             }
             Compression::Stored => self.stored_bytes(member).await?,
-            Compression::Deflated => self.inflate(member, &self.stored_bytes(member).await?)?,
+            Compression::Deflated => {
+                // Deflate's worst case is 5 bytes per stored block of up to 64 KiB: compressed data
+                // far longer than the stated size cannot inflate to it, and is not read.
+                let most = member
+                    .size
+                    .saturating_add(member.size / 8)
+                    .saturating_add(1024);
+                if member.compressed_size > most {
+                    return Err(self.member_error(
+                        member,
+                        format!(
+                            "its {} compressed bytes cannot inflate to the {} its directory entry states",
+                            member.compressed_size, member.size
+                        ),
+                    ));
+                }
+                self.inflate(member, &self.stored_bytes(member).await?)?
+            }
         };
         self.check_crc(member, &data)?;
         let (start, end) = (

@@ -27,7 +27,8 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use metadata::{
-    consolidated_group_json, group_json, ShardedArrayMetadata, OUTPUT_KEY_ENCODING,
+    consolidated_group_bytes, consolidated_group_json, group_json, ShardedArrayMetadata,
+    OUTPUT_KEY_ENCODING,
 };
 pub use writer::{
     document_bytes, write_array_metadata, write_consolidated_group_metadata, write_group_metadata,

@@ -101,6 +101,79 @@ pub fn consolidated_group_json(
     doc
 }
 
+/// [`consolidated_group_json`] as the bytes of its `zarr.json` ([`crate::document_bytes`]'s), each
+/// member's document made only while it is written: `paths[i]`'s document is `doc_of(i)`. Byte for
+/// byte the same document, without holding every member's as a JSON value at once (30,000 arrays
+/// took 300 MB that way; issue 31).
+pub fn consolidated_group_bytes(
+    attributes: &Map<String, Value>,
+    paths: &[String],
+    doc_of: impl Fn(usize) -> Value,
+) -> bytes::Bytes {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut order: Vec<usize> = (0..paths.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&paths[a], &paths[b]);
+        (a.matches('/').count(), a).cmp(&(b.matches('/').count(), b))
+    });
+    struct Members<'a, F> {
+        paths: &'a [String],
+        order: Vec<usize>,
+        doc_of: F,
+    }
+    impl<F: Fn(usize) -> Value> serde::Serialize for Members<'_, F> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(self.order.len()))?;
+            for &i in &self.order {
+                let mut doc = (self.doc_of)(i);
+                if let Some(group) = doc.as_object_mut().filter(|d| d["node_type"] == "group") {
+                    group
+                        .entry("consolidated_metadata")
+                        .or_insert_with(|| inline_consolidated(Map::new()));
+                }
+                map.serialize_entry(&self.paths[i], &doc)?;
+            }
+            map.end()
+        }
+    }
+    struct Consolidated<'a, F>(Members<'a, F>);
+    impl<F: Fn(usize) -> Value> serde::Serialize for Consolidated<'_, F> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(3))?;
+            map.serialize_entry("kind", "inline")?;
+            map.serialize_entry("must_understand", &false)?;
+            map.serialize_entry("metadata", &self.0)?;
+            map.end()
+        }
+    }
+    // The members in the order of `group_json`, then the consolidated metadata.
+    struct Document<'a, F> {
+        attributes: &'a Map<String, Value>,
+        consolidated: Consolidated<'a, F>,
+    }
+    impl<F: Fn(usize) -> Value> serde::Serialize for Document<'_, F> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(4))?;
+            map.serialize_entry("zarr_format", &3)?;
+            map.serialize_entry("node_type", "group")?;
+            map.serialize_entry("attributes", self.attributes)?;
+            map.serialize_entry("consolidated_metadata", &self.consolidated)?;
+            map.end()
+        }
+    }
+    let document = Document {
+        attributes,
+        consolidated: Consolidated(Members {
+            paths,
+            order,
+            doc_of,
+        }),
+    };
+    let mut text = serde_json::to_vec_pretty(&document).unwrap_or_default();
+    text.push(b'\n');
+    bytes::Bytes::from(text)
+}
+
 /// A `consolidated_metadata` member holding `metadata`.
 fn inline_consolidated(metadata: Map<String, Value>) -> Value {
     json!({"kind": "inline", "must_understand": false, "metadata": metadata})
@@ -109,6 +182,27 @@ fn inline_consolidated(metadata: Map<String, Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consolidated_bytes_are_the_consolidated_document() {
+        let array = |n: u64| json!({"zarr_format": 3, "node_type": "array", "shape": [n]});
+        let members = vec![
+            ("b/x".to_string(), array(1)),
+            ("a".to_string(), group_json(&Map::new())),
+            ("b".to_string(), group_json(&Map::new())),
+            ("a/y".to_string(), array(2)),
+            ("c".to_string(), array(3)),
+        ];
+        let mut attributes = Map::new();
+        attributes.insert("title".into(), json!("t"));
+        let whole = crate::document_bytes(&consolidated_group_json(&attributes, members.clone()));
+        let paths: Vec<String> = members.iter().map(|(p, _)| p.clone()).collect();
+        let streamed = consolidated_group_bytes(&attributes, &paths, |i| members[i].1.clone());
+        assert_eq!(
+            String::from_utf8_lossy(&streamed),
+            String::from_utf8_lossy(&whole)
+        );
+    }
 
     #[test]
     fn consolidated_group_document_lists_every_member_flat_as_zarr_python_does() {

@@ -56,10 +56,10 @@ impl ChunkReader for ZarrChunkReader {
         self.store.url(&self.encoding.key(coord))
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>> {
+    fn read_chunks(&self, coords: &[Vec<u64>], max_len: u64) -> Vec<Result<Option<Bytes>>> {
         let keys: Vec<String> = coords.iter().map(|c| self.encoding.key(c)).collect();
         self.store
-            .get_many(&keys)
+            .get_many_bounded(&keys, max_len)
             .into_iter()
             .zip(&keys)
             .map(|(result, key)| {
@@ -146,11 +146,13 @@ impl ShardedChunkReader {
         Ok(index)
     }
 
-    /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard.
+    /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard; an
+    /// inner chunk whose index entry states more than `max_len` bytes is refused unread.
     fn read_shard(
         &self,
         (shard, per_shard): (&[u64], &[u64]),
         members: &[(usize, u64)],
+        max_len: u64,
         out: &mut [Result<Option<Bytes>>],
     ) {
         let index = match self.index(shard, per_shard) {
@@ -184,6 +186,17 @@ impl ShardedChunkReader {
         for &(slot, inner) in members {
             match index.entries().get(inner as usize).copied().flatten() {
                 None => out[slot] = Ok(None),
+                Some(at) if at.nbytes > max_len => {
+                    out[slot] = Err(Error::Read {
+                        key: self.store.url(&self.encoding.key(shard)),
+                        source: Box::new(zshard_store::Error::TooLarge {
+                            location: format!("inner chunk {inner}"),
+                            len: at.nbytes,
+                            at_least: false,
+                            max: max_len,
+                        }),
+                    })
+                }
                 Some(at) => match at.offset.checked_add(at.nbytes) {
                     Some(end) => wanted.push((slot, at.offset..end)),
                     None => {
@@ -246,7 +259,7 @@ impl ChunkReader for ShardedChunkReader {
         }
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<Result<Option<Bytes>>> {
+    fn read_chunks(&self, coords: &[Vec<u64>], max_len: u64) -> Vec<Result<Option<Bytes>>> {
         let mut out: Vec<Result<Option<Bytes>>> = coords.iter().map(|_| Ok(None)).collect();
         // Shards in the order they are first needed, each with its chunks' slots. A chunk outside
         // the shard grid (past the array's end) is missing.
@@ -261,7 +274,7 @@ impl ChunkReader for ShardedChunkReader {
             }
         }
         for (shard, per_shard, members) in &shards {
-            self.read_shard((shard, per_shard), members, &mut out);
+            self.read_shard((shard, per_shard), members, max_len, &mut out);
         }
         out
     }

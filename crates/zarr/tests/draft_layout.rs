@@ -105,7 +105,7 @@ fn chunks_are_read_from_data_root_by_inner_chunk_through_the_draft_index() {
         NodeKind::Group { .. } => panic!("{path} is a group"),
     };
     let sharded = array_chunk_reader(&store, "g/implicit/sharded", &meta("g/implicit/sharded"));
-    let read = sharded.read_chunks(&[vec![1, 1], vec![0, 1], vec![0, 0], vec![2, 0]]);
+    let read = sharded.read_chunks(&[vec![1, 1], vec![0, 1], vec![0, 0], vec![2, 0]], u64::MAX);
     let read: Vec<Option<Bytes>> = read.into_iter().map(|r| r.expect("read")).collect();
     assert_eq!(
         read,
@@ -115,7 +115,7 @@ fn chunks_are_read_from_data_root_by_inner_chunk_through_the_draft_index() {
         .chunk_key(&[1, 1])
         .ends_with("data/root/g/implicit/sharded/c0/1 (inner chunk 1)"));
     let plain = array_chunk_reader(&store, "plain", &meta("plain"));
-    let read = plain.read_chunks(&[vec![2, 1], vec![0, 0]]);
+    let read = plain.read_chunks(&[vec![2, 1], vec![0, 0]], u64::MAX);
     let read: Vec<Option<Bytes>> = read.into_iter().map(|r| r.expect("read")).collect();
     assert_eq!(read, [Some(Bytes::from_static(b"two-one")), None]);
     assert!(plain.chunk_key(&[2, 1]).ends_with("data/root/plain/c2/1"));

@@ -84,7 +84,7 @@ fn inner_chunks_are_read_by_position_from_their_shards() {
                 vec![0, 1],
                 vec![0, 2],
             ];
-            let got = reader.read_chunks(&coords);
+            let got = reader.read_chunks(&coords, u64::MAX);
             for (coord, result) in coords.iter().zip(&got) {
                 let bytes = result.as_ref().expect(&case);
                 let expected = (coord[0] < 2 && coord != &vec![0, 1]).then(|| chunk(coord));
@@ -95,7 +95,7 @@ fn inner_chunks_are_read_by_position_from_their_shards() {
                 );
             }
             // Read again: the index is kept, the answer the same.
-            let again = reader.read_chunks(&coords[..2]);
+            let again = reader.read_chunks(&coords[..2], u64::MAX);
             assert_eq!(
                 again[1]
                     .as_ref()
@@ -112,13 +112,13 @@ fn inner_chunks_are_read_by_position_from_their_shards() {
 fn a_broken_index_or_a_truncated_shard_is_an_error_naming_the_shard() {
     for location in [IndexLocation::Start, IndexLocation::End] {
         let (_dir, reader) = store_with_shards(location, IndexEncoding::default());
-        let broken = reader.read_chunks(&[vec![0, 5], vec![1, 6]]);
+        let broken = reader.read_chunks(&[vec![0, 5], vec![1, 6]], u64::MAX);
         for result in &broken {
             let err = result.as_ref().expect_err("broken index");
             let text = zshard_core::chain_text(err);
             assert!(text.contains("c/0/1") && text.contains("crc32c"), "{text}");
         }
-        let truncated = reader.read_chunks(&[vec![3, 7]]);
+        let truncated = reader.read_chunks(&[vec![3, 7]], u64::MAX);
         let err = truncated[0].as_ref().expect_err("truncated shard");
         assert!(zshard_core::chain_text(err).contains("c/1/1"), "{err}");
         assert!(reader.chunk_key(&[3, 6]).ends_with("c/1/1 (inner chunk 6)"));
@@ -147,7 +147,7 @@ fn an_index_entry_past_the_end_of_the_shard_is_an_error() {
         index_location: IndexLocation::End,
     };
     let reader = ShardedChunkReader::new(store, keys, shards, &[4]);
-    let got = reader.read_chunks(&[vec![0]]);
+    let got = reader.read_chunks(&[vec![0]], u64::MAX);
     let err = got[0].as_ref().expect_err("past the end");
     assert!(zshard_core::chain_text(err).contains("c/0"), "{err}");
 }
@@ -202,7 +202,7 @@ fn rectilinear_shards_with_unordered_inner_chunks_are_read_by_position() {
     };
     let reader = ShardedChunkReader::new(store, keys, shards, &[10, 10]);
     let coords: Vec<Vec<u64>> = zshard_core::c_order(&[6, 4]).collect();
-    let got = reader.read_chunks(&coords);
+    let got = reader.read_chunks(&coords, u64::MAX);
     for (coord, result) in coords.iter().zip(&got) {
         let bytes = result.as_ref().expect("read");
         let expected = (coord != &vec![1, 1]).then(|| chunk(coord));
@@ -211,6 +211,6 @@ fn rectilinear_shards_with_unordered_inner_chunks_are_read_by_position() {
     assert!(reader.chunk_key(&[2, 3]).ends_with("c/1/0 (inner chunk 3)"));
     assert!(reader.chunk_key(&[4, 1]).ends_with("c/2/0 (inner chunk 5)"));
     // Past the array's last shard: missing, not an error.
-    let past = reader.read_chunks(&[vec![6, 0]]);
+    let past = reader.read_chunks(&[vec![6, 0]], u64::MAX);
     assert!(matches!(past[0], Ok(None)));
 }

@@ -198,11 +198,7 @@ fn verified_as(source: &str, verified: &Verified, quiet: bool, ok: &str) -> anyh
 /// list of their plans).
 pub fn plans(plans: &[PlanReport], as_json: bool) -> anyhow::Result<()> {
     for plan in plans {
-        let doc = plan.to_json();
-        reference_reads(
-            doc["source"].as_str().unwrap_or_default(),
-            plan.reference_reads.as_ref(),
-        );
+        reference_reads(plan.source(), plan.reference_reads.as_ref());
         for warning in plan.warnings() {
             eprintln!("zshard: warning: {warning}");
         }
@@ -223,6 +219,9 @@ pub fn plans(plans: &[PlanReport], as_json: bool) -> anyhow::Result<()> {
     stdout(&text)
 }
 
+/// Text written out once it is this long, so that a plan of many arrays is not held whole.
+const FLUSH_AT: usize = 64 << 10;
+
 /// Writes `text` to stdout. A reader that stops early (`| head -1`) ends the output quietly, as
 /// ripgrep and fd do (exit status 0): Rust ignores SIGPIPE, so the write fails with EPIPE instead,
 /// and `println!` would panic on it.
@@ -234,15 +233,14 @@ pub fn stdout(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// One plan for people.
-fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
-    let doc = plan.to_json();
-    let arrays = doc["arrays"].as_array().cloned().unwrap_or_default();
+/// One plan for people, its arrays described (and the text written out) one at a time.
+fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
+    let destination = plan.destination();
     if let Some(c) = plan.icechunk_chunks {
         writeln!(
             out,
             "source: icechunk repository {}: {} native, {} inline, {} virtual chunk(s)",
-            doc["source"].as_str().unwrap_or_default(),
+            plan.source(),
             c.native,
             c.inline,
             c.virtual_
@@ -252,12 +250,12 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
         writeln!(
             out,
             "destination: icechunk repository {} ({}), branch {branch}, spec version {}",
-            doc["destination"].as_str().unwrap_or_default(),
+            destination,
             if spec.exists { "existing" } else { "new" },
             spec.version
         )?;
     }
-    arrays_text(out, &arrays, plan.threads(), plan.memory_limit())?;
+    arrays_text(out, plan.array_docs(), plan.threads(), plan.memory_limit())?;
     if let Some(limit) = plan.memory_limit() {
         writeln!(
             out,
@@ -266,12 +264,12 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> std::fmt::Result {
             plan.memory_limit_source()
         )?;
     }
-    let totals = &doc["totals"];
+    let totals = plan.totals();
     let u = |k: &str| totals[k].as_u64().unwrap_or(0);
     writeln!(
         out,
         "total: {} array(s), {} group(s), {} source chunk(s) -> {} shard(s), {} raw; peak memory about {} per worker",
-        arrays.len(), plan.plan.groups.len(), u("source_chunks"), u("shards"),
+        u("arrays"), plan.plan.groups.len(), u("source_chunks"), u("shards"),
         HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
     )?;
     for s in &plan.plan.skipped {
@@ -371,13 +369,17 @@ fn shape_text(shape: &[u64]) -> String {
 
 fn arrays_text(
     out: &mut String,
-    arrays: &[Value],
+    arrays: impl Iterator<Item = Value>,
     threads: usize,
     memory_limit: Option<u64>,
-) -> std::fmt::Result {
+) -> anyhow::Result<()> {
     let memory_limit =
         memory_limit.map_or_else(|| "none".to_string(), |l| HumanBytes(l).to_string());
     for a in arrays {
+        if out.len() >= FLUSH_AT {
+            stdout(out)?;
+            out.clear();
+        }
         let u = |k: &str| a[k].as_u64().unwrap_or(0);
         let shape = |k: &str| {
             shape_text(&serde_json::from_value::<Vec<u64>>(a[k].clone()).unwrap_or_default())

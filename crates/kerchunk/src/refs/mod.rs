@@ -4,4 +4,4 @@
 mod model;
 mod parse;
 
-pub(crate) use model::{chunk_grid, grid_len, ChunkIndex, JsonRefs, Kind, Ref};
+pub(crate) use model::{chunk_grid, grid_len, ChunkIndex, JsonRefs, Kind, Ref, HELD_REF_BYTES};

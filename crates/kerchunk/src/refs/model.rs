@@ -87,6 +87,11 @@ impl Leaf {
     }
 }
 
+/// The least memory one chunk reference holds in a built set: the reference, its key and its entry
+/// in its array's chunk index (its key's text and target URL come on top).
+pub(crate) const HELD_REF_BYTES: u64 =
+    (std::mem::size_of::<Ref>() + std::mem::size_of::<Key>() + std::mem::size_of::<u32>()) as u64;
+
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Key {
     pub prefix: u32,
@@ -411,7 +416,7 @@ mod tests {
     use zshard_zarr::parse_v2_array;
 
     fn parse(doc: &str) -> Result<JsonRefs> {
-        JsonRefs::parse_lenient("refs.json", doc.as_bytes())
+        JsonRefs::parse_lenient("refs.json", doc.as_bytes(), None)
     }
 
     fn zarray(shape: &[u64], chunks: &[u64], sep: &str) -> ArrayMeta {

@@ -19,9 +19,15 @@ use crate::gen::{Gen, Generated};
 use crate::template::Templates;
 
 impl JsonRefs {
-    /// Parses a JSON reference document from `reader`; `file` names it in errors.
-    pub(crate) fn parse<R: Read>(file: &str, reader: R) -> Result<JsonRefs> {
-        let mut builder = Builder::new(file);
+    /// Parses a JSON reference document from `reader`; `file` names it in errors. References its
+    /// `gen` entries would generate are counted first and refused when they cannot fit
+    /// `memory_limit` (see [`Gen::parse_all`]).
+    pub(crate) fn parse<R: Read>(
+        file: &str,
+        reader: R,
+        memory_limit: Option<u64>,
+    ) -> Result<JsonRefs> {
+        let mut builder = Builder::new(file, memory_limit);
         let mut de = serde_json::Deserializer::from_reader(reader);
         let json_error = |source| Error::Json {
             file: file.to_string(),
@@ -36,8 +42,12 @@ impl JsonRefs {
 
     /// Parses a JSON reference document held in memory, accepting the lenient forms of
     /// [`crate::lenient`] (trailing commas, bare NaN/Infinity).
-    pub(crate) fn parse_lenient(file: &str, bytes: &[u8]) -> Result<JsonRefs> {
-        match JsonRefs::parse(file, bytes) {
+    pub(crate) fn parse_lenient(
+        file: &str,
+        bytes: &[u8],
+        memory_limit: Option<u64>,
+    ) -> Result<JsonRefs> {
+        match JsonRefs::parse(file, bytes, memory_limit) {
             Err(Error::Json { source, .. })
                 if source.classify() == serde_json::error::Category::Syntax =>
             {
@@ -48,7 +58,7 @@ impl JsonRefs {
                         source,
                     });
                 }
-                JsonRefs::parse(file, fixed.as_slice())
+                JsonRefs::parse(file, fixed.as_slice(), memory_limit)
             }
             other => other,
         }
@@ -71,11 +81,13 @@ struct Builder {
     gen: Option<Value>,
     saw_refs: bool,
     key: String,
+    memory_limit: Option<u64>,
 }
 
 impl Builder {
-    fn new(file: &str) -> Builder {
+    fn new(file: &str, memory_limit: Option<u64>) -> Builder {
         Builder {
+            memory_limit,
             file: file.to_string(),
             prefixes: Interner::default(),
             keys: Vec::new(),
@@ -219,14 +231,13 @@ impl Builder {
             skip_top_level: v1,
         };
         if let (true, Some(gen)) = (v1, self.gen.take()) {
-            let gens =
-                Gen::parse_all(&gen, &mut templates).map_err(|(what, template, reason)| {
-                    Error::Template {
-                        key: what,
-                        template,
-                        reason,
-                    }
-                })?;
+            let gens = Gen::parse_all(&gen, &mut templates, self.memory_limit).map_err(
+                |(what, template, reason)| Error::Template {
+                    key: what,
+                    template,
+                    reason,
+                },
+            )?;
             let mut gen_urls: HashMap<String, u32> = HashMap::new();
             for g in &gens {
                 g.expand(&templates, &mut |Generated { key, url, range }| {
@@ -526,7 +537,7 @@ mod tests {
     use super::*;
 
     fn parse(doc: &str) -> Result<JsonRefs> {
-        JsonRefs::parse_lenient("refs.json", doc.as_bytes())
+        JsonRefs::parse_lenient("refs.json", doc.as_bytes(), None)
     }
 
     /// What a key maps to, resolved the slow way (for tests).

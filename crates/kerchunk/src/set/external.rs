@@ -60,8 +60,14 @@ impl ExternalRanges {
         self.shared.resolve(key, url).map(|_| ())
     }
 
-    /// Reads a batch of chunks: one result per entry, in order.
-    pub fn read(&self, chunks: Vec<ExternalChunk>) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    /// Reads a batch of chunks: one result per entry, in order. A chunk cannot be longer than
+    /// `max_len` bytes (see [`zshard_core::ChunkReader::read_chunks`]): a longer range is refused
+    /// unread.
+    pub fn read(
+        &self,
+        chunks: Vec<ExternalChunk>,
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let wants = chunks
             .into_iter()
             .map(|chunk| match chunk {
@@ -81,7 +87,7 @@ impl ExternalRanges {
                 },
             })
             .collect();
-        self.shared.fetch(wants)
+        self.shared.fetch(wants, max_len)
     }
 
     /// The reads made so far.

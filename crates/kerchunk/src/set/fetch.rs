@@ -224,8 +224,14 @@ impl Shared {
     }
 
     /// Reads what every chunk of a batch needs: ranges coalesced per target, requests to one store
-    /// sent together with the store's bound on concurrent requests.
-    pub(super) fn fetch(&self, wants: Vec<Want>) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    /// sent together with the store's bound on concurrent requests. A chunk cannot be longer than
+    /// `max_len` bytes (see [`zshard_core::ChunkReader::read_chunks`]): a longer range is refused
+    /// unread, a whole target read with that cap.
+    pub(super) fn fetch(
+        &self,
+        wants: Vec<Want>,
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         self.references
             .fetch_add(wants.len() as u64, Ordering::Relaxed);
         let mut out: Vec<Option<zshard_core::Result<Option<Bytes>>>> =
@@ -250,6 +256,19 @@ impl Shared {
                 Want::Ready(b) => out[i] = Some(Ok(b)),
                 Want::Failed(e) => out[i] = Some(Err(read_error("references", e))),
                 Want::Range { target, start, end } => {
+                    if end - start > max_len {
+                        let location = format!("the range {start}..{end}");
+                        out[i] = Some(Err(read_error(
+                            &target.display,
+                            zshard_store::Error::TooLarge {
+                                location,
+                                len: end - start,
+                                at_least: false,
+                                max: max_len,
+                            },
+                        )));
+                        continue;
+                    }
                     if let Some(len) = target.len.filter(|&len| end > len) {
                         out[i] = Some(Err(read_error(
                             &target.display,
@@ -330,7 +349,7 @@ impl Shared {
             let keys: Vec<String> = group.iter().map(|&t| targets[t].key.clone()).collect();
             self.requests
                 .fetch_add(keys.len() as u64, Ordering::Relaxed);
-            for (&t, result) in group.iter().zip(store.get_many(&keys)) {
+            for (&t, result) in group.iter().zip(store.get_many_bounded(&keys, max_len)) {
                 let content = match result {
                     Ok(Some(bytes)) => {
                         self.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -357,7 +376,7 @@ impl Shared {
     /// Reads one whole reference (a metadata document stored in a target).
     pub(super) fn read_one(&self, key: &str, url: &str, r: &Ref) -> Result<Vec<u8>> {
         let want = Want::of(r, Bytes::new, || self.resolve(key, url));
-        match self.fetch(vec![want]).pop() {
+        match self.fetch(vec![want], u64::MAX).pop() {
             Some(Ok(Some(bytes))) => Ok(bytes.to_vec()),
             Some(Err(e)) => Err(format(key, zshard_core::chain_text(&e))),
             _ => Err(format(key, "no data")),

@@ -56,6 +56,10 @@ pub struct Options {
     /// Arrays whose metadata holds a codec or data type zshard does not read are left out and listed
     /// by [`ReferenceSet::skipped`] (`--on-unsupported skip`); without it, opening the set fails.
     pub skip_unsupported: bool,
+    /// The memory limit of the run reading the set (`--memory-limit`): references a JSON set's `gen`
+    /// entries would generate are counted before any is made, and refused with their number when
+    /// they alone would take more. `None`: only the fixed cap on generated references applies.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -68,6 +72,7 @@ impl Default for Options {
             parquet_cache: DEFAULT_PARQUET_CACHE,
             strict_refs: false,
             skip_unsupported: false,
+            memory_limit: None,
         }
     }
 }
@@ -296,7 +301,7 @@ mod tests {
         let reader = set.reader("x", &meta);
         let coords: Vec<Vec<u64>> = (0..10).map(|i| vec![i]).collect();
         let got: Vec<Result<Option<Vec<u8>>, String>> = reader
-            .read_chunks(&coords)
+            .read_chunks(&coords, u64::MAX)
             .into_iter()
             .map(|r| {
                 r.map(|b| b.map(|b| b.to_vec()))
@@ -339,7 +344,7 @@ mod tests {
         let set = open_parquet(&root).expect("opens");
         let meta = array_meta(&set, "x");
         let reader = set.reader("x", &meta);
-        let error_of = |chunk: u64| match reader.read_chunks(&[vec![chunk]]).remove(0) {
+        let error_of = |chunk: u64| match reader.read_chunks(&[vec![chunk]], u64::MAX).remove(0) {
             Ok(_) => panic!("chunk {chunk} must fail"),
             Err(e) => zshard_core::chain_text(&e),
         };
@@ -384,7 +389,10 @@ mod tests {
         // Without it, the record reads as one without references.
         let set = open_parquet(&root).expect("opens");
         let reader = set.reader("x", &array_meta(&set, "x"));
-        assert!(matches!(reader.read_chunks(&[vec![4]]).remove(0), Ok(None)));
+        assert!(matches!(
+            reader.read_chunks(&[vec![4]], u64::MAX).remove(0),
+            Ok(None)
+        ));
         // A file that disappears after the set was opened is refused when it is needed.
         std::fs::write(root.join("x/refs.1.parq"), &rows).expect("write");
         let set = ReferenceSet::open(path, Format::Parquet, &strict, runtime()).expect("opens");
@@ -392,7 +400,7 @@ mod tests {
         let reader = set.reader("x", &array_meta(&set, "x"));
         let read = |i: u64| {
             reader
-                .read_chunks(&[vec![i]])
+                .read_chunks(&[vec![i]], u64::MAX)
                 .remove(0)
                 .map(|b| b.map(|b| b.to_vec()))
                 .map_err(|e| zshard_core::chain_text(&e))
@@ -417,7 +425,7 @@ mod tests {
             .expect("symlink");
         let set = open_parquet(&root).expect("opens");
         let reader = set.reader("x", &array_meta(&set, "x"));
-        let e = match reader.read_chunks(&[vec![0]]).remove(0) {
+        let e = match reader.read_chunks(&[vec![0]], u64::MAX).remove(0) {
             Ok(_) => panic!("the link must be refused"),
             Err(e) => zshard_core::chain_text(&e),
         };

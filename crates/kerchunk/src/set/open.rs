@@ -183,7 +183,11 @@ impl ReferenceSet {
                 file: display.clone(),
                 source,
             })?;
-            let parsed = match JsonRefs::parse(&display, open_local_reader(&real, &display)?) {
+            let parsed = match JsonRefs::parse(
+                &display,
+                open_local_reader(&real, &display)?,
+                options.memory_limit,
+            ) {
                 Err(Error::Json { source, .. })
                     if source.classify() == serde_json::error::Category::Syntax =>
                 {
@@ -195,7 +199,7 @@ impl ReferenceSet {
                             file: display.clone(),
                             source,
                         })?;
-                    JsonRefs::parse_lenient(&display, &bytes)?
+                    JsonRefs::parse_lenient(&display, &bytes, options.memory_limit)?
                 }
                 other => other?,
             };
@@ -217,7 +221,7 @@ impl ReferenceSet {
                 .ok_or_else(|| format(&display, "does not exist"))?;
             let bytes = decompress(bytes, &display)?;
             (
-                JsonRefs::parse_lenient(&display, &bytes)?,
+                JsonRefs::parse_lenient(&display, &bytes, options.memory_limit)?,
                 Root::Remote(parent),
             )
         };

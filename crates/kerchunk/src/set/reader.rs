@@ -88,7 +88,11 @@ impl ChunkReader for JsonReader {
         self.common.key(coord)
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let wants = coords
             .iter()
             .map(|coord| {
@@ -110,7 +114,7 @@ impl ChunkReader for JsonReader {
                 )
             })
             .collect();
-        self.common.shared.fetch(wants)
+        self.common.shared.fetch(wants, max_len)
     }
 }
 
@@ -197,7 +201,11 @@ impl ChunkReader for ParquetReader {
         self.common.key(coord)
     }
 
-    fn read_chunks(&self, coords: &[Vec<u64>]) -> Vec<zshard_core::Result<Option<Bytes>>> {
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
         let mut files: HashMap<u64, Result<CachedFile, String>> = HashMap::new();
         let wants = coords
             .iter()
@@ -237,6 +245,6 @@ impl ChunkReader for ParquetReader {
                 )
             })
             .collect();
-        self.common.shared.fetch(wants)
+        self.common.shared.fetch(wants, max_len)
     }
 }

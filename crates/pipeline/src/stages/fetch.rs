@@ -52,7 +52,7 @@ fn fetch(array: &RunArray<'_>, part: ShardPart) -> Msg<Fetched> {
                 .is_none_or(|(first, _)| first == part.index)
         });
     }
-    let results = job.reader.read_chunks(&coords);
+    let results = job.reader.read_chunks(&coords, array.max_chunk_len);
     let mut chunks = Vec::with_capacity(coords.len());
     let mut read = ReadCounts::default();
     for (coord, result) in coords.into_iter().zip(results) {

@@ -258,6 +258,10 @@ struct RunArray<'a> {
     keep: bool,
     /// Raw bytes of one inner chunk, for progress by bytes.
     inner_chunk_bytes: u64,
+    /// The most bytes a stored source chunk can take (the source chain's bound for a chunk of
+    /// `source_repr`, the largest chunk on a rectilinear grid, with room for bytes its codecs skip;
+    /// see `CodecChain::max_stored_len`): the one bound every reader gets.
+    max_chunk_len: u64,
 }
 
 impl<'a> RunArray<'a> {
@@ -267,11 +271,18 @@ impl<'a> RunArray<'a> {
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
         let inner_chunk_bytes = zshard_core::product(job.layout.geometry.inner_shape())
             * job.layout.element_size() as u64;
+        // A chain whose bound cannot be computed cannot decode either; its reads go unbounded and
+        // the decoder names the problem.
+        let max_chunk_len = job
+            .source_chain
+            .max_stored_len(&job.layout.source_repr)
+            .unwrap_or(u64::MAX);
         RunArray {
             job,
             split,
             keep,
             inner_chunk_bytes,
+            max_chunk_len,
         }
     }
 
