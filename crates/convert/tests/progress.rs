@@ -48,15 +48,15 @@ impl Observer for Events {
     }
 }
 
-#[test]
-fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
+/// A one-thread conversion of the source of [`write_source`] in shards of `shard_shape` under
+/// 256 MiB, with the plan's parts per shard, every event in order, the report and the source's path.
+fn convert_observed(shard_shape: Vec<u64>) -> (u64, Vec<Event>, zshard_convert::Report, String) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
     write_source(&src);
     let mut conversion = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
-    // Two shards of 1024 x 4096 (8 MiB raw each), bigger than a part.
     conversion.layouts.default = Layout {
-        shard_shape: Some(vec![1024, 4096].into()),
+        shard_shape: Some(shard_shape.into()),
         ..Layout::default()
     };
     conversion.threads = 1;
@@ -65,10 +65,22 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
     let parts_per_shard = plan.to_json()["arrays"][0]["parts_per_shard"]
         .as_u64()
         .expect("parts");
-    assert!(parts_per_shard > 1, "shards must be cut into parts");
     let events = Events::default();
     let report = conversion.convert(&events).expect("convert");
     let events = events.0.into_inner().expect("events");
+    (
+        parts_per_shard,
+        events,
+        report,
+        src.to_string_lossy().into_owned(),
+    )
+}
+
+#[test]
+fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
+    // Two shards of 1024 x 4096 (8 MiB raw each), bigger than a part.
+    let (parts_per_shard, events, report, src) = convert_observed(vec![1024, 4096]);
+    assert!(parts_per_shard > 1, "shards must be cut into parts");
 
     let Some(Event::Work(work)) = events.first() else {
         panic!("the work comes first: {events:?}");
@@ -83,7 +95,7 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
     for event in &events[1..] {
         match event {
             Event::Part(array, part) => {
-                assert_eq!(array, &src.to_string_lossy());
+                assert_eq!(array, &src);
                 assert_eq!(part.count, parts_per_shard);
                 assert_eq!(part.raw_bytes, part.inner_chunks * 256 * 256 * 2);
                 parts_seen
@@ -113,19 +125,7 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
 /// the last shard past the array's end (shards of 1536 rows over 2048: the second holds 512 rows).
 #[test]
 fn the_padding_past_the_array_end_is_no_work() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let (src, dst) = (tmp.path().join("src.zarr"), tmp.path().join("dst.zarr"));
-    write_source(&src);
-    let mut conversion = Conversion::new(src.to_string_lossy(), dst.to_string_lossy());
-    conversion.layouts.default = Layout {
-        shard_shape: Some(vec![1536, 4096].into()),
-        ..Layout::default()
-    };
-    conversion.threads = 1;
-    conversion.memory_limit = Some(256 << 20);
-    let events = Events::default();
-    conversion.convert(&events).expect("convert");
-    let events = events.0.into_inner().expect("events");
+    let (_, events, _, _) = convert_observed(vec![1536, 4096]);
     let Some(Event::Work(work)) = events.first() else {
         panic!("the work comes first: {events:?}");
     };

@@ -119,8 +119,7 @@ fn parse_at(doc: &Value, legacy: bool, depth: usize) -> Result<DataType> {
         .and_then(Value::as_array)
         .filter(|l| !l.is_empty())
         .ok_or_else(|| refuse(doc, "configuration.fields must be a non-empty list"))?;
-    let mut fields: Vec<StructField> = Vec::with_capacity(list.len());
-    let mut size = 0usize;
+    let mut fields = Vec::with_capacity(list.len());
     for item in list {
         let (name, field_type) = match item {
             Value::Object(o) => {
@@ -142,13 +141,24 @@ fn parse_at(doc: &Value, legacy: bool, depth: usize) -> Result<DataType> {
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| refuse(doc, format!("field {item} has no non-empty name")))?;
-        if fields.iter().any(|f| f.name == name) {
-            return Err(refuse(doc, format!("field name {name:?} is repeated")));
-        }
         let field_type =
             field_type.ok_or_else(|| refuse(doc, format!("field {name:?} has no data_type")))?;
         let data_type = field_data_type(field_type, depth)
             .map_err(|e| refuse(doc, format!("field {name:?}: {e}")))?;
+        fields.push((name.to_string(), data_type));
+    }
+    build(doc, fields)
+}
+
+/// The struct type of `fields` (names and types in order), checked: names unique, every type of a
+/// fixed size, elements within 4 GiB; interned (see [`MAX_STRUCT_TYPES`]). `doc` is named in errors.
+fn build(doc: &Value, named: Vec<(String, DataType)>) -> Result<DataType> {
+    let mut fields: Vec<StructField> = Vec::with_capacity(named.len());
+    let mut size = 0usize;
+    for (name, data_type) in named {
+        if fields.iter().any(|f| f.name == name) {
+            return Err(refuse(doc, format!("field name {name:?} is repeated")));
+        }
         if data_type.is_variable() {
             return Err(refuse(
                 doc,
@@ -156,7 +166,7 @@ fn parse_at(doc: &Value, legacy: bool, depth: usize) -> Result<DataType> {
             ));
         }
         fields.push(StructField {
-            name: name.to_string(),
+            name,
             data_type,
             offset: size,
         });
@@ -196,8 +206,7 @@ fn v2_fields(descr: &Value, endian: &mut Option<Endian>, depth: usize) -> Result
         .as_array()
         .filter(|l| !l.is_empty())
         .ok_or_else(|| refuse(descr, "a v2 structured dtype must be a non-empty list"))?;
-    let mut fields: Vec<StructField> = Vec::with_capacity(list.len());
-    let mut size = 0usize;
+    let mut fields = Vec::with_capacity(list.len());
     for item in list {
         let (name, field) = match item.as_array().map(Vec::as_slice) {
             Some([Value::String(name), field]) if !name.is_empty() => (name, field),
@@ -214,9 +223,6 @@ fn v2_fields(descr: &Value, endian: &mut Option<Endian>, depth: usize) -> Result
                 ))
             }
         };
-        if fields.iter().any(|f| &f.name == name) {
-            return Err(refuse(descr, format!("field name {name:?} is repeated")));
-        }
         let data_type = match field {
             Value::String(typestr) => {
                 let (data_type, order) = DataType::from_v2_typestr(typestr)
@@ -238,30 +244,9 @@ fn v2_fields(descr: &Value, endian: &mut Option<Endian>, depth: usize) -> Result
             }
             nested => v2_fields(nested, endian, depth + 1)?,
         };
-        if data_type.is_variable() {
-            return Err(refuse(
-                descr,
-                format!("field {name:?} has the variable-length type {data_type}"),
-            ));
-        }
-        fields.push(StructField {
-            name: name.clone(),
-            data_type,
-            offset: size,
-        });
-        size = size
-            .checked_add(data_type.size())
-            .filter(|&s| s <= u32::MAX as usize)
-            .ok_or_else(|| refuse(descr, "elements are larger than 4 GiB"))?;
+        fields.push((name.clone(), data_type));
     }
-    intern(StructType { fields, size })
-        .map(DataType::Struct)
-        .ok_or_else(|| {
-            refuse(
-                descr,
-                format!("more than {MAX_STRUCT_TYPES} distinct struct types in one run"),
-            )
-        })
+    build(descr, fields)
 }
 
 /// A field's type: a name, an object with a configuration, or (zarr-extensions #63) an object with
