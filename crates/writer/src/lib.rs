@@ -17,7 +17,7 @@
 //! let store = Store::open(dir.path().to_str().unwrap(), IoRuntime::new(1).unwrap(), false).unwrap();
 //! let writer = ShardWriter::new(store.child("temperature"), IndexLocation::End);
 //! let written = writer.write_shard(&[0, 1], &[Some(Bytes::from_static(b"abc")), None]).unwrap();
-//! assert_eq!(written, 3 + 2 * 16 + 4);
+//! assert_eq!(written.bytes, 3 + 2 * 16 + 4);
 //! assert!(dir.path().join("temperature/c/0/1").is_file());
 //! ```
 
