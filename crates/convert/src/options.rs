@@ -650,10 +650,17 @@ impl Action {
                 group != Group::Verify
                     && !matches!(
                         setting,
-                        Setting::Overwrite | Setting::Report | Setting::Worker | Setting::Workers
+                        Setting::Overwrite
+                            | Setting::KeepManifest
+                            | Setting::Report
+                            | Setting::Worker
+                            | Setting::Workers
                     )
             }
-            Action::Finalize => !matches!(group, Group::Run | Group::Verify),
+            // Finalize merges the workers' manifests, so it is told whether to keep the result.
+            Action::Finalize => {
+                !matches!(group, Group::Run | Group::Verify) || setting == Setting::KeepManifest
+            }
             Action::Verify => {
                 matches!(
                     group,
