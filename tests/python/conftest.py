@@ -59,7 +59,9 @@ def many_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndar
     return src, data
 
 
-MANY_OPTIONS = {"shard_shape": (32, 32), "threads": 1, "io_threads": 1}
+# gzip:9 keeps the one thread busy for a few hundred milliseconds: since shards are no longer
+# fsynced one by one, the run was over within two progress intervals (100 ms), too soon to watch.
+MANY_OPTIONS = {"shard_shape": (32, 32), "threads": 1, "io_threads": 1, "compressor": "gzip:9"}
 
 
 @pytest.fixture(scope="session")
