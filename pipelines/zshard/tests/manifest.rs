@@ -31,19 +31,30 @@ fn source(dir: &Path) -> (PathBuf, Vec<u8>) {
     (src, data)
 }
 
-fn convert(src: &Path, dst: &Path, extra: &[&str]) {
+/// The layout every run of these tests uses (convert and finalize must agree on it).
+const LAYOUT: [&str; 7] = [
+    "--shard-shape",
+    "32,32",
+    "--chunk-shape",
+    "16,16",
+    "--compressor",
+    "none",
+    "--quiet",
+];
+
+/// `zshard COMMAND SRC DST` with [`LAYOUT`].
+fn with_layout<'a>(command: &'a str, src: &'a Path, dst: &'a Path) -> Vec<&'a str> {
     let mut args = vec![
-        "convert",
+        command,
         src.to_str().expect("utf-8"),
         dst.to_str().expect("utf-8"),
-        "--shard-shape",
-        "32,32",
-        "--chunk-shape",
-        "16,16",
-        "--compressor",
-        "none",
-        "--quiet",
     ];
+    args.extend_from_slice(&LAYOUT);
+    args
+}
+
+fn convert(src: &Path, dst: &Path, extra: &[&str]) {
+    let mut args = with_layout("convert", src, dst);
     args.extend_from_slice(extra);
     let out = zshard(&args);
     assert!(
@@ -307,18 +318,7 @@ fn shards_lost_after_the_last_checkpoint_are_found_by_the_manifest_and_rewritten
     assert_eq!(after, inodes, "intact shards were converted again");
     assert_ne!([inode(&truncated), inode(&zeroed)], damaged);
     convert(&src, &dst, &["--worker", "1/2"]);
-    let out = zshard(&[
-        "finalize",
-        src.to_str().expect("utf-8"),
-        dst.to_str().expect("utf-8"),
-        "--shard-shape",
-        "32,32",
-        "--chunk-shape",
-        "16,16",
-        "--compressor",
-        "none",
-        "--quiet",
-    ]);
+    let out = zshard(&with_layout("finalize", &src, &dst));
     assert!(
         out.status.success(),
         "{}",
