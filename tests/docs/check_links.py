@@ -1,6 +1,7 @@
 """Checks the relative links of README.md and docs/*.md: every linked file exists and every #anchor is a
 heading of the linked Markdown file (GitHub's anchors: lower case, punctuation dropped, spaces as hyphens).
-Exits 1 naming each broken link. Run by tests/run.sh."""
+Also checks that the README's table of the stacks tested names the versions the requirements files pin.
+Exits 1 naming each broken link or stale version. Run by tests/run.sh."""
 import re
 import sys
 from pathlib import Path
@@ -40,13 +41,54 @@ def broken(doc: Path) -> list[str]:
     return out
 
 
+# The README's table of the stacks tested: each row names these packages at the versions its requirements
+# file pins (row label, requirements file, [(name in the README, package as pinned)]).
+STACKS = [
+    ("today's: Python 3.13", "tests/interop/requirements-current.txt",
+     [("zarr-python", "zarr"), ("icechunk", "icechunk"), ("numcodecs", "numcodecs"), ("tensorstore", "tensorstore"),
+      ("xarray", "xarray"), ("VirtualiZarr", "virtualizarr"), ("numpy", "numpy")]),
+    ("last year's readers: Python 3.11", "tests/interop/requirements.txt",
+     [("zarr-python", "zarr"), ("icechunk", "icechunk"), ("numcodecs", "numcodecs"), ("tensorstore", "tensorstore"),
+      ("xarray", "xarray"), ("numpy", "numpy")]),
+    ("last year's readers: Python 3.11", "tests/interop/requirements-zarr2.txt", [("zarr-python", "zarr")]),
+]
+
+
+def pins(requirements: Path) -> dict[str, str]:
+    found = {}
+    for line in requirements.read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            found[name.split("[")[0].strip().lower()] = version.strip()
+    return found
+
+
+def stale_versions(readme: Path) -> list[str]:
+    rows = {line.split("|")[1].strip(): line for line in readme.read_text().splitlines() if line.startswith("| ")}
+    out = []
+    for label, requirements, packages in STACKS:
+        row = rows.get(label)
+        if row is None:
+            out.append(f"README.md: no row {label!r} in the table of the stacks tested")
+            continue
+        pinned = pins(REPO / requirements)
+        for name, package in packages:
+            want = f"{name} {pinned.get(package, '(not pinned)')}"
+            if not re.search(re.escape(want) + r"(?![\w.])", row):
+                out.append(f"README.md: the row {label!r} should name {want} ({requirements})")
+    return out
+
+
 def main() -> int:
     docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    stale = stale_versions(REPO / "README.md")
+    for p in stale:
+        print(f"stack versions: {p}", file=sys.stderr)
     problems = [p for doc in docs for p in broken(doc)]
     for p in problems:
         print(f"broken link: {p}", file=sys.stderr)
-    print(f"check_links: {len(docs)} documents, {len(problems)} broken link(s)")
-    return 1 if problems else 0
+    print(f"check_links: {len(docs)} documents, {len(problems)} broken link(s), {len(stale)} stale stack version(s)")
+    return 1 if problems or stale else 0
 
 
 if __name__ == "__main__":
