@@ -153,6 +153,58 @@ def test_missing_chunks_overhang_and_fill_value(tmp_path: Path, zshard_bin: Path
     _convert_and_check(zshard_bin, src, tmp_path / "out.zarr", data, (24, 16), (8, 8))
 
 
+def _plan_json(zshard_bin: Path, src: Path, dst: Path, *opts) -> dict:
+    r = run_zshard(zshard_bin, ["plan", src, dst, "--json", *opts])
+    assert r.returncode == 0, r.describe()
+    return json.loads(r.stdout)
+
+
+def _worst_footprint(edges: list[int], shard: int, part: int, extent: int) -> int:
+    """Rows of the decoded source chunks (edges `edges`) that the worst part of `part` rows meets, parts
+    cut from shards of `shard` rows."""
+    bounds = np.cumsum([0, *edges])
+    worst = 0
+    for start in range(0, extent, shard):
+        for p in range(start, min(start + shard, extent), part):
+            end = min(p + part, extent)
+            met = [i for i in range(len(edges)) if bounds[i] < end and bounds[i + 1] > p]
+            worst = max(worst, sum(edges[i] for i in met))
+    return worst
+
+
+@needs_rectilinear
+def test_plan_shows_the_rectilinear_grid_and_sizes_memory_by_its_worst_part(tmp_path: Path, zshard_bin: Path) -> None:
+    """`plan` names a rectilinear grid by its chunks and the range of its edges, not by one chunk shape
+    as if it were regular, and its memory estimate covers the decoded source chunks the worst part meets.
+    Edges of 280 to 310 rows do not line up with shards of 620 rows: the first shard's part meets 900 rows
+    of source chunks, where the regular grid of the largest chunk (310 rows) meets 620."""
+    edges, shape = [310, 280, 310, 300], (1200, 100)
+    src, twin, dst = tmp_path / "months.zarr", tmp_path / "regular.zarr", tmp_path / "out.zarr"
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        zarr.create_array(str(src), shape=shape, dtype="float64", chunks=[edges, 100])
+    zarr.create_array(str(twin), shape=shape, dtype="float64", chunks=(310, 100))
+    assert _grid(src)["configuration"]["chunk_shapes"] == [edges, 100]
+    opts = ["--shard-shape", "620,100", "--chunk-shape", "310,100", "--threads", "1"]
+
+    r = run_zshard(zshard_bin, ["plan", src, dst, *opts])
+    assert r.returncode == 0, r.describe()
+    assert "  source chunks  rectilinear grid of 4 x 1 = 4 chunk(s), edges 280..310 x 100 (largest chunk 310 x 100):" in r.stdout, r.stdout
+
+    planned = _plan_json(zshard_bin, src, dst, *opts)["arrays"][0]
+    regular = _plan_json(zshard_bin, twin, dst, *opts)["arrays"][0]
+    assert planned["source_chunk_grid"] == {
+        "name": "rectilinear", "chunks": [4, 1], "smallest_chunk": [280, 100], "largest_chunk": [310, 100],
+    }, planned
+    assert regular["source_chunk_grid"] is None, regular
+    assert planned["source_chunks"] == 4 and planned["parts_per_shard"] == regular["parts_per_shard"] == 1
+    # One shard is one part: the worst part meets 900 rows here, 620 on the regular grid.
+    worst = _worst_footprint(edges, 620, 620, shape[0])
+    assert (worst, _worst_footprint([310] * 4, 620, 620, shape[0])) == (900, 620)
+    extra = (worst - 620) * shape[1] * 8
+    assert planned["estimated_peak_memory_per_worker"] >= regular["estimated_peak_memory_per_worker"] + extra, (
+        planned["estimated_peak_memory_per_worker"], regular["estimated_peak_memory_per_worker"], extra)
+
+
 @needs_rectilinear
 def test_rectilinear_shards_are_read_by_inner_chunk(tmp_path: Path, zshard_bin: Path) -> None:
     """zarr-python's shards on a rectilinear grid (edges multiples of the regular inner chunk), both into

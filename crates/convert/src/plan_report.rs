@@ -153,7 +153,17 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "shape": a.source.shape,
         "data_type": a.output.data_type.to_v3_json(),
         "fill_value": a.output.fill_value.to_v3_json(a.output.data_type),
+        // On a rectilinear grid: its largest chunk (which memory is sized by); the grid is
+        // `source_chunk_grid`.
         "source_chunk_shape": a.source.chunk_shape,
+        // `null` for a regular grid; a rectilinear one by its chunks per dimension and the smallest
+        // and largest edge of each.
+        "source_chunk_grid": a.source.rectilinear.as_ref().map(|grid| json!({
+            "name": "rectilinear",
+            "chunks": grid.grid_shape(),
+            "smallest_chunk": grid.smallest_chunk(),
+            "largest_chunk": grid.largest_chunk(),
+        })),
         // An already sharded source is read by inner chunk: these are its inner chunks.
         "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
         "source_chunks": product(&a.source.rectilinear.as_ref().map_or_else(

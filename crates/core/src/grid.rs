@@ -225,6 +225,27 @@ impl RectilinearGrid {
         self.axes.iter().map(Axis::largest_edge).collect()
     }
 
+    /// The smallest edge along each dimension (of the chunks that meet the array).
+    pub fn smallest_chunk(&self) -> Vec<u64> {
+        self.axes
+            .iter()
+            .map(|a| a.runs.iter().map(|r| r.edge).min().unwrap_or(a.first_edge))
+            .collect()
+    }
+
+    /// Per dimension, where the last chunk that meets the array ends: the chunks cover `0..end`,
+    /// past the array's extent when the last one overhangs it.
+    pub fn covered_extent(&self) -> Vec<u64> {
+        self.axes
+            .iter()
+            .map(|a| {
+                a.runs.last().map_or(0, |r| {
+                    r.start.saturating_add(r.count.saturating_mul(r.edge))
+                })
+            })
+            .collect()
+    }
+
     /// The chunk shape when every chunk has the same one (a regular grid written as rectilinear).
     pub fn as_regular(&self) -> Option<Vec<u64>> {
         self.axes.iter().map(Axis::regular_edge).collect()
@@ -488,6 +509,21 @@ mod tests {
             let error = config(c.clone()).expect_err("refused").to_string();
             assert!(error.contains(expected), "{c}: {error}");
         }
+    }
+
+    #[test]
+    fn smallest_and_largest_edges_and_the_covered_extent() {
+        // Months along time (the last chunk overhangs 100 by 20), a bare step of 7 over 20.
+        let g = grid(json!([[31, 28, 31, 30], 7]), &[100, 20]).expect("grid");
+        assert_eq!(g.smallest_chunk(), vec![28, 7]);
+        assert_eq!(g.largest_chunk(), vec![31, 7]);
+        assert_eq!(g.covered_extent(), vec![120, 21]);
+        // Only the chunks that meet the array count: the 2 past 40 do not.
+        let g = grid(json!([[[10, 4], 2, 1]]), &[40]).expect("grid");
+        assert_eq!(
+            (g.smallest_chunk(), g.covered_extent()),
+            (vec![10], vec![40])
+        );
     }
 
     #[test]

@@ -395,13 +395,8 @@ fn channel_capacity(threads: usize, message_bytes: u64) -> usize {
 /// chunks cost besides their bytes.
 fn message_bytes(array: &ArrayLayout, part_bytes: u64) -> (u64, u64) {
     let part = largest_part(array, part_bytes);
-    let source_chunk = &array.source_repr.shape;
-    let footprint = source_footprint(&array.geometry, source_chunk, &part);
+    let (footprint, source_chunks) = array_footprint(array, &part);
     let inner_chunks = product(&part) / product(array.geometry.inner_shape()).max(1);
-    let source_chunks = footprint
-        / source_chunk
-            .iter()
-            .fold(1u64, |a, &c| a.saturating_mul(c.max(1)));
     let raw = product(&part)
         .max(footprint)
         .saturating_mul(array.element_size() as u64);
@@ -435,6 +430,32 @@ fn source_footprint(geometry: &ShardGeometry, source_chunk: &[u64], part: &[u64]
         .fold(1, u64::saturating_mul)
 }
 
+/// Elements of the decoded source chunks a part of extent `part` can overlap, and how many chunks
+/// that is at most. On a rectilinear grid, chunks of different edges follow no common alignment:
+/// per dimension, the first chunk a part meets can start up to the largest edge less one before it
+/// and the last end as far after it (never past the chunks that cover the array), and the part
+/// meets at most one chunk more than the smallest edge divides into it.
+fn array_footprint(array: &ArrayLayout, part: &[u64]) -> (u64, u64) {
+    let Some(grid) = &array.source_grid else {
+        let source_chunk = &array.source_repr.shape;
+        let footprint = source_footprint(&array.geometry, source_chunk, part);
+        let chunk = source_chunk
+            .iter()
+            .fold(1u64, |a, &c| a.saturating_mul(c.max(1)));
+        return (footprint, footprint / chunk);
+    };
+    let (largest, smallest) = (grid.largest_chunk(), grid.smallest_chunk());
+    let (covered, chunks) = (grid.covered_extent(), grid.grid_shape());
+    (0..part.len()).fold((1u64, 1u64), |(elements, count), d| {
+        let (extent, large, small) = (part[d], largest[d].max(1), smallest[d].max(1));
+        let span = extent
+            .saturating_add((large - 1).saturating_mul(2))
+            .min(covered[d].max(large));
+        let n = (extent.div_ceil(small) + 1).min(chunks[d].max(1));
+        (elements.saturating_mul(span), count.saturating_mul(n))
+    })
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -451,7 +472,8 @@ fn kept_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
         return 0;
     }
     let slab = split.slab_shape(&array.geometry);
-    source_footprint(&array.geometry, &array.source_repr.shape, &slab)
+    array_footprint(array, &slab)
+        .0
         .saturating_mul(array.element_size() as u64)
 }
 
@@ -459,7 +481,7 @@ fn kept_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
 /// decoded source chunks a part overlaps are no bigger than the part.
 fn reads_each_source_chunk_once(array: &ArrayLayout, part_bytes: u64) -> bool {
     let part = largest_part(array, part_bytes);
-    source_footprint(&array.geometry, &array.source_repr.shape, &part) <= product(&part)
+    array_footprint(array, &part).0 <= product(&part)
 }
 
 pub(crate) use zshard_core::HumanBytes;
@@ -488,6 +510,46 @@ mod tests {
             source_footprint(&g, &[4096, 1000, 1000], &[128, 64, 64]),
             4096 * 1000 * 1000
         );
+    }
+
+    /// On a rectilinear grid (months of 28 to 31 days; edges of 10 and 30), a part at any offset
+    /// meets no more decoded elements nor chunks than the estimate says. The regular grid's estimate
+    /// for its largest chunk, 31 x 30, counted 31 x 30 elements for a 31 x 20 part; one at row 31,
+    /// column 0 meets chunks of 28 + 31 rows by 10 + 30 columns.
+    #[test]
+    fn a_rectilinear_footprint_bounds_every_part() {
+        let grid = zshard_core::RectilinearGrid::from_configuration(
+            &serde_json::json!({"kind": "inline", "chunk_shapes": [[31, 28, 31, 30], [10, 30]]}),
+            &[120, 40],
+        )
+        .expect("grid");
+        let mut array = layout(&[120, 40], &[124, 40], &[31, 20], &grid.largest_chunk());
+        array.source_grid = Some(std::sync::Arc::new(grid.clone()));
+        for part in [[31u64, 20u64], [1, 1], [62, 40], [124, 40], [7, 5]] {
+            let (elements, chunks) = array_footprint(&array, &part);
+            let mut seen = (0u64, 0u64);
+            for row in 0..120 {
+                for col in 0..40 {
+                    let region = zshard_core::Region {
+                        start: vec![row, col],
+                        shape: part.to_vec(),
+                    };
+                    let met = grid.chunks_overlapping(&region);
+                    let decoded: u64 = met
+                        .iter()
+                        .map(|c| product(&grid.chunk_shape(c).expect("in the grid")))
+                        .sum();
+                    seen = (seen.0.max(decoded), seen.1.max(met.len() as u64));
+                }
+            }
+            assert!(
+                seen.0 <= elements && seen.1 <= chunks,
+                "part {part:?}: met {seen:?}, estimated ({elements}, {chunks})"
+            );
+        }
+        // The 31 x 20 part's worst case: 59 rows of 40 columns in 4 chunks.
+        let (elements, chunks) = array_footprint(&array, &[31, 20]);
+        assert!(elements >= 59 * 40 && chunks >= 4, "({elements}, {chunks})");
     }
 
     fn repr(shape: &[u64], data_type: DataType) -> ChunkRepr {

@@ -401,11 +401,40 @@ fn arrays_text(
             let names: Vec<&str> = names.iter().map(|n| n.as_str().unwrap_or("-")).collect();
             writeln!(out, "  dimensions     {}", names.join(" x "))?;
         }
+        let grid = &a["source_chunk_grid"];
+        let chunks = if grid.is_object() {
+            // A rectilinear grid has no one chunk shape: its edges' range per dimension.
+            let dims =
+                |k: &str| serde_json::from_value::<Vec<u64>>(grid[k].clone()).unwrap_or_default();
+            let (small, large) = (dims("smallest_chunk"), dims("largest_chunk"));
+            let ranges: Vec<String> = small
+                .iter()
+                .zip(&large)
+                .map(|(s, l)| {
+                    if s == l {
+                        s.to_string()
+                    } else {
+                        format!("{s}..{l}")
+                    }
+                })
+                .collect();
+            format!(
+                "rectilinear grid of {} = {} chunk(s), edges {} (largest chunk {})",
+                shape_text(&dims("chunks")),
+                u("source_chunks"),
+                ranges.join(" x "),
+                shape_text(&large)
+            )
+        } else {
+            format!(
+                "{}, {} chunk(s)",
+                shape("source_chunk_shape"),
+                u("source_chunks")
+            )
+        };
         writeln!(
             out,
-            "  source chunks  {}, {} chunk(s){}: {}",
-            shape("source_chunk_shape"),
-            u("source_chunks"),
+            "  source chunks  {chunks}{}: {}",
             if a["source_shard_shape"].is_array() {
                 format!(
                     " (inner chunks of shards of {}, read one by one)",

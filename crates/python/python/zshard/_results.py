@@ -220,7 +220,11 @@ class PlannedArray:
     fill_value : Any
         The Zarr v3 fill value.
     source_chunk_shape : list[int]
-        The chunks the source is read by (an already sharded source's inner chunks).
+        The chunks the source is read by (an already sharded source's inner chunks; on a rectilinear
+        grid, its largest chunk).
+    source_chunk_grid : dict[str, Any] | None
+        A rectilinear source grid: ``chunks`` per dimension, ``smallest_chunk`` and ``largest_chunk``
+        (``None`` for a regular grid).
     source_shard_shape : list[int] | None
         An already sharded source's shard shape.
     source_chunks : int
@@ -267,6 +271,7 @@ class PlannedArray:
     data_type: str | dict[str, Any]
     fill_value: Any
     source_chunk_shape: list[int]
+    source_chunk_grid: dict[str, Any] | None
     source_shard_shape: list[int] | None
     source_chunks: int
     source_codecs: list[Any]
