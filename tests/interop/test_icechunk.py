@@ -328,6 +328,46 @@ def test_a_folder_that_is_no_repository_says_so(zshard_bin, source, tmp_path):
     assert "clean prefixes" not in r.stderr, r.stderr
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.skipif(not ICECHUNK2, reason="icechunk 1.x makes no spec-2 repository to mark as spec 3")
+def test_a_repository_of_a_newer_spec_version_is_refused_naming_version_and_path(zshard_bin, source, tmp_path):
+    """Issue 33: a repository of a spec version zshard does not know (3: a spec-2 repository whose `repo`
+    object's header says 3, which icechunk 2.3 refuses too) is refused as source and as destination with
+    its version and path, never as a folder that is not clean, and nothing in it changes."""
+    repo, h5, values = source
+    newer = tmp_path / "newer"
+    other = _create(newer, 2)
+    session = other.writable_session("main")
+    zarr.create_array(session.store, name="keep", shape=(6,), chunks=(3,), dtype="i2")[:] = np.arange(6)
+    session.commit("before zshard")
+    header = bytearray((newer / "repo").read_bytes())
+    # Icechunk's file header: 12 bytes of magic, 24 of the writer's name, then the spec version.
+    assert header[:12] == "ICE🧊CHUNK".encode() and header[36] == 2, bytes(header[:40])
+    header[36] = 3
+    (newer / "repo").write_bytes(bytes(header))
+    with pytest.raises(Exception, match="3"):
+        ic.Repository.open(ic.local_filesystem_storage(str(newer)))
+    before = _files(newer)
+    said = f"icechunk repository {newer}: it is of Icechunk spec version 3; this zshard reads and writes versions 1 and 2"
+    runs = [
+        ["plan", newer, tmp_path / "p.zarr"],
+        ["convert", newer, tmp_path / "c.zarr", "--quiet"],
+        ["convert", newer, tmp_path / "s.zarr", "--quiet", "--source-format", "icechunk"],
+        ["plan", repo, newer, "--output-format", "icechunk"],
+        ["convert", repo, newer, "--quiet", "--output-format", "icechunk"],
+        ["convert", repo, newer, "--quiet"],  # a DST that holds a repository is written as one
+    ]
+    for argv in runs:
+        r = _zshard(zshard_bin, *argv, ok=False)
+        assert said in r.stderr, r.describe()
+        assert "clean prefix" not in r.stderr, r.stderr
+    assert _files(newer) == before
+    assert not any((tmp_path / n).exists() for n in ["p.zarr", "c.zarr", "s.zarr"])
+
+
 @pytest.mark.skipif(not ICECHUNK2, reason="icechunk 1.x writes spec 1 only, tested by every other test")
 def test_spec_1_repository_made_by_icechunk_2_as_source_and_destination(zshard_bin, tmp_path):
     (tmp_path / "files").mkdir()
@@ -632,6 +672,34 @@ def test_killed_at_the_branch_reference_rename_the_rerun_removes_its_staged_refe
     _zshard(zshard_bin, *_into(src, out, *spec1))
     assert _commits(out) == ["sharded", "Repository initialized"]
     assert not staged_ref.exists()
+    assert foreign.is_file() and notes.is_file()
+    foreign.unlink()
+    notes.unlink()
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*#*"))
+    assert left == [], left
+    _assert_equal(_read_repo(out), {"big": data})
+
+
+@pytest.mark.skipif(not ICECHUNK2, reason="icechunk 1.x reads no spec-2 repository")
+def test_killed_at_the_repository_object_rename_the_rerun_removes_its_staged_copy(zshard_bin, tmp_path):
+    """Issue 31 row 12 in spec version 2: killed at the rename of `repo#1`, the store's temporary copy of
+    the repository object that moves the branch: the rerun commits once and removes that file (its branch
+    main names the killed run's snapshot, read by icechunk's format code); a copy naming another snapshot,
+    and other files, stay."""
+    src, data = _small_source(tmp_path)
+    out = tmp_path / "out"
+    staged_repo = out / "repo#1"
+    _kill_at(staged_repo, "rename", [zshard_bin, *_into(src, out, "--icechunk-spec", "2", "--quiet")])
+    assert staged_repo.is_file() and _commits(out) == ["Repository initialized"]
+    assert _spec_version(out) == 2
+    # A copy of the repository object as it is (main at the initial snapshot), under another number.
+    foreign = out / "repo#7"
+    foreign.write_bytes((out / "repo").read_bytes())
+    notes = out / "notes#1"
+    notes.write_text("not zshard's")
+    _zshard(zshard_bin, *_into(src, out))
+    assert _commits(out) == ["sharded", "Repository initialized"]
+    assert not staged_repo.exists()
     assert foreign.is_file() and notes.is_file()
     foreign.unlink()
     notes.unlink()
