@@ -110,8 +110,8 @@ const ANCESTRY_SEARCH: usize = 1000;
 /// The commit records `conversion` (the conversion's fingerprint: source and every array's
 /// document) as a digest, with a digest of each array document it commits, so that a rerun finds
 /// it on the branch ([`on_branch`]). In a local repository, the branch reference that a run killed
-/// while moving it left staged (`refs/branch.NAME/ref.json#N`, naming a snapshot of this
-/// publication) is removed.
+/// while moving it left staged (`refs/branch.NAME/ref.json#N` in spec version 1, `repo#N` in spec
+/// version 2, naming a snapshot of this publication) is removed.
 pub fn publish(
     staged: &str,
     location: &str,
@@ -636,9 +636,11 @@ pub fn on_branch(
         })
 }
 
-/// In a local repository of spec version 1, removes what a run of this publication (`token`)
-/// killed while moving `branch` left: its staged reference `refs/branch.NAME/ref.json#N` (the
-/// store's temporary name), when it names a snapshot that carries `token`. Any other file stays.
+/// In a local repository, removes what a run of this publication (`token`) killed while moving
+/// `branch` left: the store's temporary copy of the branch reference, `refs/branch.NAME/ref.json#N`
+/// in spec version 1, of the repository object, `repo#N` in spec version 2, when the branch it names
+/// points at a snapshot that carries `token`. Any other file stays, and so does one that cannot be
+/// read as such a reference.
 fn remove_killed_ref_writes(
     location: &str,
     branch: &str,
@@ -652,32 +654,38 @@ fn remove_killed_ref_writes(
     else {
         return Ok(());
     };
-    let refs = folder.join("refs").join(format!("branch.{branch}"));
-    let Ok(entries) = std::fs::read_dir(&refs) else {
-        return Ok(());
+    let token_of = |id: &SnapshotId| {
+        runtime
+            .block_on(repository.lookup_snapshot(id))
+            .ok()
+            .and_then(|info| Some(info.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string()))
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let staged = name
-            .strip_prefix("ref.json#")
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if !staged {
-            continue;
-        }
-        let path = entry.path();
+    let mut staged: Vec<(std::path::PathBuf, Option<String>)> = Vec::new();
+    for path in staged_copies(
+        &folder.join("refs").join(format!("branch.{branch}")),
+        "ref.json",
+    ) {
         let named = std::fs::read(&path)
             .ok()
             .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
             .and_then(|doc| doc.get("snapshot")?.as_str().map(str::to_string))
             .and_then(|id| SnapshotId::try_from(id.as_str()).ok());
-        let Some(id) = named else { continue };
-        let ours = runtime
-            .block_on(repository.lookup_snapshot(&id))
+        let token = named.as_ref().and_then(token_of);
+        staged.push((path, token));
+    }
+    // A spec-2 copy names a snapshot that the repository object does not list yet (the commit did
+    // not land): the copy's own list of snapshots describes it.
+    for path in staged_copies(&folder, "repo") {
+        // A repository object is small; a file of 64 MiB or more is none of these.
+        let token = std::fs::metadata(&path)
             .ok()
-            .is_some_and(|info| {
-                info.metadata.get(TOKEN_PROPERTY).and_then(|t| t.as_str()) == Some(token)
-            });
-        if ours {
+            .filter(|meta| meta.len() < 64 << 20)
+            .and_then(|_| std::fs::read(&path).ok())
+            .and_then(|bytes| branch_tip_token(&bytes, branch));
+        staged.push((path, token));
+    }
+    for (path, token_named) in staged {
+        if token_named.as_deref() == Some(token) {
             std::fs::remove_file(&path).map_err(|e| Error::Write {
                 repo: location.to_string(),
                 what: format!("removing {}", path.display()),
@@ -686,6 +694,60 @@ fn remove_killed_ref_writes(
         }
     }
     Ok(())
+}
+
+/// The files of `folder` named `NAME#N` (N a number): the local store's temporary copies of
+/// `NAME`, renamed over it once written.
+fn staged_copies(folder: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            file_name
+                .strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix('#'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && entry.file_type().is_ok_and(|t| t.is_file())
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+/// The commit token (zshard's property) of the snapshot that `branch` points at in the bytes of a
+/// spec-2 repository object (`repo`): its header (file type, compression, spec version), its zstd
+/// body and its flatbuffer are read by icechunk's own format code, and the snapshot's properties
+/// come from the object's own list of snapshots. `None` when the bytes are not such an object, lack
+/// the branch or the snapshot carries no token.
+fn branch_tip_token(bytes: &[u8], branch: &str) -> Option<String> {
+    use icechunk::format::format_constants::{
+        parse_file_header, CompressionAlgorithmBin, FileTypeBin, ICECHUNK_FILE_HEADER_LEN,
+    };
+    // What a repository object may hold decoded, at most (a file that decodes to more is left).
+    const REPO_INFO_MAX: u64 = 64 << 20;
+    let header = parse_file_header(bytes).ok()?;
+    if !matches!(header.file_type, FileTypeBin::RepoInfo)
+        || !matches!(header.compression, CompressionAlgorithmBin::Zstd)
+    {
+        return None;
+    }
+    let mut body = Vec::new();
+    let decoder = zstd::stream::read::Decoder::new(bytes.get(ICECHUNK_FILE_HEADER_LEN..)?).ok()?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(decoder, REPO_INFO_MAX + 1),
+        &mut body,
+    )
+    .ok()?;
+    if body.len() as u64 > REPO_INFO_MAX {
+        return None;
+    }
+    let info =
+        icechunk::format::serializers::deserialize_repo_info(header.spec_version, body).ok()?;
+    let tip = info.resolve_branch(branch).ok()?;
+    let snapshot = info.find_snapshot(&tip).ok()?;
+    Some(snapshot.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string())
 }
 
 /// Creates `branch` at `main`'s tip when it does not exist.
