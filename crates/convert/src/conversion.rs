@@ -194,6 +194,24 @@ impl Conversion {
         let input = Input::open(source, &source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
+        // Counted before any is planned: a plan of every array stays for the whole run. A small plan
+        // costs little to make, and the budget's refusal (which names the limit needed) stands.
+        let arrays = nodes
+            .iter()
+            .filter(|node| matches!(node.kind, zshard_core::NodeKind::Array(_)))
+            .count();
+        let limit = source_options
+            .memory_limit
+            .unwrap_or_else(memory::default_limit);
+        let held = memory::plan_bytes(arrays).saturating_add(input.memory_bytes());
+        if held > limit && memory::plan_bytes(arrays) > memory::LARGE_PLAN_BYTES {
+            return Err(Error::TooManyArrays {
+                location: input.url(),
+                arrays: arrays as u64,
+                bytes: held,
+                limit,
+            });
+        }
         let files = input.ome_files(&nodes)?;
         let url = input.url();
         let plan_with = |auto_max_chunks| -> Result<Plan> {
@@ -248,7 +266,11 @@ impl Conversion {
                 &opened.destination,
                 self.store_options.part_size,
             ),
-            resident: opened.input.memory_bytes(),
+            // The plan, held for the whole run, and what the source holds.
+            resident: opened
+                .input
+                .memory_bytes()
+                .saturating_add(memory::plan_bytes(opened.plan.arrays.len())),
         };
         // A local reference file whose targets are remote reads over the network too.
         let remote = opened.input.reads_remote() || opened.destination.is_remote();

@@ -68,6 +68,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// A hierarchy of so many arrays that their plan alone (every array's metadata, layout and
+    /// output document, held for the whole run) does not fit the memory limit: refused once the
+    /// arrays are counted, before any is planned.
+    #[error(
+        "{location}: {arrays} arrays, whose plan takes about {} ({} each) for the whole run, more than the memory limit of {} ({}); raise it, or convert part of the hierarchy at a time ({} / {})",
+        zshard_core::HumanBytes(*.bytes),
+        zshard_core::HumanBytes(crate::memory::PLAN_BYTES_PER_ARRAY),
+        zshard_core::HumanBytes(*.limit),
+        zshard_core::Setting::MemoryLimit,
+        zshard_core::Setting::Include,
+        zshard_core::Setting::Exclude
+    )]
+    TooManyArrays {
+        /// The source.
+        location: String,
+        /// Its arrays (those selected).
+        arrays: u64,
+        /// What their plan takes, with what the source holds for the whole run.
+        bytes: u64,
+        /// The memory limit.
+        limit: u64,
+    },
+
     /// An array that cannot be converted with these options (checked before anything is written).
     #[error("array {array}")]
     Array {
@@ -312,6 +335,7 @@ impl Error {
             Error::Cancelled => "cancelled",
             Error::File { .. } => "file",
             Error::Thread { .. } => "system",
+            Error::TooManyArrays { .. } => "memory",
             Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
         }
     }

@@ -576,19 +576,17 @@ fn generated_references_are_counted_against_the_limit_before_they_are_made() {
     }
 }
 
-/// Issue 31, row 5: 30,000 empty Zarr v2 arrays (metadata only) at `--memory-limit 128MiB`. Main
-/// peaked at 616 MiB (plan) and 1,128 MiB (convert): every array's fingerprint as a JSON value
-/// (300 MB), a listing buffer per array with all arrays listed at once (1.8 GB at peak under
-/// heaptrack), the plan's report and the consolidated root document each built whole as JSON values.
-/// Now about 195 MiB and 333 MiB: what remains is the plan itself (every array's metadata, twice
-/// while the hierarchy is walked) and the per-array documents written at the end, which this bounds
-/// at 384 MiB (the run must not be killed in a cgroup of that size); the 128 MiB the limit asks
-/// for is not reached yet.
+/// Issue 31, row 5: 30,000 empty Zarr v2 arrays (metadata only). Main peaked at 616 MiB (plan) and
+/// 1,128 MiB (convert) under `--memory-limit 128MiB`; bounded since (fingerprint kept as text,
+/// listing in batches, documents written one by one) to about 198 and 289 MiB, which is the plan
+/// itself: every array's metadata, layout and output document, held for the whole run (about 10 KiB
+/// an array). Under 128 MiB both now refuse once the arrays are counted, before any is planned,
+/// naming their number and what their plan takes, and stay under the limit in a cgroup of that
+/// size; under 384 MiB (which that plan fits) both run to the end in a cgroup of 384 MiB.
 #[test]
-fn thirty_thousand_empty_arrays_stay_within_a_bound() {
-    const LIMIT: u64 = 384 << 20;
+fn thirty_thousand_empty_arrays_are_refused_under_a_limit_their_plan_does_not_fit() {
     const ARRAYS: usize = 30_000;
-    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+    let Some(small) = MemoryCgroup::new((128 << 20) + CGROUP_ALLOWANCE) else {
         println!("{NO_CGROUP}");
         return;
     };
@@ -607,6 +605,29 @@ fn thirty_thousand_empty_arrays_stay_within_a_bound() {
     let out = tmp.path().join("out");
     for command in ["plan", "convert"] {
         let mut args = vec![command, s(&src), s(&out), "--memory-limit", "128MiB"];
+        if command == "convert" {
+            args.push("--quiet");
+        }
+        let run = small.run(&args);
+        let peak: u64 = small.read("memory.max_usage_in_bytes").parse().unwrap_or(0);
+        let (code, stderr) = failure(&run);
+        assert_eq!(code, Some(1), "{command}: peak {peak}: {stderr}");
+        assert!(
+            stderr.contains(": 30000 arrays, whose plan takes about 292.97 MiB (10.00 KiB each) for the whole run, more than the memory limit of 128.00 MiB (--memory-limit)")
+                && stderr.contains("--include"),
+            "{command}: {stderr}"
+        );
+        assert!(peak < 128 << 20, "{command}: peak {peak} bytes");
+        println!("{command}: refused, peak charged to the cgroup: {peak} bytes");
+    }
+    assert!(!out.exists(), "nothing is written before the refusal");
+    const LIMIT: u64 = 384 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("{NO_CGROUP}");
+        return;
+    };
+    for command in ["plan", "convert"] {
+        let mut args = vec![command, s(&src), s(&out), "--memory-limit", "384MiB"];
         if command == "convert" {
             args.push("--quiet");
         }
