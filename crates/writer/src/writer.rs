@@ -54,9 +54,10 @@ impl ShardSink for ShardWriter {
         if self.index_location == IndexLocation::End {
             parts.push(index);
         }
-        let stored = Stored::of_parts(parts.iter().map(|p| &p[..]));
-        self.store
-            .put_parts(&self.keys.key(shard), parts)
+        let mut stored = Stored::of_parts(parts.iter().map(|p| &p[..]));
+        stored.version = self
+            .store
+            .put_parts_versioned(&self.keys.key(shard), parts)
             .map_err(|e| zshard_core::Error::Write {
                 key: self.shard_key(shard),
                 source: Box::new(e),
@@ -183,10 +184,14 @@ impl ShardStream for StreamedShard<'_> {
                 usize::try_from(upload.appended()).unwrap_or(usize::MAX),
             ),
         };
-        let bytes = upload
-            .finish(&Bytes::from(index))
+        let (bytes, version) = upload
+            .finish_versioned(&Bytes::from(index))
             .map_err(|e| self.error(e))?;
-        Ok(Stored { bytes, crc32c })
+        Ok(Stored {
+            bytes,
+            crc32c,
+            version,
+        })
     }
 }
 
