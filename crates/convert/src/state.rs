@@ -27,10 +27,14 @@
 //! done from one listing per array and the record files, never from a request per shard.
 //!
 //! Resume trusts a listed shard only when a record of this conversion names it with the listed size
-//! and, on local disk, its shard index holds (crc32c, every inner chunk inside the object; a read of
-//! the index per shard, which on an object store would be a GET per shard, so there the size
-//! stands alone): anything else at one of our shard keys (a shard whose record was lost to a kill,
-//! junk, a truncated copy, on local disk bytes of the same length) is removed and converted again.
+//! and the listed version (the ETag the store gave the object when it was written, which the listing
+//! names at no cost: an object written again since, by anyone, has another). Records without a version
+//! (earlier versions of zshard) are proven as before: on local disk by the shard index (crc32c, every
+//! inner chunk inside the object; a read per shard), on an object store by the size alone. On local
+//! disk a shard whose version differs (a destination copied elsewhere has other inodes) has its index
+//! read; on an object store it is converted again. Anything else at one of our shard keys (a shard
+//! whose record was lost to a kill, junk, a truncated copy, bytes of the same length) is removed and
+//! converted again.
 //! Every key is written by one worker only. Once the metadata
 //! is written the conversion is complete, its metadata is the record of that, and the state folder is
 //! removed (Zarr readers would otherwise list it as an unknown member of the root group).

@@ -424,7 +424,7 @@ mod tests {
 /// [`ListedObject::version`]): object_store's ETag of a file, its inode, modification time in
 /// microseconds and size, so that a file written outside `LocalFileSystem::put` (a streamed
 /// upload's staged file, see `upload.rs`) is named as its listing will name it.
-fn local_version(metadata: &std::fs::Metadata) -> String {
+pub(crate) fn local_version(metadata: &std::fs::Metadata) -> String {
     #[cfg(unix)]
     let inode = std::os::unix::fs::MetadataExt::ino(metadata);
     #[cfg(not(unix))]

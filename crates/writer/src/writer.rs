@@ -267,7 +267,18 @@ mod tests {
             for part in inner.chunks(3) {
                 stream.append(part).expect("test");
             }
-            assert_eq!(stream.finish().expect("test"), whole);
+            let streamed = stream.finish().expect("test");
+            assert_eq!(
+                (streamed.bytes, streamed.crc32c),
+                (whole.bytes, whole.crc32c)
+            );
+            // Each names the version its object has in the store's listings (a resume compares them).
+            let listed = store.list_objects(location.as_str()).expect("test");
+            for (stored, key) in [(&whole, "c/0/0"), (&streamed, "c/0/1")] {
+                let key = format!("{}/{key}", location.as_str());
+                let object = listed.iter().find(|o| o.key == key).expect("test");
+                assert_eq!(stored.version.as_deref(), Some(object.version.as_str()));
+            }
             assert_eq!(
                 whole.crc32c,
                 crc32c::crc32c(
