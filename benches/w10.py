@@ -79,7 +79,8 @@ def snapshot(args, n):
         open(src + ".done", "w").write("ok\n")
     if not os.path.exists(snap + ".done"):
         shutil.rmtree(snap, ignore_errors=True)
-        good = open(last, "rb").read()
+        rows = max(n // 100, 1)
+        good = values(n)[n - rows:].tobytes()  # not the file: a killed bench may have left it damaged
         try:
             open(last, "wb").write(b"damaged")
             t = time.perf_counter()

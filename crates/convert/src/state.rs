@@ -871,7 +871,7 @@ pub(crate) fn done_shards(
         done: vec![HashSet::new(); plan.arrays.len()],
         untrusted: HashMap::new(),
     };
-    for (i, index) in records(survey, plan, EMPTY_DIR).into_keys() {
+    for (i, index) in records(survey, plan, EMPTY_DIR).shards() {
         resume.done[i].insert(index);
     }
     // A recorded size proves the object was ours once. The version the store gave it when it was
@@ -901,7 +901,7 @@ pub(crate) fn done_shards(
         for shard in listed {
             let index = shard.index;
             let owned = partition.owns(first_global + index);
-            let verdict = verdict(written.get(&(i, index)), shard);
+            let verdict = verdict(written.of(i, index), shard);
             if owned
                 && check_indexes
                 && matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers)
@@ -989,11 +989,8 @@ enum Verdict {
 }
 
 /// What `records` (of one shard) prove of the listed `shard`.
-fn verdict(records: Option<&Vec<RecordedShard>>, shard: &ListedShard) -> Verdict {
-    let same_size = records
-        .into_iter()
-        .flatten()
-        .filter(|r| r.size == Some(shard.size));
+fn verdict<'a>(records: impl Iterator<Item = &'a RecordedShard>, shard: &ListedShard) -> Verdict {
+    let same_size = records.filter(|r| r.size == Some(shard.size));
     let mut found = Verdict::Unrecorded;
     for record in same_size {
         match record.version {
@@ -1082,14 +1079,47 @@ struct RecordedShard {
     version: Option<u64>,
 }
 
-/// Recorded shards: (array, C-order shard index) to what each record of it says.
-type Recorded = HashMap<(usize, u64), Vec<RecordedShard>>;
+/// Recorded shards: (array, C-order shard index) to what each record of it says. Most shards have
+/// one record (a million of them: a map of records, not of lists of them, takes a third of the
+/// memory); the second and later records of a shard, written again by a later run, go aside.
+#[derive(Debug, Default)]
+struct Recorded {
+    first: HashMap<(usize, u64), RecordedShard>,
+    more: HashMap<(usize, u64), Vec<RecordedShard>>,
+}
+
+impl Recorded {
+    fn insert(&mut self, shard: (usize, u64), record: RecordedShard) {
+        match self.first.entry(shard) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(record);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.more.entry(shard).or_default().push(record);
+            }
+        }
+    }
+
+    /// The records of the shard of C-order index `index` of array `array`.
+    fn of(&self, array: usize, index: u64) -> impl Iterator<Item = &RecordedShard> {
+        let shard = (array, index);
+        self.first
+            .get(&shard)
+            .into_iter()
+            .chain(self.more.get(&shard).into_iter().flatten())
+    }
+
+    /// The shards recorded, (array, C-order index), each once.
+    fn shards(self) -> impl Iterator<Item = (usize, u64)> {
+        self.first.into_keys()
+    }
+}
 
 /// The shards that the record files under `dir` (as read by the survey) name: (array, C-order
 /// shard index) to the sizes and versions recorded (`None` in records without them). Lines of other
 /// arrays or grids are ignored.
 fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
-    let mut found = Recorded::new();
+    let mut found = Recorded::default();
     let files = survey
         .records
         .iter()
@@ -1118,10 +1148,10 @@ fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
                 continue;
             };
             if let Some(coord) = recorded_coord(coord, grid) {
-                found
-                    .entry((*i, linear_index(&coord, grid)))
-                    .or_default()
-                    .push(RecordedShard { size, version });
+                found.insert(
+                    (*i, linear_index(&coord, grid)),
+                    RecordedShard { size, version },
+                );
             }
         }
     }
