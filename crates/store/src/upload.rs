@@ -331,6 +331,24 @@ impl Store {
     }
 }
 
+/// The version of a local file as the local store's listings name it (see
+/// [`ListedObject::version`]): object_store's ETag of a file, its inode, modification time in
+/// microseconds and size, so that a file written outside `LocalFileSystem::put` (a streamed
+/// upload's staged file, see `upload.rs`) is named as its listing will name it.
+pub(crate) fn local_version(metadata: &std::fs::Metadata) -> String {
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(metadata);
+    #[cfg(not(unix))]
+    let inode = 0u64;
+    let mtime = metadata
+        .modified()
+        .ok()
+        .and_then(|mtime| mtime.duration_since(std::time::SystemTime::UNIX_EPOCH).ok())
+        .unwrap_or_default()
+        .as_micros();
+    format!("\"{inode:x}-{mtime:x}-{:x}\"", metadata.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,22 +436,4 @@ mod tests {
         assert_eq!(store.get("a/c/2").expect("test"), None);
         assert_eq!(files(dir.path()), Vec::<String>::new());
     }
-}
-
-/// The version of a local file as the local store's listings name it (see
-/// [`ListedObject::version`]): object_store's ETag of a file, its inode, modification time in
-/// microseconds and size, so that a file written outside `LocalFileSystem::put` (a streamed
-/// upload's staged file, see `upload.rs`) is named as its listing will name it.
-pub(crate) fn local_version(metadata: &std::fs::Metadata) -> String {
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(metadata);
-    #[cfg(not(unix))]
-    let inode = 0u64;
-    let mtime = metadata
-        .modified()
-        .ok()
-        .and_then(|mtime| mtime.duration_since(std::time::SystemTime::UNIX_EPOCH).ok())
-        .unwrap_or_default()
-        .as_micros();
-    format!("\"{inode:x}-{mtime:x}-{:x}\"", metadata.len())
 }
