@@ -780,3 +780,96 @@ def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_pr
     keys = download_prefix(s3, "dst7", "out.zarr", tmp_path / "overwritten.zarr")
     assert [k for k in keys if k.startswith(".zshard")] == []
     assert np.array_equal(zarr.open_array(str(tmp_path / "overwritten.zarr"), mode="r")[:], values)
+
+
+def read_back_from_s3(endpoint, bucket, prefix):
+    """The array at s3://bucket/prefix read by zarr-python through obstore (many requests in flight)."""
+    from obstore.store import S3Store
+    store = S3Store(bucket, prefix=prefix, endpoint=endpoint, region="us-east-1", access_key_id="testing",
+                    secret_access_key="testing", client_options={"allow_http": True}, virtual_hosted_style_request=False)
+    return zarr.open_array(zarr.storage.ObjectStore(store, read_only=True), mode="r")[:]
+
+
+def test_a_resume_rewrites_a_done_shard_replaced_by_junk_of_the_same_length_on_s3(tmp_path, s3, moto, fault_proxy):
+    """Issue 31 row 14 on S3: a resume trusted a recorded shard whose listed size matched, so a done shard
+    replaced by random bytes of the same length stayed (zshard verify then reported a crc32c mismatch). Each
+    done shard's record now carries the ETag the store gave it when it was written, and the resume compares
+    it with the listing's (no request per shard): a shard written again since is converted again."""
+    src = tmp_path / "in.zarr"
+    a = zarr.create_array(str(src), shape=(400, 400), chunks=(100, 100), dtype="uint16",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0, zarr_format=2)
+    values = ((np.arange(400 * 400) * 7) % 60000).reshape(400, 400).astype("uint16")
+    a[:] = values
+    create_buckets(s3, "dst14")
+    convert = ["convert", str(src), "s3://dst14/out.zarr", "--s3-endpoint", moto, "--s3-path-style", "--quiet",
+               "--shard-shape", "100,100", "--chunk-shape", "50,50", "--compressor", "zstd:1"]
+    # The first run stops at a damaged chunk of the last shard, after most others are written.
+    bad = src / "3.3"
+    good = bad.read_bytes()
+    bad.write_bytes(b"damaged")
+    failed = run_zshard(*convert, env=S3_ENV, check=False)
+    assert failed.returncode == 1 and "3.3" in failed.stderr, failed.stderr
+    bad.write_bytes(good)
+    listed = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="dst14", Prefix="out.zarr/c/")["Contents"]}
+    assert "out.zarr/c/3/3" not in listed and "out.zarr/c/0/0" in listed, listed
+    # A done shard replaced by random bytes of the same length (another ETag, the same size).
+    junk_key = "out.zarr/c/0/0"
+    junk = np.random.default_rng(14).integers(0, 256, listed[junk_key], dtype="uint8").tobytes()
+    s3.put_object(Bucket="dst14", Key=junk_key, Body=junk)
+    assert s3.head_object(Bucket="dst14", Key=junk_key)["ContentLength"] == listed[junk_key]
+    proxy = fault_proxy()
+    resume = [c if c != moto else proxy.endpoint for c in convert]
+    run_zshard(*resume, env=S3_ENV)
+    shard_puts = sorted(r.path.split("?")[0] for r in proxy.requests if r.method == "PUT" and "/out.zarr/c/" in r.path)
+    missing = {f"out.zarr/c/{i}/{j}" for i in range(4) for j in range(4)} - set(listed)
+    assert shard_puts == sorted(f"/dst14/{k}" for k in missing | {junk_key}), shard_puts
+    # No request per shard: the ETags came with the listing.
+    assert [r.path for r in proxy.requests if r.method in ("GET", "HEAD") and "/out.zarr/c/" in r.path] == []
+    got = read_back_from_s3(moto, "dst14", "out.zarr")
+    assert got.dtype == values.dtype and np.array_equal(got, values)
+
+
+def test_a_resume_of_ten_thousand_shards_on_s3_costs_listing_pages_not_requests_per_shard(tmp_path, s3, moto,
+                                                                                           fault_proxy):
+    """Issue 34 (W10 at 10^4, for CI; benches/cloud.py runs 10^6): a destination with about 99 % of 10,000
+    shards done is resumed with its shard listing cut into pages listed side by side, the record files read side
+    by side, no request per listed shard, and one PUT per missing shard; the output read back element by
+    element. (Counts, not timings: moto pages listings at 1,000 keys as S3 does.)"""
+    rows, cols = 100, 100
+    src = tmp_path / "many.zarr"
+    src.mkdir()
+    (src / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [rows, cols], "chunks": [1, cols], "dtype": "|u1", "compressor": None,
+        "fill_value": 0, "order": "C", "filters": None}))
+    values = ((np.arange(rows * cols) % 251) + 1).astype("uint8").reshape(rows, cols)
+    for r in range(rows):
+        (src / f"{r}.0").write_bytes(values[r].tobytes())
+    create_buckets(s3, "dst10")
+    convert = ["convert", str(src), "s3://dst10/w10.zarr", "--s3-endpoint", moto, "--s3-path-style", "--quiet",
+               "--shard-shape", "1,1", "--chunk-shape", "1,1", "--compressor", "none"]
+    # The first run stops in the damaged last row: about 99 % of the shards are done.
+    bad = src / f"{rows - 1}.0"
+    bad.write_bytes(b"x")
+    failed = run_zshard(*convert, env=S3_ENV, check=False, timeout=600)
+    assert failed.returncode == 1, failed.stderr
+    bad.write_bytes(values[-1].tobytes())
+    paginator = s3.get_paginator("list_objects_v2")
+    done = sum(len(p.get("Contents", [])) for p in paginator.paginate(Bucket="dst10", Prefix="w10.zarr/c/"))
+    assert rows * cols * 0.9 <= done < rows * cols, done
+    records = [o["Key"] for p in paginator.paginate(Bucket="dst10", Prefix="w10.zarr/.zshard/done/")
+               for o in p.get("Contents", [])]
+    proxy = fault_proxy(latency=0.05)
+    run_zshard(*[c if c != moto else proxy.endpoint for c in convert], env=S3_ENV, timeout=600)
+    dst = [r for r in proxy.requests if "/dst10" in r.path]
+    shard_listings = [r for r in dst if r.kind == "LIST" and "prefix=w10.zarr%2Fc%2F" in r.path]
+    # 10 pages of 1,000 keys, each segment listed from its own start key: 10 segments of one page, each
+    # maybe followed by an empty one.
+    assert 10 <= len(shard_listings) <= 20, [r.path for r in shard_listings]
+    assert serial_round_trips(shard_listings) <= 2, timeline(shard_listings)
+    assert [r.path for r in dst if r.method in ("GET", "HEAD") and "/w10.zarr/c/" in r.path] == []
+    record_reads = [r for r in dst if r.method == "GET" and "/.zshard/done/" in r.path]
+    assert len(record_reads) == len(records) and serial_round_trips(record_reads) <= 1, timeline(record_reads)
+    shard_puts = [r for r in dst if r.method == "PUT" and "/w10.zarr/c/" in r.path]
+    assert len(shard_puts) == rows * cols - done
+    got = read_back_from_s3(moto, "dst10", "w10.zarr")
+    assert got.dtype == values.dtype and np.array_equal(got, values)

@@ -25,14 +25,18 @@ pub trait ChunkReader: Send + Sync + Debug {
 }
 
 /// What a [`ShardSink`] stored for one shard: the object's size and the crc32c (Castagnoli) of its
-/// bytes, as a manifest records them. Both are 0 when nothing was stored (a shard of only empty
-/// inner chunks).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// bytes, as a manifest records them, and the object's version as the store named it. Both numbers
+/// are 0 when nothing was stored (a shard of only empty inner chunks).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Stored {
     /// Bytes stored, index included.
     pub bytes: u64,
     /// The crc32c of the stored object's bytes, in order.
     pub crc32c: u32,
+    /// The version the store gave the object when it was written (its ETag: an S3 object's digest,
+    /// a local file's inode, modification time and size), as the store's listings show it; `None`
+    /// when nothing was stored or the store names none.
+    pub version: Option<String>,
 }
 
 impl Stored {
@@ -40,6 +44,7 @@ impl Stored {
     pub const NOTHING: Stored = Stored {
         bytes: 0,
         crc32c: 0,
+        version: None,
     };
 
     /// The object made of `parts`, in order.

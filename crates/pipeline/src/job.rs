@@ -179,6 +179,9 @@ pub struct ShardOutcome {
     pub written: bool,
     /// The crc32c of the stored object (0 when nothing was written), as the sink computed it.
     pub crc32c: u32,
+    /// The version the store gave the stored object (its ETag, as the store's listings show it), when
+    /// it names one; `None` when nothing was written.
+    pub version: Option<String>,
     /// Per inner chunk (C order), the crc32c of its decoded values as the writer got them, or of
     /// its stored bytes when the array is copied through ([`ArrayLayout::passthrough`]); `None`
     /// for an empty chunk (only the fill value, or outside the array).

@@ -71,6 +71,7 @@ mod tests {
             bytes_written: if written { 1000 * n } else { 0 },
             written,
             crc32c: 0,
+            version: None,
             chunk_hashes: Vec::new(),
         }
     }

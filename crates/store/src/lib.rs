@@ -24,6 +24,7 @@ mod cloud;
 mod coalesce;
 mod error;
 mod guard;
+mod local_list;
 mod location;
 mod multipart;
 mod options;

@@ -158,7 +158,13 @@ impl Upload {
 
     /// Writes `head` into the reserved bytes (it must be exactly that long), or appends it when none
     /// were reserved, and publishes the object under its key. Returns the object's size.
-    pub fn finish(mut self, head: &Bytes) -> Result<u64> {
+    pub fn finish(self, head: &Bytes) -> Result<u64> {
+        self.finish_versioned(head).map(|(size, _)| size)
+    }
+
+    /// [`Upload::finish`], returning also the version the store gave the object (its ETag as
+    /// listings show it, see [`crate::ListedObject::version`]), when it names one.
+    pub fn finish_versioned(mut self, head: &Bytes) -> Result<(u64, Option<String>)> {
         if self.reserved > 0 && head.len() as u64 != self.reserved {
             return Err(self.io_error(
                 "cannot write",
@@ -173,7 +179,7 @@ impl Upload {
             self.append(head)?;
         }
         let size = self.reserved + self.written;
-        match std::mem::replace(&mut self.target, Target::Done) {
+        let version = match std::mem::replace(&mut self.target, Target::Done) {
             Target::Local {
                 file,
                 staging,
@@ -188,28 +194,35 @@ impl Upload {
                     if !self.store.deferred_sync {
                         file.sync_all()?;
                     }
-                    std::fs::rename(&staging, &dest)
+                    // The file's last write is done: its version is what listings will show.
+                    let version = local_version(&file.metadata()?);
+                    std::fs::rename(&staging, &dest)?;
+                    Ok(version)
                 })();
-                if let Err(e) = published {
-                    let _ = std::fs::remove_file(&staging);
-                    return Err(self.io_error("cannot write", e));
+                match published {
+                    Ok(version) => Some(version),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&staging);
+                        return Err(self.io_error("cannot write", e));
+                    }
                 }
             }
-            Target::Buffered { pieces, .. } => self.store.put_parts(&self.key, pieces)?,
+            Target::Buffered { pieces, .. } => self.store.put_parts_versioned(&self.key, pieces)?,
             Target::Multipart(writer) => {
                 self.store
                     .runtime
                     .block_on(writer.finish())
-                    .map_err(|e| self.store.request_error("cannot write", &self.key, e))?;
+                    .map_err(|e| self.store.request_error("cannot write", &self.key, e))?
+                    .e_tag
             }
             Target::Spool(file) => self.send_spool(file, head)?,
-            Target::Done => {}
-        }
-        Ok(size)
+            Target::Done => None,
+        };
+        Ok((size, version))
     }
 
     /// Uploads `head` followed by the spooled pieces, reading the spool a part at a time.
-    fn send_spool(&mut self, mut file: File, head: &Bytes) -> Result<()> {
+    fn send_spool(&mut self, mut file: File, head: &Bytes) -> Result<Option<String>> {
         file.seek(SeekFrom::Start(0))
             .map_err(|e| self.io_error("cannot read spool of", e))?;
         let mut upload = self.store.upload(&self.key, 0)?;
@@ -226,7 +239,9 @@ impl Upload {
             }
             upload.append(&Bytes::from(buffer))?;
         }
-        upload.finish(&Bytes::new()).map(|_| ())
+        upload
+            .finish_versioned(&Bytes::new())
+            .map(|(_, version)| version)
     }
 
     fn io_error(&self, operation: &'static str, source: std::io::Error) -> Error {
@@ -314,6 +329,24 @@ impl Store {
             source: Box::new(e),
         }
     }
+}
+
+/// The version of a local file as the local store's listings name it (see
+/// [`ListedObject::version`]): object_store's ETag of a file, its inode, modification time in
+/// microseconds and size, so that a file written outside `LocalFileSystem::put` (a streamed
+/// upload's staged file, see `upload.rs`) is named as its listing will name it.
+pub(crate) fn local_version(metadata: &std::fs::Metadata) -> String {
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(metadata);
+    #[cfg(not(unix))]
+    let inode = 0u64;
+    let mtime = metadata
+        .modified()
+        .ok()
+        .and_then(|mtime| mtime.duration_since(std::time::SystemTime::UNIX_EPOCH).ok())
+        .unwrap_or_default()
+        .as_micros();
+    format!("\"{inode:x}-{mtime:x}-{:x}\"", metadata.len())
 }
 
 #[cfg(test)]

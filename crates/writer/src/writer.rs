@@ -54,9 +54,10 @@ impl ShardSink for ShardWriter {
         if self.index_location == IndexLocation::End {
             parts.push(index);
         }
-        let stored = Stored::of_parts(parts.iter().map(|p| &p[..]));
-        self.store
-            .put_parts(&self.keys.key(shard), parts)
+        let mut stored = Stored::of_parts(parts.iter().map(|p| &p[..]));
+        stored.version = self
+            .store
+            .put_parts_versioned(&self.keys.key(shard), parts)
             .map_err(|e| zshard_core::Error::Write {
                 key: self.shard_key(shard),
                 source: Box::new(e),
@@ -183,10 +184,14 @@ impl ShardStream for StreamedShard<'_> {
                 usize::try_from(upload.appended()).unwrap_or(usize::MAX),
             ),
         };
-        let bytes = upload
-            .finish(&Bytes::from(index))
+        let (bytes, version) = upload
+            .finish_versioned(&Bytes::from(index))
             .map_err(|e| self.error(e))?;
-        Ok(Stored { bytes, crc32c })
+        Ok(Stored {
+            bytes,
+            crc32c,
+            version,
+        })
     }
 }
 
@@ -262,7 +267,18 @@ mod tests {
             for part in inner.chunks(3) {
                 stream.append(part).expect("test");
             }
-            assert_eq!(stream.finish().expect("test"), whole);
+            let streamed = stream.finish().expect("test");
+            assert_eq!(
+                (streamed.bytes, streamed.crc32c),
+                (whole.bytes, whole.crc32c)
+            );
+            // Each names the version its object has in the store's listings (a resume compares them).
+            let listed = store.list_objects(location.as_str()).expect("test");
+            for (stored, key) in [(&whole, "c/0/0"), (&streamed, "c/0/1")] {
+                let key = format!("{}/{key}", location.as_str());
+                let object = listed.iter().find(|o| o.key == key).expect("test");
+                assert_eq!(stored.version.as_deref(), Some(object.version.as_str()));
+            }
             assert_eq!(
                 whole.crc32c,
                 crc32c::crc32c(

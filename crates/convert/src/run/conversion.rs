@@ -495,6 +495,7 @@ impl Conversion {
                                         &array.path,
                                         &outcome.task.shard,
                                         Some(&entry),
+                                        outcome.version.as_deref(),
                                     );
                                 }
                                 // An object we could not trust sits where no shard belongs.
@@ -505,7 +506,7 @@ impl Conversion {
                                 {
                                     destination.delete(key)?;
                                 }
-                                empty.record(&array.path, &outcome.task.shard, None)
+                                empty.record(&array.path, &outcome.task.shard, None, None)
                             });
                         if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
                             slot.get_or_insert(e);

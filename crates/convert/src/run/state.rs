@@ -6,8 +6,10 @@
 //!   bytes), and a rerun after a kill finds its own claim and resumes.
 //! - `options/<worker>.json`: the conversion each worker was started with (source and every output
 //!   `zarr.json`). A run with different options into the same destination is refused.
-//! - `done/<worker>-<run>-<seq>.txt`: shards written, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c`
-//!   per line (the crc32c of the object in 8 hex digits; records of earlier versions have none);
+//! - `done/<worker>-<run>-<seq>.txt`: shards written, one
+//!   `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>version` per line (the crc32c of the object in 8
+//!   hex digits, the version the store gave it when it was written, its ETag as listings show it;
+//!   records of earlier versions have neither, or no version);
 //!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
 //!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches.
 //! - `manifest/<worker>-<run>-<seq>.txt`: the manifest of the shards of the `done` file of the same
@@ -25,10 +27,14 @@
 //! done from one listing per array and the record files, never from a request per shard.
 //!
 //! Resume trusts a listed shard only when a record of this conversion names it with the listed size
-//! and, on local disk, its shard index holds (crc32c, every inner chunk inside the object; a read of
-//! the index per shard, which on an object store would be a GET per shard, so there the size
-//! stands alone): anything else at one of our shard keys (a shard whose record was lost to a kill,
-//! junk, a truncated copy, on local disk bytes of the same length) is removed and converted again.
+//! and the listed version (the ETag the store gave the object when it was written, which the listing
+//! names at no cost: an object written again since, by anyone, has another). Records without a version
+//! (earlier versions of zshard) are proven as before: on local disk by the shard index (crc32c, every
+//! inner chunk inside the object; a read per shard), on an object store by the size alone. On local
+//! disk a shard whose version differs (a destination copied elsewhere has other inodes) has its index
+//! read; on an object store it is converted again. Anything else at one of our shard keys (a shard
+//! whose record was lost to a kill, junk, a truncated copy, bytes of the same length) is removed and
+//! converted again.
 //! Every key is written by one worker only. Once the metadata
 //! is written the conversion is complete, its metadata is the record of that, and the state folder is
 //! removed (Zarr readers would otherwise list it as an unknown member of the root group).
@@ -206,8 +212,8 @@ pub(crate) struct Survey {
     /// The v2 `.zarray`/`.zgroup` and v3 `zarr.json` documents at the root and at the plan's nodes,
     /// by key (`None`: no such object).
     documents: HashMap<String, Option<Bytes>>,
-    /// Per array of the plan, the objects at its shard keys: key, shard coordinate, size.
-    shards: Vec<Vec<(String, Vec<u64>, u64)>>,
+    /// Per array of the plan, the objects at its shard keys, in key order.
+    shards: Vec<Vec<ListedShard>>,
     /// The contents of the claim and of the record files (options, done, empty) that were still
     /// there when read.
     records: HashMap<String, Bytes>,
@@ -526,12 +532,20 @@ fn check_holdings(
         // Every run records its options before it writes a shard, so a shard without a record was
         // not written by a run of this conversion (a finished one whose metadata was removed, or data
         // from elsewhere): resuming would take it for done.
-        if let Some((key, _, _)) = survey.shards.iter().flatten().next() {
+        let first = survey.shards.iter().enumerate().find_map(|(i, shards)| {
+            let array = plan.arrays.get(i)?;
+            Some(shard_key(
+                &array.path,
+                shards.first()?.index,
+                &array.geometry.shard_grid(),
+            ))
+        });
+        if let Some(key) = first {
             return Err(Error::Destination {
                 reason: format!(
                     "{} holds {} but no record of the zshard conversion that wrote it, so its shards cannot be trusted; use {} to replace it",
                     dst.url(""),
-                    dst.url(key),
+                    dst.url(&key),
                     Setting::Overwrite
                 ),
             });
@@ -857,14 +871,17 @@ pub(crate) fn done_shards(
         done: vec![HashSet::new(); plan.arrays.len()],
         untrusted: HashMap::new(),
     };
-    for (i, index) in records(survey, plan, EMPTY_DIR).into_keys() {
+    for (i, index) in records(survey, plan, EMPTY_DIR).shards() {
         resume.done[i].insert(index);
     }
-    // A recorded size proves the object was ours once; on local disk its shard index (a read of a
-    // few bytes per shard this worker owns) proves it was not replaced since by bytes of the same
-    // length. On an object store that would be a GET per shard, which a resume must not cost (a
-    // million shards at 20 ms), so there the listed size stands alone until the records carry
-    // what the listing can compare for free (issue 34's manifest).
+    // A recorded size proves the object was ours once. The version the store gave it when it was
+    // written (its ETag), recorded beside, proves it is still that object when the listing names the
+    // same one: no request per shard. Without a recorded version (records of earlier versions), or
+    // on local disk when the version differs (a destination copied elsewhere has other inodes), the
+    // shard index is read (a few bytes per shard this worker owns) to prove the object was not
+    // replaced since by bytes of the same length. On an object store a read per shard is what a
+    // resume must not cost (a million shards at 20 ms): a shard whose listed version differs from
+    // the recorded one is converted again, and one recorded without a version is trusted by its size.
     let check_indexes = dst.location().is_local();
     // Shards written since the last checkpoint of a run that stopped (their manifest records, but
     // no `done` record): on local disk their bytes may not have reached the disk, so each one is
@@ -875,22 +892,30 @@ pub(crate) fn done_shards(
     let mut first_global = 0u64;
     let mut checks = Vec::new();
     let mut hash_checks = Vec::new();
+    // Per array, what each listed shard's records prove without a read.
+    let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(plan.arrays.len());
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
-        for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
-            let index = linear_index(coord, &grid);
-            let recorded = written
-                .get(&(i, index))
-                .is_some_and(|sizes| sizes.contains(&Some(*size)));
-            if check_indexes && recorded && partition.owns(first_global + index) {
-                checks.push((i, key.clone(), *size));
+        let listed = survey.shards.get(i).map_or(&[][..], Vec::as_slice);
+        let mut array_verdicts = Vec::with_capacity(listed.len());
+        for shard in listed {
+            let index = shard.index;
+            let owned = partition.owns(first_global + index);
+            let verdict = verdict(written.of(i, index), shard);
+            if owned
+                && check_indexes
+                && matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers)
+            {
+                checks.push((i, shard_key(&array.path, index, &grid), shard.size));
             }
-            if let Some(&crc) = unchecked.get(&(i, index, *size)) {
-                if check_indexes && !recorded && partition.owns(first_global + index) {
-                    hash_checks.push((key.clone(), crc));
+            if verdict == Verdict::Unrecorded && check_indexes && owned {
+                if let Some(&crc) = unchecked.get(&(i, index, shard.size)) {
+                    hash_checks.push((shard_key(&array.path, index, &grid), crc));
                 }
             }
+            array_verdicts.push(verdict);
         }
+        verdicts.push(array_verdicts);
         first_global += array.geometry.shard_count();
     }
     let mut intact = intact_indexes(dst, plan, &checks)?;
@@ -910,23 +935,31 @@ pub(crate) fn done_shards(
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
-        for (key, coord, size) in survey.shards.get(i).into_iter().flatten() {
-            let index = linear_index(coord, &grid);
-            let recorded = written
-                .get(&(i, index))
-                .is_some_and(|sizes| sizes.contains(&Some(*size)));
-            let proven = (recorded
-                && (!check_indexes
-                    || !partition.owns(first_global + index)
-                    || intact.contains(key)))
-                || (rechecked.contains(key) && intact.contains(key));
+        let listed = survey.shards.get(i).map_or(&[][..], Vec::as_slice);
+        for (shard, verdict) in listed.iter().zip(&verdicts[i]) {
+            let index = shard.index;
+            let owned = partition.owns(first_global + index);
+            // The key is made only for the shards whose proof needed a read, or that are not done.
+            let key = || shard_key(&array.path, index, &grid);
+            let proven = match verdict {
+                Verdict::Versioned => true,
+                // Another worker's shards are its to check.
+                Verdict::Unversioned | Verdict::VersionDiffers if !owned => true,
+                Verdict::Unversioned if !check_indexes => true,
+                Verdict::Unversioned => intact.contains(&key()),
+                Verdict::VersionDiffers => check_indexes && intact.contains(&key()),
+                Verdict::Unrecorded => {
+                    let key = key();
+                    rechecked.contains(&key) && intact.contains(&key)
+                }
+            };
             if proven {
                 resume.done[i].insert(index);
             } else {
                 // Not done, even if recorded as all fill: an all-fill shard has no object.
                 resume.done[i].remove(&index);
-                if partition.owns(first_global + index) {
-                    resume.untrusted.insert((i, index), key.clone());
+                if owned {
+                    resume.untrusted.insert((i, index), key());
                 }
             }
         }
@@ -938,6 +971,36 @@ pub(crate) fn done_shards(
         first_global += array.geometry.shard_count();
     }
     Ok(resume)
+}
+
+/// What the records say of a listed shard, before any read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// A record names it with its listed size and version: it is the object a run of this
+    /// conversion wrote.
+    Versioned,
+    /// A record names it with its listed size, but none with a version.
+    Unversioned,
+    /// Records name it with its listed size, each with another version than the listing's: the
+    /// object was written again since (junk, another copy), or the destination was copied.
+    VersionDiffers,
+    /// No record names it with its listed size.
+    Unrecorded,
+}
+
+/// What `records` (of one shard) prove of the listed `shard`.
+fn verdict<'a>(records: impl Iterator<Item = &'a RecordedShard>, shard: &ListedShard) -> Verdict {
+    let same_size = records.filter(|r| r.size == Some(shard.size));
+    let mut found = Verdict::Unrecorded;
+    for record in same_size {
+        match record.version {
+            Some(version) if version == shard.version => return Verdict::Versioned,
+            Some(_) if found == Verdict::Unrecorded => found = Verdict::VersionDiffers,
+            Some(_) => {}
+            None => found = Verdict::Unversioned,
+        }
+    }
+    found
 }
 
 /// The keys among `checks` (array, shard key, listed size) whose shard index is intact: its
@@ -1008,19 +1071,66 @@ fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, 
     found
 }
 
-/// Recorded shards: (array, C-order shard index) to the sizes recorded for it.
-type Recorded = HashMap<(usize, u64), Vec<Option<u64>>>;
+/// What one record line says of a shard: its size and the version the store gave it (see
+/// [`version_id`]), each when the line has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RecordedShard {
+    size: Option<u64>,
+    version: Option<u64>,
+}
+
+/// Recorded shards: (array, C-order shard index) to what each record of it says. Most shards have
+/// one record (a million of them: a map of records, not of lists of them, takes a third of the
+/// memory); the second and later records of a shard, written again by a later run, go aside.
+#[derive(Debug, Default)]
+struct Recorded {
+    first: HashMap<(usize, u64), RecordedShard>,
+    more: HashMap<(usize, u64), Vec<RecordedShard>>,
+}
+
+impl Recorded {
+    fn insert(&mut self, shard: (usize, u64), record: RecordedShard) {
+        match self.first.entry(shard) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(record);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.more.entry(shard).or_default().push(record);
+            }
+        }
+    }
+
+    /// The records of the shard of C-order index `index` of array `array`.
+    fn of(&self, array: usize, index: u64) -> impl Iterator<Item = &RecordedShard> {
+        let shard = (array, index);
+        self.first
+            .get(&shard)
+            .into_iter()
+            .chain(self.more.get(&shard).into_iter().flatten())
+    }
+
+    /// The shards recorded, (array, C-order index), each once.
+    fn shards(self) -> impl Iterator<Item = (usize, u64)> {
+        self.first.into_keys()
+    }
+}
 
 /// The shards that the record files under `dir` (as read by the survey) name: (array, C-order
-/// shard index) to the sizes recorded (`None` in records without a size). Lines of other arrays or
-/// grids are ignored.
+/// shard index) to the sizes and versions recorded (`None` in records without them). Lines of other
+/// arrays or grids are ignored.
 fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
-    let mut found = Recorded::new();
+    let mut found = Recorded::default();
     let files = survey
         .records
         .iter()
         .filter(|(key, _)| in_dir(key, dir))
         .map(|(_, bytes)| bytes);
+    let arrays: HashMap<&str, (usize, Vec<u64>)> = plan
+        .arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.path.as_str(), (i, a.geometry.shard_grid())))
+        .collect();
     for bytes in files {
         for line in String::from_utf8_lossy(bytes).lines() {
             let mut fields = line.split('\t');
@@ -1032,39 +1142,71 @@ fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
                 Some(Ok(size)) => Some(size),
                 Some(Err(_)) => continue,
             };
-            let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+            // The object's crc32c, then its version.
+            let version = fields.nth(1).map(version_id);
+            let Some((i, grid)) = arrays.get(path) else {
                 continue;
             };
-            let grid = plan.arrays[i].geometry.shard_grid();
-            if let Some(coord) = recorded_coord(coord, &grid) {
-                found
-                    .entry((i, linear_index(&coord, &grid)))
-                    .or_default()
-                    .push(size);
+            if let Some(coord) = recorded_coord(coord, grid) {
+                found.insert(
+                    (*i, linear_index(&coord, grid)),
+                    RecordedShard { size, version },
+                );
             }
         }
     }
     found
 }
 
+/// A version (ETag) as compared between a record and a listing: a hash of it without the quotes
+/// and weak marker that some stores add in one place and not the other (Azure lists ETags bare and
+/// sends them quoted), so that a million of them take 8 bytes each.
+fn version_id(version: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let bare = version
+        .strip_prefix("W/")
+        .unwrap_or(version)
+        .trim_matches('"');
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bare.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// An object at one of an array's shard keys, as a listing names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ListedShard {
+    /// The shard's C-order index in its array's shard grid.
+    index: u64,
+    size: u64,
+    /// Its version (see [`version_id`]).
+    version: u64,
+}
+
+/// The key of the shard of C-order index `index` in `grid` of the array at `array_path`.
+fn shard_key(array_path: &str, index: u64, grid: &[u64]) -> String {
+    join(
+        array_path,
+        &SHARD_KEYS.key(&zshard_core::unravel_index(index, grid)),
+    )
+}
+
 /// How the shards of every output array are keyed (the writer's encoding).
 const SHARD_KEYS: ChunkKeyEncoding = zshard_writer::OUTPUT_KEY_ENCODING;
 
-/// The keys of the array at `array_path` that are shards of `grid`, with their coordinates and
-/// sizes.
-async fn shard_keys(
-    dst: &Store,
-    array_path: &str,
-    grid: &[u64],
-) -> Result<Vec<(String, Vec<u64>, u64)>> {
+/// The objects of the array at `array_path` that are shards of `grid`, in key order.
+async fn shard_keys(dst: &Store, array_path: &str, grid: &[u64]) -> Result<Vec<ListedShard>> {
     let folder = join(array_path, SHARD_KEYS.chunk_folder());
     Ok(dst
-        .list_sizes_split_async(&folder, &listing_splits(array_path, grid))
+        .list_objects_split_async(&folder, &listing_splits(array_path, grid))
         .await?
         .into_iter()
-        .filter_map(|(key, size)| {
-            let coord = shard_coord(array_path, &key, grid)?;
-            Some((key, coord, size))
+        .filter_map(|object| {
+            let coord = shard_coord(array_path, &object.key, grid)?;
+            Some(ListedShard {
+                index: linear_index(&coord, grid),
+                size: object.size,
+                version: version_id(&object.version),
+            })
         })
         .collect())
 }
@@ -1189,12 +1331,14 @@ impl ShardLog {
         }
     }
 
-    /// Records a shard; `written` is what was stored (`None` for an all-fill shard).
+    /// Records a shard; `written` is what was stored (`None` for an all-fill shard), `version` the
+    /// version the store gave the object (its ETag, see [`zshard_core::Stored::version`]).
     pub(crate) fn record(
         &mut self,
         array_path: &str,
         shard: &[u64],
         written: Option<&crate::manifest::Entry>,
+        version: Option<&str>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
         let coord = coord.join(",");
@@ -1204,6 +1348,12 @@ impl ShardLog {
         if let Some(entry) = written {
             self.pending
                 .push_str(&format!("\t{}\t{:08x}", entry.size, entry.crc32c));
+            // A version that would break the line is left out (the shard is then proven as
+            // records without one are).
+            if let Some(version) = version.filter(|v| !v.contains(['\t', '\n', '\r'])) {
+                self.pending.push('\t');
+                self.pending.push_str(version);
+            }
             entry.write_line(array_path, &coord, &mut self.manifest);
         }
         self.pending.push('\n');

@@ -368,7 +368,7 @@ fn recorded_plan(
     Ok(Some(plan))
 }
 
-/// A record line (`path<TAB>i,j,...[<TAB>size]`, see `state::ShardLog`) of an array of `plan`:
+/// A record line (`path<TAB>i,j,...[<TAB>size[<TAB>crc32c[<TAB>version]]]`, see `state::ShardLog`) of an array of `plan`:
 /// (array, C-order shard index, size); `None` when it does not parse or names no shard of the plan.
 /// A record of a written shard (`with_size`) must give its size.
 fn parse_record(
@@ -382,10 +382,12 @@ fn parse_record(
         Some(size) => Some(size.parse::<u64>().ok()?),
         None => None,
     };
-    // A written shard's record carries the object's crc32c after its size (earlier versions' do not).
+    // A written shard's record carries the object's crc32c after its size, then the version the
+    // store gave it (earlier versions' records do not).
     if with_size {
         if let Some(crc) = fields.next() {
             u32::from_str_radix(crc, 16).ok()?;
+            let _version = fields.next();
         }
     }
     if fields.next().is_some() || size.is_some() != with_size {

@@ -136,6 +136,7 @@ fn outcome(
         bytes_written: stored.bytes,
         written,
         crc32c: stored.crc32c,
+        version: stored.version,
         chunk_hashes,
     }
 }

@@ -83,12 +83,18 @@ impl Store {
 
     /// The objects below `prefix` with their sizes and versions, sorted by key; the listing cut at
     /// `splits` as [`Store::list_sizes_split`] cuts it.
-    pub(super) async fn list_objects_split_async(
+    pub async fn list_objects_split_async(
         &self,
         prefix: &str,
         splits: &[String],
     ) -> Result<Vec<ListedObject>> {
         let path = self.path(prefix)?;
+        // A local folder: one file system call per file, subfolders side by side (local_list.rs).
+        if let Some(base) = self.local_path("").filter(|_| !self.location.is_remote()) {
+            if let Some(objects) = crate::local_list::list(base, prefix, self.concurrency).await {
+                return Ok(objects);
+            }
+        }
         let mut bounds: Vec<Path> = Vec::new();
         if self.location.is_remote() {
             for key in splits {
@@ -182,7 +188,12 @@ impl Store {
             if until.is_some_and(|u| meta.location.as_ref() > u.as_ref()) {
                 break;
             }
+            // The segment's last key: asking for the next page would only find the next segment's.
+            let last = until.is_some_and(|u| meta.location.as_ref() == u.as_ref());
             out.push(meta);
+            if last {
+                break;
+            }
         }
         Ok(out)
     }

@@ -3,7 +3,7 @@ use std::fs::File;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 
 use super::local::staged_file_vanished;
 use super::{PutNew, Store};
@@ -208,6 +208,13 @@ impl Store {
     /// (local files get each part written in turn; object stores get one PUT, or a multipart upload
     /// above the part size).
     pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
+        self.put_parts_versioned(key, parts).map(|_| ())
+    }
+
+    /// [`Store::put_parts`], returning the version the store gave the object (its ETag, as
+    /// [`ListedObject::version`](crate::ListedObject::version) shows it in listings), when it names
+    /// one.
+    pub fn put_parts_versioned(&self, key: &str, parts: Vec<Bytes>) -> Result<Option<String>> {
         let path = self.path(key)?;
         self.refuse_link(key)?;
         let part_size = self.part_size();
@@ -220,11 +227,13 @@ impl Store {
         } else {
             self.runtime.block_on(self.put_once(&path, &parts))
         };
-        result.map_err(|source| Error::Request {
-            operation: "cannot write",
-            location: self.url(key),
-            source: Box::new(source),
-        })
+        result
+            .map(|put| put.e_tag)
+            .map_err(|source| Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source: Box::new(source),
+            })
     }
 
     /// Writes a small object (a record, a metadata document) with one PUT, as a future on the store's
@@ -235,6 +244,7 @@ impl Store {
         self.refuse_link(key)?;
         self.put_once(&path, &[data])
             .await
+            .map(|_| ())
             .map_err(|source| Error::Request {
                 operation: "cannot write",
                 location: self.url(key),
@@ -243,7 +253,11 @@ impl Store {
     }
 
     /// The concatenation of `parts` in one PUT, with retries.
-    pub(super) async fn put_once(&self, path: &Path, parts: &[Bytes]) -> object_store::Result<()> {
+    pub(super) async fn put_once(
+        &self,
+        path: &Path,
+        parts: &[Bytes],
+    ) -> object_store::Result<PutResult> {
         self.retrying(|| async {
             let mut attempts = 0;
             loop {
@@ -259,7 +273,7 @@ impl Store {
                     {
                         attempts += 1;
                     }
-                    result => return result.map(|_| ()),
+                    result => return result,
                 }
             }
         })
@@ -272,7 +286,7 @@ impl Store {
         path: &Path,
         parts: &[Bytes],
         part_size: usize,
-    ) -> object_store::Result<()> {
+    ) -> object_store::Result<PutResult> {
         let upload = self.start_multipart(path).await?;
         let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
         for part in parts {
@@ -288,7 +302,7 @@ impl Store {
                 offset = end;
             }
         }
-        writer.finish().await.map(|_| ())
+        writer.finish().await
     }
 
     /// Removes an object if it exists.

@@ -1,0 +1,216 @@
+//! A listing of a local folder that costs one `statx` per file and walks subfolders side by side.
+//!
+//! The object store's local listing (object_store's `LocalFileSystem::list`) walks the tree on one
+//! thread and asks the file system about every file three times (whether it is a link, whether it is
+//! a file, its metadata), turning each path into a URL on the way: 10^6 shards took 6 s of a 9 s
+//! resume (issue 34). This one reads each folder's entries, takes a file's metadata from its entry
+//! (`fstatat` relative to the open folder), and hands the subfolders of the listed folder to the
+//! blocking pool a few at a time. It gives up (`None`, and the caller lists with the object store)
+//! on anything whose key the object store would spell otherwise or treat specially: a name outside
+//! `[A-Za-z0-9._-]` (object_store percent-encodes some characters and hides `name#digits` staging
+//! files), a symbolic link (followed there), or an error other than an entry vanishing while listed.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use futures::{StreamExt, TryStreamExt};
+
+use crate::store::ListedObject;
+
+/// The objects below `prefix` (a key) of the local store whose folder is `base`, sorted by key;
+/// `None` when this listing does not apply (see the module's comment). `parallel` subfolders are
+/// walked at a time.
+pub(crate) async fn list(
+    base: PathBuf,
+    prefix: &str,
+    parallel: usize,
+) -> Option<Vec<ListedObject>> {
+    let prefix = prefix.trim_matches('/').to_string();
+    if !prefix
+        .split('/')
+        .all(|part| prefix.is_empty() || plain(part))
+    {
+        return None;
+    }
+    let dir = if prefix.is_empty() {
+        base
+    } else {
+        base.join(&prefix)
+    };
+    // The listed folder's own files here, its subfolders each walked whole by one blocking task.
+    let top = {
+        let (dir, prefix) = (dir.clone(), prefix.clone());
+        tokio::task::spawn_blocking(move || read_folder(&dir, &prefix))
+            .await
+            .ok()??
+    };
+    let Folder { mut files, folders } = top;
+    let walks = folders.into_iter().map(|(path, key)| async move {
+        let walked = tokio::task::spawn_blocking(move || {
+            let mut files = Vec::new();
+            walk(&path, &key, &mut files).map(|()| files)
+        })
+        .await;
+        match walked {
+            Ok(Some(files)) => Ok(files),
+            _ => Err(()),
+        }
+    });
+    let nested: Vec<Vec<ListedObject>> = futures::stream::iter(walks)
+        .buffer_unordered(parallel.max(1))
+        .try_collect()
+        .await
+        .ok()?;
+    files.extend(nested.into_iter().flatten());
+    files.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    Some(files)
+}
+
+/// The entries of one folder: its files as objects, its subfolders (path and key).
+#[derive(Default)]
+struct Folder {
+    files: Vec<ListedObject>,
+    folders: Vec<(PathBuf, String)>,
+}
+
+/// Reads the folder `dir` whose key is `key`; `None` when this listing does not apply.
+fn read_folder(dir: &Path, key: &str) -> Option<Folder> {
+    let mut folder = Folder::default();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // Nothing listed there (as the object store's listing of a missing prefix, or of a file).
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            return Some(folder)
+        }
+        Err(_) => return None,
+    };
+    for entry in entries {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let name = name.to_str().filter(|name| plain(name))?;
+        let child = if key.is_empty() {
+            name.to_string()
+        } else {
+            format!("{key}/{name}")
+        };
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(_) => return None,
+        };
+        if kind.is_dir() {
+            folder.folders.push((entry.path(), child));
+        } else if kind.is_file() {
+            match entry.metadata() {
+                Ok(metadata) => folder.files.push(object(child, &metadata)),
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(_) => return None,
+            }
+        } else if kind.is_symlink() {
+            return None;
+        }
+        // Anything else (a FIFO, a socket) is no object, as in the object store's listing.
+    }
+    Some(folder)
+}
+
+/// Every file below `dir` (key `key`) into `out`; `None` when this listing does not apply.
+fn walk(dir: &Path, key: &str, out: &mut Vec<ListedObject>) -> Option<()> {
+    let Folder { files, folders } = read_folder(dir, key)?;
+    out.extend(files);
+    for (path, key) in folders {
+        walk(&path, &key, out)?;
+    }
+    Some(())
+}
+
+/// A file as the object store lists it: its size, its version (object_store's ETag of a local
+/// file) and its modification time.
+fn object(key: String, metadata: &fs::Metadata) -> ListedObject {
+    let modified_ms = metadata
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    ListedObject {
+        key,
+        size: metadata.len(),
+        version: crate::upload::local_version(metadata),
+        modified_ms,
+    }
+}
+
+/// Whether the object store keys a file or folder of this name by the name itself.
+fn plain(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IoRuntime, Store};
+
+    /// The fast listing names every file as the object store's own listing does (key, size,
+    /// version), and gives up where the object store would spell a key otherwise.
+    #[test]
+    fn lists_as_the_object_store_does() {
+        let dir = tempfile::tempdir().expect("test");
+        let store = Store::open(
+            dir.path().to_str().expect("test"),
+            IoRuntime::new(2).expect("test"),
+            false,
+        )
+        .expect("test");
+        for key in [
+            "a/c/0/0",
+            "a/c/0/1",
+            "a/c/1/0",
+            "a/zarr.json",
+            "a/.zshard/done/w-1.txt",
+            "b",
+        ] {
+            store
+                .put(key, bytes::Bytes::from(key.as_bytes().to_vec()))
+                .expect("test");
+        }
+        let slow = |prefix: &str| {
+            let path = store.path(prefix).expect("test");
+            let mut objects: Vec<(String, u64, String)> = store
+                .block_on(async {
+                    store
+                        .inner
+                        .list(Some(&path))
+                        .map_ok(|m| (m.location.to_string(), m.size, m.e_tag.unwrap_or_default()))
+                        .try_collect::<Vec<_>>()
+                        .await
+                })
+                .expect("test");
+            objects.sort();
+            objects
+        };
+        let fast = |prefix: &str| {
+            store
+                .block_on(list(dir.path().to_path_buf(), prefix, 4))
+                .map(|objects| {
+                    objects
+                        .into_iter()
+                        .map(|o| (o.key, o.size, o.version))
+                        .collect::<Vec<_>>()
+                })
+        };
+        for prefix in ["", "a", "a/c", "a/c/0", "missing"] {
+            assert_eq!(fast(prefix), Some(slow(prefix)), "{prefix}");
+        }
+        // A staged file of an interrupted write: the object store spells its key otherwise.
+        std::fs::write(dir.path().join("a/c/0/0#zshard-1-2"), b"x").expect("test");
+        assert_eq!(fast("a/c"), None);
+        assert_eq!(fast("b"), Some(slow("b")));
+    }
+}
