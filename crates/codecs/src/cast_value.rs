@@ -20,49 +20,10 @@ use zshard_core::{
 };
 
 use crate::error::invalid;
+use crate::numeric::NumDt;
 use crate::registry::Codec;
 
 const NAME: &str = "cast_value";
-
-/// The data types `cast_value` converts between (of those zshard has: the spec also lists narrow
-/// floats and 2- and 4-bit integers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NumDt {
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F16,
-    F32,
-    F64,
-}
-
-impl NumDt {
-    pub(crate) fn of(data_type: DataType) -> Option<Self> {
-        Some(match data_type {
-            DataType::Int8 => NumDt::I8,
-            DataType::Int16 => NumDt::I16,
-            DataType::Int32 => NumDt::I32,
-            DataType::Int64 => NumDt::I64,
-            DataType::UInt8 => NumDt::U8,
-            DataType::UInt16 => NumDt::U16,
-            DataType::UInt32 => NumDt::U32,
-            DataType::UInt64 => NumDt::U64,
-            DataType::Float16 => NumDt::F16,
-            DataType::Float32 => NumDt::F32,
-            DataType::Float64 => NumDt::F64,
-            _ => return None,
-        })
-    }
-
-    pub(crate) fn is_int(self) -> bool {
-        !matches!(self, NumDt::F16 | NumDt::F32 | NumDt::F64)
-    }
-}
 
 /// What a conversion needs besides the values: the modes and the scalar map of its direction.
 struct Settings<'a> {

@@ -455,3 +455,44 @@ mod tests {
         assert_eq!(f16_to_f64(f64_to_f16(2f64.powi(-25) * 1.5)), 2f64.powi(-24));
     }
 }
+
+/// The numeric data types of a v3 array, for the codecs that work per element type (`pcodec`,
+/// `cast_value`; the `cast_value` spec also lists narrow floats and 2- and 4-bit integers, which
+/// zshard does not have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NumDt {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F16,
+    F32,
+    F64,
+}
+
+impl NumDt {
+    pub(crate) fn of(data_type: DataType) -> Option<Self> {
+        Some(match data_type {
+            DataType::Int8 => NumDt::I8,
+            DataType::Int16 => NumDt::I16,
+            DataType::Int32 => NumDt::I32,
+            DataType::Int64 => NumDt::I64,
+            DataType::UInt8 => NumDt::U8,
+            DataType::UInt16 => NumDt::U16,
+            DataType::UInt32 => NumDt::U32,
+            DataType::UInt64 => NumDt::U64,
+            DataType::Float16 => NumDt::F16,
+            DataType::Float32 => NumDt::F32,
+            DataType::Float64 => NumDt::F64,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn is_int(self) -> bool {
+        !matches!(self, NumDt::F16 | NumDt::F32 | NumDt::F64)
+    }
+}

@@ -14,10 +14,11 @@ use pco::data_types::Number;
 use pco::standalone::{simple_compress, DecompressorItem, FileDecompressor};
 use pco::{ChunkConfig, DeltaSpec, ModeSpec, PagingSpec, DEFAULT_MAX_PAGE_N};
 use serde_json::{json, Value};
-use zshard_core::{ArrayToBytesCodec, ChunkRepr, CodecSpec, DataType, Error, Result};
+use zshard_core::{ArrayToBytesCodec, ChunkRepr, CodecSpec, Error, Result};
 
 use crate::config::{int, string};
 use crate::error::invalid;
+use crate::numeric::NumDt;
 use crate::registry::Codec;
 
 const NAME: &str = "numcodecs.pcodec";
@@ -49,42 +50,7 @@ pub(crate) struct PcodecCodec {
     mode: Mode,
     delta: Delta,
     equal_pages_up_to: u64,
-    number: NumberKind,
-}
-
-/// The numeric types pco stores, by the chunk's data type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NumberKind {
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F16,
-    F32,
-    F64,
-}
-
-impl NumberKind {
-    fn of(data_type: DataType) -> Option<Self> {
-        Some(match data_type {
-            DataType::Int8 => NumberKind::I8,
-            DataType::Int16 => NumberKind::I16,
-            DataType::Int32 => NumberKind::I32,
-            DataType::Int64 => NumberKind::I64,
-            DataType::UInt8 => NumberKind::U8,
-            DataType::UInt16 => NumberKind::U16,
-            DataType::UInt32 => NumberKind::U32,
-            DataType::UInt64 => NumberKind::U64,
-            DataType::Float16 => NumberKind::F16,
-            DataType::Float32 => NumberKind::F32,
-            DataType::Float64 => NumberKind::F64,
-            _ => return None,
-        })
-    }
+    number: NumDt,
 }
 
 /// A pco number that converts to and from little-endian bytes.
@@ -112,27 +78,27 @@ macro_rules! le_number {
 
 le_number!(i8, i16, i32, i64, u8, u16, u32, u64, f16, f32, f64);
 
-/// Calls `$f::<T>($args)` with `T` the Rust type of a [`NumberKind`].
+/// Calls `$f::<T>($args)` with `T` the Rust type of a [`NumDt`].
 macro_rules! dispatch {
     ($kind:expr, $f:ident($($arg:expr),*)) => {
         match $kind {
-            NumberKind::I8 => $f::<i8>($($arg),*),
-            NumberKind::I16 => $f::<i16>($($arg),*),
-            NumberKind::I32 => $f::<i32>($($arg),*),
-            NumberKind::I64 => $f::<i64>($($arg),*),
-            NumberKind::U8 => $f::<u8>($($arg),*),
-            NumberKind::U16 => $f::<u16>($($arg),*),
-            NumberKind::U32 => $f::<u32>($($arg),*),
-            NumberKind::U64 => $f::<u64>($($arg),*),
-            NumberKind::F16 => $f::<f16>($($arg),*),
-            NumberKind::F32 => $f::<f32>($($arg),*),
-            NumberKind::F64 => $f::<f64>($($arg),*),
+            NumDt::I8 => $f::<i8>($($arg),*),
+            NumDt::I16 => $f::<i16>($($arg),*),
+            NumDt::I32 => $f::<i32>($($arg),*),
+            NumDt::I64 => $f::<i64>($($arg),*),
+            NumDt::U8 => $f::<u8>($($arg),*),
+            NumDt::U16 => $f::<u16>($($arg),*),
+            NumDt::U32 => $f::<u32>($($arg),*),
+            NumDt::U64 => $f::<u64>($($arg),*),
+            NumDt::F16 => $f::<f16>($($arg),*),
+            NumDt::F32 => $f::<f32>($($arg),*),
+            NumDt::F64 => $f::<f64>($($arg),*),
         }
     };
 }
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
-    let number = NumberKind::of(repr.data_type).ok_or_else(|| {
+    let number = NumDt::of(repr.data_type).ok_or_else(|| {
         invalid(
             NAME,
             format!(
@@ -384,7 +350,7 @@ impl ArrayToBytesCodec for PcodecCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zshard_core::FillValue;
+    use zshard_core::{DataType, FillValue};
 
     fn repr(data_type: DataType, n: u64) -> ChunkRepr {
         ChunkRepr {

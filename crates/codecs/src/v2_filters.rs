@@ -84,7 +84,7 @@ pub fn v3_equivalent(
             "exactness is checked over every stored value, and {encoded} has too many to check"
         )));
     }
-    let int = |d: DataType| crate::cast_value::NumDt::of(d).is_some_and(|n| n.is_int());
+    let int = |d: DataType| crate::numeric::NumDt::of(d).is_some_and(|n| n.is_int());
     let mut array_codecs = Vec::new();
     if filter.name == "numcodecs.fixedscaleoffset" {
         array_codecs.push(CodecSpec::new(

@@ -38,29 +38,23 @@
 //! assert_eq!(verified.mismatches.count, 0);
 //! ```
 
-mod ahead;
+// The crate's rooms (see docs/architecture.md): `plan` (what a conversion will do, from
+// metadata), `run` (converting: conversion, state, lease) and `verify` (checking an output);
+// besides them the options model, the one error type and the small parsers.
 mod compressor;
-mod conversion;
 mod error;
-mod icechunk_output;
-mod input;
-mod lease;
-mod listing;
-mod manifest;
-mod memory;
 pub mod options;
-mod owned;
-mod partition;
 mod plan;
-mod plan_report;
-mod progress;
-mod report;
-mod selection;
-mod shape;
+mod run;
 mod size;
-mod state;
-pub mod status;
 mod verify;
+
+// The rooms' files name each other by their paths from before the rooms (`crate::state`,
+// `crate::shape`): the same modules, now in folders.
+use plan::{input, listing, partition, plan_report, selection, shape};
+pub use run::status;
+use run::{ahead, conversion, icechunk_output, lease, memory, owned, progress, report, state};
+use verify::manifest;
 
 pub use compressor::Compressor;
 pub use conversion::{Conversion, Finalized, Observer};

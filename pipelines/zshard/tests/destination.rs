@@ -9,23 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{banded_source as source, expected, files, read_v3, write_v2, SHARDS_OF_16 as SHAPES};
+use common::{
+    banded_source as source, binary, expected, files, read_v3, write_v2, zshard,
+    SHARDS_OF_16 as SHAPES,
+};
 use serde_json::{json, Value};
 use zshard_core::DataType;
-
-/// The binary under test: `ZSHARD_BIN` when set (a copy that a concurrent build in a shared target
-/// folder cannot replace mid-test), else the one cargo built.
-fn binary() -> PathBuf {
-    std::env::var_os("ZSHARD_BIN")
-        .map_or_else(|| env!("CARGO_BIN_EXE_zshard").into(), PathBuf::from)
-}
-
-fn zshard(args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .output()
-        .expect("run zshard")
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")

@@ -7,41 +7,12 @@ mod common;
 
 use std::path::Path;
 
-use common::{expected, write_v2};
+use common::{binary, expected, small_source, write_v2, zshard};
 use serde_json::json;
 use zshard_core::DataType;
 
-/// The binary under test: `ZSHARD_BIN` when set (a copy made right after building, since other
-/// builds into a shared target dir may replace `target/release/zshard`), else cargo's.
-fn binary() -> String {
-    std::env::var("ZSHARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zshard").to_string())
-}
-
-/// Runs the binary under test.
-fn zshard(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(binary())
-        .args(args)
-        .output()
-        .expect("run zshard")
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-/// A 64x64 uint16 Zarr v2 array in 16x16 zstd chunks at `dir/src`.
-fn small_source(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("src");
-    let data = expected(DataType::UInt16, &[64, 64], 0);
-    write_v2(
-        &src,
-        DataType::UInt16,
-        &[64, 64],
-        &[16, 16],
-        json!({"id": "zstd", "level": 3}),
-        &data,
-    );
-    src
 }
 
 /// Exit code and stderr of a run.
@@ -55,7 +26,7 @@ fn failure(out: &std::process::Output) -> (Option<i32>, String) {
 #[test]
 fn a_job_file_with_zero_extents_is_refused_naming_the_array() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "src");
     for (key, shape) in [("chunk_shape", "[0, 0]"), ("shard_shape", "[16, 0]")] {
         let job = tmp.path().join("job.toml");
         std::fs::write(
@@ -147,7 +118,7 @@ fn frame_promising_more(content_size: u16, count: usize) -> Vec<u8> {
 #[test]
 fn passthrough_refuses_a_zstd_frame_whose_blocks_promise_more_than_its_header() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "src");
     // 16x16 uint16 chunks are 512 bytes; this frame's header says 512 and its blocks 16 MiB. It is
     // kept within zstd's bound for 512 bytes (577), so that the frame check, not the read bound,
     // refuses it.

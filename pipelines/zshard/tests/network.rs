@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{read_v3, zshard};
+use common::{loopback_alias, read_v3, zshard};
 use serde_json::json;
 
 /// What a server answers for a path.
@@ -150,28 +150,6 @@ fn convert(src: &Path, dst: &Path, extra: &[&str]) -> std::process::Output {
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_string()
-}
-
-/// A name of this machine's hosts file that resolves to a loopback address and that the text rules
-/// do not already refuse (`localhost` is refused by its name): `/etc/hosts` lists the machine's
-/// own name (Debian's `127.0.1.1 host`, containers' `127.0.0.1 host`) or `ip6-localhost`.
-fn loopback_alias() -> String {
-    let hosts = std::fs::read_to_string("/etc/hosts").expect("/etc/hosts");
-    hosts
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default())
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
-            ip.is_loopback()
-                .then(|| words.map(str::to_string).collect::<Vec<_>>())
-        })
-        .flatten()
-        .find(|name| {
-            let lower = name.to_ascii_lowercase();
-            lower != "localhost" && !lower.ends_with(".localhost") && !lower.contains('.')
-        })
-        .expect("a loopback name other than localhost in /etc/hosts")
 }
 
 #[test]

@@ -8,14 +8,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{expected, read_v3, write_v2};
-use serde_json::{json, Value};
+use common::{binary, read_v3, small_source, write_v2};
+use serde_json::Value;
 use zshard_convert::parse_size;
 use zshard_core::DataType;
-
-fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_zshard")
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -102,21 +98,6 @@ fn noise_source(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
         &data,
     );
     (src, data)
-}
-
-/// A 64 x 64 uint16 array in 16 x 16 zstd chunks at `dir/small`.
-fn small_source(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("small");
-    let data = expected(DataType::UInt16, &[64, 64], 0);
-    write_v2(
-        &src,
-        DataType::UInt16,
-        &[64, 64],
-        &[16, 16],
-        json!({"id": "zstd", "level": 3}),
-        &data,
-    );
-    src
 }
 
 /// One 48 MiB shard, gzip level 9 on one thread, in parts of a few MiB (a small memory limit), with
@@ -225,7 +206,7 @@ fn log_mode_prints_a_line_every_interval_with_growing_figures() {
 #[test]
 fn auto_logs_without_a_terminal_none_and_quiet_print_no_progress() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "small");
     let run = |name: &str, extra: &[&str]| {
         let out = tmp.path().join(name);
         let mut args = vec!["convert", s(&src), s(&out), "--shard-shape", "32,32"];
@@ -276,7 +257,7 @@ fn the_bar_is_drawn_on_a_terminal() {
         let out = tmp.path().join(name);
         let command = format!(
             "{} convert {} {} --shard-shape 1024,6144 --compressor gzip:1 --threads 1 --progress {mode}",
-            binary(),
+            binary().display(),
             s(&src),
             s(&out)
         );
@@ -318,7 +299,7 @@ fn the_bar_is_drawn_on_a_terminal() {
 #[test]
 fn verbose_prints_tracing_lines() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "small");
     let decision = "DEBUG zshard_convert::plan: passthrough decision array=\"\" passthrough=true allowed=true source_chunks=[16, 16] inner_chunks=[16, 16] same_codecs=true";
     let plain = zshard(&["convert", s(&src), s(&tmp.path().join("a")), "--quiet"]);
     assert_eq!(stderr(&plain), "");
@@ -360,7 +341,7 @@ fn planned_limit(src: &Path, extra: &[&str], env: &[(&str, &str)]) -> (u64, Stri
 #[test]
 fn the_memory_default_follows_the_slurm_allocation() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "small");
     assert_eq!(
         planned_limit(&src, &[], &[("SLURM_MEM_PER_NODE", "2048")]),
         (
@@ -399,7 +380,7 @@ fn the_memory_default_follows_the_slurm_allocation() {
 #[test]
 fn memory_sizes_read_as_slurm_reads_them() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "small");
     let given = "given (--memory-limit)".to_string();
     for (text, bytes) in [
         ("8G", 8u64 << 30),
@@ -471,7 +452,7 @@ fn the_memory_default_follows_the_process_cgroup() {
         return;
     };
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = small_source(tmp.path());
+    let src = small_source(tmp.path(), "small");
     let plan = |env: &[(&str, &str)]| {
         let out = group.run(&["plan", s(&src), "unused-dst", "--json"], env);
         assert!(out.status.success(), "{}", stderr(&out));

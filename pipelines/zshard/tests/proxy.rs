@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::read_v3;
+use common::{loopback_alias, read_v3};
 use serde_json::json;
 
 /// Four `u16` values, the chunk of array `x`.
@@ -99,27 +99,6 @@ fn proxy(mut client: TcpStream) {
     let mut answer = Vec::new();
     let _ = upstream.read_to_end(&mut answer);
     let _ = client.write_all(&answer);
-}
-
-/// A name of the hosts file that resolves to a loopback address and that the text rules do not
-/// already refuse (as in tests/network.rs).
-fn loopback_alias() -> String {
-    let hosts = std::fs::read_to_string("/etc/hosts").expect("/etc/hosts");
-    hosts
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default())
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
-            ip.is_loopback()
-                .then(|| words.map(str::to_string).collect::<Vec<_>>())
-        })
-        .flatten()
-        .find(|name| {
-            let lower = name.to_ascii_lowercase();
-            lower != "localhost" && !lower.ends_with(".localhost") && !lower.contains('.')
-        })
-        .expect("a loopback name other than localhost in /etc/hosts")
 }
 
 /// `zshard convert` of a reference set whose one chunk is at `url`, with HTTP_PROXY=`proxy`.

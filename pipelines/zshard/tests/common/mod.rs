@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
@@ -78,17 +78,57 @@ pub fn write_v2(
     }
 }
 
-/// Runs the zshard binary: `ZSHARD_BIN` when set (an older build, to show a test fails there),
-/// else the one cargo built.
+/// The binary under test: `ZSHARD_BIN` when set (an older build, to show a test fails there, or a
+/// copy made right after building, which other builds into a shared target folder cannot replace
+/// mid-test), else the one cargo built.
+pub fn binary() -> PathBuf {
+    std::env::var_os("ZSHARD_BIN")
+        .map_or_else(|| env!("CARGO_BIN_EXE_zshard").into(), PathBuf::from)
+}
+
+/// Runs the zshard binary (see [`binary`]).
 pub fn zshard(args: &[&str]) -> Output {
-    let binary = std::env::var_os("ZSHARD_BIN").map_or_else(
-        || env!("CARGO_BIN_EXE_zshard").into(),
-        std::path::PathBuf::from,
-    );
-    Command::new(binary)
+    Command::new(binary())
         .args(args)
         .output()
         .expect("run zshard")
+}
+
+/// A 64 x 64 uint16 Zarr v2 array in 16 x 16 zstd chunks at `dir/name`.
+pub fn small_source(dir: &Path, name: &str) -> PathBuf {
+    let src = dir.join(name);
+    let data = expected(DataType::UInt16, &[64, 64], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[64, 64],
+        &[16, 16],
+        json!({"id": "zstd", "level": 3}),
+        &data,
+    );
+    src
+}
+
+/// A name of this machine's hosts file that resolves to a loopback address and that the text rules
+/// do not already refuse (`localhost` is refused by its name): `/etc/hosts` lists the machine's
+/// own name (Debian's `127.0.1.1 host`, containers' `127.0.0.1 host`) or `ip6-localhost`.
+pub fn loopback_alias() -> String {
+    let hosts = std::fs::read_to_string("/etc/hosts").expect("/etc/hosts");
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then(|| words.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|name| {
+            let lower = name.to_ascii_lowercase();
+            lower != "localhost" && !lower.ends_with(".localhost") && !lower.contains('.')
+        })
+        .expect("a loopback name other than localhost in /etc/hosts")
 }
 
 /// Reads a sharded (or any) v3 array at `dir` back into little-endian C-order bytes, decoding every

@@ -585,6 +585,7 @@ fn plan_array(
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
     tracing::debug!(
+        target: "zshard_convert::plan",
         array = path,
         passthrough,
         allowed = layout.passthrough,

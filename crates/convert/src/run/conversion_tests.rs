@@ -1,0 +1,107 @@
+//! Unit tests of the decisions [`Conversion::run`](super::conversion::Conversion) takes: a whole
+//! run writes every shard and then the metadata and removes its state; a worker of several writes
+//! only its shards and leaves the metadata (and the state that proves its shards) to `finalize`; a
+//! rerun skips the shards already done; a cancelled run stops before the metadata.
+
+use std::path::Path;
+
+use crate::{Conversion, Error, Layout, Partition, Status};
+
+/// A 4x6 uint8 Zarr v2 array `src.zarr` in 2x3 chunks, stored uncompressed, in `dir`; converted
+/// into shards of 2x6 (two shards, one per row of chunks).
+fn conversion(dir: &Path) -> Conversion {
+    let src = dir.join("src.zarr");
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::write(
+        src.join(".zarray"),
+        r#"{"zarr_format": 2, "shape": [4, 6], "chunks": [2, 3], "dtype": "|u1",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#,
+    )
+    .expect("write");
+    for (i, j) in [(0u8, 0u8), (0, 1), (1, 0), (1, 1)] {
+        std::fs::write(src.join(format!("{i}.{j}")), [1 + i * 2 + j; 6]).expect("write");
+    }
+    let dst = dir.join("dst.zarr");
+    let mut conversion =
+        Conversion::new(src.to_str().expect("utf-8"), dst.to_str().expect("utf-8"));
+    conversion.layouts.default = Layout {
+        shard_shape: Some(vec![2, 6].into()),
+        ..Layout::default()
+    };
+    conversion.threads = 1;
+    conversion
+}
+
+/// The files below `dir`, relative to it, sorted.
+fn files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            if entry.file_type().expect("type").is_dir() {
+                stack.push(entry.path());
+            } else if let Ok(rel) = entry.path().strip_prefix(dir) {
+                found.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_whole_run_writes_every_shard_then_the_metadata_and_removes_its_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conversion = conversion(dir.path());
+    let report = conversion.convert(&()).expect("convert");
+    assert_eq!(report.status, Status::Ok);
+    assert_eq!(report.totals.stats.shards_written, 2);
+    assert_eq!(report.totals.stats.chunks_read, 4);
+    let dst = Path::new(&conversion.destination);
+    assert_eq!(files(dst), ["c/0/0", "c/1/0", "zarr.json"]);
+}
+
+#[test]
+fn a_worker_of_two_leaves_the_metadata_to_finalize() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conversion = conversion(dir.path());
+    let dst = Path::new(&conversion.destination).to_path_buf();
+    for index in 0..2 {
+        conversion.partition = Partition::new(index, 2).expect("partition");
+        let report = conversion.convert(&()).expect("convert");
+        assert_eq!(report.status, Status::Ok, "worker {index}");
+        assert_eq!(report.totals.stats.shards_written, 1, "worker {index}");
+        // No metadata before `finalize`: an output without it is visibly unfinished.
+        assert!(!dst.join("zarr.json").exists(), "worker {index}");
+        assert!(dst.join(crate::state::STATE_DIR).is_dir(), "worker {index}");
+    }
+    conversion.partition = Partition::ALL;
+    conversion.finalize().expect("finalize");
+    assert_eq!(files(&dst), ["c/0/0", "c/1/0", "zarr.json"]);
+}
+
+#[test]
+fn a_rerun_skips_the_shards_a_worker_wrote() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conversion = conversion(dir.path());
+    conversion.partition = Partition::new(1, 2).expect("partition");
+    conversion.convert(&()).expect("worker 1");
+    conversion.partition = Partition::ALL;
+    let report = conversion.convert(&()).expect("convert");
+    assert_eq!(report.status, Status::Ok);
+    assert_eq!(report.totals.stats.shards_written, 1);
+    let dst = Path::new(&conversion.destination);
+    assert_eq!(files(dst), ["c/0/0", "c/1/0", "zarr.json"]);
+}
+
+#[test]
+fn a_cancelled_run_stops_before_writing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conversion = conversion(dir.path());
+    conversion.cancel.cancel();
+    let error = conversion.convert(&()).expect_err("cancelled");
+    assert!(matches!(error, Error::Cancelled), "{error}");
+    let dst = Path::new(&conversion.destination);
+    assert!(!dst.join("zarr.json").exists());
+    assert!(!dst.join("c").exists());
+}

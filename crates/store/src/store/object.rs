@@ -1,0 +1,443 @@
+use std::fs::File;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::local::staged_file_vanished;
+use super::{PutNew, Store};
+use crate::error::{Error, Result};
+
+impl Store {
+    /// [`Store::get`] as a future on the store's I/O runtime (to run side by side with other
+    /// requests inside [`Store::block_on`]).
+    pub async fn get_async(&self, key: &str) -> Result<Option<Bytes>> {
+        self.get_bounded_async(key, u64::MAX).await
+    }
+
+    /// [`Store::get_async`], refusing an object longer than `max` bytes ([`Error::TooLarge`]) before
+    /// reading more than `max + 1` bytes of it (see [`Store::get_many_bounded`]).
+    pub(super) async fn get_bounded_async(&self, key: &str, max: u64) -> Result<Option<Bytes>> {
+        let path = self.path(key)?;
+        self.refuse_special_file(key)?;
+        let too_large = |len: u64, at_least: bool| Error::TooLarge {
+            location: self.url(key),
+            len,
+            at_least,
+            max,
+        };
+        if let Some(found) = self.read_ahead_of(&path) {
+            return match found {
+                Some(bytes) if bytes.len() as u64 > max => {
+                    Err(too_large(bytes.len() as u64, false))
+                }
+                found => Ok(found),
+            };
+        }
+        let fail = |source| Error::Request {
+            operation: "cannot read",
+            location: self.url(key),
+            source: Box::new(source),
+        };
+        if self.is_zip() && max < u64::MAX {
+            // A zip member is inflated as soon as it is got: its size from the directory first.
+            match self.retrying(|| self.inner.head(&path)).await {
+                Ok(meta) if meta.size > max => return Err(too_large(meta.size, false)),
+                Ok(_) => {}
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        let read = self
+            .retrying(|| async {
+                let got = self.inner.get(&path).await?;
+                if max == u64::MAX {
+                    return Ok(Ok(got.bytes().await?));
+                }
+                // The size the response states first, then the body with a cap, in case the body
+                // is longer than stated.
+                if got.meta.size > max {
+                    return Ok(Err((got.meta.size, false)));
+                }
+                let mut parts = got.into_stream();
+                let mut data = Vec::with_capacity(usize::try_from(max).unwrap_or(0).min(1 << 20));
+                while let Some(part) = parts.next().await {
+                    let part = part?;
+                    if (data.len() + part.len()) as u64 > max {
+                        return Ok(Err(((data.len() + part.len()) as u64, true)));
+                    }
+                    data.extend_from_slice(&part);
+                }
+                Ok(Ok(Bytes::from(data)))
+            })
+            .await;
+        match read {
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+            Ok(Err((len, at_least))) => Err(too_large(len, at_least)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// Reads a whole object; `None` when it does not exist.
+    pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        self.runtime.block_on(self.get_async(key))
+    }
+
+    pub(super) async fn get_range_async(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes> {
+        let path = self.path(key)?;
+        self.refuse_special_file(key)?;
+        self.retrying(|| self.inner.get_range(&path, range.clone()))
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot read",
+                location: format!("{} (bytes {}..{})", self.url(key), range.start, range.end),
+                source: Box::new(source),
+            })
+    }
+
+    /// Reads bytes `range` of an object (a missing object or a range past its end is an error).
+    pub fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        self.runtime.block_on(self.get_range_async(key, range))
+    }
+
+    /// Reads the first (`from_end` false) or last `len` bytes of an object, or all of it when it is
+    /// shorter; `None` when it does not exist. (A shard index, whose object size is not known.)
+    pub fn get_edge(&self, key: &str, len: u64, from_end: bool) -> Result<Option<Bytes>> {
+        let fail = |source| Error::Request {
+            operation: "cannot read",
+            location: self.url(key),
+            source: Box::new(source),
+        };
+        let path = self.path(key)?;
+        if let Some(file) = self.local_path(key) {
+            return self.read_local_edge(&file, key, len, from_end);
+        }
+        let range = if from_end {
+            object_store::GetRange::Suffix(len)
+        } else {
+            object_store::GetRange::Bounded(0..len)
+        };
+        let path = &path;
+        let get = |range: object_store::GetRange| {
+            self.retrying(move || {
+                let options = object_store::GetOptions {
+                    range: Some(range.clone()),
+                    ..Default::default()
+                };
+                async move { self.inner.get_opts(path, options).await?.bytes().await }
+            })
+        };
+        let read = self.runtime.block_on(async {
+            match get(range).await {
+                // Azure has no suffix ranges: the size first, then the range.
+                Err(object_store::Error::NotSupported { .. }) if from_end => {
+                    let size = self.retrying(|| self.inner.head(path)).await?.size;
+                    get(object_store::GetRange::Bounded(
+                        size.saturating_sub(len)..size,
+                    ))
+                    .await
+                }
+                other => other,
+            }
+        });
+        match read {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// Reads several `(key, range)` pairs with up to the configured number of requests in flight;
+    /// results are in the order of `requests`. Callers coalesce nearby ranges first.
+    pub fn get_ranges(&self, requests: &[(String, std::ops::Range<u64>)]) -> Vec<Result<Bytes>> {
+        if self.reads_files() {
+            let mut open: Option<(&str, File)> = None;
+            return requests
+                .iter()
+                .map(|(key, range)| self.read_local_range(&mut open, key, range.clone()))
+                .collect();
+        }
+        self.runtime.block_on(
+            futures::stream::iter(
+                requests
+                    .iter()
+                    .map(|(k, r)| self.get_range_async(k, r.clone())),
+            )
+            .buffered(self.concurrency)
+            .collect(),
+        )
+    }
+
+    /// Reads several objects with up to the configured number of requests in flight; results are in
+    /// the order of `keys`.
+    pub fn get_many(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        self.get_many_bounded(keys, u64::MAX)
+    }
+
+    /// [`Store::get_many`] for objects that cannot be longer than `max` bytes (the stored chunks of
+    /// an array, whose codecs bound them): a longer one is refused ([`Error::TooLarge`]) without
+    /// being read whole, by the size of a local file (of which at most `max + 1` bytes are read, in
+    /// case it grows), a zip member's directory entry (before it is inflated), or the size an
+    /// object store's response states (before its body, which is read with the same cap).
+    pub fn get_many_bounded(&self, keys: &[String], max: u64) -> Vec<Result<Option<Bytes>>> {
+        if self.reads_files() {
+            return keys.iter().map(|key| self.read_local(key, max)).collect();
+        }
+        self.runtime.block_on(
+            futures::stream::iter(keys.iter().map(|k| self.get_bounded_async(k, max)))
+                .buffered(self.concurrency)
+                .collect(),
+        )
+    }
+
+    /// Writes an object. It becomes visible under its key only once complete: local files are
+    /// written under a temporary name and renamed; object stores publish a PUT atomically, and objects
+    /// larger than the part size go up as a multipart upload (parts in parallel), which is aborted on
+    /// failure and never visible unless completed.
+    pub fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put_parts(key, vec![data])
+    }
+
+    /// Writes the concatenation of `parts` as one object, without copying them into one buffer first
+    /// (local files get each part written in turn; object stores get one PUT, or a multipart upload
+    /// above the part size).
+    pub fn put_parts(&self, key: &str, parts: Vec<Bytes>) -> Result<()> {
+        let path = self.path(key)?;
+        self.refuse_link(key)?;
+        let part_size = self.part_size();
+        let total: usize = parts.iter().map(Bytes::len).sum();
+        // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
+        // failed one was aborted).
+        let result = if self.location.is_remote() && total > part_size {
+            self.runtime
+                .block_on(self.retrying(|| self.put_multipart(&path, &parts, part_size)))
+        } else {
+            self.runtime.block_on(self.put_once(&path, &parts))
+        };
+        result.map_err(|source| Error::Request {
+            operation: "cannot write",
+            location: self.url(key),
+            source: Box::new(source),
+        })
+    }
+
+    /// Writes a small object (a record, a metadata document) with one PUT, as a future on the store's
+    /// I/O runtime (to run side by side with other requests inside [`Store::block_on`]). Like
+    /// [`Store::put`], the object becomes visible only once complete.
+    pub async fn put_small_async(&self, key: &str, data: Bytes) -> Result<()> {
+        let path = self.path(key)?;
+        self.refuse_link(key)?;
+        self.put_once(&path, &[data])
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source: Box::new(source),
+            })
+    }
+
+    /// The concatenation of `parts` in one PUT, with retries.
+    pub(super) async fn put_once(&self, path: &Path, parts: &[Bytes]) -> object_store::Result<()> {
+        self.retrying(|| async {
+            let mut attempts = 0;
+            loop {
+                let payload: PutPayload = parts.iter().cloned().collect();
+                match self.inner.put(path, payload).await {
+                    // Another run into the same destination (same options, which the claim
+                    // allows) removed this write's staged file as a leftover before its rename:
+                    // write it again. Bounded, so a destination deleted under us still fails.
+                    Err(e)
+                        if !self.location.is_remote()
+                            && staged_file_vanished(&e)
+                            && attempts < 3 =>
+                    {
+                        attempts += 1;
+                    }
+                    result => return result.map(|_| ()),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Uploads `parts` in pieces of at most `part_size`, with a bounded number in flight.
+    pub(super) async fn put_multipart(
+        &self,
+        path: &Path,
+        parts: &[Bytes],
+        part_size: usize,
+    ) -> object_store::Result<()> {
+        let upload = self.start_multipart(path).await?;
+        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part_size);
+        for part in parts {
+            let mut offset = 0;
+            while offset < part.len() {
+                if let Err(e) = writer.wait_for_capacity(self.concurrency.clamp(1, 8)).await {
+                    // Do not leave uploaded parts behind (they cost storage and are never visible).
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+                let end = (offset + part_size).min(part.len());
+                writer.put(part.slice(offset..end));
+                offset = end;
+            }
+        }
+        writer.finish().await.map(|_| ())
+    }
+
+    /// Removes an object if it exists.
+    pub fn delete(&self, key: &str) -> Result<()> {
+        self.runtime.block_on(self.delete_async(key))
+    }
+
+    /// [`Store::delete`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn delete_async(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        self.refuse_link(key)?;
+        match self.retrying(|| self.inner.delete(&path)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(Error::Request {
+                operation: "cannot delete",
+                location: self.url(key),
+                source: Box::new(source),
+            }),
+        }
+    }
+
+    /// Writes a small object with one PUT (inside the I/O runtime).
+    pub(crate) async fn put_async(&self, key: &str, data: Bytes) -> object_store::Result<()> {
+        let path = self
+            .path(key)
+            .and_then(|path| self.refuse_link(key).map(|()| path))
+            .map_err(|e| object_store::Error::Generic {
+                store: "zshard",
+                source: Box::new(e),
+            })?;
+        self.retrying(|| self.inner.put(&path, PutPayload::from(data.clone())))
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether each of `keys` names an object, up to the configured number of requests in flight;
+    /// in the order of `keys`.
+    pub fn exist_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        self.runtime.block_on(async {
+            futures::stream::iter(keys.iter().map(|key| async move {
+                let path = self.path(key)?;
+                match self.retrying(|| self.inner.head(&path)).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(source) => Err(Error::Request {
+                        operation: "cannot read",
+                        location: self.url(key),
+                        source: Box::new(source),
+                    }),
+                }
+            }))
+            .buffered(self.concurrency.max(1))
+            .try_collect()
+            .await
+        })
+    }
+
+    /// Removes every object of `keys` (those that exist), up to the configured number of requests
+    /// in flight.
+    pub fn delete_many(&self, keys: &[String]) -> Result<()> {
+        self.runtime.block_on(self.delete_many_async(keys))
+    }
+
+    /// [`Store::delete_many`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn delete_many_async(&self, keys: &[String]) -> Result<()> {
+        futures::stream::iter(keys.iter().map(|key| self.delete_async(key)))
+            .buffer_unordered(self.concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Copies objects within the store, each `(from, to)` pair up to the configured number of
+    /// requests in flight, without the bytes passing through this process: object stores copy on the
+    /// server (S3's CopyObject, Azure's Copy Blob, GCS's copy), local folders get a hard link. Each
+    /// `to` appears whole or not at all, and is replaced if it exists.
+    pub fn copy_many(&self, pairs: &[(String, String)]) -> Result<()> {
+        self.runtime.block_on(async {
+            futures::stream::iter(pairs.iter().map(|(from, to)| self.copy_async(from, to)))
+                .buffer_unordered(self.concurrency.max(1))
+                .try_collect::<Vec<()>>()
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Copies the object `from` to `to` (see [`Store::copy_many`]).
+    pub(super) async fn copy_async(&self, from: &str, to: &str) -> Result<()> {
+        let (source, target) = (self.path(from)?, self.path(to)?);
+        self.refuse_link(to)?;
+        self.retrying(|| self.inner.copy(&source, &target))
+            .await
+            .map_err(|source| Error::Request {
+                operation: "cannot copy",
+                location: format!("{} to {}", self.url(from), self.url(to)),
+                source: Box::new(source),
+            })
+    }
+
+    /// [`Store::get_many`] as a future on the store's I/O runtime (see [`Store::block_on`]); local
+    /// files are read through the object store API here, off the calling thread.
+    pub async fn get_many_async(&self, keys: &[String]) -> Vec<Result<Option<Bytes>>> {
+        futures::stream::iter(keys.iter().map(|k| self.get_async(k)))
+            .buffered(self.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Writes several small objects (see [`Store::put_small_async`]) side by side, up to the
+    /// configured number of requests in flight.
+    pub async fn put_many_async(&self, objects: &[(String, Bytes)]) -> Result<()> {
+        futures::stream::iter(
+            objects
+                .iter()
+                .map(|(key, data)| self.put_small_async(key, data.clone())),
+        )
+        .buffer_unordered(self.concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+        Ok(())
+    }
+
+    /// Writes an object only if no object exists under its key, atomically (local files: a hard link
+    /// of the complete file; object stores: a conditional PUT, `If-None-Match: *` on S3). Two callers
+    /// racing for one key cannot both get [`PutNew::Created`].
+    pub fn put_new(&self, key: &str, data: Bytes) -> Result<PutNew> {
+        self.runtime.block_on(self.put_new_async(key, data))
+    }
+
+    /// [`Store::put_new`] as a future on the store's I/O runtime (see [`Store::block_on`]).
+    pub async fn put_new_async(&self, key: &str, data: Bytes) -> Result<PutNew> {
+        let path = self.path(key)?;
+        self.refuse_link(key)?;
+        let options = PutOptions::from(PutMode::Create);
+        let result = self
+            .retrying(|| {
+                self.inner
+                    .put_opts(&path, PutPayload::from_bytes(data.clone()), options.clone())
+            })
+            .await;
+        match result {
+            Ok(_) => Ok(PutNew::Created),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(PutNew::Exists),
+            Err(object_store::Error::NotImplemented { .. }) => Ok(PutNew::Unsupported),
+            Err(source) => Err(Error::Request {
+                operation: "cannot write",
+                location: self.url(key),
+                source: Box::new(source),
+            }),
+        }
+    }
+}
