@@ -122,3 +122,13 @@ def test_verify_with_the_manifest_alone_finds_a_corrupted_shard(small, tmp_path)
         zshard.verify(dst, manifest=True, sample=0.5)
     with pytest.raises(zshard.OptionsError, match="needs the output dst"):
         zshard.verify(dst)
+
+
+def test_plan_gives_the_cost_of_the_job(small, tmp_path):
+    src, data = small
+    plan = zshard.plan(src, tmp_path / "out.zarr", shard_shape=(20, 40))
+    assert isinstance(plan.cost, zshard.PlanCost)
+    # Zarr: one GET per source chunk (10x8), raw sizes; one PUT per shard (5x2) and the array's zarr.json.
+    assert plan.cost == zshard.PlanCost(
+        get_requests=80, get_bytes=data.nbytes, gets_from_references=False, put_requests=11, put_bytes=data.nbytes
+    )

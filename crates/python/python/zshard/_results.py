@@ -356,6 +356,8 @@ class Plan:
         Sums over the arrays.
     icechunk_chunks : dict[str, int] | None
         An Icechunk source's chunks by kind (``native``, ``inline``, ``virtual``).
+    cost : PlanCost | None
+        What the whole job would request from storage (GETs and PUTs, and their bytes).
     document : dict[str, Any]
         The whole plan document.
     """
@@ -372,6 +374,7 @@ class Plan:
     skipped_arrays: list[tuple[str, str]]
     totals: PlanTotals
     icechunk_chunks: dict[str, int] | None
+    cost: PlanCost | None
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -390,8 +393,37 @@ class Plan:
             skipped_arrays=_skipped(doc),
             totals=PlanTotals(**{name: totals.get(name, 0) for name in PlanTotals.__dataclass_fields__}),
             icechunk_chunks=doc.get("icechunk_chunks"),
+            cost=PlanCost(**doc["cost"]) if doc.get("cost") is not None else None,
             document=doc,
         )
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """The requests and bytes a whole conversion would take from storage: a cost estimate a migration
+    can be budgeted with (``zshard plan --json``'s ``cost``).
+
+    Attributes
+    ----------
+    get_requests : int
+        GET requests for source chunks: for a kerchunk JSON reference set its byte ranges coalesced
+        as an unpartitioned run coalesces them; for other sources one per source chunk (at most).
+    get_bytes : int
+        Bytes those GETs request (raw sizes when not from references: an upper bound).
+    gets_from_references : bool
+        Whether every array's GETs were counted from its references' byte ranges.
+    put_requests : int
+        PUT requests: one per shard (with its multipart requests on object stores), one per metadata
+        document; state records are not counted.
+    put_bytes : int
+        Bytes those PUTs send (raw sizes: an upper bound for compressing codecs).
+    """
+
+    get_requests: int
+    get_bytes: int
+    gets_from_references: bool
+    put_requests: int
+    put_bytes: int
 
 
 @dataclass(frozen=True)
