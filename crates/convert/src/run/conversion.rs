@@ -269,11 +269,7 @@ impl Conversion {
         let opened = self.open()?;
         let budget = self.budget(&opened)?;
         let jobs = opened.plan.read_jobs(&opened.input);
-        let reads = zshard_pipeline::planned_reads(
-            &jobs,
-            zshard_pipeline::ShardTask::all(&jobs),
-            &budget.options(),
-        );
+        let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
         let cost = crate::plan_report::Cost::of(
             &opened.plan,

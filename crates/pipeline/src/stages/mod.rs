@@ -145,29 +145,28 @@ fn parts_of<'c>(
     })
 }
 
-/// The reads from storage that converting the shards of `tasks` would take, per job (`None` for a
-/// job whose reader cannot tell unread, see [`zshard_core::ChunkReader::planned_reads`]), with the
-/// fetch stage's batches when the window has room: for a plan's cost estimate. Reads no chunk.
+/// The reads from storage that converting every shard of `jobs` would take, per job (`None` for a
+/// job whose reader cannot tell unread, see [`zshard_core::ChunkReader::planned_reads`]; such a
+/// job's shards are not even enumerated), with the fetch stage's batches when the window has room:
+/// for a plan's cost estimate. Reads no chunk.
 pub fn planned_reads(
     jobs: &[ArrayJob],
-    tasks: impl Iterator<Item = ShardTask>,
     options: &Options,
 ) -> Vec<Option<zshard_core::PlannedReads>> {
     let progress = |_: &ShardOutcome| {};
     let context = RunContext::new(jobs, options, &progress);
-    let mut by_job: Vec<Vec<ShardTask>> = vec![Vec::new(); jobs.len()];
-    for task in tasks {
-        if let Some(list) = by_job.get_mut(task.array) {
-            list.push(task);
-        }
-    }
-    by_job
-        .into_iter()
+    jobs.iter()
         .enumerate()
-        .map(|(i, tasks)| {
+        .map(|(array, job)| {
+            job.reader.planned_reads(&[], u64::MAX)?;
+            let grid = job.layout.geometry.shard_grid();
+            let tasks = (0..zshard_core::product(&grid)).map(|i| ShardTask {
+                array,
+                shard: zshard_core::unravel_index(i, &grid),
+            });
             fetch::planned(
-                context.array(i),
-                parts_of(&context, tasks.into_iter()),
+                context.array(array),
+                parts_of(&context, tasks),
                 context.fetch_batch,
             )
         })
