@@ -873,3 +873,106 @@ def test_a_resume_of_ten_thousand_shards_on_s3_costs_listing_pages_not_requests_
     assert len(shard_puts) == rows * cols - done
     got = read_back_from_s3(moto, "dst10", "w10.zarr")
     assert got.dtype == values.dtype and np.array_equal(got, values)
+
+
+def test_status_on_s3_with_two_stale_workers_and_a_live_one(tmp_path, s3, moto):
+    """`zshard status` of a partitioned conversion into S3 (moto), from the bucket alone: the shards
+    done per array and worker against the objects there, two workers whose leases are stale and one
+    whose lease is live; `status JOB.toml` shows the same; after the last workers the status is
+    finished and `--watch` returns at once."""
+    expected = make_group(tmp_path / "in.zarr")
+    create_buckets(s3, "statussrc", "statusdst")
+    upload_dir(s3, tmp_path / "in.zarr", "statussrc", "in.zarr")
+    src, dst = "s3://statussrc/in.zarr", "s3://statusdst/out.zarr"
+    flags = ["--s3-endpoint", moto, "--s3-path-style"]
+    layout = [*S3_OPTS, "--include", "temperature"]
+    run_zshard("convert", src, dst, *layout, "--worker", "0/3", "--quiet", *flags, env=S3_ENV)
+    now_ms = int(time.time() * 1000)
+    for worker, renewed_ms in (("w0of3", now_ms - 3_600_000), ("w1of3", now_ms - 600_000), ("w2of3", now_ms)):
+        lease = {"host": "node7", "pid": 99, "worker": worker, "started": "2026-11-27T00:00:00Z",
+                 "renewed_ms": renewed_ms, "stale_after_ms": 60000}
+        s3.put_object(Bucket="statusdst", Key=f"out.zarr/.zshard/leases/{worker}-node7-99-1.json",
+                      Body=json.dumps(lease).encode())
+
+    def shard_objects():
+        listed = s3.list_objects_v2(Bucket="statusdst", Prefix="out.zarr/").get("Contents", [])
+        return {o["Key"]: o["Size"] for o in listed if "/c/" in o["Key"] and "/.zshard/" not in o["Key"]}
+
+    status = json.loads(run_zshard("status", dst, "--json", *flags, env=S3_ENV).stdout)
+    written = shard_objects()
+    assert status["phase"] == "in_progress" and not status["finished"]
+    # temperature: 300x200 in 100x80 shards, 3x3; worker 0 owns shards 0, 3 and 6 (none only fill).
+    assert [(a["path"], a["shards_planned"], a["shards_done"], a["shards_empty"]) for a in status["arrays"]] == [
+        ("temperature", 9, 3, 0)]
+    assert status["totals"]["bytes_written"] == sum(written.values())
+    assert sum(a["shards_written"] for a in status["arrays"]) == len(written)
+    workers = [(w["worker"], w["started"], w["live"], len(w["leases"])) for w in status["workers"]]
+    assert workers == [("w0of3", True, False, 1), ("w1of3", False, False, 1), ("w2of3", False, True, 1)]
+    assert status["workers"][0]["shards_done"] == status["workers"][0]["shards_planned"]
+    assert status["totals"]["shards_done"] == status["workers"][0]["shards_done"]
+    assert status["finalize_waits_for"] == ["w1of3", "w2of3"]
+    table = run_zshard("status", dst, *flags, env=S3_ENV).stdout
+    assert "finalize waits for: w1of3, w2of3" in table, table
+    assert [line.split()[3] for line in table.splitlines() if line.startswith("w") and "of3" in line] == [
+        "done", "stale", "live"], table
+
+    job = tmp_path / "job.toml"
+    job.write_text(f'shard_shape = [100, 80]\nchunk_shape = [50, 40]\ninclude = ["temperature"]\n[storage]\ns3_endpoint = "{moto}"\n'
+                   f's3_path_style = true\n[[conversions]]\nsource = "{src}"\ndestination = "{dst}"\n')
+    from_job = json.loads(run_zshard("status", job, "--json", env=S3_ENV).stdout)
+    assert len(from_job) == 1
+    assert from_job[0]["totals"] == status["totals"] and from_job[0]["destination"] == status["destination"]
+
+    s3.delete_object(Bucket="statusdst", Key="out.zarr/.zshard/leases/w2of3-node7-99-1.json")
+    for worker in ("1/3", "2/3"):
+        run_zshard("convert", src, dst, *layout, "--worker", worker, "--quiet", *flags, env=S3_ENV)
+    started = time.monotonic()
+    watched = run_zshard("status", dst, "--json", "--watch", "30", *flags, env=S3_ENV, timeout=25).stdout
+    assert time.monotonic() - started < 20
+    last = json.loads(watched.splitlines()[-1])
+    assert last["finished"] and last["finalize_waits_for"] == []
+    assert last["totals"]["shards_done"] == last["totals"]["shards_planned"]
+    assert last["totals"]["bytes_written"] == sum(shard_objects().values())
+    run_zshard("finalize", src, dst, *layout, "--quiet", *flags, env=S3_ENV)
+    download_prefix(s3, "statusdst", "out.zarr", tmp_path / "out.zarr")
+    assert_same(tmp_path / "out.zarr", {"temperature": expected["temperature"]})
+
+
+def test_reference_reads_coalesce_across_the_shards_in_flight(tmp_path, s3, fault_proxy):
+    """A 2048x2048 HDF5 dataset on S3 in 128x256 chunks (rows of 8 chunks, contiguous in the file),
+    converted through kerchunk references into 4 shards of 2048x512: each shard's row of 2 chunks lies
+    384 KiB from its next row, beyond the coalescing gap, so read shard by shard the run takes 16
+    requests per shard, 64 in all. The fetchers read the 4 shards in flight together, so each row of
+    the file is one range: 16 GETs or fewer. `plan` predicts the count. Values are h5py's."""
+    import h5py
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    data = (np.arange(2048 * 2048, dtype="uint32").reshape(2048, 2048) * 2654435761 % 65521).astype("uint16")
+    h5 = tmp_path / "data.h5"
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", data=data, chunks=(128, 256))
+    with open(h5, "rb") as fh:
+        refs = SingleHdf5ToZarr(fh, url="s3://src11/data.h5", inline_threshold=0).translate()
+    (tmp_path / "refs.json").write_text(json.dumps(refs))
+    create_buckets(s3, "src11", "dst11")
+    s3.upload_file(str(h5), "src11", "data.h5")
+    proxy = fault_proxy()
+    flags = ["--s3-endpoint", proxy.endpoint, "--s3-path-style", "--shard-shape", "2048,512"]
+    plan = json.loads(run_zshard("plan", tmp_path / "refs.json", "s3://dst11/out.zarr", *flags, "--json",
+                                 env=S3_ENV).stdout)
+    proxy.reset()
+    run_zshard("convert", tmp_path / "refs.json", "s3://dst11/out.zarr", *flags, "--quiet", env=S3_ENV)
+    gets = [r for r in proxy.requests if r.method == "GET" and r.path.startswith("/src11/data.h5")]
+    shard_puts = [r for r in proxy.requests if r.method == "PUT" and "/out.zarr/x/c/" in r.path]
+    print(f"reference GETs: {len(gets)}, {sum(r.bytes_out for r in gets)} bytes; plan: {plan.get('cost')}")
+    assert len(shard_puts) == 4
+    assert len(gets) <= 16, len(gets)
+    cost = plan["cost"]
+    assert cost["gets_from_references"] is True
+    assert cost["get_requests"] == len(gets)
+    # The ranges between the chunks (HDF5's own structures) are read too: what the GETs returned.
+    assert cost["get_bytes"] == sum(r.bytes_out for r in gets) >= 2048 * 2048 * 2
+    assert cost["put_requests"] == 4 + 1 + 1 and cost["put_bytes"] == 2048 * 2048 * 2
+    download_prefix(s3, "dst11", "out.zarr", tmp_path / "out.zarr")
+    got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
+    assert got.dtype == data.dtype and np.array_equal(got, data)

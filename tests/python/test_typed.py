@@ -24,14 +24,20 @@ from zshard import _zshard
 from conftest import EXAMPLES, example
 
 #: The command of each function.
-COMMANDS = {"convert": zshard.convert, "plan": zshard.plan, "finalize": zshard.finalize, "verify": zshard.verify, "ls": zshard.ls}
+COMMANDS = {
+    "convert": zshard.convert,
+    "plan": zshard.plan,
+    "finalize": zshard.finalize,
+    "verify": zshard.verify,
+    "ls": zshard.ls,
+    "status": zshard.status,
+}
 
 #: Flags of the command that are no setting of the library: how the command prints and logs.
 FRONT_END_FLAGS = {"help", "quiet", "json", "progress", "log-interval", "verbose"}
 
-#: Flags of a mode the Python function does not offer yet: `zshard verify --manifest DST` checks an
-#: output against its kept manifest without a source (issue 34); ``zshard.verify`` compares with the source.
-CLI_ONLY = {"manifest"}
+#: Flags of a mode the Python function does not offer (none: ``verify --manifest`` is ``manifest=True``).
+CLI_ONLY: set[str] = set()
 
 #: Keywords of the functions that are no flag of the command: the progress callback (``convert``) and
 #: the deprecated spellings of ``passthrough=False`` and ``consolidate=False``.
@@ -53,7 +59,7 @@ def help_flags(command: str) -> dict[str, tuple[str, str]]:
     flags: dict[str, tuple[str, str]] = {}
     lines = run.stdout.splitlines()
     for at, line in enumerate(lines):
-        found = re.match(r"^\s+(?:-\w, )?--([a-z0-9-]+)(?:\.\.\.)?(?: <([^>]*)>)?\s*$", line)
+        found = re.match(r"^\s+(?:-\w, )?--([a-z0-9-]+)(?:\.\.\.)?(?: \[?<([^>]*)>\]?)?\s*$", line)
         if found:
             description = []
             for following in lines[at + 1 :]:
@@ -109,6 +115,7 @@ def test_the_keywords_are_the_settings_of_the_model(command):
     positional = [
         name for name, p in inspect.signature(function).parameters.items() if p.kind is not inspect.Parameter.KEYWORD_ONLY
     ]
+    # `status` takes its destination as its one positional; the others take src (and dst).
     assert positional == [{"source": "src", "destination": "dst"}[s] for s in settings if s in ("source", "destination")]
     model = {s for s in settings if s not in ("source", "destination")}
     python = set(keywords(function)) - PYTHON_ONLY
@@ -149,6 +156,9 @@ def test_a_keyword_has_one_type_and_one_description_everywhere():
     for command, function in COMMANDS.items():
         annotations = {n: str(p.annotation) for n, p in inspect.signature(function).parameters.items()}
         for name, text in parameter_docs(function).items():
+            if name in ("src", "dst"):
+                # The positionals: verify's dst is optional (manifest=True), status's is its only one.
+                continue
             if name in seen:
                 assert (annotations[name], text) == seen[name][1:], (name, command, seen[name][0])
             else:

@@ -67,7 +67,7 @@ pub use manifest::ManifestVerification;
 pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};
 pub use partition::Partition;
 pub use plan::{Layout, Layouts, LevelShapes, Plan, PlannedArray, PyramidLevel};
-pub use plan_report::PlanReport;
+pub use plan_report::{Cost, PlanReport};
 pub use progress::Work;
 pub use report::{ArrayReport, Counts, Failure, Report, RunOptions, Status, Worker, GIT_COMMIT};
 pub use selection::Selection;

@@ -26,7 +26,7 @@ use crate::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
 use crate::partition::Partition;
 use crate::plan::{Layout, Layouts, LevelShapes};
 use crate::selection::Selection;
-use crate::{Compressor, Conversion, ShapeSpec, Verification};
+use crate::{Compressor, Conversion, ManifestVerification, ShapeSpec, Verification};
 
 /// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -231,6 +231,99 @@ pub struct VerifyOptions {
     /// The fraction of shards checked, in (0, 1].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<f64>,
+    /// Check the output alone against the checksum manifest its conversion kept, not against the
+    /// source (the output is `destination`, or `source` when no destination is given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<bool>,
+}
+
+/// What `status` takes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusOptions {
+    /// The destination of the conversion.
+    pub destination: String,
+    /// How storage is reached.
+    #[serde(flatten)]
+    pub storage: StorageOptions,
+    /// Read the status again every this many seconds until the conversion is finished (see
+    /// [`Status::is_finished`](crate::status::Status::is_finished)); `None`: once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Interval>,
+}
+
+/// A time between two readings, in seconds (a positive, finite number; fractions allowed).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+#[serde(transparent)]
+pub struct Interval(f64);
+
+impl Interval {
+    /// `seconds` as an interval: positive and at most a day.
+    pub fn from_secs(seconds: f64) -> Result<Interval> {
+        if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
+            Ok(Interval(seconds))
+        } else {
+            Err(Error::Options {
+                reason: format!(
+                    "{} is a number of seconds above 0 and at most 86400, got {seconds}",
+                    Setting::Watch
+                ),
+            })
+        }
+    }
+
+    /// As a [`Duration`].
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.0)
+    }
+}
+
+impl FromStr for Interval {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Interval> {
+        let text = s.trim();
+        let number = text.strip_suffix('s').unwrap_or(text).trim();
+        let seconds = number.parse::<f64>().map_err(|_| Error::Options {
+            reason: format!(
+                "{} takes a number of seconds, e.g. 2 or 0.5, got {s:?}",
+                Setting::Watch
+            ),
+        })?;
+        Interval::from_secs(seconds)
+    }
+}
+
+impl<'de> Deserialize<'de> for Interval {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Number(n) => {
+                let seconds = n.as_f64().unwrap_or(f64::NAN);
+                Interval::from_secs(seconds).map_err(serde::de::Error::custom)
+            }
+            serde_json::Value::String(text) => text.parse().map_err(serde::de::Error::custom),
+            other => Err(serde::de::Error::custom(format!(
+                "{} takes a number of seconds, got {other}",
+                Setting::Watch
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl StatusOptions {
+    /// Status options for `destination`, nothing else given.
+    pub fn new(destination: impl Into<String>) -> Self {
+        StatusOptions {
+            destination: destination.into(),
+            ..StatusOptions::default()
+        }
+    }
 }
 
 /// A size in bytes: an integer, or text with a unit (`512MiB`, `4G`).
@@ -529,6 +622,7 @@ impl Options {
             ome: self.ome,
             threads: self.run.threads,
             sample: None,
+            manifest: None,
         }
     }
 
@@ -581,6 +675,48 @@ impl Conversion {
     }
 }
 
+impl VerifyOptions {
+    /// With `manifest`, the check of the output against its kept manifest (the output is the
+    /// destination, or the source when only one location is given); `None` without it. The source's
+    /// settings and `sample` mean nothing then and are refused.
+    pub fn manifest_verification(&self) -> Result<Option<ManifestVerification>> {
+        if self.manifest != Some(true) {
+            return Ok(None);
+        }
+        let output = match (self.source.is_empty(), self.destination.is_empty()) {
+            (_, true) => &self.source,
+            (true, false) => &self.destination,
+            (false, false) => {
+                return Err(Error::Options {
+                    reason: format!(
+                        "{} checks the output alone, without its source: give only the output",
+                        Setting::Manifest
+                    ),
+                })
+            }
+        };
+        let refused: Vec<Setting> = self
+            .input
+            .given()
+            .into_iter()
+            .chain(self.ome.map(|_| Setting::Ome))
+            .chain(self.sample.map(|_| Setting::Sample))
+            .collect();
+        if let Some(first) = refused.first() {
+            return Err(Error::Options {
+                reason: format!(
+                    "{first} is about the source, which {} does not read",
+                    Setting::Manifest
+                ),
+            });
+        }
+        let mut verification = ManifestVerification::new(output.as_str());
+        verification.store_options = self.storage.store_options();
+        verification.io_threads = self.storage.io_threads;
+        Ok(Some(verification))
+    }
+}
+
 impl Verification {
     /// The verification these options describe, every default resolved here.
     pub fn from_options(options: &VerifyOptions) -> Verification {
@@ -612,6 +748,8 @@ pub enum Action {
     Verify,
     /// List the arrays of a source (its [`SourceOptions`] and [`StorageOptions`]).
     List,
+    /// How far a conversion into a destination has come ([`StatusOptions`]).
+    Status,
 }
 
 impl Action {
@@ -622,6 +760,7 @@ impl Action {
         Action::Finalize,
         Action::Verify,
         Action::List,
+        Action::Status,
     ];
 
     /// The action's name: the command, the Python function (`ls` lists).
@@ -632,6 +771,7 @@ impl Action {
             Action::Finalize => "finalize",
             Action::Verify => "verify",
             Action::List => "ls",
+            Action::Status => "status",
         }
     }
 
@@ -645,9 +785,9 @@ impl Action {
         use zshard_core::setting::Group;
         let group = setting.group();
         match self {
-            Action::Convert => group != Group::Verify,
+            Action::Convert => !matches!(group, Group::Verify | Group::Status),
             Action::Plan => {
-                group != Group::Verify
+                !matches!(group, Group::Verify | Group::Status)
                     && !matches!(
                         setting,
                         Setting::Overwrite
@@ -659,7 +799,8 @@ impl Action {
             }
             // Finalize merges the workers' manifests, so it is told whether to keep the result.
             Action::Finalize => {
-                !matches!(group, Group::Run | Group::Verify) || setting == Setting::KeepManifest
+                !matches!(group, Group::Run | Group::Verify | Group::Status)
+                    || setting == Setting::KeepManifest
             }
             Action::Verify => {
                 matches!(
@@ -669,6 +810,9 @@ impl Action {
             }
             Action::List => {
                 matches!(group, Group::Source | Group::Storage) || setting == Setting::Source
+            }
+            Action::Status => {
+                matches!(group, Group::Storage | Group::Status) || setting == Setting::Destination
             }
         }
     }
@@ -971,6 +1115,11 @@ mod tests {
                 !unknown::<VerifyOptions>(key),
                 "{key}"
             );
+            assert_eq!(
+                Action::Status.takes(setting),
+                !unknown::<StatusOptions>(key),
+                "{key}"
+            );
             for action in [Action::Plan, Action::Finalize, Action::List] {
                 assert!(
                     !action.takes(setting) || Action::Convert.takes(setting),
@@ -982,6 +1131,72 @@ mod tests {
         assert!(Action::Plan.takes(Setting::MemoryLimit) && !Action::Plan.takes(Setting::Worker));
         assert!(!Action::Finalize.takes(Setting::Threads));
         assert_eq!(Action::from_name("ls"), Some(Action::List));
+    }
+
+    #[test]
+    fn a_watch_interval_is_positive_seconds() {
+        let read = |value: serde_json::Value| {
+            serde_json::from_value::<StatusOptions>(
+                serde_json::json!({"destination": "d", "watch": value}),
+            )
+            .map(|o| o.watch.map(Interval::duration))
+        };
+        assert_eq!(
+            read(serde_json::json!(2)).expect("2"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            read(serde_json::json!("0.5s")).expect("0.5s"),
+            Some(Duration::from_millis(500))
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!(-1),
+            serde_json::json!("x"),
+            serde_json::json!(true),
+        ] {
+            let e = read(bad.clone()).expect_err("refused");
+            assert!(e.to_string().contains("watch"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_verification_checks_the_output_alone() {
+        let options = |document: serde_json::Value| -> VerifyOptions {
+            serde_json::from_value(document).expect("valid")
+        };
+        let alone =
+            options(serde_json::json!({"source": "out.zarr", "manifest": true, "io_threads": 3}));
+        let v = alone
+            .manifest_verification()
+            .expect("holds")
+            .expect("manifest");
+        assert_eq!(
+            (v.destination.as_str(), v.io_threads),
+            ("out.zarr", Some(3))
+        );
+        let as_dst = options(serde_json::json!({"destination": "out.zarr", "manifest": true}));
+        let v = as_dst
+            .manifest_verification()
+            .expect("holds")
+            .expect("manifest");
+        assert_eq!(v.destination, "out.zarr");
+        assert!(
+            options(serde_json::json!({"source": "a", "destination": "b"}))
+                .manifest_verification()
+                .expect("holds")
+                .is_none()
+        );
+        for refused in [
+            serde_json::json!({"source": "a", "destination": "b", "manifest": true}),
+            serde_json::json!({"source": "a", "manifest": true, "sample": 0.5}),
+            serde_json::json!({"source": "a", "manifest": true, "include": ["x"]}),
+        ] {
+            let e = options(refused.clone())
+                .manifest_verification()
+                .expect_err("refused");
+            assert!(e.to_string().contains("manifest"), "{refused}: {e}");
+        }
     }
 
     #[test]

@@ -22,6 +22,37 @@ pub trait ChunkReader: Send + Sync + Debug {
     /// bytes of it are), whatever its object, file, member or reference states, so that no input
     /// makes a run allocate more than its chunks can need. `u64::MAX` reads without a bound.
     fn read_chunks(&self, coords: &[Vec<u64>], max_len: u64) -> Vec<Result<Option<Bytes>>>;
+
+    /// Whether one call of [`ChunkReader::read_chunks`] with more chunks can take fewer requests
+    /// than several calls with fewer (nearby byte ranges of one file coalesce into one request, as
+    /// for references into HDF5 files): the pipeline then reads the chunks of several shards in
+    /// flight with one call. `false` by default.
+    fn coalesces_reads(&self) -> bool {
+        false
+    }
+
+    /// The requests and bytes that [`ChunkReader::read_chunks`] of `coords` would take, when the
+    /// reader knows without reading (references name their byte ranges); `None` by default.
+    fn planned_reads(&self, coords: &[Vec<u64>], max_len: u64) -> Option<PlannedReads> {
+        let _ = (coords, max_len);
+        None
+    }
+}
+
+/// What reading chunks takes from storage (see [`ChunkReader::planned_reads`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PlannedReads {
+    /// Requests (GETs).
+    pub requests: u64,
+    /// Bytes requested.
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for PlannedReads {
+    fn add_assign(&mut self, other: PlannedReads) {
+        self.requests += other.requests;
+        self.bytes += other.bytes;
+    }
 }
 
 /// What a [`ShardSink`] stored for one shard: the object's size and the crc32c (Castagnoli) of its

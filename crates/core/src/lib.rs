@@ -48,7 +48,7 @@ pub use geometry::{
 };
 pub use grid::RectilinearGrid;
 pub use human::HumanBytes;
-pub use io::{ChunkReader, ShardSink, ShardStream, Stored};
+pub use io::{ChunkReader, PlannedReads, ShardSink, ShardStream, Stored};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use setting::{Setting, Spelling};
 pub use shard_index::{

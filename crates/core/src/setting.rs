@@ -95,6 +95,10 @@ pub enum Setting {
     Workers,
     /// The fraction of shards a verification checks.
     Sample,
+    /// A verification against the output's kept checksum manifest instead of the source.
+    Manifest,
+    /// How often a status is read again until the conversion is finished.
+    Watch,
 }
 
 /// The group of a setting: which part of the options model holds it.
@@ -117,6 +121,8 @@ pub enum Group {
     Run,
     /// Of a verification.
     Verify,
+    /// Of a status view.
+    Status,
 }
 
 impl Setting {
@@ -162,6 +168,8 @@ impl Setting {
         Setting::Worker,
         Setting::Workers,
         Setting::Sample,
+        Setting::Manifest,
+        Setting::Watch,
     ];
 
     /// The model's name of the setting: its field, its job-file key and its Python keyword.
@@ -207,6 +215,8 @@ impl Setting {
             Setting::Worker => "worker",
             Setting::Workers => "workers",
             Setting::Sample => "sample",
+            Setting::Manifest => "manifest",
+            Setting::Watch => "watch",
         }
     }
 
@@ -230,7 +240,8 @@ impl Setting {
             Threads | MemoryLimit | Overwrite | KeepManifest | Report | Worker | Workers => {
                 Group::Run
             }
-            Sample => Group::Verify,
+            Sample | Manifest => Group::Verify,
+            Watch => Group::Status,
         }
     }
 
@@ -257,7 +268,8 @@ impl Setting {
             | Setting::S3PathStyle
             | Setting::Anonymous
             | Setting::Overwrite
-            | Setting::KeepManifest => format!("{}=True", self.key()).into(),
+            | Setting::KeepManifest
+            | Setting::Manifest => format!("{}=True", self.key()).into(),
             other => format!("{}=", other.key()).into(),
         }
     }
@@ -306,7 +318,11 @@ impl Spelling {
             Spelling::JobKey
                 if matches!(
                     setting,
-                    Setting::Worker | Setting::Workers | Setting::Sample
+                    Setting::Worker
+                        | Setting::Workers
+                        | Setting::Sample
+                        | Setting::Manifest
+                        | Setting::Watch
                 ) =>
             {
                 setting.flag()

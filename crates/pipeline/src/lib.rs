@@ -37,5 +37,5 @@ pub use job::{
     ArrayJob, ArrayLayout, Options, PartOutcome, Progress, ShardOutcome, ShardTask,
     DEFAULT_IO_THREADS,
 };
-pub use stages::{run, run_observed};
+pub use stages::{planned_reads, run, run_observed};
 pub use stats::Stats;

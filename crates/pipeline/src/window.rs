@@ -43,6 +43,16 @@ impl Window {
         *free -= 1;
         Some(Permit(Arc::clone(self)))
     }
+
+    /// A free place if there is one now, without waiting.
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Permit> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if *free == 0 {
+            return None;
+        }
+        *free -= 1;
+        Some(Permit(Arc::clone(self)))
+    }
 }
 
 impl Drop for Permit {
@@ -70,9 +80,13 @@ mod tests {
             window.acquire(|| cancel.load(Ordering::Relaxed)).is_none(),
             "full window and cancelled"
         );
+        assert!(
+            window.try_acquire().is_none(),
+            "a full window has no place now"
+        );
         drop(a);
         assert!(
-            window.acquire(|| cancel.load(Ordering::Relaxed)).is_some(),
+            window.try_acquire().is_some(),
             "a returned place is free again"
         );
     }

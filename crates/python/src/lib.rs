@@ -1,7 +1,7 @@
 //! `zshard._zshard`, the extension behind the Python package `zshard` (see `python/zshard`).
 //!
-//! Its functions take the keyword arguments of `zshard.convert`, `plan`, `finalize`, `verify` and
-//! `ls` as a dict and build the library's options model from them directly ([`lower`]: checked
+//! Its functions take the keyword arguments of `zshard.convert`, `plan`, `finalize`, `verify`, `ls`
+//! and `status` as a dict and build the library's options model from them directly ([`lower`]: checked
 //! values, then the model's serde), so the library resolves the defaults; each builds its
 //! conversion or verification once and runs it with the GIL released. A conversion runs on a
 //! thread of its own while the calling thread polls: it checks Python's signals (Ctrl-C cancels the
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use zshard_convert::options::{Action, Options, VerifyOptions};
+use zshard_convert::options::{Action, Options, StatusOptions, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Observer, Partition, ShardOutcome, Verification};
 
 /// How often the calling thread looks at Python's signals while a conversion runs.
@@ -212,20 +212,36 @@ fn finalize<'py>(
     Ok(dict)
 }
 
-/// Compares the output `dst` with its source `src` read with `options`.
+/// Compares the output `dst` with its source `src` read with `options`; with `manifest`, checks
+/// the output (`src` alone, or `dst`) against its kept manifest instead.
 #[pyfunction]
+#[pyo3(signature = (src, dst, options))]
 fn verify<'py>(
     py: Python<'py>,
     src: &Bound<'py, PyAny>,
-    dst: &Bound<'py, PyAny>,
+    dst: Option<&Bound<'py, PyAny>>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options: VerifyOptions = lower::model(py, Action::Verify, src, Some(dst), options)?;
-    // The one construction of a verification.
-    let verification = Verification::from_options(&options);
-    let verified = py
-        .detach(|| verification.run())
+    let options: VerifyOptions = lower::model(py, Action::Verify, src, dst, options)?;
+    // The one construction of each kind of verification (the command line's too).
+    let manifest = options
+        .manifest_verification()
         .map_err(|e| conversion_error(py, &e))?;
+    if manifest.is_none() && options.destination.is_empty() {
+        let message = format!(
+            "verify() needs the output dst beside its source src (or {} to check the output alone)",
+            zshard_convert::Setting::Manifest
+        );
+        return Err(python_error(py, "options", message, None, None));
+    }
+    let verified = match manifest {
+        Some(check) => py.detach(|| check.run()),
+        None => {
+            let verification = Verification::from_options(&options);
+            py.detach(|| verification.run())
+        }
+    }
+    .map_err(|e| conversion_error(py, &e))?;
     let dict = PyDict::new(py);
     dict.set_item("destination", verified.destination)?;
     dict.set_item("shards_checked", verified.shards_checked)?;
@@ -233,6 +249,33 @@ fn verify<'py>(
     dict.set_item("mismatch_count", verified.mismatches.count)?;
     dict.set_item("mismatches", PyList::new(py, verified.mismatches.first)?)?;
     Ok(dict)
+}
+
+/// How far the conversion into `dst` has come, from `dst` alone (the status document); with
+/// `watch` in `options`, read again every so many seconds until the conversion is finished (Ctrl-C,
+/// `KeyboardInterrupt`, stops waiting), the last reading returned.
+#[pyfunction]
+fn status<'py>(
+    py: Python<'py>,
+    dst: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
+    loop {
+        let status = py
+            .detach(|| zshard_convert::status::status_with(&options))
+            .map_err(|e| conversion_error(py, &e))?;
+        let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
+            return Ok(pythonize::pythonize(py, &status)?);
+        };
+        let until = Instant::now() + interval.duration();
+        while Instant::now() < until {
+            py.check_signals()?;
+            py.detach(|| {
+                std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())))
+            });
+        }
+    }
 }
 
 /// The arrays and groups of `src` read with `options`.
@@ -381,6 +424,7 @@ fn _zshard(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(ls, m)?)?;
+    m.add_function(wrap_pyfunction!(status, m)?)?;
     m.add_function(wrap_pyfunction!(settings, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -46,6 +46,8 @@ enum Kind {
     Worker,
     /// A float in (0, 1].
     Fraction,
+    /// A number of seconds above 0 (an int or a float).
+    Seconds,
 }
 
 /// How `setting` is given in Python (`None`: it is no keyword).
@@ -56,7 +58,7 @@ fn kind(setting: Setting) -> Option<Kind> {
         Compressor => Kind::Compressor,
         IndexLocation => Kind::Choice(&["start", "end"]),
         Passthrough | Consolidate | StrictRefs | S3PathStyle | Anonymous | Overwrite
-        | KeepManifest => Kind::Flag,
+        | KeepManifest | Manifest => Kind::Flag,
         LevelShapes => Kind::LevelShapes,
         Ome => Kind::Choice(&["upgrade", "keep"]),
         SourceFormat => Kind::Choice(&[
@@ -77,6 +79,7 @@ fn kind(setting: Setting) -> Option<Kind> {
         MaxRequests | IoThreads | Threads | Workers => Kind::Count(1),
         Worker => Kind::Worker,
         Sample => Kind::Fraction,
+        Watch => Kind::Seconds,
         _ => return None,
     })
 }
@@ -90,7 +93,12 @@ pub(crate) fn model<T: DeserializeOwned>(
     given: &Bound<'_, PyDict>,
 ) -> PyResult<T> {
     let mut document = Map::new();
-    document.insert("source".into(), Value::String(path("src", src)?));
+    if action.takes(Setting::Source) {
+        document.insert("source".into(), Value::String(path("src", src)?));
+    } else {
+        // `status` takes the destination alone (its one positional `dst`).
+        document.insert("destination".into(), Value::String(path("dst", src)?));
+    }
     if let Some(dst) = dst {
         document.insert("destination".into(), Value::String(path("dst", dst)?));
     }
@@ -228,6 +236,24 @@ fn check(py: Python<'_>, name: &str, kind: Kind, value: &Bound<'_, PyAny>) -> Py
             Number::from_f64(fraction)
                 .map(Value::Number)
                 .ok_or_else(|| wrong(name, "a float", value))
+        }
+        Kind::Seconds => {
+            if value.is_instance_of::<PyBool>()
+                || !(value.is_instance_of::<PyFloat>()
+                    || value.is_instance_of::<pyo3::types::PyInt>())
+            {
+                return Err(wrong(name, "a number of seconds (int or float)", value));
+            }
+            let seconds: f64 = value.extract()?;
+            if seconds.is_nan() || seconds <= 0.0 {
+                return out_of_range(format!(
+                    "{name} is a number of seconds above 0, got {}",
+                    value.str()?
+                ));
+            }
+            Number::from_f64(seconds)
+                .map(Value::Number)
+                .ok_or_else(|| wrong(name, "a number of seconds (int or float)", value))
         }
     }
 }

@@ -24,7 +24,7 @@ mod status;
 
 use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
 use lower::First;
-use zshard_convert::options::{Options, RunOptions, Size, VerifyOptions};
+use zshard_convert::options::{Options, RunOptions, Size, StatusOptions, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Verification};
 
 const CONVERT_HELP: &str = "\
@@ -217,10 +217,16 @@ enum Command {
     /// `finalize` still waits for. Read-only; never reads a shard.
     #[command(after_help = status::HELP)]
     Status {
-        /// The destination of the conversion (a path or a file://, s3://, gs:// or az:// URL).
+        /// The destination of the conversion (a path or a file://, s3://, gs:// or az:// URL), or a
+        /// job file (JOB.toml): the destination of each of its conversions.
         dst: String,
         #[command(flatten)]
         storage: StorageArgs,
+        /// Read the status again every SECONDS (2 when given without a value) until the
+        /// conversion is finished (complete, or every shard done and no worker live), or Ctrl-C;
+        /// the table is redrawn, JSON is printed one line per reading.
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<zshard_convert::options::Interval>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -396,16 +402,32 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         }
         Command::Verify {
             src,
+            dst,
+            source,
             storage,
+            sample,
             manifest: true,
+            threads,
+            ome,
             quiet,
-            ..
         } => {
             signals::exit_on_signals()?;
-            let storage = lower::storage(&storage);
-            let mut verification = zshard_convert::ManifestVerification::new(&src);
-            verification.store_options = storage.store_options();
-            verification.io_threads = storage.io_threads;
+            let mut first = First::default();
+            let options = VerifyOptions {
+                source: src,
+                destination: dst.unwrap_or_default(),
+                input: lower::source(&source, &mut first),
+                storage: lower::storage(&storage),
+                ome,
+                threads,
+                sample,
+                manifest: Some(true),
+            };
+            first.result()?;
+            // The one construction of a manifest check (the Python module's too).
+            let verification = options
+                .manifest_verification()?
+                .ok_or_else(|| anyhow::anyhow!("--manifest is given"))?;
             let verified = verification.run()?;
             print::verified_manifest(&verified, quiet)
         }
@@ -464,9 +486,32 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             threads,
             quiet,
         } => demo::demo(&dir, threads, quiet),
-        Command::Status { dst, storage, json } => {
-            let options = lower::storage(&storage).store_options();
-            status::print(&zshard_convert::status::status_of(&dst, &options)?, json)
+        Command::Status {
+            dst,
+            storage,
+            watch,
+            json,
+        } => {
+            let storage = lower::storage(&storage);
+            let watched = if dst.ends_with(".toml") {
+                let job = Some(dst.as_str());
+                spell_for(job);
+                job::load(dst.as_ref(), &storage, None)?
+                    .into_iter()
+                    .map(|options| StatusOptions {
+                        destination: options.destination,
+                        storage: options.storage,
+                        watch,
+                    })
+                    .collect()
+            } else {
+                vec![StatusOptions {
+                    destination: dst.clone(),
+                    storage,
+                    watch,
+                }]
+            };
+            status::watch(&watched, dst.ends_with(".toml"), json)
         }
         Command::Completions { shell } => {
             let mut script = Vec::new();

@@ -427,6 +427,8 @@ mod tests {
             Setting::Worker,
             Setting::Workers,
             Setting::Sample,
+            Setting::Manifest,
+            Setting::Watch,
         ];
         let covered: BTreeSet<Setting> = cases.iter().map(|c| c.0).chain(elsewhere).collect();
         let all: BTreeSet<Setting> = Setting::ALL.iter().copied().collect();

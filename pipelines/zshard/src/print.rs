@@ -272,6 +272,21 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
         u("arrays"), plan.plan.groups.len(), u("source_chunks"), u("shards"),
         HumanBytes(u("estimated_bytes_in")), HumanBytes(u("estimated_peak_memory_per_worker"))
     )?;
+    if let Some(cost) = &plan.cost {
+        writeln!(
+            out,
+            "requests: {} GET(s) of {} ({}), {} PUT(s) of {} at most",
+            cost.get_requests,
+            HumanBytes(cost.get_bytes),
+            if cost.gets_from_references {
+                "the references' byte ranges, coalesced"
+            } else {
+                "one per source chunk, raw: at most"
+            },
+            cost.put_requests,
+            HumanBytes(cost.put_bytes)
+        )?;
+    }
     for s in &plan.plan.skipped {
         writeln!(
             out,

@@ -2,9 +2,12 @@
 //! `zshard_convert::status`), as a table or as JSON.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 
+use anyhow::Context as _;
 use indicatif::HumanBytes;
-use zshard_convert::status::{Phase, Status};
+use zshard_convert::options::StatusOptions;
+use zshard_convert::status::{status_with, Phase, Status};
 
 /// `zshard status --help`.
 pub const HELP: &str = "\
@@ -15,6 +18,9 @@ Examples:
   # The same from a script (shards done and planned per array, each worker's leases):
   zshard status s3://bucket/out.zarr --json | jq '.totals.shards_done / .totals.shards_planned'
 
+  # Every destination of a job file, redrawn every 5 s until all are finished:
+  zshard status job.toml --watch 5
+
 What it reads:
   One listing of DST/.zshard and the root zarr.json, then zshard's small state records (the claim,
   the workers' options, the records of shards written and all fill, the leases); never a shard.
@@ -22,14 +28,57 @@ What it reads:
   the shards recorded in the last 120 s (workers store their records every 10 s), and the time
   left assumes it holds. A worker is live while its lease was renewed within its stale time (60 s
   by default), as --overwrite judges it.
-  Exits 0 whatever the conversion's state; see `phase` in the JSON.";
+  Exits 0 whatever the conversion's state; see `phase` in the JSON. A job file's statuses are a
+  JSON list, in the order of its conversions. With --watch, a conversion is finished when it is
+  complete (or never started), or every shard is recorded done and no worker is live (finalize
+  is left).";
 
-/// Prints `status` as JSON or as a table.
-pub fn print(status: &Status, json: bool) -> anyhow::Result<()> {
-    if json {
-        return crate::print::stdout(&format!("{}\n", serde_json::to_string_pretty(status)?));
+/// Prints the status of each of `watched` (one destination, or each of a job file's when `job`)
+/// as JSON or as tables; with a `watch` interval, again and again until every conversion is
+/// finished ([`Status::is_finished`]): a terminal's table is redrawn, JSON is one line per reading.
+pub fn watch(watched: &[StatusOptions], job: bool, json: bool) -> anyhow::Result<()> {
+    let interval = watched.first().and_then(|o| o.watch);
+    let redraw = interval.is_some() && !json && std::io::stdout().is_terminal();
+    loop {
+        let statuses = watched
+            .iter()
+            .map(|options| {
+                status_with(options).with_context(|| format!("status of {}", options.destination))
+            })
+            .collect::<anyhow::Result<Vec<Status>>>()?;
+        let text = match (json, job, interval) {
+            (true, false, None) => format!("{}\n", serde_json::to_string_pretty(&statuses[0])?),
+            (true, true, None) => format!("{}\n", serde_json::to_string_pretty(&statuses)?),
+            (true, false, Some(_)) => format!("{}\n", serde_json::to_string(&statuses[0])?),
+            (true, true, Some(_)) => format!("{}\n", serde_json::to_string(&statuses)?),
+            (false, _, _) => {
+                let mut text = statuses.iter().map(table).collect::<Vec<_>>().join("\n");
+                if let Some(interval) = interval {
+                    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+                    let every = interval.duration().as_secs_f64();
+                    let _ = writeln!(
+                        text,
+                        "\n(read at {now}, again every {every} s until finished; Ctrl-C stops)"
+                    );
+                }
+                if redraw {
+                    // Cursor home, clear the screen: the next reading replaces this one.
+                    text.insert_str(0, "\x1b[H\x1b[2J");
+                } else if interval.is_some() {
+                    text.push('\n');
+                }
+                text
+            }
+        };
+        crate::print::stdout(&text)?;
+        let Some(interval) = interval else {
+            return Ok(());
+        };
+        if statuses.iter().all(Status::is_finished) {
+            return Ok(());
+        }
+        std::thread::sleep(interval.duration());
     }
-    crate::print::stdout(&table(status))
 }
 
 fn percent(done: u64, planned: u64) -> String {

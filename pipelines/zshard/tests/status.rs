@@ -127,3 +127,111 @@ fn status_counts_what_the_workers_did() {
     assert_eq!(s["phase"], "complete", "{s:#}");
     assert_eq!(s["arrays"], serde_json::json!([]));
 }
+
+/// `zshard status JOB.toml`: the status of each conversion's destination, in the job's order; with
+/// `--watch`, read again until every one is finished (here: when the second worker has run).
+#[test]
+fn status_of_a_job_file_and_watching_it_until_finished() {
+    use std::io::BufRead as _;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "shard_shape = [16, 16]\nchunk_shape = [8, 8]\n\n[[conversions]]\nsource = {:?}\ndestination = \"a.zarr\"\n\n[[conversions]]\nsource = {:?}\ndestination = \"b.zarr\"\n",
+            src.to_str().expect("utf-8"),
+            src.to_str().expect("utf-8"),
+        ),
+    )
+    .expect("job");
+    let job = job.to_str().expect("utf-8");
+    run(&["run", job, "--worker", "0/2", "-q"]);
+
+    let out = zshard(&["status", job, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let statuses: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let statuses = statuses.as_array().expect("a list, one per conversion");
+    assert_eq!(statuses.len(), 2);
+    for (s, name) in statuses.iter().zip(["a.zarr", "b.zarr"]) {
+        assert!(
+            s["destination"]
+                .as_str()
+                .expect("destination")
+                .ends_with(name),
+            "{s:#}"
+        );
+        assert_eq!(s["phase"], "in_progress");
+        assert_eq!(s["totals"]["shards_done"], 15);
+        assert_eq!(s["totals"]["shards_planned"], 30);
+        assert_eq!(s["finalize_waits_for"], serde_json::json!(["w1of2"]));
+        assert_eq!(s["finished"], false);
+    }
+    let table = zshard(&["status", job]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(
+        table.matches("finalize waits for: w1of2").count(),
+        2,
+        "{table}"
+    );
+
+    // Watching: one JSON line per reading, every 0.2 s, until both are finished.
+    let binary = std::env::var_os("ZSHARD_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_zshard").into(),
+        std::path::PathBuf::from,
+    );
+    let mut watcher = std::process::Command::new(binary)
+        .args(["status", job, "--json", "--watch", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map(|line| line.expect("line"))
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    assert!(
+        watcher.try_wait().expect("wait").is_none(),
+        "the watch ended while worker 1 had not run"
+    );
+    run(&["run", job, "--worker", "1/2", "-q"]);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = watcher.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the watch goes on after every shard is done"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let lines = reader.join().expect("reader");
+    assert!(lines.len() >= 4, "{lines:?}");
+    let first: Value = serde_json::from_str(&lines[0]).expect("JSON line");
+    let last: Value = serde_json::from_str(lines.last().expect("a line")).expect("JSON line");
+    assert_eq!(first[0]["totals"]["shards_done"], 15);
+    for s in last.as_array().expect("list") {
+        assert_eq!(s["totals"]["shards_done"], 30, "{s:#}");
+        assert_eq!(s["finished"], true, "{s:#}");
+        assert_eq!(s["finalize_waits_for"], serde_json::json!([]));
+    }
+
+    // A watch interval is positive seconds.
+    let out = zshard(&["status", job, "--watch", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--watch"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -311,6 +311,42 @@ impl Plan {
     }
 }
 
+/// A sink of jobs that only read (a plan's cost estimate): nothing is ever handed to it.
+#[derive(Debug)]
+struct NoSink;
+
+impl zshard_core::ShardSink for NoSink {
+    fn shard_key(&self, shard: &[u64]) -> String {
+        format!("{shard:?}")
+    }
+
+    fn write_shard(
+        &self,
+        _shard: &[u64],
+        _inner: &[Option<bytes::Bytes>],
+    ) -> zshard_core::Result<zshard_core::Stored> {
+        Ok(zshard_core::Stored::NOTHING)
+    }
+}
+
+impl Plan {
+    /// The pipeline jobs reading from `source`, writing nowhere: what a plan asks its readers
+    /// about the reads a run would make.
+    pub(crate) fn read_jobs(&self, source: &Input) -> Vec<ArrayJob> {
+        self.arrays
+            .iter()
+            .map(|a| ArrayJob {
+                name: array_name(&source.url(), &a.path),
+                layout: a.layout(),
+                source_chain: a.job_parts.0.clone(),
+                inner_chain: Some(a.job_parts.1.clone()),
+                reader: source.reader(&a.path, &a.source),
+                sink: Arc::new(NoSink),
+            })
+            .collect()
+    }
+}
+
 /// The inner chunk shape of an already sharded source, which is the natural default for the output.
 fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
     meta.sharding()?.ok().map(|config| config.chunk_shape)

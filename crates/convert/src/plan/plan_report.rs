@@ -26,6 +26,79 @@ pub struct PlanReport {
     /// An Icechunk output: the branch committed to and the repository's spec version (none for
     /// plain Zarr).
     pub icechunk_output: Option<(String, zshard_icechunk::DestinationSpec)>,
+    /// What the whole job (every worker's shards) would request from storage.
+    pub cost: Option<Cost>,
+}
+
+/// The requests and bytes a whole conversion would take from storage: a cost estimate a migration
+/// can be budgeted with. GETs of a kerchunk JSON reference set are counted from its byte ranges,
+/// coalesced as an unpartitioned run's fetchers coalesce them when the window has room (a run
+/// partitioned over workers reads shards that are not neighbours, so it coalesces less); other
+/// sources count one GET per source chunk and its raw size (an upper bound: missing chunks cost a
+/// GET that finds nothing, compressed chunks fewer bytes). PUTs count one per shard (a shard of
+/// only fill is not written), its multipart parts (with the create and complete requests) on
+/// object stores when its raw size exceeds the part size, and one per metadata document; PUT
+/// bytes are raw sizes, an upper bound for compressing codecs. The state's small records are not
+/// counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Cost {
+    /// GET requests for source chunks.
+    pub get_requests: u64,
+    /// Bytes those GETs request.
+    pub get_bytes: u64,
+    /// Whether every array's GETs were counted from its references' byte ranges (else some are one
+    /// per source chunk, an upper bound).
+    pub gets_from_references: bool,
+    /// PUT requests (shards, multipart parts, metadata documents).
+    pub put_requests: u64,
+    /// Bytes those PUTs send (raw sizes: an upper bound).
+    pub put_bytes: u64,
+}
+
+impl Cost {
+    /// The cost of `plan`: `reads` per array (`None` where its reader cannot tell unread), shards
+    /// of more than `part_size` raw bytes uploaded in parts when `multipart` (an object store).
+    pub(crate) fn of(
+        plan: &Plan,
+        reads: &[Option<zshard_core::PlannedReads>],
+        part_size: u64,
+        multipart: bool,
+    ) -> Cost {
+        let mut cost = Cost {
+            gets_from_references: !plan.arrays.is_empty(),
+            ..Cost::default()
+        };
+        for (i, a) in plan.arrays.iter().enumerate() {
+            let size = a.output.data_type.size() as u64;
+            let raw = product(&a.source.shape) * size;
+            match reads.get(i).copied().flatten() {
+                Some(reads) => {
+                    cost.get_requests += reads.requests;
+                    cost.get_bytes += reads.bytes;
+                }
+                None => {
+                    cost.gets_from_references = false;
+                    cost.get_requests += product(&a.source.rectilinear.as_ref().map_or_else(
+                        || grid_shape(&a.source.shape, &a.source.chunk_shape),
+                        |grid| grid.grid_shape(),
+                    ));
+                    cost.get_bytes += raw;
+                }
+            }
+            let shards = a.geometry.shard_count();
+            let shard_raw = product(&a.output.shard_shape) * size;
+            let per_shard = if multipart && part_size > 0 && shard_raw > part_size {
+                shard_raw.div_ceil(part_size) + 2
+            } else {
+                1
+            };
+            cost.put_requests += shards * per_shard + 1;
+            cost.put_bytes += raw;
+        }
+        cost.put_requests += plan.groups.len() as u64;
+        cost
+    }
 }
 
 impl PlanReport {
@@ -51,6 +124,7 @@ impl PlanReport {
             memory_limit_source: String::new(),
             icechunk_chunks: None,
             icechunk_output: None,
+            cost: None,
         }
     }
 
@@ -131,6 +205,9 @@ impl PlanReport {
             "skipped_arrays": self.plan.skipped,
             "totals": self.totals(),
         });
+        if let Some(cost) = &self.cost {
+            doc["cost"] = json!(cost);
+        }
         if let Some(c) = self.icechunk_chunks {
             doc["icechunk_chunks"] =
                 json!({"native": c.native, "inline": c.inline, "virtual": c.virtual_});

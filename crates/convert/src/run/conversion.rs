@@ -290,6 +290,16 @@ impl Conversion {
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
         let budget = self.budget(&opened)?;
+        let jobs = opened.plan.read_jobs(&opened.input);
+        let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
+        let multipart = Location::parse(&self.destination)?.is_remote();
+        let cost = crate::plan_report::Cost::of(
+            &opened.plan,
+            &reads,
+            self.store_options.part_size as u64,
+            multipart,
+        );
+        drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
             budget,
@@ -299,6 +309,7 @@ impl Conversion {
         )
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
         report.icechunk_chunks = opened.input.icechunk_chunks();
+        report.cost = Some(cost);
         if let Some(output) = self.icechunk_output() {
             // Which repository the commit goes to, and in which spec version: read, never made.
             let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;

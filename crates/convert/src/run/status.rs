@@ -171,6 +171,29 @@ pub struct Status {
     /// The pace of the last [`RATE_WINDOW_MS`] and the time left at it (while in progress, with a
     /// recorded plan).
     pub rate: Option<Rate>,
+    /// Nothing moves on by itself ([`Status::is_finished`] when it was read).
+    pub finished: bool,
+}
+
+impl Status {
+    /// Whether the conversion will not move on by itself: complete, never started, or every
+    /// planned shard recorded done with no worker live (what is left is `finalize`). A conversion
+    /// with workers still live, shards left, or no plan recorded yet is not finished.
+    pub fn is_finished(&self) -> bool {
+        match self.phase {
+            Phase::InProgress => {
+                self.rate.is_some()
+                    && self.finalize_waits_for.is_empty()
+                    && !self.workers.iter().any(|w| w.live)
+            }
+            _ => true,
+        }
+    }
+}
+
+/// The status that `options` ask for (its destination, reached with its storage options).
+pub fn status_with(options: &crate::options::StatusOptions) -> Result<Status> {
+    status_of(&options.destination, &options.storage.store_options())
 }
 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
@@ -182,6 +205,12 @@ pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
 
 /// The status of the conversion into `dst` (see the module's documentation).
 pub fn status(dst: &Store) -> Result<Status> {
+    let mut status = read_status(dst)?;
+    status.finished = status.is_finished();
+    Ok(status)
+}
+
+fn read_status(dst: &Store) -> Result<Status> {
     let root = "zarr.json".to_string();
     let (listed, metadata) = dst.block_on(async {
         futures::join!(dst.list_objects_async(STATE_DIR), dst.get_async(&root))
@@ -202,6 +231,7 @@ pub fn status(dst: &Store) -> Result<Status> {
         finalize_waits_for: Vec::new(),
         unreadable: Vec::new(),
         rate: None,
+        finished: false,
     };
     let wanted: Vec<String> = listed
         .iter()
@@ -614,6 +644,31 @@ mod tests {
         // Done: a0 (g0, w0), a2 (g2, w0), b1 (g4, w0), b3 (g6, w0).
         assert_eq!(tags, [("w0of2", true, 4, 4), ("w1of2", false, 4, 0)]);
         assert_eq!(s.finalize_waits_for, ["w1of2"]);
+    }
+
+    #[test]
+    fn finished_means_nothing_moves_on_by_itself() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dst = store(tmp.path());
+        assert!(status(&dst).expect("status").is_finished(), "not started");
+        put(&dst, CLAIM, CLAIM_TEXT);
+        put(&dst, ".zshard/options/w0of1.json", CLAIM_TEXT);
+        assert!(!status(&dst).expect("status").is_finished(), "shards left");
+        put(
+            &dst,
+            ".zshard/done/w0of1-1-000000.txt",
+            "a\t0,0\t1\na\t1,0\t1\na\t2,0\t1\nb\t0\t1\nb\t1\t1\nb\t2\t1\nb\t3\t1\nb\t4\t1\n",
+        );
+        let done = status(&dst).expect("status");
+        assert!(done.is_finished() && done.finished, "all done");
+        let lease =
+            crate::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
+                .expect("lease");
+        assert!(
+            !status(&dst).expect("status").is_finished(),
+            "a live worker"
+        );
+        lease.release().expect("release");
     }
 
     #[test]

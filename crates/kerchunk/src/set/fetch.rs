@@ -373,6 +373,44 @@ impl Shared {
             .collect()
     }
 
+    /// The requests and bytes that [`Shared::fetch`] of `wants` would take (ranges coalesced per
+    /// target as it does, whole targets once each), without reading: for a plan's cost estimate.
+    /// Ranges it would refuse unread (too long, past a local file's end) take nothing; a whole
+    /// remote target counts its request but not its bytes (its size is not known unread).
+    pub(super) fn planned(&self, wants: Vec<Want>, max_len: u64) -> zshard_core::PlannedReads {
+        let mut planned = zshard_core::PlannedReads::default();
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut id = |t: &Resolved| {
+            let next = ids.len();
+            *ids.entry(t.display.clone()).or_insert(next)
+        };
+        let mut ranges: Vec<(usize, Range<u64>)> = Vec::new();
+        let mut wholes: HashMap<usize, u64> = HashMap::new();
+        for want in wants {
+            match want {
+                Want::Range { target, start, end } => {
+                    let past_end = target.len.is_some_and(|len| end > len);
+                    if end - start <= max_len && !past_end {
+                        ranges.push((id(&target), start..end));
+                    }
+                }
+                Want::Whole(target) => {
+                    wholes.insert(id(&target), target.len.unwrap_or(0).min(max_len));
+                }
+                Want::Ready(_) | Want::Failed(_) => {}
+            }
+        }
+        for request in
+            coalesce_per_target(&ranges, self.options.coalesce_gap, self.options.max_request)
+        {
+            planned.requests += 1;
+            planned.bytes += request.request.range.end - request.request.range.start;
+        }
+        planned.requests += wholes.len() as u64;
+        planned.bytes += wholes.values().sum::<u64>();
+        planned
+    }
+
     /// Reads one whole reference (a metadata document stored in a target).
     pub(super) fn read_one(&self, key: &str, url: &str, r: &Ref) -> Result<Vec<u8>> {
         let want = Want::of(r, Bytes::new, || self.resolve(key, url));

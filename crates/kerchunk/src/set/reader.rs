@@ -93,7 +93,26 @@ impl ChunkReader for JsonReader {
         coords: &[Vec<u64>],
         max_len: u64,
     ) -> Vec<zshard_core::Result<Option<Bytes>>> {
-        let wants = coords
+        self.common.shared.fetch(self.wants(coords), max_len)
+    }
+
+    fn coalesces_reads(&self) -> bool {
+        self.common.shared.options.coalesce_gap.is_some()
+    }
+
+    fn planned_reads(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Option<zshard_core::PlannedReads> {
+        Some(self.common.shared.planned(self.wants(coords), max_len))
+    }
+}
+
+impl JsonReader {
+    /// What reading the chunks at `coords` takes, one entry per chunk.
+    fn wants(&self, coords: &[Vec<u64>]) -> Vec<Want> {
+        coords
             .iter()
             .map(|coord| {
                 let Some(entry) = self.common.position(coord).and_then(|l| self.index.get(l))
@@ -113,8 +132,7 @@ impl ChunkReader for JsonReader {
                     },
                 )
             })
-            .collect();
-        self.common.shared.fetch(wants, max_len)
+            .collect()
     }
 }
 
@@ -199,6 +217,10 @@ impl ParquetReader {
 impl ChunkReader for ParquetReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
         self.common.key(coord)
+    }
+
+    fn coalesces_reads(&self) -> bool {
+        self.common.shared.options.coalesce_gap.is_some()
     }
 
     fn read_chunks(

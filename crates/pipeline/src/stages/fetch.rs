@@ -1,17 +1,37 @@
-//! The fetch stage: I/O threads that take the next part, read its source chunks and send them on.
+//! The fetch stage: I/O threads that take the next parts, read their source chunks and send them on.
+//!
+//! A reader whose reads coalesce ([`ChunkReader::coalesces_reads`], references into files) gets the
+//! chunks of several consecutive parts of one array in one call, so that byte ranges of one file
+//! that lie in different shards (a row of HDF5 chunks spanning several output shards) are one
+//! request. Each part of such a batch holds its own place in the window, taken only when one is
+//! free at once: a fetcher never waits for a place while it holds parts.
+//!
+//! [`ChunkReader::coalesces_reads`]: zshard_core::ChunkReader::coalesces_reads
 
+use std::collections::HashMap;
+use std::iter::Peekable;
 use std::sync::Mutex;
 
 use crossbeam_channel::Sender;
+use zshard_core::{ChunkReader, PlannedReads};
 
 use super::message::{Fetched, Msg, ReadCounts, ShardPart};
 use super::{RunArray, RunContext};
 use crate::error::Error;
 
+/// Parts of one array read with one call at most (when its reader coalesces): a quarter of the
+/// window of messages in flight, at most this many.
+pub(super) const MAX_BATCH: usize = 16;
+
+/// Parts read with one call at most, for a window of `window` messages.
+pub(super) fn batch_size(window: usize) -> usize {
+    (window / 4).clamp(1, MAX_BATCH)
+}
+
 /// Takes parts from `parts` until they run out, the run is cancelled or the decoder has stopped.
 pub(super) fn stage<I: Iterator<Item = ShardPart>>(
     ctx: &RunContext<'_>,
-    parts: &Mutex<I>,
+    parts: &Mutex<Peekable<I>>,
     out: Sender<Msg<Fetched>>,
 ) {
     loop {
@@ -22,22 +42,50 @@ pub(super) fn stage<I: Iterator<Item = ShardPart>>(
         let Some(permit) = ctx.window.acquire(|| ctx.is_cancelled()) else {
             break;
         };
-        let next = match parts.lock() {
-            Ok(mut parts) => parts.next(),
-            Err(_) => None,
+        let batch = match parts.lock() {
+            Ok(mut parts) => take_batch(ctx, &mut parts, permit),
+            Err(_) => Vec::new(),
         };
-        let Some(mut part) = next else { break };
-        part.permit = Some(permit);
-        let fetched = fetch(ctx.array(part.task.array), part);
-        if out.send(fetched).is_err() {
-            break;
+        let Some(first) = batch.first() else { break };
+        let array = ctx.array(first.task.array);
+        for fetched in fetch(array, batch) {
+            if out.send(fetched).is_err() {
+                return;
+            }
         }
     }
 }
 
-/// Reads the source chunks of `part`; when the shard keeps source chunks, only those no earlier part
-/// of it needed.
-fn fetch(array: &RunArray<'_>, part: ShardPart) -> Msg<Fetched> {
+/// The next part (with `permit`) and, when its array's reader coalesces reads, the parts of the same
+/// array after it for which a place in the window is free now, up to the batch size.
+fn take_batch<I: Iterator<Item = ShardPart>>(
+    ctx: &RunContext<'_>,
+    parts: &mut Peekable<I>,
+    permit: crate::window::Permit,
+) -> Vec<ShardPart> {
+    let Some(mut first) = parts.next() else {
+        return Vec::new();
+    };
+    first.permit = Some(permit);
+    let array = first.task.array;
+    let mut batch = vec![first];
+    if !ctx.array(array).job.reader.coalesces_reads() {
+        return batch;
+    }
+    while batch.len() < ctx.fetch_batch && parts.peek().is_some_and(|p| p.task.array == array) {
+        let Some(permit) = ctx.window.try_acquire() else {
+            break;
+        };
+        let Some(mut part) = parts.next() else { break };
+        part.permit = Some(permit);
+        batch.push(part);
+    }
+    batch
+}
+
+/// The source chunks `part` reads: those of its region; when the shard keeps source chunks, only
+/// those no earlier part of it needed.
+fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
     let job = array.job;
     let region = array
         .split
@@ -52,21 +100,120 @@ fn fetch(array: &RunArray<'_>, part: ShardPart) -> Msg<Fetched> {
                 .is_none_or(|(first, _)| first == part.index)
         });
     }
-    let results = job.reader.read_chunks(&coords, array.max_chunk_len);
-    let mut chunks = Vec::with_capacity(coords.len());
-    let mut read = ReadCounts::default();
-    for (coord, result) in coords.into_iter().zip(results) {
-        let bytes = result.map_err(|source| Error::Read {
-            array: job.name.clone(),
-            key: job.reader.chunk_key(&coord),
-            source: Box::new(source),
-        })?;
-        read.chunks += 1;
-        match &bytes {
-            Some(b) => read.bytes += b.len() as u64,
-            None => read.missing += 1,
+    coords
+}
+
+/// The chunks of every part of `batch`, each once, and for each part the positions of its chunks
+/// in that list.
+fn union_of(array: &RunArray<'_>, batch: &[ShardPart]) -> (Vec<Vec<u64>>, Vec<Vec<usize>>) {
+    let mut all: Vec<Vec<u64>> = Vec::new();
+    let mut seen: HashMap<Vec<u64>, usize> = HashMap::new();
+    let positions = batch
+        .iter()
+        .map(|part| {
+            chunks_of(array, part)
+                .into_iter()
+                .map(|coord| {
+                    *seen.entry(coord.clone()).or_insert_with(|| {
+                        all.push(coord);
+                        all.len() - 1
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    (all, positions)
+}
+
+/// Reads the source chunks of the parts of `batch` (one array's) with one call of its reader, and
+/// hands each part its own.
+fn fetch(array: &RunArray<'_>, batch: Vec<ShardPart>) -> Vec<Msg<Fetched>> {
+    let job = array.job;
+    let (coords, positions) = union_of(array, &batch);
+    let mut results = job.reader.read_chunks(&coords, array.max_chunk_len);
+    batch
+        .into_iter()
+        .zip(positions)
+        .map(|(part, positions)| {
+            let mut chunks = Vec::with_capacity(positions.len());
+            let mut read = ReadCounts::default();
+            for at in positions {
+                let coord = &coords[at];
+                let failed = |source: zshard_core::Error| Error::Read {
+                    array: job.name.clone(),
+                    key: job.reader.chunk_key(coord),
+                    source: Box::new(source),
+                };
+                let bytes = match results.get_mut(at) {
+                    Some(Ok(bytes)) => bytes.clone(),
+                    Some(slot) => {
+                        // The error goes to this part; a later part of the batch that needs the
+                        // same chunk gets its text.
+                        let text = slot
+                            .as_ref()
+                            .err()
+                            .map(|e| zshard_core::chain_text(e))
+                            .unwrap_or_default();
+                        let again = Err(zshard_core::Error::Read {
+                            key: job.reader.chunk_key(coord),
+                            source: text.into(),
+                        });
+                        let error = std::mem::replace(slot, again).err();
+                        return Err(failed(error.unwrap_or_else(|| zshard_core::Error::Read {
+                            key: job.reader.chunk_key(coord),
+                            source: "no error".into(),
+                        })));
+                    }
+                    None => {
+                        return Err(failed(zshard_core::Error::Read {
+                            key: job.reader.chunk_key(coord),
+                            source: "the reader returned no result for it".into(),
+                        }))
+                    }
+                };
+                read.chunks += 1;
+                match &bytes {
+                    Some(b) => read.bytes += b.len() as u64,
+                    None => read.missing += 1,
+                }
+                chunks.push((coord.clone(), bytes));
+            }
+            Ok(Fetched { part, chunks, read })
+        })
+        .collect()
+}
+
+/// The reads of `parts` (one array's, in order) as the stage makes them, batched as it batches
+/// them when every place in the window is free, from what the reader knows unread (see
+/// [`ChunkReader::planned_reads`]); `None` when the reader cannot tell.
+pub(super) fn planned<I: Iterator<Item = ShardPart>>(
+    array: &RunArray<'_>,
+    parts: I,
+    batch: usize,
+) -> Option<PlannedReads> {
+    let reader: &dyn ChunkReader = array.job.reader.as_ref();
+    let batch = if reader.coalesces_reads() {
+        batch.max(1)
+    } else {
+        1
+    };
+    let mut planned = PlannedReads::default();
+    let mut pending: Vec<ShardPart> = Vec::with_capacity(batch);
+    let mut flush = |pending: &mut Vec<ShardPart>| -> Option<()> {
+        if pending.is_empty() {
+            return Some(());
         }
-        chunks.push((coord, bytes));
+        let (coords, _) = union_of(array, pending);
+        planned += reader.planned_reads(&coords, array.max_chunk_len)?;
+        pending.clear();
+        Some(())
+    };
+    for part in parts {
+        pending.push(part);
+        if pending.len() == batch {
+            flush(&mut pending)?;
+        }
     }
-    Ok(Fetched { part, chunks, read })
+    flush(&mut pending)?;
+    Some(planned)
 }

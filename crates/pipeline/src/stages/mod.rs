@@ -62,15 +62,7 @@ pub fn run_observed(
     let encode_pool = pool("encode")?;
     let context = RunContext::new(jobs, options, progress);
     let ctx = &context;
-    let parts = Mutex::new(tasks.flat_map(|task| {
-        let count = ctx.array(task.array).split.parts();
-        (0..count).map(move |index| ShardPart {
-            task: task.clone(),
-            index,
-            count,
-            permit: None,
-        })
-    }));
+    let parts = Mutex::new(parts_of(ctx, tasks).peekable());
     let capacity = options.channel_capacity.max(1);
     let (fetched_tx, fetched_rx) = bounded::<Msg<Fetched>>(capacity);
     let (decoded_tx, decoded_rx) = bounded::<Msg<Decoded>>(capacity);
@@ -133,7 +125,52 @@ pub fn run_observed(
         }
         Ok(())
     })?;
+    drop(parts);
     context.finish()
+}
+
+/// The parts of the shards of `tasks`, in order.
+fn parts_of<'c>(
+    ctx: &'c RunContext<'_>,
+    tasks: impl Iterator<Item = ShardTask> + 'c,
+) -> impl Iterator<Item = ShardPart> + 'c {
+    tasks.flat_map(|task| {
+        let count = ctx.array(task.array).split.parts();
+        (0..count).map(move |index| ShardPart {
+            task: task.clone(),
+            index,
+            count,
+            permit: None,
+        })
+    })
+}
+
+/// The reads from storage that converting every shard of `jobs` would take, per job (`None` for a
+/// job whose reader cannot tell unread, see [`zshard_core::ChunkReader::planned_reads`]; such a
+/// job's shards are not even enumerated), with the fetch stage's batches when the window has room:
+/// for a plan's cost estimate. Reads no chunk.
+pub fn planned_reads(
+    jobs: &[ArrayJob],
+    options: &Options,
+) -> Vec<Option<zshard_core::PlannedReads>> {
+    let progress = |_: &ShardOutcome| {};
+    let context = RunContext::new(jobs, options, &progress);
+    jobs.iter()
+        .enumerate()
+        .map(|(array, job)| {
+            job.reader.planned_reads(&[], u64::MAX)?;
+            let grid = job.layout.geometry.shard_grid();
+            let tasks = (0..zshard_core::product(&grid)).map(|i| ShardTask {
+                array,
+                shard: zshard_core::unravel_index(i, &grid),
+            });
+            fetch::planned(
+                context.array(array),
+                parts_of(&context, tasks),
+                context.fetch_batch,
+            )
+        })
+        .collect()
 }
 
 /// Starts one thread of the run.
@@ -157,6 +194,8 @@ struct RunContext<'a> {
     /// Set from outside the run ([`Options::cancel`]).
     external: Cancel,
     window: Arc<Window>,
+    /// Parts a fetcher reads with one call at most, when the reader coalesces reads.
+    fetch_batch: usize,
     progress: &'a dyn Progress,
     /// The totals of the shards written, and the first error.
     result: Mutex<(Stats, Option<Error>)>,
@@ -169,6 +208,7 @@ impl<'a> RunContext<'a> {
             cancel: AtomicBool::new(false),
             external: options.cancel.clone(),
             window: Window::new(messages_in_flight(options)),
+            fetch_batch: fetch::batch_size(messages_in_flight(options)),
             progress,
             result: Mutex::new((Stats::default(), None)),
         }

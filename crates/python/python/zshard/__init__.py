@@ -7,8 +7,9 @@ True
 
 Functions: :func:`convert`, :func:`plan` (what a conversion would do, from metadata alone),
 :func:`finalize` (after a conversion partitioned over workers), :func:`verify` (compare the output
-with its source) and :func:`ls` (the arrays of a source), the ``zshard`` command's ``convert``,
-``plan``, ``finalize``, ``verify`` and ``ls``. Each takes the source and destination (a path, a
+with its source, or with its kept manifest), :func:`ls` (the arrays of a source) and :func:`status`
+(how far a conversion into a destination has come), the ``zshard`` command's ``convert``, ``plan``,
+``finalize``, ``verify``, ``ls`` and ``status``. Each takes the source and destination (a path, a
 ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://``, ``az://`` URL; ``http(s)://`` for sources),
 then keyword-only settings, each with its own type and its own documentation (``help(zshard.convert)``):
 
@@ -19,21 +20,21 @@ then keyword-only settings, each with its own type and its own documentation (``
   ``allow_ref_prefix``, ``ref_coalesce_gap``, ``strict_refs``, ``source_ref``;
 - output: ``output_format``, ``branch``, ``message`` (Icechunk);
 - run: ``threads``, ``memory_limit`` (bytes or ``"4GiB"``), ``worker``, ``workers``, ``overwrite``,
-  ``report``, ``progress`` (convert), ``sample`` (verify);
+  ``report``, ``progress`` (convert), ``sample`` and ``manifest`` (verify), ``watch`` (status);
 - storage: ``s3_endpoint``, ``s3_region``, ``s3_path_style``, ``anonymous``, ``retries``,
   ``retry_timeout``, ``max_requests``, ``part_size``, ``io_threads``.
 
 A setting left at ``None`` takes the library's default. Values of the wrong type raise ``TypeError``,
 values out of range :class:`OptionsError` (a ``ValueError``), both naming the keyword. Results are
 frozen dataclasses (:class:`Report`, :class:`Plan`, :class:`Finalized`, :class:`VerifyResult`,
-:class:`Listing`). Failures raise a :class:`ConversionError` subclass naming the array and key. The
+:class:`Listing`, :class:`Status`). Failures raise a :class:`ConversionError` subclass naming the array and key. The
 package is typed (``py.typed``): mypy and IDEs check the keywords and their values.
 """
 
 from __future__ import annotations
 
 from . import _zshard
-from ._api import convert, finalize, ls, plan, verify
+from ._api import convert, finalize, ls, plan, status, verify
 from ._errors import (
     Cancelled,
     ChunkError,
@@ -62,22 +63,30 @@ from ._options import (
 )
 from ._progress import ProgressCallback
 from ._results import (
+    ArrayStatus,
     Counts,
     Finalized,
     ListedArray,
     Listing,
     Plan,
+    PlanCost,
     PlannedArray,
     PlanTotals,
     Progress,
     PyramidLevel,
+    Rate,
     Report,
+    Status,
+    StatusTotals,
+    LeaseStatus,
     VerifyResult,
+    WorkerStatus,
 )
 
 __version__: str = _zshard.__version__
 
 __all__ = [
+    "ArrayStatus",
     "Cancelled",
     "ChunkError",
     "Codec",
@@ -88,6 +97,7 @@ __all__ = [
     "Finalized",
     "IcechunkSpec",
     "IndexLocation",
+    "LeaseStatus",
     "ListedArray",
     "Listing",
     "Location",
@@ -97,24 +107,30 @@ __all__ = [
     "OptionsError",
     "OutputFormat",
     "Plan",
+    "PlanCost",
     "PlanTotals",
     "PlannedArray",
     "Progress",
     "ProgressCallback",
     "PyramidLevel",
+    "Rate",
     "Report",
     "Shape",
     "Size",
     "SourceError",
     "SourceFormat",
+    "Status",
+    "StatusTotals",
     "StorageError",
     "Strings",
     "VerifyResult",
     "Worker",
+    "WorkerStatus",
     "ZshardWarning",
     "convert",
     "finalize",
     "ls",
     "plan",
+    "status",
     "verify",
 ]

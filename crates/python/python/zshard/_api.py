@@ -23,7 +23,7 @@ from ._options import (
     Strings,
     Worker,
 )
-from ._results import Finalized, Listing, Plan, Report, VerifyResult
+from ._results import Finalized, Listing, Plan, Report, Status, VerifyResult
 from ._progress import ProgressCallback, progress_callback
 
 
@@ -698,7 +698,7 @@ def finalize(
 
 def verify(
     src: Location,
-    dst: Location,
+    dst: Location | None = None,
     *,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
@@ -712,6 +712,7 @@ def verify(
     on_unsupported: OnUnsupported | None = None,
     threads: int | None = None,
     sample: float | None = None,
+    manifest: bool | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -724,6 +725,7 @@ def verify(
 ) -> VerifyResult:
     """Compares the output ``dst`` with its source ``src`` element by element and checks every shard
     index (or a deterministic ``sample`` of the shards); also reports stray objects and differing metadata.
+    With ``manifest=True``, checks the output (given alone, as ``src``) against its kept manifest instead.
 
     Raises only when the comparison cannot be made: mismatches are in the result.
 
@@ -733,8 +735,9 @@ def verify(
         The source: a Zarr v2 or v3 array or group, a kerchunk reference set, an Icechunk repository or
         an N5 container (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://``, ``az://`` or
         ``http(s)://`` URL).
-    dst : str | os.PathLike[str]
-        The destination (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://`` or ``az://`` URL).
+    dst : str | os.PathLike[str], optional
+        The destination (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://`` or ``az://`` URL);
+        not given with ``manifest=True``, which checks ``src``, the output, alone.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -775,6 +778,11 @@ def verify(
     sample : float, optional
         Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``.
         Default: 1 (every shard).
+    manifest : bool, optional
+        Check the output alone against the checksum manifest its conversion kept
+        (``keep_manifest=True``), without reading the source: every shard's size and crc32c, and objects
+        at chunk keys the manifest does not name. The output is then the one location given
+        (``verify(dst, manifest=True)``).
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -825,6 +833,7 @@ def verify(
             "on_unsupported": on_unsupported,
             "threads": threads,
             "sample": sample,
+            "manifest": manifest,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -837,6 +846,88 @@ def verify(
         }
     )
     return VerifyResult._from_dict(_zshard.verify(src, dst, options))
+
+
+def status(
+    dst: Location,
+    *,
+    watch: float | None = None,
+    s3_endpoint: str | None = None,
+    s3_region: str | None = None,
+    s3_path_style: bool | None = None,
+    anonymous: bool | None = None,
+    retries: int | None = None,
+    retry_timeout: int | None = None,
+    max_requests: int | None = None,
+    part_size: Size | None = None,
+    io_threads: int | None = None,
+) -> Status:
+    """How far a conversion into ``dst`` has come, from ``dst`` alone (``zshard status --json``): per
+    array shards done and planned and bytes written, the rate and time left, per worker its shards and
+    whether its lease is live or stale, and what :func:`finalize` still waits for.
+
+    Read-only and cheap: a listing of the state and a few small records, never a shard.
+
+    Parameters
+    ----------
+    dst : str | os.PathLike[str]
+        The destination of the conversion (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://``
+        or ``az://`` URL).
+    watch : float, optional
+        Read the status again every this many seconds until the conversion is finished (complete, or
+        every shard done and no worker live), returning the last reading; Ctrl-C (``KeyboardInterrupt``)
+        stops waiting. By default the status is read once.
+    s3_endpoint : str, optional
+        Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
+        ``AWS_ENDPOINT_URL``).
+    s3_region : str, optional
+        S3 region. Default: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else ``us-east-1``.
+    s3_path_style : bool, optional
+        Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want.
+    anonymous : bool, optional
+        Unsigned requests, for public buckets and containers.
+    retries : int, optional
+        Retries of one request at most. Default: as many as ``retry_timeout`` allows.
+    retry_timeout : int, optional
+        How long a request is retried, in seconds. Default: 120.
+    max_requests : int, optional
+        Storage requests in flight per batch (at least 1). Default: 32.
+    part_size : int | str, optional
+        Shards larger than this are uploaded to object stores in parts of this size (at least 5 MiB).
+        Default: ``'32MiB'``.
+    io_threads : int, optional
+        Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
+        paths, 8 when the source or destination is remote.
+
+    Returns
+    -------
+    Status
+        The status (``.finished`` when nothing moves on by itself).
+
+    Raises
+    ------
+    TypeError
+        A keyword's value is of the wrong type (the message names the keyword).
+    OptionsError
+        A keyword's value is out of range, or the options do not fit the source (a ``ValueError``).
+    ConversionError
+        The subclass for what failed (source, destination, storage, chunk, memory).
+    """
+    options = _given(
+        {
+            "watch": watch,
+            "s3_endpoint": s3_endpoint,
+            "s3_region": s3_region,
+            "s3_path_style": s3_path_style,
+            "anonymous": anonymous,
+            "retries": retries,
+            "retry_timeout": retry_timeout,
+            "max_requests": max_requests,
+            "part_size": part_size,
+            "io_threads": io_threads,
+        }
+    )
+    return Status._from_dict(_zshard.status(dst, options))
 
 
 def ls(

@@ -361,6 +361,8 @@ class Plan:
         Sums over the arrays.
     icechunk_chunks : dict[str, int] | None
         An Icechunk source's chunks by kind (``native``, ``inline``, ``virtual``).
+    cost : PlanCost | None
+        What the whole job would request from storage (GETs and PUTs, and their bytes).
     document : dict[str, Any]
         The whole plan document.
     """
@@ -377,6 +379,7 @@ class Plan:
     skipped_arrays: list[tuple[str, str]]
     totals: PlanTotals
     icechunk_chunks: dict[str, int] | None
+    cost: PlanCost | None
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -395,8 +398,37 @@ class Plan:
             skipped_arrays=_skipped(doc),
             totals=PlanTotals(**{name: totals.get(name, 0) for name in PlanTotals.__dataclass_fields__}),
             icechunk_chunks=doc.get("icechunk_chunks"),
+            cost=PlanCost(**doc["cost"]) if doc.get("cost") is not None else None,
             document=doc,
         )
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """The requests and bytes a whole conversion would take from storage: a cost estimate a migration
+    can be budgeted with (``zshard plan --json``'s ``cost``).
+
+    Attributes
+    ----------
+    get_requests : int
+        GET requests for source chunks: for a kerchunk JSON reference set its byte ranges coalesced
+        as an unpartitioned run coalesces them; for other sources one per source chunk (at most).
+    get_bytes : int
+        Bytes those GETs request (raw sizes when not from references: an upper bound).
+    gets_from_references : bool
+        Whether every array's GETs were counted from its references' byte ranges.
+    put_requests : int
+        PUT requests: one per shard (with its multipart requests on object stores), one per metadata
+        document; state records are not counted.
+    put_bytes : int
+        Bytes those PUTs send (raw sizes: an upper bound for compressing codecs).
+    """
+
+    get_requests: int
+    get_bytes: int
+    gets_from_references: bool
+    put_requests: int
+    put_bytes: int
 
 
 @dataclass(frozen=True)
@@ -456,4 +488,222 @@ class Listing:
             arrays=[ListedArray(**{n: a.get(n) for n in ListedArray.__dataclass_fields__}) for a in doc["arrays"]],
             groups=list(doc.get("groups") or []),
             skipped_arrays=_skipped(doc),
+        )
+
+
+@dataclass(frozen=True)
+class ArrayStatus:
+    """One array of a conversion's recorded plan, as :func:`zshard.status` sees it.
+
+    Attributes
+    ----------
+    path : str
+        Its path in the hierarchy (``""`` at the root).
+    shards_planned : int
+        Shards it has.
+    shards_done : int
+        Shards recorded written or all fill (each once).
+    shards_written : int
+        Of those, shards recorded written.
+    shards_empty : int
+        Of those, shards recorded all fill (never written).
+    bytes_written : int
+        The recorded sizes of the written shards.
+    """
+
+    path: str
+    shards_planned: int
+    shards_done: int
+    shards_written: int
+    shards_empty: int
+    bytes_written: int
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> ArrayStatus:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class StatusTotals:
+    """The totals of a status over every array.
+
+    Attributes
+    ----------
+    shards_planned : int
+        Shards of every array.
+    shards_done : int
+        Shards done (recorded written or all fill).
+    bytes_written : int
+        Bytes of the shards recorded written.
+    """
+
+    shards_planned: int
+    shards_done: int
+    bytes_written: int
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> StatusTotals:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """A worker's lease on the destination, held while a run converts or finalizes.
+
+    Attributes
+    ----------
+    key : str
+        The lease object's key.
+    host : str
+        The host holding it.
+    pid : int
+        The holder's process id.
+    started : str
+        When the run started (RFC 3339).
+    renewed_ms : int
+        When it was last renewed, in milliseconds since the Unix epoch.
+    age_ms : int
+        Milliseconds since then, by this host's clock.
+    stale_after_ms : int
+        After how long without renewal it is stale.
+    live : bool
+        Renewed within ``stale_after_ms``: its run is live.
+    """
+
+    key: str
+    host: str
+    pid: int
+    started: str
+    renewed_ms: int
+    age_ms: int
+    stale_after_ms: int
+    live: bool
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> LeaseStatus:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One worker of a partitioned conversion (``"w0of1"`` is an unpartitioned run).
+
+    Attributes
+    ----------
+    worker : str
+        Its tag, ``"w<index>of<count>"``.
+    index : int
+        Its index.
+    count : int
+        The number of workers.
+    started : bool
+        Whether it has recorded its options.
+    shards_planned : int
+        Shards it owns.
+    shards_done : int
+        Of those, shards done.
+    leases : list[LeaseStatus]
+        Its leases: one per run of it that is converting, or was killed and could not remove it.
+    live : bool
+        Whether any of its leases is live.
+    """
+
+    worker: str
+    index: int
+    count: int
+    started: bool
+    shards_planned: int
+    shards_done: int
+    leases: list[LeaseStatus]
+    live: bool
+
+    @property
+    def stale(self) -> bool:
+        """It holds leases, none of them live: its run was killed or hangs."""
+        return bool(self.leases) and not self.live
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> WorkerStatus:
+        values = {name: doc[name] for name in cls.__dataclass_fields__}
+        values["leases"] = [LeaseStatus._from_dict(lease) for lease in doc["leases"]]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """How fast shards were recorded done lately, and when the rest would be done at that pace.
+
+    Attributes
+    ----------
+    window_s : int
+        The window the rate is measured over, in seconds, ending now.
+    shards_per_s : float
+        Shards recorded done per second within the window.
+    bytes_per_s : float
+        Bytes of shards recorded written per second within the window.
+    eta_s : int or None
+        Seconds until every planned shard is done at this rate; ``None`` when none was done in the
+        window.
+    """
+
+    window_s: int
+    shards_per_s: float
+    bytes_per_s: float
+    eta_s: int | None
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> Rate:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Status:
+    """How far a conversion into a destination has come, from the destination alone (``zshard status
+    --json``).
+
+    Attributes
+    ----------
+    destination : str
+        The destination.
+    phase : str
+        ``"not_started"``, ``"in_progress"`` or ``"complete"``.
+    arrays : list[ArrayStatus]
+        The recorded plan's arrays (empty unless in progress).
+    totals : StatusTotals
+        Over every array.
+    workers : list[WorkerStatus]
+        The workers that partition the conversion, in order.
+    finalize_waits_for : list[str]
+        The workers whose shards are not all done (their tags), which :func:`zshard.finalize` waits for.
+    unreadable : list[str]
+        Lines of record files that could not be read, each naming its key and line (not counted).
+    rate : Rate or None
+        The pace of the last two minutes and the time left at it (while in progress, with a plan).
+    finished : bool
+        Nothing moves on by itself: complete (or never started), or every shard recorded done and no
+        worker live (what is left is :func:`zshard.finalize`).
+    """
+
+    destination: str
+    phase: str
+    arrays: list[ArrayStatus]
+    totals: StatusTotals
+    workers: list[WorkerStatus]
+    finalize_waits_for: list[str]
+    unreadable: list[str]
+    rate: Rate | None
+    finished: bool
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> Status:
+        return cls(
+            destination=doc["destination"],
+            phase=doc["phase"],
+            arrays=[ArrayStatus._from_dict(a) for a in doc["arrays"]],
+            totals=StatusTotals._from_dict(doc["totals"]),
+            workers=[WorkerStatus._from_dict(w) for w in doc["workers"]],
+            finalize_waits_for=list(doc["finalize_waits_for"]),
+            unreadable=list(doc["unreadable"]),
+            rate=Rate._from_dict(doc["rate"]) if doc.get("rate") is not None else None,
+            finished=doc["finished"],
         )

@@ -22,17 +22,21 @@ def plan(src: object, dst: object, options: Mapping[str, object]) -> dict[str, A
 def finalize(src: object, dst: object, options: Mapping[str, object]) -> dict[str, Any]:
     """Finalizes a partitioned conversion of ``src`` into ``dst``."""
 
-def verify(src: object, dst: object, options: Mapping[str, object]) -> dict[str, Any]:
-    """Compares the output ``dst`` with its source ``src``."""
+def verify(src: object, dst: object | None, options: Mapping[str, object]) -> dict[str, Any]:
+    """Compares the output ``dst`` with its source ``src`` (with ``manifest``: the output alone with its
+    kept manifest)."""
+
+def status(dst: object, options: Mapping[str, object]) -> dict[str, Any]:
+    """How far the conversion into ``dst`` has come; returns the status document."""
 
 def ls(src: object, options: Mapping[str, object]) -> dict[str, Any]:
     """The arrays and groups of ``src``."""
 
 def settings(command: str) -> list[str]:
     """The keys of the settings of the library's options model that ``command`` (``convert``, ``plan``,
-    ``finalize``, ``verify`` or ``ls``) takes; ``source`` and ``destination`` are ``src`` and ``dst``."""
+    ``finalize``, ``verify``, ``ls`` or ``status``) takes; ``source`` and ``destination`` are ``src`` and ``dst``."""
 
 def cli_main(args: list[str]) -> int:
     """Runs the ``zshard`` command with ``args`` (no program name) and returns its exit status."""
 
-__all__ = ["convert", "plan", "finalize", "verify", "ls", "settings", "cli_main", "__version__"]
+__all__ = ["convert", "plan", "finalize", "verify", "ls", "status", "settings", "cli_main", "__version__"]
