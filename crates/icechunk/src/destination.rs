@@ -164,10 +164,7 @@ where
         stored_at_commit: 0,
         already_committed: false,
     };
-    let storage = repo::storage(location, runtime)?;
-    let repository = runtime
-        .block_on(Repository::open(storage).execute())
-        .map_err(|e| repo::open_failure(location, e))?;
+    let repository = repo::open(location, runtime)?;
     runtime
         .block_on(ensure_branch(&repository, branch))
         .map_err(|e| write_error(&format!("creating branch {branch:?}"), e))?;
@@ -512,10 +509,7 @@ pub fn earlier_commit(
     let Some(token) = read_token(&staging) else {
         return Ok(None);
     };
-    let storage = repo::storage(location, runtime)?;
-    let repository = runtime
-        .block_on(Repository::open(storage).execute())
-        .map_err(|e| repo::open_failure(location, e))?;
+    let repository = repo::open(location, runtime)?;
     runtime
         .block_on(async {
             if !repository
@@ -544,10 +538,7 @@ pub fn on_branch(
     groups: &[String],
     runtime: &Arc<IoRuntime>,
 ) -> Result<OnBranch> {
-    let storage = repo::storage(location, runtime)?;
-    let repository = runtime
-        .block_on(Repository::open(storage).execute())
-        .map_err(|e| repo::open_failure(location, e))?;
+    let repository = repo::open(location, runtime)?;
     let ours = digest(conversion.to_string().as_bytes());
     runtime
         .block_on(async {
