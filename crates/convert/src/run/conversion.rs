@@ -96,6 +96,8 @@ pub struct Conversion {
     /// conversion finishes, for `zshard verify --manifest` (see `manifest.rs`); otherwise it is
     /// removed with the rest of the state.
     pub keep_manifest: bool,
+    /// When records are flushed and compacted (tests make them small).
+    pub(crate) record_limits: crate::state::RecordLimits,
 }
 
 /// How often a local destination's filesystem is synced while shards are written (see `run`).
@@ -125,6 +127,7 @@ impl Conversion {
             lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
             icechunk: None,
             keep_manifest: false,
+            record_limits: crate::state::RecordLimits::default(),
         }
     }
 
@@ -446,8 +449,8 @@ impl Conversion {
         observer.work(&work);
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
         let log = Mutex::new((
-            ShardLog::written(destination.clone(), partition),
-            ShardLog::empty(destination.clone(), partition),
+            ShardLog::written(destination.clone(), partition, self.record_limits),
+            ShardLog::empty(destination.clone(), partition, self.record_limits),
         ));
         let log_error = Mutex::new(None);
         let options = zshard_pipeline::Options {

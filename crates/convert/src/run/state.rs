@@ -11,7 +11,11 @@
 //!   hex digits, the version the store gave it when it was written, its ETag as listings show it;
 //!   records of earlier versions have neither, or no version);
 //!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
-//!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches.
+//!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches, and a run compacts its own
+//!   batches as they accumulate (see [`ShardLog::compact`]): four files of as many batches each are
+//!   merged into the key of the newest, which then starts with a line naming the batches it holds
+//!   ([`BATCHES`]), so that a worker's records stay a few files (at 10^6 shards, 6 instead of 100)
+//!   and a resume or `status` reads few objects.
 //! - `manifest/<worker>-<run>-<seq>.txt`: the manifest of the shards of the `done` file of the same
 //!   name, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>kind:h,h,...` per line: besides the
 //!   object's crc32c, the crc32c of each inner chunk's decoded values (`kind` `d`), or of its stored
@@ -1286,11 +1290,14 @@ fn remove_staged_leftovers(
 }
 
 /// Batches records of shards (written ones with their size, or all-fill ones) and stores each batch
-/// under its own key, so that records are never rewritten.
+/// under its own key, so that a batch is never rewritten while it may be its only copy; this run's
+/// batches are compacted as they accumulate (see [`ShardLog::compact`]), so that a worker's records
+/// stay a few files however many shards it writes.
 #[derive(Debug)]
 pub(crate) struct ShardLog {
     store: Store,
-    /// `<dir>/<worker>-<run>`; the manifest's records go beside, under [`MANIFEST_DIR`].
+    /// `<worker>-<run>`; a batch is `<dir>/<name>-<seq>.txt`, its manifest records the file of the
+    /// same name under [`MANIFEST_DIR`].
     name: String,
     dir: &'static str,
     seq: u64,
@@ -1298,24 +1305,99 @@ pub(crate) struct ShardLog {
     /// The manifest lines of the written shards in `pending`.
     manifest: String,
     entries: usize,
+    /// The bytes of the written shards in `pending`.
+    pending_bytes: u64,
     last_flush: Instant,
+    /// This run's record files, oldest first, with the batches each holds (one, or many once
+    /// compacted). Only this run's: no other process writes or removes them.
+    files: Vec<RecordFile>,
+    limits: RecordLimits,
+}
+
+/// When records are flushed and compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordLimits {
+    /// Records per batch file (a batch is also flushed every [`FLUSH_INTERVAL`]).
+    pub(crate) flush_entries: usize,
+    /// How many of this run's record files holding as many batches each are merged into one.
+    pub(crate) compact_at: usize,
+    /// Tests: a compaction fails after writing the merged files, before removing the ones merged
+    /// (what a kill there leaves).
+    #[cfg(test)]
+    pub(crate) fail_before_removal: bool,
+}
+
+impl Default for RecordLimits {
+    fn default() -> Self {
+        RecordLimits {
+            flush_entries: FLUSH_ENTRIES,
+            compact_at: COMPACT_AT,
+            #[cfg(test)]
+            fail_before_removal: false,
+        }
+    }
+}
+
+/// One of this run's record files: its sequence number and the batches it holds.
+#[derive(Debug, Clone)]
+struct RecordFile {
+    seq: u64,
+    batches: Vec<BatchStamp>,
+}
+
+/// When a batch of records was flushed, how many records it holds and the bytes of the shards they
+/// name: what `zshard status` takes its rate from. A batch file's own modification time says it; a
+/// compacted file says it for each batch it holds, in its first line ([`BATCHES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchStamp {
+    /// Milliseconds since the Unix epoch.
+    pub(crate) ms: u64,
+    pub(crate) records: u64,
+    pub(crate) bytes: u64,
+}
+
+/// The first line of a compacted record file: this marker, then `ms:records:bytes` of each batch it
+/// holds, comma-separated. Readers of records skip it (it names no array and no coordinate).
+pub(crate) const BATCHES: &str = "#batches\t";
+
+/// The batches a compacted record file's first line (`line`) names; `None` for any other line.
+pub(crate) fn batch_stamps(line: &str) -> Option<Vec<BatchStamp>> {
+    let list = line.strip_prefix(BATCHES)?;
+    list.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|stamp| {
+            let mut parts = stamp.split(':').map(str::parse::<u64>);
+            match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some(Ok(ms)), Some(Ok(records)), Some(Ok(bytes)), None) => Some(BatchStamp {
+                    ms,
+                    records,
+                    bytes,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 const FLUSH_ENTRIES: usize = 10_000;
 const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+/// Merged by fours: a worker's records are at most three files per level (a level holding four
+/// times the batches of the one below), each record rewritten once per level: at a million shards
+/// (100 batches), 6 files and each record written 3 times.
+const COMPACT_AT: usize = 4;
 
 impl ShardLog {
     /// Records of written shards.
-    pub(crate) fn written(store: Store, partition: Partition) -> Self {
-        Self::new(store, DONE_DIR, partition)
+    pub(crate) fn written(store: Store, partition: Partition, limits: RecordLimits) -> Self {
+        Self::new(store, DONE_DIR, partition, limits)
     }
 
     /// Records of all-fill shards.
-    pub(crate) fn empty(store: Store, partition: Partition) -> Self {
-        Self::new(store, EMPTY_DIR, partition)
+    pub(crate) fn empty(store: Store, partition: Partition, limits: RecordLimits) -> Self {
+        Self::new(store, EMPTY_DIR, partition, limits)
     }
 
-    fn new(store: Store, dir: &'static str, partition: Partition) -> Self {
+    fn new(store: Store, dir: &'static str, partition: Partition, limits: RecordLimits) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -1327,7 +1409,10 @@ impl ShardLog {
             pending: String::new(),
             manifest: String::new(),
             entries: 0,
+            pending_bytes: 0,
             last_flush: Instant::now(),
+            files: Vec::new(),
+            limits,
         }
     }
 
@@ -1355,10 +1440,13 @@ impl ShardLog {
                 self.pending.push_str(version);
             }
             entry.write_line(array_path, &coord, &mut self.manifest);
+            self.pending_bytes += entry.size;
         }
         self.pending.push('\n');
         self.entries += 1;
-        if self.entries >= FLUSH_ENTRIES || self.last_flush.elapsed() >= FLUSH_INTERVAL {
+        if self.entries >= self.limits.flush_entries
+            || self.last_flush.elapsed() >= FLUSH_INTERVAL
+        {
             self.flush()?;
         }
         Ok(())
@@ -1366,15 +1454,20 @@ impl ShardLog {
 
     /// Writes the records batched since the last flush: the manifest's first, then a checkpoint
     /// (see [`Store::checkpoint`]: the shards they name were written without an fsync of their
-    /// own), then the `done` record, which so names only shards a checkpoint covers.
+    /// own), then the `done` record, which so names only shards a checkpoint covers. Then compacts
+    /// this run's record files when enough have accumulated.
     pub(crate) fn flush(&mut self) -> Result<()> {
-        for (key, bytes) in self.take_batch() {
+        let batch = self.take_batch();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for (key, bytes) in batch {
             if in_dir(&key, DONE_DIR) {
                 self.store.checkpoint()?;
             }
             self.store.put(&key, bytes)?;
         }
-        Ok(())
+        self.compact()
     }
 
     /// The records batched since the last flush, as the record files to write (key and bytes: the
@@ -1385,9 +1478,18 @@ impl ShardLog {
         if self.entries == 0 {
             return Vec::new();
         }
-        let file = format!("{}-{:06}.txt", self.name, self.seq);
+        let file = self.file_name(self.seq);
+        self.files.push(RecordFile {
+            seq: self.seq,
+            batches: vec![BatchStamp {
+                ms: crate::lease::now_millis(),
+                records: self.entries as u64,
+                bytes: self.pending_bytes,
+            }],
+        });
         self.seq += 1;
         self.entries = 0;
+        self.pending_bytes = 0;
         let mut batch = Vec::new();
         if !self.manifest.is_empty() {
             batch.push((
@@ -1400,6 +1502,131 @@ impl ShardLog {
             Bytes::from(std::mem::take(&mut self.pending)),
         ));
         batch
+    }
+
+    /// The name of this run's record file number `seq`.
+    fn file_name(&self, seq: u64) -> String {
+        format!("{}-{seq:06}.txt", self.name)
+    }
+
+    /// Compaction: whenever this run's newest `compact_at` record files hold as many batches each,
+    /// they are merged into one (see [`ShardLog::merge_newest`]), like the digits of a counter in
+    /// base `compact_at`: a worker's records stay a few files, each record rewritten once per level.
+    /// Only this run's files are merged: a worker's earlier runs left theirs compacted as far as
+    /// they got, and no other process ever writes or removes this run's.
+    fn compact(&mut self) -> Result<()> {
+        let at = self.limits.compact_at.max(2);
+        while self.files.len() >= at {
+            let newest = &self.files[self.files.len() - at..];
+            if newest
+                .iter()
+                .any(|f| f.batches.len() != newest[0].batches.len())
+            {
+                break;
+            }
+            if !self.merge_newest(at)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges this run's newest `count` record files (and their manifest files) into the key of the
+    /// newest, then removes the others. Never loses a record when interrupted: the merged file is
+    /// written whole or not at all over the newest (a local file is staged and renamed, an object
+    /// is replaced by one PUT), and is durable (a checkpoint on local disk) before any other file
+    /// is removed. Interrupted in between, the records are there twice, which a resume and
+    /// `status` count once. Its name keeps the newest's place in the order of record files (the
+    /// manifest's latest record of a shard wins) and pairs it with its manifest file as before
+    /// (manifest files go first, so a `done` file never lacks the manifest file of its name while
+    /// any is left). `false` when a file to merge is gone (a `finalize` or `--overwrite` clearing
+    /// the state meanwhile): nothing is merged then.
+    fn merge_newest(&mut self, count: usize) -> Result<bool> {
+        let first = self.files.len() - count;
+        let names: Vec<String> = self.files[first..]
+            .iter()
+            .map(|f| self.file_name(f.seq))
+            .collect();
+        let records: Vec<String> = names.iter().map(|n| join(self.dir, n)).collect();
+        let manifests: Vec<String> = if self.dir == DONE_DIR {
+            names.iter().map(|n| join(MANIFEST_DIR, n)).collect()
+        } else {
+            Vec::new()
+        };
+        let keys: Vec<String> = records.iter().chain(&manifests).cloned().collect();
+        let mut read = Vec::with_capacity(keys.len());
+        for found in self.store.get_many(&keys) {
+            read.push(found?);
+        }
+        let (record_bodies, manifest_bodies) = read.split_at(records.len());
+        let Some(record_bodies) = record_bodies
+            .iter()
+            .map(Option::as_ref)
+            .collect::<Option<Vec<&Bytes>>>()
+        else {
+            return Ok(false);
+        };
+        let stamps: Vec<BatchStamp> = self.files[first..]
+            .iter()
+            .flat_map(|f| f.batches.iter().copied())
+            .collect();
+        let mut merged = String::from(BATCHES);
+        for (i, s) in stamps.iter().enumerate() {
+            if i > 0 {
+                merged.push(',');
+            }
+            merged.push_str(&format!("{}:{}:{}", s.ms, s.records, s.bytes));
+        }
+        merged.push('\n');
+        let mut merged = merged.into_bytes();
+        for body in record_bodies {
+            append_records(&mut merged, body);
+        }
+        let mut manifest = Vec::new();
+        for body in manifest_bodies.iter().flatten() {
+            append_records(&mut manifest, body);
+        }
+        let Some((newest_record, older_records)) = records.split_last() else {
+            return Ok(false);
+        };
+        if let (Some(newest_manifest), false) = (manifests.last(), manifest.is_empty()) {
+            self.store.put(newest_manifest, Bytes::from(manifest))?;
+        }
+        self.store.put(newest_record, Bytes::from(merged))?;
+        // The merged files reach the disk before any file they replace is removed.
+        self.store.checkpoint()?;
+        #[cfg(test)]
+        if self.limits.fail_before_removal {
+            return Err(Error::Destination {
+                reason: "simulated failure between a compaction's write and its removals".into(),
+            });
+        }
+        let older_manifests = manifests.split_last().map_or(&[][..], |(_, rest)| rest);
+        self.store.delete_many(older_manifests)?;
+        self.store.delete_many(older_records)?;
+        let seq = self.files[self.files.len() - 1].seq;
+        self.files.truncate(first);
+        self.files.push(RecordFile {
+            seq,
+            batches: stamps,
+        });
+        Ok(true)
+    }
+}
+
+/// Appends the record lines of a record file to `out`, without a compacted file's [`BATCHES`] line
+/// (the merged file has one of its own), each line ended.
+fn append_records(out: &mut Vec<u8>, body: &[u8]) {
+    let body = match body.strip_prefix(BATCHES.as_bytes()) {
+        Some(rest) => rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(&[][..], |end| &rest[end + 1..]),
+        None => body,
+    };
+    out.extend_from_slice(body);
+    if !body.is_empty() && !body.ends_with(b"\n") {
+        out.push(b'\n');
     }
 }
 
@@ -1440,6 +1667,145 @@ pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{recorded_coord, shard_coord};
+    use super::{
+        batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR,
+    };
+    use crate::manifest::{ChunkHashes, Entry};
+    use crate::Partition;
+    use std::collections::BTreeMap;
+    use zshard_store::{IoRuntime, Store};
+
+    fn store(dir: &std::path::Path) -> Store {
+        let runtime = IoRuntime::new(1).expect("runtime");
+        Store::open(dir.to_str().expect("utf-8"), runtime, true).expect("open")
+    }
+
+    /// Every record file under `dir`, read.
+    fn files(store: &Store, dir: &str) -> BTreeMap<String, String> {
+        let keys = store.list_keys(dir).expect("list");
+        keys.iter()
+            .zip(store.get_many(&keys))
+            .map(|(key, read)| {
+                let bytes = read.expect("get").expect("listed");
+                (key.clone(), String::from_utf8(bytes.to_vec()).expect("utf-8"))
+            })
+            .collect()
+    }
+
+    /// How many record lines of the files name each shard of array `a` (coordinate text), and the
+    /// records the files' batch stamps count.
+    fn recorded(files: &BTreeMap<String, String>) -> (BTreeMap<String, usize>, u64) {
+        let mut shards = BTreeMap::new();
+        let mut stamped = 0;
+        for text in files.values() {
+            for (number, line) in text.lines().enumerate() {
+                if let Some(stamps) = batch_stamps(line) {
+                    assert_eq!(number, 0, "a batch line after the first: {text}");
+                    stamped += stamps.iter().map(|s| s.records).sum::<u64>();
+                    continue;
+                }
+                let coord = line.split('\t').nth(1).expect("a record line");
+                *shards.entry(coord.to_string()).or_default() += 1;
+            }
+        }
+        (shards, stamped)
+    }
+
+    fn entry(i: u64) -> Entry {
+        Entry {
+            size: 10 + i,
+            crc32c: i as u32,
+            kind: ChunkHashes::Decoded,
+            chunks: vec![Some(i as u32)],
+        }
+    }
+
+    fn limits(fail_before_removal: bool) -> RecordLimits {
+        RecordLimits {
+            flush_entries: 1,
+            compact_at: 4,
+            fail_before_removal,
+        }
+    }
+
+    #[test]
+    fn compaction_merges_a_runs_batches_by_fours_keeping_every_record_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dst = store(tmp.path());
+        // Another run's batch: never touched by this run's compaction.
+        let other = format!("{DONE_DIR}/w0of1-1-000000.txt");
+        dst.put(&other, bytes::Bytes::from_static(b"a\t99\t1\t00000000\n"))
+            .expect("put");
+        let mut log = ShardLog::written(dst.clone(), Partition::ALL, limits(false));
+        for i in 0..21u64 {
+            log.record("a", &[i], Some(&entry(i)), Some("v"))
+                .expect("record");
+        }
+        // 21 batches: one file of 16, one of 4, one of 1 (and the other run's).
+        let done = files(&dst, DONE_DIR);
+        assert_eq!(done.len(), 4, "{done:#?}");
+        assert!(done.contains_key(&other));
+        let (shards, stamped) = recorded(&done);
+        assert_eq!(shards.len(), 22);
+        assert!(shards.values().all(|&n| n == 1), "{shards:?}");
+        // The stamps of the two compacted files: 16 + 4 batches of one record.
+        assert_eq!(stamped, 20);
+        let compacted: Vec<usize> = done
+            .values()
+            .filter_map(|text| batch_stamps(text.lines().next()?))
+            .map(|stamps| stamps.len())
+            .collect();
+        assert_eq!(compacted, [16, 4]);
+        // Each merged into the newest's key, which its manifest file shares.
+        let manifests = files(&dst, MANIFEST_DIR);
+        let names = |files: &BTreeMap<String, String>| -> Vec<String> {
+            files
+                .keys()
+                .filter(|k| **k != other)
+                .map(|k| k.rsplit('/').next().unwrap_or(k).to_string())
+                .collect()
+        };
+        assert_eq!(names(&done), names(&manifests));
+        let merged: Vec<(String, bytes::Bytes)> = manifests
+            .iter()
+            .map(|(k, v)| (k.clone(), bytes::Bytes::from(v.clone())))
+            .collect();
+        let manifest = crate::manifest::merge(&merged);
+        assert_eq!(manifest.len(), 21);
+        for i in 0..21u64 {
+            assert_eq!(manifest[&("a".to_string(), i.to_string())], entry(i), "shard {i}");
+        }
+    }
+
+    #[test]
+    fn a_compaction_interrupted_before_its_removals_loses_no_record() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dst = store(tmp.path());
+        let mut log = ShardLog::written(dst.clone(), Partition::ALL, limits(true));
+        for i in 0..3u64 {
+            log.record("a", &[i], Some(&entry(i)), None).expect("record");
+        }
+        // The fourth batch makes four files to merge: the merged one is written, then it fails.
+        let failed = log.record("a", &[3], Some(&entry(3)), None);
+        assert!(failed.is_err(), "the simulated failure");
+        let done = files(&dst, DONE_DIR);
+        let (shards, _) = recorded(&done);
+        // Every record is there, those merged twice (in the merged file and in their own).
+        let expected: BTreeMap<String, usize> = [(0, 2), (1, 2), (2, 2), (3, 1)]
+            .into_iter()
+            .map(|(i, n)| (i.to_string(), n))
+            .collect();
+        assert_eq!(shards, expected, "{done:#?}");
+        // Every manifest file still has its `done` file (its shards stay checkpointed).
+        let manifests = files(&dst, MANIFEST_DIR);
+        for key in manifests.keys() {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            assert!(done.contains_key(&format!("{DONE_DIR}/{name}")), "{key}");
+        }
+        // (A resume counts each shard once: conversion_tests.rs.)
+        assert!(files(&dst, EMPTY_DIR).is_empty());
+        assert!(done.keys().all(|k| in_dir(k, DONE_DIR)));
+    }
 
     #[test]
     fn shard_coordinates_of_keys() {

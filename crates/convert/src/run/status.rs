@@ -282,7 +282,22 @@ fn read_status(dst: &Store) -> Result<Status> {
             shards: 0,
             bytes: 0,
         };
-        for (number, line) in String::from_utf8_lossy(bytes).lines().enumerate() {
+        let text = String::from_utf8_lossy(bytes);
+        // A compacted file names the batches it holds, each flushed at its own time (its
+        // modification time is the compaction's).
+        let stamps = text.lines().next().and_then(crate::state::batch_stamps);
+        let compacted = stamps.is_some();
+        for stamp in stamps.into_iter().flatten() {
+            batches.push(Batch {
+                modified_ms: stamp.ms,
+                shards: stamp.records,
+                bytes: stamp.bytes,
+            });
+        }
+        for (number, line) in text.lines().enumerate() {
+            if compacted && number == 0 {
+                continue;
+            }
             match parse_record(line, is_done, &plan) {
                 Some((array, index, size)) => {
                     batch.shards += 1;
@@ -302,7 +317,9 @@ fn read_status(dst: &Store) -> Result<Status> {
                     .push(format!("{} line {}", dst.url(key), number + 1)),
             }
         }
-        batches.push(batch);
+        if !compacted {
+            batches.push(batch);
+        }
     }
     for (i, array) in plan.iter().enumerate() {
         let entry = ArrayStatus {
