@@ -12,6 +12,11 @@
 #   - installs the zarrs peer into target/peers (cargo install zarrs_tools 0.8.1) when it is missing,
 #   - installs GNU time (/usr/bin/time, which measures CPU time and peak RSS) when it is missing.
 #
+# W10 (plan and resume of a 99 %-done destination of 10^6 shards, on local disk and on an S3 server that pages
+# listings 1,000 keys at a time) runs through benches/w10.py: `benches/run.sh --workloads W10 [--scale full]
+# [--delay-ms 0,20] [--parts local,s3] [--runs 2]`; its default scale is small (10^4 shards, about a minute),
+# the full one (10^6) takes 15-20 minutes and about 5 GB of disk under --workdir (default target/bench).
+#
 # The cloud workloads W7-W9 (S3 on loopback behind a proxy with a delay per request) run through
 # benches/cloud.py instead: `benches/run.sh --workloads w7,w8,w9 --delay-ms 0,20,100 [--scale small]`
 # (see `benches/cloud.py --help`); they install the S3 server s3s-fs into target/peers (cargo install).
@@ -51,6 +56,21 @@ fi
 if [ "${ZSHARD_SKIP_BUILD:-0}" != "1" ]; then
     say "cargo build --release -p zshard"
     (cd "$REPO" && cargo build --release -p zshard)
+fi
+
+# --- W10 (resume at a million shards): benches/w10.py, local disk and its own paging S3 server ---
+w10=0
+prev=""
+for a in "$@"; do
+    case "$prev=$a" in --workloads=*[Ww]10*) w10=1 ;; esac
+    case "$a" in --workloads=*[Ww]10*) w10=1 ;; esac
+    prev="$a"
+done
+if [ "$w10" = 1 ]; then
+    # sortedcontainers: the paging server's sorted key index (benches/pagings3.py).
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check sortedcontainers==2.4.0
+    export PYTHONDONTWRITEBYTECODE=1
+    exec "$VENV/bin/python" "$HERE/w10.py" --zshard "$REPO/target/release/zshard" "$@"
 fi
 
 # --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---

@@ -19,7 +19,11 @@ For each: wall, CPU, peak RSS, and on S3 the requests by kind and the listing pa
 resume wrote (and their neighbours) are read back with zarr-python and compared with the source element by
 element; --verify full reads every shard (minutes at 10^6).
 
-Usage: w10.py --zshard BIN [--scale full|small] [--runs 2] [--delay-ms 0,20] [--parts local,s3] [--workdir DIR]
+Usage: w10.py --zshard BIN [--scale small|full] [--runs 2] [--delay-ms 0,20] [--parts local,s3] [--workdir DIR]
+              [--s3-args '--io-threads 32']
+       benches/run.sh --workloads W10 [the same options]   (builds zshard first)
+The default scale is small (10^4 shards: about a minute); full (10^6) takes 15-20 minutes, most of it making the
+99 %-done snapshot once (kept under WORKDIR/sources, about 5 GB) and loading it into the server for each run.
 """
 import argparse
 import datetime
@@ -210,7 +214,9 @@ def s3_part(args, n, src, snap, done, delay_s, logdir):
                             virtual_hosted_style_request=False)
             a = zarr.open_array(zarr.storage.ObjectStore(store, read_only=True), mode="r")
             return check_rows(a, n, 0 if args.verify == "full" else n - 2 * max(n // 100, 1))
-        out.append(timed(f"resume, {done}/{n * n} shards done", [args.zshard, "convert", src, dst, *s3, *options()],
+        extra = args.s3_args.split()
+        what = f"resume, {done}/{n * n} shards done" + (f" ({args.s3_args})" if extra else "")
+        out.append(timed(what, [args.zshard, "convert", src, dst, *s3, *options(), *extra],
                          args, logdir, env=S3_ENV, server=server, prepare=prepare, verify=verify))
     finally:
         server.close()
@@ -220,15 +226,19 @@ def s3_part(args, n, src, snap, done, delay_s, logdir):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--zshard", required=True)
-    p.add_argument("--scale", choices=["full", "small"], default="full")
+    p.add_argument("--scale", choices=["full", "small"], default="small")
+    p.add_argument("--workloads", default="W10", help="for benches/run.sh: W10 is the only one here")
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--delay-ms", default="0,20")
     p.add_argument("--parts", default="local,s3")
     p.add_argument("--verify", choices=["rows", "full"], default="rows")
+    p.add_argument("--s3-args", default="", help="more zshard options for the S3 resumes, e.g. '--io-threads 32'")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--workdir", default=os.path.join(REPO, "target", "bench"))
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)
+    if {w.strip().upper() for w in args.workloads.split(",") if w.strip()} - {"W10"}:
+        p.error("w10.py runs W10 only (W1-W6: harness.py, W7-W9: cloud.py)")
     args.zshard = os.path.abspath(args.zshard)
     args.workdir = os.path.abspath(args.workdir)
     n = ROWS[args.scale]

@@ -207,8 +207,9 @@ pub(crate) fn prepare(
 
 /// What the destination holds around this conversion, read side by side: one listing of the state
 /// folder, one of each array's shards and the metadata documents at the root and at every node of
-/// the plan in one round, then every record file (options, done, empty) in another when there are
-/// any. Nothing here depends on another response of the same round.
+/// the plan in one round, and every record file (options, done, empty) as soon as the state
+/// folder's listing is in, beside the shard listings. Nothing here depends on another response of
+/// the same round.
 #[derive(Debug, Default)]
 pub(crate) struct Survey {
     /// Every key below the state folder.
@@ -224,7 +225,8 @@ pub(crate) struct Survey {
 }
 
 /// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
-/// knows them).
+/// knows them). The record files are read as soon as the state folder is listed, while the shard
+/// listings (a thousand pages at a million shards) go on.
 pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
     let documents = document_keys(plan);
     let (state, read, shards) = dst.block_on(async {
@@ -238,19 +240,41 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
             futures::stream::iter(shards),
             dst.concurrency(),
         ));
-        futures::join!(
-            dst.list_sizes_async(STATE_DIR),
-            dst.get_many_async(&documents),
-            shards
-        )
+        let state = async {
+            let state: Vec<String> = dst
+                .list_sizes_async(STATE_DIR)
+                .await?
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            let records = read_records(dst, &state, with_claim).await?;
+            Ok::<_, Error>((state, records))
+        };
+        futures::join!(state, dst.get_many_async(&documents), shards)
     });
-    let state: Vec<String> = state?.into_iter().map(|(key, _)| key).collect();
+    let (state, records) = state?;
     let documents = documents
         .into_iter()
         .zip(read)
         .map(|(key, found)| Ok((key, found?)))
         .collect::<Result<HashMap<_, _>>>()?;
     let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(Survey {
+        state,
+        documents,
+        shards,
+        records,
+    })
+}
+
+/// The record files (options, done, empty, the manifest files no checkpoint covers, and the claim
+/// `with_claim`) among the `state` keys, read side by side: a long run leaves several, and each is a
+/// round trip. Those gone since the listing are left out.
+async fn read_records(
+    dst: &Store,
+    state: &[String],
+    with_claim: bool,
+) -> Result<HashMap<String, Bytes>> {
     let listed: HashSet<&str> = state.iter().map(String::as_str).collect();
     let record_keys: Vec<String> = state
         .iter()
@@ -265,19 +289,16 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
         .collect();
     let mut records = HashMap::new();
     if !record_keys.is_empty() {
-        // Record files are read side by side: a long run leaves many, and each is a round trip.
-        for (key, read) in record_keys.iter().zip(dst.get_many(&record_keys)) {
+        for (key, read) in record_keys
+            .iter()
+            .zip(dst.get_many_async(&record_keys).await)
+        {
             if let Some(bytes) = read? {
                 records.insert(key.clone(), bytes);
             }
         }
     }
-    Ok(Survey {
-        state,
-        documents,
-        shards,
-        records,
-    })
+    Ok(records)
 }
 
 /// Whether `key` is a manifest record whose shards no checkpoint covers: its `done` record of the

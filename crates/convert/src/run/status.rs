@@ -104,7 +104,8 @@ pub struct WorkerStatus {
 }
 
 /// How fast shards were recorded done lately (from the modification times of the record batches,
-/// which workers store every 10 s), and when the rest would be done at that pace.
+/// which workers store every 10 s, or the times a compacted record file names for each batch it
+/// holds), and when the rest would be done at that pace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Rate {
