@@ -120,7 +120,8 @@ fn rows_conversion(dir: &Path, rows: u8) -> Conversion {
     .expect("write");
     for i in 0..rows {
         for j in 0..2u8 {
-            std::fs::write(src.join(format!("{i}.{j}")), [1 + i, 2 + j, (3 + i) ^ j]).expect("write");
+            std::fs::write(src.join(format!("{i}.{j}")), [1 + i, 2 + j, (3 + i) ^ j])
+                .expect("write");
         }
     }
     let dst = dir.join("rows-dst.zarr");
@@ -188,8 +189,8 @@ fn a_workers_records_are_compacted_and_a_rerun_trusts_them() {
     assert_eq!(report.totals.stats.shards_written, 20);
     // 20 batches: a file of 16 and one of 4.
     assert_eq!(done_files(&dst).len(), 2, "{:?}", done_files(&dst));
-    let status = crate::status::status_of(&conversion.destination, &Default::default())
-        .expect("status");
+    let status =
+        crate::status::status_of(&conversion.destination, &Default::default()).expect("status");
     assert_eq!(status.totals.shards_done, 20);
     // The compacted files' batch lines are no record lines, and their batches count in the rate.
     assert!(status.unreadable.is_empty(), "{:?}", status.unreadable);

@@ -1389,11 +1389,9 @@ pub(crate) fn batch_stamps(line: &str) -> Option<Vec<BatchStamp>> {
         .map(|stamp| {
             let mut parts = stamp.split(':').map(str::parse::<u64>);
             match (parts.next(), parts.next(), parts.next(), parts.next()) {
-                (Some(Ok(ms)), Some(Ok(records)), Some(Ok(bytes)), None) => Some(BatchStamp {
-                    ms,
-                    records,
-                    bytes,
-                }),
+                (Some(Ok(ms)), Some(Ok(records)), Some(Ok(bytes)), None) => {
+                    Some(BatchStamp { ms, records, bytes })
+                }
                 _ => None,
             }
         })
@@ -1465,8 +1463,7 @@ impl ShardLog {
         }
         self.pending.push('\n');
         self.entries += 1;
-        if self.entries >= self.limits.flush_entries
-            || self.last_flush.elapsed() >= FLUSH_INTERVAL
+        if self.entries >= self.limits.flush_entries || self.last_flush.elapsed() >= FLUSH_INTERVAL
         {
             self.flush()?;
         }
@@ -1687,10 +1684,8 @@ pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::{batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR};
     use super::{recorded_coord, shard_coord};
-    use super::{
-        batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR,
-    };
     use crate::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
@@ -1708,7 +1703,10 @@ mod tests {
             .zip(store.get_many(&keys))
             .map(|(key, read)| {
                 let bytes = read.expect("get").expect("listed");
-                (key.clone(), String::from_utf8(bytes.to_vec()).expect("utf-8"))
+                (
+                    key.clone(),
+                    String::from_utf8(bytes.to_vec()).expect("utf-8"),
+                )
             })
             .collect()
     }
@@ -1794,7 +1792,11 @@ mod tests {
         let manifest = crate::manifest::merge(&merged);
         assert_eq!(manifest.len(), 21);
         for i in 0..21u64 {
-            assert_eq!(manifest[&("a".to_string(), i.to_string())], entry(i), "shard {i}");
+            assert_eq!(
+                manifest[&("a".to_string(), i.to_string())],
+                entry(i),
+                "shard {i}"
+            );
         }
     }
 
@@ -1804,7 +1806,8 @@ mod tests {
         let dst = store(tmp.path());
         let mut log = ShardLog::written(dst.clone(), Partition::ALL, limits(true));
         for i in 0..3u64 {
-            log.record("a", &[i], Some(&entry(i)), None).expect("record");
+            log.record("a", &[i], Some(&entry(i)), None)
+                .expect("record");
         }
         // The fourth batch makes four files to merge: the merged one is written, then it fails.
         let failed = log.record("a", &[3], Some(&entry(3)), None);
