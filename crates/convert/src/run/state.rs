@@ -1402,7 +1402,7 @@ const FLUSH_ENTRIES: usize = 10_000;
 const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 /// Merged by fours: a worker's records are at most three files per level (a level holding four
 /// times the batches of the one below), each record rewritten once per level: at a million shards
-/// (100 batches), 6 files and each record written 3 times.
+/// (100 batches), 6 files, each record rewritten up to 3 times.
 const COMPACT_AT: usize = 4;
 
 impl ShardLog {
