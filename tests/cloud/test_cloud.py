@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from conftest import (AZURE_ACCOUNT, AZURE_KEY, S3_ENV, ZSHARD, azure_client, azure_env, download_blobs,
-                      download_prefix, free_port, run_zshard, s3_client, upload_dir)
+                      download_prefix, free_port, run_zshard, upload_dir)
 
 
 def make_group(path):
