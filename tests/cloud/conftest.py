@@ -45,10 +45,11 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "A
 
 @pytest.fixture
 def fault_proxy(moto):
+    """Makes FaultProxy instances in front of moto, or of the server at `upstream` (Azurite's URL)."""
     proxies = []
 
-    def make(**kwargs):
-        p = FaultProxy(int(moto.rsplit(":", 1)[1]), **kwargs)
+    def make(upstream=None, **kwargs):
+        p = FaultProxy(int((upstream or moto).rsplit(":", 1)[1]), **kwargs)
         proxies.append(p)
         return p
 
@@ -116,3 +117,14 @@ def download_prefix(s3, bucket, prefix, local: Path):
             s3.download_file(bucket, obj["Key"], str(target))
             keys.append(rel)
     return sorted(keys)
+
+
+def download_blobs(container_client, prefix, local: Path):
+    """Every blob under `prefix`/ of an Azure container into `local`; their names relative to the prefix."""
+    names = []
+    for blob in container_client.list_blobs(name_starts_with=prefix + "/"):
+        target = local / blob.name[len(prefix) + 1:]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(container_client.download_blob(blob.name).readall())
+        names.append(blob.name[len(prefix) + 1:])
+    return sorted(names)

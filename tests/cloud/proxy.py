@@ -232,7 +232,10 @@ class FaultProxy:
                     # (other requests are recorded when the upstream has answered).
                     proxy.record(self.command, self.path, len(body), "delayed")
                     time.sleep(proxy.delay_parts)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+                # The body's length replaces the client's header whatever its case: two Content-Length
+                # headers are a bad request to Azurite (Node's HTTP parser).
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("transfer-encoding", "connection", "content-length")}
                 headers["Content-Length"] = str(len(body))
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 upstream.connect()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import AZURE_ACCOUNT, AZURE_KEY, azure_client, azure_env, run_zshard
+from conftest import AZURE_ACCOUNT, AZURE_KEY, azure_client, azure_env, download_blobs, run_zshard
 from test_icechunk_s3 import NEW, arrays, assert_same
 
 
@@ -51,16 +51,6 @@ def make_source(container, prefix):
     return read_repo(container, prefix)
 
 
-def download(container_client, prefix, local):
-    names = []
-    for blob in container_client.list_blobs(name_starts_with=prefix + "/"):
-        target = local / blob.name[len(prefix) + 1:]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(container_client.download_blob(blob.name).readall())
-        names.append(blob.name[len(prefix) + 1:])
-    return sorted(names)
-
-
 FLAGS = ["--quiet", "--threads", "2"]
 
 
@@ -87,7 +77,7 @@ def test_icechunk_on_azure_to_a_second_repository_and_to_plain_zarr(azure, tmp_p
     # Into plain sharded Zarr on Azurite.
     run_zshard("convert", "az://icesrc/repo", "az://icedst/plain.zarr", "--source-format", "icechunk", *FLAGS,
                env=azure_env(azure))
-    keys = download(client.get_container_client("icedst"), "plain.zarr", tmp_path / "plain.zarr")
+    keys = download_blobs(client.get_container_client("icedst"), "plain.zarr", tmp_path / "plain.zarr")
     assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys), keys
     plain = zarr.open_group(str(tmp_path / "plain.zarr"), mode="r")
     assert plain.attrs["title"] == "icechunk on azure"

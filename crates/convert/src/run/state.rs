@@ -1685,7 +1685,9 @@ pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR};
-    use super::{recorded_coord, shard_coord};
+    use super::{
+        recorded_coord, shard_coord, verdict, version_id, ListedShard, RecordedShard, Verdict,
+    };
     use crate::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
@@ -1852,5 +1854,64 @@ mod tests {
         assert_eq!(recorded_coord("3,0", &[3, 3]), None);
         assert_eq!(recorded_coord("1", &[3, 3]), None);
         assert_eq!(recorded_coord("1,x", &[3, 3]), None);
+    }
+
+    #[test]
+    fn versions_compare_as_the_store_names_them_in_puts_and_listings() {
+        // Azure sends ETags quoted and lists them bare; S3 multipart ETags end in the part count.
+        assert_eq!(
+            version_id("\"0x8DB1C2D3E4F5A6B\""),
+            version_id("0x8DB1C2D3E4F5A6B")
+        );
+        assert_eq!(
+            version_id("W/\"0x8DB1C2D3E4F5A6B\""),
+            version_id("0x8DB1C2D3E4F5A6B")
+        );
+        assert_eq!(
+            version_id("\"9b2cf535f27731c9-2\""),
+            version_id("\"9b2cf535f27731c9-2\"")
+        );
+        assert_ne!(
+            version_id("\"9b2cf535f27731c9-2\""),
+            version_id("\"9b2cf535f27731c9\"")
+        );
+        assert_ne!(
+            version_id("0x8DB1C2D3E4F5A6B"),
+            version_id("0x8DB1C2D3E4F5A6C")
+        );
+
+        let listed = ListedShard {
+            index: 0,
+            size: 100,
+            version: version_id("0x8DB1C2D3E4F5A6B"),
+        };
+        let record = |size, version: Option<&str>| RecordedShard {
+            size: Some(size),
+            version: version.map(version_id),
+        };
+        let of = |records: &[RecordedShard]| verdict(records.iter(), &listed);
+        assert_eq!(
+            of(&[record(100, Some("\"0x8DB1C2D3E4F5A6B\""))]),
+            Verdict::Versioned
+        );
+        assert_eq!(
+            of(&[record(100, Some("\"0x8DB1C2D3E4F5A6C\""))]),
+            Verdict::VersionDiffers
+        );
+        // A record of the object that is there proves it, whatever other records say.
+        let rewritten = [
+            record(100, Some("0x1")),
+            record(100, Some("0x8DB1C2D3E4F5A6B")),
+        ];
+        assert_eq!(of(&rewritten), Verdict::Versioned);
+        assert_eq!(
+            of(&[record(100, Some("0x1")), record(100, None)]),
+            Verdict::Unversioned
+        );
+        assert_eq!(
+            of(&[record(99, Some("0x8DB1C2D3E4F5A6B"))]),
+            Verdict::Unrecorded
+        );
+        assert_eq!(of(&[]), Verdict::Unrecorded);
     }
 }
