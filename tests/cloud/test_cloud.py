@@ -966,7 +966,9 @@ def test_a_resume_of_ten_thousand_shards_on_s3_costs_listing_pages_not_requests_
     # 10 pages of 1,000 keys, each segment listed from its own start key: 10 segments of one page, each
     # maybe followed by an empty one.
     assert 10 <= len(shard_listings) <= 20, [r.path for r in shard_listings]
-    assert serial_round_trips(shard_listings) <= 2, timeline(shard_listings)
+    # Side by side: 2 in series (a segment and its empty follow-up); one of slack, as a loaded machine
+    # can start a segment's first page late (3 seen once with a load average of 12). In series, 10-20.
+    assert serial_round_trips(shard_listings) <= 3, timeline(shard_listings)
     assert [r.path for r in dst if r.method in ("GET", "HEAD") and "/w10.zarr/c/" in r.path] == []
     record_reads = [r for r in dst if r.method == "GET" and "/.zshard/done/" in r.path]
     assert len(record_reads) == len(records) and serial_round_trips(record_reads) <= 1, timeline(record_reads)
