@@ -62,6 +62,7 @@ pub use error::{one_line, Error, Result};
 pub use icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
 pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
 pub use lease::DEFAULT_LEASE_STALE_AFTER;
+pub use state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use listing::{list, ListedArray, Listing};
 pub use manifest::ManifestVerification;
 pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};

@@ -1299,23 +1299,29 @@ pub(crate) struct ShardLog {
     manifest: String,
     entries: usize,
     last_flush: Instant,
+    /// How long records are batched at most (the checkpoint interval).
+    interval: Duration,
 }
 
 const FLUSH_ENTRIES: usize = 10_000;
-const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often a run records the shards it has written (each time after a checkpoint on local disk),
+/// unless [`crate::Conversion::checkpoint_interval`] says otherwise; records are also written every
+/// 10,000 shards.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 
 impl ShardLog {
-    /// Records of written shards.
-    pub(crate) fn written(store: Store, partition: Partition) -> Self {
-        Self::new(store, DONE_DIR, partition)
+    /// Records of written shards, written (after a checkpoint) every `interval` at least.
+    pub(crate) fn written(store: Store, partition: Partition, interval: Duration) -> Self {
+        Self::new(store, DONE_DIR, partition, interval)
     }
 
-    /// Records of all-fill shards.
-    pub(crate) fn empty(store: Store, partition: Partition) -> Self {
-        Self::new(store, EMPTY_DIR, partition)
+    /// Records of all-fill shards, written every `interval` at least.
+    pub(crate) fn empty(store: Store, partition: Partition, interval: Duration) -> Self {
+        Self::new(store, EMPTY_DIR, partition, interval)
     }
 
-    fn new(store: Store, dir: &'static str, partition: Partition) -> Self {
+    fn new(store: Store, dir: &'static str, partition: Partition, interval: Duration) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -1328,6 +1334,7 @@ impl ShardLog {
             manifest: String::new(),
             entries: 0,
             last_flush: Instant::now(),
+            interval,
         }
     }
 
@@ -1358,7 +1365,7 @@ impl ShardLog {
         }
         self.pending.push('\n');
         self.entries += 1;
-        if self.entries >= FLUSH_ENTRIES || self.last_flush.elapsed() >= FLUSH_INTERVAL {
+        if self.entries >= FLUSH_ENTRIES || self.last_flush.elapsed() >= self.interval {
             self.flush()?;
         }
         Ok(())
