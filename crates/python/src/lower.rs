@@ -152,15 +152,13 @@ fn check(py: Python<'_>, name: &str, kind: Kind, value: &Bound<'_, PyAny>) -> Py
                 ));
             }
             let seconds: f64 = value.extract()?;
-            Number::from_f64(seconds).map(Value::Number).ok_or_else(|| {
-                python_error(
-                    py,
-                    "options",
-                    format!("{name} is a duration from 10ms to 1h, got {}", value.str()?),
-                    None,
-                    None,
-                )
-            })
+            match Number::from_f64(seconds) {
+                Some(n) => Ok(Value::Number(n)),
+                None => out_of_range(format!(
+                    "{name} is a duration from 10ms to 1h, got {}",
+                    value.str()?
+                )),
+            }
         }
         Kind::Shape => shape(py, name, value),
         Kind::Size => {
