@@ -62,7 +62,6 @@ pub use error::{one_line, Error, Result};
 pub use icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
 pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
 pub use lease::DEFAULT_LEASE_STALE_AFTER;
-pub use state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use listing::{list, ListedArray, Listing};
 pub use manifest::ManifestVerification;
 pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};
@@ -74,6 +73,7 @@ pub use report::{ArrayReport, Counts, Failure, Report, RunOptions, Status, Worke
 pub use selection::Selection;
 pub use shape::ShapeSpec;
 pub use size::parse_size;
+pub use state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};

@@ -1286,7 +1286,10 @@ mod tests {
             assert_eq!(again, options, "{given}");
         }
         let default = Conversion::from_options(&Options::new("s", "d")).expect("holds");
-        assert_eq!(default.checkpoint_interval, crate::DEFAULT_CHECKPOINT_INTERVAL);
+        assert_eq!(
+            default.checkpoint_interval,
+            crate::DEFAULT_CHECKPOINT_INTERVAL
+        );
         for bad in [
             serde_json::json!(0),
             serde_json::json!("0s"),
@@ -1304,7 +1307,8 @@ mod tests {
             "0".parse::<CheckpointInterval>().expect_err("zero")
         });
         assert!(
-            e.to_string().contains("--checkpoint-interval is a duration from 10ms to 1h"),
+            e.to_string()
+                .contains("--checkpoint-interval is a duration from 10ms to 1h"),
             "{e}"
         );
     }

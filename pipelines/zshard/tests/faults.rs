@@ -806,7 +806,14 @@ fn the_checkpoint_interval_sets_how_often_shards_are_recorded_after_a_syncfs() {
     let src = tmp.path().join("src");
     let shape = [64u64, 256];
     let data = expected(DataType::UInt16, &shape, 0);
-    write_v2(&src, DataType::UInt16, &shape, &[16, 16], Value::Null, &data);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        Value::Null,
+        &data,
+    );
     let convert = |name: &str, extra: &[&str]| -> (usize, usize) {
         let dst = tmp.path().join(name);
         let mut args = vec![
@@ -839,7 +846,10 @@ fn the_checkpoint_interval_sets_how_often_shards_are_recorded_after_a_syncfs() {
     eprintln!("default: {done_default} done batches, {syncs_default} syncfs; 10ms: {done_short} done batches, {syncs_short} syncfs");
     assert_eq!(done_default, 1, "one batch at the end with the default");
     assert!(done_short >= 8, "{done_short} batches with 10ms");
-    assert!(syncs_short >= done_short, "{syncs_short} syncfs for {done_short} batches");
+    assert!(
+        syncs_short >= done_short,
+        "{syncs_short} syncfs for {done_short} batches"
+    );
     assert!(syncs_short > syncs_default);
     // 0 and absurd values are refused before anything is written, naming the flag.
     for bad in ["0", "2h", "soon"] {
