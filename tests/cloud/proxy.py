@@ -7,6 +7,7 @@ Imported by conftest.py (tests) and benches/cloud.py, so there is one proxy. Sta
 """
 import http.client
 import os
+import re
 import random
 import socket
 import threading
@@ -77,6 +78,7 @@ class Request:
     status: str
     start: float  # the request's headers arrived
     end: float  # the response's last byte was sent
+    detail: str = ""  # the keys of a bulk delete (its path names only the bucket)
 
 
 def kind_of(method, path, headers):
@@ -151,7 +153,7 @@ class FaultProxy:
                     out += piece
                 return bytes(out)
 
-            def reply(self, status, headers, data, started, arrived, body_in, drop=False):
+            def reply(self, status, headers, data, started, arrived, body_in, drop=False, detail=""):
                 kind = kind_of(self.command, self.path, self.headers)
                 wait = arrived + proxy.latency - time.monotonic()
                 if wait > 0:
@@ -170,7 +172,7 @@ class FaultProxy:
                 proxy.requests_append(Request(self.command, self.path, kind, body_in,
                                               0 if self.command == "HEAD" else len(sent),
                                               "dropped" if drop else str(status),
-                                              started - proxy.epoch, time.monotonic() - proxy.epoch))
+                                              started - proxy.epoch, time.monotonic() - proxy.epoch, detail))
 
             def serve_file(self, directory, rel, started):
                 path = os.path.realpath(os.path.join(directory, rel))
@@ -249,7 +251,9 @@ class FaultProxy:
                 # A HEAD answer states the object's length, which the body does not carry.
                 length = response.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
                 out_headers.append(("Content-Length", length or "0"))
-                self.reply(response.status, out_headers, data, started, arrived, len(body), drop=drop)
+                detail = " ".join(re.findall(r"<Key>(.*?)</Key>", body.decode("utf-8", "replace"))) \
+                    if kind_of(self.command, self.path, self.headers) == "DELETE" else ""
+                self.reply(response.status, out_headers, data, started, arrived, len(body), drop=drop, detail=detail)
                 if drop:
                     # Half the body went out; now the connection goes away.
                     self.close_connection = True

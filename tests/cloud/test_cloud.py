@@ -677,7 +677,8 @@ def requests_before_first_chunk(proxy, src_bucket):
 
 
 def timeline(requests):
-    return [(f"{r.start:.3f}-{r.end:.3f}", r.method, r.path) for r in sorted(requests, key=lambda r: r.start)]
+    return [(f"{r.start:.3f}-{r.end:.3f}", r.method, r.path + (f" [{r.detail}]" if r.detail else ""))
+            for r in sorted(requests, key=lambda r: r.start)]
 
 
 def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_proxy):

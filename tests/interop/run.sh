@@ -9,6 +9,7 @@
 #   ZSHARD_VENV_ZARR2  the zarr-python 2.18 virtualenv (default: <repo>/target/venv-zarr2)
 #   PYTHON_ZARR2  interpreter used to create ZSHARD_VENV_ZARR2 (default: PYTHON)
 #   PYTHON        interpreter used to create the venv (default: python3)
+#   ZSHARD_PYTEST_WORKERS  pytest-xdist workers (default 2; 0 runs the tests in one process)
 #   ZSHARD_REQUIREMENTS  requirements file installed into ZSHARD_VENV (default: requirements.txt beside this
 #                 script; a bare file name is taken from this folder). Today's stack on Python 3.13:
 #                   ZSHARD_REQUIREMENTS=requirements-current.txt PYTHON=$(tests/current-python.sh) \
@@ -92,4 +93,7 @@ export PYTHONDONTWRITEBYTECODE=1
 export ZSHARD_BIN="${ZSHARD_BIN:-$REPO/target/release/zshard}"
 echo "run.sh: ZSHARD_BIN=$ZSHARD_BIN" >&2
 cd "$REPO"
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/interop "$@"
+# Two pytest workers (pytest-xdist): a test spends most of its time waiting (zshard subprocesses, their
+# fsyncs, tensorstore), so two workers on two cores halve the suite's time. ZSHARD_PYTEST_WORKERS=0 runs
+# in one process (e.g. for pdb).
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${ZSHARD_PYTEST_WORKERS:-2}" tests/interop "$@"
