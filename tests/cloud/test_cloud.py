@@ -1041,33 +1041,43 @@ def test_status_on_s3_with_two_stale_workers_and_a_live_one(tmp_path, s3, moto):
     assert_same(tmp_path / "out.zarr", {"temperature": expected["temperature"]})
 
 
-def test_reference_reads_coalesce_across_the_shards_in_flight(tmp_path, s3, fault_proxy):
+@pytest.mark.parametrize("form", ["json", "parquet"])
+def test_reference_reads_coalesce_across_the_shards_in_flight(form, tmp_path, s3, fault_proxy):
     """A 2048x2048 HDF5 dataset on S3 in 128x256 chunks (rows of 8 chunks, contiguous in the file),
     converted through kerchunk references into 4 shards of 2048x512: each shard's row of 2 chunks lies
     384 KiB from its next row, beyond the coalescing gap, so read shard by shard the run takes 16
     requests per shard, 64 in all. The fetchers read the 4 shards in flight together, so each row of
-    the file is one range: 16 GETs or fewer. `plan` predicts the count. Values are h5py's."""
+    the file is one range: 16 GETs or fewer. `plan` predicts the count, from the byte ranges of a JSON
+    reference file and of a Parquet reference set (kerchunk's `refs_to_dataframe`, 4 files of 32
+    references) alike. Values are h5py's."""
     import h5py
+    import kerchunk.df
     from kerchunk.hdf import SingleHdf5ToZarr
 
     data = (np.arange(2048 * 2048, dtype="uint32").reshape(2048, 2048) * 2654435761 % 65521).astype("uint16")
     h5 = tmp_path / "data.h5"
     with h5py.File(h5, "w") as f:
         f.create_dataset("x", data=data, chunks=(128, 256))
+    src, dst = f"src11-{form}", f"dst11-{form}"
     with open(h5, "rb") as fh:
-        refs = SingleHdf5ToZarr(fh, url="s3://src11/data.h5", inline_threshold=0).translate()
-    (tmp_path / "refs.json").write_text(json.dumps(refs))
-    create_buckets(s3, "src11", "dst11")
-    s3.upload_file(str(h5), "src11", "data.h5")
+        refs = SingleHdf5ToZarr(fh, url=f"s3://{src}/data.h5", inline_threshold=0).translate()
+    if form == "json":
+        references = tmp_path / "refs.json"
+        references.write_text(json.dumps(refs))
+    else:
+        references = tmp_path / "refs.parq"
+        kerchunk.df.refs_to_dataframe(refs, str(references), record_size=32)
+        assert len(list(references.glob("x/refs.*.parq"))) == 4
+    create_buckets(s3, src, dst)
+    s3.upload_file(str(h5), src, "data.h5")
     proxy = fault_proxy()
     flags = ["--s3-endpoint", proxy.endpoint, "--s3-path-style", "--shard-shape", "2048,512"]
-    plan = json.loads(run_zshard("plan", tmp_path / "refs.json", "s3://dst11/out.zarr", *flags, "--json",
-                                 env=S3_ENV).stdout)
+    plan = json.loads(run_zshard("plan", references, f"s3://{dst}/out.zarr", *flags, "--json", env=S3_ENV).stdout)
     proxy.reset()
-    run_zshard("convert", tmp_path / "refs.json", "s3://dst11/out.zarr", *flags, "--quiet", env=S3_ENV)
-    gets = [r for r in proxy.requests if r.method == "GET" and r.path.startswith("/src11/data.h5")]
+    run_zshard("convert", references, f"s3://{dst}/out.zarr", *flags, "--quiet", env=S3_ENV)
+    gets = [r for r in proxy.requests if r.method == "GET" and r.path.startswith(f"/{src}/data.h5")]
     shard_puts = [r for r in proxy.requests if r.method == "PUT" and "/out.zarr/x/c/" in r.path]
-    print(f"reference GETs: {len(gets)}, {sum(r.bytes_out for r in gets)} bytes; plan: {plan.get('cost')}")
+    print(f"{form}: reference GETs: {len(gets)}, {sum(r.bytes_out for r in gets)} bytes; plan: {plan.get('cost')}")
     assert len(shard_puts) == 4
     assert len(gets) <= 16, len(gets)
     cost = plan["cost"]
@@ -1076,6 +1086,6 @@ def test_reference_reads_coalesce_across_the_shards_in_flight(tmp_path, s3, faul
     # The ranges between the chunks (HDF5's own structures) are read too: what the GETs returned.
     assert cost["get_bytes"] == sum(r.bytes_out for r in gets) >= 2048 * 2048 * 2
     assert cost["put_requests"] == 4 + 1 + 1 and cost["put_bytes"] == 2048 * 2048 * 2
-    download_prefix(s3, "dst11", "out.zarr", tmp_path / "out.zarr")
+    download_prefix(s3, dst, "out.zarr", tmp_path / "out.zarr")
     got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
     assert got.dtype == data.dtype and np.array_equal(got, data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -263,6 +264,14 @@ def test_the_extension_stub_matches_the_extension():
         ({"report": 3}, TypeError, "report: a path is a str or a pathlib.Path, got int 3"),
         ({"compressor": 3}, TypeError, "compressor: a spec such as 'zstd:3' or a list of Zarr v3 codecs, got int 3"),
         ({"memory_limit": -1}, ValueError, "memory_limit must not be negative, got -1"),
+        ({"checkpoint_interval": True}, TypeError,
+         "checkpoint_interval: a number of seconds (int or float) or a str such as '10s', got bool True"),
+        ({"checkpoint_interval": 0}, ValueError,
+         "invalid value 0 for 'checkpoint_interval': checkpoint_interval= is a duration from 10ms to 1h"),
+        ({"checkpoint_interval": "2h"}, ValueError,
+         "invalid value '2h' for 'checkpoint_interval': checkpoint_interval= is a duration from 10ms to 1h"),
+        ({"checkpoint_interval": "soon"}, ValueError,
+         "invalid value 'soon' for 'checkpoint_interval': checkpoint_interval= takes a duration such as 10s"),
     ],
 )
 def test_values_are_checked_at_the_edge_naming_the_keyword(small, tmp_path, options, error, message):
@@ -296,6 +305,27 @@ def test_the_extension_checks_values_as_it_builds_the_model(small, tmp_path, opt
             call()
         assert str(raised.value) == message
     assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize(("given", "seconds"), [(None, 10.0), (0.25, 0.25), ("500ms", 0.5), ("2m", 120.0)])
+def test_the_checkpoint_interval_reaches_the_run(small, tmp_path, given, seconds):
+    """``checkpoint_interval=`` (seconds or a duration) is the run's: its report says so, as does the
+    command's report for ``--checkpoint-interval`` and a job file's ``checkpoint_interval``."""
+    src, _ = small
+    report = zshard.convert(src, tmp_path / "py.zarr", shard_shape=(20, 40), checkpoint_interval=given)
+    assert report.document["options"]["checkpoint_interval_seconds"] == seconds
+    flags = [] if given is None else ["--checkpoint-interval", str(given)]
+    cli_report = tmp_path / "cli.json"
+    subprocess.run([zshard_command(), "convert", str(src), str(tmp_path / "cli.zarr"), "--shard-shape", "20,40",
+                    "--quiet", "--report", str(cli_report), *flags], check=True)
+    assert json.loads(cli_report.read_text())["options"]["checkpoint_interval_seconds"] == seconds
+    job = tmp_path / "job.toml"
+    key = "" if given is None else f"checkpoint_interval = {json.dumps(given)}\n"
+    job_report = tmp_path / "job.json"
+    job.write_text(f'report = "{job_report}"\n{key}[[conversions]]\nsource = "{src}"\n'
+                   f'destination = "{tmp_path / "job.zarr"}"\nshard_shape = [20, 40]\n')
+    subprocess.run([zshard_command(), "run", str(job), "--quiet"], check=True)
+    assert json.loads(job_report.read_text())["options"]["checkpoint_interval_seconds"] == seconds
 
 
 def test_the_share_of_a_slurm_array_task_is_converted(small, tmp_path, monkeypatch):

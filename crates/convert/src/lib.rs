@@ -73,6 +73,7 @@ pub use report::{ArrayReport, Counts, Failure, Report, RunOptions, Status, Worke
 pub use selection::Selection;
 pub use shape::ShapeSpec;
 pub use size::parse_size;
+pub use state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};

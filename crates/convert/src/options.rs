@@ -159,6 +159,10 @@ pub struct RunOptions {
     /// Keep the checksum manifest after the conversion finishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_manifest: Option<bool>,
+    /// How often the shards written are recorded, each time after a checkpoint on local disk
+    /// (`None`: [`DEFAULT_CHECKPOINT_INTERVAL`](crate::DEFAULT_CHECKPOINT_INTERVAL)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval: Option<CheckpointInterval>,
     /// Where the JSON report goes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<PathBuf>,
@@ -313,6 +317,99 @@ impl<'de> Deserialize<'de> for Interval {
 impl fmt::Display for Interval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+/// How often a conversion records the shards it has written, each time after a checkpoint on local
+/// disk (one `syncfs`, see [`zshard_store::Store::checkpoint`]): a duration from
+/// [`CheckpointInterval::MIN`] to [`CheckpointInterval::MAX`], given as text (`10s`, `500ms`,
+/// `2m`, as [`humantime`] reads it; a bare number is seconds) or as a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckpointInterval(Duration);
+
+impl CheckpointInterval {
+    /// The shortest interval: below it the checkpoints (a sync of the whole filesystem each) would
+    /// take more of the run than the shards.
+    pub const MIN: Duration = Duration::from_millis(10);
+    /// The longest interval: beyond it a crash leaves more to check than a checkpoint saves.
+    pub const MAX: Duration = Duration::from_secs(3600);
+
+    /// `interval`, when it lies in [`MIN`](Self::MIN)..=[`MAX`](Self::MAX).
+    pub fn new(interval: Duration) -> Result<CheckpointInterval> {
+        if (Self::MIN..=Self::MAX).contains(&interval) {
+            Ok(CheckpointInterval(interval))
+        } else {
+            Err(Error::Options {
+                reason: format!(
+                    "{} is a duration from 10ms to 1h, e.g. 10s, got {}",
+                    Setting::CheckpointInterval,
+                    humantime::format_duration(interval)
+                ),
+            })
+        }
+    }
+
+    /// `seconds` as an interval (a job file's or Python's number).
+    pub fn from_secs(seconds: f64) -> Result<CheckpointInterval> {
+        let interval = Duration::try_from_secs_f64(seconds).map_err(|_| Error::Options {
+            reason: format!(
+                "{} is a duration from 10ms to 1h, e.g. 10s, got {seconds} seconds",
+                Setting::CheckpointInterval
+            ),
+        })?;
+        CheckpointInterval::new(interval)
+    }
+
+    /// As a [`Duration`].
+    pub fn duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl FromStr for CheckpointInterval {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<CheckpointInterval> {
+        let text = s.trim();
+        if let Ok(seconds) = text.parse::<f64>() {
+            return CheckpointInterval::from_secs(seconds);
+        }
+        let interval = humantime::parse_duration(text).map_err(|e| Error::Options {
+            reason: format!(
+                "{} takes a duration such as 10s, 500ms or 2m, got {s:?} ({e})",
+                Setting::CheckpointInterval
+            ),
+        })?;
+        CheckpointInterval::new(interval)
+    }
+}
+
+impl fmt::Display for CheckpointInterval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl Serialize for CheckpointInterval {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        // One word (`1m 30s` would not read back as a flag's value).
+        serializer.serialize_str(&self.to_string().replace(' ', ""))
+    }
+}
+
+impl<'de> Deserialize<'de> for CheckpointInterval {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Number(n) => {
+                let seconds = n.as_f64().unwrap_or(f64::NAN);
+                CheckpointInterval::from_secs(seconds).map_err(serde::de::Error::custom)
+            }
+            serde_json::Value::String(text) => text.parse().map_err(serde::de::Error::custom),
+            other => Err(serde::de::Error::custom(format!(
+                "{} takes a duration such as \"10s\" or a number of seconds, got {other}",
+                Setting::CheckpointInterval
+            ))),
+        }
     }
 }
 
@@ -575,6 +672,7 @@ impl RunOptions {
             memory_limit: or(&self.memory_limit, &base.memory_limit),
             overwrite: or(&self.overwrite, &base.overwrite),
             keep_manifest: or(&self.keep_manifest, &base.keep_manifest),
+            checkpoint_interval: or(&self.checkpoint_interval, &base.checkpoint_interval),
             report: or(&self.report, &base.report),
             worker: or(&self.worker, &base.worker),
             workers: or(&self.workers, &base.workers),
@@ -658,6 +756,9 @@ impl Conversion {
         self.memory_limit = run.memory_limit.map(|s| s.0);
         self.overwrite = run.overwrite.unwrap_or(default.overwrite);
         self.keep_manifest = run.keep_manifest.unwrap_or(default.keep_manifest);
+        self.checkpoint_interval = run
+            .checkpoint_interval
+            .map_or(default.checkpoint_interval, CheckpointInterval::duration);
         self.report_path.clone_from(&run.report);
         self.ome = options.ome.unwrap_or_default();
         self.store_options = options.storage.store_options();
@@ -792,6 +893,7 @@ impl Action {
                         setting,
                         Setting::Overwrite
                             | Setting::KeepManifest
+                            | Setting::CheckpointInterval
                             | Setting::Report
                             | Setting::Worker
                             | Setting::Workers
@@ -1158,6 +1260,57 @@ mod tests {
             let e = read(bad.clone()).expect_err("refused");
             assert!(e.to_string().contains("watch"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_checkpoint_interval_is_a_duration_the_conversion_gets() {
+        let read = |value: serde_json::Value| {
+            serde_json::from_value::<Options>(serde_json::json!({
+                "source": "s", "destination": "d", "checkpoint_interval": value,
+            }))
+        };
+        for (given, expected) in [
+            (serde_json::json!("500ms"), Duration::from_millis(500)),
+            (serde_json::json!("2m"), Duration::from_secs(120)),
+            (serde_json::json!(" 3 "), Duration::from_secs(3)),
+            (serde_json::json!(1.5), Duration::from_millis(1500)),
+            (serde_json::json!(3600), Duration::from_secs(3600)),
+        ] {
+            let options = read(given.clone()).expect("valid");
+            let c = Conversion::from_options(&options).expect("holds");
+            assert_eq!(c.checkpoint_interval, expected, "{given}");
+            // It reads back from what it writes (a job file written from the model).
+            let again: Options =
+                serde_json::from_value(serde_json::to_value(&options).expect("serializes"))
+                    .expect("reads back");
+            assert_eq!(again, options, "{given}");
+        }
+        let default = Conversion::from_options(&Options::new("s", "d")).expect("holds");
+        assert_eq!(
+            default.checkpoint_interval,
+            crate::DEFAULT_CHECKPOINT_INTERVAL
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!("0s"),
+            serde_json::json!(-1),
+            serde_json::json!("5ms"),
+            serde_json::json!("2h"),
+            serde_json::json!(1e300),
+            serde_json::json!("soon"),
+            serde_json::json!(true),
+        ] {
+            let e = read(bad.clone()).expect_err("refused");
+            assert!(e.to_string().contains("checkpoint_interval"), "{bad}: {e}");
+        }
+        let e = zshard_core::setting::spelled(zshard_core::Spelling::Flag, || {
+            "0".parse::<CheckpointInterval>().expect_err("zero")
+        });
+        assert!(
+            e.to_string()
+                .contains("--checkpoint-interval is a duration from 10ms to 1h"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub enum Setting {
     Overwrite,
     /// Keeping the checksum manifest after the conversion finishes.
     KeepManifest,
+    /// How often the shards written are recorded and (on local disk) made durable by a checkpoint.
+    CheckpointInterval,
     /// Where the JSON report goes.
     Report,
     /// This worker's share of the shards.
@@ -164,6 +166,7 @@ impl Setting {
         Setting::MemoryLimit,
         Setting::Overwrite,
         Setting::KeepManifest,
+        Setting::CheckpointInterval,
         Setting::Report,
         Setting::Worker,
         Setting::Workers,
@@ -211,6 +214,7 @@ impl Setting {
             Setting::MemoryLimit => "memory_limit",
             Setting::Overwrite => "overwrite",
             Setting::KeepManifest => "keep_manifest",
+            Setting::CheckpointInterval => "checkpoint_interval",
             Setting::Report => "report",
             Setting::Worker => "worker",
             Setting::Workers => "workers",
@@ -237,9 +241,8 @@ impl Setting {
             S3Endpoint | S3Region | S3PathStyle | Anonymous | Retries | RetryTimeout
             | MaxRequests | PartSize | IoThreads => Group::Storage,
             OutputFormat | Branch | Message | IcechunkSpec => Group::Output,
-            Threads | MemoryLimit | Overwrite | KeepManifest | Report | Worker | Workers => {
-                Group::Run
-            }
+            Threads | MemoryLimit | Overwrite | KeepManifest | CheckpointInterval | Report
+            | Worker | Workers => Group::Run,
             Sample | Manifest => Group::Verify,
             Watch => Group::Status,
         }

@@ -48,6 +48,9 @@ enum Kind {
     Fraction,
     /// A number of seconds above 0 (an int or a float).
     Seconds,
+    /// A number of seconds (an int or a float) or a str such as `'10s'`, `'500ms'`; the model
+    /// checks its range.
+    Duration,
 }
 
 /// How `setting` is given in Python (`None`: it is no keyword).
@@ -80,6 +83,7 @@ fn kind(setting: Setting) -> Option<Kind> {
         Worker => Kind::Worker,
         Sample => Kind::Fraction,
         Watch => Kind::Seconds,
+        CheckpointInterval => Kind::Duration,
         _ => return None,
     })
 }
@@ -133,6 +137,29 @@ pub(crate) fn model<T: DeserializeOwned>(
 fn check(py: Python<'_>, name: &str, kind: Kind, value: &Bound<'_, PyAny>) -> PyResult<Value> {
     let out_of_range = |message: String| Err(python_error(py, "options", message, None, None));
     match kind {
+        Kind::Duration => {
+            if let Ok(text) = value.cast::<PyString>() {
+                return Ok(Value::String(text.to_str()?.to_string()));
+            }
+            if value.is_instance_of::<PyBool>()
+                || !(value.is_instance_of::<PyFloat>()
+                    || value.is_instance_of::<pyo3::types::PyInt>())
+            {
+                return Err(wrong(
+                    name,
+                    "a number of seconds (int or float) or a str such as '10s'",
+                    value,
+                ));
+            }
+            let seconds: f64 = value.extract()?;
+            match Number::from_f64(seconds) {
+                Some(n) => Ok(Value::Number(n)),
+                None => out_of_range(format!(
+                    "{name} is a duration from 10ms to 1h, got {}",
+                    value.str()?
+                )),
+            }
+        }
         Kind::Shape => shape(py, name, value),
         Kind::Size => {
             if let Ok(text) = value.cast::<PyString>() {

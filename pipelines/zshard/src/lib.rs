@@ -95,6 +95,17 @@ enum Command {
         /// conversion finishes, for `zshard verify --manifest DST`.
         #[arg(long)]
         keep_manifest: bool,
+        /// How often the shards written are recorded as done, e.g. 10s, 500ms or 2m (from 10ms to
+        /// 1h; default 10s; records are also written every 10,000 shards). On local disk shards
+        /// are renamed into place without an fsync of their own, and each recording follows a
+        /// checkpoint: one syncfs of DST's filesystem. What a crash can lose: a kill loses nothing
+        /// written; a power loss or node crash can lose or damage only the shards written after
+        /// the last checkpoint, which a resume checks against the manifest (size and crc32c) and
+        /// rewrites if they do not match. Shorter: less to check and rewrite after a crash, more
+        /// syncs. On object stores a PUT is durable when it returns: shards written after the last
+        /// recording are converted again on resume.
+        #[arg(long, value_name = "DURATION")]
+        checkpoint_interval: Option<zshard_convert::options::CheckpointInterval>,
         /// Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; default: half of the machine's memory, or
         /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
         /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
@@ -669,6 +680,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             workers,
             overwrite,
             keep_manifest,
+            checkpoint_interval,
             memory_limit,
             report,
             quiet,
@@ -679,6 +691,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
                 memory_limit: memory_limit.map(Size),
                 overwrite: overwrite.then_some(true),
                 keep_manifest: keep_manifest.then_some(true),
+                checkpoint_interval,
                 report,
                 ..RunOptions::default()
             };

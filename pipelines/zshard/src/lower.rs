@@ -423,6 +423,7 @@ mod tests {
             Setting::MemoryLimit,
             Setting::Overwrite,
             Setting::KeepManifest,
+            Setting::CheckpointInterval,
             Setting::Report,
             Setting::Worker,
             Setting::Workers,

@@ -794,3 +794,76 @@ fn verify_reports_node_documents_that_differ_from_the_consolidated_copy() {
         "{stderr}"
     );
 }
+
+/// `--checkpoint-interval` reaches the run (issue 34): the `done` records of a worker (kept until
+/// `finalize`) are written each time the interval has passed, each after a `syncfs`. Each shard's
+/// rename is slowed by 30 ms (strace), so the 32 shards of worker 0/2 take about half a second:
+/// with `10ms` nearly every shard gets its own record batch and checkpoint, with the default (10 s)
+/// the run writes one batch at its end.
+#[test]
+fn the_checkpoint_interval_sets_how_often_shards_are_recorded_after_a_syncfs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let shape = [64u64, 256];
+    let data = expected(DataType::UInt16, &shape, 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        Value::Null,
+        &data,
+    );
+    let convert = |name: &str, extra: &[&str]| -> (usize, usize) {
+        let dst = tmp.path().join(name);
+        let mut args = vec![
+            "convert".to_string(),
+            text(&src).into(),
+            text(&dst).into(),
+            "--shard-shape=16,16".into(),
+            "--worker=0/2".into(),
+            "--threads=1".into(),
+            "--quiet".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let trace = tmp.path().join(format!("{name}.trace"));
+        let traced = format!("trace=syncfs,{RENAMES}");
+        let slowed = format!("inject={RENAMES}:delay_exit=30000");
+        let status = strace(&["-e", &traced, "-e", &slowed], &trace, &args);
+        assert!(status.success(), "{name}: {status:?}");
+        let syncs = std::fs::read_to_string(&trace)
+            .expect("trace")
+            .lines()
+            .filter(|l| l.contains("syncfs("))
+            .count();
+        let done = std::fs::read_dir(dst.join(".zshard/done"))
+            .expect("the worker's done records")
+            .count();
+        (done, syncs)
+    };
+    let (done_default, syncs_default) = convert("default", &[]);
+    let (done_short, syncs_short) = convert("short", &["--checkpoint-interval", "10ms"]);
+    eprintln!("default: {done_default} done batches, {syncs_default} syncfs; 10ms: {done_short} done batches, {syncs_short} syncfs");
+    assert_eq!(done_default, 1, "one batch at the end with the default");
+    assert!(done_short >= 8, "{done_short} batches with 10ms");
+    assert!(
+        syncs_short >= done_short,
+        "{syncs_short} syncfs for {done_short} batches"
+    );
+    assert!(syncs_short > syncs_default);
+    // 0 and absurd values are refused before anything is written, naming the flag.
+    for bad in ["0", "2h", "soon"] {
+        let dst = tmp.path().join("refused");
+        let out = run(&[
+            "convert".into(),
+            text(&src).into(),
+            text(&dst).into(),
+            "--checkpoint-interval".into(),
+            bad.into(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}");
+        assert!(stderr.contains("--checkpoint-interval"), "{bad}: {stderr}");
+        assert!(!dst.exists(), "{bad}");
+    }
+}

@@ -31,8 +31,10 @@ pub struct PlanReport {
 }
 
 /// The requests and bytes a whole conversion would take from storage: a cost estimate a migration
-/// can be budgeted with. GETs of a kerchunk JSON reference set are counted from its byte ranges,
-/// coalesced as an unpartitioned run's fetchers coalesce them when the window has room (a run
+/// can be budgeted with. GETs of a kerchunk reference set are counted from its byte ranges (of a
+/// Parquet set, for arrays of at most 64 reference files, which the plan reads: see
+/// `zshard_kerchunk`'s `PLANNED_RECORD_FILES`), coalesced as an unpartitioned run's fetchers
+/// coalesce them when the window has room (a run
 /// partitioned over workers reads shards that are not neighbours, so it coalesces less); other
 /// sources count one GET per source chunk and its raw size (an upper bound: missing chunks cost a
 /// GET that finds nothing, compressed chunks fewer bytes). PUTs count one per shard (a shard of

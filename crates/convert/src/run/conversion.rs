@@ -98,6 +98,12 @@ pub struct Conversion {
     pub keep_manifest: bool,
     /// When records are flushed and compacted (tests make them small).
     pub(crate) record_limits: crate::state::RecordLimits,
+    /// How often the shards written are recorded as done, on local disk each time after a
+    /// checkpoint (one `syncfs` of the destination's filesystem; shards are renamed into place
+    /// without an fsync of their own). A power loss can lose or damage only the shards written
+    /// since the last checkpoint; a resume checks those against the manifest and converts again any
+    /// that do not match. Default [`DEFAULT_CHECKPOINT_INTERVAL`](crate::DEFAULT_CHECKPOINT_INTERVAL).
+    pub checkpoint_interval: std::time::Duration,
 }
 
 /// How often a local destination's filesystem is synced while shards are written (see `run`).
@@ -125,6 +131,7 @@ impl Conversion {
             consolidate: true,
             ome: Default::default(),
             lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
+            checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
             record_limits: crate::state::RecordLimits::default(),
@@ -449,8 +456,18 @@ impl Conversion {
         observer.work(&work);
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
         let log = Mutex::new((
-            ShardLog::written(destination.clone(), partition, self.record_limits),
-            ShardLog::empty(destination.clone(), partition, self.record_limits),
+            ShardLog::written(
+                destination.clone(),
+                partition,
+                self.record_limits,
+                self.checkpoint_interval,
+            ),
+            ShardLog::empty(
+                destination.clone(),
+                partition,
+                self.record_limits,
+                self.checkpoint_interval,
+            ),
         ));
         let log_error = Mutex::new(None);
         let options = zshard_pipeline::Options {
@@ -460,16 +477,18 @@ impl Conversion {
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
         let passthrough: Vec<bool> = jobs.iter().map(|j| j.layout.passthrough).collect();
-        // On local disk a thread syncs the filesystem every WRITEBACK_INTERVAL while the pipeline
-        // runs: the shards' writeback then overlaps the conversion, and the checkpoints that must
-        // wait (before each `done` record, and at the end) find little left to write.
+        // On local disk a thread syncs the filesystem every WRITEBACK_INTERVAL (or checkpoint
+        // interval, when shorter) while the pipeline runs: the shards' writeback then overlaps the
+        // conversion, and the checkpoints that must wait (before each `done` record, and at the
+        // end) find little left to write.
+        let writeback = WRITEBACK_INTERVAL.min(self.checkpoint_interval);
         let result = std::thread::scope(|scope| {
             let (stop, stopped) = std::sync::mpsc::channel::<()>();
             if destination.location().is_local() {
                 let dst = destination.clone();
                 scope.spawn(move || {
                     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                        stopped.recv_timeout(WRITEBACK_INTERVAL)
+                        stopped.recv_timeout(writeback)
                     {
                         // Best effort: the checkpoints that records depend on report errors.
                         let _ = dst.checkpoint();

@@ -125,6 +125,9 @@ pub struct RunOptions {
     pub partition: Worker,
     /// Whether the destination was to be replaced.
     pub overwrite: bool,
+    /// How often the shards written were recorded, each time after a checkpoint on local disk, in
+    /// seconds (see [`Conversion::checkpoint_interval`]).
+    pub checkpoint_interval_seconds: f64,
 }
 
 impl RunOptions {
@@ -145,6 +148,7 @@ impl RunOptions {
             io_threads: conversion.io_threads,
             partition: conversion.partition.into(),
             overwrite: conversion.overwrite,
+            checkpoint_interval_seconds: conversion.checkpoint_interval.as_secs_f64(),
         }
     }
 }

@@ -1333,12 +1333,14 @@ pub(crate) struct ShardLog {
     /// compacted). Only this run's: no other process writes or removes them.
     files: Vec<RecordFile>,
     limits: RecordLimits,
+    /// How long records are batched at most (the checkpoint interval).
+    interval: Duration,
 }
 
 /// When records are flushed and compacted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecordLimits {
-    /// Records per batch file (a batch is also flushed every [`FLUSH_INTERVAL`]).
+    /// Records per batch file (a batch is also flushed every checkpoint interval).
     pub(crate) flush_entries: usize,
     /// How many of this run's record files holding as many batches each are merged into one.
     pub(crate) compact_at: usize,
@@ -1399,24 +1401,44 @@ pub(crate) fn batch_stamps(line: &str) -> Option<Vec<BatchStamp>> {
 }
 
 const FLUSH_ENTRIES: usize = 10_000;
-const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often a run records the shards it has written (each time after a checkpoint on local disk),
+/// unless [`crate::Conversion::checkpoint_interval`] says otherwise; records are also written every
+/// 10,000 shards.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 /// Merged by fours: a worker's records are at most three files per level (a level holding four
 /// times the batches of the one below), each record rewritten once per level: at a million shards
 /// (100 batches), 6 files, each record rewritten up to 3 times.
 const COMPACT_AT: usize = 4;
 
 impl ShardLog {
-    /// Records of written shards.
-    pub(crate) fn written(store: Store, partition: Partition, limits: RecordLimits) -> Self {
-        Self::new(store, DONE_DIR, partition, limits)
+    /// Records of written shards, written (after a checkpoint) every `interval` at least.
+    pub(crate) fn written(
+        store: Store,
+        partition: Partition,
+        limits: RecordLimits,
+        interval: Duration,
+    ) -> Self {
+        Self::new(store, DONE_DIR, partition, limits, interval)
     }
 
-    /// Records of all-fill shards.
-    pub(crate) fn empty(store: Store, partition: Partition, limits: RecordLimits) -> Self {
-        Self::new(store, EMPTY_DIR, partition, limits)
+    /// Records of all-fill shards, written every `interval` at least.
+    pub(crate) fn empty(
+        store: Store,
+        partition: Partition,
+        limits: RecordLimits,
+        interval: Duration,
+    ) -> Self {
+        Self::new(store, EMPTY_DIR, partition, limits, interval)
     }
 
-    fn new(store: Store, dir: &'static str, partition: Partition, limits: RecordLimits) -> Self {
+    fn new(
+        store: Store,
+        dir: &'static str,
+        partition: Partition,
+        limits: RecordLimits,
+        interval: Duration,
+    ) -> Self {
         let run = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -1432,6 +1454,7 @@ impl ShardLog {
             last_flush: Instant::now(),
             files: Vec::new(),
             limits,
+            interval,
         }
     }
 
@@ -1463,8 +1486,7 @@ impl ShardLog {
         }
         self.pending.push('\n');
         self.entries += 1;
-        if self.entries >= self.limits.flush_entries || self.last_flush.elapsed() >= FLUSH_INTERVAL
-        {
+        if self.entries >= self.limits.flush_entries || self.last_flush.elapsed() >= self.interval {
             self.flush()?;
         }
         Ok(())
@@ -1757,7 +1779,12 @@ mod tests {
         let other = format!("{DONE_DIR}/w0of1-1-000000.txt");
         dst.put(&other, bytes::Bytes::from_static(b"a\t99\t1\t00000000\n"))
             .expect("put");
-        let mut log = ShardLog::written(dst.clone(), Partition::ALL, limits(false));
+        let mut log = ShardLog::written(
+            dst.clone(),
+            Partition::ALL,
+            limits(false),
+            super::DEFAULT_CHECKPOINT_INTERVAL,
+        );
         for i in 0..21u64 {
             log.record("a", &[i], Some(&entry(i)), Some("v"))
                 .expect("record");
@@ -1806,7 +1833,12 @@ mod tests {
     fn a_compaction_interrupted_before_its_removals_loses_no_record() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dst = store(tmp.path());
-        let mut log = ShardLog::written(dst.clone(), Partition::ALL, limits(true));
+        let mut log = ShardLog::written(
+            dst.clone(),
+            Partition::ALL,
+            limits(true),
+            super::DEFAULT_CHECKPOINT_INTERVAL,
+        );
         for i in 0..3u64 {
             log.record("a", &[i], Some(&entry(i)), None)
                 .expect("record");

@@ -327,6 +327,15 @@ mod tests {
         assert_eq!(got[9], Some(vec![4, 5]));
         // 0..2 and 2..4 and 4..6 of data.bin coalesce; 30..32 is within 64 KiB too: one request.
         assert_eq!(set.stats().requests, 1);
+        // The plan's count of those reads is the run's, from the same rows and the same coalescing.
+        let stats = set.stats();
+        assert_eq!(
+            reader.planned_reads(&coords, u64::MAX),
+            Some(zshard_core::PlannedReads {
+                requests: stats.requests,
+                bytes: stats.bytes,
+            })
+        );
         assert_eq!(reader.chunk_key(&[3]), "x/3");
     }
 
@@ -408,6 +417,25 @@ mod tests {
         assert_eq!(read(0), Ok(Some(vec![0, 1])));
         let e = read(4).expect_err("strict");
         assert!(e.contains(&want), "{e}");
+    }
+
+    #[test]
+    fn a_plan_counts_parquet_reads_only_for_arrays_of_few_reference_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (chunks, counted) in [(64u64, true), (65, false)] {
+            // One reference per file; no file is there (records without references).
+            let root = dir.path().join(format!("refs{chunks}.parq"));
+            std::fs::create_dir_all(root.join("x")).expect("mkdir");
+            let zmetadata = json!({"record_size": 1, "metadata": {
+                ".zgroup": {"zarr_format": 2},
+                "x/.zarray": {"zarr_format": 2, "shape": [chunks * 2], "chunks": [2], "dtype": "|u1",
+                              "compressor": null, "fill_value": 9, "order": "C", "filters": null}}});
+            std::fs::write(root.join(".zmetadata"), zmetadata.to_string()).expect("zmetadata");
+            let set = open_parquet(&root).expect("opens");
+            let reader = set.reader("x", &array_meta(&set, "x"));
+            let planned = reader.planned_reads(&[vec![0]], u64::MAX);
+            assert_eq!(planned.is_some(), counted, "{chunks} files");
+        }
     }
 
     #[test]

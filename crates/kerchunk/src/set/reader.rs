@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -50,6 +51,7 @@ impl ReferenceSet {
                 record_size: *record_size,
                 real_root: real_root.clone(),
                 cache: Mutex::new(VecDeque::new()),
+                loads: AtomicU64::new(0),
             }),
         }
     }
@@ -147,7 +149,16 @@ struct ParquetReader {
     /// The real path of a local set's folder (see [`super::contained`]).
     real_root: Option<PathBuf>,
     cache: Mutex<VecDeque<(u64, CachedFile)>>,
+    /// Reference files read so far (the cache's misses).
+    loads: AtomicU64,
 }
+
+/// Reference files a plan reads at most per array to count the GETs of a Parquet reference set
+/// from its byte ranges (files read again after they left the cache count again); an array that
+/// needs more is counted one GET per chunk (an upper bound), so that a plan of a set of millions
+/// of references reads no more than this many files of each array (the run's cache bounds the
+/// memory, as it does the run's).
+pub(crate) const PLANNED_RECORD_FILES: u64 = 64;
 
 impl ParquetReader {
     fn file(&self, n: u64) -> Result<CachedFile> {
@@ -157,6 +168,7 @@ impl ParquetReader {
                 return Ok(f.clone());
             }
         }
+        self.loads.fetch_add(1, Ordering::Relaxed);
         let name = format!("refs.{n}.parq");
         let display = self.store.url(&name);
         let exists = match (&self.real_root, self.store.local_path(&name)) {
@@ -228,6 +240,34 @@ impl ChunkReader for ParquetReader {
         coords: &[Vec<u64>],
         max_len: u64,
     ) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        self.common.shared.fetch(self.wants(coords).0, max_len)
+    }
+
+    /// As for JSON references: the byte ranges of the rows of `coords`, coalesced as
+    /// [`ChunkReader::read_chunks`] coalesces them; `None` when the array has more than
+    /// [`PLANNED_RECORD_FILES`] reference files, once that many were read, or when one of them
+    /// cannot be read (the run reports it).
+    fn planned_reads(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Option<zshard_core::PlannedReads> {
+        let files = grid_len(&self.common.grid)?.div_ceil(self.record_size);
+        if files > PLANNED_RECORD_FILES {
+            return None;
+        }
+        let (wants, readable) = self.wants(coords);
+        if !readable || self.loads.load(Ordering::Relaxed) > PLANNED_RECORD_FILES {
+            return None;
+        }
+        Some(self.common.shared.planned(wants, max_len))
+    }
+}
+
+impl ParquetReader {
+    /// What reading the chunks at `coords` takes, one entry per chunk, and whether every reference
+    /// file they need could be read.
+    fn wants(&self, coords: &[Vec<u64>]) -> (Vec<Want>, bool) {
         let mut files: HashMap<u64, Result<CachedFile, String>> = HashMap::new();
         let wants = coords
             .iter()
@@ -267,6 +307,6 @@ impl ChunkReader for ParquetReader {
                 )
             })
             .collect();
-        self.common.shared.fetch(wants, max_len)
+        (wants, files.values().all(Result::is_ok))
     }
 }

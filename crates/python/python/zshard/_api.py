@@ -57,6 +57,7 @@ def convert(
     worker: Worker | None = None,
     workers: int | None = None,
     keep_manifest: bool | None = None,
+    checkpoint_interval: float | str | None = None,
     overwrite: bool | None = None,
     report: Location | None = None,
     s3_endpoint: str | None = None,
@@ -179,6 +180,14 @@ def convert(
         Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
         values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
         the output without reading the source. By default it is removed with the rest of the state.
+    checkpoint_interval : float | str, optional
+        How often the shards written are recorded as done: seconds, or a duration such as ``'10s'``,
+        ``'500ms'``, ``'2m'`` (from 10 ms to 1 h). On local disk shards are renamed into place without
+        an fsync of their own, and each recording follows a checkpoint (one ``syncfs`` of ``dst``'s
+        filesystem): a power loss or node crash can lose or damage only the shards written after the
+        last checkpoint, which a resume checks against the manifest (size and crc32c) and rewrites if
+        they do not match; a killed process loses nothing written. Shorter means less to check after a
+        crash and more syncs. Default: ``'10s'`` (records are also written every 10,000 shards).
     overwrite : bool, optional
         Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and
         one from a run with the same options is resumed).
@@ -257,6 +266,7 @@ def convert(
             "worker": worker,
             "workers": workers,
             "keep_manifest": keep_manifest,
+            "checkpoint_interval": checkpoint_interval,
             "overwrite": overwrite,
             "report": report,
             "s3_endpoint": s3_endpoint,

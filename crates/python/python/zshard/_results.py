@@ -411,8 +411,9 @@ class PlanCost:
     Attributes
     ----------
     get_requests : int
-        GET requests for source chunks: for a kerchunk JSON reference set its byte ranges coalesced
-        as an unpartitioned run coalesces them; for other sources one per source chunk (at most).
+        GET requests for source chunks: for a kerchunk reference set its byte ranges coalesced as an
+        unpartitioned run coalesces them (Parquet: for arrays of at most 64 reference files); for
+        other sources one per source chunk (at most).
     get_bytes : int
         Bytes those GETs request (raw sizes when not from references: an upper bound).
     gets_from_references : bool
