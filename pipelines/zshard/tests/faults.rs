@@ -836,9 +836,22 @@ fn the_checkpoint_interval_sets_how_often_shards_are_recorded_after_a_syncfs() {
             .lines()
             .filter(|l| l.contains("syncfs("))
             .count();
+        // A batch file holds one batch; a compacted one (merged by fours) names its batches in its
+        // first line, `#batches\t` then one `ms:records:bytes` each, comma-separated.
         let done = std::fs::read_dir(dst.join(".zshard/done"))
             .expect("the worker's done records")
-            .count();
+            .map(|entry| {
+                let text = std::fs::read_to_string(entry.expect("entry").path()).expect("record");
+                match text
+                    .lines()
+                    .next()
+                    .and_then(|l| l.strip_prefix("#batches\t"))
+                {
+                    Some(list) => list.split(',').filter(|s| !s.is_empty()).count(),
+                    None => 1,
+                }
+            })
+            .sum();
         (done, syncs)
     };
     let (done_default, syncs_default) = convert("default", &[]);

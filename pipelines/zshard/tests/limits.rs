@@ -593,7 +593,12 @@ fn thirty_thousand_empty_arrays_are_refused_under_a_limit_their_plan_does_not_fi
     }
     assert!(!out.exists(), "nothing is written before the refusal");
     const LIMIT: u64 = 384 << 20;
-    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+    // The group also charges the kernel's inodes and dentries and the dirty page cache of the 60,000
+    // files and folders written, which it can only reclaim as fast as the disk writes them back: on a
+    // machine busy with other I/O the run was killed at 416 MiB (with 128 MiB of zshard's own memory
+    // refused above). The completion is checked with room for those; the refusal above is the bound.
+    const KERNEL_AND_PAGE_CACHE: u64 = 256 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE + KERNEL_AND_PAGE_CACHE) else {
         println!("{NO_CGROUP}");
         return;
     };
@@ -609,7 +614,7 @@ fn thirty_thousand_empty_arrays_are_refused_under_a_limit_their_plan_does_not_fi
             code,
             Some(0),
             "{command}: killed or failed under a cgroup of {} bytes (peak {peak}, OOM count {}): {stderr}",
-            LIMIT + CGROUP_ALLOWANCE,
+            LIMIT + CGROUP_ALLOWANCE + KERNEL_AND_PAGE_CACHE,
             group.read("memory.failcnt")
         );
         // The cgroup also charges the page cache of the 30,000 documents written, which it
