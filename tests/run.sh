@@ -42,6 +42,12 @@ fi
 # timestamp, so a stale build cannot hide a change. The mirror's .git names this checkout's repository
 # (for the commit that --version prints). ZSHARD_MIRROR=0 runs in place.
 mirror="$ZSHARD_CACHE/src"
+# The commit --version and reports name is handed to the build from this checkout: the build script's
+# watch on .git/HEAD names the path of whichever clone last built, and a clone at another path (CI's)
+# would keep that clone's commit when the crate itself has not changed.
+if [ -z "${ZSHARD_GIT_COMMIT:-}" ] && commit="$(git rev-parse --short=12 HEAD 2>/dev/null)"; then
+  export ZSHARD_GIT_COMMIT="$commit"
+fi
 if [ -z "${ZSHARD_RUN_MIRRORED:-}" ] && [ "${ZSHARD_MIRROR:-1}" != 0 ]; then
   if ! command -v rsync >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing rsync from Debian"
