@@ -572,6 +572,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_shard_counts_its_bytes_inside_the_array() {
+        // float32: a whole 1024² shard, an edge shard larger than its 100 x 300 array, one element.
+        assert_eq!(
+            layout(&[8192, 8192], &[1024, 1024], &[256, 256], &[512, 512]).shard_bytes(),
+            4 << 20
+        );
+        assert_eq!(
+            layout(&[100, 300], &[1024, 1024], &[64, 64], &[64, 64]).shard_bytes(),
+            4 * 100 * 300
+        );
+        assert_eq!(
+            layout(&[10, 10], &[1, 1], &[1, 1], &[5, 5]).shard_bytes(),
+            4
+        );
+    }
+
     fn request(threads: usize, limit: Option<u64>) -> BudgetRequest {
         BudgetRequest {
             threads,

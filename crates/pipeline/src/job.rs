@@ -53,6 +53,18 @@ impl ArrayLayout {
         self.inner_repr.data_type.size().max(1)
     }
 
+    /// Raw bytes of this array's largest shard: its shape clipped to the array's, times the element
+    /// size (one byte for variable-size types, whose values live outside the grid).
+    pub fn shard_bytes(&self) -> u64 {
+        let geometry = &self.geometry;
+        geometry
+            .shard_shape()
+            .iter()
+            .zip(geometry.array_shape())
+            .map(|(&shard, &array)| shard.min(array).max(1))
+            .fold(self.element_size() as u64, u64::saturating_mul)
+    }
+
     /// The source chunks that overlap `region` (array coordinates, inside the array), in C order.
     pub(crate) fn source_chunks_overlapping(&self, region: &Region) -> Vec<Vec<u64>> {
         match &self.source_grid {

@@ -20,6 +20,15 @@ fn key(path: &str, document: &str) -> String {
     join(path, document)
 }
 
+/// Children of a group whose metadata documents are read together (with the store's requests in
+/// flight side by side): a walk of a remote hierarchy without consolidated metadata pays a round trip
+/// per batch instead of per document (1,000 arrays at 20 ms: 20 s one by one), while holding the
+/// documents of a batch only.
+const CHILDREN_READ_TOGETHER: usize = 256;
+
+/// The documents a Zarr v2 node may have, read together for each child of a group.
+const V2_DOCUMENTS: [&str; 3] = [".zarray", ".zgroup", ".zattrs"];
+
 /// An array below the root left out of a hierarchy because zshard does not read its data type or
 /// codecs ([`open_hierarchy_skipping`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,17 +141,22 @@ impl Walk {
     }
 
     fn walk_v3(&mut self, store: &Store, path: &str) -> Result<()> {
-        for child in store.list_children(path)? {
-            let child_path = join(path, &child);
-            let doc_key = key(&child_path, "zarr.json");
-            let Some(doc) = store.get(&doc_key)? else {
-                continue;
-            };
-            let node = v3::parse_node(&store.url(&doc_key), &doc).map(|n| n.kind);
-            let is_group = matches!(node, Ok(NodeKind::Group { .. }));
-            self.node(child_path.clone(), node)?;
-            if is_group {
-                self.walk_v3(store, &child_path)?;
+        let children = store.list_children(path)?;
+        for batch in children.chunks(CHILDREN_READ_TOGETHER) {
+            let paths: Vec<String> = batch.iter().map(|child| join(path, child)).collect();
+            let keys: Vec<String> = paths.iter().map(|p| key(p, "zarr.json")).collect();
+            for ((child_path, doc_key), doc) in
+                paths.into_iter().zip(&keys).zip(store.get_many(&keys))
+            {
+                let Some(doc) = doc? else {
+                    continue;
+                };
+                let node = v3::parse_node(&store.url(doc_key), &doc).map(|n| n.kind);
+                let is_group = matches!(node, Ok(NodeKind::Group { .. }));
+                self.node(child_path.clone(), node)?;
+                if is_group {
+                    self.walk_v3(store, &child_path)?;
+                }
             }
         }
         Ok(())
@@ -157,27 +171,41 @@ impl Walk {
     }
 
     fn walk_v2(&mut self, store: &Store, path: &str) -> Result<()> {
-        for child in store.list_children(path)? {
-            let child_path = join(path, &child);
-            let attrs_key = key(&child_path, ".zattrs");
-            if let Some(doc) = store.get(&key(&child_path, ".zarray"))? {
-                let attrs = store.get(&attrs_key)?;
-                let meta = v2::parse_array(
-                    &store.url(&key(&child_path, ".zarray")),
-                    &doc,
-                    attrs.as_deref(),
-                );
-                self.node(child_path, meta.map(|m| NodeKind::Array(Box::new(m))))?;
-            } else if store.get(&key(&child_path, ".zgroup"))?.is_some() {
-                let attributes = match store.get(&attrs_key)? {
-                    Some(a) => v2::parse_attributes(&store.url(&attrs_key), &a)?,
-                    None => Map::new(),
+        let children = store.list_children(path)?;
+        for batch in children.chunks(CHILDREN_READ_TOGETHER) {
+            let paths: Vec<String> = batch.iter().map(|child| join(path, child)).collect();
+            let keys: Vec<String> = paths
+                .iter()
+                .flat_map(|p| V2_DOCUMENTS.map(|document| key(p, document)))
+                .collect();
+            let mut docs = store.get_many(&keys).into_iter();
+            for child_path in paths {
+                // In V2_DOCUMENTS' order.
+                let (Some(array), Some(group), Some(attrs)) =
+                    (docs.next(), docs.next(), docs.next())
+                else {
+                    break;
                 };
-                self.nodes.push(Node {
-                    path: child_path.clone(),
-                    kind: NodeKind::Group { attributes },
-                });
-                self.walk_v2(store, &child_path)?;
+                let attrs_key = key(&child_path, ".zattrs");
+                if let Some(doc) = array? {
+                    let attrs = attrs?;
+                    let meta = v2::parse_array(
+                        &store.url(&key(&child_path, ".zarray")),
+                        &doc,
+                        attrs.as_deref(),
+                    );
+                    self.node(child_path, meta.map(|m| NodeKind::Array(Box::new(m))))?;
+                } else if group?.is_some() {
+                    let attributes = match attrs? {
+                        Some(a) => v2::parse_attributes(&store.url(&attrs_key), &a)?,
+                        None => Map::new(),
+                    };
+                    self.nodes.push(Node {
+                        path: child_path.clone(),
+                        kind: NodeKind::Group { attributes },
+                    });
+                    self.walk_v2(store, &child_path)?;
+                }
             }
         }
         Ok(())

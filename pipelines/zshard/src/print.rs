@@ -264,6 +264,12 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
             plan.memory_limit_source()
         )?;
     }
+    writeln!(
+        out,
+        "threads: {} per CPU stage; {io} fetching and {io} writing",
+        plan.threads(),
+        io = plan.io_threads()
+    )?;
     let totals = plan.totals();
     let u = |k: &str| totals[k].as_u64().unwrap_or(0);
     writeln!(

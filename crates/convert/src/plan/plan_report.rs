@@ -148,6 +148,11 @@ impl PlanReport {
         self.budget.threads
     }
 
+    /// Threads fetching chunks and threads writing shards (each) the conversion would use.
+    pub fn io_threads(&self) -> usize {
+        self.budget.io_threads
+    }
+
     /// The memory limit the budget was made for, in bytes.
     pub fn memory_limit(&self) -> Option<u64> {
         self.budget.limit
@@ -197,6 +202,7 @@ impl PlanReport {
             "source": self.source,
             "destination": self.destination,
             "threads": self.budget.threads,
+            "io_threads": self.budget.io_threads,
             "memory_limit": self.budget.limit,
             "memory_limit_source": self.memory_limit_source,
             "part_bytes": self.budget.part_bytes,

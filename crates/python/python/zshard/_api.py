@@ -214,7 +214,8 @@ def convert(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -437,7 +438,8 @@ def plan(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -647,7 +649,8 @@ def finalize(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -813,7 +816,8 @@ def verify(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
 
     Returns
     -------
@@ -907,7 +911,8 @@ def status(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
 
     Returns
     -------
@@ -1022,7 +1027,8 @@ def ls(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths, 8 when the source or destination is remote.
+        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
+        many in flight hold at most 64 MiB.
 
     Returns
     -------

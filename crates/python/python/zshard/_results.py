@@ -342,6 +342,8 @@ class Plan:
         The destination's location.
     threads : int
         Worker threads per CPU stage the conversion would use.
+    io_threads : int
+        Threads fetching chunks and threads writing shards, each.
     memory_limit : int | None
         The memory limit the plan was made for, in bytes.
     memory_limit_source : str
@@ -370,6 +372,7 @@ class Plan:
     source: str
     destination: str
     threads: int
+    io_threads: int
     memory_limit: int | None
     memory_limit_source: str
     part_bytes: int | None
@@ -389,6 +392,7 @@ class Plan:
             source=doc["source"],
             destination=doc["destination"],
             threads=doc["threads"],
+            io_threads=doc["io_threads"],
             memory_limit=doc.get("memory_limit"),
             memory_limit_source=doc.get("memory_limit_source", ""),
             part_bytes=doc.get("part_bytes"),
