@@ -79,6 +79,10 @@ class Request:
     start: float  # the request's headers arrived
     end: float  # the response's last byte was sent
     detail: str = ""  # the keys of a bulk delete (its path names only the bucket)
+    # The response's first byte was about to be sent. A client can only send a request that waits for this
+    # response after it: unlike `end` (noted after the last byte, by a thread that a loaded machine may hold
+    # back while the client already sent its next request), it orders requests without slack.
+    replied: float = 0.0
 
 
 def kind_of(method, path, headers):
@@ -158,6 +162,7 @@ class FaultProxy:
                 wait = arrived + proxy.latency - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                replied = time.monotonic() - proxy.epoch
                 self.send_response(status)
                 for k, v in headers:
                     self.send_header(k, v)
@@ -172,7 +177,8 @@ class FaultProxy:
                 proxy.requests_append(Request(self.command, self.path, kind, body_in,
                                               0 if self.command == "HEAD" else len(sent),
                                               "dropped" if drop else str(status),
-                                              started - proxy.epoch, time.monotonic() - proxy.epoch, detail))
+                                              started - proxy.epoch, time.monotonic() - proxy.epoch, detail,
+                                              replied))
 
             def serve_file(self, directory, rel, started):
                 path = os.path.realpath(os.path.join(directory, rel))
