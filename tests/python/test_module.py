@@ -77,7 +77,8 @@ def test_plan_writes_nothing(small, tmp_path):
     assert array.shard_shape == [20, 40]
     assert array.inner_chunk_shape == [10, 10]
     assert array.shards == 10
-    assert (plan.memory_limit, plan.threads) == (2**30, 2)
+    assert (plan.memory_limit, plan.threads, plan.io_threads) == (2**30, 2, 2)
+    assert zshard.plan(src, dst, shard_shape=(20, 40), io_threads=5).io_threads == 5
     assert not dst.exists()
 
 

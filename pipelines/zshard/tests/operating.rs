@@ -605,3 +605,59 @@ fn every_command_has_examples() {
         );
     }
 }
+
+/// `plan` names the fetch and write threads: 2 for local paths; for a remote destination 8, and up to 32
+/// for shards small enough that twice that many in flight hold at most 64 MiB; `--io-threads` wins.
+/// (Planning reads only the source's metadata: the endpoint below is never contacted.)
+#[test]
+fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("big.zarr");
+    std::fs::create_dir_all(&src).expect("source folder");
+    // 4096² uint16 without chunks (all fill): only its metadata is read.
+    std::fs::write(
+        src.join(".zarray"),
+        r#"{"zarr_format": 2, "shape": [4096, 4096], "chunks": [512, 512], "dtype": "<u2",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#,
+    )
+    .expect("write .zarray");
+    let remote = ["--s3-endpoint", "http://127.0.0.1:9", "--s3-path-style"];
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "unused"),
+        ("AWS_SECRET_ACCESS_KEY", "unused"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let planned = |dst: &str, extra: &[&str]| {
+        let mut args = vec!["plan", s(&src), dst, "--json", "--chunk-shape", "512,512"];
+        args.extend_from_slice(extra);
+        let out = zshard_with(&args, &env);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("plan json");
+        doc["io_threads"].as_u64().expect("io_threads")
+    };
+    let local = tmp.path().join("out.zarr");
+    let s3 = "s3://bucket/out.zarr";
+    let with = |shard: &'static str, more: &[&'static str]| {
+        let mut args = vec!["--shard-shape", shard];
+        args.extend_from_slice(more);
+        args
+    };
+    assert_eq!(planned(s(&local), &with("2048,2048", &[])), 2);
+    // Shards of 8 MiB, 2 MiB and 512 KiB.
+    assert_eq!(planned(s3, &with("2048,2048", &remote)), 8);
+    assert_eq!(planned(s3, &with("1024,1024", &remote)), 16);
+    assert_eq!(planned(s3, &with("512,512", &remote)), 32);
+    let mut explicit = with("512,512", &remote);
+    explicit.extend_from_slice(&["--io-threads", "5"]);
+    assert_eq!(planned(s3, &explicit), 5);
+    // The text says it too.
+    let mut args = vec!["plan", s(&src), s3, "--chunk-shape", "512,512"];
+    args.extend_from_slice(&with("1024,1024", &remote));
+    let text = zshard_with(&args, &env);
+    assert!(text.status.success(), "{}", stderr(&text));
+    assert!(
+        stdout(&text).contains("; 16 fetching and 16 writing"),
+        "{}",
+        stdout(&text)
+    );
+}
