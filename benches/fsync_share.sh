@@ -6,13 +6,15 @@
 #
 # Usage: benches/fsync_share.sh SOURCES_DIR BIN [BIN...]
 #   SOURCES_DIR: the harness's --workdir sources (w1-16384x16384.zarr, w3-1000x1000x500.zarr), made by
-#   benches/run.sh --workloads W1,W3 --scale full.
+#   benches/run.sh --workloads W1,W3 --scale full. The outputs go beside it, on the same disk (never /tmp,
+#   which may be a tmpfs, where a sync costs nothing).
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
 sources=$1
 shift
 command -v strace >/dev/null || { echo "strace is missing" >&2; exit 1; }
-work=$(mktemp -d)
+[ "$(id -u)" = 0 ] || echo "fsync_share.sh: not root, so the page cache is not dropped between runs" >&2
+work=$(mktemp -d "$(dirname "$(realpath "$sources")")/fsync-share.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 for bin in "$@"; do
   for wl in w1 w3; do
@@ -24,7 +26,7 @@ for bin in "$@"; do
     for run in 1 2; do
       rm -rf "$work/out.zarr"
       sync
-      echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+      { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null || true
       start=$(date +%s.%N)
       strace -f --seccomp-bpf -T -e trace=fsync,fdatasync,syncfs -o "$work/trace" \
         "$bin" convert "$src" "$work/out.zarr" "${shape[@]}" --compressor zstd:3 --threads 2 --quiet

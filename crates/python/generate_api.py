@@ -58,7 +58,7 @@ P = [
  ("retry_timeout", "int", "How long a request is retried, in seconds. Default: 120.", STORAGE),
  ("max_requests", "int", "Storage requests in flight per batch (at least 1). Default: 32.", STORAGE),
  ("part_size", "Size", "Shards larger than this are uploaded to object stores in parts of this size (at least 5 MiB). Default: ``'32MiB'``.", STORAGE),
- ("io_threads", "int", "Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local paths; when the source or destination is remote, 8, and up to 32 for shards small enough that many in flight hold at most 64 MiB.", STORAGE),
+ ("io_threads", "int", "Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32, as many as keep twice that many shards within 64 MiB and the memory limit.", STORAGE),
 ]
 DEPRECATED = [
  ("no_passthrough", "bool", "Deprecated: ``passthrough=False``.", LAYOUT),

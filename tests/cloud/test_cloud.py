@@ -620,8 +620,8 @@ def test_remote_reference_targets_are_read_with_many_requests_in_flight(tmp_path
 def test_a_hierarchy_without_consolidated_metadata_is_read_in_a_few_round_trips(tmp_path, s3, moto, fault_proxy,
                                                                                 zarr_format):
     """Issue 34: a remote hierarchy without consolidated metadata (40 arrays, 24 in the root and 16 in a
-    subgroup) is walked with its children's documents read side by side, a round trip per group instead of one
-    per document (v2: 2-3 per array; 80-120 in series before). `plan` names every array; the conversion reads
+    subgroup) is walked with its children's documents read side by side (up to --max-requests at a time), a few
+    round trips per group instead of one per document (v2: 2-3 per array; 80-120 in series before). `plan` names every array; the conversion reads
     back element by element as zarr-python reads the source."""
     root = zarr.open_group(str(tmp_path / "in.zarr"), mode="w", zarr_format=zarr_format)
     sub = root.create_group("sub", attributes={"kind": "subgroup"})

@@ -20,13 +20,14 @@ fn key(path: &str, document: &str) -> String {
     join(path, document)
 }
 
-/// Children of a group whose metadata documents are read together (with the store's requests in
-/// flight side by side): a walk of a remote hierarchy without consolidated metadata pays a round trip
-/// per batch instead of per document (1,000 arrays at 20 ms: 20 s one by one), while holding the
-/// documents of a batch only.
+/// Children of a group whose metadata documents are read together (with up to the store's
+/// `--max-requests` in flight side by side): a walk of a remote hierarchy without consolidated metadata
+/// pays a round trip per that many documents instead of one per document (1,000 arrays at 20 ms: 20 s
+/// one by one), while holding one batch's documents for each level of groups being walked.
 const CHILDREN_READ_TOGETHER: usize = 256;
 
-/// The documents a Zarr v2 node may have, read together for each child of a group.
+/// The documents a Zarr v2 node may have, read together for each child of a group (the `.zgroup` of an
+/// array too: one more request each, side by side, rather than a second round trip for groups).
 const V2_DOCUMENTS: [&str; 3] = [".zarray", ".zgroup", ".zattrs"];
 
 /// An array below the root left out of a hierarchy because zshard does not read its data type or
@@ -178,7 +179,10 @@ impl Walk {
                 .iter()
                 .flat_map(|p| V2_DOCUMENTS.map(|document| key(p, document)))
                 .collect();
-            let mut docs = store.get_many(&keys).into_iter();
+            let docs = store.get_many(&keys);
+            // One result for each key, in order.
+            debug_assert_eq!(docs.len(), keys.len());
+            let mut docs = docs.into_iter();
             for child_path in paths {
                 // In V2_DOCUMENTS' order.
                 let (Some(array), Some(group), Some(attrs)) =

@@ -212,9 +212,9 @@ pub struct StorageArgs {
     /// min 5MiB).
     #[arg(long, help_heading = STORAGE, value_parser = size, value_name = "SIZE")]
     pub(crate) part_size: Option<u64>,
-    /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths; when
-    /// the source or destination is a remote store, 8, and up to 32 for small shards, as many as hold
-    /// 64 MiB in flight).
+    /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths, 8 when
+    /// the source or destination is a remote store; a conversion of small shards gets up to 32, as many
+    /// as keep twice that many shards within 64 MiB and the memory limit).
     #[arg(long, help_heading = STORAGE, value_name = "N")]
     pub(crate) io_threads: Option<usize>,
 }

@@ -607,7 +607,8 @@ fn every_command_has_examples() {
 }
 
 /// `plan` names the fetch and write threads: 2 for local paths; for a remote destination 8, and up to 32
-/// for shards small enough that twice that many in flight hold at most 64 MiB; `--io-threads` wins.
+/// for shards small enough that twice that many in flight hold at most 64 MiB, where the memory limit
+/// lets them in; `--io-threads` wins.
 /// (Planning reads only the source's metadata: the endpoint below is never contacted.)
 #[test]
 fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
@@ -650,6 +651,19 @@ fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
     let mut explicit = with("512,512", &remote);
     explicit.extend_from_slice(&["--io-threads", "5"]);
     assert_eq!(planned(s3, &explicit), 5);
+    // Under a memory limit, the extra threads come only where they take neither a CPU thread nor part
+    // size: at 224 MiB 32 fit beside 2 CPU threads; at 216 MiB 32 would leave 1 (as --io-threads 32 does);
+    // at 200 MiB 32 would not fit at all.
+    let limited = |limit: &'static str, more: &[&'static str]| {
+        let mut args = with("512,512", &remote);
+        args.extend_from_slice(&["--threads", "2", "--memory-limit", limit]);
+        args.extend_from_slice(more);
+        args
+    };
+    assert_eq!(planned(s3, &limited("224MiB", &[])), 32);
+    assert_eq!(planned(s3, &limited("216MiB", &[])), 8);
+    assert_eq!(planned(s3, &limited("216MiB", &["--io-threads", "32"])), 32);
+    assert_eq!(planned(s3, &limited("200MiB", &[])), 8);
     // The text says it too.
     let mut args = vec!["plan", s(&src), s3, "--chunk-shape", "512,512"];
     args.extend_from_slice(&with("1024,1024", &remote));

@@ -291,18 +291,32 @@ impl Conversion {
             .map(ArrayLayout::shard_bytes)
             .max()
             .unwrap_or(0);
-        let io_threads = self
-            .io_threads
-            .unwrap_or_else(|| default_io_threads(remote, largest_shard))
-            .max(1);
-        memory::budget(
-            &opened.plan,
-            &opened.input.url(),
-            self.threads,
-            self.memory_limit,
-            outside,
-            io_threads,
-        )
+        let budget_with = |io_threads| {
+            memory::budget(
+                &opened.plan,
+                &opened.input.url(),
+                self.threads,
+                self.memory_limit,
+                outside,
+                io_threads,
+            )
+        };
+        if let Some(explicit) = self.io_threads {
+            return budget_with(explicit.max(1));
+        }
+        let usual = budget_with(default_io_threads(remote, u64::MAX))?;
+        let wanted = default_io_threads(remote, largest_shard);
+        if wanted <= usual.io_threads {
+            return Ok(usual);
+        }
+        // More I/O threads only where the memory limit lets them in without taking CPU threads or part
+        // size from the run (or refusing it).
+        Ok(match budget_with(wanted) {
+            Ok(more) if more.threads >= usual.threads && more.part_bytes >= usual.part_bytes => {
+                more
+            }
+            _ => usual,
+        })
     }
 
     /// What the conversion would do, from metadata alone: no chunk is listed or read, and nothing is

@@ -205,6 +205,7 @@ pub(crate) fn plan_bytes(arrays: usize) -> u64 {
 }
 
 /// What a conversion holds outside the pipeline, for its budget.
+#[derive(Clone, Copy)]
 pub(crate) struct Outside {
     /// See [`upload_buffers`].
     pub(crate) upload_buffers: u64,

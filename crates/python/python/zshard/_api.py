@@ -214,8 +214,8 @@ def convert(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -438,8 +438,8 @@ def plan(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -649,8 +649,8 @@ def finalize(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -816,8 +816,8 @@ def verify(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
 
     Returns
     -------
@@ -911,8 +911,8 @@ def status(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
 
     Returns
     -------
@@ -1027,8 +1027,8 @@ def ls(
         Default: ``'32MiB'``.
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
-        paths; when the source or destination is remote, 8, and up to 32 for shards small enough that
-        many in flight hold at most 64 MiB.
+        paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
+        as many as keep twice that many shards within 64 MiB and the memory limit.
 
     Returns
     -------
