@@ -284,13 +284,6 @@ impl Conversion {
         };
         // A local reference file whose targets are remote reads over the network too.
         let remote = opened.input.reads_remote() || opened.destination.is_remote();
-        let largest_shard = opened
-            .plan
-            .layouts()
-            .iter()
-            .map(ArrayLayout::shard_bytes)
-            .max()
-            .unwrap_or(0);
         let budget_with = |io_threads| {
             memory::budget(
                 &opened.plan,
@@ -305,6 +298,16 @@ impl Conversion {
             return budget_with(explicit.max(1));
         }
         let usual = budget_with(default_io_threads(remote, u64::MAX))?;
+        if !remote {
+            return Ok(usual);
+        }
+        let largest_shard = opened
+            .plan
+            .layouts()
+            .iter()
+            .map(ArrayLayout::shard_bytes)
+            .max()
+            .unwrap_or(0);
         let wanted = default_io_threads(remote, largest_shard);
         if wanted <= usual.io_threads {
             return Ok(usual);
