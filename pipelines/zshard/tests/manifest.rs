@@ -114,7 +114,19 @@ fn the_kept_manifest_records_every_shard_with_the_sources_values_and_verifies_cl
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(state, ["manifest.tsv"]);
-    let lines: Vec<&str> = text.lines().collect();
+    // The metadata document as written (issue 45, row 12), then the shards.
+    let document = std::fs::read(dst.join("zarr.json")).expect("zarr.json");
+    let (documents, lines): (Vec<&str>, Vec<&str>) = text
+        .lines()
+        .partition(|line| line.split('\t').nth(1) == Some("-"));
+    assert_eq!(
+        documents,
+        [format!(
+            "zarr.json\t-\t{}\t{:08x}\tm:",
+            document.len(),
+            crc32c::crc32c(&document)
+        )]
+    );
     // 4x3 shards, the first row of 3 all fill.
     assert_eq!(lines.len(), 9, "{text}");
     for line in lines {
@@ -269,6 +281,8 @@ fn manifest_shards(dst: &Path, tag: &str) -> Vec<String> {
         let text = std::fs::read_to_string(entry.path()).expect("read");
         shards.extend(
             text.lines()
+                // The file's checksum line (see `sealed.rs`) names no shard.
+                .filter(|l| !l.starts_with("#crc32c\t"))
                 .map(|l| l.split('\t').nth(1).expect("coord").to_string()),
         );
     }
@@ -334,5 +348,39 @@ fn shards_lost_after_the_last_checkpoint_are_found_by_the_manifest_and_rewritten
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 45, row 12: an output of the fill value alone has a kept manifest that names no shard,
+/// which verifies clean (it was refused: "holds no manifest"); and the kept manifest records the
+/// metadata documents too, so a changed `fill_value` no longer verifies clean.
+#[test]
+fn an_all_fill_output_verifies_and_a_changed_document_is_reported() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("fill");
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &SHAPE,
+        &[16, 16],
+        json!({"id": "zlib", "level": 1}),
+        &vec![0u8; (SHAPE[0] * SHAPE[1] * 2) as usize],
+    );
+    let dst = tmp.path().join("out");
+    convert(&src, &dst, &["--keep-manifest"]);
+    assert!(!dst.join("c").exists(), "no shard written");
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(ok, "{mismatches:?}");
+
+    let doc = dst.join("zarr.json");
+    let text = std::fs::read_to_string(&doc).expect("zarr.json");
+    assert!(text.contains("\"fill_value\": 0"), "{text}");
+    std::fs::write(&doc, text.replace("\"fill_value\": 0", "\"fill_value\": 7")).expect("edit");
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(!ok);
+    assert_eq!(mismatches.len(), 1, "{mismatches:?}");
+    assert!(
+        mismatches[0].contains("zarr.json") && mismatches[0].contains("metadata document differs"),
+        "{mismatches:?}"
     );
 }

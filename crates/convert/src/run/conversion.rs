@@ -166,6 +166,7 @@ impl Conversion {
             let opened = self.open_source(&source, destination, runtime)?;
             let store = opened.destination(true)?;
             refuse_links(&store, &opened.plan)?;
+            state::clear_state_file(&store, self.overwrite)?;
             let lease = Lease::acquire(&store, self.partition, self.lease_stale_after)?;
             return Ok((opened, store, lease));
         }
@@ -872,7 +873,10 @@ fn finish(
 ) -> Result<()> {
     if keep_manifest {
         let files = crate::manifest::read_records(destination, records)?;
-        let merged = crate::manifest::merge(&files);
+        let mut merged = crate::manifest::merge(&files);
+        for (key, size, crc) in document_checksums(plan, consolidate) {
+            crate::manifest::add_document(&mut merged, &key, size, crc);
+        }
         destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
     }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
@@ -902,25 +906,7 @@ fn write_metadata(
         }
         Ok(())
     };
-    // Every document but the root's, made batch by batch as they are written: 30,000 arrays' made
-    // at once held 60 MB (issue 31).
-    let mut root = None;
-    let mut first: Vec<(String, Box<dyn Fn() -> bytes::Bytes + '_>)> = Vec::new();
-    for (key, bytes) in &plan.files {
-        first.push((key.clone(), Box::new(move || bytes.clone())));
-    }
-    for array in &plan.arrays {
-        let doc = move || document_bytes(&array.output.to_json());
-        first.push((metadata_key(&array.path), Box::new(doc)));
-    }
-    for (path, attributes) in &plan.groups {
-        if !path.is_empty() {
-            let doc = move || document_bytes(&group_json(attributes));
-            first.push((metadata_key(path), Box::new(doc)));
-        } else {
-            root = Some(attributes);
-        }
-    }
+    let (first, root) = documents(plan);
     stop_if_cancelled()?;
     for (key, _) in &first {
         destination.remove_staged_of(key)?;
@@ -949,20 +935,78 @@ fn write_metadata(
     let listed = listed?.into_iter().map(|(key, _)| key).collect();
     if let Some(attributes) = root {
         stop_if_cancelled()?;
-        // Made once the other documents are written and dropped, each member's document only
-        // while it is serialized: 30,000 arrays held the whole as JSON values took 300 MB.
-        let doc = if consolidate {
-            let members = members(plan);
-            let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
-            consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
-        } else {
-            document_bytes(&group_json(attributes))
-        };
+        // Made once the other documents are written and dropped.
+        let doc = root_document(plan, attributes, consolidate);
         let key = metadata_key("");
         destination.remove_staged_of(&key)?;
         destination.put(&key, doc)?;
     }
     Ok(listed)
+}
+
+/// A metadata document to write: its key and what makes its bytes.
+type Document<'a> = (String, Box<dyn Fn() -> bytes::Bytes + 'a>);
+
+/// Every document of `plan` but the root group's (each made when called: 30,000 arrays' made at
+/// once held 60 MB, issue 31), and the root group's attributes when the plan has one.
+fn documents(
+    plan: &Plan,
+) -> (
+    Vec<Document<'_>>,
+    Option<&serde_json::Map<String, serde_json::Value>>,
+) {
+    let mut root = None;
+    let mut first: Vec<Document<'_>> = Vec::new();
+    for (key, bytes) in &plan.files {
+        first.push((key.clone(), Box::new(move || bytes.clone())));
+    }
+    for array in &plan.arrays {
+        let doc = move || document_bytes(&array.output.to_json());
+        first.push((metadata_key(&array.path), Box::new(doc)));
+    }
+    for (path, attributes) in &plan.groups {
+        if !path.is_empty() {
+            let doc = move || document_bytes(&group_json(attributes));
+            first.push((metadata_key(path), Box::new(doc)));
+        } else {
+            root = Some(attributes);
+        }
+    }
+    (first, root)
+}
+
+/// The root group's document, consolidated when `consolidate`: each member's document is made only
+/// while it is serialized (30,000 arrays held whole as JSON values took 300 MB).
+fn root_document(
+    plan: &Plan,
+    attributes: &serde_json::Map<String, serde_json::Value>,
+    consolidate: bool,
+) -> bytes::Bytes {
+    if consolidate {
+        let members = members(plan);
+        let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
+        consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
+    } else {
+        document_bytes(&group_json(attributes))
+    }
+}
+
+/// The size and crc32c of every metadata document the conversion writes, by key, for the kept
+/// manifest (so that `verify --manifest` sees a changed `fill_value` or attribute too).
+fn document_checksums(plan: &Plan, consolidate: bool) -> Vec<(String, u64, u32)> {
+    let (first, root) = documents(plan);
+    let mut sums: Vec<(String, u64, u32)> = first
+        .iter()
+        .map(|(key, doc)| {
+            let bytes = doc();
+            (key.clone(), bytes.len() as u64, crc32c::crc32c(&bytes))
+        })
+        .collect();
+    if let Some(attributes) = root {
+        let bytes = root_document(plan, attributes, consolidate);
+        sums.push((metadata_key(""), bytes.len() as u64, crc32c::crc32c(&bytes)));
+    }
+    sums
 }
 
 /// The key of the `zarr.json` of the node at `path`.

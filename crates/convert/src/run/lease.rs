@@ -267,10 +267,19 @@ fn live_leases(store: &Store, own: Option<&str>) -> Result<Vec<Live>> {
 
 /// The lease at `key` holding `bytes`, if it is fresh at `now`.
 fn fresh(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<Option<Live>> {
-    let record: Record = serde_json::from_slice(bytes).map_err(|source| Error::State {
-        key: store.url(key),
-        source,
-    })?;
+    // Leases are written whole (staged and renamed, or one PUT), so one that does not parse was
+    // damaged, not caught mid-write: no run renews it, and it must not block a resume or an
+    // --overwrite (which removes it with the rest of the state).
+    let record: Record = match serde_json::from_slice(bytes) {
+        Ok(record) => record,
+        Err(error) => {
+            tracing::warn!(
+                "{}: not a lease ({error}); taken for no live run",
+                store.url(key)
+            );
+            return Ok(None);
+        }
+    };
     let age = now.saturating_sub(record.renewed_ms);
     Ok((age < record.stale_after_ms).then(|| Live {
         key: key.to_string(),

@@ -124,7 +124,8 @@ pub(crate) fn owned_keys(
 ) -> BTreeSet<String> {
     let mut owned: BTreeSet<String> = keys
         .iter()
-        .filter(|k| k.starts_with(".zshard/"))
+        // A file where zshard's state folder goes is state gone wrong, zshard's to clear too.
+        .filter(|k| k.starts_with(".zshard/") || *k == ".zshard")
         .cloned()
         .collect();
     let mut arrays = arrays.to_vec();
