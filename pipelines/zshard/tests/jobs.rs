@@ -16,7 +16,7 @@ const CHUNKS: [u64; 2] = [10, 10];
 
 /// Runs zshard in `cwd`.
 fn zshard_in(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zshard"))
+    Command::new(common::binary())
         .current_dir(cwd)
         .args(args)
         .output()
