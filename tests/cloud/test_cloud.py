@@ -1193,3 +1193,24 @@ def test_reference_reads_coalesce_across_the_shards_in_flight(form, tmp_path, s3
     download_prefix(s3, dst, "out.zarr", tmp_path / "out.zarr")
     got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
     assert got.dtype == data.dtype and np.array_equal(got, data)
+
+
+def test_concurrent_runs_with_different_options_cannot_both_write_to_gcs(tmp_path, gcs):
+    """The claim on a GCS destination is a create-only PUT (x-goog-if-generation-match: 0, which
+    fake-gcs-server enforces): of two runs started together with different options, exactly one converts
+    and the other is refused; the winner's output reads back exactly."""
+    expected = make_group(tmp_path / "in.zarr")
+    gcs.create_bucket("gclaims")
+    layouts = {"a": ["--index-location", "end"], "b": ["--index-location", "start", "--compressor", "zstd:1"]}
+    runs = {name: subprocess.Popen([ZSHARD, "convert", str(tmp_path / "in.zarr"), "gs://gclaims/out.zarr", "--quiet",
+                                    "--threads", "1", *layout], stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, **gcs_env(gcs.endpoint)})
+            for name, layout in layouts.items()}
+    outcomes = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in runs.items()}
+    winners = [name for name, (code, _) in outcomes.items() if code == 0]
+    assert len(winners) == 1, outcomes
+    code, stderr = outcomes[next(name for name in layouts if name not in winners)]
+    assert code == 1 and "different options" in stderr, outcomes
+    keys = gcs.download_prefix("gclaims", "out.zarr", tmp_path / "out.zarr")
+    assert not any(k.startswith(".zshard") for k in keys), keys
+    assert_same(tmp_path / "out.zarr", expected)
