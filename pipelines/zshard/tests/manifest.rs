@@ -384,3 +384,31 @@ fn an_all_fill_output_verifies_and_a_changed_document_is_reported() {
         "{mismatches:?}"
     );
 }
+
+/// Issue 45, row 12: workers given `--keep-manifest` and a `finalize` without it kept no manifest,
+/// silently. The workers' wish is recorded in the state, and `finalize` keeps the manifest.
+#[test]
+fn finalize_keeps_the_manifest_the_workers_were_asked_to_keep() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, _) = source(tmp.path());
+    let dst = tmp.path().join("out");
+    for worker in ["0/2", "1/2"] {
+        convert(&src, &dst, &["--worker", worker, "--keep-manifest"]);
+    }
+    let out = zshard(&with_layout("finalize", &src, &dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dst.join(".zshard/manifest.tsv").exists(),
+        "the manifest is kept"
+    );
+    assert!(
+        !dst.join(".zshard/keep-manifest").exists(),
+        "the marker goes with the state"
+    );
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(ok, "{mismatches:?}");
+}

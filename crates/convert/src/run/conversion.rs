@@ -619,7 +619,11 @@ impl Conversion {
             return Ok((Status::Ok, input.reference_reads()));
         }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
-        // skips them.
+        // skips them; and a worker's --keep-manifest, so that `finalize` keeps it without the flag.
+        let mut records = records;
+        if self.keep_manifest {
+            records.push(state::keep_manifest_marker());
+        }
         let flushed = destination.block_on(destination.put_many_async(&records));
         result?;
         flushed?;
@@ -701,6 +705,7 @@ impl Conversion {
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
+        let keep_manifest = self.keep_manifest || survey.asks_to_keep_the_manifest();
         finish(
             &destination,
             &plan,
@@ -708,7 +713,7 @@ impl Conversion {
             &self.cancel,
             &[],
             lease,
-            self.keep_manifest,
+            keep_manifest,
         )?;
         Ok(finalized)
     }

@@ -69,6 +69,17 @@ pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
 pub(crate) const DONE_DIR: &str = ".zshard/done";
 pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// Left by a worker run with `--keep-manifest`, so that `finalize` keeps the manifest without the
+/// flag (removed with the rest of the state).
+const KEEP_MANIFEST: &str = ".zshard/keep-manifest";
+
+/// The marker [`KEEP_MANIFEST`] as a record to write (key and contents).
+pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
+    let text =
+        "a worker of this conversion was given --keep-manifest: finalize keeps the manifest\n";
+    (KEEP_MANIFEST.to_string(), Bytes::from(text))
+}
+
 /// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
 pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
 pub(crate) const CLAIM: &str = ".zshard/claim.json";
@@ -223,6 +234,13 @@ pub(crate) struct Survey {
     /// The contents of the claim and of the record files (options, done, empty) that were still
     /// there when read.
     records: HashMap<String, Bytes>,
+}
+
+impl Survey {
+    /// Whether a worker asked to keep the manifest (see [`keep_manifest_marker`]).
+    pub(crate) fn asks_to_keep_the_manifest(&self) -> bool {
+        self.state.iter().any(|key| key == KEEP_MANIFEST)
+    }
 }
 
 /// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
