@@ -21,11 +21,11 @@ use zshard_store::StoreOptions;
 use zshard_zarr::ome::OmeMetadata;
 
 use crate::error::{Error, Result};
-use crate::icechunk_output::{IcechunkOutput, SpecVersion};
-use crate::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
-use crate::partition::Partition;
+use crate::plan::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
+use crate::plan::partition::Partition;
+use crate::plan::selection::Selection;
 use crate::plan::{Layout, Layouts, LevelShapes};
-use crate::selection::Selection;
+use crate::run::icechunk_output::{IcechunkOutput, SpecVersion};
 use crate::{Compressor, Conversion, ManifestVerification, ShapeSpec, Verification};
 
 /// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.

@@ -10,7 +10,7 @@ use zshard_store::{IoRuntime, Location, Store};
 use zshard_zarr::{array_chunk_reader, open_hierarchy, open_hierarchy_skipping};
 
 use crate::error::{Error, Result};
-use crate::selection::Selection;
+use crate::plan::selection::Selection;
 
 /// What kind of input a source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

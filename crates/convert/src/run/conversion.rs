@@ -11,13 +11,13 @@ use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, SourceOptions};
-use crate::lease::Lease;
-use crate::memory;
-use crate::partition::Partition;
+use crate::plan::input::{Input, SourceOptions};
+use crate::plan::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
-use crate::report::{Report, ReportBuilder, Status};
-use crate::state::{self, Prepared, ShardLog};
+use crate::run::lease::Lease;
+use crate::run::memory;
+use crate::run::report::{Report, ReportBuilder, Status};
+use crate::run::state::{self, Prepared, ShardLog};
 use zshard_pipeline::{Budget, Cancel};
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
@@ -97,7 +97,7 @@ pub struct Conversion {
     /// removed with the rest of the state.
     pub keep_manifest: bool,
     /// When records are flushed and compacted (tests make them small).
-    pub(crate) record_limits: crate::state::RecordLimits,
+    pub(crate) record_limits: crate::run::state::RecordLimits,
     /// How often the shards written are recorded as done, on local disk each time after a
     /// checkpoint (one `syncfs` of the destination's filesystem; shards are renamed into place
     /// without an fsync of their own). A power loss can lose or damage only the shards written
@@ -130,11 +130,11 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
-            lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
+            lease_stale_after: crate::run::lease::DEFAULT_LEASE_STALE_AFTER,
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
-            record_limits: crate::state::RecordLimits::default(),
+            record_limits: crate::run::state::RecordLimits::default(),
         }
     }
 
@@ -198,7 +198,7 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let source_options = crate::input::SourceOptions {
+        let source_options = crate::plan::input::SourceOptions {
             memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
             ..self.source_options.clone()
         };
@@ -331,7 +331,7 @@ impl Conversion {
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
-        let cost = crate::plan_report::Cost::of(
+        let cost = crate::plan::plan_report::Cost::of(
             &opened.plan,
             &reads,
             self.store_options.part_size as u64,
@@ -527,7 +527,7 @@ impl Conversion {
                 &jobs,
                 pending(&jobs, partition, done),
                 &options,
-                &crate::progress::Relay {
+                &crate::run::progress::Relay {
                     observer,
                     names,
                     shard_done: &|outcome: &ShardOutcome| {
@@ -542,13 +542,13 @@ impl Conversion {
                             .and_then(|mut logs| {
                                 let (written, empty) = &mut *logs;
                                 if outcome.written {
-                                    let entry = crate::manifest::Entry {
+                                    let entry = crate::verify::manifest::Entry {
                                         size: outcome.bytes_written,
                                         crc32c: outcome.crc32c,
                                         kind: if passthrough[outcome.task.array] {
-                                            crate::manifest::ChunkHashes::Encoded
+                                            crate::verify::manifest::ChunkHashes::Encoded
                                         } else {
-                                            crate::manifest::ChunkHashes::Decoded
+                                            crate::verify::manifest::ChunkHashes::Decoded
                                         },
                                         chunks: outcome.chunk_hashes.clone(),
                                     };
@@ -877,12 +877,12 @@ fn finish(
     keep_manifest: bool,
 ) -> Result<()> {
     if keep_manifest {
-        let files = crate::manifest::read_records(destination, records)?;
-        let mut merged = crate::manifest::merge(&files);
+        let files = crate::verify::manifest::read_records(destination, records)?;
+        let mut merged = crate::verify::manifest::merge(&files);
         for (key, size, crc) in document_checksums(plan, consolidate) {
-            crate::manifest::add_document(&mut merged, &key, size, crc);
+            crate::verify::manifest::add_document(&mut merged, &key, size, crc);
         }
-        destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
+        destination.put(state::MANIFEST, crate::verify::manifest::to_text(&merged))?;
     }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 
 /// Where the leases of live runs are kept.
 pub(crate) const LEASES_DIR: &str = ".zshard/leases";
@@ -64,7 +64,7 @@ impl Lease {
         stale_after: Duration,
     ) -> Result<Lease> {
         let started = Utc::now();
-        let host = crate::report::host_name();
+        let host = crate::run::report::host_name();
         let pid = std::process::id();
         let key = format!(
             "{LEASES_DIR}/{}-{}-{pid}-{}.json",
@@ -235,7 +235,7 @@ pub(crate) fn another_run_is_live(store: &Store, own: &str) -> Result<bool> {
 /// runs, as Linux's `/proc` tells (elsewhere nothing is known, and the lease counts until stale).
 fn holder_ended(record: &Record) -> bool {
     let proc = std::path::Path::new("/proc");
-    record.host == crate::report::host_name()
+    record.host == crate::run::report::host_name()
         && proc.join("self").exists()
         && !proc.join(record.pid.to_string()).exists()
 }
@@ -397,7 +397,7 @@ mod tests {
             renewed_ms: 0,
             stale_after_ms: 60_000,
         };
-        let here = crate::report::host_name();
+        let here = crate::run::report::host_name();
         write(
             &store,
             ".zshard/leases/a.json",

@@ -54,12 +54,12 @@ use zshard_core::{
 };
 use zshard_store::{PutNew, Store};
 
-use crate::ahead::WriteAhead;
-use crate::conversion::Observer;
 use crate::error::{Error, Result};
-use crate::owned::{owned_keys, ChunkKeys};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 use crate::plan::Plan;
+use crate::run::ahead::WriteAhead;
+use crate::run::conversion::Observer;
+use crate::run::owned::{owned_keys, ChunkKeys};
 use crate::run::sealed;
 
 /// The folder of a conversion's state.
@@ -726,7 +726,7 @@ impl Survey {
 fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<Marker> {
     let is_wanted = |key: &str| {
         // This run's own lease says nothing about other runs.
-        (in_dir(key, crate::lease::LEASES_DIR) && key != own_lease)
+        (in_dir(key, crate::run::lease::LEASES_DIR) && key != own_lease)
             || key == CLAIM
             || in_dir(key, OPTIONS_DIR)
             || key
@@ -773,8 +773,8 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     }
     let leases = read
         .iter()
-        .filter(|(key, _)| in_dir(key, crate::lease::LEASES_DIR));
-    crate::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
+        .filter(|(key, _)| in_dir(key, crate::run::lease::LEASES_DIR));
+    crate::run::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
     let mut roots = vec![String::new()];
     roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
     roots.extend(plan.groups.iter().map(|(p, _)| p.clone()));
@@ -953,7 +953,7 @@ pub(crate) fn done_shards(
     survey: &Survey,
 ) -> Result<Resume> {
     let local = dst.local_path("").is_some();
-    let alone = local && !crate::lease::another_run_is_live(dst, own_lease)?;
+    let alone = local && !crate::run::lease::another_run_is_live(dst, own_lease)?;
     let written = records(survey, plan, DONE_DIR);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
@@ -1168,7 +1168,7 @@ fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, 
         .map(|(key, bytes)| (key.clone(), bytes.clone()))
         .collect();
     let mut found = HashMap::new();
-    for ((path, coord), entry) in crate::manifest::merge(&files) {
+    for ((path, coord), entry) in crate::verify::manifest::merge(&files) {
         let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
             continue;
         };
@@ -1568,7 +1568,7 @@ impl ShardLog {
         &mut self,
         array_path: &str,
         shard: &[u64],
-        written: Option<&crate::manifest::Entry>,
+        written: Option<&crate::verify::manifest::Entry>,
         version: Option<&str>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
@@ -1626,7 +1626,7 @@ impl ShardLog {
         self.files.push(RecordFile {
             seq: self.seq,
             batches: vec![BatchStamp {
-                ms: crate::lease::now_millis(),
+                ms: crate::run::lease::now_millis(),
                 records: self.entries as u64,
                 bytes: self.pending_bytes,
             }],
@@ -1826,7 +1826,7 @@ mod tests {
     use super::{
         recorded_coord, shard_coord, verdict, version_id, ListedShard, RecordedShard, Verdict,
     };
-    use crate::manifest::{ChunkHashes, Entry};
+    use crate::verify::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
     use zshard_store::{IoRuntime, Store};
@@ -1938,7 +1938,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.clone(), bytes::Bytes::from(v.clone())))
             .collect();
-        let manifest = crate::manifest::merge(&merged);
+        let manifest = crate::verify::manifest::merge(&merged);
         assert_eq!(manifest.len(), 21);
         for i in 0..21u64 {
             assert_eq!(

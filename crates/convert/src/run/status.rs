@@ -13,9 +13,9 @@ use zshard_core::linear_index;
 use zshard_store::{IoRuntime, Store, StoreOptions};
 
 use crate::error::{Error, Result};
-use crate::lease::LEASES_DIR;
-use crate::partition::Partition;
-use crate::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
+use crate::plan::partition::Partition;
+use crate::run::lease::LEASES_DIR;
+use crate::run::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
 
 /// Where a conversion stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,7 +320,10 @@ fn read_status(dst: &Store) -> Result<Status> {
         let text = String::from_utf8_lossy(bytes);
         // A compacted file names the batches it holds, each flushed at its own time (its
         // modification time is the compaction's).
-        let stamps = text.lines().next().and_then(crate::state::batch_stamps);
+        let stamps = text
+            .lines()
+            .next()
+            .and_then(crate::run::state::batch_stamps);
         let compacted = stamps.is_some();
         for stamp in stamps.into_iter().flatten() {
             batches.push(Batch {
@@ -374,7 +377,7 @@ fn read_status(dst: &Store) -> Result<Status> {
         totals.bytes_written = totals.bytes_written.saturating_add(entry.bytes_written);
         status.arrays.push(entry);
     }
-    let now_ms = crate::lease::now_millis();
+    let now_ms = crate::run::lease::now_millis();
     let remaining =
         status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
@@ -529,12 +532,12 @@ fn workers(
     done: &[BTreeSet<u64>],
     unreadable: &mut Vec<String>,
 ) -> Result<Vec<WorkerStatus>> {
-    let now = crate::lease::now_millis();
+    let now = crate::run::lease::now_millis();
     let mut leases: BTreeMap<(u64, u64), Vec<LeaseStatus>> = BTreeMap::new();
     let mut counts = BTreeSet::new();
     for (key, bytes) in read.iter().filter(|(key, _)| in_dir(key, LEASES_DIR)) {
         // A damaged lease is shown as such; it holds up nothing (see `lease::fresh`).
-        let seen = match crate::lease::seen(dst, key, bytes, now) {
+        let seen = match crate::run::lease::seen(dst, key, bytes, now) {
             Ok(seen) => seen,
             Err(error) => {
                 unreadable.push(crate::one_line(&error));
@@ -744,7 +747,7 @@ mod tests {
         let done = status(&dst).expect("status");
         assert!(done.is_finished() && done.finished, "all done");
         let lease =
-            crate::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
+            crate::run::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
                 .expect("lease");
         assert!(
             !status(&dst).expect("status").is_finished(),
@@ -786,7 +789,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dst = store(tmp.path());
         put(&dst, CLAIM, CLAIM_TEXT);
-        let lease = crate::lease::Lease::acquire(
+        let lease = crate::run::lease::Lease::acquire(
             &dst,
             crate::Partition { index: 1, count: 3 },
             Duration::from_secs(60),

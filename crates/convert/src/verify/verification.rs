@@ -17,9 +17,9 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
-use crate::state::join;
+use crate::run::state::join;
 use crate::Conversion;
 
 /// How many mismatches are kept one by one; the rest are counted.
@@ -400,7 +400,7 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == crate::state::MANIFEST {
+        if key == crate::run::state::MANIFEST {
             // Kept by `--keep-manifest`.
             continue;
         }
@@ -767,7 +767,7 @@ fn verify(v: &Verification) -> Result<Verified> {
             limit: None,
             upload_buffers: 0,
             resident: 0,
-            io_threads: crate::conversion::io_threads(
+            io_threads: crate::run::conversion::io_threads(
                 v.io_threads,
                 &[&source_location, &destination_location],
             ),
