@@ -551,6 +551,30 @@ mod tests {
             .map(|e| refs.refs[e])
     }
 
+    /// Issue 45, row 13: a refusal of a `gen` entry that is not about a template (the memory
+    /// limit, a missing member) names the file and the entry, not an empty template.
+    #[test]
+    fn gen_refusals_that_are_not_about_a_template_do_not_name_one() {
+        let doc = r#"{"version": 1, "refs": {".zgroup": "{\"zarr_format\": 2}"},
+            "gen": [{"key": "x/{{i}}", "url": "u", "offset": "{{i}}", "length": "1",
+                "dimensions": {"i": {"stop": 60000000}}}]}"#;
+        let error = JsonRefs::parse("refs.json", doc.as_bytes(), Some(256 << 20))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.starts_with("refs.json: gen[0]: the gen entries up to this one generate 60000000 references, which take at least "),
+            "{error}"
+        );
+        assert!(!error.contains("template"), "{error}");
+        let doc = r#"{"version": 1, "refs": {}, "gen": [{"key": "x/{{i}}", "url": "u",
+            "offset": "{{i}}", "dimensions": {"i": {"stop": 2}}}]}"#;
+        let error = parse(doc).expect_err("refused").to_string();
+        assert_eq!(
+            error,
+            "refs.json: gen[0]: offset and length must be given together"
+        );
+    }
+
     #[test]
     fn version_0_value_forms() {
         let refs = parse(
