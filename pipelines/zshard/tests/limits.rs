@@ -829,3 +829,78 @@ fn threads_beyond_four_per_cpu_are_capped_with_a_warning() {
     let (data, _) = common::read_v3(&out);
     assert_eq!(data, expected(DataType::UInt16, &[64, 64], 0));
 }
+
+/// A v3 array at `dir/rect` of `edges` chunks alternating between 1 and 2 elements along its one
+/// dimension (a rectilinear grid that no run-length pair shortens), no chunk stored; the size of
+/// its zarr.json.
+fn rectilinear_source(dir: &Path, edges: usize) -> (std::path::PathBuf, usize) {
+    let src = dir.join("rect");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let list: String = (0..edges)
+        .map(|i| if i % 2 == 0 { "1" } else { "2" })
+        .collect::<Vec<_>>()
+        .join(",");
+    let extent: u64 = (0..edges as u64).map(|i| 1 + i % 2).sum();
+    let doc = format!(
+        r#"{{"zarr_format": 3, "node_type": "array", "shape": [{extent}], "data_type": "uint8",
+        "chunk_grid": {{"name": "rectilinear", "configuration": {{"kind": "inline", "chunk_shapes": [[{list}]]}}}},
+        "chunk_key_encoding": {{"name": "default"}}, "fill_value": 0, "codecs": [{{"name": "bytes"}}]}}"#
+    );
+    std::fs::write(src.join("zarr.json"), &doc).expect("write zarr.json");
+    (src, doc.len())
+}
+
+/// Issue 45, row 5: a rectilinear grid's edges are counted before the document is parsed. A 9 MB
+/// zarr.json of 4.5 million edges peaked at 445 MB under `--memory-limit 64MiB`; it is refused
+/// now, naming the document, its number of values and the limit, within the limit (in a cgroup of
+/// that size); a grid of 50,000 edges plans within it.
+#[test]
+fn a_huge_rectilinear_chunk_grid_is_counted_against_the_limit_before_it_is_parsed() {
+    let Some(group) = MemoryCgroup::new((64 << 20) + CGROUP_ALLOWANCE) else {
+        println!("{NO_CGROUP}");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, size) = rectilinear_source(tmp.path(), 4_500_000);
+    assert!(size > 9_000_000, "{size} bytes");
+    let out = tmp.path().join("out");
+    for command in ["plan", "convert"] {
+        let mut args = vec![command, s(&src), s(&out), "--memory-limit", "64MiB"];
+        if command == "convert" {
+            args.push("--quiet");
+        }
+        let run = group.run(&args);
+        let peak: u64 = group.read("memory.max_usage_in_bytes").parse().unwrap_or(0);
+        let (code, stderr) = failure(&run);
+        assert_eq!(code, Some(1), "{command}: peak {peak}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: ", src.join("zarr.json").display()))
+                && stderr.contains("a document of 4500018 JSON values (")
+                && stderr.contains("more than the memory limit of 64.00 MiB (--memory-limit) allows for one document (32.00 MiB)"),
+            "{command}: {stderr}"
+        );
+        assert!(peak < 64 << 20, "{command}: peak {peak} bytes");
+        println!("{command}: refused, peak charged to the cgroup: {peak} bytes");
+    }
+    assert!(!out.exists());
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, _) = rectilinear_source(tmp.path(), 50_000);
+    let run = group.run(&[
+        "plan",
+        s(&src),
+        s(&out),
+        "--memory-limit",
+        "64MiB",
+        "--json",
+    ]);
+    let peak: u64 = group.read("memory.max_usage_in_bytes").parse().unwrap_or(0);
+    let (code, stderr) = failure(&run);
+    assert_eq!(code, Some(0), "peak {peak}: {stderr}");
+    let plan: serde_json::Value = serde_json::from_slice(&run.stdout).expect("plan json");
+    assert_eq!(
+        plan["arrays"][0]["source_chunk_grid"]["chunks"],
+        json!([50_000]),
+        "{plan}"
+    );
+}

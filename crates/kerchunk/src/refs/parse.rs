@@ -232,10 +232,18 @@ impl Builder {
         };
         if let (true, Some(gen)) = (v1, self.gen.take()) {
             let gens = Gen::parse_all(&gen, &mut templates, self.memory_limit).map_err(
-                |(what, template, reason)| Error::Template {
-                    key: what,
-                    template,
-                    reason,
+                // A refusal of the entry itself (a member missing, too many references) comes
+                // without a template: it names the file and the entry.
+                |(what, template, reason)| match template.is_empty() {
+                    true => Error::Format {
+                        file: self.file.clone(),
+                        reason: format!("{what}: {reason}"),
+                    },
+                    false => Error::Template {
+                        key: what,
+                        template,
+                        reason,
+                    },
                 },
             )?;
             let mut gen_urls: HashMap<String, u32> = HashMap::new();
@@ -268,10 +276,14 @@ impl Builder {
                     self.add_key(&key, r, false)
                         .map_err(|reason| (key.clone(), String::new(), reason))
                 })
-                .map_err(|(key, template, reason)| Error::Template {
-                    key,
-                    template,
-                    reason,
+                .map_err(|(key, template, reason)| match template.is_empty() {
+                    // A generated reference that does not fit (no template at fault).
+                    true => Error::Reference { key, reason },
+                    false => Error::Template {
+                        key,
+                        template,
+                        reason,
+                    },
                 })?;
             }
         }
