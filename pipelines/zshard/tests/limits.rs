@@ -903,4 +903,6 @@ fn a_huge_rectilinear_chunk_grid_is_counted_against_the_limit_before_it_is_parse
         json!([50_000]),
         "{plan}"
     );
+    assert!(peak < 64 << 20, "plan of 50,000 edges: peak {peak} bytes");
+    println!("plan of 50,000 edges: peak charged to the cgroup: {peak} bytes");
 }

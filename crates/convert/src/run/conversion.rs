@@ -202,7 +202,7 @@ impl Conversion {
             ..self.source_options.clone()
         };
         let input = Input::open(source, &source_options, runtime.clone())?;
-        let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
+        let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
