@@ -203,7 +203,7 @@ impl Conversion {
             ..self.source_options.clone()
         };
         let input = Input::open(source, &source_options, runtime.clone())?;
-        let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
+        let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
@@ -225,10 +225,12 @@ impl Conversion {
         }
         let files = input.ome_files(&nodes)?;
         let url = input.url();
+        let settings_warnings = self.settings_warnings(&destination);
         let plan_with = |auto_max_chunks| -> Result<Plan> {
             let on_unsupported = self.source_options.on_unsupported;
             let mut plan = Plan::new(&nodes, &self.layouts, &url, on_unsupported, auto_max_chunks)?;
             plan.warnings = ome_warnings.clone();
+            plan.warnings.extend(settings_warnings.iter().cloned());
             plan.skipped.splice(0..0, skipped.iter().cloned());
             plan.files = files.clone();
             Ok(plan)
@@ -265,6 +267,25 @@ impl Conversion {
         Ok(opened)
     }
 
+    /// What the run does otherwise than its settings say: threads beyond the cap
+    /// ([`capped_threads`](crate::options::capped_threads)), a part size below what object stores
+    /// take (raised to [`memory::MIN_PART_SIZE`] by the store).
+    fn settings_warnings(&self, destination: &Location) -> Vec<String> {
+        let mut warnings: Vec<String> = crate::options::capped_threads(self.threads)
+            .1
+            .into_iter()
+            .collect();
+        let part_size = self.store_options.part_size;
+        if destination.is_remote() && part_size < memory::MIN_PART_SIZE {
+            let min = zshard_core::HumanBytes(memory::MIN_PART_SIZE as u64);
+            warnings.push(format!(
+                "{} is below the {min} object stores take as a part: parts of {min} are used",
+                zshard_core::Setting::PartSize.given(zshard_core::HumanBytes(part_size as u64)),
+            ));
+        }
+        warnings
+    }
+
     /// Checks everything `convert` checks before writing (the source, the layouts), without reading
     /// a chunk or touching the destination.
     pub fn check(&self) -> Result<()> {
@@ -276,6 +297,7 @@ impl Conversion {
             upload_buffers: memory::upload_buffers(
                 &opened.destination,
                 self.store_options.part_size,
+                &opened.plan.layouts(),
             ),
             // The plan, held for the whole run, and what the source holds.
             resident: opened
@@ -289,7 +311,7 @@ impl Conversion {
             memory::budget(
                 &opened.plan,
                 &opened.input.url(),
-                self.threads,
+                crate::options::capped_threads(self.threads).0,
                 self.memory_limit,
                 outside,
                 io_threads,
