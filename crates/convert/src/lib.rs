@@ -47,6 +47,7 @@ pub mod options;
 mod plan;
 mod run;
 mod size;
+mod threads;
 mod verify;
 
 pub use compressor::Compressor;
@@ -71,6 +72,7 @@ pub use run::report::{
 pub use run::state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use run::status;
 pub use size::parse_size;
+pub use threads::{capped_threads, default_threads, max_threads, MAX_THREADS, THREADS_PER_CPU};
 pub use verify::manifest::ManifestVerification;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};

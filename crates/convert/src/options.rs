@@ -26,6 +26,7 @@ use crate::plan::partition::Partition;
 use crate::plan::selection::Selection;
 use crate::plan::{Layout, Layouts, LevelShapes};
 use crate::run::icechunk_output::{IcechunkOutput, SpecVersion};
+use crate::threads::check_threads;
 use crate::{Compressor, Conversion, ManifestVerification, ShapeSpec, Verification};
 
 /// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.
@@ -439,53 +440,6 @@ impl FromStr for CoalesceGap {
             return Ok(CoalesceGap(None));
         }
         crate::parse_size(s).map(|n| CoalesceGap(Some(n)))
-    }
-}
-
-/// Threads for every core: the default of every `threads` setting.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// Worker threads per CPU stage allowed for each core: more only wait for one, and every thread
-/// costs its stack, its buffers and its turn when a run stops (3000 threads on 2 cores ran a
-/// 116 KiB conversion for minutes and took 2 min 50 s to stop on SIGTERM).
-pub const THREADS_PER_CPU: usize = 4;
-
-/// Worker threads per CPU stage on any machine, however many cores it has.
-pub const MAX_THREADS: usize = 1024;
-
-/// The most worker threads per CPU stage a run uses: [`THREADS_PER_CPU`] for each core, at most
-/// [`MAX_THREADS`]. More are capped to it, with a warning (see [`capped_threads`]): a job file
-/// written on a larger machine still runs.
-pub fn max_threads() -> usize {
-    THREADS_PER_CPU
-        .saturating_mul(default_threads())
-        .min(MAX_THREADS)
-}
-
-/// `threads` capped at [`max_threads`], and the warning that says so when it was.
-pub fn capped_threads(threads: usize) -> (usize, Option<String>) {
-    let max = max_threads();
-    if threads <= max {
-        return (threads, None);
-    }
-    let warning = format!(
-        "{} is more than {THREADS_PER_CPU} per CPU ({} CPUs): {max} threads are used",
-        Setting::Threads.given(threads),
-        default_threads()
-    );
-    (max, Some(warning))
-}
-
-/// Refuses a count of threads of 0 (`threads`, `io_threads`): a stage without a thread never
-/// ends. Python refuses it as it lowers its arguments, with the same words.
-pub(crate) fn check_threads(setting: Setting, value: Option<usize>) -> Result<()> {
-    match value {
-        Some(0) => Err(Error::Options {
-            reason: format!("{setting} must be at least 1, got 0"),
-        }),
-        _ => Ok(()),
     }
 }
 
@@ -1151,7 +1105,7 @@ mod tests {
         assert!(c.layouts.default.passthrough);
         assert_eq!(c.store_options, StoreOptions::default());
         assert_eq!(c.io_threads, None);
-        assert_eq!(c.threads, default_threads());
+        assert_eq!(c.threads, crate::default_threads());
         assert_eq!(c.memory_limit, None);
         assert_eq!(c.partition, Partition::ALL);
         assert!(!c.overwrite && c.consolidate);
@@ -1162,7 +1116,7 @@ mod tests {
         let v = Verification::from_options(&options.verification());
         assert_eq!(
             (v.sample, v.threads, v.ome),
-            (1.0, default_threads(), OmeMetadata::Upgrade)
+            (1.0, crate::default_threads(), OmeMetadata::Upgrade)
         );
     }
 

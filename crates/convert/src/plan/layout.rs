@@ -648,6 +648,25 @@ fn passthrough_applies(
         && source_chain.specs() == inner_chain.specs()
 }
 
+impl Plan {
+    /// What readers will see differently in the output than in the source, and where `--compressor
+    /// source` could not keep the source's codecs: one message per thing, naming the array.
+    pub(crate) fn reader_warnings(&self, source: &str) -> Vec<String> {
+        let hierarchy = self.warnings.iter().map(|w| format!("{source}: {w}"));
+        hierarchy
+            .chain(self.arrays.iter().flat_map(|array| {
+                let name = array_name(source, &array.path);
+                array
+                    .source
+                    .warnings
+                    .iter()
+                    .chain(&array.compressor_fallback)
+                    .map(move |warning| format!("array {name}: {warning}"))
+            }))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,7 +122,7 @@ impl Conversion {
             source_options: SourceOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
-            threads: crate::options::default_threads(),
+            threads: crate::threads::default_threads(),
             memory_limit: None,
             partition: Partition::ALL,
             overwrite: false,
@@ -220,6 +220,7 @@ impl Conversion {
                 location: input.url(),
                 arrays: arrays as u64,
                 bytes: held,
+                bytes_per_array: memory::PLAN_BYTES_PER_ARRAY,
                 limit,
             });
         }
@@ -268,10 +269,10 @@ impl Conversion {
     }
 
     /// What the run does otherwise than its settings say: threads beyond the cap
-    /// ([`capped_threads`](crate::options::capped_threads)), a part size below what object stores
+    /// ([`capped_threads`](crate::threads::capped_threads)), a part size below what object stores
     /// take (raised to [`memory::MIN_PART_SIZE`] by the store).
     fn settings_warnings(&self, destination: &Location) -> Vec<String> {
-        let mut warnings: Vec<String> = crate::options::capped_threads(self.threads)
+        let mut warnings: Vec<String> = crate::threads::capped_threads(self.threads)
             .1
             .into_iter()
             .collect();
@@ -311,7 +312,7 @@ impl Conversion {
             memory::budget(
                 &opened.plan,
                 &opened.input.url(),
-                crate::options::capped_threads(self.threads).0,
+                crate::threads::capped_threads(self.threads).0,
                 self.memory_limit,
                 outside,
                 io_threads,
@@ -450,7 +451,7 @@ impl Conversion {
             Ok(())
         };
         let partition = self.partition;
-        for warning in reader_warnings(plan, &input.url()) {
+        for warning in plan.reader_warnings(&input.url()) {
             observer.warning(&warning);
         }
         let all: Vec<u64> = plan
@@ -863,23 +864,6 @@ fn pending<'a>(
             let owned = partition.owns(global as u64);
             (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
         })
-}
-
-/// What readers will see differently in the output than in the source, and where `--compressor
-/// source` could not keep the source's codecs: one message per thing, naming the array.
-pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
-    let hierarchy = plan.warnings.iter().map(|w| format!("{source}: {w}"));
-    hierarchy
-        .chain(plan.arrays.iter().flat_map(|array| {
-            let name = array_name(source, &array.path);
-            array
-                .source
-                .warnings
-                .iter()
-                .chain(&array.compressor_fallback)
-                .map(move |warning| format!("array {name}: {warning}"))
-        }))
-        .collect()
 }
 
 /// Ends a conversion whose every shard is done: writes the metadata (see [`write_metadata`], with

@@ -579,7 +579,7 @@ impl Verification {
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
-            threads: crate::options::default_threads(),
+            threads: crate::threads::default_threads(),
             ome: Default::default(),
         }
     }
@@ -623,9 +623,9 @@ fn verify(v: &Verification) -> Result<Verified> {
             ),
         });
     }
-    crate::options::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
-    crate::options::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
-    let (threads, threads_warning) = crate::options::capped_threads(v.threads);
+    crate::threads::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
+    crate::threads::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
+    let (threads, threads_warning) = crate::threads::capped_threads(v.threads);
     let (source_location, destination_location) =
         (Location::parse(source)?, Location::parse(destination)?);
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
