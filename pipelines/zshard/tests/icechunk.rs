@@ -101,10 +101,13 @@ fn status(dst: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 
-/// Runs `args` under strace, killed (SIGKILL) at the first link or rename onto `path`.
+/// Runs `args` under strace, killed (SIGKILL) at the first link or rename onto `path` (from its
+/// staged copy).
 fn killed_at(path: &Path, args: &[String], trace: &Path) {
     let out = Command::new("strace")
-        .args(["-f", "-qq", "-o", text(trace), "-P", text(path)])
+        // strace matches a rename by its first path: the staged copy's (`NAME#1`).
+        .args(["-f", "-qq", "-o", text(trace), "-P", text(path), "-P"])
+        .arg(format!("{}#1", text(path)))
         .args([
             "-e",
             "inject=link,linkat,rename,renameat,renameat2:signal=KILL:when=1",
