@@ -296,6 +296,7 @@ where
                 published.snapshot = snapshot;
                 published.already_committed = true;
                 remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
+                remove_killed_snapshot_writes(location, &token)?;
                 remove_linked_leftovers(location)?;
                 return Ok(published);
             }
@@ -350,6 +351,7 @@ where
     record_commit(&staging, &token, &published.snapshot)
         .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?;
     remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
+    remove_killed_snapshot_writes(location, &token)?;
     remove_linked_leftovers(location)?;
     Ok(published)
 }
@@ -1010,32 +1012,104 @@ fn staged_copies(folder: &std::path::Path, name: &str) -> Vec<std::path::PathBuf
 /// come from the object's own list of snapshots. `None` when the bytes are not such an object, lack
 /// the branch or the snapshot carries no token.
 fn branch_tip_token(bytes: &[u8], branch: &str) -> Option<String> {
+    use icechunk::format::format_constants::FileTypeBin;
+    let (version, body) = decoded(bytes, FileTypeBin::RepoInfo)?;
+    let info = icechunk::format::serializers::deserialize_repo_info(version, body).ok()?;
+    let tip = info.resolve_branch(branch).ok()?;
+    let snapshot = info.find_snapshot(&tip).ok()?;
+    Some(snapshot.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string())
+}
+
+/// The spec version and decoded body of an Icechunk object of kind `kind` in `bytes` (its header:
+/// file type, compression, spec version; then its zstd body, read by icechunk's own format code),
+/// `None` when the bytes are no such object or decode to more than an object of zshard's commits
+/// holds.
+fn decoded(
+    bytes: &[u8],
+    kind: icechunk::format::format_constants::FileTypeBin,
+) -> Option<(icechunk::format::format_constants::SpecVersionBin, Vec<u8>)> {
     use icechunk::format::format_constants::{
-        parse_file_header, CompressionAlgorithmBin, FileTypeBin, ICECHUNK_FILE_HEADER_LEN,
+        parse_file_header, CompressionAlgorithmBin, ICECHUNK_FILE_HEADER_LEN,
     };
-    // What a repository object may hold decoded, at most (a file that decodes to more is left).
-    const REPO_INFO_MAX: u64 = 64 << 20;
+    // What a repository object or snapshot may hold decoded, at most (a file that decodes to more
+    // is left).
+    const DECODED_MAX: u64 = 64 << 20;
     let header = parse_file_header(bytes).ok()?;
-    if !matches!(header.file_type, FileTypeBin::RepoInfo)
-        || !matches!(header.compression, CompressionAlgorithmBin::Zstd)
-    {
+    if header.file_type != kind || !matches!(header.compression, CompressionAlgorithmBin::Zstd) {
         return None;
     }
     let mut body = Vec::new();
     let decoder = zstd::stream::read::Decoder::new(bytes.get(ICECHUNK_FILE_HEADER_LEN..)?).ok()?;
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(decoder, REPO_INFO_MAX + 1),
+        &mut std::io::Read::take(decoder, DECODED_MAX + 1),
         &mut body,
     )
     .ok()?;
-    if body.len() as u64 > REPO_INFO_MAX {
+    if body.len() as u64 > DECODED_MAX {
         return None;
     }
-    let info =
-        icechunk::format::serializers::deserialize_repo_info(header.spec_version, body).ok()?;
-    let tip = info.resolve_branch(branch).ok()?;
-    let snapshot = info.find_snapshot(&tip).ok()?;
-    Some(snapshot.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string())
+    Some((header.spec_version, body))
+}
+
+/// In a local repository, removes the staged copies that a commit of this publication (`token`)
+/// killed before renaming them into place left: a snapshot (`snapshots/ID#N`) whose properties
+/// carry `token`, and the staged copies of that snapshot's transaction log and manifests. Copies
+/// that do not decode as such a snapshot (cut short, or another writer's) stay.
+fn remove_killed_snapshot_writes(location: &str, token: &str) -> Result<()> {
+    use icechunk::format::format_constants::FileTypeBin;
+    let Some(root) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    else {
+        return Ok(());
+    };
+    let remove = |path: &std::path::Path| {
+        std::fs::remove_file(path).map_err(|e| Error::Write {
+            repo: location.to_string(),
+            what: format!("removing {}", path.display()),
+            source: boxed(e),
+        })
+    };
+    let Ok(entries) = std::fs::read_dir(root.join("snapshots")) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if zshard_store::staged_base(&name).is_none()
+            || !entry.file_type().is_ok_and(|t| t.is_file())
+            || entry.metadata().map_or(true, |m| m.len() >= 64 << 20)
+        {
+            continue;
+        }
+        let Some(snapshot) = std::fs::read(entry.path())
+            .ok()
+            .and_then(|bytes| decoded(&bytes, FileTypeBin::Snapshot))
+            .and_then(|(version, body)| {
+                icechunk::format::serializers::deserialize_snapshot(version, body).ok()
+            })
+        else {
+            continue;
+        };
+        let ours = snapshot
+            .metadata()
+            .ok()
+            .and_then(|m| Some(m.get(TOKEN_PROPERTY)?.as_str()? == token))
+            .unwrap_or(false);
+        if !ours {
+            continue;
+        }
+        let id = snapshot.id().to_string();
+        for path in staged_copies(&root.join("transactions"), &id) {
+            remove(&path)?;
+        }
+        for manifest in snapshot.manifest_files().flatten() {
+            for path in staged_copies(&root.join("manifests"), &manifest.id.to_string()) {
+                remove(&path)?;
+            }
+        }
+        remove(&entry.path())?;
+    }
+    Ok(())
 }
 
 /// Creates `branch` at `main`'s tip when it does not exist.
@@ -1469,6 +1543,45 @@ mod tests {
                 history(&location, &runtime),
                 ["zshard", "Repository initialized"]
             );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_a_killed_commit_left_staged_is_removed_by_the_rerun_with_its_log_and_manifests() {
+        for spec in [SpecVersion::V1, SpecVersion::V2] {
+            let (_dir, staged, location, runtime) = setup_in(Some(spec));
+            let first = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
+                .expect("publish");
+            let folder = FsPath::new(&location);
+            // As a commit killed after writing its snapshot, transaction log and manifest under
+            // their staged names (copies of the objects this commit made, not links of them).
+            let mut copies = vec![
+                format!("snapshots/{}", first.snapshot),
+                format!("transactions/{}", first.snapshot),
+            ];
+            for entry in std::fs::read_dir(folder.join("manifests")).expect("manifests") {
+                let name = entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned();
+                copies.push(format!("manifests/{name}"));
+            }
+            assert_eq!(copies.len(), 3, "{copies:?}");
+            for key in &copies {
+                std::fs::copy(folder.join(key), folder.join(format!("{key}#1"))).expect("copy");
+            }
+            // Another writer's staged snapshot (the initial one carries no token) stays.
+            let other = format!("snapshots/{}#2", initial());
+            std::fs::copy(
+                folder.join(format!("snapshots/{}", initial())),
+                folder.join(&other),
+            )
+            .expect("copy");
+            let again =
+                publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
+            assert!(again.already_committed);
+            assert_eq!(staged_files(folder), [other], "{spec}");
         }
     }
 
