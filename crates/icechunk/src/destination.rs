@@ -42,7 +42,14 @@ pub fn create_if_missing(
     // A creation killed before its last object (`repo`, or spec 1's branch main) leaves a folder
     // that Icechunk refuses to create in, or (when only staged copies are left, which its check
     // does not see) creates in beside them: what that creation wrote goes first.
-    remove_half_made(location, runtime)?;
+    if !remove_half_made(location, runtime)? {
+        // Made meanwhile by another run (a worker started beside this one).
+        if let Some(found) = repo::detect(location, &storage, runtime)? {
+            let existing = existing(location, found, spec)?;
+            remove_linked_leftovers(location)?;
+            return Ok(existing);
+        }
+    }
     runtime
         .block_on(
             Repository::create(storage)
@@ -74,8 +81,13 @@ fn is_half_made_key(key: &str) -> bool {
     }
 }
 
+/// How long a half-made repository must stay as it is before it is taken for a creation killed
+/// halfway (a live creation writes its few objects within milliseconds).
+const HALF_MADE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Removes what a creation killed halfway left at `location` (see [`is_half_made_key`]) and
-/// returns true; when anything else is there (or nothing), touches nothing and returns false.
+/// returns true; when anything else is there (or nothing), or it changes meanwhile (see
+/// [`HALF_MADE_GRACE`]), touches nothing and returns false.
 fn remove_half_made(location: &str, runtime: &Arc<IoRuntime>) -> Result<bool> {
     let fail = |e: zshard_store::Error| Error::Write {
         repo: location.to_string(),
@@ -89,15 +101,24 @@ fn remove_half_made(location: &str, runtime: &Arc<IoRuntime>) -> Result<bool> {
         return Ok(false);
     }
     let store = Staging::open(location, runtime.clone(), false).map_err(fail)?;
-    let mut keys = store.list_keys("").map_err(fail)?;
-    let staged = store.staged_keys("").map_err(fail)?;
+    let listing = || -> zshard_store::Result<(Vec<String>, Vec<String>)> {
+        let mut keys = store.list_keys("")?;
+        keys.sort();
+        Ok((keys, store.staged_keys("")?))
+    };
+    let (keys, staged) = listing().map_err(fail)?;
     if keys.is_empty() && staged.is_empty() {
         return Ok(false);
     }
     if !keys.iter().chain(&staged).all(|k| is_half_made_key(k)) {
         return Ok(false);
     }
-    keys.sort();
+    // Another run (a worker started beside this one) may be creating the repository right now:
+    // its creation moves on within the grace, a killed one does not.
+    std::thread::sleep(HALF_MADE_GRACE);
+    if listing().map_err(fail)? != (keys.clone(), staged) {
+        return Ok(false);
+    }
     store.delete_many(&keys).map_err(fail)?;
     store.remove_staged_below("").map_err(fail)?;
     for folder in ["snapshots", "transactions", "refs"] {
