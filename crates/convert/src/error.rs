@@ -74,7 +74,7 @@ pub enum Error {
     #[error(
         "{location}: {arrays} arrays, whose plan takes about {} ({} each) for the whole run, more than the memory limit of {} ({}); raise it, or convert part of the hierarchy at a time ({} / {})",
         zshard_core::HumanBytes(*.bytes),
-        zshard_core::HumanBytes(crate::memory::PLAN_BYTES_PER_ARRAY),
+        zshard_core::HumanBytes(crate::run::memory::PLAN_BYTES_PER_ARRAY),
         zshard_core::HumanBytes(*.limit),
         zshard_core::Setting::MemoryLimit,
         zshard_core::Setting::Include,

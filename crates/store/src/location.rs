@@ -92,8 +92,17 @@ impl Location {
     /// assert!(Location::parse("gs://bucket/x").unwrap().is_remote());
     /// assert!(Location::parse("file://somehost/x").is_err()); // not a local file URL
     /// assert!(Location::parse("https://").is_err()); // no host
+    /// assert!(Location::parse("").is_err()); // not the working directory
     /// ```
     pub fn parse(text: &str) -> Result<Location> {
+        // An empty location would be the working directory, which nobody means: a job entry or
+        // flag left empty must not convert into (or, with --overwrite, clear) the current folder.
+        if text.is_empty() {
+            return Err(Error::InvalidLocation {
+                location: String::new(),
+                reason: "empty: name a path or URL".into(),
+            });
+        }
         let Some(scheme) = scheme_of(text) else {
             return Ok(Location::from_path(text));
         };
@@ -408,13 +417,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_location_is_refused() {
+        let error = Location::parse("").expect_err("empty");
+        assert!(error.to_string().contains("empty"), "{error}");
+    }
+
+    #[test]
     fn local_and_remote() {
         for local in [
             "/x",
             "x",
             "./x",
             "../x",
-            "",
             "file:///x",
             "FILE:///x",
             "File:///x",

@@ -158,6 +158,15 @@ fn resolve(base: &Path, location: &str) -> anyhow::Result<String> {
     })
 }
 
+/// The location `key` of the conversion `entry`, which must be given and not empty: a missing one
+/// would otherwise resolve to the job file's own folder.
+fn required<'a>(entry: &str, key: &str, location: &'a str) -> anyhow::Result<&'a str> {
+    if location.trim().is_empty() {
+        bail!("{entry} has no {key}: every conversion names its source and destination");
+    }
+    Ok(location)
+}
+
 /// An `allow_ref_prefix`: a local one resolves as a path does, keeping a final `/` (which makes it
 /// name a folder's contents rather than any name that starts with it).
 fn resolve_prefix(base: &Path, prefix: &str) -> anyhow::Result<String> {
@@ -194,15 +203,16 @@ pub fn load(
         .iter()
         .enumerate()
         .map(|(n, c)| {
+            let entry = format!("[[conversions]] {}", n + 1);
             let mut options = c.over(&job.top);
-            options.source = resolve(&base, &c.source)?;
-            options.destination = resolve(&base, &c.destination)?;
+            options.source = resolve(&base, required(&entry, "source", &c.source)?)?;
+            options.destination = resolve(&base, required(&entry, "destination", &c.destination)?)?;
             options.storage = storage.clone();
             let input = &mut options.input;
             input.ref_root = input
                 .ref_root
                 .as_deref()
-                .map(|r| resolve(&base, r))
+                .map(|r| resolve(&base, r).with_context(|| format!("{entry}, ref_root")))
                 .transpose()?;
             input.allow_ref_prefix = input
                 .allow_ref_prefix
@@ -213,7 +223,8 @@ pub fn load(
                         .map(|p| resolve_prefix(&base, p))
                         .collect::<anyhow::Result<Vec<_>>>()
                 })
-                .transpose()?;
+                .transpose()
+                .with_context(|| format!("{entry}, allow_ref_prefix"))?;
             options.run.report = options
                 .run
                 .report
@@ -222,7 +233,8 @@ pub fn load(
                     let report = r.to_string_lossy().replace("{n}", &n.to_string());
                     resolve(&base, &report).map(PathBuf::from)
                 })
-                .transpose()?;
+                .transpose()
+                .with_context(|| format!("{entry}, report"))?;
             options.run.worker.clone_from(&worker);
             Ok(options)
         })

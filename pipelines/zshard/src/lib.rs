@@ -82,7 +82,8 @@ enum Command {
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         #[command(flatten)]
@@ -128,7 +129,8 @@ enum Command {
     Plan {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage assumed for the memory estimate (default: the number of cores).
+        /// Worker threads per CPU stage assumed for the memory estimate, at least 1 (default: the
+        /// number of cores; more than 4 per core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
@@ -172,7 +174,8 @@ enum Command {
         /// chunk keys the manifest does not name.
         #[arg(long)]
         manifest: bool,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
@@ -216,7 +219,8 @@ enum Command {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
         dir: PathBuf,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// No progress bar and no summary.

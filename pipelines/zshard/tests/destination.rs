@@ -214,7 +214,15 @@ fn a_recorded_shard_replaced_by_bytes_of_the_same_length_is_converted_again() {
             (state >> 24) as u8
         })
         .collect();
-    std::fs::write(dst.join(random), junk).expect("random bytes");
+    // Written under a new inode: an in-place write within the same tick of the file system's
+    // coarse clock (about 4 ms) keeps inode, mtime and size, the local version, which no resume
+    // that trusts versions can tell from the shard it recorded.
+    let replace = |key: &str, bytes: &[u8]| {
+        let staged = tmp.path().join("replacement");
+        std::fs::write(&staged, bytes).expect("write");
+        std::fs::rename(&staged, dst.join(key)).expect("replace");
+    };
+    replace(random, &junk);
     // 16x16 shards of 8x8 chunks: an index of 4 entries at the end, the first pointing past the end.
     let mut bytes = std::fs::read(dst.join(outside)).expect("shard");
     let encoding = IndexEncoding::default();
@@ -228,7 +236,7 @@ fn a_recorded_shard_replaced_by_bytes_of_the_same_length_is_converted_again() {
     ];
     let at = bytes.len() - index_len;
     bytes[at..].copy_from_slice(&ShardIndex::new(entries).encode(encoding));
-    std::fs::write(dst.join(outside), &bytes).expect("bad index");
+    replace(outside, &bytes);
 
     let path = tmp.path().join("report.json");
     ok(&convert(&src, &dst, &["--report", s(&path)]));
@@ -236,6 +244,124 @@ fn a_recorded_shard_replaced_by_bytes_of_the_same_length_is_converted_again() {
     assert_eq!(resumed["totals"]["shards_skipped"], json!(13), "{resumed}");
     assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
     ok(&verify(&src, &dst));
+}
+
+/// Issue 45, row 2: a done shard whose version changed since its record (written again after the
+/// last checkpoint, then a power loss zeroed its middle but kept its index) is checked against its
+/// recorded crc32c, not trusted on its index: it is converted again. Before the fix the resume
+/// skipped it (its index is valid) and the output kept chunks that do not decode.
+#[test]
+fn a_recorded_shard_with_a_new_version_and_an_intact_index_is_checked_by_its_crc32c() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = half_done(tmp.path(), &src);
+    let keys = shard_keys(&files(&dst));
+    let damaged = dst.join(&keys[0]);
+    let mut bytes = std::fs::read(&damaged).expect("shard");
+    // 16x16 shards of 8x8 chunks: the index (4 entries) at the end stays; the chunks are zeroed.
+    let index_len = zshard_core::IndexEncoding::default().byte_len(4);
+    let end = bytes.len() - index_len;
+    bytes[..end].fill(0);
+    // Written again under a new inode, as a rewrite after the last checkpoint is.
+    let staged = tmp.path().join("rewritten");
+    std::fs::write(&staged, &bytes).expect("rewrite");
+    std::fs::rename(&staged, &damaged).expect("publish");
+
+    let path = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--report", s(&path)]));
+    let resumed = report(&path);
+    assert_eq!(resumed["totals"]["shards_skipped"], json!(14), "{resumed}");
+    assert_eq!(files(&dst), reference(tmp.path(), &src, "reference", &[]));
+    ok(&verify(&src, &dst));
+}
+
+/// Issue 45, row 3: one flipped digit in worker 0's record of all-fill shards made it name a data
+/// shard of worker 1 (`c/1/2` for `c/0/2`), which worker 1 then skipped; `finalize` exited 0 with
+/// it missing. A record file's checksum catches the flip (the file is left out: its shards are
+/// converted again), and a record is believed only from the worker that owns its shard (which
+/// catches it in a file without a checksum, as earlier versions wrote).
+#[test]
+fn a_damaged_record_of_all_fill_shards_never_makes_a_data_shard_skipped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let expected = reference(tmp.path(), &src, "reference", &[]);
+    for sealed in [true, false] {
+        let dst = tmp.path().join(format!("dst-{sealed}"));
+        ok(&convert(&src, &dst, &["--worker", "0/2"]));
+        let empty = dst.join(".zshard/empty");
+        let records: Vec<PathBuf> = std::fs::read_dir(&empty)
+            .expect("empty records")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(records.len(), 1, "{records:?}");
+        let text = std::fs::read_to_string(&records[0]).expect("record");
+        assert!(text.contains("\t0,2\n"), "{text}");
+        let mut damaged = text.replace("\t0,2\n", "\t1,2\n");
+        if !sealed {
+            // As an earlier version wrote it: no checksum line.
+            let end = damaged.trim_end().rfind('\n').map_or(0, |at| at + 1);
+            assert!(damaged[end..].starts_with("#crc32c\t"), "{damaged}");
+            damaged.truncate(end);
+        }
+        std::fs::write(&records[0], damaged).expect("flip a digit");
+
+        ok(&convert(&src, &dst, &["--worker", "1/2"]));
+        assert!(dst.join("c/1/2").exists(), "worker 1 wrote its data shard");
+        let finalize = || {
+            let mut args = vec!["finalize", s(&src), s(&dst), "--quiet"];
+            args.extend(SHAPES);
+            zshard(&args)
+        };
+        let finalized = finalize();
+        // Sealed, worker 0's damaged file is left out; unsealed, the line it does not own: either
+        // way some of its all-fill shards are not done, until worker 0 runs again.
+        refused(&finalized, &["c/0/"]);
+        ok(&convert(&src, &dst, &["--worker", "0/2"]));
+        ok(&finalize());
+        assert_eq!(files(&dst), expected, "sealed: {sealed}");
+        ok(&verify(&src, &dst));
+    }
+}
+
+/// Issue 45, row 11: state files gone wrong (a garbled lease, a file under `.zshard/uploads/` that
+/// records no upload, `.zshard` itself a file) blocked both a resume and `--overwrite`. A garbled
+/// lease holds up nothing and `status` names it; a junk upload record is named by a resume and
+/// removed by `--overwrite` with the rest of zshard's state; so is a file at `.zshard`.
+#[test]
+fn garbled_state_files_are_reported_and_overwrite_clears_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let expected = reference(tmp.path(), &src, "reference", &[]);
+
+    let dst = half_done(tmp.path(), &src);
+    let lease = dst.join(".zshard/leases/w1of2-somehost-4242-1.json");
+    std::fs::create_dir_all(lease.parent().expect("folder")).expect("mkdir");
+    std::fs::write(&lease, b"{\"host\": \"somehost\", \"pid\": 42").expect("garbled lease");
+    let status = zshard(&["status", s(&dst), "--json"]);
+    ok(&status);
+    let shown: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert!(
+        shown["unreadable"].to_string().contains("w1of2-somehost"),
+        "{shown:#}"
+    );
+    ok(&convert(&src, &dst, &["--worker", "1/2"]));
+
+    let junk = dst.join(".zshard/uploads/w0of2/1-000000.json");
+    std::fs::create_dir_all(junk.parent().expect("folder")).expect("mkdir");
+    std::fs::write(&junk, b"not an upload").expect("junk upload record");
+    refused(
+        &convert(&src, &dst, &["--worker", "0/2"]),
+        &["uploads/w0of2/1-000000.json"],
+    );
+    ok(&convert(&src, &dst, &["--overwrite"]));
+    assert_eq!(files(&dst), expected);
+
+    let dst = tmp.path().join("state-is-a-file");
+    std::fs::create_dir_all(&dst).expect("mkdir");
+    std::fs::write(dst.join(".zshard"), b"").expect("a file where the state goes");
+    refused(&convert(&src, &dst, &[]), &[".zshard"]);
+    ok(&convert(&src, &dst, &["--overwrite"]));
+    assert_eq!(files(&dst), expected);
 }
 
 /// A shard published but not recorded (a kill between the write and the flush of its record) is

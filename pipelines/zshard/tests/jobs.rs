@@ -16,7 +16,7 @@ const CHUNKS: [u64; 2] = [10, 10];
 
 /// Runs zshard in `cwd`.
 fn zshard_in(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zshard"))
+    Command::new(common::binary())
         .current_dir(cwd)
         .args(args)
         .output()
@@ -258,4 +258,47 @@ destination = "../out/image.zarr"
     let beside = zshard_in(&jobs, &["verify", "ome.toml", "--ome", "keep"]);
     assert_eq!(beside.status.code(), Some(1), "{}", stderr(&beside));
     assert!(stderr(&beside).contains("`ome` key"), "{}", stderr(&beside));
+}
+
+/// Issue 45, row 1: an entry without a `destination` (or `source`), or with an empty one, is
+/// refused naming the entry. Before the fix it converted into the job file's own folder and, with
+/// `overwrite = true`, deleted the Zarr v2 group stored there. Every command that reads a job file
+/// refuses it, and the folder's files stay as they were.
+#[test]
+fn a_conversion_without_source_or_destination_is_refused_and_deletes_nothing() {
+    let (_dir, root, _data) = layout();
+    // The job file sits inside the source group, as a job kept beside its data would.
+    let folder = root.join("data/src.zarr");
+    let before = files(&folder);
+    let entries = [
+        ("source = \"../src.zarr\"\n", "has no destination"),
+        (
+            "source = \"../src.zarr\"\ndestination = \"\"\n",
+            "has no destination",
+        ),
+        ("destination = \"../out.zarr\"\n", "has no source"),
+        (
+            "source = \"../src.zarr\"\ndestination = \"../out.zarr\"\nreport = \"\"\n",
+            "report",
+        ),
+    ];
+    for (entry, wanted) in entries {
+        let job = format!("overwrite = true\n[[conversions]]\nsource = \"g/a\"\ndestination = \"{}\"\n[[conversions]]\n{entry}", root.join("out/first.zarr").display());
+        std::fs::write(folder.join("job.toml"), &job).expect("job");
+        for command in ["run", "plan", "finalize", "verify", "status"] {
+            let out = zshard_in(&root, &[command, "data/src.zarr/job.toml"]);
+            let message = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{command} {entry}: {message}");
+            assert!(
+                message.contains("[[conversions]] 2") && message.contains(wanted),
+                "{command} {entry}: the entry and what it lacks are named: {message}"
+            );
+        }
+        std::fs::remove_file(folder.join("job.toml")).expect("rm job");
+        assert_eq!(files(&folder), before, "{entry}: the folder is untouched");
+        assert!(
+            !root.join("out/first.zarr").exists(),
+            "no conversion started"
+        );
+    }
 }

@@ -114,7 +114,19 @@ fn the_kept_manifest_records_every_shard_with_the_sources_values_and_verifies_cl
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(state, ["manifest.tsv"]);
-    let lines: Vec<&str> = text.lines().collect();
+    // The metadata document as written (issue 45, row 12), then the shards.
+    let document = std::fs::read(dst.join("zarr.json")).expect("zarr.json");
+    let (documents, lines): (Vec<&str>, Vec<&str>) = text
+        .lines()
+        .partition(|line| line.split('\t').nth(1) == Some("-"));
+    assert_eq!(
+        documents,
+        [format!(
+            "zarr.json\t-\t{}\t{:08x}\tm:",
+            document.len(),
+            crc32c::crc32c(&document)
+        )]
+    );
     // 4x3 shards, the first row of 3 all fill.
     assert_eq!(lines.len(), 9, "{text}");
     for line in lines {
@@ -269,6 +281,8 @@ fn manifest_shards(dst: &Path, tag: &str) -> Vec<String> {
         let text = std::fs::read_to_string(entry.path()).expect("read");
         shards.extend(
             text.lines()
+                // The file's checksum line (see `sealed.rs`) names no shard.
+                .filter(|l| !l.starts_with("#crc32c\t"))
                 .map(|l| l.split('\t').nth(1).expect("coord").to_string()),
         );
     }
@@ -335,4 +349,117 @@ fn shards_lost_after_the_last_checkpoint_are_found_by_the_manifest_and_rewritten
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Issue 45, row 12: an output of the fill value alone has a kept manifest that names no shard,
+/// which verifies clean (it was refused: "holds no manifest"); and the kept manifest records the
+/// metadata documents too, so a changed `fill_value` no longer verifies clean.
+#[test]
+fn an_all_fill_output_verifies_and_a_changed_document_is_reported() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("fill");
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &SHAPE,
+        &[16, 16],
+        json!({"id": "zlib", "level": 1}),
+        &vec![0u8; (SHAPE[0] * SHAPE[1] * 2) as usize],
+    );
+    let dst = tmp.path().join("out");
+    convert(&src, &dst, &["--keep-manifest"]);
+    assert!(!dst.join("c").exists(), "no shard written");
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(ok, "{mismatches:?}");
+
+    let doc = dst.join("zarr.json");
+    let text = std::fs::read_to_string(&doc).expect("zarr.json");
+    assert!(text.contains("\"fill_value\": 0"), "{text}");
+    std::fs::write(&doc, text.replace("\"fill_value\": 0", "\"fill_value\": 7")).expect("edit");
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(!ok);
+    assert_eq!(mismatches.len(), 1, "{mismatches:?}");
+    assert!(
+        mismatches[0].contains("zarr.json") && mismatches[0].contains("metadata document differs"),
+        "{mismatches:?}"
+    );
+}
+
+/// Issue 45, row 12: workers given `--keep-manifest` and a `finalize` without it kept no manifest,
+/// silently. The workers' wish is recorded in the state, and `finalize` keeps the manifest.
+#[test]
+fn finalize_keeps_the_manifest_the_workers_were_asked_to_keep() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, _) = source(tmp.path());
+    let dst = tmp.path().join("out");
+    for worker in ["0/2", "1/2"] {
+        convert(&src, &dst, &["--worker", worker, "--keep-manifest"]);
+    }
+    let out = zshard(&with_layout("finalize", &src, &dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dst.join(".zshard/manifest.tsv").exists(),
+        "the manifest is kept"
+    );
+    assert!(
+        !dst.join(".zshard/keep-manifest").exists(),
+        "the marker goes with the state"
+    );
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(ok, "{mismatches:?}");
+}
+
+/// Issue 45, row 13: two shards of different sizes, exchanged, are named as holding each other's
+/// bytes, not as truncated: `verify --manifest` checksums
+/// every listed shard before it looks at sizes (a stream, no shard held whole).
+#[test]
+fn shards_of_different_sizes_swapped_are_named_as_swapped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, _) = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        "32,32",
+        "--chunk-shape",
+        "16,16",
+        "--compressor",
+        "zstd:3",
+        "--keep-manifest",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Two shards whose compressed sizes differ.
+    let mut sized: Vec<(u64, PathBuf)> = ["c/1/0", "c/1/1", "c/1/2", "c/2/0", "c/2/1", "c/3/2"]
+        .iter()
+        .map(|k| {
+            let path = dst.join(k);
+            (std::fs::metadata(&path).expect("shard").len(), path)
+        })
+        .collect();
+    sized.sort();
+    let ((small, a), (large, b)) = (sized[0].clone(), sized[sized.len() - 1].clone());
+    assert!(small < large, "{sized:?}");
+    let (x, y) = (std::fs::read(&a).expect("a"), std::fs::read(&b).expect("b"));
+    std::fs::write(&a, y).expect("write");
+    std::fs::write(&b, x).expect("write");
+    let (ok, mismatches) = verify_manifest(&dst);
+    assert!(!ok);
+    assert_eq!(mismatches.len(), 2, "{mismatches:?}");
+    for m in &mismatches {
+        assert!(
+            m.contains("shards swapped or copied") && !m.contains("truncated"),
+            "{mismatches:?}"
+        );
+    }
 }

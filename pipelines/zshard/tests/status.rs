@@ -235,3 +235,109 @@ fn status_of_a_job_file_and_watching_it_until_finished() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 45, rows 6 and 11: state files that a crash, a typo or a disk fault garbled never make
+/// `status` loop, run out of memory or panic. `--worker 3/4000000000` is refused by convert (status
+/// then looped over every worker index); a junk record file name with such a count, record lines
+/// with sizes past u64, and a claim whose shard count overflows are reported, never a panic.
+#[test]
+fn garbled_state_files_are_reported_by_status_without_a_panic_or_a_loop() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let src = src.to_str().expect("utf-8");
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+
+    let out = zshard(
+        &[
+            &["convert", src, dst, "--worker", "3/4000000000", "-q"][..],
+            &SHARDS_OF_16,
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("at most 100000"), "{stderr}");
+
+    run(&[
+        &["convert", src, dst, "--worker", "0/2", "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let done = dst_path.join(".zshard/done");
+    // A junk name with a huge worker count, and lines whose numbers overflow any sum.
+    std::fs::write(done.join("w3of4000000000-1-000000.txt"), "c\t1,0\t5\n").expect("junk");
+    std::fs::write(
+        done.join("w0of2-2-000000.txt"),
+        "\t1,1\t18446744073709551615\t00000000\n\t2,2\t18446744073709551615\t00000000\n\t2,2\t99999999999999999999999\t00000000\n",
+    )
+    .expect("overflowing sizes");
+    let started = std::time::Instant::now();
+    let s = status(dst);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "status took {:?}",
+        started.elapsed()
+    );
+    let workers: Vec<&str> = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["worker"].as_str().expect("name"))
+        .collect();
+    assert_eq!(workers, ["w0of2", "w1of2"], "{s:#}");
+    assert_eq!(
+        s["totals"]["bytes_written"],
+        u64::MAX,
+        "saturated, not wrapped: {s:#}"
+    );
+
+    // A claim whose shard grid overflows: an error naming the file, not a panic.
+    let claim = dst_path.join(".zshard/claim.json");
+    let mut recorded: Value =
+        serde_json::from_slice(&std::fs::read(&claim).expect("claim")).expect("json");
+    recorded["arrays"][0]["zarr.json"]["shape"] = serde_json::json!([u64::MAX, u64::MAX]);
+    recorded["arrays"][0]["zarr.json"]["chunk_grid"]["configuration"]["chunk_shape"] =
+        serde_json::json!([1, 1]);
+    std::fs::write(&claim, recorded.to_string()).expect("garble the claim");
+    let out = zshard(&["status", dst, "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("claim.json") && stderr.contains("more shards than can be counted"),
+        "{stderr}"
+    );
+}
+
+/// Issue 45, row 8: a conversion finished with `--keep-manifest` is complete (its kept manifest
+/// is no run in progress), so `--watch` returns; and a job's destination that does not exist yet is
+/// a conversion not started, not a failure of the whole job's status.
+#[test]
+fn a_kept_manifest_is_complete_and_a_job_destination_not_made_yet_is_not_started() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let src = src.to_str().expect("utf-8");
+    let dst_path = tmp.path().join("kept.zarr");
+    let dst = dst_path.to_str().expect("utf-8");
+    run(&[
+        &["convert", src, dst, "--keep-manifest", "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    assert!(dst_path.join(".zshard/manifest.tsv").exists());
+    let s = status(dst);
+    assert_eq!(s["phase"], "complete", "{s:#}");
+    assert_eq!(s["finished"], true, "{s:#}");
+    let watched = zshard(&["status", dst, "--json", "--watch", "0.1"]);
+    assert!(watched.status.success());
+
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!("shard_shape = [16, 16]\nchunk_shape = [8, 8]\n[[conversions]]\nsource = {src:?}\ndestination = \"kept.zarr\"\n[[conversions]]\nsource = {src:?}\ndestination = \"later.zarr\"\n"),
+    )
+    .expect("job");
+    let statuses = status(job.to_str().expect("utf-8"));
+    assert_eq!(statuses[0]["phase"], "complete", "{statuses:#}");
+    assert_eq!(statuses[1]["phase"], "not_started", "{statuses:#}");
+}

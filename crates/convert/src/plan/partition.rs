@@ -29,6 +29,11 @@ impl Partition {
     /// Every shard: a single, unpartitioned run.
     pub const ALL: Partition = Partition { index: 0, count: 1 };
 
+    /// The most workers a conversion is shared by: Kubernetes' limit for an Indexed Job's
+    /// completions (SLURM's default array limit is 1,001). `zshard status` lists every worker, so a
+    /// count beyond any scheduler's is a typo, not a plan.
+    pub const MAX_WORKERS: u64 = 100_000;
+
     /// Parses `I/N` (0 <= I < N).
     pub fn parse(s: &str) -> Result<Partition> {
         let (i, n) = s
@@ -47,12 +52,31 @@ impl Partition {
 
     /// Worker `index` of `count`; refused unless `index < count`.
     pub fn new(index: u64, count: u64) -> Result<Partition> {
+        if count > Self::MAX_WORKERS {
+            return Err(invalid(format!(
+                "{count} workers: at most {} can share a conversion",
+                Self::MAX_WORKERS
+            )));
+        }
         if count == 0 || index >= count {
             return Err(invalid(format!(
                 "worker index {index} is not in 0..{count}"
             )));
         }
         Ok(Partition { index, count })
+    }
+
+    /// The partition a record file's name starts with (`w<I>of<N>`, see [`Partition::tag`]);
+    /// `None` for any other name, or a count beyond [`Partition::MAX_WORKERS`].
+    pub(crate) fn parse_tag(tag: &str) -> Option<Partition> {
+        let (index, count) = tag.strip_prefix('w')?.split_once("of")?;
+        Self::new(index.parse().ok()?, count.parse().ok()?).ok()
+    }
+
+    /// The partition that wrote the state file at `key` (named `<tag>-...` or `<tag>.json`).
+    pub(crate) fn of_file(key: &str) -> Option<Partition> {
+        let name = key.rsplit('/').next()?;
+        Self::parse_tag(name.split(['-', '.']).next()?)
     }
 
     /// The partition from `--worker`, else from the environment of a SLURM job array

@@ -11,13 +11,13 @@ use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, SourceOptions};
-use crate::lease::Lease;
-use crate::memory;
-use crate::partition::Partition;
+use crate::plan::input::{Input, SourceOptions};
+use crate::plan::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
-use crate::report::{Report, ReportBuilder, Status};
-use crate::state::{self, Prepared, ShardLog};
+use crate::run::lease::Lease;
+use crate::run::memory;
+use crate::run::report::{Report, ReportBuilder, Status};
+use crate::run::state::{self, Prepared, ShardLog};
 use zshard_pipeline::{Budget, Cancel};
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
@@ -97,7 +97,7 @@ pub struct Conversion {
     /// removed with the rest of the state.
     pub keep_manifest: bool,
     /// When records are flushed and compacted (tests make them small).
-    pub(crate) record_limits: crate::state::RecordLimits,
+    pub(crate) record_limits: crate::run::state::RecordLimits,
     /// How often the shards written are recorded as done, on local disk each time after a
     /// checkpoint (one `syncfs` of the destination's filesystem; shards are renamed into place
     /// without an fsync of their own). A power loss can lose or damage only the shards written
@@ -130,11 +130,11 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
-            lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
+            lease_stale_after: crate::run::lease::DEFAULT_LEASE_STALE_AFTER,
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
-            record_limits: crate::state::RecordLimits::default(),
+            record_limits: crate::run::state::RecordLimits::default(),
         }
     }
 
@@ -166,6 +166,7 @@ impl Conversion {
             let opened = self.open_source(&source, destination, runtime)?;
             let store = opened.destination(true)?;
             refuse_links(&store, &opened.plan)?;
+            state::clear_state_file(&store, self.overwrite)?;
             let lease = Lease::acquire(&store, self.partition, self.lease_stale_after)?;
             return Ok((opened, store, lease));
         }
@@ -197,12 +198,12 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let source_options = crate::input::SourceOptions {
+        let source_options = crate::plan::input::SourceOptions {
             memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
             ..self.source_options.clone()
         };
         let input = Input::open(source, &source_options, runtime.clone())?;
-        let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
+        let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
@@ -224,10 +225,12 @@ impl Conversion {
         }
         let files = input.ome_files(&nodes)?;
         let url = input.url();
+        let settings_warnings = self.settings_warnings(&destination);
         let plan_with = |auto_max_chunks| -> Result<Plan> {
             let on_unsupported = self.source_options.on_unsupported;
             let mut plan = Plan::new(&nodes, &self.layouts, &url, on_unsupported, auto_max_chunks)?;
             plan.warnings = ome_warnings.clone();
+            plan.warnings.extend(settings_warnings.iter().cloned());
             plan.skipped.splice(0..0, skipped.iter().cloned());
             plan.files = files.clone();
             Ok(plan)
@@ -264,6 +267,25 @@ impl Conversion {
         Ok(opened)
     }
 
+    /// What the run does otherwise than its settings say: threads beyond the cap
+    /// ([`capped_threads`](crate::options::capped_threads)), a part size below what object stores
+    /// take (raised to [`memory::MIN_PART_SIZE`] by the store).
+    fn settings_warnings(&self, destination: &Location) -> Vec<String> {
+        let mut warnings: Vec<String> = crate::options::capped_threads(self.threads)
+            .1
+            .into_iter()
+            .collect();
+        let part_size = self.store_options.part_size;
+        if destination.is_remote() && part_size < memory::MIN_PART_SIZE {
+            let min = zshard_core::HumanBytes(memory::MIN_PART_SIZE as u64);
+            warnings.push(format!(
+                "{} is below the {min} object stores take as a part: parts of {min} are used",
+                zshard_core::Setting::PartSize.given(zshard_core::HumanBytes(part_size as u64)),
+            ));
+        }
+        warnings
+    }
+
     /// Checks everything `convert` checks before writing (the source, the layouts), without reading
     /// a chunk or touching the destination.
     pub fn check(&self) -> Result<()> {
@@ -275,6 +297,7 @@ impl Conversion {
             upload_buffers: memory::upload_buffers(
                 &opened.destination,
                 self.store_options.part_size,
+                &opened.plan.layouts(),
             ),
             // The plan, held for the whole run, and what the source holds.
             resident: opened
@@ -288,7 +311,7 @@ impl Conversion {
             memory::budget(
                 &opened.plan,
                 &opened.input.url(),
-                self.threads,
+                crate::options::capped_threads(self.threads).0,
                 self.memory_limit,
                 outside,
                 io_threads,
@@ -330,7 +353,7 @@ impl Conversion {
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
-        let cost = crate::plan_report::Cost::of(
+        let cost = crate::plan::plan_report::Cost::of(
             &opened.plan,
             &reads,
             self.store_options.part_size as u64,
@@ -526,7 +549,7 @@ impl Conversion {
                 &jobs,
                 pending(&jobs, partition, done),
                 &options,
-                &crate::progress::Relay {
+                &crate::run::progress::Relay {
                     observer,
                     names,
                     shard_done: &|outcome: &ShardOutcome| {
@@ -541,13 +564,13 @@ impl Conversion {
                             .and_then(|mut logs| {
                                 let (written, empty) = &mut *logs;
                                 if outcome.written {
-                                    let entry = crate::manifest::Entry {
+                                    let entry = crate::verify::manifest::Entry {
                                         size: outcome.bytes_written,
                                         crc32c: outcome.crc32c,
                                         kind: if passthrough[outcome.task.array] {
-                                            crate::manifest::ChunkHashes::Encoded
+                                            crate::verify::manifest::ChunkHashes::Encoded
                                         } else {
-                                            crate::manifest::ChunkHashes::Decoded
+                                            crate::verify::manifest::ChunkHashes::Decoded
                                         },
                                         chunks: outcome.chunk_hashes.clone(),
                                     };
@@ -618,7 +641,11 @@ impl Conversion {
             return Ok((Status::Ok, input.reference_reads()));
         }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
-        // skips them.
+        // skips them; and a worker's --keep-manifest, so that `finalize` keeps it without the flag.
+        let mut records = records;
+        if self.keep_manifest {
+            records.push(state::keep_manifest_marker());
+        }
         let flushed = destination.block_on(destination.put_many_async(&records));
         result?;
         flushed?;
@@ -700,6 +727,7 @@ impl Conversion {
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
+        let keep_manifest = self.keep_manifest || survey.asks_to_keep_the_manifest();
         finish(
             &destination,
             &plan,
@@ -707,7 +735,7 @@ impl Conversion {
             &self.cancel,
             &[],
             lease,
-            self.keep_manifest,
+            keep_manifest,
         )?;
         Ok(finalized)
     }
@@ -871,9 +899,12 @@ fn finish(
     keep_manifest: bool,
 ) -> Result<()> {
     if keep_manifest {
-        let files = crate::manifest::read_records(destination, records)?;
-        let merged = crate::manifest::merge(&files);
-        destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
+        let files = crate::verify::manifest::read_records(destination, records)?;
+        let mut merged = crate::verify::manifest::merge(&files);
+        for (key, size, crc) in document_checksums(plan, consolidate) {
+            crate::verify::manifest::add_document(&mut merged, &key, size, crc);
+        }
+        destination.put(state::MANIFEST, crate::verify::manifest::to_text(&merged))?;
     }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
@@ -902,25 +933,7 @@ fn write_metadata(
         }
         Ok(())
     };
-    // Every document but the root's, made batch by batch as they are written: 30,000 arrays' made
-    // at once held 60 MB (issue 31).
-    let mut root = None;
-    let mut first: Vec<(String, Box<dyn Fn() -> bytes::Bytes + '_>)> = Vec::new();
-    for (key, bytes) in &plan.files {
-        first.push((key.clone(), Box::new(move || bytes.clone())));
-    }
-    for array in &plan.arrays {
-        let doc = move || document_bytes(&array.output.to_json());
-        first.push((metadata_key(&array.path), Box::new(doc)));
-    }
-    for (path, attributes) in &plan.groups {
-        if !path.is_empty() {
-            let doc = move || document_bytes(&group_json(attributes));
-            first.push((metadata_key(path), Box::new(doc)));
-        } else {
-            root = Some(attributes);
-        }
-    }
+    let (first, root) = documents(plan);
     stop_if_cancelled()?;
     for (key, _) in &first {
         destination.remove_staged_of(key)?;
@@ -949,20 +962,78 @@ fn write_metadata(
     let listed = listed?.into_iter().map(|(key, _)| key).collect();
     if let Some(attributes) = root {
         stop_if_cancelled()?;
-        // Made once the other documents are written and dropped, each member's document only
-        // while it is serialized: 30,000 arrays held the whole as JSON values took 300 MB.
-        let doc = if consolidate {
-            let members = members(plan);
-            let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
-            consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
-        } else {
-            document_bytes(&group_json(attributes))
-        };
+        // Made once the other documents are written and dropped.
+        let doc = root_document(plan, attributes, consolidate);
         let key = metadata_key("");
         destination.remove_staged_of(&key)?;
         destination.put(&key, doc)?;
     }
     Ok(listed)
+}
+
+/// A metadata document to write: its key and what makes its bytes.
+type Document<'a> = (String, Box<dyn Fn() -> bytes::Bytes + 'a>);
+
+/// Every document of `plan` but the root group's (each made when called: 30,000 arrays' made at
+/// once held 60 MB, issue 31), and the root group's attributes when the plan has one.
+fn documents(
+    plan: &Plan,
+) -> (
+    Vec<Document<'_>>,
+    Option<&serde_json::Map<String, serde_json::Value>>,
+) {
+    let mut root = None;
+    let mut first: Vec<Document<'_>> = Vec::new();
+    for (key, bytes) in &plan.files {
+        first.push((key.clone(), Box::new(move || bytes.clone())));
+    }
+    for array in &plan.arrays {
+        let doc = move || document_bytes(&array.output.to_json());
+        first.push((metadata_key(&array.path), Box::new(doc)));
+    }
+    for (path, attributes) in &plan.groups {
+        if !path.is_empty() {
+            let doc = move || document_bytes(&group_json(attributes));
+            first.push((metadata_key(path), Box::new(doc)));
+        } else {
+            root = Some(attributes);
+        }
+    }
+    (first, root)
+}
+
+/// The root group's document, consolidated when `consolidate`: each member's document is made only
+/// while it is serialized (30,000 arrays held whole as JSON values took 300 MB).
+fn root_document(
+    plan: &Plan,
+    attributes: &serde_json::Map<String, serde_json::Value>,
+    consolidate: bool,
+) -> bytes::Bytes {
+    if consolidate {
+        let members = members(plan);
+        let paths: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
+        consolidated_group_bytes(attributes, &paths, |i| (members[i].1)())
+    } else {
+        document_bytes(&group_json(attributes))
+    }
+}
+
+/// The size and crc32c of every metadata document the conversion writes, by key, for the kept
+/// manifest (so that `verify --manifest` sees a changed `fill_value` or attribute too).
+fn document_checksums(plan: &Plan, consolidate: bool) -> Vec<(String, u64, u32)> {
+    let (first, root) = documents(plan);
+    let mut sums: Vec<(String, u64, u32)> = first
+        .iter()
+        .map(|(key, doc)| {
+            let bytes = doc();
+            (key.clone(), bytes.len() as u64, crc32c::crc32c(&bytes))
+        })
+        .collect();
+    if let Some(attributes) = root {
+        let bytes = root_document(plan, attributes, consolidate);
+        sums.push((metadata_key(""), bytes.len() as u64, crc32c::crc32c(&bytes)));
+    }
+    sums
 }
 
 /// The key of the `zarr.json` of the node at `path`.

@@ -10,11 +10,11 @@ use std::sync::Mutex;
 
 use zshard_icechunk::OnBranch;
 
-use crate::conversion::{Conversion, Finalized, Observer};
 use crate::error::{Error, Result};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 use crate::plan::Plan;
-use crate::report::{Report, Status};
+use crate::run::conversion::{Conversion, Finalized, Observer};
+use crate::run::report::{Report, Status};
 
 /// Where and how a conversion into an Icechunk repository commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +187,7 @@ impl Conversion {
         let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());
         let running = !missing && {
             let store = zshard_store::Store::open_location(&staging, runtime.clone(), false)?;
-            crate::state::holds_a_run(&store)?
+            crate::run::state::holds_a_run(&store)?
         };
         if !running {
             if let Some(snapshot) =

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 
 /// Where the leases of live runs are kept.
 pub(crate) const LEASES_DIR: &str = ".zshard/leases";
@@ -64,7 +64,7 @@ impl Lease {
         stale_after: Duration,
     ) -> Result<Lease> {
         let started = Utc::now();
-        let host = crate::report::host_name();
+        let host = crate::run::report::host_name();
         let pid = std::process::id();
         let key = format!(
             "{LEASES_DIR}/{}-{}-{pid}-{}.json",
@@ -235,7 +235,7 @@ pub(crate) fn another_run_is_live(store: &Store, own: &str) -> Result<bool> {
 /// runs, as Linux's `/proc` tells (elsewhere nothing is known, and the lease counts until stale).
 fn holder_ended(record: &Record) -> bool {
     let proc = std::path::Path::new("/proc");
-    record.host == crate::report::host_name()
+    record.host == crate::run::report::host_name()
         && proc.join("self").exists()
         && !proc.join(record.pid.to_string()).exists()
 }
@@ -267,10 +267,19 @@ fn live_leases(store: &Store, own: Option<&str>) -> Result<Vec<Live>> {
 
 /// The lease at `key` holding `bytes`, if it is fresh at `now`.
 fn fresh(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<Option<Live>> {
-    let record: Record = serde_json::from_slice(bytes).map_err(|source| Error::State {
-        key: store.url(key),
-        source,
-    })?;
+    // Leases are written whole (staged and renamed, or one PUT), so one that does not parse was
+    // damaged, not caught mid-write: no run renews it, and it must not block a resume or an
+    // --overwrite (which removes it with the rest of the state).
+    let record: Record = match serde_json::from_slice(bytes) {
+        Ok(record) => record,
+        Err(error) => {
+            tracing::warn!(
+                "{}: not a lease ({error}); taken for no live run",
+                store.url(key)
+            );
+            return Ok(None);
+        }
+    };
     let age = now.saturating_sub(record.renewed_ms);
     Ok((age < record.stale_after_ms).then(|| Live {
         key: key.to_string(),
@@ -388,7 +397,7 @@ mod tests {
             renewed_ms: 0,
             stale_after_ms: 60_000,
         };
-        let here = crate::report::host_name();
+        let here = crate::run::report::host_name();
         write(
             &store,
             ".zshard/leases/a.json",

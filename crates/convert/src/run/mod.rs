@@ -16,5 +16,6 @@ pub(crate) mod memory;
 pub(crate) mod owned;
 pub(crate) mod progress;
 pub(crate) mod report;
+pub(crate) mod sealed;
 pub(crate) mod state;
 pub mod status;

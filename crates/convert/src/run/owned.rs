@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use zshard_core::{grid_shape, ChunkKeyEncoding, RectilinearGrid};
 
-use crate::state::join;
+use crate::run::state::join;
 
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +124,8 @@ pub(crate) fn owned_keys(
 ) -> BTreeSet<String> {
     let mut owned: BTreeSet<String> = keys
         .iter()
-        .filter(|k| k.starts_with(".zshard/"))
+        // A file where zshard's state folder goes is state gone wrong, zshard's to clear too.
+        .filter(|k| k.starts_with(".zshard/") || *k == ".zshard")
         .cloned()
         .collect();
     let mut arrays = arrays.to_vec();

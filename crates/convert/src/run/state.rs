@@ -54,12 +54,13 @@ use zshard_core::{
 };
 use zshard_store::{PutNew, Store};
 
-use crate::ahead::WriteAhead;
-use crate::conversion::Observer;
 use crate::error::{Error, Result};
-use crate::owned::{owned_keys, ChunkKeys};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 use crate::plan::Plan;
+use crate::run::ahead::WriteAhead;
+use crate::run::conversion::Observer;
+use crate::run::owned::{owned_keys, ChunkKeys};
+use crate::run::sealed;
 
 /// The folder of a conversion's state.
 pub(crate) const STATE_DIR: &str = ".zshard";
@@ -68,6 +69,17 @@ pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
 pub(crate) const DONE_DIR: &str = ".zshard/done";
 pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// Left by a worker run with `--keep-manifest`, so that `finalize` keeps the manifest without the
+/// flag (removed with the rest of the state).
+const KEEP_MANIFEST: &str = ".zshard/keep-manifest";
+
+/// The marker [`KEEP_MANIFEST`] as a record to write (key and contents).
+pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
+    let text =
+        "a worker of this conversion was given --keep-manifest: finalize keeps the manifest\n";
+    (KEEP_MANIFEST.to_string(), Bytes::from(text))
+}
+
 /// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
 pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
 pub(crate) const CLAIM: &str = ".zshard/claim.json";
@@ -224,6 +236,13 @@ pub(crate) struct Survey {
     records: HashMap<String, Bytes>,
 }
 
+impl Survey {
+    /// Whether a worker asked to keep the manifest (see [`keep_manifest_marker`]).
+    pub(crate) fn asks_to_keep_the_manifest(&self) -> bool {
+        self.state.iter().any(|key| key == KEEP_MANIFEST)
+    }
+}
+
 /// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
 /// knows them). The record files are read as soon as the state folder is listed, while the shard
 /// listings (a thousand pages at a million shards) go on.
@@ -293,8 +312,16 @@ async fn read_records(
             .iter()
             .zip(dst.get_many_async(&record_keys).await)
         {
-            if let Some(bytes) = read? {
-                records.insert(key.clone(), bytes);
+            let Some(bytes) = read? else { continue };
+            // A damaged record file is left out: its shards are converted again.
+            match sealed::unseal(&bytes) {
+                Some(body) => {
+                    records.insert(key.clone(), body);
+                }
+                None => tracing::warn!(
+                    "{}: the record file's checksum does not match; its shards will be converted again",
+                    dst.url(key)
+                ),
             }
         }
     }
@@ -313,6 +340,32 @@ fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
 /// or a partitioned one waiting for `finalize`): one listing.
 pub(crate) fn holds_a_run(dst: &Store) -> Result<bool> {
     Ok(!dst.list_keys(OPTIONS_DIR)?.is_empty())
+}
+
+/// A file (not a folder) at `.zshard` in a local destination, where zshard keeps its state: a resume
+/// cannot go on (every state write would fail) and is refused naming it; `overwrite` removes it, as
+/// zshard's own name (see `owned.rs`).
+pub(crate) fn clear_state_file(dst: &Store, overwrite: bool) -> Result<()> {
+    let Some(path) = dst.local_path(STATE_DIR) else {
+        return Ok(());
+    };
+    match std::fs::symlink_metadata(&path) {
+        Ok(found) if found.is_file() && overwrite => {
+            std::fs::remove_file(&path).map_err(|source| Error::File {
+                action: "remove",
+                path,
+                source,
+            })
+        }
+        Ok(found) if found.is_file() => Err(Error::Destination {
+            reason: format!(
+                "{} is a file where zshard keeps its state folder; remove it, or use {} to replace it",
+                dst.url(STATE_DIR),
+                Setting::Overwrite
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `key` lies below the folder `dir`.
@@ -673,7 +726,7 @@ impl Survey {
 fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str) -> Result<Marker> {
     let is_wanted = |key: &str| {
         // This run's own lease says nothing about other runs.
-        (in_dir(key, crate::lease::LEASES_DIR) && key != own_lease)
+        (in_dir(key, crate::run::lease::LEASES_DIR) && key != own_lease)
             || key == CLAIM
             || in_dir(key, OPTIONS_DIR)
             || key
@@ -720,8 +773,8 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
     }
     let leases = read
         .iter()
-        .filter(|(key, _)| in_dir(key, crate::lease::LEASES_DIR));
-    crate::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
+        .filter(|(key, _)| in_dir(key, crate::run::lease::LEASES_DIR));
+    crate::run::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
     let mut roots = vec![String::new()];
     roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
     roots.extend(plan.groups.iter().map(|(p, _)| p.clone()));
@@ -751,8 +804,18 @@ fn remove_owned(dst: &Store, plan: &Plan, partition: Partition, own_lease: &str)
         .filter(|key| in_dir(key, UPLOADS_DIR))
         .cloned()
         .collect();
-    if !uploads.is_empty() {
-        dst.abort_uploads_recorded_in(&uploads)?;
+    for key in &uploads {
+        match dst.abort_uploads_recorded_in(std::slice::from_ref(key)) {
+            // A file there that records no upload aborts nothing; it goes with the state.
+            Err(zshard_store::Error::UploadRecord {
+                location, reason, ..
+            }) => {
+                tracing::warn!("{location}: {reason}; removed with zshard's state");
+            }
+            aborted => {
+                aborted?;
+            }
+        }
     }
     // The marker goes first and leaves last: if this is interrupted, old shards may remain, and a
     // later run must not take them for done ones of its own.
@@ -890,7 +953,7 @@ pub(crate) fn done_shards(
     survey: &Survey,
 ) -> Result<Resume> {
     let local = dst.local_path("").is_some();
-    let alone = local && !crate::lease::another_run_is_live(dst, own_lease)?;
+    let alone = local && !crate::run::lease::another_run_is_live(dst, own_lease)?;
     let written = records(survey, plan, DONE_DIR);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
@@ -916,7 +979,8 @@ pub(crate) fn done_shards(
     let unchecked = uncheckpointed_entries(survey, plan);
     let mut first_global = 0u64;
     let mut checks = Vec::new();
-    let mut hash_checks = Vec::new();
+    // Shards read whole (as a stream) and trusted only when their crc32c is one recorded for them.
+    let mut hash_checks: Vec<(String, Vec<u32>)> = Vec::new();
     // Per array, what each listed shard's records prove without a read.
     let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(plan.arrays.len());
     for (i, array) in plan.arrays.iter().enumerate() {
@@ -927,15 +991,37 @@ pub(crate) fn done_shards(
             let index = shard.index;
             let owned = partition.owns(first_global + index);
             let verdict = verdict(written.of(i, index), shard);
-            if owned
-                && check_indexes
-                && matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers)
-            {
-                checks.push((i, shard_key(&array.path, index, &grid), shard.size));
-            }
-            if verdict == Verdict::Unrecorded && check_indexes && owned {
-                if let Some(&crc) = unchecked.get(&(i, index, shard.size)) {
-                    hash_checks.push((shard_key(&array.path, index, &grid), crc));
+            if owned && check_indexes {
+                // On local disk a shard whose version changed since its record (written again
+                // after the last checkpoint, then damaged by a power loss that spared its index)
+                // is proven by the crc32c its records give it; the index alone proves only a
+                // record that has none.
+                let crcs: Vec<u32> = match verdict {
+                    Verdict::VersionDiffers => written
+                        .of(i, index)
+                        .filter(|r| r.size == Some(shard.size))
+                        .filter_map(|r| r.crc32c)
+                        .chain(unchecked.get(&(i, index, shard.size)).copied())
+                        .collect(),
+                    Verdict::Unrecorded => unchecked
+                        .get(&(i, index, shard.size))
+                        .copied()
+                        .into_iter()
+                        .collect(),
+                    Verdict::Versioned | Verdict::Unversioned => Vec::new(),
+                };
+                // The index is checked whenever the bytes are: an object's crc32c cannot see its
+                // index replaced by another of the same length (the index ends with its own
+                // crc32c, and a CRC over a message that ends with its CRC is a constant), but the
+                // index check sees the chunks it names.
+                let key = || shard_key(&array.path, index, &grid);
+                let index_check = !crcs.is_empty()
+                    || matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers);
+                if index_check {
+                    checks.push((i, key(), shard.size));
+                }
+                if !crcs.is_empty() {
+                    hash_checks.push((key(), crcs));
                 }
             }
             array_verdicts.push(verdict);
@@ -944,16 +1030,14 @@ pub(crate) fn done_shards(
         first_global += array.geometry.shard_count();
     }
     let mut intact = intact_indexes(dst, plan, &checks)?;
-    // A few at a time: shards can be large.
-    for batch in hash_checks.chunks(16) {
-        let keys: Vec<String> = batch.iter().map(|(key, _)| key.clone()).collect();
-        for ((key, crc), read) in batch.iter().zip(dst.get_many(&keys)) {
-            // Unreadable: not proven, so converted again.
-            if let Ok(Some(bytes)) = read {
-                if crc32c::crc32c(&bytes) == *crc {
-                    intact.insert(key.clone());
-                }
-            }
+    // Streamed: a check holds no shard whole, whatever the shards' sizes. A shard whose bytes were
+    // checked is intact when its index and its crc32c both are.
+    let keys: Vec<String> = hash_checks.iter().map(|(key, _)| key.clone()).collect();
+    for ((key, crcs), read) in hash_checks.iter().zip(dst.checksums(&keys)) {
+        // Unreadable: not proven, so converted again.
+        let matches = matches!(read, Ok(Some((_, crc))) if crcs.contains(&crc));
+        if !matches {
+            intact.remove(key);
         }
     }
     let rechecked: HashSet<&String> = hash_checks.iter().map(|(key, _)| key).collect();
@@ -1084,7 +1168,7 @@ fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, 
         .map(|(key, bytes)| (key.clone(), bytes.clone()))
         .collect();
     let mut found = HashMap::new();
-    for ((path, coord), entry) in crate::manifest::merge(&files) {
+    for ((path, coord), entry) in crate::verify::manifest::merge(&files) {
         let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
             continue;
         };
@@ -1101,6 +1185,8 @@ fn uncheckpointed_entries(survey: &Survey, plan: &Plan) -> HashMap<(usize, u64, 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RecordedShard {
     size: Option<u64>,
+    /// The crc32c of the object as written (records of early versions have none).
+    crc32c: Option<u32>,
     version: Option<u64>,
 }
 
@@ -1145,18 +1231,25 @@ impl Recorded {
 /// arrays or grids are ignored.
 fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
     let mut found = Recorded::default();
+    // A record is believed only from the worker that owns its shard (the file's name says which):
+    // a line another worker's file names was damaged, and must not make the owner skip it.
     let files = survey
         .records
         .iter()
         .filter(|(key, _)| in_dir(key, dir))
-        .map(|(_, bytes)| bytes);
-    let arrays: HashMap<&str, (usize, Vec<u64>)> = plan
+        .filter_map(|(key, bytes)| Some((Partition::of_file(key)?, bytes)));
+    let mut first_global = 0u64;
+    let arrays: HashMap<&str, (usize, Vec<u64>, u64)> = plan
         .arrays
         .iter()
         .enumerate()
-        .map(|(i, a)| (a.path.as_str(), (i, a.geometry.shard_grid())))
+        .map(|(i, a)| {
+            let first = first_global;
+            first_global += a.geometry.shard_count();
+            (a.path.as_str(), (i, a.geometry.shard_grid(), first))
+        })
         .collect();
-    for bytes in files {
+    for (writer, bytes) in files {
         for line in String::from_utf8_lossy(bytes).lines() {
             let mut fields = line.split('\t');
             let (Some(path), Some(coord)) = (fields.next(), fields.next()) else {
@@ -1168,14 +1261,25 @@ fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
                 Some(Err(_)) => continue,
             };
             // The object's crc32c, then its version.
-            let version = fields.nth(1).map(version_id);
-            let Some((i, grid)) = arrays.get(path) else {
+            let crc32c = fields
+                .next()
+                .and_then(|crc| u32::from_str_radix(crc, 16).ok());
+            let version = fields.next().map(version_id);
+            let Some((i, grid, first)) = arrays.get(path) else {
                 continue;
             };
             if let Some(coord) = recorded_coord(coord, grid) {
+                let index = linear_index(&coord, grid);
+                if !writer.owns(first + index) {
+                    continue;
+                }
                 found.insert(
-                    (*i, linear_index(&coord, grid)),
-                    RecordedShard { size, version },
+                    (*i, index),
+                    RecordedShard {
+                        size,
+                        crc32c,
+                        version,
+                    },
                 );
             }
         }
@@ -1464,7 +1568,7 @@ impl ShardLog {
         &mut self,
         array_path: &str,
         shard: &[u64],
-        written: Option<&crate::manifest::Entry>,
+        written: Option<&crate::verify::manifest::Entry>,
         version: Option<&str>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
@@ -1522,7 +1626,7 @@ impl ShardLog {
         self.files.push(RecordFile {
             seq: self.seq,
             batches: vec![BatchStamp {
-                ms: crate::lease::now_millis(),
+                ms: crate::run::lease::now_millis(),
                 records: self.entries as u64,
                 bytes: self.pending_bytes,
             }],
@@ -1534,12 +1638,12 @@ impl ShardLog {
         if !self.manifest.is_empty() {
             batch.push((
                 join(MANIFEST_DIR, &file),
-                Bytes::from(std::mem::take(&mut self.manifest)),
+                sealed::seal_text(std::mem::take(&mut self.manifest)),
             ));
         }
         batch.push((
             join(self.dir, &file),
-            Bytes::from(std::mem::take(&mut self.pending)),
+            sealed::seal_text(std::mem::take(&mut self.pending)),
         ));
         batch
     }
@@ -1598,11 +1702,21 @@ impl ShardLog {
         for found in self.store.get_many(&keys) {
             read.push(found?);
         }
-        let (record_bodies, manifest_bodies) = read.split_at(records.len());
-        let Some(record_bodies) = record_bodies
+        let (record_files, manifest_files) = read.split_at(records.len());
+        // A record file gone, or any file whose seal fails (never merged into a sealed file),
+        // stops the merge. (A batch of all-fill shards has no manifest file.)
+        let Some(record_bodies) = record_files
             .iter()
-            .map(Option::as_ref)
-            .collect::<Option<Vec<&Bytes>>>()
+            .map(|file| file.as_ref().and_then(sealed::unseal))
+            .collect::<Option<Vec<Bytes>>>()
+        else {
+            return Ok(false);
+        };
+        let Some(manifest_bodies) = manifest_files
+            .iter()
+            .flatten()
+            .map(sealed::unseal)
+            .collect::<Option<Vec<Bytes>>>()
         else {
             return Ok(false);
         };
@@ -1619,17 +1733,19 @@ impl ShardLog {
         }
         merged.push('\n');
         let mut merged = merged.into_bytes();
-        for body in record_bodies {
+        for body in &record_bodies {
             append_records(&mut merged, body);
         }
         let mut manifest = Vec::new();
-        for body in manifest_bodies.iter().flatten() {
+        for body in &manifest_bodies {
             append_records(&mut manifest, body);
         }
+        sealed::seal(&mut merged);
         let Some((newest_record, older_records)) = records.split_last() else {
             return Ok(false);
         };
         if let (Some(newest_manifest), false) = (manifests.last(), manifest.is_empty()) {
+            sealed::seal(&mut manifest);
             self.store.put(newest_manifest, Bytes::from(manifest))?;
         }
         self.store.put(newest_record, Bytes::from(merged))?;
@@ -1710,7 +1826,7 @@ mod tests {
     use super::{
         recorded_coord, shard_coord, verdict, version_id, ListedShard, RecordedShard, Verdict,
     };
-    use crate::manifest::{ChunkHashes, Entry};
+    use crate::verify::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
     use zshard_store::{IoRuntime, Store};
@@ -1740,7 +1856,11 @@ mod tests {
     fn recorded(files: &BTreeMap<String, String>) -> (BTreeMap<String, usize>, u64) {
         let mut shards = BTreeMap::new();
         let mut stamped = 0;
-        for text in files.values() {
+        for file in files.values() {
+            // Every file's checksum holds (the other run's has none: an earlier version's).
+            let body = crate::run::sealed::unseal(&bytes::Bytes::from(file.clone()))
+                .unwrap_or_else(|| panic!("the checksum of {file:?}"));
+            let text = String::from_utf8_lossy(&body);
             for (number, line) in text.lines().enumerate() {
                 if let Some(stamps) = batch_stamps(line) {
                     assert_eq!(number, 0, "a batch line after the first: {text}");
@@ -1818,7 +1938,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.clone(), bytes::Bytes::from(v.clone())))
             .collect();
-        let manifest = crate::manifest::merge(&merged);
+        let manifest = crate::verify::manifest::merge(&merged);
         assert_eq!(manifest.len(), 21);
         for i in 0..21u64 {
             assert_eq!(
@@ -1919,6 +2039,7 @@ mod tests {
         };
         let record = |size, version: Option<&str>| RecordedShard {
             size: Some(size),
+            crc32c: None,
             version: version.map(version_id),
         };
         let of = |records: &[RecordedShard]| verdict(records.iter(), &listed);

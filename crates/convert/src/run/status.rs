@@ -13,8 +13,9 @@ use zshard_core::linear_index;
 use zshard_store::{IoRuntime, Store, StoreOptions};
 
 use crate::error::{Error, Result};
-use crate::lease::LEASES_DIR;
-use crate::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, OPTIONS_DIR, STATE_DIR};
+use crate::plan::partition::Partition;
+use crate::run::lease::LEASES_DIR;
+use crate::run::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
 
 /// Where a conversion stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,12 +135,16 @@ struct Batch {
 /// The rate of the batches stored within `window_ms` before `now_ms`, with `remaining` shards left.
 fn rate(batches: &[Batch], now_ms: u64, window_ms: u64, remaining: u64) -> Rate {
     let since = now_ms.saturating_sub(window_ms);
-    let (shards, bytes) = batches
-        .iter()
-        .filter(|b| b.modified_ms > since)
-        .fold((0u64, 0u64), |(s, b), batch| {
-            (s + batch.shards, b + batch.bytes)
-        });
+    let (shards, bytes) =
+        batches
+            .iter()
+            .filter(|b| b.modified_ms > since)
+            .fold((0u64, 0u64), |(s, b), batch| {
+                (
+                    s.saturating_add(batch.shards),
+                    b.saturating_add(batch.bytes),
+                )
+            });
     let seconds = window_ms as f64 / 1000.0;
     let shards_per_s = shards as f64 / seconds;
     Rate {
@@ -195,6 +200,26 @@ impl Status {
 /// The status that `options` ask for (its destination, reached with its storage options).
 pub fn status_with(options: &crate::options::StatusOptions) -> Result<Status> {
     status_of(&options.destination, &options.storage.store_options())
+}
+
+/// [`status_with`] for a destination that a job names: one that does not exist yet is a
+/// conversion not started (a job's later conversions), not an error as a mistyped DST is.
+pub fn status_in_job(options: &crate::options::StatusOptions) -> Result<Status> {
+    let location = zshard_store::Location::parse(&options.destination)?;
+    if location.local_path().is_some_and(|path| !path.exists()) {
+        return Ok(Status {
+            destination: location.to_string(),
+            phase: Phase::NotStarted,
+            arrays: Vec::new(),
+            totals: Totals::default(),
+            workers: Vec::new(),
+            finalize_waits_for: Vec::new(),
+            unreadable: Vec::new(),
+            rate: None,
+            finished: true,
+        });
+    }
+    status_with(options)
 }
 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
@@ -291,8 +316,10 @@ fn read_status(dst: &Store) -> Result<Status> {
         })
         .cloned()
         .collect();
+    // The manifest that --keep-manifest keeps stays after the conversion finished.
+    let in_progress = listed.iter().any(|key| key != MANIFEST);
     if wanted.is_empty() {
-        status.phase = if !listed.is_empty() {
+        status.phase = if in_progress {
             // Only uploads or an interrupted --overwrite's marker: state, but no plan to show.
             Phase::InProgress
         } else if metadata.is_some() {
@@ -305,15 +332,22 @@ fn read_status(dst: &Store) -> Result<Status> {
     status.phase = Phase::InProgress;
     let mut read: BTreeMap<String, bytes::Bytes> = BTreeMap::new();
     for (key, found) in wanted.iter().zip(dst.get_many(&wanted)) {
-        // A record removed meanwhile (a finalize clearing the state) is left out.
-        if let Some(bytes) = found? {
-            read.insert(key.clone(), bytes);
+        // A record removed meanwhile (a finalize clearing the state) is left out, and so is one
+        // whose checksum fails (a resume converts its shards again).
+        let Some(bytes) = found? else { continue };
+        match crate::run::sealed::unseal(&bytes) {
+            Some(body) => {
+                read.insert(key.clone(), body);
+            }
+            None => status
+                .unreadable
+                .push(format!("{}: checksum does not match", dst.url(key))),
         }
     }
     let plan = recorded_plan(dst, &read)?;
     let Some(plan) = plan else {
         // Only leases (a run that has not claimed yet, or a finalize clearing): nothing planned.
-        status.workers = workers(dst, &read, &listed, &[], &[])?;
+        status.workers = workers(dst, &read, &listed, &[], &[], &mut status.unreadable)?;
         return Ok(status);
     };
     let mut done: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); plan.len()];
@@ -333,7 +367,10 @@ fn read_status(dst: &Store) -> Result<Status> {
         let text = String::from_utf8_lossy(bytes);
         // A compacted file names the batches it holds, each flushed at its own time (its
         // modification time is the compaction's).
-        let stamps = text.lines().next().and_then(crate::state::batch_stamps);
+        let stamps = text
+            .lines()
+            .next()
+            .and_then(crate::run::state::batch_stamps);
         let compacted = stamps.is_some();
         for stamp in stamps.into_iter().flatten() {
             batches.push(Batch {
@@ -349,7 +386,8 @@ fn read_status(dst: &Store) -> Result<Status> {
             match parse_record(line, is_done, &plan) {
                 Some((array, index, size)) => {
                     batch.shards += 1;
-                    batch.bytes += size.unwrap_or(0);
+                    // Sizes are read from files: a garbled one must not overflow a sum.
+                    batch.bytes = batch.bytes.saturating_add(size.unwrap_or(0));
                     done[array].insert(index);
                     match size {
                         Some(size) => {
@@ -376,18 +414,21 @@ fn read_status(dst: &Store) -> Result<Status> {
             shards_done: done[i].len() as u64,
             shards_written: written[i].len() as u64,
             shards_empty: empty[i].len() as u64,
-            bytes_written: written[i].values().sum(),
+            bytes_written: written[i]
+                .values()
+                .fold(0u64, |sum, &size| sum.saturating_add(size)),
         };
-        status.totals.shards_planned += entry.shards_planned;
-        status.totals.shards_done += entry.shards_done;
-        status.totals.bytes_written += entry.bytes_written;
+        let totals = &mut status.totals;
+        totals.shards_planned = totals.shards_planned.saturating_add(entry.shards_planned);
+        totals.shards_done = totals.shards_done.saturating_add(entry.shards_done);
+        totals.bytes_written = totals.bytes_written.saturating_add(entry.bytes_written);
         status.arrays.push(entry);
     }
-    let now_ms = crate::lease::now_millis();
+    let now_ms = crate::run::lease::now_millis();
     let remaining =
         status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
-    status.workers = workers(dst, &read, &listed, &plan, &done)?;
+    status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
     status.finalize_waits_for = status
         .workers
         .iter()
@@ -433,6 +474,8 @@ fn recorded_plan(
         .as_array()
         .ok_or_else(|| garbled("no list of arrays"))?;
     let mut plan = Vec::new();
+    // Every shard of the plan has a global number (see `partition.rs`), which must fit.
+    let mut total = 0u64;
     for array in arrays {
         let path = array["path"]
             .as_str()
@@ -450,11 +493,21 @@ fn recorded_plan(
                     "array {path:?} has no regular chunk grid of its rank"
                 ))
             })?;
-        let grid = shape
+        let grid: Vec<u64> = shape
             .iter()
             .zip(&shard)
             .map(|(n, s)| n.div_ceil(*s))
             .collect();
+        let countable = grid
+            .iter()
+            .try_fold(1u64, |count, &n| count.checked_mul(n))
+            .and_then(|count| total.checked_add(count));
+        let Some(sum) = countable else {
+            return Err(garbled(&format!(
+                "array {path:?} has more shards than can be counted"
+            )));
+        };
+        total = sum;
         plan.push(Planned {
             path: path.to_string(),
             grid,
@@ -506,16 +559,14 @@ fn parse_record(
 
 /// `w<I>of<N>` as (I, N).
 fn parse_tag(tag: &str) -> Option<(u64, u64)> {
-    let (index, count) = tag.strip_prefix('w')?.split_once("of")?;
-    let (index, count) = (index.parse().ok()?, count.parse().ok()?);
-    (index < count).then_some((index, count))
+    let partition = Partition::parse_tag(tag)?;
+    Some((partition.index, partition.count))
 }
 
 /// The worker tag that starts the file name of a key (`<tag>-...` or `<tag>.json`).
 fn tag_of(key: &str) -> Option<(u64, u64)> {
-    let name = key.rsplit('/').next()?;
-    let tag = name.split(['-', '.']).next()?;
-    parse_tag(tag)
+    let partition = Partition::of_file(key)?;
+    Some((partition.index, partition.count))
 }
 
 /// Every worker that the state names (options records, record files, leases), with every other
@@ -526,12 +577,20 @@ fn workers(
     listed: &[String],
     plan: &[Planned],
     done: &[BTreeSet<u64>],
+    unreadable: &mut Vec<String>,
 ) -> Result<Vec<WorkerStatus>> {
-    let now = crate::lease::now_millis();
+    let now = crate::run::lease::now_millis();
     let mut leases: BTreeMap<(u64, u64), Vec<LeaseStatus>> = BTreeMap::new();
     let mut counts = BTreeSet::new();
     for (key, bytes) in read.iter().filter(|(key, _)| in_dir(key, LEASES_DIR)) {
-        let seen = crate::lease::seen(dst, key, bytes, now)?;
+        // A damaged lease is shown as such; it holds up nothing (see `lease::fresh`).
+        let seen = match crate::run::lease::seen(dst, key, bytes, now) {
+            Ok(seen) => seen,
+            Err(error) => {
+                unreadable.push(crate::one_line(&error));
+                continue;
+            }
+        };
         let Some(tag) = parse_tag(&seen.worker) else {
             continue;
         };
@@ -560,23 +619,31 @@ fn workers(
             counts.insert(count);
         }
     }
+    // Shard g of the global enumeration (every array's shards in turn) is worker g mod N's (see
+    // `partition.rs`): worker I of N plans the shards I, I + N, ... below the total, and its done
+    // ones are counted in one pass over the done shards, whatever N (at most MAX_WORKERS).
+    let total: u64 = plan.iter().map(Planned::shards).sum();
+    let globals: Vec<u64> = plan
+        .iter()
+        .scan(0u64, |first, array| {
+            let this = *first;
+            *first += array.shards();
+            Some(this)
+        })
+        .collect();
     let mut workers = Vec::new();
     for count in counts {
-        for index in 0..count {
-            let mut planned = 0u64;
-            let mut finished = 0u64;
-            let mut first_global = 0u64;
-            for (array, grid) in plan.iter().enumerate() {
-                let shards = grid.shards();
-                // Shard g of the global enumeration is worker g mod N's (see `partition.rs`).
-                let first_owned = (index + count - first_global % count) % count;
-                planned += shards.saturating_sub(first_owned).div_ceil(count);
-                finished += done[array]
-                    .iter()
-                    .filter(|&&s| (first_global + s) % count == index)
-                    .count() as u64;
-                first_global += shards;
+        let mut finished_by: HashMap<u64, u64> = HashMap::new();
+        for (array, shards) in done.iter().enumerate() {
+            for &shard in shards {
+                *finished_by
+                    .entry((globals[array] + shard) % count)
+                    .or_default() += 1;
             }
+        }
+        for index in 0..count {
+            let planned = total.saturating_sub(index).div_ceil(count);
+            let finished = finished_by.get(&index).copied().unwrap_or(0);
             let leases = leases.remove(&(index, count)).unwrap_or_default();
             workers.push(WorkerStatus {
                 worker: format!("w{index}of{count}"),
@@ -727,7 +794,7 @@ mod tests {
         let done = status(&dst).expect("status");
         assert!(done.is_finished() && done.finished, "all done");
         let lease =
-            crate::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
+            crate::run::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
                 .expect("lease");
         assert!(
             !status(&dst).expect("status").is_finished(),
@@ -755,8 +822,13 @@ mod tests {
         );
         put(&dst, CLAIM, CLAIM_TEXT);
         put(&dst, ".zshard/leases/w1of2-h-1-1.json", "not a lease");
-        let e = status(&dst).expect_err("garbled lease").to_string();
-        assert!(e.contains(".zshard/leases/w1of2-h-1-1.json"), "{e}");
+        // A garbled lease holds up nothing (issue 45, row 11): shown, not fatal.
+        let shown = status(&dst).expect("garbled lease");
+        assert!(
+            shown.unreadable.len() == 1
+                && shown.unreadable[0].contains(".zshard/leases/w1of2-h-1-1.json"),
+            "{shown:?}"
+        );
     }
 
     #[test]
@@ -764,7 +836,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dst = store(tmp.path());
         put(&dst, CLAIM, CLAIM_TEXT);
-        let lease = crate::lease::Lease::acquire(
+        let lease = crate::run::lease::Lease::acquire(
             &dst,
             crate::Partition { index: 1, count: 3 },
             Duration::from_secs(60),

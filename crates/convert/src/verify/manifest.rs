@@ -13,7 +13,7 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{Error, Result};
-use crate::state::{in_dir, join, MANIFEST, MANIFEST_DIR};
+use crate::run::state::{in_dir, join, MANIFEST, MANIFEST_DIR};
 use crate::verify::{output_array, Mismatches, Verified};
 
 /// How a manifest hashes inner chunks.
@@ -24,6 +24,23 @@ pub(crate) enum ChunkHashes {
     /// The crc32c of each inner chunk's stored bytes, for an array whose source chunks were copied
     /// through undecoded (`e`).
     Encoded,
+    /// Not a shard: a metadata document the conversion wrote (`m`, no chunk hashes), recorded
+    /// under its key with [`DOCUMENT`] for a coordinate.
+    Document,
+}
+
+/// The coordinate text of a manifest line that records a metadata document (no shard has it).
+const DOCUMENT: &str = "-";
+
+/// Records in `manifest` the document at `key` as written: `size` bytes of crc32c `crc`.
+pub(crate) fn add_document(manifest: &mut Manifest, key: &str, size: u64, crc: u32) {
+    let entry = Entry {
+        size,
+        crc32c: crc,
+        kind: ChunkHashes::Document,
+        chunks: Vec::new(),
+    };
+    manifest.insert((key.to_string(), DOCUMENT.to_string()), entry);
 }
 
 /// What the manifest records of one written shard.
@@ -46,6 +63,7 @@ impl Entry {
         let kind = match self.kind {
             ChunkHashes::Decoded => 'd',
             ChunkHashes::Encoded => 'e',
+            ChunkHashes::Document => 'm',
         };
         // Writing into a String cannot fail.
         let _ = write!(
@@ -79,6 +97,7 @@ impl Entry {
         let kind = match kind {
             "d" => ChunkHashes::Decoded,
             "e" => ChunkHashes::Encoded,
+            "m" => ChunkHashes::Document,
             _ => return None,
         };
         let chunks = if hashes.is_empty() {
@@ -125,8 +144,14 @@ pub(crate) fn merge(files: &[(String, Bytes)]) -> Manifest {
     let mut ordered: Vec<&(String, Bytes)> = files.iter().collect();
     ordered.sort_by_key(|(key, _)| file_order(key));
     let mut manifest = Manifest::new();
-    for (_, bytes) in ordered {
-        parse_into(bytes, &mut manifest);
+    for (key, bytes) in ordered {
+        // A damaged file is left out: its shards are not vouched for (see `sealed.rs`).
+        match crate::run::sealed::unseal(bytes) {
+            Some(records) => parse_into(&records, &mut manifest),
+            None => tracing::warn!(
+                "{key}: the manifest record's checksum does not match; its records are left out"
+            ),
+        }
     }
     manifest
 }
@@ -205,16 +230,17 @@ impl ManifestVerification {
         let location = Location::parse(&self.destination)?;
         let runtime = IoRuntime::with_options(2, self.store_options.clone())?;
         let dst = Store::open_location(&location, runtime, false)?;
-        let manifest = match dst.get(MANIFEST)? {
+        let (manifest, kept) = match dst.get(MANIFEST)? {
             Some(bytes) => {
                 let mut manifest = Manifest::new();
                 parse_into(&bytes, &mut manifest);
-                manifest
+                (manifest, true)
             }
             // An unfinished conversion: its per-worker records.
-            None => merge(&read_records(&dst, &[])?),
+            None => (merge(&read_records(&dst, &[])?), false),
         };
-        if manifest.is_empty() {
+        // A kept manifest may name no shard: an output of the fill value alone.
+        if manifest.is_empty() && !kept {
             return Err(Error::Destination {
                 reason: format!(
                     "{} holds no manifest ({} nor {MANIFEST_DIR}/); convert with {} to keep one",
@@ -230,9 +256,36 @@ impl ManifestVerification {
         let mut checked = 0u64;
         // Every shard of the manifest, by key: (array path, coordinate, entry).
         let mut by_key: HashMap<String, (&str, &str, &Entry)> = HashMap::new();
+        let mut documents = Vec::new();
         for ((path, coord), entry) in &manifest {
+            if entry.kind == ChunkHashes::Document {
+                documents.push((path.clone(), entry));
+                continue;
+            }
             let key = join(path, &shard_key(coord));
             by_key.insert(key, (path, coord, entry));
+        }
+        // The metadata documents as written (manifests of earlier versions name none): a changed
+        // `fill_value` or attribute changes what readers see as much as a changed shard.
+        let keys: Vec<String> = documents.iter().map(|(key, _)| key.clone()).collect();
+        for ((key, entry), read) in documents.iter().zip(dst.get_many(&keys)) {
+            match read? {
+                None => mismatches.push(format!(
+                    "{}: missing: the manifest records a metadata document of {} bytes",
+                    dst.url(key),
+                    entry.size
+                )),
+                Some(bytes)
+                    if (bytes.len() as u64, crc32c::crc32c(&bytes))
+                        != (entry.size, entry.crc32c) =>
+                {
+                    mismatches.push(format!(
+                        "{}: the metadata document differs from the one the conversion wrote",
+                        dst.url(key)
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         // The keys whose bytes have a crc32c, to name a shard that holds another's bytes.
         let mut by_crc: HashMap<(u64, u32), Vec<&str>> = HashMap::new();
@@ -285,48 +338,55 @@ impl ManifestVerification {
                     dst.url(key),
                     entry.size
                 )),
-                Some(&size) if size != entry.size => mismatches.push(format!(
-                    "{}: {size} bytes where the manifest records {} (truncated or replaced)",
-                    dst.url(key),
-                    entry.size
-                )),
                 Some(_) => to_read.push(key.clone()),
             }
         }
-        // Read a few shards at a time: a shard can be large.
-        let batch = self.io_threads.unwrap_or(8).max(1) * 2;
-        for keys in to_read.chunks(batch) {
-            for (key, read) in keys.iter().zip(dst.get_many(keys)) {
-                checked += 1;
-                let (path, _, entry) = by_key[key.as_str()];
-                let Some(bytes) = read? else {
-                    mismatches.push(format!("{}: missing (removed while checked)", dst.url(key)));
-                    continue;
-                };
-                if crc32c::crc32c(&bytes) == entry.crc32c && bytes.len() as u64 == entry.size {
-                    continue;
-                }
-                let others: Vec<&&str> = by_crc
-                    .get(&(bytes.len() as u64, crc32c::crc32c(&bytes)))
-                    .into_iter()
-                    .flatten()
-                    .filter(|other| **other != key.as_str())
-                    .collect();
-                if let Some(other) = others.first() {
-                    mismatches.push(format!(
-                        "{}: holds the bytes the manifest records for {} (shards swapped or copied)",
-                        dst.url(key),
-                        dst.url(other)
-                    ));
-                    continue;
-                }
-                let meta = &output_arrays[path];
-                let chunks = differing_chunks(meta, entry, &bytes);
-                mismatches.push(format!(
-                    "{}: its bytes differ from the manifest's checksum ({chunks})",
-                    dst.url(key)
-                ));
+        // Checksums are streamed (a check holds no shard whole); only a shard whose bytes differ
+        // is read whole, one at a time, to say which inner chunks do.
+        let store = dst
+            .clone()
+            .with_concurrency(self.io_threads.unwrap_or(8).max(1));
+        for (key, read) in to_read.iter().zip(store.checksums(&to_read)) {
+            checked += 1;
+            let (path, _, entry) = by_key[key.as_str()];
+            let Some((size, crc)) = read? else {
+                mismatches.push(format!("{}: missing (removed while checked)", dst.url(key)));
+                continue;
+            };
+            if (size, crc) == (entry.size, entry.crc32c) {
+                continue;
             }
+            let others: Vec<&&str> = by_crc
+                .get(&(size, crc))
+                .into_iter()
+                .flatten()
+                .filter(|other| **other != key.as_str())
+                .collect();
+            if let Some(other) = others.first() {
+                mismatches.push(format!(
+                    "{}: holds the bytes the manifest records for {} (shards swapped or copied)",
+                    dst.url(key),
+                    dst.url(other)
+                ));
+                continue;
+            }
+            if size != entry.size {
+                mismatches.push(format!(
+                    "{}: {size} bytes where the manifest records {} (truncated or replaced)",
+                    dst.url(key),
+                    entry.size
+                ));
+                continue;
+            }
+            let Some(bytes) = dst.get(key)? else {
+                mismatches.push(format!("{}: missing (removed while checked)", dst.url(key)));
+                continue;
+            };
+            let chunks = differing_chunks(&output_arrays[path], entry, &bytes);
+            mismatches.push(format!(
+                "{}: its bytes differ from the manifest's checksum ({chunks})",
+                dst.url(key)
+            ));
         }
         Ok(Verified {
             destination: dst.url(""),
@@ -380,7 +440,8 @@ fn differing_chunks(meta: &zshard_core::ArrayMeta, entry: &Entry, bytes: &Bytes)
         let actual = match reader.chunk(i) {
             None => None,
             Some(stored) => match entry.kind {
-                ChunkHashes::Encoded => Some(crc32c::crc32c(stored)),
+                // (A document has no inner chunks: never here.)
+                ChunkHashes::Encoded | ChunkHashes::Document => Some(crc32c::crc32c(stored)),
                 ChunkHashes::Decoded => match output.inner_chain.decode(stored, &repr) {
                     Ok(values) => Some(crc32c::crc32c(&values)),
                     Err(_) => Some(expected.map_or(0, |h| !h)),

@@ -17,9 +17,9 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
-use crate::state::join;
+use crate::run::state::join;
 use crate::Conversion;
 
 /// How many mismatches are kept one by one; the rest are counted.
@@ -400,7 +400,7 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == crate::state::MANIFEST {
+        if key == crate::run::state::MANIFEST {
             // Kept by `--keep-manifest`.
             continue;
         }
@@ -623,6 +623,9 @@ fn verify(v: &Verification) -> Result<Verified> {
             ),
         });
     }
+    crate::options::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
+    crate::options::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
+    let (threads, threads_warning) = crate::options::capped_threads(v.threads);
     let (source_location, destination_location) =
         (Location::parse(source)?, Location::parse(destination)?);
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
@@ -735,7 +738,8 @@ fn verify(v: &Verification) -> Result<Verified> {
     for stray in extras.strays.into_iter().chain(extras.unknown_nodes) {
         lock(&mismatches)?.push(stray);
     }
-    let warnings = extras.foreign;
+    let mut warnings = extras.foreign;
+    warnings.extend(threads_warning);
     // Arrays and groups the source does not have (nor zshard skipped there) are not a copy of it.
     for node in &output_nodes {
         let (what, in_source) = match &node.kind {
@@ -763,11 +767,11 @@ fn verify(v: &Verification) -> Result<Verified> {
     let budget = zshard_pipeline::budget(
         &layouts,
         &BudgetRequest {
-            threads: v.threads,
+            threads,
             limit: None,
             upload_buffers: 0,
             resident: 0,
-            io_threads: crate::conversion::io_threads(
+            io_threads: crate::run::conversion::io_threads(
                 v.io_threads,
                 &[&source_location, &destination_location],
             ),

@@ -164,7 +164,8 @@ def convert(
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4
+        per core (or 1024) are capped to that, with a warning.
     memory_limit : int | str, optional
         Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
         10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
@@ -413,7 +414,8 @@ def plan(
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4
+        per core (or 1024) are capped to that, with a warning.
     memory_limit : int | str, optional
         Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
         10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
@@ -787,7 +789,8 @@ def verify(
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4
+        per core (or 1024) are capped to that, with a warning.
     sample : float, optional
         Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``.
         Default: 1 (every shard).

@@ -147,6 +147,36 @@ impl Store {
         }
     }
 
+    /// The size and crc32c of a local file (see [`Store::checksums`]), read 1 MiB at a time.
+    pub(super) fn checksum_local(&self, key: &str) -> Result<Option<(u64, u32)>> {
+        self.path(key)?;
+        let Some(file) = self.local_path(key) else {
+            return Ok(None);
+        };
+        let read = open_regular(&file).and_then(|mut f| {
+            let mut buffer = vec![0u8; 1 << 20];
+            let (mut size, mut crc) = (0u64, 0u32);
+            loop {
+                match f.read(&mut buffer)? {
+                    0 => return Ok((size, crc)),
+                    n => {
+                        size += n as u64;
+                        crc = crc32c::crc32c_append(crc, &buffer[..n]);
+                    }
+                }
+            }
+        });
+        match read {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::Io {
+                operation: "cannot read",
+                location: self.url(key),
+                source,
+            }),
+        }
+    }
+
     /// Reads a whole local file; `None` when it does not exist. A file longer than `max` bytes is
     /// refused by its size, and at most `max + 1` bytes are read in case it grows meanwhile.
     pub(super) fn read_local(&self, key: &str, max: u64) -> Result<Option<Bytes>> {

@@ -196,6 +196,47 @@ impl Store {
         )
     }
 
+    /// The size and crc32c of each object of `keys` (`None` when it does not exist), in the order of
+    /// `keys`. Objects are read as streams, never whole: a check of large shards holds at most the
+    /// configured number of objects in flight, each one read buffer at a time, whatever their sizes.
+    /// Local files are read on the calling thread.
+    pub fn checksums(&self, keys: &[String]) -> Vec<Result<Option<(u64, u32)>>> {
+        if self.reads_files() {
+            return keys.iter().map(|key| self.checksum_local(key)).collect();
+        }
+        self.runtime.block_on(
+            futures::stream::iter(keys.iter().map(|k| self.checksum_async(k)))
+                .buffered(self.concurrency.max(1))
+                .collect(),
+        )
+    }
+
+    async fn checksum_async(&self, key: &str) -> Result<Option<(u64, u32)>> {
+        let path = self.path(key)?;
+        self.refuse_special_file(key)?;
+        let read = self
+            .retrying(|| async {
+                let mut parts = self.inner.get(&path).await?.into_stream();
+                let (mut size, mut crc) = (0u64, 0u32);
+                while let Some(part) = parts.next().await {
+                    let part = part?;
+                    size += part.len() as u64;
+                    crc = crc32c::crc32c_append(crc, &part);
+                }
+                Ok((size, crc))
+            })
+            .await;
+        match read {
+            Ok(found) => Ok(Some(found)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(source) => Err(Error::Request {
+                operation: "cannot read",
+                location: self.url(key),
+                source: Box::new(source),
+            }),
+        }
+    }
+
     /// Writes an object. It becomes visible under its key only once complete: local files are
     /// written under a temporary name and renamed; object stores publish a PUT atomically, and objects
     /// larger than the part size go up as a multipart upload (parts in parallel), which is aborted on
