@@ -105,6 +105,17 @@ impl Conversion {
             *fingerprint.lock().map_err(|_| Error::Poisoned {
                 what: "the fingerprint",
             })? = Some(conversion.clone());
+            // A node of the other kind on the branch would fail the commit: refused before any
+            // shard is staged, in words.
+            let arrays: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+            let groups: Vec<String> = plan.groups.iter().map(|(path, _)| path.clone()).collect();
+            zshard_icechunk::check_nodes(
+                &self.destination,
+                &output.branch,
+                &arrays,
+                &groups,
+                &runtime,
+            )?;
             // A worker never ends a run it shares; a run in the staging folder is resumed there
             // (or refused by its own checks).
             if self.overwrite || !all || running {

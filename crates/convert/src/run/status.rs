@@ -225,8 +225,55 @@ pub fn status_in_job(options: &crate::options::StatusOptions) -> Result<Status> 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
 pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
     let runtime = IoRuntime::with_options(2, options.clone())?;
-    let store = Store::open(destination, runtime, false)?;
-    status(&store)
+    let store = Store::open(destination, runtime.clone(), false)?;
+    let shown = status(&store)?;
+    if shown.phase != Phase::NotStarted {
+        return Ok(shown);
+    }
+    Ok(icechunk_status(destination, &store, &runtime)?.unwrap_or(shown))
+}
+
+/// The status of a conversion into the Icechunk repository at `destination` (nothing of it shows
+/// at the repository's own root): its staging folder's, as in progress until the commit (workers
+/// converting or waiting for `finalize`, or staged but not committed yet), else complete when a
+/// branch holds a commit of zshard. `None` when neither is there.
+fn icechunk_status(
+    destination: &str,
+    store: &Store,
+    runtime: &std::sync::Arc<IoRuntime>,
+) -> Result<Option<Status>> {
+    let staged = zshard_icechunk::staging_location(destination)?;
+    let location = zshard_store::Location::parse(&staged)?;
+    let absent = location.local_path().is_some_and(|folder| !folder.is_dir());
+    if !absent {
+        let staging = Store::open_location(&location, runtime.clone(), false)?;
+        let mut shown = read_status(&staging)?;
+        if shown.phase != Phase::NotStarted {
+            shown.destination = store.url("");
+            shown.finished = shown.is_finished();
+            if shown.phase == Phase::Complete {
+                // Staged whole but not committed: a run killed before its commit, which a rerun
+                // or `finalize` makes.
+                shown.phase = Phase::InProgress;
+                shown.finished = true;
+            }
+            return Ok(Some(shown));
+        }
+    }
+    // Probing for a repository is best effort: a destination that is none shows as not started.
+    let local = zshard_store::Location::parse(destination)?
+        .local_path()
+        .is_some();
+    if local && !zshard_icechunk::is_repository(destination) {
+        return Ok(None);
+    }
+    let Ok(Some(_)) = zshard_icechunk::zshard_commit(destination, runtime) else {
+        return Ok(None);
+    };
+    let mut shown = read_status(store)?;
+    shown.phase = Phase::Complete;
+    shown.finished = true;
+    Ok(Some(shown))
 }
 
 /// The status of the conversion into `dst` (see the module's documentation).
