@@ -233,6 +233,9 @@ pub struct VerifyOptions {
     /// Worker threads per CPU stage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
+    /// Peak memory not to exceed (default: as `convert`'s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<Size>,
     /// The fraction of shards checked, in (0, 1].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<f64>,
@@ -715,6 +718,7 @@ impl Options {
             storage: self.storage.clone(),
             ome: self.ome,
             threads: self.run.threads,
+            memory_limit: self.run.memory_limit,
             sample: None,
             manifest: None,
         }
@@ -826,6 +830,7 @@ impl Verification {
         verification.io_threads = options.storage.io_threads;
         verification.ome = options.ome.unwrap_or_default();
         verification.threads = options.threads.unwrap_or(verification.threads);
+        verification.memory_limit = options.memory_limit.map(|size| size.0);
         if let Some(sample) = options.sample {
             verification.sample = sample;
         }
@@ -907,7 +912,10 @@ impl Action {
                 matches!(
                     group,
                     Group::Location | Group::Source | Group::Storage | Group::Verify
-                ) || matches!(setting, Setting::Ome | Setting::Threads)
+                ) || matches!(
+                    setting,
+                    Setting::Ome | Setting::Threads | Setting::MemoryLimit
+                )
             }
             Action::List => {
                 matches!(group, Group::Source | Group::Storage) || setting == Setting::Source

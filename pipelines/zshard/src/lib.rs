@@ -169,6 +169,10 @@ enum Command {
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
         #[arg(long, value_name = "FRACTION")]
         sample: Option<f64>,
+        /// Peak memory not to exceed, e.g. 512MiB or 4G: shards are compared in parts that fit, as
+        /// convert writes them (default: convert's, half of the machine's or the cgroup's memory).
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        memory_limit: Option<u64>,
         /// Check the output DST (given alone) against the checksum manifest its conversion kept
         /// (--keep-manifest), without the source: every shard's size and crc32c, and objects at
         /// chunk keys the manifest does not name.
@@ -425,6 +429,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             threads,
             ome,
             quiet,
+            ..
         } => {
             signals::exit_on_signals()?;
             let mut first = First::default();
@@ -435,6 +440,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 storage: lower::storage(&storage),
                 ome,
                 threads,
+                memory_limit: None,
                 sample,
                 manifest: Some(true),
             };
@@ -746,6 +752,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             storage,
             sample,
             threads,
+            memory_limit,
             ome,
             quiet,
             manifest: false,
@@ -755,6 +762,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             first.result().map_err(RequestError::Options)?;
             options.ome = ome;
             options.threads = threads;
+            options.memory_limit = memory_limit.map(Size);
             options.sample = sample;
             let verification = verification(&options);
             request(Request::Verify(Box::new(verification)), quiet, false)

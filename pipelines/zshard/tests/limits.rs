@@ -906,3 +906,78 @@ fn a_huge_rectilinear_chunk_grid_is_counted_against_the_limit_before_it_is_parse
     assert!(peak < 64 << 20, "plan of 50,000 edges: peak {peak} bytes");
     println!("plan of 50,000 edges: peak charged to the cgroup: {peak} bytes");
 }
+
+/// Issue 45, row 4: `verify SRC DST` collected every shard whole before comparing it (1.06 GB for
+/// four 128 MiB shards, whatever the limit). It now compares part by part, under `--memory-limit`
+/// as `convert` writes: one 64 MiB shard is verified under a cgroup at 64 MiB (plus
+/// [`CGROUP_ALLOWANCE`]), and a changed element is still found.
+#[test]
+fn verify_compares_a_shard_larger_than_the_limit_in_parts_under_a_cgroup() {
+    const LIMIT: u64 = 64 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let shape = [8192, 4096];
+    let data = expected(DataType::UInt16, &shape, 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let shapes = ["--shard-shape", "8192,4096", "--chunk-shape", "256,256"];
+    let converted =
+        common::zshard(&[&["convert", s(&src), s(&out), "--quiet"][..], &shapes].concat());
+    assert!(
+        converted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&converted.stderr)
+    );
+    let verify = |group: &MemoryCgroup| {
+        group.run(&[
+            "verify",
+            s(&src),
+            s(&out),
+            "--memory-limit",
+            "64MiB",
+            "--threads",
+            "2",
+        ])
+    };
+    let run = verify(&group);
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("verify's peak charged to the cgroup: {peak} bytes");
+    // A changed source element is found in its part.
+    let mut changed = data;
+    changed[(7680 * 4096 + 3584) * 2] ^= 1;
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!({"id": "zstd", "level": 1}),
+        &changed,
+    );
+    drop(group);
+    let group = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE).expect("cgroup");
+    let (code, stderr) = failure(&verify(&group));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("element(s) differ from the source, first at [7680, 3584]"),
+        "{stderr}"
+    );
+}
