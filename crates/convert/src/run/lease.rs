@@ -301,6 +301,9 @@ pub(crate) struct Seen {
     /// Milliseconds since its last renewal.
     pub(crate) age_ms: u64,
     pub(crate) fresh: bool,
+    /// Its holder is a process of this host that no longer runs (killed: it could not remove
+    /// the lease), so however fresh, no run holds it.
+    pub(crate) ended: bool,
 }
 
 /// The lease at `key` holding `bytes`, as seen at `now` (milliseconds since the Unix epoch).
@@ -310,6 +313,7 @@ pub(crate) fn seen(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<S
         key: store.url(key),
         source,
     })?;
+    let ended = holder_ended(&record);
     Ok(Seen {
         age_ms: now.saturating_sub(record.renewed_ms),
         host: record.host,
@@ -319,6 +323,7 @@ pub(crate) fn seen(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<S
         renewed_ms: record.renewed_ms,
         stale_after_ms: record.stale_after_ms,
         fresh,
+        ended,
     })
 }
 

@@ -78,8 +78,12 @@ pub struct LeaseStatus {
     pub age_ms: u64,
     /// After how long without renewal it is stale.
     pub stale_after_ms: u64,
-    /// Renewed within `stale_after_ms`: its run is live (as `--overwrite` judges it).
+    /// Renewed within `stale_after_ms` by a run that still runs: its run is live.
     pub live: bool,
+    /// Held by a process of this host that no longer runs (killed before it could remove it): not
+    /// live however recently it was renewed.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// One worker (`--worker I/N`; `w0of1` is an unpartitioned run).
@@ -190,6 +194,7 @@ impl Status {
             Phase::InProgress => {
                 self.rate.is_some()
                     && self.finalize_waits_for.is_empty()
+                    && self.totals.shards_done >= self.totals.shards_planned
                     && !self.workers.iter().any(|w| w.live)
             }
             _ => true,
@@ -429,12 +434,19 @@ fn read_status(dst: &Store) -> Result<Status> {
         status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
+    // An unpartitioned run writes the metadata itself: finalize waits for none of it.
     status.finalize_waits_for = status
         .workers
         .iter()
-        .filter(|w| w.shards_done < w.shards_planned)
+        .filter(|w| w.count > 1 && w.shards_done < w.shards_planned)
         .map(|w| w.worker.clone())
         .collect();
+    // A time left needs a run that is converting.
+    if !status.workers.iter().any(|w| w.live) {
+        if let Some(rate) = status.rate.as_mut() {
+            rate.eta_s = None;
+        }
+    }
     Ok(status)
 }
 
@@ -603,7 +615,8 @@ fn workers(
             renewed_ms: seen.renewed_ms,
             age_ms: seen.age_ms,
             stale_after_ms: seen.stale_after_ms,
-            live: seen.fresh,
+            live: seen.fresh && !seen.ended,
+            ended: seen.ended,
         });
     }
     let started: BTreeSet<(u64, u64)> = listed
