@@ -127,7 +127,9 @@ fn status_counts_what_the_workers_did() {
     run(&[&["finalize", src, dst, "-q"][..], &SHARDS_OF_16].concat());
     let s = status(dst);
     assert_eq!(s["phase"], "complete", "{s:#}");
-    assert_eq!(s["arrays"], serde_json::json!([]));
+    // Its arrays and totals from the metadata (issue 44, point 4).
+    assert_eq!(s["arrays"][0]["shards_done"], 30, "{s:#}");
+    assert_eq!(s["totals"]["shards_planned"], 30, "{s:#}");
 }
 
 /// `zshard status JOB.toml`: the status of each conversion's destination, in the job's order; with
@@ -411,4 +413,24 @@ fn a_killed_single_run_is_dead_and_nothing_waits_for_finalize() {
         "{table}"
     );
     assert!(!table.contains("finalize waits for"), "{table}");
+}
+
+/// Issue 44, point 4: a finished conversion keeps its arrays and totals in `status` (its state is
+/// gone; they come from its metadata), so the last `--watch` line does not lose them.
+#[test]
+fn a_finished_conversion_shows_its_arrays_and_totals() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+    run(&[
+        &["convert", src.to_str().expect("utf-8"), dst, "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let s = status(dst);
+    assert_eq!(s["phase"], "complete", "{s:#}");
+    assert_eq!(s["totals"]["shards_planned"], 30, "{s:#}");
+    assert_eq!(s["totals"]["shards_done"], 30, "{s:#}");
+    assert_eq!(s["arrays"][0]["shards_planned"], 30, "{s:#}");
 }

@@ -332,6 +332,9 @@ fn read_status(dst: &Store) -> Result<Status> {
         } else {
             Phase::NotStarted
         };
+        if status.phase == Phase::Complete {
+            complete_arrays(dst, &mut status);
+        }
         return Ok(status);
     }
     status.phase = Phase::InProgress;
@@ -448,6 +451,42 @@ fn read_status(dst: &Store) -> Result<Status> {
         }
     }
     Ok(status)
+}
+
+/// The arrays of a finished conversion, from its metadata (its state is gone): every shard of each
+/// is done. Bytes are not counted (that would list every shard). A hierarchy that does not read
+/// (not zshard's output) leaves the list empty.
+fn complete_arrays(dst: &Store, status: &mut Status) {
+    let Ok(nodes) = zshard_zarr::open_hierarchy(dst) else {
+        return;
+    };
+    for node in nodes {
+        let zshard_core::NodeKind::Array(meta) = node.kind else {
+            continue;
+        };
+        let shard = meta
+            .sharded
+            .as_ref()
+            .map_or(&meta.chunk_shape, |s| &s.shard_shape);
+        let shards = meta
+            .shape
+            .iter()
+            .zip(shard)
+            .try_fold(1u64, |n, (extent, edge)| {
+                n.checked_mul(extent.div_ceil((*edge).max(1)))
+            })
+            .unwrap_or(u64::MAX);
+        status.totals.shards_planned = status.totals.shards_planned.saturating_add(shards);
+        status.totals.shards_done = status.totals.shards_done.saturating_add(shards);
+        status.arrays.push(ArrayStatus {
+            path: node.path,
+            shards_planned: shards,
+            shards_done: shards,
+            shards_written: 0,
+            shards_empty: 0,
+            bytes_written: 0,
+        });
+    }
 }
 
 /// An array of the recorded plan: its path and shard grid.
