@@ -981,3 +981,75 @@ fn verify_compares_a_shard_larger_than_the_limit_in_parts_under_a_cgroup() {
         "{stderr}"
     );
 }
+
+/// Issue 45, row 4: the shards written after the last checkpoint were checked by reading up to 16
+/// of them whole at once, whatever the limit (`finalize`, which has no limit of its own, took 540
+/// MB). Their checksums are now streamed: the 16 incompressible shards of 8 MiB of two workers,
+/// named only by their manifest records (as after a power loss past the last checkpoint), are
+/// checked by `finalize` under a cgroup at 64 MiB (plus [`CGROUP_ALLOWANCE`]).
+#[test]
+fn finalize_checks_large_uncheckpointed_shards_within_a_cgroup() {
+    const LIMIT: u64 = 64 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let shape = [8192, 8192];
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let data: Vec<u8> = (0..shape[0] * shape[1] * 2)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        })
+        .collect();
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!(null),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let layout = [
+        "--shard-shape",
+        "2048,2048",
+        "--chunk-shape",
+        "512,512",
+        "--compressor",
+        "none",
+        "--quiet",
+    ];
+    for worker in ["0/2", "1/2"] {
+        let run = common::zshard(
+            &[
+                &["convert", s(&src), s(&out), "--worker", worker][..],
+                &layout,
+            ]
+            .concat(),
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    std::fs::remove_dir_all(out.join(".zshard/done")).expect("drop the done records");
+    let run = group.run(&[&["finalize", s(&src), s(&out)][..], &layout].concat());
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("finalize's peak charged to the cgroup: {peak} bytes");
+    let (converted, _) = common::read_v3(&out);
+    assert!(converted == data, "the output differs from the source");
+}
