@@ -1053,3 +1053,49 @@ fn finalize_checks_large_uncheckpointed_shards_within_a_cgroup() {
     let (converted, _) = common::read_v3(&out);
     assert!(converted == data, "the output differs from the source");
 }
+
+/// Issue 45, row 6: a junk record file name with a worker count of 4,000,000,000 made `status`
+/// walk every worker index (2.2 GB in 10 s). It now works from the files that exist: under a
+/// cgroup at 64 MiB it reads the state and names only the workers of real counts.
+#[test]
+fn status_of_a_junk_worker_count_stays_within_a_cgroup() {
+    let Some(group) = MemoryCgroup::new(64 << 20) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = common::banded_source(tmp.path());
+    let out = tmp.path().join("out");
+    let run = common::zshard(
+        &[
+            &["convert", s(&src), s(&out), "--worker", "0/2", "--quiet"][..],
+            &common::SHARDS_OF_16,
+        ]
+        .concat(),
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::write(
+        out.join(".zshard/done/w3of4000000000-1-000000.txt"),
+        "\t1,0\t5\n",
+    )
+    .expect("junk");
+    let run = group.run(&["status", s(&out), "--json"]);
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "peak {}, OOM {}: {stderr}",
+        group.read("memory.max_usage_in_bytes"),
+        group.read("memory.failcnt")
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    assert_eq!(
+        shown["workers"].as_array().map(Vec::len),
+        Some(2),
+        "{shown:#}"
+    );
+}
