@@ -35,8 +35,10 @@
 //! names at no cost: an object written again since, by anyone, has another). Records without a version
 //! (earlier versions of zshard) are proven as before: on local disk by the shard index (crc32c, every
 //! inner chunk inside the object; a read per shard), on an object store by the size alone. On local
-//! disk a shard whose version differs (a destination copied elsewhere has other inodes) has its index
-//! read; on an object store it is converted again. Anything else at one of our shard keys (a shard
+//! disk a shard whose version differs (written again, or a destination copied elsewhere) is read as a
+//! stream and kept only when its crc32c is one its records give it and its index holds; on an object
+//! store it is converted again. Every record file ends with a checksum line (`sealed.rs`), and a
+//! record counts only from the worker that owns its shard. Anything else at one of our shard keys (a shard
 //! whose record was lost to a kill, junk, a truncated copy, bytes of the same length) is removed and
 //! converted again.
 //! Every key is written by one worker only. Once the metadata

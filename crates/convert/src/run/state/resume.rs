@@ -40,16 +40,17 @@ pub(crate) fn done_shards(
     }
     // A recorded size proves the object was ours once. The version the store gave it when it was
     // written (its ETag), recorded beside, proves it is still that object when the listing names the
-    // same one: no request per shard. Without a recorded version (records of earlier versions), or
-    // on local disk when the version differs (a destination copied elsewhere has other inodes), the
+    // same one: no request per shard. Without a recorded version (records of earlier versions), the
     // shard index is read (a few bytes per shard this worker owns) to prove the object was not
-    // replaced since by bytes of the same length. On an object store a read per shard is what a
+    // replaced since by bytes of the same length; on local disk when the version differs (written
+    // again, or a destination copied elsewhere with other inodes), the whole object is read as a
+    // stream and checked against its recorded crc32c as well. On an object store a read per shard is what a
     // resume must not cost (a million shards at 20 ms): a shard whose listed version differs from
     // the recorded one is converted again, and one recorded without a version is trusted by its size.
     let check_indexes = dst.location().is_local();
     // Shards written since the last checkpoint of a run that stopped (their manifest records, but
     // no `done` record): on local disk their bytes may not have reached the disk, so each one is
-    // read whole and trusted only when its crc32c is the manifest's. (On an object store such a
+    // read as a stream and trusted only when its crc32c is the manifest's. (On an object store such a
     // shard is converted again, as any shard without a record: a GET per shard is what a resume
     // must not cost there.)
     let unchecked = uncheckpointed_entries(survey, plan);
