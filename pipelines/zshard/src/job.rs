@@ -188,6 +188,12 @@ pub fn load(
     flags: &StorageOptions,
     worker: Option<String>,
 ) -> anyhow::Result<Vec<Options>> {
+    if path.is_dir() {
+        bail!(
+            "{} is a folder, not a job file: give SRC and DST, or one job file (JOB.toml)",
+            path.display()
+        );
+    }
     // Absolute and normalized, so that messages name the file wherever zshard was started.
     let path = &std::fs::canonicalize(path)
         .with_context(|| format!("cannot read job file {}", path.display()))?;

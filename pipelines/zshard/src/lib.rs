@@ -478,6 +478,11 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 );
             }
             spell_for(Some(&src));
+            if std::path::Path::new(&src).is_dir() {
+                anyhow::bail!(
+                    "{src} is a folder, not a job file: give SRC and DST, or check the output alone against its kept manifest with `zshard verify --manifest {src}`"
+                );
+            }
             let verifications = job::verifications(&src, &lower::storage(&storage))?;
             signals::exit_on_signals()?;
             for mut options in verifications {

@@ -302,3 +302,28 @@ fn a_conversion_without_source_or_destination_is_refused_and_deletes_nothing() {
         );
     }
 }
+
+/// Issue 44, point 5: a folder given where a job file may go is named as a folder, with what to
+/// give instead (it said "cannot read job file ...: Is a directory").
+#[test]
+fn a_folder_given_alone_is_not_taken_for_a_job_file() {
+    let (_dir, root, _data) = layout();
+    let folder = root.join("data/src.zarr");
+    let folder = folder.to_str().expect("utf-8");
+    let out = zshard_in(&root, &["verify", folder]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("{folder} is a folder, not a job file"))
+            && stderr(&out).contains(&format!("zshard verify --manifest {folder}")),
+        "{}",
+        stderr(&out)
+    );
+    for command in ["run"] {
+        let out = zshard_in(&root, &[command, folder]);
+        assert!(
+            stderr(&out).contains("is a folder, not a job file: give SRC and DST"),
+            "{command}: {}",
+            stderr(&out)
+        );
+    }
+}
