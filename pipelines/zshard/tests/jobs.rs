@@ -318,12 +318,10 @@ fn a_folder_given_alone_is_not_taken_for_a_job_file() {
         "{}",
         stderr(&out)
     );
-    for command in ["run"] {
-        let out = zshard_in(&root, &[command, folder]);
-        assert!(
-            stderr(&out).contains("is a folder, not a job file: give SRC and DST"),
-            "{command}: {}",
-            stderr(&out)
-        );
-    }
+    let out = zshard_in(&root, &["run", folder]);
+    assert!(
+        stderr(&out).contains("is a folder, not a job file: give SRC and DST"),
+        "run: {}",
+        stderr(&out)
+    );
 }
