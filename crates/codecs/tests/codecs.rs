@@ -68,6 +68,47 @@ fn big_endian_bytes_are_swapped() {
     );
 }
 
+/// The `bytes` codec on the registry's ML types as tensorstore writes them: 2-byte types (bfloat16 and
+/// the halves of complex_bfloat16) swap for `big`, 1-byte floats take no `endian` and move as they are.
+#[test]
+fn bytes_codec_on_ml_types() {
+    let dtype = |name: &str| DataType::from_v3_name(name).expect("registered data type");
+    let big = spec(json!([{"name": "bytes", "configuration": {"endian": "big"}}]));
+    let little = spec(json!([{"name": "bytes", "configuration": {"endian": "little"}}]));
+    let plain = spec(json!([{"name": "bytes"}]));
+    // bfloat16 [1.0, 2.0] big-endian on disk: 3f80 4000.
+    let r = repr(&[2], dtype("bfloat16"));
+    let chain = build_chain(&big, &r).expect("chain");
+    let decoded = chain.decode(&[0x3f, 0x80, 0x40, 0x00], &r).expect("decode");
+    assert_eq!(decoded, vec![0x80, 0x3f, 0x00, 0x40]);
+    assert_eq!(
+        chain.encode(decoded, &r).expect("encode"),
+        vec![0x3f, 0x80, 0x40, 0x00]
+    );
+    assert!(build_chain(&plain, &r).is_err(), "bfloat16 needs an endian");
+    let r = repr(&[1], dtype("complex_bfloat16"));
+    let chain = build_chain(&big, &r).expect("chain");
+    assert_eq!(
+        chain.decode(&[1, 2, 3, 4], &r).expect("decode"),
+        vec![2, 1, 4, 3]
+    );
+    for name in [
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e8m0fnu",
+        "complex_float8_e4m3fn",
+    ] {
+        let r = repr(&[4], dtype(name));
+        let data = sample(r.byte_len());
+        for chain in [&plain, &big, &little] {
+            let chain = build_chain(chain, &r).expect("chain");
+            let encoded = chain.encode(data.clone(), &r).expect("encode");
+            assert_eq!(encoded, data, "{name}");
+            assert_eq!(chain.decode(&encoded, &r).expect("decode"), data, "{name}");
+        }
+    }
+}
+
 #[test]
 fn transpose_reads_fortran_order() {
     // numpy: np.arange(6, dtype=u1).reshape(2,3) stored in F order is [0,3,1,4,2,5].
