@@ -1,0 +1,107 @@
+"""The zarr-extensions data types for machine learning, as tensorstore writes them (issue 42).
+
+tensorstore (0.1.86, the producer behind orbax checkpoints) writes one Zarr v3 array per type with a plain
+`bytes` codec, a fill value other than the default where the type has one, every bit pattern the type has
+(NaNs, infinities, -0.0 and subnormals included) and chunks never written. zshard converts each with
+several `--compressor` forms, big-endian `bytes` among them; tensorstore reads the output back and must
+give the source's elements bit for bit (numpy has none of these types: tensorstore's arrays are ml_dtypes
+arrays, compared through their bit patterns), and the fill value must be the same bits.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+SHAPE, CHUNKS = (23, 17), [5, 4]
+SHARD, INNER = "10,8", "5,4"
+
+# (data type, fill value as JSON or None for tensorstore's default, bits of a value when fewer than 8/16)
+TYPES = [
+    ("bfloat16", "NaN", None),
+    ("bfloat16", "0x7fc1", None),
+    ("float8_e4m3fn", 1.5, None),
+    ("float8_e5m2", "-Infinity", None),
+    ("float8_e4m3fnuz", "NaN", None),
+    ("float8_e5m2fnuz", -2.0, None),
+    ("float8_e4m3b11fnuz", 0.25, None),
+    ("float8_e3m4", "NaN", None),
+    ("float8_e8m0fnu", 0.5, None),
+    # tensorstore's default fill value of the type that has no zero: 0.0, its smallest value 2^-127.
+    ("float8_e8m0fnu", None, None),
+    ("float4_e2m1fn", -6.0, 4),
+]
+
+COMPRESSORS = ["zstd:3", "none", "source", "json-chain"]
+CHAIN = json.dumps([{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "gzip", "configuration": {"level": 6}}, "crc32c"])
+
+
+def spec(path: Path) -> dict:
+    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The bit patterns of an ml_dtypes array (numpy cannot compare NaNs of these types)."""
+    return np.asarray(a).view(f"u{np.asarray(a).dtype.itemsize}")
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("ml-sources")
+    out = {}
+    for i, (name, fill, width) in enumerate(TYPES):
+        path = root / f"{i}-{name}.zarr"
+        meta = {"data_type": name, "shape": list(SHAPE),
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": CHUNKS}}}
+        if fill is not None:
+            meta["fill_value"] = fill
+        t = ts.open({**spec(path), "metadata": meta}, create=True).result()
+        dt = t.dtype.numpy_dtype
+        rng = np.random.default_rng(i)
+        n = 15 * SHAPE[1]
+        if dt.itemsize == 1:
+            # Every code of the type, then random ones.
+            codes = np.concatenate([np.arange(1 << (width or 8)), rng.integers(0, 1 << (width or 8), n)])
+            raw = codes[:n].astype("u1")
+        else:
+            raw = np.concatenate([np.array([0x7fc0, 0x7f80, 0xff80, 0x8000, 0x0001, 0xffc1], "u2"),
+                                  rng.integers(0, 1 << 16, n, dtype="u2")])[:n]
+        # Rows 15.. are never written: their chunks hold the fill value.
+        t[:15, :].write(raw.view(dt).reshape(15, SHAPE[1])).result()
+        src_meta = json.loads((path / "zarr.json").read_text())
+        out[i] = (path, t.read().result(), t.fill_value, src_meta)
+    return out
+
+
+CASES = [(i, c) for i in range(len(TYPES)) for c in COMPRESSORS]
+
+
+@pytest.mark.parametrize("i,compressor", CASES, ids=[f"{TYPES[i][0]}-{TYPES[i][1]}-{c}" for i, c in CASES])
+def test_tensorstore_reads_back_the_same_bits(i, compressor, sources, tmp_path, zshard_bin):
+    name = TYPES[i][0]
+    src, expected, fill, src_meta = sources[i]
+    dst = tmp_path / "out.zarr"
+    run = subprocess.run(
+        [str(zshard_bin), "convert", str(src), str(dst), "--shard-shape", SHARD, "--chunk-shape", INNER,
+         "--compressor", CHAIN if compressor == "json-chain" else compressor, "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    meta = json.loads((dst / "zarr.json").read_text())
+    assert meta["data_type"] == name
+    if TYPES[i][1] is not None:
+        assert meta["fill_value"] == src_meta["fill_value"]
+    inner = meta["codecs"][0]["configuration"]["codecs"]
+    if compressor == "json-chain":
+        assert inner[0] == {"name": "bytes", "configuration": {"endian": "big"}}
+    out = ts.open(spec(dst), open=True).result()
+    assert out.dtype == ts.dtype(name)
+    assert bits(out.fill_value).tolist() == bits(fill).tolist()
+    got = out.read().result()
+    assert got.shape == expected.shape
+    assert np.array_equal(bits(got), bits(expected)), f"{name}: elements differ"
