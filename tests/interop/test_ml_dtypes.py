@@ -35,6 +35,9 @@ TYPES = [
     # tensorstore's default fill value of the type that has no zero: 0.0, its smallest value 2^-127.
     ("float8_e8m0fnu", None, None),
     ("float4_e2m1fn", -6.0, 4),
+    # One element per byte in its low bits with `bytes` (tensorstore writes the high bits zero).
+    ("int4", -3, 4),
+    ("int2", -2, 2),
 ]
 
 COMPRESSORS = ["zstd:3", "none", "source", "json-chain"]
@@ -64,7 +67,10 @@ def sources(tmp_path_factory) -> dict:
         dt = t.dtype.numpy_dtype
         rng = np.random.default_rng(i)
         n = 15 * SHAPE[1]
-        if dt.itemsize == 1:
+        if name.startswith("int"):
+            low = -(1 << (width - 1))
+            raw = np.concatenate([np.arange(low, -low), rng.integers(low, -low, n)])[:n].astype("i1").astype(dt)
+        elif dt.itemsize == 1:
             # Every code of the type, then random ones.
             codes = np.concatenate([np.arange(1 << (width or 8)), rng.integers(0, 1 << (width or 8), n)])
             raw = codes[:n].astype("u1")
@@ -72,7 +78,8 @@ def sources(tmp_path_factory) -> dict:
             raw = np.concatenate([np.array([0x7fc0, 0x7f80, 0xff80, 0x8000, 0x0001, 0xffc1], "u2"),
                                   rng.integers(0, 1 << 16, n, dtype="u2")])[:n]
         # Rows 15.. are never written: their chunks hold the fill value.
-        t[:15, :].write(raw.view(dt).reshape(15, SHAPE[1])).result()
+        values = raw if raw.dtype == dt else raw.view(dt)
+        t[:15, :].write(values.reshape(15, SHAPE[1])).result()
         src_meta = json.loads((path / "zarr.json").read_text())
         out[i] = (path, t.read().result(), t.fill_value, src_meta)
     return out

@@ -70,6 +70,15 @@ pub enum DataType {
     /// Variable-length bytes (zarr-python 3's v3 `variable_length_bytes`, v2 `|O` with the
     /// `vlen-bytes` filter): handled as [`DataType::String`] is, in the same layout, without UTF-8.
     Bytes,
+    /// `int4` (zarr-extensions): -8..=7. With the `bytes` codec one element per byte, in its low 4
+    /// bits; the high bits are ignored when read and kept as the source wrote them.
+    Int4,
+    /// `uint4` (zarr-extensions): 0..=15, one per byte as [`DataType::Int4`].
+    UInt4,
+    /// `int2` (zarr-extensions): -2..=1, one per byte in its low 2 bits.
+    Int2,
+    /// `uint2` (zarr-extensions): 0..=3, one per byte in its low 2 bits.
+    UInt2,
     /// `bfloat16` (zarr-extensions; tensorstore, ml_dtypes): the upper half of a float32, 2 bytes.
     BFloat16,
     /// The zarr-extensions 8-, 6- and 4-bit floats (`float8_e4m3fn`, `float4_e2m1fn`, ...): one byte
@@ -178,6 +187,10 @@ const ALL: [DataType; 16] = [
 /// zshard moves byte for byte.
 fn ml_types() -> impl Iterator<Item = DataType> {
     [
+        DataType::Int2,
+        DataType::Int4,
+        DataType::UInt2,
+        DataType::UInt4,
         DataType::BFloat16,
         DataType::ComplexBFloat16,
         DataType::ComplexFloat16,
@@ -198,7 +211,11 @@ impl DataType {
         match self {
             DataType::Bool | DataType::Int8 | DataType::UInt8 => 1,
             DataType::Int16 | DataType::UInt16 | DataType::Float16 | DataType::BFloat16 => 2,
-            DataType::SmallFloat(_) => 1,
+            DataType::SmallFloat(_)
+            | DataType::Int4
+            | DataType::UInt4
+            | DataType::Int2
+            | DataType::UInt2 => 1,
             DataType::ComplexSmallFloat(_) => 2,
             DataType::ComplexBFloat16 | DataType::ComplexFloat16 => 4,
             DataType::Int32 | DataType::UInt32 | DataType::Float32 => 4,
@@ -271,6 +288,10 @@ impl DataType {
             DataType::Float64 => "float64",
             DataType::Complex64 => "complex64",
             DataType::Complex128 => "complex128",
+            DataType::Int4 => "int4",
+            DataType::UInt4 => "uint4",
+            DataType::Int2 => "int2",
+            DataType::UInt2 => "uint2",
             DataType::BFloat16 => "bfloat16",
             DataType::SmallFloat(t) => t.name(),
             DataType::ComplexBFloat16 => "complex_bfloat16",
@@ -390,6 +411,8 @@ impl DataType {
     pub fn value_bits(self) -> Option<u32> {
         match self {
             DataType::SmallFloat(t) if t.bits() < 8 => Some(t.bits()),
+            DataType::Int4 | DataType::UInt4 => Some(4),
+            DataType::Int2 | DataType::UInt2 => Some(2),
             _ => None,
         }
     }
@@ -495,6 +518,10 @@ impl DataType {
             DataType::Complex128 => "c16",
             // numpy has no code for these: tensorstore's zarr v2 driver writes the ml_dtypes name.
             DataType::BFloat16
+            | DataType::Int4
+            | DataType::UInt4
+            | DataType::Int2
+            | DataType::UInt2
             | DataType::SmallFloat(_)
             | DataType::ComplexBFloat16
             | DataType::ComplexFloat16
@@ -693,6 +720,12 @@ mod tests {
             ("complex_float16", 4, 2),
             ("complex_float8_e4m3fn", 2, 1),
             ("complex_float8_e8m0fnu", 2, 1),
+            ("int4", 1, 1),
+            ("uint4", 1, 1),
+            ("int2", 1, 1),
+            ("uint2", 1, 1),
+            ("float4_e2m1fn", 1, 1),
+            ("float6_e3m2fn", 1, 1),
         ] {
             let d = DataType::from_v3_name(name).expect("registered data type");
             assert_eq!((d.v3_name(), d.size(), d.swap_unit()), (name, size, swap));

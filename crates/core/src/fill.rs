@@ -159,6 +159,15 @@ impl FillValue {
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
             DataType::Float32 => json_float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
             DataType::Float64 => json_float(value).map(|v| v.to_le_bytes().to_vec()),
+            // In the low bits, the high ones zero, as tensorstore stores them with `bytes`.
+            DataType::Int4 => int::<i8>(value)
+                .filter(|v| (-8..=7).contains(v))
+                .map(|v| vec![v as u8 & 0x0f]),
+            DataType::UInt4 => int::<u8>(value).filter(|&v| v <= 15).map(|v| vec![v]),
+            DataType::Int2 => int::<i8>(value)
+                .filter(|v| (-2..=1).contains(v))
+                .map(|v| vec![v as u8 & 0x03]),
+            DataType::UInt2 => int::<u8>(value).filter(|&v| v <= 3).map(|v| vec![v]),
             DataType::BFloat16 => {
                 json_float(value).map(|v| half::bf16::from_f64(v).to_le_bytes().to_vec())
             }
@@ -293,6 +302,11 @@ impl FillValue {
                 let v = f64::from_le_bytes(arr(8));
                 float_json(v, v.is_nan() && v.to_bits() != f64::NAN.to_bits(), b)
             }
+            // The low bits, sign-extended: the high bits of a stored byte are ignored.
+            DataType::Int4 => (((b[0] << 4) as i8) >> 4).into(),
+            DataType::UInt4 => (b[0] & 0x0f).into(),
+            DataType::Int2 => (((b[0] << 6) as i8) >> 6).into(),
+            DataType::UInt2 => (b[0] & 0x03).into(),
             DataType::BFloat16 => {
                 let v = half::bf16::from_le_bytes([b[0], b[1]]);
                 float_json(
@@ -531,6 +545,51 @@ mod tests {
         assert_eq!(
             f(json!([1, 2]), "complex_float32"),
             Some([1f32.to_le_bytes(), 2f32.to_le_bytes()].concat())
+        );
+    }
+
+    /// Sub-byte integers: in range or refused; stored in the low bits with the high bits zero, as
+    /// tensorstore writes them (`int4` -1 is `0x0f`), and read ignoring the high bits.
+    #[test]
+    fn sub_byte_integer_fill_values() {
+        let d = |name: &str| DataType::from_v3_name(name).expect("registered data type");
+        let f = |v: Value, name: &str| FillValue::from_v3_json(&v, d(name)).map(|f| f.bytes).ok();
+        assert_eq!(f(json!(-1), "int4"), Some(vec![0x0f]));
+        assert_eq!(f(json!(-8), "int4"), Some(vec![0x08]));
+        assert_eq!(f(json!(7), "int4"), Some(vec![0x07]));
+        assert_eq!(f(json!(8), "int4"), None);
+        assert_eq!(f(json!(-9), "int4"), None);
+        assert_eq!(f(json!(15), "uint4"), Some(vec![0x0f]));
+        assert_eq!(f(json!(16), "uint4"), None);
+        assert_eq!(f(json!(-1), "uint4"), None);
+        assert_eq!(f(json!(-2), "int2"), Some(vec![0x02]));
+        assert_eq!(f(json!(2), "int2"), None);
+        assert_eq!(f(json!(3), "uint2"), Some(vec![0x03]));
+        assert_eq!(f(json!(4), "uint2"), None);
+        assert_eq!(f(json!("0x1f"), "int4"), None);
+        assert_eq!(f(json!("0x1f"), "float4_e2m1fn"), None);
+        for (v, name) in [
+            (-1, "int4"),
+            (-8, "int4"),
+            (15, "uint4"),
+            (-2, "int2"),
+            (1, "int2"),
+            (3, "uint2"),
+        ] {
+            let fill = FillValue::from_v3_json(&json!(v), d(name)).expect("valid fill value");
+            assert_eq!(fill.to_v3_json(d(name)), json!(v), "{name}");
+        }
+        assert_eq!(
+            FillValue::from_bytes(vec![0xff]).to_v3_json(d("int4")),
+            json!(-1)
+        );
+        assert_eq!(
+            FillValue::from_bytes(vec![0xf2]).to_v3_json(d("uint2")),
+            json!(2)
+        );
+        assert_eq!(
+            FillValue::from_bytes(vec![0xf1]).to_v3_json(d("float4_e2m1fn")),
+            json!(0.5)
         );
     }
 
