@@ -173,7 +173,7 @@ impl FillValue {
             }
             DataType::SmallFloat(t) => {
                 let v = json_float(value).ok_or_else(|| invalid("expected a number"))?;
-                let code = t.from_f64(v).map_err(|why| {
+                let code = t.encode(v).map_err(|why| {
                     invalid(match why {
                         Unrepresentable::NoNan => "the type has no NaN",
                         Unrepresentable::NoInfinity => "the type has no infinity",

@@ -207,7 +207,7 @@ impl SmallFloat {
     /// The code of `value`, rounded to nearest with ties to even as ml_dtypes casts. Values too large
     /// for a type without infinity are refused, not made NaN as a cast would: a fill value is written
     /// by hand, and silently becoming NaN is not what its writer meant.
-    pub(crate) fn from_f64(self, value: f64) -> Result<u8, Unrepresentable> {
+    pub(crate) fn encode(self, value: f64) -> Result<u8, Unrepresentable> {
         let special = self.format().3;
         let sign_bit = self.sign_bit();
         if value.is_nan() {
@@ -217,7 +217,7 @@ impl SmallFloat {
             if special != Special::Ieee {
                 return Err(Unrepresentable::NoInfinity);
             }
-            let inf = self.to_f64_inf_code();
+            let inf = self.inf_code();
             return Ok(if value < 0.0 { inf | sign_bit } else { inf });
         }
         if sign_bit == 0 && value < 0.0 {
@@ -255,7 +255,7 @@ impl SmallFloat {
             if special != Special::Ieee {
                 return Err(Unrepresentable::OutOfRange);
             }
-            let inf = self.to_f64_inf_code();
+            let inf = self.inf_code();
             return Ok(if negative { inf | sign_bit } else { inf });
         }
         // fnuz types have a single zero; others keep the sign of -0.0 and of tiny negatives.
@@ -266,7 +266,7 @@ impl SmallFloat {
     }
 
     /// The code of +infinity of an IEEE type.
-    fn to_f64_inf_code(self) -> u8 {
+    fn inf_code(self) -> u8 {
         let (e, m, _, _) = self.format();
         (((1u16 << e) - 1) << m) as u8
     }
@@ -341,21 +341,21 @@ mod tests {
                 if v.is_nan() {
                     continue;
                 }
-                assert_eq!(t.from_f64(v), Ok(code), "{} {code:#x}", t.name());
+                assert_eq!(t.encode(v), Ok(code), "{} {code:#x}", t.name());
             }
         }
         // 1.0625 is halfway between 1.0 (0x38) and 1.125 (0x39) in e4m3fn: the even code wins.
-        assert_eq!(SmallFloat::E4M3FN.from_f64(1.0625), Ok(0x38));
-        assert_eq!(SmallFloat::E4M3FN.from_f64(1.1875), Ok(0x3a));
+        assert_eq!(SmallFloat::E4M3FN.encode(1.0625), Ok(0x38));
+        assert_eq!(SmallFloat::E4M3FN.encode(1.1875), Ok(0x3a));
         assert_eq!(
-            SmallFloat::F4E2M1FN.from_f64(7.0),
+            SmallFloat::F4E2M1FN.encode(7.0),
             Err(Unrepresentable::OutOfRange)
         );
         assert_eq!(
-            SmallFloat::F4E2M1FN.from_f64(f64::NAN),
+            SmallFloat::F4E2M1FN.encode(f64::NAN),
             Err(Unrepresentable::NoNan)
         );
-        assert_eq!(SmallFloat::E5M2.from_f64(61440.0), Ok(0x7c));
-        assert_eq!(SmallFloat::E5M2.from_f64(61439.0), Ok(0x7b));
+        assert_eq!(SmallFloat::E5M2.encode(61440.0), Ok(0x7c));
+        assert_eq!(SmallFloat::E5M2.encode(61439.0), Ok(0x7b));
     }
 }
