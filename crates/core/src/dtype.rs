@@ -161,6 +161,11 @@ impl TimeUnit {
     }
 }
 
+impl DataType {
+    /// The parametric v3 data types, for error messages and `--version`.
+    pub const PARAMETRIC: &'static str = PARAMETRIC;
+}
+
 /// The parametric v3 data types, for error messages.
 const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}, struct {fields}";
 
