@@ -455,10 +455,15 @@ impl DataType {
         let unsupported = || {
             Error::UnsupportedDataType {
             name: typestr.to_string(),
-            supported: "|b1, |i1, |u1, |S<n>, |O (with the vlen-utf8 or vlen-bytes filter), and < or > with i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 U<n> M8[<unit>] m8[<unit>]"
+            supported: "|b1, |i1, |u1, |S<n>, |O (with the vlen-utf8 or vlen-bytes filter), and < or > with i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 U<n> M8[<unit>] m8[<unit>], or (as tensorstore writes them) bfloat16, float8_*, int4, int2, float4_e2m1fn"
                 .to_string(),
         }
         };
+        // tensorstore's zarr v2 driver writes the ml_dtypes name (`bfloat16`, `float8_e4m3fn`, `int4`)
+        // with no byte order: its elements are little-endian.
+        if let Some(ml) = ml_types().find(|d| d.v3_name() == typestr) {
+            return Ok((ml, Endian::Little));
+        }
         let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(unsupported)?;
         let endian = match order {
@@ -736,6 +741,23 @@ mod tests {
             assert_eq!((d.v3_name(), d.size(), d.swap_unit()), (name, size, swap));
             assert_eq!(DataType::from_v3_json(&d.to_v3_json()).ok(), Some(d));
         }
+        // tensorstore's zarr v2 driver spells them with the ml_dtypes name, in little-endian order.
+        for name in [
+            "bfloat16",
+            "float8_e4m3fn",
+            "float8_e8m0fnu",
+            "int4",
+            "int2",
+            "float4_e2m1fn",
+        ] {
+            let d = DataType::from_v3_name(name).expect("registered data type");
+            assert_eq!(
+                DataType::from_v2_typestr(name).ok(),
+                Some((d, Endian::Little))
+            );
+            assert_eq!(d.v2_typestr(), name);
+        }
+        assert!(DataType::from_v2_typestr("<bfloat16").is_err());
         // The registry's aliases of the core complex types.
         assert_eq!(
             DataType::from_v3_name("complex_float32").ok(),
