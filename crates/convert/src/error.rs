@@ -74,7 +74,7 @@ pub enum Error {
     #[error(
         "{location}: {arrays} arrays, whose plan takes about {} ({} each) for the whole run, more than the memory limit of {} ({}); raise it, or convert part of the hierarchy at a time ({} / {})",
         zshard_core::HumanBytes(*.bytes),
-        zshard_core::HumanBytes(crate::memory::PLAN_BYTES_PER_ARRAY),
+        zshard_core::HumanBytes(*.bytes_per_array),
         zshard_core::HumanBytes(*.limit),
         zshard_core::Setting::MemoryLimit,
         zshard_core::Setting::Include,
@@ -87,6 +87,8 @@ pub enum Error {
         arrays: u64,
         /// What their plan takes, with what the source holds for the whole run.
         bytes: u64,
+        /// What one array's plan takes, about.
+        bytes_per_array: u64,
         /// The memory limit.
         limit: u64,
     },

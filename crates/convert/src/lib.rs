@@ -47,33 +47,33 @@ pub mod options;
 mod plan;
 mod run;
 mod size;
+mod threads;
 mod verify;
 
-// The rooms' files name each other by their paths from before the rooms (`crate::state`,
-// `crate::shape`): the same modules, now in folders.
-use plan::{input, listing, partition, plan_report, selection, shape};
-pub use run::status;
-use run::{ahead, conversion, icechunk_output, lease, memory, owned, progress, report, state};
-use verify::manifest;
-
 pub use compressor::Compressor;
-pub use conversion::{Conversion, Finalized, Observer};
 pub use error::{one_line, Error, Result};
-pub use icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
-pub use input::{OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF};
-pub use lease::DEFAULT_LEASE_STALE_AFTER;
-pub use listing::{list, ListedArray, Listing};
-pub use manifest::ManifestVerification;
-pub use memory::{default_limit, memory_default, MemoryDefault, MemorySource};
-pub use partition::Partition;
+pub use plan::input::{
+    OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF,
+};
+pub use plan::listing::{list, ListedArray, Listing};
+pub use plan::partition::Partition;
+pub use plan::plan_report::{Cost, PlanReport};
+pub use plan::selection::Selection;
+pub use plan::shape::ShapeSpec;
 pub use plan::{Layout, Layouts, LevelShapes, Plan, PlannedArray, PyramidLevel};
-pub use plan_report::{Cost, PlanReport};
-pub use progress::Work;
-pub use report::{ArrayReport, Counts, Failure, Report, RunOptions, Status, Worker, GIT_COMMIT};
-pub use selection::Selection;
-pub use shape::ShapeSpec;
+pub use run::conversion::{Conversion, Finalized, Observer};
+pub use run::icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
+pub use run::lease::DEFAULT_LEASE_STALE_AFTER;
+pub use run::memory::{default_limit, memory_default, MemoryDefault, MemorySource};
+pub use run::progress::Work;
+pub use run::report::{
+    ArrayReport, Counts, Failure, Report, RunOptions, Status, Worker, GIT_COMMIT,
+};
+pub use run::state::DEFAULT_CHECKPOINT_INTERVAL;
+pub use run::status;
 pub use size::parse_size;
-pub use state::DEFAULT_CHECKPOINT_INTERVAL;
+pub use threads::{capped_threads, default_threads, max_threads, MAX_THREADS, THREADS_PER_CPU};
+pub use verify::manifest::ManifestVerification;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};

@@ -21,11 +21,12 @@ use zshard_store::StoreOptions;
 use zshard_zarr::ome::OmeMetadata;
 
 use crate::error::{Error, Result};
-use crate::icechunk_output::{IcechunkOutput, SpecVersion};
-use crate::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
-use crate::partition::Partition;
+use crate::plan::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
+use crate::plan::partition::Partition;
+use crate::plan::selection::Selection;
 use crate::plan::{Layout, Layouts, LevelShapes};
-use crate::selection::Selection;
+use crate::run::icechunk_output::{IcechunkOutput, SpecVersion};
+use crate::threads::check_threads;
 use crate::{Compressor, Conversion, ManifestVerification, ShapeSpec, Verification};
 
 /// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.
@@ -232,6 +233,9 @@ pub struct VerifyOptions {
     /// Worker threads per CPU stage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
+    /// Peak memory not to exceed (default: as `convert`'s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<Size>,
     /// The fraction of shards checked, in (0, 1].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<f64>,
@@ -440,11 +444,6 @@ impl FromStr for CoalesceGap {
         }
         crate::parse_size(s).map(|n| CoalesceGap(Some(n)))
     }
-}
-
-/// Threads for every core: the default of every `threads` setting.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The variable that sets how long a run's lease on its destination stays fresh without renewal.
@@ -719,6 +718,7 @@ impl Options {
             storage: self.storage.clone(),
             ome: self.ome,
             threads: self.run.threads,
+            memory_limit: self.run.memory_limit,
             sample: None,
             manifest: None,
         }
@@ -752,6 +752,8 @@ impl Conversion {
         // A conversion's own defaults are those of `Conversion::new`.
         let default = Conversion::new("", "");
         let run = &options.run;
+        check_threads(Setting::Threads, run.threads)?;
+        check_threads(Setting::IoThreads, options.storage.io_threads)?;
         self.threads = run.threads.unwrap_or(default.threads);
         self.memory_limit = run.memory_limit.map(|s| s.0);
         self.overwrite = run.overwrite.unwrap_or(default.overwrite);
@@ -811,6 +813,7 @@ impl VerifyOptions {
                 ),
             });
         }
+        check_threads(Setting::IoThreads, self.storage.io_threads)?;
         let mut verification = ManifestVerification::new(output.as_str());
         verification.store_options = self.storage.store_options();
         verification.io_threads = self.storage.io_threads;
@@ -827,6 +830,7 @@ impl Verification {
         verification.io_threads = options.storage.io_threads;
         verification.ome = options.ome.unwrap_or_default();
         verification.threads = options.threads.unwrap_or(verification.threads);
+        verification.memory_limit = options.memory_limit.map(|size| size.0);
         if let Some(sample) = options.sample {
             verification.sample = sample;
         }
@@ -908,7 +912,10 @@ impl Action {
                 matches!(
                     group,
                     Group::Location | Group::Source | Group::Storage | Group::Verify
-                ) || matches!(setting, Setting::Ome | Setting::Threads)
+                ) || matches!(
+                    setting,
+                    Setting::Ome | Setting::Threads | Setting::MemoryLimit
+                )
             }
             Action::List => {
                 matches!(group, Group::Source | Group::Storage) || setting == Setting::Source
@@ -1106,7 +1113,7 @@ mod tests {
         assert!(c.layouts.default.passthrough);
         assert_eq!(c.store_options, StoreOptions::default());
         assert_eq!(c.io_threads, None);
-        assert_eq!(c.threads, default_threads());
+        assert_eq!(c.threads, crate::default_threads());
         assert_eq!(c.memory_limit, None);
         assert_eq!(c.partition, Partition::ALL);
         assert!(!c.overwrite && c.consolidate);
@@ -1117,7 +1124,7 @@ mod tests {
         let v = Verification::from_options(&options.verification());
         assert_eq!(
             (v.sample, v.threads, v.ome),
-            (1.0, default_threads(), OmeMetadata::Upgrade)
+            (1.0, crate::default_threads(), OmeMetadata::Upgrade)
         );
     }
 

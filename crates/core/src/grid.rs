@@ -76,6 +76,66 @@ impl Axis {
     }
 }
 
+/// The runs of one dimension as its declared edges are read (see [`RectilinearGrid::axis`]).
+struct AxisBuilder {
+    d: usize,
+    extent: u64,
+    runs: Vec<Run>,
+    /// Where the next chunk starts, and its index.
+    start: u64,
+    first: u64,
+    first_edge: Option<u64>,
+}
+
+impl AxisBuilder {
+    /// `count` chunks of `edge` next.
+    fn push(&mut self, edge: u64, count: u64) -> Result<()> {
+        self.first_edge.get_or_insert(edge);
+        if self.start >= self.extent {
+            return Ok(());
+        }
+        // Only the chunks that meet the array: the rest overhang it and are never read.
+        let count = count.min((self.extent - self.start).div_ceil(edge));
+        let end = count
+            .checked_mul(edge)
+            .and_then(|n| n.checked_add(self.start))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "chunk_shapes[{}]: the chunks end past 2^64 elements",
+                    self.d
+                ))
+            })?;
+        match self.runs.last_mut() {
+            Some(last) if last.edge == edge => last.count += count,
+            _ => self.runs.push(Run {
+                edge,
+                count,
+                start: self.start,
+                first: self.first,
+            }),
+        }
+        self.start = end;
+        self.first += count;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Axis> {
+        let (d, start, extent) = (self.d, self.start, self.extent);
+        if start < extent {
+            return Err(invalid(format!(
+                "chunk_shapes[{d}]: the edges sum to {start}, less than the array's extent {extent} in dimension {d}"
+            )));
+        }
+        // Held for the whole run: without the room the list grew into.
+        self.runs.shrink_to_fit();
+        Ok(Axis {
+            runs: self.runs,
+            chunks: self.first,
+            first_edge: self.first_edge.unwrap_or(1),
+        })
+    }
+}
+
 /// A rectilinear chunk grid over an array of a given shape (see the module documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RectilinearGrid {
@@ -140,74 +200,45 @@ impl RectilinearGrid {
         })
     }
 
-    /// One dimension's edges (`spec`: a bare step or a list of edges and run-length pairs).
+    /// One dimension's edges (`spec`: a bare step or a list of edges and run-length pairs), each
+    /// checked and folded into the runs as it is read: no list of the declared edges is made
+    /// beside them (a grid may declare millions).
     fn axis(d: usize, spec: &Value, extent: u64) -> Result<Axis> {
-        let declared: Vec<(u64, u64)> = match spec {
+        let mut axis = AxisBuilder {
+            d,
+            extent,
+            runs: Vec::new(),
+            start: 0,
+            first: 0,
+            first_edge: None,
+        };
+        match spec {
             Value::Array(items) if items.is_empty() => {
-                return Err(invalid(format!(
-                    "chunk_shapes[{d}] is an empty list"
-                )))
+                return Err(invalid(format!("chunk_shapes[{d}] is an empty list")))
             }
-            Value::Array(items) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| match item {
-                    Value::Array(pair) => match pair.as_slice() {
-                        [edge, count] => Ok((
-                            positive(edge, &|| format!("chunk_shapes[{d}][{i}][0] (an edge)"))?,
-                            positive(count, &|| format!("chunk_shapes[{d}][{i}][1] (a count)"))?,
-                        )),
-                        _ => Err(invalid(format!(
-                            "chunk_shapes[{d}][{i}] is {item}, expected an edge or a pair [edge, count]"
-                        ))),
-                    },
-                    _ => Ok((positive(item, &|| format!("chunk_shapes[{d}][{i}]"))?, 1)),
-                })
-                .collect::<Result<_>>()?,
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let (edge, count) = match item {
+                        Value::Array(pair) => match pair.as_slice() {
+                            [edge, count] => (
+                                positive(edge, &|| format!("chunk_shapes[{d}][{i}][0] (an edge)"))?,
+                                positive(count, &|| format!("chunk_shapes[{d}][{i}][1] (a count)"))?,
+                            ),
+                            _ => return Err(invalid(format!(
+                                "chunk_shapes[{d}][{i}] is {item}, expected an edge or a pair [edge, count]"
+                            ))),
+                        },
+                        _ => (positive(item, &|| format!("chunk_shapes[{d}][{i}]"))?, 1),
+                    };
+                    axis.push(edge, count)?;
+                }
+            }
             step => {
                 let step = positive(step, &|| format!("chunk_shapes[{d}]"))?;
-                vec![(step, extent.div_ceil(step).max(1))]
+                axis.push(step, extent.div_ceil(step).max(1))?;
             }
-        };
-        let first_edge = declared.first().map_or(1, |&(edge, _)| edge);
-        let mut runs: Vec<Run> = Vec::new();
-        let (mut start, mut first) = (0u64, 0u64);
-        for &(edge, count) in &declared {
-            if start >= extent {
-                break;
-            }
-            // Only the chunks that meet the array: the rest overhang it and are never read.
-            let count = count.min((extent - start).div_ceil(edge));
-            let end = count
-                .checked_mul(edge)
-                .and_then(|n| n.checked_add(start))
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "chunk_shapes[{d}]: the chunks end past 2^64 elements"
-                    ))
-                })?;
-            match runs.last_mut() {
-                Some(last) if last.edge == edge => last.count += count,
-                _ => runs.push(Run {
-                    edge,
-                    count,
-                    start,
-                    first,
-                }),
-            }
-            start = end;
-            first += count;
         }
-        if start < extent {
-            return Err(invalid(format!(
-                "chunk_shapes[{d}]: the edges sum to {start}, less than the array's extent {extent} in dimension {d}"
-            )));
-        }
-        Ok(Axis {
-            runs,
-            chunks: first,
-            first_edge,
-        })
+        axis.finish()
     }
 
     /// Number of dimensions.

@@ -89,7 +89,11 @@ pub(crate) fn recorded(
     repository: &Staging,
     staged: &HashMap<&str, &ListedObject>,
 ) -> zshard_store::Result<HashMap<String, StoredChunk>> {
-    let names = staging.list_keys(CHUNK_RECORDS)?;
+    let names: Vec<String> = staging
+        .list_keys(CHUNK_RECORDS)?
+        .into_iter()
+        .filter(|name| !name.ends_with(PENDING_SUFFIX))
+        .collect();
     let mut stored = HashMap::new();
     for bytes in staging.get_many(&names) {
         let Some(bytes) = bytes? else { continue };
@@ -125,6 +129,9 @@ pub(crate) fn store(
 ) -> zshard_store::Result<HashMap<String, StoredChunk>> {
     let mut stored = HashMap::new();
     let run = unique_suffix();
+    // A local copy is a hard link made as `chunks/ID#N` and renamed over `chunks/ID`: a run killed
+    // in between leaves the link, which only the ids named ahead can tell from another writer's.
+    let local = repository.local_path("").is_some();
     for (batch, shards) in shards.chunks(RECORD_BATCH).enumerate() {
         let mut record = Record::default();
         let mut pairs = Vec::with_capacity(shards.len());
@@ -138,14 +145,72 @@ pub(crate) fn store(
             };
             record.chunks.insert(shard.key.clone(), chunk);
         }
+        let pending = format!("{CHUNK_RECORDS}/{writer}-{run}-{batch}{PENDING_SUFFIX}");
+        if local {
+            let ids = Pending {
+                ids: record.chunks.values().map(|c| c.id.clone()).collect(),
+            };
+            let json = serde_json::to_vec(&ids).unwrap_or_default();
+            staging.put(&pending, Bytes::from(json))?;
+        }
         repository.copy_many(&pairs)?;
         let name = format!("{CHUNK_RECORDS}/{writer}-{run}-{batch}.json");
         // Strings and numbers always serialize; an empty record would only store them again.
         let json = serde_json::to_vec(&record).unwrap_or_default();
         staging.put(&name, Bytes::from(json))?;
+        if local {
+            staging.delete(&pending)?;
+        }
         stored.extend(record.chunks);
     }
     Ok(stored)
+}
+
+/// How the name of a record of chunk ids about to be copied ends (see [`Pending`]).
+const PENDING_SUFFIX: &str = ".pending";
+
+/// The chunk ids a batch is about to copy into a local repository, recorded before the copy and
+/// removed once the batch's [`Record`] is written: a run killed meanwhile leaves it, naming the
+/// staged links (`chunks/ID#N`) that only this conversion can have made.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Pending {
+    ids: Vec<String>,
+}
+
+/// In a local repository (`repository`), removes the staged links of chunk copies that runs of
+/// `writer` (every writer when `None`) were killed while making, as their pending records name
+/// them (see [`Pending`]), then those records. Copies renamed into place stay: unreferenced until
+/// a commit names them, Icechunk's garbage collection removes them.
+pub(crate) fn remove_killed_copies(
+    staging: &Staging,
+    repository: &Staging,
+    writer: Option<&str>,
+) -> zshard_store::Result<()> {
+    if repository.local_path("").is_none() {
+        return Ok(());
+    }
+    let prefix = writer.map(|w| format!("{CHUNK_RECORDS}/{w}-"));
+    let names: Vec<String> = staging
+        .list_keys(CHUNK_RECORDS)?
+        .into_iter()
+        .filter(|name| name.ends_with(PENDING_SUFFIX))
+        .filter(|name| prefix.as_ref().is_none_or(|p| name.starts_with(p.as_str())))
+        .collect();
+    for bytes in staging.get_many(&names) {
+        let Some(bytes) = bytes? else { continue };
+        // A record cut short by the kill names nothing for sure: its links stay.
+        let Ok(pending) = serde_json::from_slice::<Pending>(&bytes) else {
+            continue;
+        };
+        for id in pending.ids {
+            // Only an id as Icechunk names chunks: nothing else in `chunks/` is touched.
+            if ChunkId::try_from(id.as_str()).is_err() {
+                continue;
+            }
+            repository.remove_staged_of(&chunk_key(&id))?;
+        }
+    }
+    staging.delete_many(&names)
 }
 
 /// Removes every record of stored chunks (the shards they name may be replaced).

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use icechunk::conflicts::detector::ConflictDetector;
 use icechunk::format::manifest::{ChunkPayload, ChunkRef};
+use icechunk::format::snapshot::NodeData;
 use icechunk::format::{ChunkId, ChunkIndices, Path as IcechunkPath, SnapshotId};
 use icechunk::repository::VersionInfo;
 use icechunk::session::SessionErrorKind;
@@ -29,13 +30,26 @@ use crate::{DestinationSpec, OnBranch, Published, SpecVersion, COMMIT_RECORD, ST
 pub fn create_if_missing(
     location: &str,
     spec: Option<SpecVersion>,
-    runtime: &IoRuntime,
+    runtime: &Arc<IoRuntime>,
 ) -> Result<DestinationSpec> {
     let storage = repo::storage(location, runtime)?;
     if let Some(found) = repo::detect(location, &storage, runtime)? {
-        return existing(location, found, spec);
+        let existing = existing(location, found, spec)?;
+        remove_linked_leftovers(location)?;
+        return Ok(existing);
     }
     let version = spec.unwrap_or_default();
+    // A creation killed before its last object (`repo`, or spec 1's branch main) leaves a folder
+    // that Icechunk refuses to create in, or (when only staged copies are left, which its check
+    // does not see) creates in beside them: what that creation wrote goes first.
+    if !remove_half_made(location, runtime)? {
+        // Made meanwhile by another run (a worker started beside this one).
+        if let Some(found) = repo::detect(location, &storage, runtime)? {
+            let existing = existing(location, found, spec)?;
+            remove_linked_leftovers(location)?;
+            return Ok(existing);
+        }
+    }
     runtime
         .block_on(
             Repository::create(storage)
@@ -43,10 +57,136 @@ pub fn create_if_missing(
                 .execute(),
         )
         .map_err(|e| repo::open_failure(location, e))?;
+    remove_linked_leftovers(location)?;
     Ok(DestinationSpec {
         version,
         exists: false,
     })
+}
+
+/// The keys a repository's creation writes before the object that makes it a repository (spec 2's
+/// `repo`, spec 1's `refs/branch.main/ref.json`), and the local store's staged copies of those
+/// (`KEY#N`): the initial snapshot and its transaction log, whose id is the same in every
+/// repository. A location holding only such keys is a creation killed halfway.
+fn is_half_made_key(key: &str) -> bool {
+    let initial = icechunk::format::snapshot::Snapshot::INITIAL_SNAPSHOT_ID.to_string();
+    let written = [
+        format!("snapshots/{initial}"),
+        format!("transactions/{initial}"),
+    ];
+    let staged = ["repo", "refs/branch.main/ref.json"];
+    match zshard_store::staged_base(key) {
+        Some(base) => written.iter().any(|k| k == base) || staged.contains(&base),
+        None => written.iter().any(|k| k == key),
+    }
+}
+
+/// How long a half-made repository must stay as it is before it is taken for a creation killed
+/// halfway (a live creation writes its few objects within milliseconds).
+const HALF_MADE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Removes what a creation killed halfway left at `location` (see [`is_half_made_key`]) and
+/// returns true; when anything else is there (or nothing), or it changes meanwhile (see
+/// [`HALF_MADE_GRACE`]), touches nothing and returns false.
+fn remove_half_made(location: &str, runtime: &Arc<IoRuntime>) -> Result<bool> {
+    let fail = |e: zshard_store::Error| Error::Write {
+        repo: location.to_string(),
+        what: "removing a repository creation killed halfway".to_string(),
+        source: boxed(e),
+    };
+    let missing = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(|folder| !folder.is_dir()));
+    if missing == Some(true) {
+        return Ok(false);
+    }
+    let store = Staging::open(location, runtime.clone(), false).map_err(fail)?;
+    let listing = || -> zshard_store::Result<(Vec<String>, Vec<String>)> {
+        let mut keys = store.list_keys("")?;
+        keys.sort();
+        Ok((keys, store.staged_keys("")?))
+    };
+    let (keys, staged) = listing().map_err(fail)?;
+    if keys.is_empty() && staged.is_empty() {
+        return Ok(false);
+    }
+    if !keys.iter().chain(&staged).all(|k| is_half_made_key(k)) {
+        return Ok(false);
+    }
+    // Another run (a worker started beside this one) may be creating the repository right now:
+    // its creation moves on within the grace, a killed one does not.
+    std::thread::sleep(HALF_MADE_GRACE);
+    if listing().map_err(fail)? != (keys.clone(), staged) {
+        return Ok(false);
+    }
+    store.delete_many(&keys).map_err(fail)?;
+    store.remove_staged_below("").map_err(fail)?;
+    for folder in ["snapshots", "transactions", "refs"] {
+        store.remove_empty_folders(folder).map_err(fail)?;
+    }
+    Ok(true)
+}
+
+/// In a local repository, removes the staged copies (`KEY#N`) of its objects that are the very
+/// file of the object (one hard link of two): Icechunk writes an object that must not exist yet
+/// by linking its staged copy into place and then removing the copy, and a run killed in between
+/// leaves the copy. Removing such a copy removes no data; copies that are files of their own (a
+/// write still under way, or one that never got its object) stay. Only the repository's own
+/// objects are looked at (`repo`, `config.yaml`, `refs/`, `snapshots/`, `transactions/`,
+/// `manifests/`), never the chunks or anything else in the folder.
+fn remove_linked_leftovers(location: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(root) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    else {
+        return Ok(());
+    };
+    let mut folders = vec![root.clone()];
+    for name in ["snapshots", "transactions", "manifests"] {
+        folders.push(root.join(name));
+    }
+    // `refs/branch.NAME/` and `refs/tag.NAME/`, one level each.
+    if let Ok(entries) = std::fs::read_dir(root.join("refs")) {
+        folders.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(base) = zshard_store::staged_base(&name) else {
+                continue;
+            };
+            if folder == root && !matches!(base, "repo" | "config.yaml") {
+                continue;
+            }
+            let (Ok(copy), Ok(object)) = (
+                std::fs::symlink_metadata(entry.path()),
+                std::fs::symlink_metadata(folder.join(base)),
+            ) else {
+                continue;
+            };
+            let same = copy.is_file()
+                && object.is_file()
+                && copy.dev() == object.dev()
+                && copy.ino() == object.ino();
+            if same {
+                std::fs::remove_file(entry.path()).map_err(|e| Error::Write {
+                    repo: location.to_string(),
+                    what: format!("removing {}", entry.path().display()),
+                    source: boxed(e),
+                })?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The spec version a conversion into `location` writes, asking for `spec`, without writing: the
@@ -177,6 +317,8 @@ where
                 published.snapshot = snapshot;
                 published.already_committed = true;
                 remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
+                remove_killed_snapshot_writes(location, &token)?;
+                remove_linked_leftovers(location)?;
                 return Ok(published);
             }
             token
@@ -230,6 +372,8 @@ where
     record_commit(&staging, &token, &published.snapshot)
         .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?;
     remove_killed_ref_writes(location, branch, &repository, &token, runtime)?;
+    remove_killed_snapshot_writes(location, &token)?;
+    remove_linked_leftovers(location)?;
     Ok(published)
 }
 
@@ -272,7 +416,27 @@ fn write_session(
         .filter(|o| !is_metadata(&o.key))
         .map(|o| reference(&o.key, stored))
         .collect::<std::result::Result<Vec<_>, WriteError>>()?;
+    let nodes: Vec<(String, bool)> = documents
+        .iter()
+        .zip(&bytes)
+        .map(|(key, bytes)| (node_of(key).to_string(), is_array_document(bytes)))
+        .collect();
     runtime.block_on(async {
+        {
+            let session = store.session();
+            let session = session.read().await;
+            if let Some((path, found, wanted)) = first_conflict(&session, &nodes).await {
+                let key = if path == "/" {
+                    "zarr.json".to_string()
+                } else {
+                    format!("{}/zarr.json", path.trim_start_matches('/'))
+                };
+                let reason = format!(
+                    "the branch holds {found} at {path}, where this conversion writes {wanted}"
+                );
+                return Err((key, reason.into()));
+            }
+        }
         for (key, bytes) in documents.iter().zip(&bytes) {
             let node = node_of(key);
             if !node.is_empty()
@@ -286,6 +450,19 @@ fn write_session(
             }
         }
         for (key, bytes) in documents.iter().zip(bytes) {
+            let mut bytes = bytes;
+            if !is_array_document(&bytes) {
+                if let Ok(node) = IcechunkPath::try_from(format!("/{}", node_of(key)).as_str()) {
+                    let session = store.session();
+                    let existing = session.read().await.get_node(&node).await.ok();
+                    if let Some(merged) = existing
+                        .filter(|n| matches!(n.node_data, NodeData::Group))
+                        .and_then(|n| merged_group(&n.user_data, &bytes))
+                    {
+                        bytes = merged;
+                    }
+                }
+            }
             store
                 .set(key, bytes)
                 .await
@@ -302,6 +479,110 @@ fn write_session(
         Ok::<_, WriteError>(())
     })?;
     Ok(arrays)
+}
+
+/// How a node kind is named in messages.
+fn kind_words(array: bool) -> &'static str {
+    if array {
+        "an array"
+    } else {
+        "a group"
+    }
+}
+
+/// The first of `nodes` (path, whether the conversion writes an array there) that `session`
+/// holds as the other kind: its path as Icechunk names it, what is there, and what was wanted.
+async fn first_conflict(
+    session: &icechunk::session::Session,
+    nodes: &[(String, bool)],
+) -> Option<(String, &'static str, &'static str)> {
+    for (path, array) in nodes {
+        let Ok(node) = IcechunkPath::try_from(format!("/{path}").as_str()) else {
+            continue;
+        };
+        let Ok(found) = session.get_node(&node).await else {
+            continue;
+        };
+        let found_array = matches!(found.node_data, NodeData::Array { .. });
+        if found_array != *array {
+            return Some((
+                format!("/{path}"),
+                kind_words(found_array),
+                kind_words(*array),
+            ));
+        }
+    }
+    None
+}
+
+/// Refuses, before anything is converted, a conversion into the repository at `location` whose
+/// arrays (`arrays`) or groups (`groups`; paths without a leading `/`, the root's empty) are nodes
+/// of the other kind on `branch` (on `main` when the branch does not exist yet: it is made from
+/// there), as [`Error::NodeConflict`]. A location without a repository has no nodes.
+pub fn check_nodes(
+    location: &str,
+    branch: &str,
+    arrays: &[String],
+    groups: &[String],
+    runtime: &Arc<IoRuntime>,
+) -> Result<()> {
+    let storage = repo::storage(location, runtime)?;
+    if repo::detect(location, &storage, runtime)?.is_none() {
+        return Ok(());
+    }
+    let repository = repo::open(location, runtime)?;
+    let nodes: Vec<(String, bool)> = arrays
+        .iter()
+        .map(|p| (p.clone(), true))
+        .chain(groups.iter().map(|p| (p.clone(), false)))
+        .collect();
+    let found = runtime
+        .block_on(async {
+            let branches = repository.list_branches().await.map_err(boxed)?;
+            let tip = if branches.contains(branch) {
+                branch
+            } else if branches.contains("main") {
+                "main"
+            } else {
+                return Ok(None);
+            };
+            let version = VersionInfo::BranchTipRef(tip.to_string());
+            let session = repository.readonly_session(&version).await.map_err(boxed)?;
+            Ok(first_conflict(&session, &nodes)
+                .await
+                .map(|conflict| (tip.to_string(), conflict)))
+        })
+        .map_err(|e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+            repo: location.to_string(),
+            what: format!("reading branch {branch:?}"),
+            source: e,
+        })?;
+    match found {
+        Some((branch, (path, found, wanted))) => Err(Error::NodeConflict {
+            repo: location.to_string(),
+            branch,
+            path,
+            found,
+            wanted,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A group's document `staged` with the attributes of the group's document `existing` (the
+/// branch's) kept, the staged group's own set over them: a conversion adds its group's attributes
+/// and never drops the repository's. `None` when either is not a JSON object.
+fn merged_group(existing: &[u8], staged: &[u8]) -> Option<Bytes> {
+    let existing: serde_json::Value = serde_json::from_slice(existing).ok()?;
+    let mut staged: serde_json::Value = serde_json::from_slice(staged).ok()?;
+    let mut attributes = existing.get("attributes")?.as_object()?.clone();
+    if let Some(own) = staged.get("attributes").and_then(|a| a.as_object()) {
+        attributes.extend(own.clone());
+    }
+    staged
+        .as_object_mut()?
+        .insert("attributes".to_string(), attributes.into());
+    serde_json::to_vec(&staged).ok().map(Bytes::from)
 }
 
 /// The path of the node whose `zarr.json` is at `key` (the root's is empty).
@@ -378,6 +659,7 @@ fn store_unstored(
         .map(|o| (o.key.as_str(), o))
         .collect();
     let repository = Staging::open(location, runtime.clone(), false)?;
+    chunks::remove_killed_copies(staging, &repository, Some(writer))?;
     let mut recorded = chunks::recorded(staging, &repository, &staged)?;
     let unstored = chunks::unstored(objects, keys, &recorded);
     if !unstored.is_empty() {
@@ -422,6 +704,8 @@ pub fn forget_stored_shards(staged: &str, location: &str, runtime: &Arc<IoRuntim
     let forget = || {
         // A staging folder not made yet is made now, as the conversion is about to.
         let staging = Staging::open(staged, runtime.clone(), true)?;
+        let repository = Staging::open(location, runtime.clone(), false)?;
+        chunks::remove_killed_copies(&staging, &repository, None)?;
         chunks::forget(&staging)?;
         staging.delete_many(&[COMMITTED_RECORD.to_string(), COMMIT_RECORD.to_string()])
     };
@@ -627,6 +911,42 @@ pub fn on_branch(
         })
 }
 
+/// The newest snapshot of a zshard conversion's commit on any branch of the repository at
+/// `location` (the recent history of each branch, newest first), `None` when there is no
+/// repository there or no branch holds such a commit: how `status` tells a conversion committed.
+pub fn zshard_commit(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<String>> {
+    let storage = repo::storage(location, runtime)?;
+    if repo::detect(location, &storage, runtime)?.is_none() {
+        return Ok(None);
+    }
+    let repository = repo::open(location, runtime)?;
+    runtime
+        .block_on(async {
+            let mut newest: Option<(i64, String)> = None;
+            for branch in repository.list_branches().await.map_err(boxed)? {
+                let version = VersionInfo::BranchTipRef(branch);
+                let ancestry = repository.ancestry(&version).await.map_err(boxed)?;
+                let mut ancestry = std::pin::pin!(ancestry.take(ANCESTRY_SEARCH));
+                while let Some(info) = ancestry.next().await {
+                    let info = info.map_err(boxed)?;
+                    if info.metadata.contains_key(CONVERSION_PROPERTY) {
+                        let stamp = info.flushed_at.timestamp_micros();
+                        if newest.as_ref().is_none_or(|(t, _)| *t < stamp) {
+                            newest = Some((stamp, info.id.to_string()));
+                        }
+                        break;
+                    }
+                }
+            }
+            Ok(newest.map(|(_, id)| id))
+        })
+        .map_err(|e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+            repo: location.to_string(),
+            what: "reading the branches".to_string(),
+            source: e,
+        })
+}
+
 /// In a local repository, removes what a run of this publication (`token`) killed while moving
 /// `branch` left: the store's temporary copy of the branch reference, `refs/branch.NAME/ref.json#N`
 /// in spec version 1, of the repository object, `repo#N` in spec version 2, when the branch it names
@@ -713,32 +1033,104 @@ fn staged_copies(folder: &std::path::Path, name: &str) -> Vec<std::path::PathBuf
 /// come from the object's own list of snapshots. `None` when the bytes are not such an object, lack
 /// the branch or the snapshot carries no token.
 fn branch_tip_token(bytes: &[u8], branch: &str) -> Option<String> {
+    use icechunk::format::format_constants::FileTypeBin;
+    let (version, body) = decoded(bytes, FileTypeBin::RepoInfo)?;
+    let info = icechunk::format::serializers::deserialize_repo_info(version, body).ok()?;
+    let tip = info.resolve_branch(branch).ok()?;
+    let snapshot = info.find_snapshot(&tip).ok()?;
+    Some(snapshot.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string())
+}
+
+/// The spec version and decoded body of an Icechunk object of kind `kind` in `bytes` (its header:
+/// file type, compression, spec version; then its zstd body, read by icechunk's own format code),
+/// `None` when the bytes are no such object or decode to more than an object of zshard's commits
+/// holds.
+fn decoded(
+    bytes: &[u8],
+    kind: icechunk::format::format_constants::FileTypeBin,
+) -> Option<(icechunk::format::format_constants::SpecVersionBin, Vec<u8>)> {
     use icechunk::format::format_constants::{
-        parse_file_header, CompressionAlgorithmBin, FileTypeBin, ICECHUNK_FILE_HEADER_LEN,
+        parse_file_header, CompressionAlgorithmBin, ICECHUNK_FILE_HEADER_LEN,
     };
-    // What a repository object may hold decoded, at most (a file that decodes to more is left).
-    const REPO_INFO_MAX: u64 = 64 << 20;
+    // What a repository object or snapshot may hold decoded, at most (a file that decodes to more
+    // is left).
+    const DECODED_MAX: u64 = 64 << 20;
     let header = parse_file_header(bytes).ok()?;
-    if !matches!(header.file_type, FileTypeBin::RepoInfo)
-        || !matches!(header.compression, CompressionAlgorithmBin::Zstd)
-    {
+    if header.file_type != kind || !matches!(header.compression, CompressionAlgorithmBin::Zstd) {
         return None;
     }
     let mut body = Vec::new();
     let decoder = zstd::stream::read::Decoder::new(bytes.get(ICECHUNK_FILE_HEADER_LEN..)?).ok()?;
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(decoder, REPO_INFO_MAX + 1),
+        &mut std::io::Read::take(decoder, DECODED_MAX + 1),
         &mut body,
     )
     .ok()?;
-    if body.len() as u64 > REPO_INFO_MAX {
+    if body.len() as u64 > DECODED_MAX {
         return None;
     }
-    let info =
-        icechunk::format::serializers::deserialize_repo_info(header.spec_version, body).ok()?;
-    let tip = info.resolve_branch(branch).ok()?;
-    let snapshot = info.find_snapshot(&tip).ok()?;
-    Some(snapshot.metadata.get(TOKEN_PROPERTY)?.as_str()?.to_string())
+    Some((header.spec_version, body))
+}
+
+/// In a local repository, removes the staged copies that a commit of this publication (`token`)
+/// killed before renaming them into place left: a snapshot (`snapshots/ID#N`) whose properties
+/// carry `token`, and the staged copies of that snapshot's transaction log and manifests. Copies
+/// that do not decode as such a snapshot (cut short, or another writer's) stay.
+fn remove_killed_snapshot_writes(location: &str, token: &str) -> Result<()> {
+    use icechunk::format::format_constants::FileTypeBin;
+    let Some(root) = zshard_store::Location::parse(location)
+        .ok()
+        .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
+    else {
+        return Ok(());
+    };
+    let remove = |path: &std::path::Path| {
+        std::fs::remove_file(path).map_err(|e| Error::Write {
+            repo: location.to_string(),
+            what: format!("removing {}", path.display()),
+            source: boxed(e),
+        })
+    };
+    let Ok(entries) = std::fs::read_dir(root.join("snapshots")) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if zshard_store::staged_base(&name).is_none()
+            || !entry.file_type().is_ok_and(|t| t.is_file())
+            || entry.metadata().map_or(true, |m| m.len() >= 64 << 20)
+        {
+            continue;
+        }
+        let Some(snapshot) = std::fs::read(entry.path())
+            .ok()
+            .and_then(|bytes| decoded(&bytes, FileTypeBin::Snapshot))
+            .and_then(|(version, body)| {
+                icechunk::format::serializers::deserialize_snapshot(version, body).ok()
+            })
+        else {
+            continue;
+        };
+        let ours = snapshot
+            .metadata()
+            .ok()
+            .and_then(|m| Some(m.get(TOKEN_PROPERTY)?.as_str()? == token))
+            .unwrap_or(false);
+        if !ours {
+            continue;
+        }
+        let id = snapshot.id().to_string();
+        for path in staged_copies(&root.join("transactions"), &id) {
+            remove(&path)?;
+        }
+        for manifest in snapshot.manifest_files().flatten() {
+            for path in staged_copies(&root.join("manifests"), &manifest.id.to_string()) {
+                remove(&path)?;
+            }
+        }
+        remove(&entry.path())?;
+    }
+    Ok(())
 }
 
 /// Creates `branch` at `main`'s tip when it does not exist.
@@ -1037,6 +1429,220 @@ mod tests {
                 Some(spec)
             );
         }
+    }
+
+    /// The files of the folder `root` whose names end as the local store's staged copies (`#N`).
+    fn staged_files(root: &FsPath) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    let rel = path.strip_prefix(root).expect("below").to_string_lossy();
+                    if zshard_store::staged_base(&rel).is_some() {
+                        found.push(rel.into_owned());
+                    }
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// The initial snapshot's id, the same in every repository.
+    fn initial() -> String {
+        icechunk::format::snapshot::Snapshot::INITIAL_SNAPSHOT_ID.to_string()
+    }
+
+    /// A repository of `spec` at `location` as a creation killed before its last object leaves it:
+    /// the snapshot (and spec 2's transaction log) written, one of them still under its staged
+    /// name, the last object only as a staged copy cut short.
+    fn half_made(location: &str, spec: SpecVersion, runtime: &Arc<IoRuntime>) {
+        create_if_missing(location, Some(spec), runtime).expect("create");
+        let folder = FsPath::new(location);
+        let snapshot = folder.join("snapshots").join(initial());
+        std::fs::rename(
+            &snapshot,
+            folder.join("snapshots").join(format!("{}#1", initial())),
+        )
+        .expect("stage the snapshot");
+        let last = match spec {
+            SpecVersion::V1 => folder.join("refs/branch.main/ref.json"),
+            SpecVersion::V2 => folder.join("repo"),
+        };
+        std::fs::remove_file(&last).expect("remove the last object");
+        let mut staged = last.into_os_string();
+        staged.push("#1");
+        std::fs::write(staged, b"cut sh").expect("staged copy");
+    }
+
+    #[test]
+    fn a_creation_killed_halfway_is_redone() {
+        for spec in [SpecVersion::V1, SpecVersion::V2] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let location = dir.path().join("repo").to_string_lossy().into_owned();
+            let runtime = IoRuntime::new(2).expect("runtime");
+            half_made(&location, spec, &runtime);
+            let made = create_if_missing(&location, Some(spec), &runtime).expect("redone");
+            assert_eq!(
+                made,
+                DestinationSpec {
+                    version: spec,
+                    exists: false
+                }
+            );
+            assert_eq!(staged_files(FsPath::new(&location)), Vec::<String>::new());
+            let storage = repo::storage(&location, &runtime).expect("storage");
+            assert_eq!(
+                repo::detect(&location, &storage, &runtime).expect("detect"),
+                Some(spec)
+            );
+            let staged = crate::staging_location(&location).expect("staging");
+            stage(FsPath::new(&staged), 7);
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+            assert_eq!(
+                history(&location, &runtime),
+                ["zshard", "Repository initialized"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_half_made_creation_beside_other_files_is_refused_and_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let location = dir.path().join("repo").to_string_lossy().into_owned();
+        let runtime = IoRuntime::new(2).expect("runtime");
+        half_made(&location, SpecVersion::V2, &runtime);
+        let folder = FsPath::new(&location);
+        std::fs::write(folder.join("notes.txt"), b"mine").expect("write");
+        let before = staged_files(folder);
+        let err = create_if_missing(&location, None, &runtime).expect_err("refused");
+        assert!(err.to_string().contains("no Icechunk repository"), "{err}");
+        assert_eq!(staged_files(folder), before);
+        assert_eq!(
+            std::fs::read(folder.join("notes.txt")).expect("kept"),
+            b"mine"
+        );
+        assert!(folder.join("transactions").join(initial()).is_file());
+    }
+
+    #[test]
+    fn staged_copies_left_linked_to_their_objects_are_removed_by_a_rerun() {
+        for spec in [SpecVersion::V1, SpecVersion::V2] {
+            let (_dir, staged, location, runtime) = setup_in(Some(spec));
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+            let folder = FsPath::new(&location);
+            // As a write killed between linking its staged copy into place and removing it.
+            let mut linked = vec![format!("snapshots/{}", initial())];
+            linked.push(match spec {
+                SpecVersion::V1 => "refs/branch.main/ref.json".to_string(),
+                SpecVersion::V2 => "repo".to_string(),
+            });
+            for key in &linked {
+                std::fs::hard_link(folder.join(key), folder.join(format!("{key}#1")))
+                    .expect("link");
+            }
+            // A staged copy that is a file of its own (a write under way) stays, and so does a
+            // file named like one outside the repository's objects.
+            std::fs::write(folder.join("snapshots/AAAAAAAAAAAAAAAAAAAA#3"), b"x").expect("own");
+            std::fs::write(folder.join("notes#1"), b"x").expect("other");
+            std::fs::hard_link(
+                folder.join(format!("snapshots/{}", initial())),
+                folder.join("snap#2"),
+            )
+            .expect("link elsewhere");
+            create_if_missing(&location, None, &runtime).expect("rerun");
+            assert_eq!(
+                staged_files(folder),
+                ["notes#1", "snap#2", "snapshots/AAAAAAAAAAAAAAAAAAAA#3"],
+                "{spec}"
+            );
+            assert_eq!(
+                history(&location, &runtime),
+                ["zshard", "Repository initialized"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_a_killed_commit_left_staged_is_removed_by_the_rerun_with_its_log_and_manifests() {
+        for spec in [SpecVersion::V1, SpecVersion::V2] {
+            let (_dir, staged, location, runtime) = setup_in(Some(spec));
+            let first = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
+                .expect("publish");
+            let folder = FsPath::new(&location);
+            // As a commit killed after writing its snapshot, transaction log and manifest under
+            // their staged names (copies of the objects this commit made, not links of them).
+            let mut copies = vec![
+                format!("snapshots/{}", first.snapshot),
+                format!("transactions/{}", first.snapshot),
+            ];
+            for entry in std::fs::read_dir(folder.join("manifests")).expect("manifests") {
+                let name = entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned();
+                copies.push(format!("manifests/{name}"));
+            }
+            assert_eq!(copies.len(), 3, "{copies:?}");
+            for key in &copies {
+                std::fs::copy(folder.join(key), folder.join(format!("{key}#1"))).expect("copy");
+            }
+            // Another writer's staged snapshot (the initial one carries no token) stays.
+            let other = format!("snapshots/{}#2", initial());
+            std::fs::copy(
+                folder.join(format!("snapshots/{}", initial())),
+                folder.join(&other),
+            )
+            .expect("copy");
+            let again =
+                publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
+            assert!(again.already_committed);
+            assert_eq!(staged_files(folder), [other], "{spec}");
+        }
+    }
+
+    #[test]
+    fn chunk_copies_a_killed_run_left_staged_are_removed_by_its_rerun() {
+        let (_dir, staged, location, runtime) = setup();
+        let folder = FsPath::new(&location);
+        let staging_folder = FsPath::new(&staged);
+        // As a commit killed between linking a shard's copy and renaming it into place: the ids
+        // were named ahead in a pending record, the record of stored chunks never written.
+        let id = ChunkId::random().to_string();
+        std::fs::create_dir_all(folder.join("chunks")).expect("mkdir");
+        std::fs::hard_link(
+            staging_folder.join("a/c/0"),
+            folder.join(format!("chunks/{id}#0")),
+        )
+        .expect("link");
+        let records = staging_folder.join(chunks::CHUNK_RECORDS);
+        std::fs::create_dir_all(&records).expect("mkdir");
+        std::fs::write(
+            records.join("commit-1-2-0.pending"),
+            json!({ "ids": [id] }).to_string(),
+        )
+        .expect("pending");
+        // Another writer's pending copy (a worker's) is not this run's.
+        let other = ChunkId::random().to_string();
+        std::fs::hard_link(
+            staging_folder.join("a/c/0"),
+            folder.join(format!("chunks/{other}#0")),
+        )
+        .expect("link");
+        std::fs::write(
+            records.join("w1of2-1-2-0.pending"),
+            json!({ "ids": [other] }).to_string(),
+        )
+        .expect("pending");
+        let published =
+            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+        assert_eq!(published.stored_at_commit, 1);
+        assert_eq!(staged_files(folder), [format!("chunks/{other}#0")]);
     }
 
     #[test]

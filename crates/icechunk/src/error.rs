@@ -82,6 +82,21 @@ pub enum Error {
         /// What overlapped.
         reason: String,
     },
+    /// A node of the conversion is of the other kind on the branch (a group where it writes an
+    /// array, or an array where it writes a group).
+    #[error("icechunk repository {repo}: branch {branch:?} holds {found} at {path}, where this conversion writes {wanted}: nothing was converted or committed; remove or rename that node on the branch, or convert into another branch or repository")]
+    NodeConflict {
+        /// The repository's location.
+        repo: String,
+        /// The branch (the one it is made from when it does not exist yet).
+        branch: String,
+        /// The node's path (`/` for the root).
+        path: String,
+        /// What the branch holds there ("a group", "an array").
+        found: &'static str,
+        /// What the conversion writes there.
+        wanted: &'static str,
+    },
     /// This zshard was built without the cargo feature `icechunk`.
     #[error("icechunk repository {repo}: this zshard was built without Icechunk support (cargo feature `icechunk`)")]
     Unavailable {

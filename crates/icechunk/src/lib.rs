@@ -27,16 +27,16 @@ mod unavailable;
 
 #[cfg(feature = "icechunk")]
 pub use destination::{
-    create_if_missing, destination_spec, earlier_commit, forget_stored_shards, on_branch, publish,
-    store_staged_shards,
+    check_nodes, create_if_missing, destination_spec, earlier_commit, forget_stored_shards,
+    on_branch, publish, store_staged_shards, zshard_commit,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "icechunk")]
 pub use source::Source;
 #[cfg(not(feature = "icechunk"))]
 pub use unavailable::{
-    create_if_missing, destination_spec, earlier_commit, forget_stored_shards, on_branch, publish,
-    store_staged_shards, Source,
+    check_nodes, create_if_missing, destination_spec, earlier_commit, forget_stored_shards,
+    on_branch, publish, store_staged_shards, zshard_commit, Source,
 };
 
 use error::boxed;

@@ -59,11 +59,24 @@ impl Source {
     }
 }
 
+/// Refuses: this build cannot read repositories.
+pub fn check_nodes(
+    location: &str,
+    _branch: &str,
+    _arrays: &[String],
+    _groups: &[String],
+    _runtime: &Arc<IoRuntime>,
+) -> Result<()> {
+    Err(Error::Unavailable {
+        repo: location.to_string(),
+    })
+}
+
 /// Refuses: this build cannot write repositories.
 pub fn create_if_missing(
     location: &str,
     _spec: Option<SpecVersion>,
-    _runtime: &IoRuntime,
+    _runtime: &Arc<IoRuntime>,
 ) -> Result<DestinationSpec> {
     Err(Error::Unavailable {
         repo: location.to_string(),
@@ -143,4 +156,9 @@ pub fn on_branch(
     Err(Error::Unavailable {
         repo: location.to_string(),
     })
+}
+
+/// Nothing: this build cannot read repositories (`status` reports what the destination shows).
+pub fn zshard_commit(_location: &str, _runtime: &Arc<IoRuntime>) -> Result<Option<String>> {
+    Ok(None)
 }

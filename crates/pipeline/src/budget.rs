@@ -189,7 +189,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             return Ok(budget_of(threads, part_bytes, keep));
         }
     }
-    Err(refusal(arrays, io_threads, outside, resident, limit))
+    Err(refusal(arrays, io_threads, upload_buffers, resident, limit))
 }
 
 /// Why even the smallest run (one thread, parts of one inner chunk, nothing kept) does not fit
@@ -197,10 +197,11 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
 fn refusal(
     arrays: &[ArrayLayout],
     io_threads: usize,
-    outside: u64,
+    upload_buffers: u64,
     resident: u64,
     limit: u64,
 ) -> Error {
+    let outside = upload_buffers.saturating_add(resident);
     let smallest = |a: &ArrayLayout| estimate(std::slice::from_ref(a), 1, 1, io_threads, false);
     let worst = arrays
         .iter()
@@ -211,6 +212,14 @@ fn refusal(
         .peak()
         .saturating_add(outside);
     let (array, cause) = match worst {
+        // The part buffers of shards uploaded in parts, when they weigh the most: no chunk shape
+        // makes them smaller.
+        Some((_, e)) if upload_buffers > e.index.max(e.messages).max(resident) => (
+            None,
+            MemoryUse::Uploads {
+                bytes: upload_buffers,
+            },
+        ),
         Some((i, e)) if e.index > e.messages.max(resident) => (
             Some(i),
             MemoryUse::ShardIndex {
@@ -255,6 +264,12 @@ pub enum MemoryUse {
         /// Its bytes.
         bytes: u64,
     },
+    /// The buffers of the shards being uploaded to an object store: a shard larger than one part
+    /// holds a part being filled and one in flight (see [`BudgetRequest::upload_buffers`]).
+    Uploads {
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 impl fmt::Display for MemoryUse {
@@ -281,6 +296,13 @@ impl fmt::Display for MemoryUse {
                 f,
                 "the source's references take {} for the whole run: split the reference set",
                 HumanBytes(bytes)
+            ),
+            MemoryUse::Uploads { bytes } => write!(
+                f,
+                "the buffers of shards uploaded to the object store take {} (a part being filled and one being sent for each shard open at a time): use a smaller {} (at least 5MiB) or a smaller {}",
+                HumanBytes(bytes),
+                Setting::PartSize,
+                Setting::ShardShape
             ),
         }
     }

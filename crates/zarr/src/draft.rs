@@ -120,9 +120,13 @@ struct DraftGroup {
 /// Whether a `zarr.json` is the draft's entry point (it has `metadata_key_suffix`; the final v3
 /// `zarr.json` has `zarr_format: 3` and no such member).
 pub fn is_draft_entry_point(doc: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(doc)
-        .ok()
-        .is_some_and(|v| v.get("metadata_key_suffix").is_some())
+    // Only the one member is looked at: the rest is skipped, not parsed into values (a final
+    // `zarr.json` may hold millions of them).
+    #[derive(Deserialize)]
+    struct Probe {
+        metadata_key_suffix: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(doc).is_ok_and(|p| p.metadata_key_suffix.is_some())
 }
 
 /// Parses the entry point read from `key` (named in errors): the suffix of the metadata documents.

@@ -42,7 +42,16 @@ pub struct SkippedArray {
 
 /// Every node at and below the store's location, parents before children, sorted by path.
 pub fn open_hierarchy(store: &Store) -> Result<Vec<Node>> {
-    let mut walk = Walk::default();
+    open_hierarchy_within(store, None)
+}
+
+/// [`open_hierarchy`], refusing a `zarr.json` that would take more than half of `memory_limit`
+/// parsed before it is parsed (see [`check_parse_cost`](crate::v3::check_parse_cost)).
+pub fn open_hierarchy_within(store: &Store, memory_limit: Option<u64>) -> Result<Vec<Node>> {
+    let mut walk = Walk {
+        memory_limit,
+        ..Walk::default()
+    };
     walk.open(store)?;
     Ok(walk.nodes)
 }
@@ -50,8 +59,17 @@ pub fn open_hierarchy(store: &Store) -> Result<Vec<Node>> {
 /// As [`open_hierarchy`], but an array below the root whose metadata is valid and names a data type
 /// or codec zshard does not read is left out and returned with the reason, instead of failing.
 pub fn open_hierarchy_skipping(store: &Store) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
+    open_hierarchy_skipping_within(store, None)
+}
+
+/// [`open_hierarchy_skipping`] within `memory_limit` (see [`open_hierarchy_within`]).
+pub fn open_hierarchy_skipping_within(
+    store: &Store,
+    memory_limit: Option<u64>,
+) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
     let mut walk = Walk {
         skip_unsupported: true,
+        memory_limit,
         ..Walk::default()
     };
     walk.open(store)?;
@@ -65,6 +83,8 @@ struct Walk {
     nodes: Vec<Node>,
     skipped: Vec<SkippedArray>,
     skip_unsupported: bool,
+    /// Documents that would not fit it parsed are refused unparsed (`None`: no limit).
+    memory_limit: Option<u64>,
 }
 
 impl Walk {
@@ -87,6 +107,9 @@ impl Walk {
     /// Reads the root's metadata and everything below it.
     fn open(&mut self, store: &Store) -> Result<()> {
         if let Some(doc) = store.get("zarr.json")? {
+            if let Some(limit) = self.memory_limit {
+                v3::check_parse_cost(&store.url("zarr.json"), &doc, limit)?;
+            }
             if draft::is_draft_entry_point(&doc) {
                 self.nodes = draft::open_hierarchy(store, &doc)?;
                 return Ok(());
@@ -152,7 +175,8 @@ impl Walk {
                 let Some(doc) = doc? else {
                     continue;
                 };
-                let node = v3::parse_node(&store.url(doc_key), &doc).map(|n| n.kind);
+                let node = v3::parse_node_within(&store.url(doc_key), &doc, self.memory_limit)
+                    .map(|n| n.kind);
                 let is_group = matches!(node, Ok(NodeKind::Group { .. }));
                 self.node(child_path.clone(), node)?;
                 if is_group {

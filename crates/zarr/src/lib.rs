@@ -31,10 +31,16 @@ mod v3;
 mod xarray;
 
 pub use error::{Error, Result};
-pub use hierarchy::{open_hierarchy, open_hierarchy_skipping, SkippedArray};
+pub use hierarchy::{
+    open_hierarchy, open_hierarchy_skipping, open_hierarchy_skipping_within, open_hierarchy_within,
+    SkippedArray,
+};
 pub use reader::{array_chunk_reader, chunk_reader, ShardedChunkReader, ZarrChunkReader};
 pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
 };
-pub use v3::{parse_node as parse_v3_node, ParsedNode};
+pub use v3::{
+    check_parse_cost, json_values, parse_node as parse_v3_node,
+    parse_node_within as parse_v3_node_within, ParsedNode, PARSED_BYTES_PER_VALUE,
+};
 pub use xarray::{xarray_v3_fill_value, XarrayFill};

@@ -209,12 +209,12 @@ pub struct StorageArgs {
     #[arg(long, help_heading = STORAGE, value_name = "N")]
     pub(crate) max_requests: Option<usize>,
     /// Shards larger than this are uploaded to object stores in parts of this size (default 32MiB,
-    /// min 5MiB).
+    /// min 5MiB: a smaller size is raised to it, with a warning).
     #[arg(long, help_heading = STORAGE, value_parser = size, value_name = "SIZE")]
     pub(crate) part_size: Option<u64>,
-    /// Threads fetching chunks and threads writing shards, each (default: 2 for local paths, 8 when
-    /// the source or destination is a remote store; a conversion of small shards gets up to 32, as many
-    /// as keep twice that many shards within 64 MiB and the memory limit).
+    /// Threads fetching chunks and threads writing shards, each, at least 1 (default: 2 for local
+    /// paths, 8 when the source or destination is a remote store; a conversion of small shards gets
+    /// up to 32, as many as keep twice that many shards within 64 MiB and the memory limit).
     #[arg(long, help_heading = STORAGE, value_name = "N")]
     pub(crate) io_threads: Option<usize>,
 }

@@ -82,7 +82,8 @@ enum Command {
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         #[command(flatten)]
@@ -128,7 +129,8 @@ enum Command {
     Plan {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage assumed for the memory estimate (default: the number of cores).
+        /// Worker threads per CPU stage assumed for the memory estimate, at least 1 (default: the
+        /// number of cores; more than 4 per core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
@@ -167,12 +169,17 @@ enum Command {
         /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
         #[arg(long, value_name = "FRACTION")]
         sample: Option<f64>,
+        /// Peak memory not to exceed, e.g. 512MiB or 4G: shards are compared in parts that fit, as
+        /// convert writes them (default: convert's, half of the machine's or the cgroup's memory).
+        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        memory_limit: Option<u64>,
         /// Check the output DST (given alone) against the checksum manifest its conversion kept
         /// (--keep-manifest), without the source: every shard's size and crc32c, and objects at
         /// chunk keys the manifest does not name.
         #[arg(long)]
         manifest: bool,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
@@ -216,7 +223,8 @@ enum Command {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
         dir: PathBuf,
-        /// Worker threads per CPU stage (default: the number of cores).
+        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
+        /// core, or than 1024, are capped to that, with a warning).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
         /// No progress bar and no summary.
@@ -421,6 +429,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             threads,
             ome,
             quiet,
+            ..
         } => {
             signals::exit_on_signals()?;
             let mut first = First::default();
@@ -431,6 +440,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 storage: lower::storage(&storage),
                 ome,
                 threads,
+                memory_limit: None,
                 sample,
                 manifest: Some(true),
             };
@@ -742,6 +752,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             storage,
             sample,
             threads,
+            memory_limit,
             ome,
             quiet,
             manifest: false,
@@ -751,6 +762,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             first.result().map_err(RequestError::Options)?;
             options.ome = ome;
             options.threads = threads;
+            options.memory_limit = memory_limit.map(Size);
             options.sample = sample;
             let verification = verification(&options);
             request(Request::Verify(Box::new(verification)), quiet, false)

@@ -186,7 +186,13 @@ fn table(s: &Status) -> String {
                         l.host,
                         l.pid,
                         l.age_ms as f64 / 1000.0,
-                        if l.live { "live" } else { "stale" }
+                        if l.live {
+                            "live"
+                        } else if l.ended {
+                            "dead: no such process on this host"
+                        } else {
+                            "stale"
+                        }
                     )
                 })
                 .collect::<Vec<_>>()
@@ -203,7 +209,19 @@ fn table(s: &Status) -> String {
         }
     }
     let _ = writeln!(out);
-    if s.finalize_waits_for.is_empty() {
+    let live = s.workers.iter().any(|w| w.live);
+    let left = s.totals.shards_planned.saturating_sub(s.totals.shards_done);
+    if s.finalize_waits_for.is_empty() && left > 0 {
+        // An unpartitioned run writes the metadata itself when it is done.
+        let _ = if live {
+            writeln!(out, "converting: {left} shard(s) left")
+        } else {
+            writeln!(
+                out,
+                "stopped with {left} shard(s) left: rerun the conversion to resume it"
+            )
+        };
+    } else if s.finalize_waits_for.is_empty() {
         let _ = writeln!(out, "every shard is recorded done: run `zshard finalize`");
     } else {
         let _ = writeln!(

@@ -624,3 +624,432 @@ fn thirty_thousand_empty_arrays_are_refused_under_a_limit_their_plan_does_not_fi
     let written = std::fs::read_dir(&out).expect("output").count();
     assert_eq!(written, ARRAYS + 1, "arrays and zarr.json in the output");
 }
+
+/// A Zarr v2 array of `shape` uint16 in chunks of `chunks` with no chunk stored (all fill): enough
+/// for `plan`, which reads no chunk.
+fn metadata_only_source(dir: &Path, shape: &[u64], chunks: &[u64]) -> std::path::PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let zarray = json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": "<u2",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null});
+    std::fs::write(src.join(".zarray"), zarray.to_string()).expect(".zarray");
+    src
+}
+
+/// Issue 45, row 10: on an object store a shard smaller than one part goes up in one PUT, so the
+/// part buffers of multipart uploads are not counted for it. 8 KiB shards were refused under
+/// 128 MiB ("needs about 176.00 MiB": 48 MiB, and 2 parts of 32 MiB for each of 2 open shards),
+/// blaming the source chunks; now they plan within 96 MiB. Shards that can be multipart still
+/// count their parts, and a limit those do not fit is refused naming them and --part-size.
+#[test]
+fn part_buffers_are_counted_only_for_shards_that_can_be_multipart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path(), "src");
+    // `plan` reads no destination: the endpoint is never contacted.
+    let s3 = [
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--anonymous",
+        "--shard-shape",
+        "64,64",
+    ];
+    let mut args = vec![
+        "plan",
+        s(&src),
+        "s3://bucket/out",
+        "--memory-limit",
+        "96MiB",
+    ];
+    args.extend(s3);
+    args.push("--json");
+    let out = zshard(&args);
+    assert!(out.status.success(), "{:?}", failure(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+    let peak = plan["totals"]["estimated_peak_memory_per_worker"]
+        .as_u64()
+        .expect("peak");
+    assert!(peak <= 64 << 20, "peak {peak}: {plan}");
+
+    // Shards of 32 MiB (raw) in parts of 64 MiB: each may take two parts' worth; 2 are open.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = metadata_only_source(tmp.path(), &[8192, 8192], &[512, 512]);
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        "s3://bucket/out",
+        "--memory-limit",
+        "128MiB",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--anonymous",
+        "--shard-shape",
+        "4096,4096",
+        "--chunk-shape",
+        "512,512",
+        "--part-size",
+        "64MiB",
+    ]);
+    let (code, stderr) = failure(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("more than the memory limit of 128.00 MiB: the buffers of shards uploaded to the object store take ")
+            && stderr.contains("use a smaller --part-size (at least 5MiB) or a smaller --shard-shape"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--chunk-shape"), "{stderr}");
+}
+
+/// Issue 45, row 12: object stores take parts of at least 5 MiB, so a smaller `--part-size` is
+/// raised to it; the plan and the run say so.
+#[test]
+fn a_part_size_below_what_object_stores_take_is_raised_with_a_warning() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path(), "src");
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        "s3://bucket/out",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--anonymous",
+        "--part-size",
+        "1MiB",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{:?}", failure(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+    let warnings = plan["warnings"].to_string();
+    assert!(
+        warnings.contains("--part-size 1.00 MiB is below the 5.00 MiB object stores take as a part: parts of 5.00 MiB are used"),
+        "{warnings}"
+    );
+    // A local destination has no parts: nothing to say.
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        s(&tmp.path().join("out")),
+        "--part-size",
+        "1MiB",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{:?}", failure(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+    assert!(
+        !plan["warnings"].to_string().contains("part-size"),
+        "{plan}"
+    );
+}
+
+/// CPUs of this machine, as zshard counts them.
+fn cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+/// Issue 45, row 12: no thread at all is refused, on the command line and in job files alike, as
+/// Python refuses it ("threads must be at least 1, got 0"); before, a run of `--threads 0` or
+/// `io_threads = 0` was accepted.
+#[test]
+fn zero_threads_are_refused_on_the_command_line_and_in_job_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path(), "src");
+    let out = tmp.path().join("out");
+    for (flag, message) in [
+        ("--threads", "--threads must be at least 1, got 0"),
+        ("--io-threads", "--io-threads must be at least 1, got 0"),
+    ] {
+        for command in ["convert", "plan"] {
+            let (code, stderr) = failure(&zshard(&[command, s(&src), s(&out), flag, "0"]));
+            assert_eq!(code, Some(1), "{command} {flag}: {stderr}");
+            assert!(stderr.contains(message), "{command} {flag}: {stderr}");
+        }
+    }
+    let (code, stderr) = failure(&zshard(&["verify", s(&src), s(&out), "--threads", "0"]));
+    assert_eq!(code, Some(1), "verify: {stderr}");
+    assert!(
+        stderr.contains("--threads must be at least 1, got 0"),
+        "verify: {stderr}"
+    );
+    assert!(!out.exists());
+    for (settings, message) in [
+        ("threads = 0\n", "threads must be at least 1, got 0"),
+        (
+            "[storage]\nio_threads = 0\n",
+            "io_threads must be at least 1, got 0",
+        ),
+    ] {
+        let job = tmp.path().join("job.toml");
+        std::fs::write(
+            &job,
+            format!(
+                "{settings}[[conversions]]\nsource = \"{}\"\ndestination = \"{}\"\n",
+                s(&src),
+                s(&out)
+            ),
+        )
+        .expect("write job");
+        let (code, stderr) = failure(&zshard(&["run", s(&job), "--quiet"]));
+        assert_eq!(code, Some(1), "{settings}: {stderr}");
+        assert!(
+            stderr.contains(message) && !stderr.contains("--"),
+            "{settings}: {stderr}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// Issue 45, row 9: `--threads` is capped at 4 per CPU (1024 at most): more is used as the cap,
+/// with a warning in the plan and the run's output (3000 threads on 2 CPUs ran a 116 KiB
+/// conversion for minutes).
+#[test]
+fn threads_beyond_four_per_cpu_are_capped_with_a_warning() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path(), "src");
+    let out = tmp.path().join("out");
+    let cap = (4 * cpus()).min(1024);
+    let plan = zshard(&["plan", s(&src), s(&out), "--threads", "3000", "--json"]);
+    assert!(plan.status.success(), "{:?}", failure(&plan));
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).expect("plan json");
+    assert_eq!(plan["threads"].as_u64(), Some(cap), "{plan}");
+    assert!(
+        plan["warnings"].to_string().contains(&format!(
+            "--threads 3000 is more than 4 per CPU ({} CPUs): {cap} threads are used",
+            cpus()
+        )),
+        "{plan}"
+    );
+    let start = std::time::Instant::now();
+    let run = zshard(&["convert", s(&src), s(&out), "--threads", "3000"]);
+    let (code, stderr) = failure(&run);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{cap} threads are used")),
+        "{stderr}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+    let (data, _) = common::read_v3(&out);
+    assert_eq!(data, expected(DataType::UInt16, &[64, 64], 0));
+}
+
+/// A v3 array at `dir/rect` of `edges` chunks alternating between 1 and 2 elements along its one
+/// dimension (a rectilinear grid that no run-length pair shortens), no chunk stored; the size of
+/// its zarr.json.
+fn rectilinear_source(dir: &Path, edges: usize) -> (std::path::PathBuf, usize) {
+    let src = dir.join("rect");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let list: String = (0..edges)
+        .map(|i| if i % 2 == 0 { "1" } else { "2" })
+        .collect::<Vec<_>>()
+        .join(",");
+    let extent: u64 = (0..edges as u64).map(|i| 1 + i % 2).sum();
+    let doc = format!(
+        r#"{{"zarr_format": 3, "node_type": "array", "shape": [{extent}], "data_type": "uint8",
+        "chunk_grid": {{"name": "rectilinear", "configuration": {{"kind": "inline", "chunk_shapes": [[{list}]]}}}},
+        "chunk_key_encoding": {{"name": "default"}}, "fill_value": 0, "codecs": [{{"name": "bytes"}}]}}"#
+    );
+    std::fs::write(src.join("zarr.json"), &doc).expect("write zarr.json");
+    (src, doc.len())
+}
+
+/// Issue 45, row 5: a rectilinear grid's edges are counted before the document is parsed. A 9 MB
+/// zarr.json of 4.5 million edges peaked at 445 MB under `--memory-limit 64MiB`; it is refused
+/// now, naming the document, its number of values and the limit, within the limit (in a cgroup of
+/// that size); a grid of 50,000 edges plans within it.
+#[test]
+fn a_huge_rectilinear_chunk_grid_is_counted_against_the_limit_before_it_is_parsed() {
+    let Some(group) = MemoryCgroup::new((64 << 20) + CGROUP_ALLOWANCE) else {
+        println!("{NO_CGROUP}");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, size) = rectilinear_source(tmp.path(), 4_500_000);
+    assert!(size > 9_000_000, "{size} bytes");
+    let out = tmp.path().join("out");
+    for command in ["plan", "convert"] {
+        let mut args = vec![command, s(&src), s(&out), "--memory-limit", "64MiB"];
+        if command == "convert" {
+            args.push("--quiet");
+        }
+        let run = group.run(&args);
+        let peak: u64 = group.read("memory.max_usage_in_bytes").parse().unwrap_or(0);
+        let (code, stderr) = failure(&run);
+        assert_eq!(code, Some(1), "{command}: peak {peak}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: ", src.join("zarr.json").display()))
+                && stderr.contains("a document of 4500018 JSON values (")
+                && stderr.contains("more than the memory limit of 64.00 MiB (--memory-limit) allows for one document (32.00 MiB)"),
+            "{command}: {stderr}"
+        );
+        assert!(peak < 64 << 20, "{command}: peak {peak} bytes");
+        println!("{command}: refused, peak charged to the cgroup: {peak} bytes");
+    }
+    assert!(!out.exists());
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (src, _) = rectilinear_source(tmp.path(), 50_000);
+    let run = group.run(&[
+        "plan",
+        s(&src),
+        s(&out),
+        "--memory-limit",
+        "64MiB",
+        "--json",
+    ]);
+    let peak: u64 = group.read("memory.max_usage_in_bytes").parse().unwrap_or(0);
+    let (code, stderr) = failure(&run);
+    assert_eq!(code, Some(0), "peak {peak}: {stderr}");
+    let plan: serde_json::Value = serde_json::from_slice(&run.stdout).expect("plan json");
+    assert_eq!(
+        plan["arrays"][0]["source_chunk_grid"]["chunks"],
+        json!([50_000]),
+        "{plan}"
+    );
+    assert!(peak < 64 << 20, "plan of 50,000 edges: peak {peak} bytes");
+    println!("plan of 50,000 edges: peak charged to the cgroup: {peak} bytes");
+}
+
+/// Issue 45, row 4: `verify SRC DST` collected every shard whole before comparing it (1.06 GB for
+/// four 128 MiB shards, whatever the limit). It now compares part by part, under `--memory-limit`
+/// as `convert` writes: one 64 MiB shard is verified under a cgroup at 64 MiB (plus
+/// [`CGROUP_ALLOWANCE`]), and a changed element is still found.
+#[test]
+fn verify_compares_a_shard_larger_than_the_limit_in_parts_under_a_cgroup() {
+    const LIMIT: u64 = 64 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let shape = [8192, 4096];
+    let data = expected(DataType::UInt16, &shape, 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let shapes = ["--shard-shape", "8192,4096", "--chunk-shape", "256,256"];
+    let converted =
+        common::zshard(&[&["convert", s(&src), s(&out), "--quiet"][..], &shapes].concat());
+    assert!(
+        converted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&converted.stderr)
+    );
+    let verify = |group: &MemoryCgroup| {
+        group.run(&[
+            "verify",
+            s(&src),
+            s(&out),
+            "--memory-limit",
+            "64MiB",
+            "--threads",
+            "2",
+        ])
+    };
+    let run = verify(&group);
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("verify's peak charged to the cgroup: {peak} bytes");
+    // A changed source element is found in its part.
+    let mut changed = data;
+    changed[(7680 * 4096 + 3584) * 2] ^= 1;
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!({"id": "zstd", "level": 1}),
+        &changed,
+    );
+    drop(group);
+    let group = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE).expect("cgroup");
+    let (code, stderr) = failure(&verify(&group));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("element(s) differ from the source, first at [7680, 3584]"),
+        "{stderr}"
+    );
+}
+
+/// Issue 45, row 4: the shards written after the last checkpoint were checked by reading up to 16
+/// of them whole at once, whatever the limit (`finalize`, which has no limit of its own, took 540
+/// MB). Their checksums are now streamed: the 16 incompressible shards of 8 MiB of two workers,
+/// named only by their manifest records (as after a power loss past the last checkpoint), are
+/// checked by `finalize` under a cgroup at 64 MiB (plus [`CGROUP_ALLOWANCE`]).
+#[test]
+fn finalize_checks_large_uncheckpointed_shards_within_a_cgroup() {
+    const LIMIT: u64 = 64 << 20;
+    let Some(group) = MemoryCgroup::new(LIMIT + CGROUP_ALLOWANCE) else {
+        println!("SKIPPED: no writable cgroup v1 memory controller at /sys/fs/cgroup/memory (needs root and cgroup v1)");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let shape = [8192, 8192];
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let data: Vec<u8> = (0..shape[0] * shape[1] * 2)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        })
+        .collect();
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[512, 512],
+        json!(null),
+        &data,
+    );
+    let out = tmp.path().join("out");
+    let layout = [
+        "--shard-shape",
+        "2048,2048",
+        "--chunk-shape",
+        "512,512",
+        "--compressor",
+        "none",
+        "--quiet",
+    ];
+    for worker in ["0/2", "1/2"] {
+        let run = common::zshard(
+            &[
+                &["convert", s(&src), s(&out), "--worker", worker][..],
+                &layout,
+            ]
+            .concat(),
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    std::fs::remove_dir_all(out.join(".zshard/done")).expect("drop the done records");
+    let run = group.run(&[&["finalize", s(&src), s(&out)][..], &layout].concat());
+    let peak = group.read("memory.max_usage_in_bytes");
+    let (code, stderr) = failure(&run);
+    assert_eq!(
+        code,
+        Some(0),
+        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+        LIMIT + CGROUP_ALLOWANCE,
+        group.read("memory.failcnt")
+    );
+    println!("finalize's peak charged to the cgroup: {peak} bytes");
+    let (converted, _) = common::read_v3(&out);
+    assert!(converted == data, "the output differs from the source");
+}

@@ -106,12 +106,14 @@ fn status_counts_what_the_workers_did() {
         written.iter().sum::<u64>() as f64 / 120.0,
         "{rate}"
     );
-    assert_eq!(rate["eta_s"], 120, "{rate}");
+    // No run is converting (worker 0 ended, worker 1 never started): no time left is given
+    // (issue 44, point 4).
+    assert_eq!(rate["eta_s"], Value::Null, "{rate}");
     // The table says the same.
     let table = zshard(&["status", dst]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("finalize waits for: w1of2"), "{table}");
-    assert!(table.contains("time left at this rate: 2m 00s"), "{table}");
+    assert!(table.contains("time left at this rate: -"), "{table}");
 
     convert("1/2");
     let written = shards(&dst_path);
@@ -125,7 +127,9 @@ fn status_counts_what_the_workers_did() {
     run(&[&["finalize", src, dst, "-q"][..], &SHARDS_OF_16].concat());
     let s = status(dst);
     assert_eq!(s["phase"], "complete", "{s:#}");
-    assert_eq!(s["arrays"], serde_json::json!([]));
+    // Its arrays and totals from the metadata (issue 44, point 4).
+    assert_eq!(s["arrays"][0]["shards_done"], 30, "{s:#}");
+    assert_eq!(s["totals"]["shards_planned"], 30, "{s:#}");
 }
 
 /// `zshard status JOB.toml`: the status of each conversion's destination, in the job's order; with
@@ -340,4 +344,93 @@ fn a_kept_manifest_is_complete_and_a_job_destination_not_made_yet_is_not_started
     let statuses = status(job.to_str().expect("utf-8"));
     assert_eq!(statuses[0]["phase"], "complete", "{statuses:#}");
     assert_eq!(statuses[1]["phase"], "not_started", "{statuses:#}");
+}
+
+/// Issue 44, point 4: a single run killed on this host is not shown `live` for a minute (its pid
+/// is gone: its lease is "dead"), `finalize` waits for no unpartitioned run (it writes its own
+/// metadata), and no time left is given when no run is converting.
+#[test]
+fn a_killed_single_run_is_dead_and_nothing_waits_for_finalize() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let src = src.to_str().expect("utf-8");
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+    // Half of the shards, recorded as a single run's (w0of1) records would be.
+    run(&[
+        &["convert", src, dst, "--worker", "0/2", "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let state = dst_path.join(".zshard");
+    for dir in ["options", "done", "empty"] {
+        for entry in std::fs::read_dir(state.join(dir))
+            .expect("records")
+            .flatten()
+        {
+            let name = entry
+                .file_name()
+                .to_string_lossy()
+                .replace("w0of2", "w0of1");
+            std::fs::rename(entry.path(), state.join(dir).join(name)).expect("rename");
+        }
+    }
+    // A lease renewed just now by a process of this host that has ended.
+    let mut ended = std::process::Command::new("true").spawn().expect("true");
+    let pid = ended.id();
+    ended.wait().expect("wait");
+    let host = String::from_utf8(std::fs::read("/proc/sys/kernel/hostname").expect("hostname"))
+        .expect("utf-8")
+        .trim()
+        .to_string();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    std::fs::create_dir_all(state.join("leases")).expect("mkdir");
+    std::fs::write(
+        state.join(format!("leases/w0of1-{host}-{pid}-1.json")),
+        serde_json::json!({"host": host, "pid": pid, "worker": "w0of1",
+            "started": "2026-12-06T00:00:00Z", "renewed_ms": now_ms, "stale_after_ms": 60000})
+        .to_string(),
+    )
+    .expect("lease");
+
+    let s = status(dst);
+    assert_eq!(s["finalize_waits_for"], serde_json::json!([]), "{s:#}");
+    assert_eq!(s["workers"][0]["worker"], "w0of1", "{s:#}");
+    assert_eq!(s["workers"][0]["live"], false, "{s:#}");
+    assert_eq!(s["workers"][0]["leases"][0]["ended"], true, "{s:#}");
+    assert_eq!(s["rate"]["eta_s"], Value::Null, "{s:#}");
+    assert_eq!(s["finished"], false, "shards are left: {s:#}");
+    let table = String::from_utf8_lossy(&zshard(&["status", dst]).stdout).into_owned();
+    assert!(
+        table.contains("dead: no such process on this host"),
+        "{table}"
+    );
+    assert!(
+        table.contains("stopped with 15 shard(s) left: rerun the conversion to resume it"),
+        "{table}"
+    );
+    assert!(!table.contains("finalize waits for"), "{table}");
+}
+
+/// Issue 44, point 4: a finished conversion keeps its arrays and totals in `status` (its state is
+/// gone; they come from its metadata), so the last `--watch` line does not lose them.
+#[test]
+fn a_finished_conversion_shows_its_arrays_and_totals() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+    run(&[
+        &["convert", src.to_str().expect("utf-8"), dst, "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let s = status(dst);
+    assert_eq!(s["phase"], "complete", "{s:#}");
+    assert_eq!(s["totals"]["shards_planned"], 30, "{s:#}");
+    assert_eq!(s["totals"]["shards_done"], 30, "{s:#}");
+    assert_eq!(s["arrays"][0]["shards_planned"], 30, "{s:#}");
 }

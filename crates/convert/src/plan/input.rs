@@ -7,10 +7,10 @@ use std::sync::Arc;
 use zshard_core::{ArrayMeta, ChunkReader, Node, NodeKind, Setting};
 use zshard_kerchunk::{Format, ReadStats, ReferenceSet};
 use zshard_store::{IoRuntime, Location, Store};
-use zshard_zarr::{array_chunk_reader, open_hierarchy, open_hierarchy_skipping};
+use zshard_zarr::{array_chunk_reader, open_hierarchy_skipping_within, open_hierarchy_within};
 
 use crate::error::{Error, Result};
-use crate::selection::Selection;
+use crate::plan::selection::Selection;
 
 /// What kind of input a source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,18 +310,24 @@ impl Input {
         &self,
         options: &SourceOptions,
     ) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
-        let (nodes, skipped) = self.all_nodes(options.on_unsupported)?;
+        let (nodes, skipped) = self.all_nodes(options.on_unsupported, options.memory_limit)?;
         let skipped = options.selection.retain_selected(skipped, |s| &s.path)?;
         Ok((options.selection.apply(nodes, &self.url())?, skipped))
     }
 
     /// Every group and array of the input, and the arrays skipped as unsupported.
-    fn all_nodes(&self, on_unsupported: OnUnsupported) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
+    fn all_nodes(
+        &self,
+        on_unsupported: OnUnsupported,
+        memory_limit: Option<u64>,
+    ) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
         match self {
             Input::Zarr(store) => {
                 let (nodes, skipped) = match on_unsupported {
-                    OnUnsupported::Refuse => (open_hierarchy(store)?, Vec::new()),
-                    OnUnsupported::Skip => open_hierarchy_skipping(store)?,
+                    OnUnsupported::Refuse => {
+                        (open_hierarchy_within(store, memory_limit)?, Vec::new())
+                    }
+                    OnUnsupported::Skip => open_hierarchy_skipping_within(store, memory_limit)?,
                 };
                 let skipped = skipped.into_iter().map(SkippedArray::from).collect();
                 // Already sharded arrays are read by inner chunk (`ArrayMeta::read_by_inner_chunk`).

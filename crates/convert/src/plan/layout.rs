@@ -15,8 +15,8 @@ use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 
 use crate::compressor::Compressor;
 use crate::error::{one_line, Error, Result};
-use crate::input::{Input, OnUnsupported, SkippedArray};
-use crate::shape::{check_names_known, ShapeSpec};
+use crate::plan::input::{Input, OnUnsupported, SkippedArray};
+use crate::plan::shape::{check_names_known, ShapeSpec};
 
 /// Options that shape the output of an array.
 #[derive(Debug, Clone, PartialEq)]
@@ -354,7 +354,7 @@ fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
 
 /// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
 fn by_name_hint(what: Setting, meta: &ArrayMeta) -> String {
-    let named = crate::shape::dimension_names(meta)
+    let named = crate::plan::shape::dimension_names(meta)
         .and_then(|names| names.iter().flatten().next())
         .zip(meta.chunk_shape.first());
     named.map_or_else(String::new, |(name, extent)| {
@@ -646,6 +646,25 @@ fn passthrough_applies(
     meta.rectilinear.is_none()
         && meta.chunk_shape == inner_shape
         && source_chain.specs() == inner_chain.specs()
+}
+
+impl Plan {
+    /// What readers will see differently in the output than in the source, and where `--compressor
+    /// source` could not keep the source's codecs: one message per thing, naming the array.
+    pub(crate) fn reader_warnings(&self, source: &str) -> Vec<String> {
+        let hierarchy = self.warnings.iter().map(|w| format!("{source}: {w}"));
+        hierarchy
+            .chain(self.arrays.iter().flat_map(|array| {
+                let name = array_name(source, &array.path);
+                array
+                    .source
+                    .warnings
+                    .iter()
+                    .chain(&array.compressor_fallback)
+                    .map(move |warning| format!("array {name}: {warning}"))
+            }))
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use zshard_core::{CodecSpec, NodeKind};
 use zshard_store::{IoRuntime, Location, StoreOptions};
 
 use crate::error::Result;
-use crate::input::{Input, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, SkippedArray, SourceOptions};
 
 /// One array of a source.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -107,7 +107,7 @@ impl PlanReport {
     /// What readers will see differently in the output than in the source (see
     /// [`Observer::warning`](crate::Observer::warning)), one message per thing, naming the array.
     pub fn warnings(&self) -> Vec<String> {
-        crate::conversion::reader_warnings(&self.plan, &self.source)
+        self.plan.reader_warnings(&self.source)
     }
 
     pub(crate) fn new(

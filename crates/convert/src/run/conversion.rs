@@ -11,13 +11,13 @@ use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, SourceOptions};
-use crate::lease::Lease;
-use crate::memory;
-use crate::partition::Partition;
+use crate::plan::input::{Input, SourceOptions};
+use crate::plan::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
-use crate::report::{Report, ReportBuilder, Status};
-use crate::state::{self, Prepared, ShardLog};
+use crate::run::lease::Lease;
+use crate::run::memory;
+use crate::run::report::{Report, ReportBuilder, Status};
+use crate::run::state::{self, Prepared, ShardLog};
 use zshard_pipeline::{Budget, Cancel};
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
@@ -97,7 +97,7 @@ pub struct Conversion {
     /// removed with the rest of the state.
     pub keep_manifest: bool,
     /// When records are flushed and compacted (tests make them small).
-    pub(crate) record_limits: crate::state::RecordLimits,
+    pub(crate) record_limits: crate::run::state::RecordLimits,
     /// How often the shards written are recorded as done, on local disk each time after a
     /// checkpoint (one `syncfs` of the destination's filesystem; shards are renamed into place
     /// without an fsync of their own). A power loss can lose or damage only the shards written
@@ -122,7 +122,7 @@ impl Conversion {
             source_options: SourceOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
-            threads: crate::options::default_threads(),
+            threads: crate::threads::default_threads(),
             memory_limit: None,
             partition: Partition::ALL,
             overwrite: false,
@@ -130,11 +130,11 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
-            lease_stale_after: crate::lease::DEFAULT_LEASE_STALE_AFTER,
+            lease_stale_after: crate::run::lease::DEFAULT_LEASE_STALE_AFTER,
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
-            record_limits: crate::state::RecordLimits::default(),
+            record_limits: crate::run::state::RecordLimits::default(),
         }
     }
 
@@ -198,12 +198,12 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let source_options = crate::input::SourceOptions {
+        let source_options = crate::plan::input::SourceOptions {
             memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
             ..self.source_options.clone()
         };
         let input = Input::open(source, &source_options, runtime.clone())?;
-        let (mut nodes, skipped) = input.nodes_skipping(&self.source_options)?;
+        let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
@@ -220,15 +220,18 @@ impl Conversion {
                 location: input.url(),
                 arrays: arrays as u64,
                 bytes: held,
+                bytes_per_array: memory::PLAN_BYTES_PER_ARRAY,
                 limit,
             });
         }
         let files = input.ome_files(&nodes)?;
         let url = input.url();
+        let settings_warnings = self.settings_warnings(&destination);
         let plan_with = |auto_max_chunks| -> Result<Plan> {
             let on_unsupported = self.source_options.on_unsupported;
             let mut plan = Plan::new(&nodes, &self.layouts, &url, on_unsupported, auto_max_chunks)?;
             plan.warnings = ome_warnings.clone();
+            plan.warnings.extend(settings_warnings.iter().cloned());
             plan.skipped.splice(0..0, skipped.iter().cloned());
             plan.files = files.clone();
             Ok(plan)
@@ -265,6 +268,25 @@ impl Conversion {
         Ok(opened)
     }
 
+    /// What the run does otherwise than its settings say: threads beyond the cap
+    /// ([`capped_threads`](crate::threads::capped_threads)), a part size below what object stores
+    /// take (raised to [`memory::MIN_PART_SIZE`] by the store).
+    fn settings_warnings(&self, destination: &Location) -> Vec<String> {
+        let mut warnings: Vec<String> = crate::threads::capped_threads(self.threads)
+            .1
+            .into_iter()
+            .collect();
+        let part_size = self.store_options.part_size;
+        if destination.is_remote() && part_size < memory::MIN_PART_SIZE {
+            let min = zshard_core::HumanBytes(memory::MIN_PART_SIZE as u64);
+            warnings.push(format!(
+                "{} is below the {min} object stores take as a part: parts of {min} are used",
+                zshard_core::Setting::PartSize.given(zshard_core::HumanBytes(part_size as u64)),
+            ));
+        }
+        warnings
+    }
+
     /// Checks everything `convert` checks before writing (the source, the layouts), without reading
     /// a chunk or touching the destination.
     pub fn check(&self) -> Result<()> {
@@ -276,6 +298,7 @@ impl Conversion {
             upload_buffers: memory::upload_buffers(
                 &opened.destination,
                 self.store_options.part_size,
+                &opened.plan.layouts(),
             ),
             // The plan, held for the whole run, and what the source holds.
             resident: opened
@@ -289,7 +312,7 @@ impl Conversion {
             memory::budget(
                 &opened.plan,
                 &opened.input.url(),
-                self.threads,
+                crate::threads::capped_threads(self.threads).0,
                 self.memory_limit,
                 outside,
                 io_threads,
@@ -331,7 +354,7 @@ impl Conversion {
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
-        let cost = crate::plan_report::Cost::of(
+        let cost = crate::plan::plan_report::Cost::of(
             &opened.plan,
             &reads,
             self.store_options.part_size as u64,
@@ -428,7 +451,7 @@ impl Conversion {
             Ok(())
         };
         let partition = self.partition;
-        for warning in reader_warnings(plan, &input.url()) {
+        for warning in plan.reader_warnings(&input.url()) {
             observer.warning(&warning);
         }
         let all: Vec<u64> = plan
@@ -527,7 +550,7 @@ impl Conversion {
                 &jobs,
                 pending(&jobs, partition, done),
                 &options,
-                &crate::progress::Relay {
+                &crate::run::progress::Relay {
                     observer,
                     names,
                     shard_done: &|outcome: &ShardOutcome| {
@@ -542,13 +565,13 @@ impl Conversion {
                             .and_then(|mut logs| {
                                 let (written, empty) = &mut *logs;
                                 if outcome.written {
-                                    let entry = crate::manifest::Entry {
+                                    let entry = crate::verify::manifest::Entry {
                                         size: outcome.bytes_written,
                                         crc32c: outcome.crc32c,
                                         kind: if passthrough[outcome.task.array] {
-                                            crate::manifest::ChunkHashes::Encoded
+                                            crate::verify::manifest::ChunkHashes::Encoded
                                         } else {
-                                            crate::manifest::ChunkHashes::Decoded
+                                            crate::verify::manifest::ChunkHashes::Decoded
                                         },
                                         chunks: outcome.chunk_hashes.clone(),
                                     };
@@ -843,23 +866,6 @@ fn pending<'a>(
         })
 }
 
-/// What readers will see differently in the output than in the source, and where `--compressor
-/// source` could not keep the source's codecs: one message per thing, naming the array.
-pub(crate) fn reader_warnings(plan: &Plan, source: &str) -> Vec<String> {
-    let hierarchy = plan.warnings.iter().map(|w| format!("{source}: {w}"));
-    hierarchy
-        .chain(plan.arrays.iter().flat_map(|array| {
-            let name = array_name(source, &array.path);
-            array
-                .source
-                .warnings
-                .iter()
-                .chain(&array.compressor_fallback)
-                .map(move |warning| format!("array {name}: {warning}"))
-        }))
-        .collect()
-}
-
 /// Ends a conversion whose every shard is done: writes the metadata (see [`write_metadata`], with
 /// `records`, this run's last record files, alongside), then removes the state with the lease.
 /// On an object store that is three round trips for a single array (the documents with the records
@@ -877,12 +883,12 @@ fn finish(
     keep_manifest: bool,
 ) -> Result<()> {
     if keep_manifest {
-        let files = crate::manifest::read_records(destination, records)?;
-        let mut merged = crate::manifest::merge(&files);
+        let files = crate::verify::manifest::read_records(destination, records)?;
+        let mut merged = crate::verify::manifest::merge(&files);
         for (key, size, crc) in document_checksums(plan, consolidate) {
-            crate::manifest::add_document(&mut merged, &key, size, crc);
+            crate::verify::manifest::add_document(&mut merged, &key, size, crc);
         }
-        destination.put(state::MANIFEST, crate::manifest::to_text(&merged))?;
+        destination.put(state::MANIFEST, crate::verify::manifest::to_text(&merged))?;
     }
     let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();

@@ -10,11 +10,11 @@ use std::sync::Mutex;
 
 use zshard_icechunk::OnBranch;
 
-use crate::conversion::{Conversion, Finalized, Observer};
 use crate::error::{Error, Result};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 use crate::plan::Plan;
-use crate::report::{Report, Status};
+use crate::run::conversion::{Conversion, Finalized, Observer};
+use crate::run::report::{Report, Status};
 
 /// Where and how a conversion into an Icechunk repository commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +105,17 @@ impl Conversion {
             *fingerprint.lock().map_err(|_| Error::Poisoned {
                 what: "the fingerprint",
             })? = Some(conversion.clone());
+            // A node of the other kind on the branch would fail the commit: refused before any
+            // shard is staged, in words.
+            let arrays: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+            let groups: Vec<String> = plan.groups.iter().map(|(path, _)| path.clone()).collect();
+            zshard_icechunk::check_nodes(
+                &self.destination,
+                &output.branch,
+                &arrays,
+                &groups,
+                &runtime,
+            )?;
             // A worker never ends a run it shares; a run in the staging folder is resumed there
             // (or refused by its own checks).
             if self.overwrite || !all || running {
@@ -176,7 +187,7 @@ impl Conversion {
         let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());
         let running = !missing && {
             let store = zshard_store::Store::open_location(&staging, runtime.clone(), false)?;
-            crate::state::holds_a_run(&store)?
+            crate::run::state::holds_a_run(&store)?
         };
         if !running {
             if let Some(snapshot) =

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
-use crate::partition::Partition;
+use crate::plan::partition::Partition;
 
 /// Where the leases of live runs are kept.
 pub(crate) const LEASES_DIR: &str = ".zshard/leases";
@@ -64,7 +64,7 @@ impl Lease {
         stale_after: Duration,
     ) -> Result<Lease> {
         let started = Utc::now();
-        let host = crate::report::host_name();
+        let host = crate::run::report::host_name();
         let pid = std::process::id();
         let key = format!(
             "{LEASES_DIR}/{}-{}-{pid}-{}.json",
@@ -235,7 +235,7 @@ pub(crate) fn another_run_is_live(store: &Store, own: &str) -> Result<bool> {
 /// runs, as Linux's `/proc` tells (elsewhere nothing is known, and the lease counts until stale).
 fn holder_ended(record: &Record) -> bool {
     let proc = std::path::Path::new("/proc");
-    record.host == crate::report::host_name()
+    record.host == crate::run::report::host_name()
         && proc.join("self").exists()
         && !proc.join(record.pid.to_string()).exists()
 }
@@ -301,6 +301,9 @@ pub(crate) struct Seen {
     /// Milliseconds since its last renewal.
     pub(crate) age_ms: u64,
     pub(crate) fresh: bool,
+    /// Its holder is a process of this host that no longer runs (killed: it could not remove
+    /// the lease), so however fresh, no run holds it.
+    pub(crate) ended: bool,
 }
 
 /// The lease at `key` holding `bytes`, as seen at `now` (milliseconds since the Unix epoch).
@@ -310,6 +313,7 @@ pub(crate) fn seen(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<S
         key: store.url(key),
         source,
     })?;
+    let ended = holder_ended(&record);
     Ok(Seen {
         age_ms: now.saturating_sub(record.renewed_ms),
         host: record.host,
@@ -319,6 +323,7 @@ pub(crate) fn seen(store: &Store, key: &str, bytes: &[u8], now: u64) -> Result<S
         renewed_ms: record.renewed_ms,
         stale_after_ms: record.stale_after_ms,
         fresh,
+        ended,
     })
 }
 
@@ -397,7 +402,7 @@ mod tests {
             renewed_ms: 0,
             stale_after_ms: 60_000,
         };
-        let here = crate::report::host_name();
+        let here = crate::run::report::host_name();
         write(
             &store,
             ".zshard/leases/a.json",

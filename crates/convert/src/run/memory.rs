@@ -1,7 +1,7 @@
 //! The memory limit of a conversion: its default from this machine, the upload buffers outside the
 //! pipeline, and the budget that keeps a plan under it (the model is `zshard_pipeline::budget`).
 
-use zshard_pipeline::{Budget, BudgetRequest};
+use zshard_pipeline::{ArrayLayout, Budget, BudgetRequest};
 use zshard_store::Location;
 
 use crate::error::{Error, Result};
@@ -179,15 +179,48 @@ fn physical_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Buffers of shards streamed to an object store in parts: a multipart part being filled and one
-/// in flight (`zshard_store::Upload`), for the (about two) shards open at a time. Local outputs write
-/// each piece as it comes.
-pub(crate) fn upload_buffers(destination: &Location, part_size: usize) -> u64 {
-    if destination.is_remote() {
-        2 * 2 * part_size.max(5 << 20) as u64
-    } else {
-        0
+/// The smallest part object stores take (S3's minimum for every part but the last); the store
+/// raises a smaller `--part-size` to it.
+pub(crate) const MIN_PART_SIZE: usize = 5 << 20;
+
+/// What a stored shard of `array` may take beyond its raw bytes: its inner chunks as their codecs
+/// may expand them (twice their bytes covers every codec's bound, and a copied chunk's stored
+/// allowance), a frame's worth for each, and the index. `None` for variable-size values, whose bytes
+/// the shard shape does not bound.
+fn stored_shard_bound(array: &ArrayLayout) -> Option<u64> {
+    if array.inner_repr.data_type.is_variable() {
+        return None;
     }
+    let chunks = zshard_core::product(&array.geometry.chunks_per_shard());
+    Some(
+        array
+            .shard_bytes()
+            .saturating_mul(2)
+            .saturating_add(chunks.saturating_mul(64 + 16))
+            .saturating_add(4 << 10),
+    )
+}
+
+/// Buffers of shards sent to an object store, for the (about two) shards open at a time
+/// (`zshard_store::Upload`): a shard of at most one part goes up in one PUT, holding its pieces until
+/// it is complete; a larger one is a multipart upload holding a part being filled and one in flight.
+/// So a shard takes at most two parts, and a small one no more than itself: 8 KiB shards no longer
+/// count 128 MiB of 32 MiB parts. Local outputs write each piece as it comes.
+pub(crate) fn upload_buffers(
+    destination: &Location,
+    part_size: usize,
+    arrays: &[ArrayLayout],
+) -> u64 {
+    if !destination.is_remote() {
+        return 0;
+    }
+    let two_parts = 2 * part_size.max(MIN_PART_SIZE) as u64;
+    let per_shard = arrays
+        .iter()
+        .map(|array| stored_shard_bound(array).map_or(two_parts, |b| b.min(two_parts)))
+        .max()
+        .unwrap_or(0);
+    2 * per_shard
 }
 
 /// Bytes one array's plan holds for the whole run, about: its source metadata, layout, codec

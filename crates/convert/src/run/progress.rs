@@ -5,7 +5,7 @@
 use zshard_core::product;
 use zshard_pipeline::{ArrayJob, PartOutcome, ShardOutcome, ShardTask};
 
-use crate::conversion::Observer;
+use crate::run::conversion::Observer;
 
 /// The work of a run, told to [`Observer::work`] before the first shard: what the shards still to
 /// convert amount to. Bytes are raw (decoded) sizes of their inner chunks, which the metadata gives

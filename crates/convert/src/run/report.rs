@@ -14,11 +14,11 @@ use zshard_kerchunk::ReadStats;
 use zshard_pipeline::{ShardOutcome, Stats};
 use zshard_store::IoRuntime;
 
-use crate::conversion::Conversion;
 use crate::error::{Error, Result};
-use crate::input::SkippedArray;
-use crate::partition::Partition;
+use crate::plan::input::SkippedArray;
+use crate::plan::partition::Partition;
 use crate::plan::{Layout, Plan};
+use crate::run::conversion::Conversion;
 
 /// The commit zshard was built from, when it was built from a git checkout (see `build.rs`).
 pub const GIT_COMMIT: Option<&str> = option_env!("ZSHARD_GIT_COMMIT");

@@ -13,9 +13,9 @@ use zshard_core::linear_index;
 use zshard_store::{IoRuntime, Store, StoreOptions};
 
 use crate::error::{Error, Result};
-use crate::lease::LEASES_DIR;
-use crate::partition::Partition;
-use crate::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
+use crate::plan::partition::Partition;
+use crate::run::lease::LEASES_DIR;
+use crate::run::state::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
 
 /// Where a conversion stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,8 +78,12 @@ pub struct LeaseStatus {
     pub age_ms: u64,
     /// After how long without renewal it is stale.
     pub stale_after_ms: u64,
-    /// Renewed within `stale_after_ms`: its run is live (as `--overwrite` judges it).
+    /// Renewed within `stale_after_ms` by a run that still runs: its run is live.
     pub live: bool,
+    /// Held by a process of this host that no longer runs (killed before it could remove it): not
+    /// live however recently it was renewed.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// One worker (`--worker I/N`; `w0of1` is an unpartitioned run).
@@ -190,6 +194,7 @@ impl Status {
             Phase::InProgress => {
                 self.rate.is_some()
                     && self.finalize_waits_for.is_empty()
+                    && self.totals.shards_done >= self.totals.shards_planned
                     && !self.workers.iter().any(|w| w.live)
             }
             _ => true,
@@ -225,8 +230,55 @@ pub fn status_in_job(options: &crate::options::StatusOptions) -> Result<Status> 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
 pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
     let runtime = IoRuntime::with_options(2, options.clone())?;
-    let store = Store::open(destination, runtime, false)?;
-    status(&store)
+    let store = Store::open(destination, runtime.clone(), false)?;
+    let shown = status(&store)?;
+    if shown.phase != Phase::NotStarted {
+        return Ok(shown);
+    }
+    Ok(icechunk_status(destination, &store, &runtime)?.unwrap_or(shown))
+}
+
+/// The status of a conversion into the Icechunk repository at `destination` (nothing of it shows
+/// at the repository's own root): its staging folder's, as in progress until the commit (workers
+/// converting or waiting for `finalize`, or staged but not committed yet), else complete when a
+/// branch holds a commit of zshard. `None` when neither is there.
+fn icechunk_status(
+    destination: &str,
+    store: &Store,
+    runtime: &std::sync::Arc<IoRuntime>,
+) -> Result<Option<Status>> {
+    let staged = zshard_icechunk::staging_location(destination)?;
+    let location = zshard_store::Location::parse(&staged)?;
+    let absent = location.local_path().is_some_and(|folder| !folder.is_dir());
+    if !absent {
+        let staging = Store::open_location(&location, runtime.clone(), false)?;
+        let mut shown = read_status(&staging)?;
+        if shown.phase != Phase::NotStarted {
+            shown.destination = store.url("");
+            shown.finished = shown.is_finished();
+            if shown.phase == Phase::Complete {
+                // Staged whole but not committed: a run killed before its commit, which a rerun
+                // or `finalize` makes.
+                shown.phase = Phase::InProgress;
+                shown.finished = true;
+            }
+            return Ok(Some(shown));
+        }
+    }
+    // Probing for a repository is best effort: a destination that is none shows as not started.
+    let local = zshard_store::Location::parse(destination)?
+        .local_path()
+        .is_some();
+    if local && !zshard_icechunk::is_repository(destination) {
+        return Ok(None);
+    }
+    let Ok(Some(_)) = zshard_icechunk::zshard_commit(destination, runtime) else {
+        return Ok(None);
+    };
+    let mut shown = read_status(store)?;
+    shown.phase = Phase::Complete;
+    shown.finished = true;
+    Ok(Some(shown))
 }
 
 /// The status of the conversion into `dst` (see the module's documentation).
@@ -280,6 +332,9 @@ fn read_status(dst: &Store) -> Result<Status> {
         } else {
             Phase::NotStarted
         };
+        if status.phase == Phase::Complete {
+            complete_arrays(dst, &mut status);
+        }
         return Ok(status);
     }
     status.phase = Phase::InProgress;
@@ -320,7 +375,10 @@ fn read_status(dst: &Store) -> Result<Status> {
         let text = String::from_utf8_lossy(bytes);
         // A compacted file names the batches it holds, each flushed at its own time (its
         // modification time is the compaction's).
-        let stamps = text.lines().next().and_then(crate::state::batch_stamps);
+        let stamps = text
+            .lines()
+            .next()
+            .and_then(crate::run::state::batch_stamps);
         let compacted = stamps.is_some();
         for stamp in stamps.into_iter().flatten() {
             batches.push(Batch {
@@ -374,18 +432,61 @@ fn read_status(dst: &Store) -> Result<Status> {
         totals.bytes_written = totals.bytes_written.saturating_add(entry.bytes_written);
         status.arrays.push(entry);
     }
-    let now_ms = crate::lease::now_millis();
+    let now_ms = crate::run::lease::now_millis();
     let remaining =
         status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
+    // An unpartitioned run writes the metadata itself: finalize waits for none of it.
     status.finalize_waits_for = status
         .workers
         .iter()
-        .filter(|w| w.shards_done < w.shards_planned)
+        .filter(|w| w.count > 1 && w.shards_done < w.shards_planned)
         .map(|w| w.worker.clone())
         .collect();
+    // A time left needs a run that is converting.
+    if !status.workers.iter().any(|w| w.live) {
+        if let Some(rate) = status.rate.as_mut() {
+            rate.eta_s = None;
+        }
+    }
     Ok(status)
+}
+
+/// The arrays of a finished conversion, from its metadata (its state is gone): every shard of each
+/// is done. Bytes are not counted (that would list every shard). A hierarchy that does not read
+/// (not zshard's output) leaves the list empty.
+fn complete_arrays(dst: &Store, status: &mut Status) {
+    let Ok(nodes) = zshard_zarr::open_hierarchy(dst) else {
+        return;
+    };
+    for node in nodes {
+        let zshard_core::NodeKind::Array(meta) = node.kind else {
+            continue;
+        };
+        let shard = meta
+            .sharded
+            .as_ref()
+            .map_or(&meta.chunk_shape, |s| &s.shard_shape);
+        let shards = meta
+            .shape
+            .iter()
+            .zip(shard)
+            .try_fold(1u64, |n, (extent, edge)| {
+                n.checked_mul(extent.div_ceil((*edge).max(1)))
+            })
+            .unwrap_or(u64::MAX);
+        status.totals.shards_planned = status.totals.shards_planned.saturating_add(shards);
+        status.totals.shards_done = status.totals.shards_done.saturating_add(shards);
+        status.arrays.push(ArrayStatus {
+            path: node.path,
+            shards_planned: shards,
+            shards_done: shards,
+            shards_written: 0,
+            shards_empty: 0,
+            bytes_written: 0,
+        });
+    }
 }
 
 /// An array of the recorded plan: its path and shard grid.
@@ -529,12 +630,12 @@ fn workers(
     done: &[BTreeSet<u64>],
     unreadable: &mut Vec<String>,
 ) -> Result<Vec<WorkerStatus>> {
-    let now = crate::lease::now_millis();
+    let now = crate::run::lease::now_millis();
     let mut leases: BTreeMap<(u64, u64), Vec<LeaseStatus>> = BTreeMap::new();
     let mut counts = BTreeSet::new();
     for (key, bytes) in read.iter().filter(|(key, _)| in_dir(key, LEASES_DIR)) {
         // A damaged lease is shown as such; it holds up nothing (see `lease::fresh`).
-        let seen = match crate::lease::seen(dst, key, bytes, now) {
+        let seen = match crate::run::lease::seen(dst, key, bytes, now) {
             Ok(seen) => seen,
             Err(error) => {
                 unreadable.push(crate::one_line(&error));
@@ -553,7 +654,8 @@ fn workers(
             renewed_ms: seen.renewed_ms,
             age_ms: seen.age_ms,
             stale_after_ms: seen.stale_after_ms,
-            live: seen.fresh,
+            live: seen.fresh && !seen.ended,
+            ended: seen.ended,
         });
     }
     let started: BTreeSet<(u64, u64)> = listed
@@ -744,7 +846,7 @@ mod tests {
         let done = status(&dst).expect("status");
         assert!(done.is_finished() && done.finished, "all done");
         let lease =
-            crate::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
+            crate::run::lease::Lease::acquire(&dst, crate::Partition::ALL, Duration::from_secs(60))
                 .expect("lease");
         assert!(
             !status(&dst).expect("status").is_finished(),
@@ -786,7 +888,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dst = store(tmp.path());
         put(&dst, CLAIM, CLAIM_TEXT);
-        let lease = crate::lease::Lease::acquire(
+        let lease = crate::run::lease::Lease::acquire(
             &dst,
             crate::Partition { index: 1, count: 3 },
             Duration::from_secs(60),

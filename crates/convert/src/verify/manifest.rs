@@ -13,7 +13,7 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{Error, Result};
-use crate::state::{in_dir, join, MANIFEST, MANIFEST_DIR};
+use crate::run::state::{in_dir, join, MANIFEST, MANIFEST_DIR};
 use crate::verify::{output_array, Mismatches, Verified};
 
 /// How a manifest hashes inner chunks.

@@ -10,16 +10,17 @@ use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
 use zshard_core::{
     grid_shape, linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain,
-    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardReader, ShardSink,
+    IndexEncoding, IndexLocation, Node, NodeKind, ShardGeometry, ShardIndex, ShardReader,
+    ShardSink,
 };
 use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
-use zshard_store::{IoRuntime, Location, Store, StoreOptions};
+use zshard_store::{IoRuntime, Location, Store, StoreOptions, COALESCE_GAP, MAX_REQUEST};
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
-use crate::state::join;
+use crate::run::state::join;
 use crate::Conversion;
 
 /// How many mismatches are kept one by one; the rest are counted.
@@ -149,6 +150,49 @@ impl ShardSink for VerifySink {
         self.store.url(&self.keys.key(shard))
     }
 
+    /// Compares a shard part by part as the pipeline makes it: the stored shard's index is read
+    /// once, then each part's inner chunks by range, so a check holds a part of a shard, never a
+    /// whole one (four 128 MiB shards took 1.06 GB when collected whole: issue 45, row 4).
+    fn begin_shard(
+        &self,
+        shard: &[u64],
+        chunks: usize,
+    ) -> zshard_core::Result<Box<dyn zshard_core::ShardStream + '_>> {
+        let key = self.keys.key(shard);
+        let read_error = |e: zshard_store::Error| zshard_core::Error::Read {
+            key: self.store.url(&key),
+            source: Box::new(e),
+        };
+        let index_len = self.index_encoding.byte_len(chunks) as u64;
+        let from_end = self.index_location == IndexLocation::End;
+        let stored = match self
+            .store
+            .get_edge_sized(&key, index_len, from_end)
+            .map_err(read_error)?
+        {
+            None => StoredShard::Missing,
+            Some((bytes, size)) => match ShardIndex::decode(&bytes, chunks, self.index_encoding)
+                .and_then(|index| {
+                    index.validate(size, index_len, self.index_location)?;
+                    Ok(index)
+                }) {
+                Ok(index) => StoredShard::Indexed(index),
+                Err(e) => {
+                    self.mismatch(format!("{}: {e}", self.shard_key(shard)));
+                    StoredShard::Unreadable
+                }
+            },
+        };
+        Ok(Box::new(VerifyStream {
+            sink: self,
+            shard: shard.to_vec(),
+            key,
+            stored,
+            next: 0,
+            reported_missing: false,
+        }))
+    }
+
     fn write_shard(
         &self,
         shard: &[u64],
@@ -183,6 +227,87 @@ impl ShardSink for VerifySink {
         for (i, exp) in expected.iter().enumerate() {
             self.compare(shard, i, reader.chunk(i), exp.as_ref());
         }
+        Ok(zshard_core::Stored::NOTHING)
+    }
+}
+
+/// What a stored shard's index says, read when its check begins.
+enum StoredShard {
+    /// No object at the shard's key.
+    Missing,
+    /// An index that does not decode or names chunks outside the object (reported once).
+    Unreadable,
+    Indexed(ShardIndex),
+}
+
+/// A shard being compared part by part (see [`VerifySink::begin_shard`]).
+struct VerifyStream<'a> {
+    sink: &'a VerifySink,
+    shard: Vec<u64>,
+    key: String,
+    stored: StoredShard,
+    /// The C-order number of the next inner chunk to arrive.
+    next: usize,
+    reported_missing: bool,
+}
+
+impl zshard_core::ShardStream for VerifyStream<'_> {
+    fn append(&mut self, expected: &[Option<Bytes>]) -> zshard_core::Result<()> {
+        let first = self.next;
+        self.next += expected.len();
+        let index = match &self.stored {
+            StoredShard::Indexed(index) => index,
+            StoredShard::Unreadable => return Ok(()),
+            StoredShard::Missing => {
+                if !self.reported_missing && expected.iter().any(Option::is_some) {
+                    self.reported_missing = true;
+                    self.sink.mismatch(format!(
+                        "{}: shard is missing but the source has data there",
+                        self.sink.shard_key(&self.shard)
+                    ));
+                }
+                return Ok(());
+            }
+        };
+        let Some(locations) = index.entries().get(first..first + expected.len()) else {
+            return Ok(());
+        };
+        // The part's stored chunks, in few requests (the one coalescer, as fetches use it).
+        let wanted: Vec<std::ops::Range<u64>> = locations
+            .iter()
+            .flatten()
+            .map(|l| l.offset..l.offset + l.nbytes)
+            .collect();
+        let plan = zshard_store::coalesce(&wanted, Some(COALESCE_GAP), MAX_REQUEST);
+        let requests: Vec<(String, std::ops::Range<u64>)> = plan
+            .iter()
+            .map(|r| (self.key.clone(), r.range.clone()))
+            .collect();
+        let url = self.sink.store.url(&self.key);
+        let read_error = |e: zshard_store::Error| zshard_core::Error::Read {
+            key: url.clone(),
+            source: Box::new(e),
+        };
+        let mut chunks: Vec<Option<Bytes>> = vec![None; wanted.len()];
+        for (request, response) in plan.iter().zip(self.sink.store.get_ranges(&requests)) {
+            let response = response.map_err(read_error)?;
+            for &member in &request.members {
+                let bytes = request
+                    .slice(&response, &wanted[member], &url)
+                    .map_err(read_error)?;
+                chunks[member] = Some(bytes);
+            }
+        }
+        let mut stored = chunks.into_iter();
+        for (i, (location, exp)) in locations.iter().zip(expected).enumerate() {
+            let chunk = location.and_then(|_| stored.next().flatten());
+            self.sink
+                .compare(&self.shard, first + i, chunk.as_deref(), exp.as_ref());
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> zshard_core::Result<zshard_core::Stored> {
         Ok(zshard_core::Stored::NOTHING)
     }
 }
@@ -400,7 +525,7 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == crate::state::MANIFEST {
+        if key == crate::run::state::MANIFEST {
             // Kept by `--keep-manifest`.
             continue;
         }
@@ -545,6 +670,9 @@ pub struct Verification {
     pub threads: usize,
     /// What the conversion did with OME-Zarr metadata (the source is compared as it was written).
     pub ome: zshard_zarr::ome::OmeMetadata,
+    /// Estimated peak memory not to exceed, in bytes; `None`: as a conversion's default (half of
+    /// the machine's or the cgroup's memory). Shards are compared in parts sized to fit it.
+    pub memory_limit: Option<u64>,
 }
 
 /// What a verification found.
@@ -579,8 +707,9 @@ impl Verification {
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
-            threads: crate::options::default_threads(),
+            threads: crate::threads::default_threads(),
             ome: Default::default(),
+            memory_limit: None,
         }
     }
 
@@ -598,6 +727,7 @@ impl Verification {
             sample: 1.0,
             threads: conversion.threads,
             ome: conversion.ome,
+            memory_limit: conversion.memory_limit,
         }
     }
 
@@ -623,6 +753,9 @@ fn verify(v: &Verification) -> Result<Verified> {
             ),
         });
     }
+    crate::threads::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
+    crate::threads::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
+    let (threads, threads_warning) = crate::threads::capped_threads(v.threads);
     let (source_location, destination_location) =
         (Location::parse(source)?, Location::parse(destination)?);
     let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
@@ -735,7 +868,8 @@ fn verify(v: &Verification) -> Result<Verified> {
     for stray in extras.strays.into_iter().chain(extras.unknown_nodes) {
         lock(&mismatches)?.push(stray);
     }
-    let warnings = extras.foreign;
+    let mut warnings = extras.foreign;
+    warnings.extend(threads_warning);
     // Arrays and groups the source does not have (nor zshard skipped there) are not a copy of it.
     for node in &output_nodes {
         let (what, in_source) = match &node.kind {
@@ -757,17 +891,20 @@ fn verify(v: &Verification) -> Result<Verified> {
         let grid = jobs[t.array].layout.geometry.shard_grid();
         sampled(t.array, linear_index(&t.shard, &grid), sample)
     });
-    // Sized by the conversion's memory model, without a limit: verify compares whole shards (its sink
-    // collects the parts), so it takes every thread and parts of the default size.
+    // Sized by the conversion's memory model under the same limit: the sink compares shards part by
+    // part (see `VerifySink::begin_shard`), as a conversion writes them.
     let layouts: Vec<ArrayLayout> = jobs.iter().map(|j| j.layout.clone()).collect();
     let budget = zshard_pipeline::budget(
         &layouts,
         &BudgetRequest {
-            threads: v.threads,
-            limit: None,
+            threads,
+            limit: Some(
+                v.memory_limit
+                    .unwrap_or_else(crate::run::memory::default_limit),
+            ),
             upload_buffers: 0,
             resident: 0,
-            io_threads: crate::conversion::io_threads(
+            io_threads: crate::run::conversion::io_threads(
                 v.io_threads,
                 &[&source_location, &destination_location],
             ),

@@ -232,10 +232,18 @@ impl Builder {
         };
         if let (true, Some(gen)) = (v1, self.gen.take()) {
             let gens = Gen::parse_all(&gen, &mut templates, self.memory_limit).map_err(
-                |(what, template, reason)| Error::Template {
-                    key: what,
-                    template,
-                    reason,
+                // A refusal of the entry itself (a member missing, too many references) comes
+                // without a template: it names the file and the entry.
+                |(what, template, reason)| match template.is_empty() {
+                    true => Error::Format {
+                        file: self.file.clone(),
+                        reason: format!("{what}: {reason}"),
+                    },
+                    false => Error::Template {
+                        key: what,
+                        template,
+                        reason,
+                    },
                 },
             )?;
             let mut gen_urls: HashMap<String, u32> = HashMap::new();
@@ -268,10 +276,14 @@ impl Builder {
                     self.add_key(&key, r, false)
                         .map_err(|reason| (key.clone(), String::new(), reason))
                 })
-                .map_err(|(key, template, reason)| Error::Template {
-                    key,
-                    template,
-                    reason,
+                .map_err(|(key, template, reason)| match template.is_empty() {
+                    // A generated reference that does not fit (no template at fault).
+                    true => Error::Reference { key, reason },
+                    false => Error::Template {
+                        key,
+                        template,
+                        reason,
+                    },
                 })?;
             }
         }
@@ -549,6 +561,30 @@ mod tests {
                     && !(refs.skip_top_level && refs.keys[e].prefix & TOP_LEVEL != 0)
             })
             .map(|e| refs.refs[e])
+    }
+
+    /// Issue 45, row 13: a refusal of a `gen` entry that is not about a template (the memory
+    /// limit, a missing member) names the file and the entry, not an empty template.
+    #[test]
+    fn gen_refusals_that_are_not_about_a_template_do_not_name_one() {
+        let doc = r#"{"version": 1, "refs": {".zgroup": "{\"zarr_format\": 2}"},
+            "gen": [{"key": "x/{{i}}", "url": "u", "offset": "{{i}}", "length": "1",
+                "dimensions": {"i": {"stop": 60000000}}}]}"#;
+        let error = JsonRefs::parse("refs.json", doc.as_bytes(), Some(256 << 20))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.starts_with("refs.json: gen[0]: the gen entries up to this one generate 60000000 references, which take at least "),
+            "{error}"
+        );
+        assert!(!error.contains("template"), "{error}");
+        let doc = r#"{"version": 1, "refs": {}, "gen": [{"key": "x/{{i}}", "url": "u",
+            "offset": "{{i}}", "dimensions": {"i": {"stop": 2}}}]}"#;
+        let error = parse(doc).expect_err("refused").to_string();
+        assert_eq!(
+            error,
+            "refs.json: gen[0]: offset and length must be given together"
+        );
     }
 
     #[test]

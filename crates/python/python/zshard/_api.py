@@ -164,11 +164,13 @@ def convert(
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
     memory_limit : int | str, optional
         Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
         10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
         before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     worker : tuple[int, int] | str, optional
         Convert only share ``index`` of ``count`` of all shards: ``(index, count)`` or ``'index/count'``
         (0-based). A partitioned run writes no metadata: call :func:`finalize` once every worker is
@@ -413,11 +415,13 @@ def plan(
         it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
         version; asking for the other is refused.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
     memory_limit : int | str, optional
         Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
         10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
         before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -724,6 +728,7 @@ def verify(
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     threads: int | None = None,
+    memory_limit: Size | None = None,
     sample: float | None = None,
     manifest: bool | None = None,
     s3_endpoint: str | None = None,
@@ -787,7 +792,13 @@ def verify(
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
     threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores.
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
+    memory_limit : int | str, optional
+        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
+        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
+        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     sample : float, optional
         Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``.
         Default: 1 (every shard).
@@ -846,6 +857,7 @@ def verify(
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "threads": threads,
+            "memory_limit": memory_limit,
             "sample": sample,
             "manifest": manifest,
             "s3_endpoint": s3_endpoint,

@@ -572,7 +572,10 @@ class LeaseStatus:
     stale_after_ms : int
         After how long without renewal it is stale.
     live : bool
-        Renewed within ``stale_after_ms``: its run is live.
+        Renewed within ``stale_after_ms`` by a run that still runs: its run is live.
+    ended : bool
+        Held by a process of this host that no longer runs (killed before it could remove it):
+        not live however recently it was renewed.
     """
 
     key: str
@@ -583,6 +586,7 @@ class LeaseStatus:
     age_ms: int
     stale_after_ms: int
     live: bool
+    ended: bool
 
     @classmethod
     def _from_dict(cls, doc: dict[str, Any]) -> LeaseStatus:

@@ -88,7 +88,7 @@ impl Store {
         key: &str,
         len: u64,
         from_end: bool,
-    ) -> Result<Option<Bytes>> {
+    ) -> Result<Option<(Bytes, u64)>> {
         let fail = |source| Error::Io {
             operation: "cannot read",
             location: self.url(key),
@@ -108,7 +108,7 @@ impl Store {
         file.seek(SeekFrom::Start(start)).map_err(fail)?;
         let mut data = Vec::new();
         file.take(len).read_to_end(&mut data).map_err(fail)?;
-        Ok(Some(Bytes::from(data)))
+        Ok(Some((Bytes::from(data), size)))
     }
 
     // Local batches are read with plain file reads on the calling thread (a fetch thread). Through

@@ -109,6 +109,19 @@ impl Store {
     /// Reads the first (`from_end` false) or last `len` bytes of an object, or all of it when it is
     /// shorter; `None` when it does not exist. (A shard index, whose object size is not known.)
     pub fn get_edge(&self, key: &str, len: u64, from_end: bool) -> Result<Option<Bytes>> {
+        Ok(self
+            .get_edge_sized(key, len, from_end)?
+            .map(|(bytes, _)| bytes))
+    }
+
+    /// [`Store::get_edge`] with the object's whole size (a shard's index, read to locate its
+    /// inner chunks, is checked against it).
+    pub fn get_edge_sized(
+        &self,
+        key: &str,
+        len: u64,
+        from_end: bool,
+    ) -> Result<Option<(Bytes, u64)>> {
         let fail = |source| Error::Request {
             operation: "cannot read",
             location: self.url(key),
@@ -130,7 +143,11 @@ impl Store {
                     range: Some(range.clone()),
                     ..Default::default()
                 };
-                async move { self.inner.get_opts(path, options).await?.bytes().await }
+                async move {
+                    let got = self.inner.get_opts(path, options).await?;
+                    let size = got.meta.size;
+                    Ok((got.bytes().await?, size))
+                }
             })
         };
         let read = self.runtime.block_on(async {
@@ -147,7 +164,7 @@ impl Store {
             }
         });
         match read {
-            Ok(bytes) => Ok(Some(bytes)),
+            Ok(found) => Ok(Some(found)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(fail(e)),
         }

@@ -1,0 +1,426 @@
+//! What makes a conversion resumable and safe to spread over workers, kept under `DST/.zshard/`:
+//!
+//! - `claim.json`: the options of the conversion that owns the destination, created with a
+//!   create-only write before anything else is written, so that two runs with different options can
+//!   never both write into one destination; runs with the same options join it (they write the same
+//!   bytes), and a rerun after a kill finds its own claim and resumes.
+//! - `options/<worker>.json`: the conversion each worker was started with (source and every output
+//!   `zarr.json`). A run with different options into the same destination is refused.
+//! - `done/<worker>-<run>-<seq>.txt`: shards written, one
+//!   `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>version` per line (the crc32c of the object in 8
+//!   hex digits, the version the store gave it when it was written, its ETag as listings show it;
+//!   records of earlier versions have neither, or no version);
+//!   `empty/<worker>-<run>-<seq>.txt`: shards found to hold only the fill value (so never written),
+//!   one `array-path<TAB>i,j,...` per line. Both are flushed in batches, and a run compacts its own
+//!   batches as they accumulate (see [`ShardLog::compact`]): four files of as many batches each are
+//!   merged into the key of the newest, which then starts with a line naming the batches it holds
+//!   ([`BATCHES`]), so that a worker's records stay a few files (at 10^6 shards, 6 instead of 100)
+//!   and a resume or `status` reads few objects.
+//! - `manifest/<worker>-<run>-<seq>.txt`: the manifest of the shards of the `done` file of the same
+//!   name, one `array-path<TAB>i,j,...<TAB>size<TAB>crc32c<TAB>kind:h,h,...` per line: besides the
+//!   object's crc32c, the crc32c of each inner chunk's decoded values (`kind` `d`), or of its stored
+//!   bytes for an array copied through (`e`), 8 hex digits each, `-` for an empty chunk (see
+//!   `manifest.rs`). With `--keep-manifest` the records are merged into `manifest.tsv` (same lines,
+//!   the latest record of each shard), which stays after the conversion finishes.
+//! - `uploads/<worker>/<run>-<seq>.json`: multipart uploads in flight (object path and upload id),
+//!   so that the next run of the worker, or `finalize`, aborts those a kill left open.
+//!
+//! On an object store each request costs a round trip, so the requests that do not depend on each
+//! other go out side by side (see [`prepare`] and [`survey`]): a run pays about four round trips
+//! before its first chunk is fetched whatever the destination holds, and a resume finds what is
+//! done from one listing per array and the record files, never from a request per shard.
+//!
+//! Resume trusts a listed shard only when a record of this conversion names it with the listed size
+//! and the listed version (the ETag the store gave the object when it was written, which the listing
+//! names at no cost: an object written again since, by anyone, has another). Records without a version
+//! (earlier versions of zshard) are proven as before: on local disk by the shard index (crc32c, every
+//! inner chunk inside the object; a read per shard), on an object store by the size alone. On local
+//! disk a shard whose version differs (a destination copied elsewhere has other inodes) has its index
+//! read; on an object store it is converted again. Anything else at one of our shard keys (a shard
+//! whose record was lost to a kill, junk, a truncated copy, bytes of the same length) is removed and
+//! converted again.
+//! Every key is written by one worker only. Once the metadata
+//! is written the conversion is complete, its metadata is the record of that, and the state folder is
+//! removed (Zarr readers would otherwise list it as an unknown member of the root group).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use zshard_core::{
+    linear_index, ChunkKeyEncoding, IndexEncoding, IndexLocation, Setting, ShardIndex,
+};
+use zshard_store::{PutNew, Store};
+
+use crate::error::{Error, Result};
+use crate::plan::partition::Partition;
+use crate::plan::Plan;
+use crate::run::ahead::WriteAhead;
+use crate::run::conversion::Observer;
+use crate::run::owned::{owned_keys, ChunkKeys};
+use crate::run::sealed;
+
+// One file per concern: `claim` (claiming, checking holdings), `overwrite` (--overwrite, clearing),
+// `survey` (reading what DST holds), `resume` (verdicts on listed shards), `shard_log` (writing and
+// compacting records), `uploads` (multipart uploads in flight).
+mod claim;
+mod overwrite;
+mod resume;
+mod shard_log;
+mod survey;
+mod uploads;
+
+pub(crate) use claim::*;
+pub(crate) use overwrite::*;
+pub(crate) use resume::*;
+pub use shard_log::DEFAULT_CHECKPOINT_INTERVAL;
+pub(crate) use shard_log::*;
+pub(crate) use survey::*;
+pub(crate) use uploads::*;
+
+/// The folder of a conversion's state.
+pub(crate) const STATE_DIR: &str = ".zshard";
+pub(crate) const OPTIONS_DIR: &str = ".zshard/options";
+pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
+const UPLOADS_DIR: &str = ".zshard/uploads";
+pub(crate) const DONE_DIR: &str = ".zshard/done";
+pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// Left by a worker run with `--keep-manifest`, so that `finalize` keeps the manifest without the
+/// flag (removed with the rest of the state).
+const KEEP_MANIFEST: &str = ".zshard/keep-manifest";
+
+/// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
+pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
+pub(crate) const CLAIM: &str = ".zshard/claim.json";
+/// Present while `--overwrite` clears a destination.
+const OVERWRITING: &str = ".zshard/overwriting";
+
+/// What identifies a conversion: its source and every array's output metadata, as the JSON text
+/// recorded in the claim and the options records. Held as that text for the whole run: as a JSON
+/// value, 30,000 small arrays took 300 MB (issue 31), their text a tenth of it. A record is compared
+/// by its text first, and as JSON only when the text differs (a record an earlier version wrote
+/// pretty-printed, or another conversion's).
+#[derive(Debug, Clone)]
+pub(crate) struct Fingerprint(Bytes);
+
+impl Fingerprint {
+    pub(crate) fn new(source_id: &str, plan: &Plan) -> Result<Fingerprint> {
+        /// The arrays, each made a JSON value only while it is written.
+        struct Arrays<'a>(&'a Plan);
+        impl serde::Serialize for Arrays<'_> {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                serializer.collect_seq(
+                    self.0
+                        .arrays
+                        .iter()
+                        .map(|a| json!({"path": a.path, "zarr.json": a.output.to_json()})),
+                )
+            }
+        }
+        // Members in the order a JSON value sorts them.
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            arrays: Arrays<'a>,
+            source: &'a str,
+            zshard_state: u32,
+        }
+        let text = serde_json::to_vec(&Document {
+            arrays: Arrays(plan),
+            source: source_id,
+            zshard_state: 1,
+        })
+        .map_err(|source| Error::Serialize {
+            what: "the conversion's options",
+            source,
+        })?;
+        Ok(Fingerprint(Bytes::from(text)))
+    }
+
+    /// The text recorded for this conversion.
+    pub(crate) fn text(&self) -> Bytes {
+        self.0.clone()
+    }
+
+    /// Whether `recorded` (a claim or options record) records this conversion.
+    fn recorded_in(&self, recorded: &[u8]) -> std::result::Result<bool, serde_json::Error> {
+        if recorded == &self.0[..] {
+            return Ok(true);
+        }
+        let recorded: Value = serde_json::from_slice(recorded)?;
+        Ok(recorded == self.value())
+    }
+
+    /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.
+    pub(crate) fn value(&self) -> Value {
+        serde_json::from_slice(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+/// The key `key` below the node at `path` (the root's path is empty).
+pub(crate) fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}/{key}")
+    }
+}
+
+/// Whether `key` lies below the folder `dir`.
+pub(crate) fn in_dir(key: &str, dir: &str) -> bool {
+    key.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR};
+    use super::{
+        recorded_coord, shard_coord, verdict, version_id, ListedShard, RecordedShard, Verdict,
+    };
+    use crate::verify::manifest::{ChunkHashes, Entry};
+    use crate::Partition;
+    use std::collections::BTreeMap;
+    use zshard_store::{IoRuntime, Store};
+
+    fn store(dir: &std::path::Path) -> Store {
+        let runtime = IoRuntime::new(1).expect("runtime");
+        Store::open(dir.to_str().expect("utf-8"), runtime, true).expect("open")
+    }
+
+    /// Every record file under `dir`, read.
+    fn files(store: &Store, dir: &str) -> BTreeMap<String, String> {
+        let keys = store.list_keys(dir).expect("list");
+        keys.iter()
+            .zip(store.get_many(&keys))
+            .map(|(key, read)| {
+                let bytes = read.expect("get").expect("listed");
+                (
+                    key.clone(),
+                    String::from_utf8(bytes.to_vec()).expect("utf-8"),
+                )
+            })
+            .collect()
+    }
+
+    /// How many record lines of the files name each shard of array `a` (coordinate text), and the
+    /// records the files' batch stamps count.
+    fn recorded(files: &BTreeMap<String, String>) -> (BTreeMap<String, usize>, u64) {
+        let mut shards = BTreeMap::new();
+        let mut stamped = 0;
+        for file in files.values() {
+            // Every file's checksum holds (the other run's has none: an earlier version's).
+            let body = crate::run::sealed::unseal(&bytes::Bytes::from(file.clone()))
+                .unwrap_or_else(|| panic!("the checksum of {file:?}"));
+            let text = String::from_utf8_lossy(&body);
+            for (number, line) in text.lines().enumerate() {
+                if let Some(stamps) = batch_stamps(line) {
+                    assert_eq!(number, 0, "a batch line after the first: {text}");
+                    stamped += stamps.iter().map(|s| s.records).sum::<u64>();
+                    continue;
+                }
+                let coord = line.split('\t').nth(1).expect("a record line");
+                *shards.entry(coord.to_string()).or_default() += 1;
+            }
+        }
+        (shards, stamped)
+    }
+
+    fn entry(i: u64) -> Entry {
+        Entry {
+            size: 10 + i,
+            crc32c: i as u32,
+            kind: ChunkHashes::Decoded,
+            chunks: vec![Some(i as u32)],
+        }
+    }
+
+    fn limits(fail_before_removal: bool) -> RecordLimits {
+        RecordLimits {
+            flush_entries: 1,
+            compact_at: 4,
+            fail_before_removal,
+        }
+    }
+
+    #[test]
+    fn compaction_merges_a_runs_batches_by_fours_keeping_every_record_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dst = store(tmp.path());
+        // Another run's batch: never touched by this run's compaction.
+        let other = format!("{DONE_DIR}/w0of1-1-000000.txt");
+        dst.put(&other, bytes::Bytes::from_static(b"a\t99\t1\t00000000\n"))
+            .expect("put");
+        let mut log = ShardLog::written(
+            dst.clone(),
+            Partition::ALL,
+            limits(false),
+            super::DEFAULT_CHECKPOINT_INTERVAL,
+        );
+        for i in 0..21u64 {
+            log.record("a", &[i], Some(&entry(i)), Some("v"))
+                .expect("record");
+        }
+        // 21 batches: one file of 16, one of 4, one of 1 (and the other run's).
+        let done = files(&dst, DONE_DIR);
+        assert_eq!(done.len(), 4, "{done:#?}");
+        assert!(done.contains_key(&other));
+        let (shards, stamped) = recorded(&done);
+        assert_eq!(shards.len(), 22);
+        assert!(shards.values().all(|&n| n == 1), "{shards:?}");
+        // The stamps of the two compacted files: 16 + 4 batches of one record.
+        assert_eq!(stamped, 20);
+        let compacted: Vec<usize> = done
+            .values()
+            .filter_map(|text| batch_stamps(text.lines().next()?))
+            .map(|stamps| stamps.len())
+            .collect();
+        assert_eq!(compacted, [16, 4]);
+        // Each merged into the newest's key, which its manifest file shares.
+        let manifests = files(&dst, MANIFEST_DIR);
+        let names = |files: &BTreeMap<String, String>| -> Vec<String> {
+            files
+                .keys()
+                .filter(|k| **k != other)
+                .map(|k| k.rsplit('/').next().unwrap_or(k).to_string())
+                .collect()
+        };
+        assert_eq!(names(&done), names(&manifests));
+        let merged: Vec<(String, bytes::Bytes)> = manifests
+            .iter()
+            .map(|(k, v)| (k.clone(), bytes::Bytes::from(v.clone())))
+            .collect();
+        let manifest = crate::verify::manifest::merge(&merged);
+        assert_eq!(manifest.len(), 21);
+        for i in 0..21u64 {
+            assert_eq!(
+                manifest[&("a".to_string(), i.to_string())],
+                entry(i),
+                "shard {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_compaction_interrupted_before_its_removals_loses_no_record() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dst = store(tmp.path());
+        let mut log = ShardLog::written(
+            dst.clone(),
+            Partition::ALL,
+            limits(true),
+            super::DEFAULT_CHECKPOINT_INTERVAL,
+        );
+        for i in 0..3u64 {
+            log.record("a", &[i], Some(&entry(i)), None)
+                .expect("record");
+        }
+        // The fourth batch makes four files to merge: the merged one is written, then it fails.
+        let failed = log.record("a", &[3], Some(&entry(3)), None);
+        assert!(failed.is_err(), "the simulated failure");
+        let done = files(&dst, DONE_DIR);
+        let (shards, _) = recorded(&done);
+        // Every record is there, those merged twice (in the merged file and in their own).
+        let expected: BTreeMap<String, usize> = [(0, 2), (1, 2), (2, 2), (3, 1)]
+            .into_iter()
+            .map(|(i, n)| (i.to_string(), n))
+            .collect();
+        assert_eq!(shards, expected, "{done:#?}");
+        // Every manifest file still has its `done` file (its shards stay checkpointed).
+        let manifests = files(&dst, MANIFEST_DIR);
+        for key in manifests.keys() {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            assert!(done.contains_key(&format!("{DONE_DIR}/{name}")), "{key}");
+        }
+        // (A resume counts each shard once: conversion_tests.rs.)
+        assert!(files(&dst, EMPTY_DIR).is_empty());
+        assert!(done.keys().all(|k| in_dir(k, DONE_DIR)));
+    }
+
+    #[test]
+    fn shard_coordinates_of_keys() {
+        assert_eq!(shard_coord("", "c/1/2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(shard_coord("a/b", "a/b/c/1/2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(shard_coord("", "c", &[]), Some(vec![]));
+        assert_eq!(shard_coord("a", "a/c", &[]), Some(vec![]));
+        assert_eq!(shard_coord("", "c/3/0", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1/2#17", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1", &[3, 3]), None);
+        assert_eq!(shard_coord("a", "ab/c/1/2", &[3, 3]), None);
+        assert_eq!(shard_coord("a", "b/c/1/2", &[3, 3]), None);
+        assert_eq!(shard_coord("", "c/1/2/notes.txt", &[3, 3]), None);
+    }
+
+    #[test]
+    fn recorded_coordinates() {
+        assert_eq!(recorded_coord("1,2", &[3, 3]), Some(vec![1, 2]));
+        assert_eq!(recorded_coord("", &[]), Some(vec![]));
+        assert_eq!(recorded_coord("3,0", &[3, 3]), None);
+        assert_eq!(recorded_coord("1", &[3, 3]), None);
+        assert_eq!(recorded_coord("1,x", &[3, 3]), None);
+    }
+
+    #[test]
+    fn versions_compare_as_the_store_names_them_in_puts_and_listings() {
+        // Azure sends ETags quoted and lists them bare; S3 multipart ETags end in the part count.
+        assert_eq!(
+            version_id("\"0x8DB1C2D3E4F5A6B\""),
+            version_id("0x8DB1C2D3E4F5A6B")
+        );
+        assert_eq!(
+            version_id("W/\"0x8DB1C2D3E4F5A6B\""),
+            version_id("0x8DB1C2D3E4F5A6B")
+        );
+        assert_eq!(
+            version_id("\"9b2cf535f27731c9-2\""),
+            version_id("\"9b2cf535f27731c9-2\"")
+        );
+        assert_ne!(
+            version_id("\"9b2cf535f27731c9-2\""),
+            version_id("\"9b2cf535f27731c9\"")
+        );
+        assert_ne!(
+            version_id("0x8DB1C2D3E4F5A6B"),
+            version_id("0x8DB1C2D3E4F5A6C")
+        );
+
+        let listed = ListedShard {
+            index: 0,
+            size: 100,
+            version: version_id("0x8DB1C2D3E4F5A6B"),
+        };
+        let record = |size, version: Option<&str>| RecordedShard {
+            size: Some(size),
+            crc32c: None,
+            version: version.map(version_id),
+        };
+        let of = |records: &[RecordedShard]| verdict(records.iter(), &listed);
+        assert_eq!(
+            of(&[record(100, Some("\"0x8DB1C2D3E4F5A6B\""))]),
+            Verdict::Versioned
+        );
+        assert_eq!(
+            of(&[record(100, Some("\"0x8DB1C2D3E4F5A6C\""))]),
+            Verdict::VersionDiffers
+        );
+        // A record of the object that is there proves it, whatever other records say.
+        let rewritten = [
+            record(100, Some("0x1")),
+            record(100, Some("0x8DB1C2D3E4F5A6B")),
+        ];
+        assert_eq!(of(&rewritten), Verdict::Versioned);
+        assert_eq!(
+            of(&[record(100, Some("0x1")), record(100, None)]),
+            Verdict::Unversioned
+        );
+        assert_eq!(
+            of(&[record(99, Some("0x8DB1C2D3E4F5A6B"))]),
+            Verdict::Unrecorded
+        );
+        assert_eq!(of(&[]), Verdict::Unrecorded);
+    }
+}

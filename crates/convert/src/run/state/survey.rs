@@ -1,0 +1,240 @@
+//! What the destination holds around a conversion, read side by side (the listing of the state
+//! folder and of every array's shards, the metadata documents, the record files), and the keys
+//! and coordinates of shards as listings name them.
+
+use super::*;
+
+/// What the destination holds around this conversion, read side by side: one listing of the state
+/// folder, one of each array's shards and the metadata documents at the root and at every node of
+/// the plan in one round, and every record file (options, done, empty) as soon as the state
+/// folder's listing is in, beside the shard listings. Nothing here depends on another response of
+/// the same round.
+#[derive(Debug, Default)]
+pub(crate) struct Survey {
+    /// Every key below the state folder.
+    pub(super) state: Vec<String>,
+    /// The v2 `.zarray`/`.zgroup` and v3 `zarr.json` documents at the root and at the plan's nodes,
+    /// by key (`None`: no such object).
+    pub(super) documents: HashMap<String, Option<Bytes>>,
+    /// Per array of the plan, the objects at its shard keys, in key order.
+    pub(super) shards: Vec<Vec<ListedShard>>,
+    /// The contents of the claim and of the record files (options, done, empty) that were still
+    /// there when read.
+    pub(super) records: HashMap<String, Bytes>,
+}
+
+/// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
+/// knows them). The record files are read as soon as the state folder is listed, while the shard
+/// listings (a thousand pages at a million shards) go on.
+pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
+    let documents = document_keys(plan);
+    let (state, read, shards) = dst.block_on(async {
+        let shards = plan.arrays.iter().map(|array| {
+            let grid = array.geometry.shard_grid();
+            async move { shard_keys(dst, &array.path, &grid).await }
+        });
+        // The store's number of listings at a time: every listing in flight holds a buffer of
+        // entries, and 30,000 arrays listed at once took 1.8 GB (issue 31).
+        let shards = futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffered(
+            futures::stream::iter(shards),
+            dst.concurrency(),
+        ));
+        let state = async {
+            let state: Vec<String> = dst
+                .list_sizes_async(STATE_DIR)
+                .await?
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            let records = read_records(dst, &state, with_claim).await?;
+            Ok::<_, Error>((state, records))
+        };
+        futures::join!(state, dst.get_many_async(&documents), shards)
+    });
+    let (state, records) = state?;
+    let documents = documents
+        .into_iter()
+        .zip(read)
+        .map(|(key, found)| Ok((key, found?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(Survey {
+        state,
+        documents,
+        shards,
+        records,
+    })
+}
+
+/// The record files (options, done, empty, the manifest files no checkpoint covers, and the claim
+/// `with_claim`) among the `state` keys, read side by side: a long run leaves several, and each is a
+/// round trip. Those gone since the listing are left out.
+pub(super) async fn read_records(
+    dst: &Store,
+    state: &[String],
+    with_claim: bool,
+) -> Result<HashMap<String, Bytes>> {
+    let listed: HashSet<&str> = state.iter().map(String::as_str).collect();
+    let record_keys: Vec<String> = state
+        .iter()
+        .filter(|key| {
+            (with_claim && *key == CLAIM)
+                || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR]
+                    .iter()
+                    .any(|dir| in_dir(key, dir))
+                || uncheckpointed(key, &listed)
+        })
+        .cloned()
+        .collect();
+    let mut records = HashMap::new();
+    if !record_keys.is_empty() {
+        for (key, read) in record_keys
+            .iter()
+            .zip(dst.get_many_async(&record_keys).await)
+        {
+            let Some(bytes) = read? else { continue };
+            // A damaged record file is left out: its shards are converted again.
+            match sealed::unseal(&bytes) {
+                Some(body) => {
+                    records.insert(key.clone(), body);
+                }
+                None => tracing::warn!(
+                    "{}: the record file's checksum does not match; its shards will be converted again",
+                    dst.url(key)
+                ),
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Whether `key` is a manifest record whose shards no checkpoint covers: its `done` record of the
+/// same name is not among the `listed` keys (a run stopped between the two, see [`ShardLog`]).
+pub(super) fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
+    key.strip_prefix(MANIFEST_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| !listed.contains(join(DONE_DIR, name).as_str()))
+}
+
+/// The metadata documents whose presence decides what the destination holds: v2 `.zarray` and
+/// `.zgroup` and v3 `zarr.json` at the root and at every node of the plan, each once.
+pub(super) fn document_keys(plan: &Plan) -> Vec<String> {
+    let paths = std::iter::once("")
+        .chain(plan.arrays.iter().map(|a| a.path.as_str()))
+        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+    let mut keys: Vec<String> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for path in paths {
+        for document in [".zarray", ".zgroup", "zarr.json"] {
+            let key = join(path, document);
+            // The root is also the path of an array or group converted at the root: read it once.
+            if seen.insert(key.clone()) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+/// A version (ETag) as compared between a record and a listing: a hash of it without the quotes
+/// and weak marker that some stores add in one place and not the other (Azure lists ETags bare and
+/// sends them quoted), so that a million of them take 8 bytes each.
+pub(super) fn version_id(version: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let bare = version
+        .strip_prefix("W/")
+        .unwrap_or(version)
+        .trim_matches('"');
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bare.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// An object at one of an array's shard keys, as a listing names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ListedShard {
+    /// The shard's C-order index in its array's shard grid.
+    pub(super) index: u64,
+    pub(super) size: u64,
+    /// Its version (see [`version_id`]).
+    pub(super) version: u64,
+}
+
+/// The key of the shard of C-order index `index` in `grid` of the array at `array_path`.
+pub(super) fn shard_key(array_path: &str, index: u64, grid: &[u64]) -> String {
+    join(
+        array_path,
+        &SHARD_KEYS.key(&zshard_core::unravel_index(index, grid)),
+    )
+}
+
+/// How the shards of every output array are keyed (the writer's encoding).
+pub(super) const SHARD_KEYS: ChunkKeyEncoding = zshard_writer::OUTPUT_KEY_ENCODING;
+
+/// The objects of the array at `array_path` that are shards of `grid`, in key order.
+pub(super) async fn shard_keys(
+    dst: &Store,
+    array_path: &str,
+    grid: &[u64],
+) -> Result<Vec<ListedShard>> {
+    let folder = join(array_path, SHARD_KEYS.chunk_folder());
+    Ok(dst
+        .list_objects_split_async(&folder, &listing_splits(array_path, grid))
+        .await?
+        .into_iter()
+        .filter_map(|object| {
+            let coord = shard_coord(array_path, &object.key, grid)?;
+            Some(ListedShard {
+                index: linear_index(&coord, grid),
+                size: object.size,
+                version: version_id(&object.version),
+            })
+        })
+        .collect())
+}
+
+/// The coordinate in `grid` of the shard that `key` (relative to the destination) names for the
+/// array at `array_path`; `None` for any other key.
+pub(super) fn shard_coord(array_path: &str, key: &str, grid: &[u64]) -> Option<Vec<u64>> {
+    let relative = match array_path {
+        "" => key,
+        path => key.strip_prefix(path)?.strip_prefix('/')?,
+    };
+    SHARD_KEYS
+        .coordinates(relative, grid.len())
+        .filter(|coord| inside(coord, grid))
+}
+
+/// The coordinate of a record line (`i,j,...`, as [`ShardLog::record`] writes it) in `grid`.
+pub(super) fn recorded_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
+    let coord: Vec<u64> = if text.is_empty() {
+        Vec::new()
+    } else {
+        text.split(',')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?
+    };
+    (coord.len() == grid.len() && inside(&coord, grid)).then_some(coord)
+}
+
+pub(super) fn inside(coord: &[u64], grid: &[u64]) -> bool {
+    coord.iter().zip(grid).all(|(c, g)| c < g)
+}
+
+/// Shard keys about a listing page apart (S3 lists 1000 keys a page), where the listing of an
+/// array's shards is cut so that its pages are fetched side by side (see
+/// [`Store::list_sizes_split`]): every `LIST_PAGE`-th shard in C order, so at most one key per page
+/// of shards is held here however large the grid.
+pub(super) fn listing_splits(array_path: &str, grid: &[u64]) -> Vec<String> {
+    const LIST_PAGE: u64 = 1000;
+    let count = zshard_core::product(grid);
+    (LIST_PAGE..count)
+        .step_by(LIST_PAGE as usize)
+        .map(|index| {
+            join(
+                array_path,
+                &SHARD_KEYS.key(&zshard_core::unravel_index(index, grid)),
+            )
+        })
+        .collect()
+}
