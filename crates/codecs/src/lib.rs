@@ -53,6 +53,7 @@ mod lzma_codec;
 mod numeric;
 mod object_codecs;
 mod packbits;
+mod packbits_ext;
 mod pcodec_codec;
 mod registry;
 mod scale_offset;

@@ -26,6 +26,8 @@ type Build = fn(&CodecSpec, &ChunkRepr) -> Result<Codec>;
 /// uses for numcodecs codecs.
 const REGISTRY: &[(&str, Build)] = &[
     ("bytes", crate::bytes_codec::build),
+    // zarr-extensions: sub-byte and bit-range packing (not numcodecs.packbits below).
+    ("packbits", crate::packbits_ext::build),
     ("vlen-utf8", crate::vlen_utf8::build),
     ("vlen-bytes", crate::vlen_utf8::build_bytes),
     ("numcodecs.json2", crate::object_codecs::build_json2),
@@ -70,6 +72,7 @@ const REGISTRY: &[(&str, Build)] = &[
 /// Codecs that lay out fixed-size elements, which string arrays do not have.
 const FIXED_SIZE_ONLY: &[&str] = &[
     "bytes",
+    "packbits",
     "transpose",
     "sharding_indexed",
     "numcodecs.pcodec",

@@ -68,6 +68,170 @@ fn big_endian_bytes_are_swapped() {
     );
 }
 
+/// The `bytes` codec on the registry's ML types as tensorstore writes them: 2-byte types (bfloat16 and
+/// the halves of complex_bfloat16) swap for `big`, 1-byte floats take no `endian` and move as they are.
+#[test]
+fn bytes_codec_on_ml_types() {
+    let dtype = |name: &str| DataType::from_v3_name(name).expect("registered data type");
+    let big = spec(json!([{"name": "bytes", "configuration": {"endian": "big"}}]));
+    let little = spec(json!([{"name": "bytes", "configuration": {"endian": "little"}}]));
+    let plain = spec(json!([{"name": "bytes"}]));
+    // bfloat16 [1.0, 2.0] big-endian on disk: 3f80 4000.
+    let r = repr(&[2], dtype("bfloat16"));
+    let chain = build_chain(&big, &r).expect("chain");
+    let decoded = chain.decode(&[0x3f, 0x80, 0x40, 0x00], &r).expect("decode");
+    assert_eq!(decoded, vec![0x80, 0x3f, 0x00, 0x40]);
+    assert_eq!(
+        chain.encode(decoded, &r).expect("encode"),
+        vec![0x3f, 0x80, 0x40, 0x00]
+    );
+    assert!(build_chain(&plain, &r).is_err(), "bfloat16 needs an endian");
+    let r = repr(&[1], dtype("complex_bfloat16"));
+    let chain = build_chain(&big, &r).expect("chain");
+    assert_eq!(
+        chain.decode(&[1, 2, 3, 4], &r).expect("decode"),
+        vec![2, 1, 4, 3]
+    );
+    for name in [
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e8m0fnu",
+        "complex_float8_e4m3fn",
+    ] {
+        let r = repr(&[4], dtype(name));
+        let data = sample(r.byte_len());
+        for chain in [&plain, &big, &little] {
+            let chain = build_chain(chain, &r).expect("chain");
+            let encoded = chain.encode(data.clone(), &r).expect("encode");
+            assert_eq!(encoded, data, "{name}");
+            assert_eq!(chain.decode(&encoded, &r).expect("decode"), data, "{name}");
+        }
+    }
+}
+
+/// The zarr-extensions `packbits` codec, on vectors built from its spec: values in lexicographic order,
+/// bit `i` of the sequence is bit `i % 8` of byte `i / 8` (least significant first), `padding_encoding`
+/// a byte before or after, `first_bit`/`last_bit` keep a range of each component, signed integers
+/// sign-extended when decoded. Sub-byte types decode into the low bits of a byte, as `bytes` stores them.
+#[test]
+fn packbits_codec_from_the_spec() {
+    let dtype = |name: &str| DataType::from_v3_name(name).expect("registered data type");
+    let check = |name: &str, config: serde_json::Value, decoded: &[u8], encoded: &[u8]| {
+        let r = repr(
+            &[decoded.len() as u64 / dtype(name).size() as u64],
+            dtype(name),
+        );
+        let chain = build_chain(
+            &spec(json!([{"name": "packbits", "configuration": config}])),
+            &r,
+        )
+        .expect("chain");
+        assert_eq!(
+            chain.encode(decoded.to_vec(), &r).expect("encode"),
+            encoded,
+            "{name} {config}"
+        );
+        assert_eq!(
+            chain.decode(encoded, &r).expect("decode"),
+            decoded,
+            "{name} {config}"
+        );
+    };
+    // int4 [-1, 2, -8, 7, 3]: nibbles f 2 8 7 3, the first in the low half of byte 0.
+    let int4 = [0x0f, 0x02, 0x08, 0x07, 0x03];
+    check("int4", json!({}), &int4, &[0x2f, 0x78, 0x03]);
+    check(
+        "int4",
+        json!({"padding_encoding": "first_byte"}),
+        &int4,
+        &[0x04, 0x2f, 0x78, 0x03],
+    );
+    check(
+        "int4",
+        json!({"padding_encoding": "last_byte"}),
+        &int4,
+        &[0x2f, 0x78, 0x03, 0x04],
+    );
+    check(
+        "uint2",
+        json!({}),
+        &[3, 0, 1, 2, 3],
+        &[0b1001_0011, 0b0000_0011],
+    );
+    check(
+        "bool",
+        json!({"padding_encoding": "first_byte"}),
+        &[1, 0, 1, 1, 0, 0, 0, 0, 1],
+        &[7, 0x0d, 0x01],
+    );
+    check(
+        "float6_e2m3fn",
+        json!({}),
+        &[0x3f, 0x01, 0x20, 0x15],
+        &[0x7f, 0x00, 0x56],
+    );
+    check(
+        "complex_float4_e2m1fn",
+        json!({}),
+        &[0x01, 0x0f, 0x03, 0x04],
+        &[0xf1, 0x43],
+    );
+    // Whole-byte types are their little-endian bytes.
+    check(
+        "uint16",
+        json!({}),
+        &[0x34, 0x12, 0xcd, 0xab],
+        &[0x34, 0x12, 0xcd, 0xab],
+    );
+    // first_bit/last_bit: bits 4..=11 of each uint16, zero-extended back.
+    check(
+        "uint16",
+        json!({"first_bit": 4, "last_bit": 11}),
+        &[0x30, 0x02, 0xc0, 0x0b],
+        &[0x23, 0xbc],
+    );
+    // Signed: the top kept bit is the sign. int16 -2 with bits 0..=3 is 0xe, decoded as -2 again.
+    check(
+        "int16",
+        json!({"first_bit": 0, "last_bit": 3}),
+        &[0xfe, 0xff, 0x03, 0x00],
+        &[0x3e],
+    );
+    // Sign extension stops at the type's width: int4 -1 decodes to 0x0f, not 0xff.
+    let r = repr(&[2], dtype("int4"));
+    let chain = build_chain(&spec(json!([{"name": "packbits"}])), &r).expect("chain");
+    assert_eq!(chain.decode(&[0x8f], &r).expect("decode"), vec![0x0f, 0x08]);
+    assert!(
+        chain.decode(&[0x8f, 0x00], &r).is_err(),
+        "one byte too many"
+    );
+    let first = build_chain(
+        &spec(json!([{"name": "packbits", "configuration": {"padding_encoding": "first_byte"}}])),
+        &r,
+    )
+    .expect("chain");
+    assert!(
+        first.decode(&[0x01, 0x8f], &r).is_err(),
+        "wrong padding count"
+    );
+    for bad in [
+        json!({"padding_encoding": "middle"}),
+        json!({"first_bit": 2, "last_bit": 1}),
+        json!({"last_bit": 4}),
+    ] {
+        assert!(
+            build_chain(
+                &spec(json!([{"name": "packbits", "configuration": bad}])),
+                &r
+            )
+            .is_err(),
+            "{bad}"
+        );
+    }
+    let strings = repr(&[2], DataType::String);
+    assert!(build_chain(&spec(json!([{"name": "packbits"}])), &strings).is_err());
+}
+
 #[test]
 fn transpose_reads_fortran_order() {
     // numpy: np.arange(6, dtype=u1).reshape(2,3) stored in F order is [0,3,1,4,2,5].

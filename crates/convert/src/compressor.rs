@@ -148,8 +148,17 @@ impl Compressor {
     /// The inner codec chain of the array `meta`, and, when [`Compressor::Source`] cannot keep the
     /// array's own chain (it has no valid Zarr v3 form), why, and that the default is used instead.
     pub fn for_array(&self, meta: &ArrayMeta) -> (Vec<CodecSpec>, Option<String>) {
+        if let Compressor::Chain(chain) = self {
+            return (chain.clone(), None);
+        }
         if *self != Compressor::Source {
-            return (self.inner_codecs(meta.data_type), None);
+            let mut codecs = self.inner_codecs(meta.data_type);
+            // A named compressor chooses the compression, not the layout: packed elements (int4,
+            // float4, ... under zarr-extensions `packbits`) stay packed as the source had them.
+            if let Some(packbits) = meta.codecs.iter().find(|c| c.name == "packbits") {
+                codecs[0] = packbits.clone();
+            }
+            return (codecs, None);
         }
         // A v2 fixedscaleoffset or astype filter becomes scale_offset + cast_value where that is exact.
         let codecs = match zshard_codecs::v3_equivalent(&meta.codecs, &meta.chunk_repr()) {
@@ -259,6 +268,34 @@ mod tests {
         assert_eq!(strings[0].name, "vlen-utf8");
         assert_eq!(strings[1].get("typesize"), Some(&json!(1)));
         assert_eq!(c.inner_codecs(DataType::Bytes)[0].name, "vlen-bytes");
+    }
+
+    /// A source whose elements are packed (zarr-extensions `packbits`: int4, float4, ...) stays packed
+    /// under a named compressor, which chooses only the compression; a JSON chain is taken as given.
+    #[test]
+    fn named_compressors_keep_packbits() {
+        let int4 = DataType::from_v3_name("int4").expect("int4");
+        let packbits = CodecSpec::new("packbits", json!({"padding_encoding": "first_byte"}));
+        let meta = ArrayMeta {
+            shape: vec![10],
+            data_type: int4,
+            fill_value: zshard_core::FillValue::zero(int4),
+            chunk_shape: vec![4],
+            codecs: vec![packbits.clone(), CodecSpec::new("crc32c", json!({}))],
+            chunk_key_encoding: zshard_core::ChunkKeyEncoding::Default { separator: '/' },
+            attributes: serde_json::Map::new(),
+            dimension_names: None,
+            rectilinear: None,
+            sharded: None,
+            warnings: Vec::new(),
+        };
+        let (codecs, fallback) = Compressor::Zstd { level: 3 }.for_array(&meta);
+        assert_eq!(fallback, None);
+        assert_eq!(codecs[0], packbits);
+        assert_eq!(codecs[1].name, "zstd");
+        assert_eq!(Compressor::None.for_array(&meta).0, vec![packbits.clone()]);
+        let bytes = vec![CodecSpec::new("bytes", json!({}))];
+        assert_eq!(Compressor::Chain(bytes.clone()).for_array(&meta).0, bytes);
     }
 
     #[test]

@@ -1,4 +1,5 @@
 use crate::error::{Error, Result};
+use crate::minifloat::{SmallFloat, SMALL_FLOATS};
 use crate::structs::StructType;
 
 /// Byte order of multi-byte elements in an encoded chunk.
@@ -69,6 +70,26 @@ pub enum DataType {
     /// Variable-length bytes (zarr-python 3's v3 `variable_length_bytes`, v2 `|O` with the
     /// `vlen-bytes` filter): handled as [`DataType::String`] is, in the same layout, without UTF-8.
     Bytes,
+    /// `int4` (zarr-extensions): -8..=7. With the `bytes` codec one element per byte, in its low 4
+    /// bits; the high bits are ignored when read and kept as the source wrote them.
+    Int4,
+    /// `uint4` (zarr-extensions): 0..=15, one per byte as [`DataType::Int4`].
+    UInt4,
+    /// `int2` (zarr-extensions): -2..=1, one per byte in its low 2 bits.
+    Int2,
+    /// `uint2` (zarr-extensions): 0..=3, one per byte in its low 2 bits.
+    UInt2,
+    /// `bfloat16` (zarr-extensions; tensorstore, ml_dtypes): the upper half of a float32, 2 bytes.
+    BFloat16,
+    /// The zarr-extensions 8-, 6- and 4-bit floats (`float8_e4m3fn`, `float4_e2m1fn`, ...): one byte
+    /// per element, as the `bytes` codec stores them (the narrower ones in its low bits).
+    SmallFloat(SmallFloat),
+    /// `complex_bfloat16` (zarr-extensions): a bfloat16 real part, then the imaginary part.
+    ComplexBFloat16,
+    /// `complex_float16` (zarr-extensions): a float16 real part, then the imaginary part.
+    ComplexFloat16,
+    /// `complex_float8_*`, `complex_float6_*`, `complex_float4_*` (zarr-extensions): two bytes.
+    ComplexSmallFloat(SmallFloat),
     /// `struct` (zarr-extensions; zarr-python 3.2+): records of named fixed-size fields packed without
     /// padding, each field little-endian in memory (see [`crate::StructType`]).
     Struct(&'static StructType),
@@ -140,6 +161,11 @@ impl TimeUnit {
     }
 }
 
+impl DataType {
+    /// The parametric v3 data types, for error messages and `--version`.
+    pub const PARAMETRIC: &'static str = PARAMETRIC;
+}
+
 /// The parametric v3 data types, for error messages.
 const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}, struct {fields}";
 
@@ -162,6 +188,23 @@ const ALL: [DataType; 16] = [
     DataType::Bytes,
 ];
 
+/// The zarr-extensions types for machine learning (ml_dtypes' types, written by tensorstore), which
+/// zshard moves byte for byte.
+fn ml_types() -> impl Iterator<Item = DataType> {
+    [
+        DataType::Int2,
+        DataType::Int4,
+        DataType::UInt2,
+        DataType::UInt4,
+        DataType::BFloat16,
+        DataType::ComplexBFloat16,
+        DataType::ComplexFloat16,
+    ]
+    .into_iter()
+    .chain(SMALL_FLOATS.map(DataType::SmallFloat))
+    .chain(SMALL_FLOATS.map(DataType::ComplexSmallFloat))
+}
+
 impl DataType {
     /// The numeric data types (bool, integers, floats, complex), whose v3 names need no configuration.
     pub fn numeric() -> &'static [DataType] {
@@ -172,7 +215,14 @@ impl DataType {
     pub fn size(self) -> usize {
         match self {
             DataType::Bool | DataType::Int8 | DataType::UInt8 => 1,
-            DataType::Int16 | DataType::UInt16 | DataType::Float16 => 2,
+            DataType::Int16 | DataType::UInt16 | DataType::Float16 | DataType::BFloat16 => 2,
+            DataType::SmallFloat(_)
+            | DataType::Int4
+            | DataType::UInt4
+            | DataType::Int2
+            | DataType::UInt2 => 1,
+            DataType::ComplexSmallFloat(_) => 2,
+            DataType::ComplexBFloat16 | DataType::ComplexFloat16 => 4,
             DataType::Int32 | DataType::UInt32 | DataType::Float32 => 4,
             DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Complex64 => 8,
             DataType::Complex128 => 16,
@@ -206,6 +256,8 @@ impl DataType {
         match self {
             DataType::Complex64 => 4,
             DataType::Complex128 => 8,
+            DataType::ComplexBFloat16 | DataType::ComplexFloat16 => 2,
+            DataType::ComplexSmallFloat(_) => 1,
             DataType::NullTerminatedBytes(_) | DataType::String | DataType::Bytes => 1,
             DataType::FixedLengthUtf32(_) => 4,
             // The widest field's: more than 1 when the byte order matters. Swap with
@@ -241,6 +293,15 @@ impl DataType {
             DataType::Float64 => "float64",
             DataType::Complex64 => "complex64",
             DataType::Complex128 => "complex128",
+            DataType::Int4 => "int4",
+            DataType::UInt4 => "uint4",
+            DataType::Int2 => "int2",
+            DataType::UInt2 => "uint2",
+            DataType::BFloat16 => "bfloat16",
+            DataType::SmallFloat(t) => t.name(),
+            DataType::ComplexBFloat16 => "complex_bfloat16",
+            DataType::ComplexFloat16 => "complex_float16",
+            DataType::ComplexSmallFloat(t) => t.complex_name(),
             DataType::NullTerminatedBytes(_) => "null_terminated_bytes",
             DataType::FixedLengthUtf32(_) => "fixed_length_utf32",
             DataType::DateTime64(..) => "numpy.datetime64",
@@ -333,13 +394,39 @@ impl DataType {
         )
     }
 
-    /// Whether the elements are complex numbers (a pair of floats).
+    /// Whether the elements are complex numbers (a pair of IEEE float32 or float64).
     pub fn is_complex(self) -> bool {
         matches!(self, DataType::Complex64 | DataType::Complex128)
     }
 
-    fn supported() -> String {
+    /// The type of each half of a complex type (the core ones and the zarr-extensions ones).
+    pub fn complex_component(self) -> Option<DataType> {
+        match self {
+            DataType::Complex64 => Some(DataType::Float32),
+            DataType::Complex128 => Some(DataType::Float64),
+            DataType::ComplexBFloat16 => Some(DataType::BFloat16),
+            DataType::ComplexFloat16 => Some(DataType::Float16),
+            DataType::ComplexSmallFloat(t) => Some(DataType::SmallFloat(t)),
+            _ => None,
+        }
+    }
+
+    /// Bits of a value in an element, when fewer than the element's bytes hold (float6, float4:
+    /// the `bytes` codec stores them in the low bits of a byte).
+    pub fn value_bits(self) -> Option<u32> {
+        match self {
+            DataType::SmallFloat(t) if t.bits() < 8 => Some(t.bits()),
+            DataType::Int4 | DataType::UInt4 => Some(4),
+            DataType::Int2 | DataType::UInt2 => Some(2),
+            _ => None,
+        }
+    }
+
+    /// Every data type name zshard reads, for `--version` and error messages.
+    pub fn supported() -> String {
         ALL.iter()
+            .copied()
+            .chain(ml_types())
             .map(|d| d.v3_name())
             .collect::<Vec<_>>()
             .join(", ")
@@ -347,8 +434,15 @@ impl DataType {
 
     /// Parses a Zarr v3 `data_type` name.
     pub fn from_v3_name(name: &str) -> Result<Self> {
+        // The registry's aliases of the core complex types.
+        match name {
+            "complex_float32" => return Ok(DataType::Complex64),
+            "complex_float64" => return Ok(DataType::Complex128),
+            _ => {}
+        }
         ALL.iter()
             .copied()
+            .chain(ml_types())
             .find(|d| d.v3_name() == name)
             .ok_or_else(|| Error::UnsupportedDataType {
                 name: name.to_string(),
@@ -361,10 +455,15 @@ impl DataType {
         let unsupported = || {
             Error::UnsupportedDataType {
             name: typestr.to_string(),
-            supported: "|b1, |i1, |u1, |S<n>, |O (with the vlen-utf8 or vlen-bytes filter), and < or > with i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 U<n> M8[<unit>] m8[<unit>]"
+            supported: "|b1, |i1, |u1, |S<n>, |O (with the vlen-utf8 or vlen-bytes filter), and < or > with i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 U<n> M8[<unit>] m8[<unit>], or (as tensorstore writes them) bfloat16, float8_*, int4, int2, float4_e2m1fn"
                 .to_string(),
         }
         };
+        // tensorstore's zarr v2 driver writes the ml_dtypes name (`bfloat16`, `float8_e4m3fn`, `int4`)
+        // with no byte order: its elements are little-endian.
+        if let Some(ml) = ml_types().find(|d| d.v3_name() == typestr) {
+            return Ok((ml, Endian::Little));
+        }
         let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(unsupported)?;
         let endian = match order {
@@ -427,6 +526,16 @@ impl DataType {
             DataType::Float64 => "f8",
             DataType::Complex64 => "c8",
             DataType::Complex128 => "c16",
+            // numpy has no code for these: tensorstore's zarr v2 driver writes the ml_dtypes name.
+            DataType::BFloat16
+            | DataType::Int4
+            | DataType::UInt4
+            | DataType::Int2
+            | DataType::UInt2
+            | DataType::SmallFloat(_)
+            | DataType::ComplexBFloat16
+            | DataType::ComplexFloat16
+            | DataType::ComplexSmallFloat(_) => return self.v3_name().into(),
             DataType::NullTerminatedBytes(n) => return format!("|S{n}"),
             DataType::FixedLengthUtf32(n) => return format!("<U{n}"),
             DataType::String | DataType::Bytes => return "|O".into(),
@@ -601,6 +710,68 @@ mod tests {
                 Some(d)
             );
         }
+    }
+
+    /// Every ML data type of the zarr-extensions registry that tensorstore writes, with its element size
+    /// and the unit the `bytes` codec swaps (2-byte types swap, 1-byte ones do not).
+    #[test]
+    fn ml_types_parse_with_sizes() {
+        for (name, size, swap) in [
+            ("bfloat16", 2, 2),
+            ("float8_e3m4", 1, 1),
+            ("float8_e4m3", 1, 1),
+            ("float8_e4m3fn", 1, 1),
+            ("float8_e4m3fnuz", 1, 1),
+            ("float8_e4m3b11fnuz", 1, 1),
+            ("float8_e5m2", 1, 1),
+            ("float8_e5m2fnuz", 1, 1),
+            ("float8_e8m0fnu", 1, 1),
+            ("complex_bfloat16", 4, 2),
+            ("complex_float16", 4, 2),
+            ("complex_float8_e4m3fn", 2, 1),
+            ("complex_float8_e8m0fnu", 2, 1),
+            ("int4", 1, 1),
+            ("uint4", 1, 1),
+            ("int2", 1, 1),
+            ("uint2", 1, 1),
+            ("float4_e2m1fn", 1, 1),
+            ("float6_e3m2fn", 1, 1),
+        ] {
+            let d = DataType::from_v3_name(name).expect("registered data type");
+            assert_eq!((d.v3_name(), d.size(), d.swap_unit()), (name, size, swap));
+            assert_eq!(DataType::from_v3_json(&d.to_v3_json()).ok(), Some(d));
+        }
+        // tensorstore's zarr v2 driver spells them with the ml_dtypes name, in little-endian order.
+        for name in [
+            "bfloat16",
+            "float8_e4m3fn",
+            "float8_e8m0fnu",
+            "int4",
+            "int2",
+            "float4_e2m1fn",
+        ] {
+            let d = DataType::from_v3_name(name).expect("registered data type");
+            assert_eq!(
+                DataType::from_v2_typestr(name).ok(),
+                Some((d, Endian::Little))
+            );
+            assert_eq!(d.v2_typestr(), name);
+        }
+        assert!(DataType::from_v2_typestr("<bfloat16").is_err());
+        // The registry's aliases of the core complex types.
+        assert_eq!(
+            DataType::from_v3_name("complex_float32").ok(),
+            Some(DataType::Complex64)
+        );
+        assert_eq!(
+            DataType::from_v3_name("complex_float64").ok(),
+            Some(DataType::Complex128)
+        );
+        let mut b = vec![1, 2, 3, 4];
+        DataType::from_v3_name("complex_bfloat16")
+            .expect("registered")
+            .swap_bytes(&mut b);
+        assert_eq!(b, vec![2, 1, 4, 3]);
     }
 
     #[test]

@@ -2,6 +2,7 @@ use serde_json::Value;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
+use crate::minifloat::Unrepresentable;
 
 /// The fill value of an array as the little-endian bytes of one element.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,12 +111,7 @@ impl FillValue {
             }
             _ => {}
         }
-        if dtype.is_complex() {
-            let half = if dtype == DataType::Complex64 {
-                DataType::Float32
-            } else {
-                DataType::Float64
-            };
+        if let Some(half) = dtype.complex_component() {
             let (re, im) = match value {
                 Value::Array(parts) if parts.len() == 2 => (&parts[0], &parts[1]),
                 Value::Array(_) => return Err(invalid("expected [real, imaginary]")),
@@ -135,7 +131,7 @@ impl FillValue {
             let raw = u128::from_str_radix(hex, 16)
                 .map_err(|_| invalid("bad hexadecimal bit pattern"))?;
             let size = dtype.size();
-            if hex.len() > size * 2 {
+            if hex.len() > size * 2 || dtype.value_bits().is_some_and(|bits| raw >> bits != 0) {
                 return Err(invalid("bit pattern is wider than the data type"));
             }
             return Ok(FillValue {
@@ -163,6 +159,32 @@ impl FillValue {
             // `as f32` rounds to nearest, as numpy does when casting a Python float.
             DataType::Float32 => json_float(value).map(|v| (v as f32).to_le_bytes().to_vec()),
             DataType::Float64 => json_float(value).map(|v| v.to_le_bytes().to_vec()),
+            // In the low bits, the high ones zero, as tensorstore stores them with `bytes`.
+            DataType::Int4 => int::<i8>(value)
+                .filter(|v| (-8..=7).contains(v))
+                .map(|v| vec![v as u8 & 0x0f]),
+            DataType::UInt4 => int::<u8>(value).filter(|&v| v <= 15).map(|v| vec![v]),
+            DataType::Int2 => int::<i8>(value)
+                .filter(|v| (-2..=1).contains(v))
+                .map(|v| vec![v as u8 & 0x03]),
+            DataType::UInt2 => int::<u8>(value).filter(|&v| v <= 3).map(|v| vec![v]),
+            DataType::BFloat16 => {
+                json_float(value).map(|v| half::bf16::from_f64(v).to_le_bytes().to_vec())
+            }
+            DataType::SmallFloat(t) => {
+                let v = json_float(value).ok_or_else(|| invalid("expected a number"))?;
+                let code = t.encode(v).map_err(|why| {
+                    invalid(match why {
+                        Unrepresentable::NoNan => "the type has no NaN",
+                        Unrepresentable::NoInfinity => "the type has no infinity",
+                        Unrepresentable::Negative => "the type has no negative values",
+                        Unrepresentable::OutOfRange => {
+                            "beyond the largest finite value of the type"
+                        }
+                    })
+                })?;
+                Some(vec![code])
+            }
             _ => None,
         }
         .ok_or_else(|| invalid("not representable in this data type"))?;
@@ -280,14 +302,35 @@ impl FillValue {
                 let v = f64::from_le_bytes(arr(8));
                 float_json(v, v.is_nan() && v.to_bits() != f64::NAN.to_bits(), b)
             }
-            DataType::Complex64 => Value::Array(vec![
-                FillValue::from_bytes(b[..4].to_vec()).to_v3_json(DataType::Float32),
-                FillValue::from_bytes(b[4..8].to_vec()).to_v3_json(DataType::Float32),
-            ]),
-            DataType::Complex128 => Value::Array(vec![
-                FillValue::from_bytes(b[..8].to_vec()).to_v3_json(DataType::Float64),
-                FillValue::from_bytes(b[8..16].to_vec()).to_v3_json(DataType::Float64),
-            ]),
+            // The low bits, sign-extended: the high bits of a stored byte are ignored.
+            DataType::Int4 => (((b[0] << 4) as i8) >> 4).into(),
+            DataType::UInt4 => (b[0] & 0x0f).into(),
+            DataType::Int2 => (((b[0] << 6) as i8) >> 6).into(),
+            DataType::UInt2 => (b[0] & 0x03).into(),
+            DataType::BFloat16 => {
+                let v = half::bf16::from_le_bytes([b[0], b[1]]);
+                float_json(
+                    v.to_f64(),
+                    v.is_nan() && v.to_bits() != half::bf16::NAN.to_bits(),
+                    b,
+                )
+            }
+            DataType::SmallFloat(t) => {
+                let v = t.to_f64(b[0]);
+                float_json(v, v.is_nan() && t.nan() != Some(b[0]), &b[..1])
+            }
+            DataType::Complex64
+            | DataType::Complex128
+            | DataType::ComplexBFloat16
+            | DataType::ComplexFloat16
+            | DataType::ComplexSmallFloat(_) => {
+                let half = dtype.size() / 2;
+                let part = dtype.complex_component().unwrap_or(dtype);
+                Value::Array(vec![
+                    FillValue::from_bytes(b[..half].to_vec()).to_v3_json(part),
+                    FillValue::from_bytes(b[half..2 * half].to_vec()).to_v3_json(part),
+                ])
+            }
         }
     }
 
@@ -436,6 +479,150 @@ mod tests {
         ] {
             let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
             assert_eq!(fill.to_v3_json(d), v, "{d}");
+        }
+    }
+
+    /// The ML types of the zarr-extensions registry (as tensorstore 0.1.86 writes them): fill values
+    /// encoded per the registry, rounded to nearest as ml_dtypes casts, and refused where the type has
+    /// no such value. Expected bytes are what tensorstore stores for the same JSON.
+    #[test]
+    fn ml_type_fill_values() {
+        let f = |v: Value, name: &str| {
+            let d = DataType::from_v3_name(name).expect("registered data type");
+            FillValue::from_v3_json(&v, d).map(|f| f.bytes).ok()
+        };
+        assert_eq!(f(json!("NaN"), "bfloat16"), Some(vec![0xc0, 0x7f]));
+        assert_eq!(f(json!("0x7fc1"), "bfloat16"), Some(vec![0xc1, 0x7f]));
+        assert_eq!(f(json!("-Infinity"), "bfloat16"), Some(vec![0x80, 0xff]));
+        assert_eq!(f(json!(0.1), "bfloat16"), Some(vec![0xcd, 0x3d]));
+        assert_eq!(f(json!(1e39), "bfloat16"), Some(vec![0x80, 0x7f]));
+        assert_eq!(f(json!("0x17fc0"), "bfloat16"), None);
+        assert_eq!(f(json!("NaN"), "float8_e4m3fn"), Some(vec![0x7f]));
+        assert_eq!(f(json!(448), "float8_e4m3fn"), Some(vec![0x7e]));
+        assert_eq!(f(json!(0.1), "float8_e4m3fn"), Some(vec![0x1d]));
+        assert_eq!(f(json!(-0.0), "float8_e4m3fn"), Some(vec![0x80]));
+        assert_eq!(f(json!(1e-30), "float8_e4m3fn"), Some(vec![0x00]));
+        assert_eq!(f(json!("0xff"), "float8_e4m3fn"), Some(vec![0xff]));
+        // No infinity, and nothing above 448: refused rather than turned into NaN as a cast would.
+        assert_eq!(f(json!("Infinity"), "float8_e4m3fn"), None);
+        assert_eq!(f(json!(1000), "float8_e4m3fn"), None);
+        assert_eq!(f(json!("0x100"), "float8_e4m3fn"), None);
+        assert_eq!(f(json!("NaN"), "float8_e5m2"), Some(vec![0x7e]));
+        assert_eq!(f(json!("Infinity"), "float8_e5m2"), Some(vec![0x7c]));
+        assert_eq!(f(json!(1e6), "float8_e5m2"), Some(vec![0x7c]));
+        assert_eq!(f(json!(2), "float8_e5m2"), Some(vec![0x40]));
+        assert_eq!(f(json!("NaN"), "float8_e4m3fnuz"), Some(vec![0x80]));
+        assert_eq!(f(json!(-0.0), "float8_e4m3fnuz"), Some(vec![0x00]));
+        assert_eq!(f(json!(1), "float8_e4m3fnuz"), Some(vec![0x40]));
+        assert_eq!(f(json!("-Infinity"), "float8_e4m3fnuz"), None);
+        assert_eq!(f(json!("NaN"), "float8_e5m2fnuz"), Some(vec![0x80]));
+        assert_eq!(f(json!(1), "float8_e5m2fnuz"), Some(vec![0x40]));
+        assert_eq!(f(json!("NaN"), "float8_e4m3b11fnuz"), Some(vec![0x80]));
+        assert_eq!(f(json!(1), "float8_e4m3b11fnuz"), Some(vec![0x58]));
+        assert_eq!(f(json!("NaN"), "float8_e3m4"), Some(vec![0x78]));
+        assert_eq!(f(json!(1), "float8_e3m4"), Some(vec![0x30]));
+        assert_eq!(f(json!("NaN"), "float8_e4m3"), Some(vec![0x7c]));
+        assert_eq!(f(json!("Infinity"), "float8_e4m3"), Some(vec![0x78]));
+        assert_eq!(f(json!(1), "float8_e4m3"), Some(vec![0x38]));
+        assert_eq!(f(json!("NaN"), "float8_e8m0fnu"), Some(vec![0xff]));
+        assert_eq!(f(json!(0.5), "float8_e8m0fnu"), Some(vec![0x7e]));
+        assert_eq!(f(json!(4), "float8_e8m0fnu"), Some(vec![0x81]));
+        // tensorstore's default fill value for this type (which has no zero): its smallest value.
+        assert_eq!(f(json!(0.0), "float8_e8m0fnu"), Some(vec![0x00]));
+        assert_eq!(f(json!(-1), "float8_e8m0fnu"), None);
+        assert_eq!(
+            f(json!(["NaN", 1]), "complex_bfloat16"),
+            Some(vec![0xc0, 0x7f, 0x80, 0x3f])
+        );
+        assert_eq!(
+            f(json!([0.5, -2]), "complex_float16"),
+            Some(vec![0x00, 0x38, 0x00, 0xc0])
+        );
+        assert_eq!(
+            f(json!([1, "NaN"]), "complex_float8_e4m3fn"),
+            Some(vec![0x38, 0x7f])
+        );
+        assert_eq!(
+            f(json!([1, 2]), "complex_float32"),
+            Some([1f32.to_le_bytes(), 2f32.to_le_bytes()].concat())
+        );
+    }
+
+    /// Sub-byte integers: in range or refused; stored in the low bits with the high bits zero, as
+    /// tensorstore writes them (`int4` -1 is `0x0f`), and read ignoring the high bits.
+    #[test]
+    fn sub_byte_integer_fill_values() {
+        let d = |name: &str| DataType::from_v3_name(name).expect("registered data type");
+        let f = |v: Value, name: &str| FillValue::from_v3_json(&v, d(name)).map(|f| f.bytes).ok();
+        assert_eq!(f(json!(-1), "int4"), Some(vec![0x0f]));
+        assert_eq!(f(json!(-8), "int4"), Some(vec![0x08]));
+        assert_eq!(f(json!(7), "int4"), Some(vec![0x07]));
+        assert_eq!(f(json!(8), "int4"), None);
+        assert_eq!(f(json!(-9), "int4"), None);
+        assert_eq!(f(json!(15), "uint4"), Some(vec![0x0f]));
+        assert_eq!(f(json!(16), "uint4"), None);
+        assert_eq!(f(json!(-1), "uint4"), None);
+        assert_eq!(f(json!(-2), "int2"), Some(vec![0x02]));
+        assert_eq!(f(json!(2), "int2"), None);
+        assert_eq!(f(json!(3), "uint2"), Some(vec![0x03]));
+        assert_eq!(f(json!(4), "uint2"), None);
+        assert_eq!(f(json!("0x1f"), "int4"), None);
+        assert_eq!(f(json!("0x1f"), "float4_e2m1fn"), None);
+        for (v, name) in [
+            (-1, "int4"),
+            (-8, "int4"),
+            (15, "uint4"),
+            (-2, "int2"),
+            (1, "int2"),
+            (3, "uint2"),
+        ] {
+            let fill = FillValue::from_v3_json(&json!(v), d(name)).expect("valid fill value");
+            assert_eq!(fill.to_v3_json(d(name)), json!(v), "{name}");
+        }
+        assert_eq!(
+            FillValue::from_bytes(vec![0xff]).to_v3_json(d("int4")),
+            json!(-1)
+        );
+        assert_eq!(
+            FillValue::from_bytes(vec![0xf2]).to_v3_json(d("uint2")),
+            json!(2)
+        );
+        assert_eq!(
+            FillValue::from_bytes(vec![0xf1]).to_v3_json(d("float4_e2m1fn")),
+            json!(0.5)
+        );
+    }
+
+    /// Registry fill values come back as the JSON they were read from (shortest float text, the
+    /// registry's NaN as "NaN", other NaN patterns in hex).
+    #[test]
+    fn ml_type_fill_values_round_trip() {
+        for (v, name) in [
+            (json!("NaN"), "bfloat16"),
+            (json!("0x7fc1"), "bfloat16"),
+            (json!(-1.5), "bfloat16"),
+            (json!("Infinity"), "bfloat16"),
+            (json!("NaN"), "float8_e4m3fn"),
+            (json!("0xff"), "float8_e4m3fn"),
+            (json!(-0.0), "float8_e4m3fn"),
+            (json!(448.0), "float8_e4m3fn"),
+            (json!(0.001953125), "float8_e4m3fn"),
+            (json!("-Infinity"), "float8_e5m2"),
+            (json!(57344.0), "float8_e5m2"),
+            (json!("NaN"), "float8_e4m3fnuz"),
+            (json!(240.0), "float8_e4m3fnuz"),
+            (json!("NaN"), "float8_e5m2fnuz"),
+            (json!("NaN"), "float8_e4m3b11fnuz"),
+            (json!(15.5), "float8_e3m4"),
+            (json!("NaN"), "float8_e4m3"),
+            (json!(5.877471754111438e-39), "float8_e8m0fnu"),
+            (json!("NaN"), "float8_e8m0fnu"),
+            (json!([1.0, "NaN"]), "complex_bfloat16"),
+            (json!([0.5, -0.0]), "complex_float8_e5m2"),
+        ] {
+            let d = DataType::from_v3_name(name).expect("registered data type");
+            let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
+            assert_eq!(fill.to_v3_json(d), v, "{name}");
         }
     }
 

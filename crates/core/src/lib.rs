@@ -28,6 +28,7 @@ mod grid;
 mod human;
 mod io;
 mod meta;
+mod minifloat;
 pub mod setting;
 mod shard_index;
 mod sharding;
@@ -50,6 +51,7 @@ pub use grid::RectilinearGrid;
 pub use human::HumanBytes;
 pub use io::{ChunkReader, PlannedReads, ShardSink, ShardStream, Stored};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
+pub use minifloat::SmallFloat;
 pub use setting::{Setting, Spelling};
 pub use shard_index::{
     assemble_shard, shard_index_for, ChunkLocation, IndexEncoding, IndexLocation, ShardIndex,

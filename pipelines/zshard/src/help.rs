@@ -69,8 +69,10 @@ Examples:
 /// What this build can read and write: the storage back ends, input kinds and codecs compiled in.
 fn features() -> String {
     format!(
-        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5; codecs: {}",
-        zshard_codecs::supported_codecs().join(", ")
+        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5; codecs: {}; data types: {}, {}",
+        zshard_codecs::supported_codecs().join(", "),
+        zshard_core::DataType::supported(),
+        zshard_core::DataType::PARAMETRIC,
     )
 }
 

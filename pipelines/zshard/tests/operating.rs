@@ -581,6 +581,15 @@ fn version_names_the_commit_of_head() {
             && text.contains("codecs: bytes, "),
         "{text}"
     );
+    // The zarr-extensions data types and codec of issue 42.
+    assert!(
+        text.contains("data types: bool, ")
+            && text.contains("bfloat16, ")
+            && text.contains("float8_e4m3fn, ")
+            && text.contains("int4, ")
+            && text.contains(", packbits, "),
+        "{text}"
+    );
 }
 
 /// Every command's --help shows examples.

@@ -248,3 +248,72 @@ fn array_names_with_special_characters_keep_their_data() {
         );
     }
 }
+
+/// Writes a v3 array of one dimension at `dir` with `chunks` (key, encoded bytes).
+fn write_v3_1d(dir: &std::path::Path, meta: serde_json::Value, chunks: &[(&str, &[u8])]) {
+    std::fs::create_dir_all(dir.join("c")).expect("mkdir");
+    std::fs::write(dir.join("zarr.json"), meta.to_string()).expect("zarr.json");
+    for (key, bytes) in chunks {
+        std::fs::write(dir.join("c").join(key), bytes).expect("chunk");
+    }
+}
+
+/// Issue 42: an `int4` array stored with the zarr-extensions `packbits` codec (a source built from the
+/// spec's text) and a big-endian `bfloat16` array with a NaN-payload fill value convert, read back bit
+/// for bit; the int4 output stays packed under the default compressor.
+#[test]
+fn packbits_int4_and_big_endian_bfloat16_sources() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(
+        src.join("zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .expect("group");
+    let grid = |n: u64| json!({"name": "regular", "configuration": {"chunk_shape": [n]}});
+    let packbits = json!({"name": "packbits", "configuration": {"padding_encoding": "first_byte"}});
+    // int4 [-1, 2, -8, 7 | 1, 3, 5, -7 | never written]: two nibbles a byte, the first in the low half,
+    // after a byte counting 0 padding bits.
+    write_v3_1d(
+        &src.join("q"),
+        json!({"zarr_format": 3, "node_type": "array", "shape": [10], "data_type": "int4",
+               "chunk_grid": grid(4), "fill_value": -3, "codecs": [packbits],
+               "chunk_key_encoding": {"name": "default"}}),
+        &[("0", &[0, 0x2f, 0x78]), ("1", &[0, 0x31, 0x95])],
+    );
+    // bfloat16 [1.0, -2.0, NaN with payload 0x7fc1], big-endian.
+    write_v3_1d(
+        &src.join("w"),
+        json!({"zarr_format": 3, "node_type": "array", "shape": [3], "data_type": "bfloat16",
+               "chunk_grid": grid(3), "fill_value": "0x7fc1",
+               "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+               "chunk_key_encoding": {"name": "default"}}),
+        &[("0", &[0x3f, 0x80, 0xc0, 0x00, 0x7f, 0xc1])],
+    );
+    let dst = tmp.path().join("dst");
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (q, q_meta) = read_v3(&dst.join("q"));
+    // Decoded int4 sits in the low bits of its byte; the unwritten chunk holds the fill value -3.
+    assert_eq!(
+        q,
+        [0x0f, 0x02, 0x08, 0x07, 0x01, 0x03, 0x05, 0x09, 0x0d, 0x0d]
+    );
+    assert_eq!(q_meta["data_type"], "int4");
+    assert_eq!(q_meta["fill_value"], -3);
+    assert_eq!(q_meta["codecs"][0]["configuration"]["codecs"][0], packbits);
+    let (w, w_meta) = read_v3(&dst.join("w"));
+    assert_eq!(w, [0x80, 0x3f, 0x00, 0xc0, 0xc1, 0x7f]);
+    assert_eq!(w_meta["data_type"], "bfloat16");
+    assert_eq!(w_meta["fill_value"], "0x7fc1");
+}
