@@ -186,6 +186,21 @@ pub struct Status {
 }
 
 impl Status {
+    /// A destination that holds no conversion (yet): nothing planned, nothing done.
+    fn not_started(destination: String) -> Status {
+        Status {
+            destination,
+            phase: Phase::NotStarted,
+            arrays: Vec::new(),
+            totals: Totals::default(),
+            workers: Vec::new(),
+            finalize_waits_for: Vec::new(),
+            unreadable: Vec::new(),
+            rate: None,
+            finished: false,
+        }
+    }
+
     /// Whether the conversion will not move on by itself: complete, never started, or every
     /// planned shard recorded done with no worker live (what is left is `finalize`). A conversion
     /// with workers still live, shards left, or no plan recorded yet is not finished.
@@ -212,17 +227,9 @@ pub fn status_with(options: &crate::options::StatusOptions) -> Result<Status> {
 pub fn status_in_job(options: &crate::options::StatusOptions) -> Result<Status> {
     let location = zshard_store::Location::parse(&options.destination)?;
     if location.local_path().is_some_and(|path| !path.exists()) {
-        return Ok(Status {
-            destination: location.to_string(),
-            phase: Phase::NotStarted,
-            arrays: Vec::new(),
-            totals: Totals::default(),
-            workers: Vec::new(),
-            finalize_waits_for: Vec::new(),
-            unreadable: Vec::new(),
-            rate: None,
-            finished: true,
-        });
+        let mut status = Status::not_started(location.to_string());
+        status.finished = status.is_finished();
+        return Ok(status);
     }
     status_with(options)
 }
@@ -300,17 +307,7 @@ fn read_status(dst: &Store) -> Result<Status> {
         .collect();
     let listed: Vec<String> = listed.into_iter().map(|o| o.key).collect();
     let metadata = metadata?;
-    let mut status = Status {
-        destination: dst.url(""),
-        phase: Phase::NotStarted,
-        arrays: Vec::new(),
-        totals: Totals::default(),
-        workers: Vec::new(),
-        finalize_waits_for: Vec::new(),
-        unreadable: Vec::new(),
-        rate: None,
-        finished: false,
-    };
+    let mut status = Status::not_started(dst.url(""));
     let wanted: Vec<String> = listed
         .iter()
         .filter(|key| {
