@@ -153,6 +153,7 @@ const CGROUP_ALLOWANCE: u64 = 32 << 20;
 /// not there or not writable (not root, cgroup v2).
 struct MemoryCgroup {
     dir: std::path::PathBuf,
+    limit: u64,
 }
 
 impl MemoryCgroup {
@@ -163,7 +164,7 @@ impl MemoryCgroup {
         let dir = Path::new("/sys/fs/cgroup/memory")
             .join(format!("zshard-test-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
-        let group = MemoryCgroup { dir };
+        let group = MemoryCgroup { dir, limit };
         std::fs::write(group.dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
         Some(group)
     }
@@ -179,6 +180,21 @@ impl MemoryCgroup {
             .args(args)
             .output()
             .expect("run zshard in the cgroup")
+    }
+
+    /// Asserts that `run` (of `what`) succeeded inside the group, naming its peak and OOM count
+    /// when it did not; prints the peak.
+    fn assert_succeeded(&self, run: &std::process::Output, what: &str) {
+        let peak = self.read("memory.max_usage_in_bytes");
+        let (code, stderr) = failure(run);
+        assert_eq!(
+            code,
+            Some(0),
+            "{what}: killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
+            self.limit,
+            self.read("memory.failcnt")
+        );
+        println!("{what}: peak charged to the cgroup: {peak} bytes");
     }
 
     fn read(&self, file: &str) -> String {
@@ -231,16 +247,7 @@ fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
         "2",
         "--quiet",
     ]);
-    let peak = group.read("memory.max_usage_in_bytes");
-    let (code, stderr) = failure(&run);
-    assert_eq!(
-        code,
-        Some(0),
-        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
-        LIMIT + CGROUP_ALLOWANCE,
-        group.read("memory.failcnt")
-    );
-    println!("peak charged to the cgroup: {peak} bytes");
+    group.assert_succeeded(&run, "convert");
     let (converted, _) = common::read_v3(&out);
     assert!(converted == data, "the output differs from the source");
     // What cannot fit is refused up front, naming the array and what needs the memory.
@@ -951,16 +958,7 @@ fn verify_compares_a_shard_larger_than_the_limit_in_parts_under_a_cgroup() {
         ])
     };
     let run = verify(&group);
-    let peak = group.read("memory.max_usage_in_bytes");
-    let (code, stderr) = failure(&run);
-    assert_eq!(
-        code,
-        Some(0),
-        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
-        LIMIT + CGROUP_ALLOWANCE,
-        group.read("memory.failcnt")
-    );
-    println!("verify's peak charged to the cgroup: {peak} bytes");
+    group.assert_succeeded(&run, "verify");
     // A changed source element is found in its part.
     let mut changed = data;
     changed[(7680 * 4096 + 3584) * 2] ^= 1;
@@ -1040,16 +1038,7 @@ fn finalize_checks_large_uncheckpointed_shards_within_a_cgroup() {
     }
     std::fs::remove_dir_all(out.join(".zshard/done")).expect("drop the done records");
     let run = group.run(&[&["finalize", s(&src), s(&out)][..], &layout].concat());
-    let peak = group.read("memory.max_usage_in_bytes");
-    let (code, stderr) = failure(&run);
-    assert_eq!(
-        code,
-        Some(0),
-        "killed or failed under a cgroup of {} bytes (peak {peak}, OOM {}): {stderr}",
-        LIMIT + CGROUP_ALLOWANCE,
-        group.read("memory.failcnt")
-    );
-    println!("finalize's peak charged to the cgroup: {peak} bytes");
+    group.assert_succeeded(&run, "finalize");
     let (converted, _) = common::read_v3(&out);
     assert!(converted == data, "the output differs from the source");
 }
@@ -1084,14 +1073,7 @@ fn status_of_a_junk_worker_count_stays_within_a_cgroup() {
     )
     .expect("junk");
     let run = group.run(&["status", s(&out), "--json"]);
-    let (code, stderr) = failure(&run);
-    assert_eq!(
-        code,
-        Some(0),
-        "peak {}, OOM {}: {stderr}",
-        group.read("memory.max_usage_in_bytes"),
-        group.read("memory.failcnt")
-    );
+    group.assert_succeeded(&run, "status");
     let shown: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
     assert_eq!(
         shown["workers"].as_array().map(Vec::len),
