@@ -67,7 +67,7 @@ pub use run::lease::DEFAULT_LEASE_STALE_AFTER;
 pub use run::memory::{default_limit, memory_default, MemoryDefault, MemorySource};
 pub use run::progress::Work;
 pub use run::report::{
-    ArrayReport, Counts, Failure, Report, RunOptions, Status, Worker, GIT_COMMIT,
+    ArrayReport, Counts, Failure, Report, RunOptions, Status, Update, Worker, GIT_COMMIT,
 };
 pub use run::state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use run::status;

@@ -1,7 +1,9 @@
 //! The two seams of the pipeline: where encoded chunks come from and where shards go. Readers and
 //! writers implement them; the stages see nothing else of the outside world.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -37,6 +39,91 @@ pub trait ChunkReader: Send + Sync + Debug {
         let _ = (coords, max_len);
         None
     }
+
+    /// The version of every stored chunk of an array of `ndim` dimensions, from what a listing of
+    /// its store (or its references) names at no cost per chunk, so that a later run can tell which
+    /// chunks changed without reading them; `Ok(None)` when the reader cannot tell (the default),
+    /// and then a finished conversion cannot be brought up to date, only converted again.
+    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
+        let _ = ndim;
+        Ok(None)
+    }
+}
+
+/// What the stored chunks of an array are (see [`ChunkReader::chunk_versions`]): by the coordinate
+/// of the object that stores them, a stable 64-bit hash of its version (a local file's inode,
+/// modification time and size; an ETag; a reference's target, offset and length). A chunk with no
+/// entry is not stored (it reads as the fill value).
+#[derive(Clone, Default)]
+pub struct ChunkVersions {
+    stored: HashMap<Vec<u64>, u64>,
+    /// For a source stored in shards: the coordinate of the stored object (the shard) holding a
+    /// chunk, `None` outside the shard grid; the chunk's own coordinate otherwise.
+    object_of: Option<ObjectOf>,
+}
+
+/// The stored object that holds a chunk (see [`ChunkVersions::stored_in`]).
+type ObjectOf = Arc<dyn Fn(&[u64]) -> Option<Vec<u64>> + Send + Sync>;
+
+impl Debug for ChunkVersions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkVersions")
+            .field("stored", &self.stored.len())
+            .field("grouped", &self.object_of.is_some())
+            .finish()
+    }
+}
+
+impl ChunkVersions {
+    /// Records the object at `coord` with the version `version` as its store names it. The quotes
+    /// and weak marker some stores add in one place and not another (Azure lists ETags bare and
+    /// sends them quoted) are left out.
+    pub fn insert(&mut self, coord: Vec<u64>, version: &str) {
+        let bare = version
+            .strip_prefix("W/")
+            .unwrap_or(version)
+            .trim_matches('"');
+        self.stored.insert(coord, stable_hash(bare.as_bytes()));
+    }
+
+    /// Records the object at `coord` with an already hashed version (see [`stable_hash`]).
+    pub fn insert_hashed(&mut self, coord: Vec<u64>, version: u64) {
+        self.stored.insert(coord, version);
+    }
+
+    /// Chunks are stored several to an object (a source stored in shards): `object_of` names the
+    /// object's coordinate for a chunk's, and a chunk has its object's version.
+    pub fn stored_in(
+        mut self,
+        object_of: impl Fn(&[u64]) -> Option<Vec<u64>> + Send + Sync + 'static,
+    ) -> Self {
+        self.object_of = Some(Arc::new(object_of));
+        self
+    }
+
+    /// The version of the object holding chunk `coord`; `None` when it is not stored.
+    pub fn of(&self, coord: &[u64]) -> Option<u64> {
+        match &self.object_of {
+            Some(object_of) => self.stored.get(&object_of(coord)?).copied(),
+            None => self.stored.get(coord).copied(),
+        }
+    }
+
+    /// How many stored objects were listed.
+    pub fn len(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// Whether no object is stored.
+    pub fn is_empty(&self) -> bool {
+        self.stored.is_empty()
+    }
+}
+
+/// A hash of `bytes` that stays the same across platforms, builds and versions of zshard (XXH64,
+/// seed 0), for what is recorded in one run and compared in a later one.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    twox_hash::XxHash64::oneshot(0, bytes)
 }
 
 /// What reading chunks takes from storage (see [`ChunkReader::planned_reads`]).

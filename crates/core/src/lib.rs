@@ -49,7 +49,9 @@ pub use geometry::{
 };
 pub use grid::RectilinearGrid;
 pub use human::HumanBytes;
-pub use io::{ChunkReader, PlannedReads, ShardSink, ShardStream, Stored};
+pub use io::{
+    stable_hash, ChunkReader, ChunkVersions, PlannedReads, ShardSink, ShardStream, Stored,
+};
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use minifloat::SmallFloat;
 pub use setting::{Setting, Spelling};

@@ -66,7 +66,7 @@ impl ArrayLayout {
     }
 
     /// The source chunks that overlap `region` (array coordinates, inside the array), in C order.
-    pub(crate) fn source_chunks_overlapping(&self, region: &Region) -> Vec<Vec<u64>> {
+    pub fn source_chunks_overlapping(&self, region: &Region) -> Vec<Vec<u64>> {
         match &self.source_grid {
             Some(grid) => grid.chunks_overlapping(region),
             None => region.chunks_overlapping(&self.source_repr.shape),

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use zshard_core::{
-    chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, Error, IndexLocation,
-    Result, ShardIndex, SourceShards,
+    chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, ChunkVersions, Error,
+    IndexLocation, Result, ShardIndex, SourceShards,
 };
 use zshard_store::{coalesce, Store, COALESCE_GAP, MAX_REQUEST};
 
@@ -70,6 +70,31 @@ impl ChunkReader for ZarrChunkReader {
             })
             .collect()
     }
+
+    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
+        listed_versions(&self.store, self.encoding, ndim).map(Some)
+    }
+}
+
+/// The version of every object of the array folder `store` that is a chunk key of `encoding`
+/// (metadata documents and anything else are left out), from one listing.
+fn listed_versions(
+    store: &Store,
+    encoding: ChunkKeyEncoding,
+    ndim: usize,
+) -> Result<ChunkVersions> {
+    let folder = encoding.chunk_folder();
+    let listed = store.list_objects(folder).map_err(|e| Error::Read {
+        key: store.url(folder),
+        source: Box::new(e),
+    })?;
+    let mut versions = ChunkVersions::default();
+    for object in listed {
+        if let Some(coord) = encoding.coordinates(&object.key, ndim) {
+            versions.insert(coord, &object.version);
+        }
+    }
+    Ok(versions)
 }
 
 /// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index
@@ -277,5 +302,17 @@ impl ChunkReader for ShardedChunkReader {
             self.read_shard((shard, per_shard), members, max_len, &mut out);
         }
         out
+    }
+
+    /// By shard: an inner chunk has the version of the shard holding it, so a shard written again
+    /// upstream changes every chunk in it.
+    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
+        let versions = listed_versions(&self.store, self.encoding, ndim)?;
+        let (shards, inner_shape) = (self.shards.clone(), self.inner_shape.clone());
+        Ok(Some(versions.stored_in(move |coord| {
+            shards
+                .locate(coord, &inner_shape)
+                .map(|(shard, _, _)| shard)
+        })))
     }
 }

@@ -441,8 +441,10 @@ impl Conversion {
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
-        let fingerprint = &opened.fingerprint()?;
         let Opened { input, plan, .. } = &opened;
+        // What each shard is made from now: one listing of each array's source chunks.
+        let digests = &state::Digests::of(&plan.read_jobs(input))?;
+        let fingerprint = &opened.fingerprint()?.tracking_sources(digests.all_known());
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
                 .lock()
@@ -462,6 +464,17 @@ impl Conversion {
         if let Some(committed) = committed {
             let running = state::holds_a_run(destination)?;
             if committed(plan, &fingerprint.value(), running)? {
+                let lease_key = lease.stop();
+                clear_state(destination, None, &[lease_key])?;
+                planned(&all)?;
+                return Ok((Status::Complete, input.reference_reads()));
+            }
+        }
+        // A finished conversion whose every shard was made from what its source holds now, with
+        // the same metadata: nothing to do, and nothing is written (read before any claim).
+        if digests.all_known() && !self.overwrite {
+            let survey = state::survey(destination, plan, false)?;
+            if state::finished_and_current(&survey, plan, digests) {
                 let lease_key = lease.stop();
                 clear_state(destination, None, &[lease_key])?;
                 planned(&all)?;
@@ -489,7 +502,9 @@ impl Conversion {
             }
         };
         let destination = &state::recording_uploads(destination, partition, &survey)?;
-        let resume = state::done_shards(destination, plan, partition, lease.key(), &survey)?;
+        let resume =
+            state::done_shards(destination, plan, partition, lease.key(), &survey, digests)?;
+        let update = state::update_counts(&survey, plan, partition, &resume.done);
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
@@ -559,6 +574,8 @@ impl Conversion {
                             b.add(outcome);
                         }
                         let array = &plan.arrays[outcome.task.array];
+                        let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
+                        let digest = digests.get(outcome.task.array, index);
                         let recorded = log
                             .lock()
                             .map_err(|_| Error::Poisoned { what: "the record" })
@@ -580,17 +597,16 @@ impl Conversion {
                                         &outcome.task.shard,
                                         Some(&entry),
                                         outcome.version.as_deref(),
+                                        digest,
                                     );
                                 }
                                 // An object we could not trust sits where no shard belongs.
-                                let index =
-                                    linear_index(&outcome.task.shard, &array.geometry.shard_grid());
                                 if let Some(key) =
                                     resume.untrusted.get(&(outcome.task.array, index))
                                 {
                                     destination.delete(key)?;
                                 }
-                                empty.record(&array.path, &outcome.task.shard, None, None)
+                                empty.record(&array.path, &outcome.task.shard, None, None, digest)
                             });
                         if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
                             slot.get_or_insert(e);
@@ -638,7 +654,11 @@ impl Conversion {
                 &records,
                 lease,
                 self.keep_manifest,
+                digests,
             )?;
+            if let Ok(mut b) = builder.lock() {
+                b.updated(update);
+            }
             return Ok((Status::Ok, input.reference_reads()));
         }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
@@ -711,8 +731,16 @@ impl Conversion {
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
         let survey = state::survey(&destination, &plan, true)?;
-        let done =
-            state::done_shards(&destination, &plan, Partition::ALL, lease.key(), &survey)?.done;
+        let digests = state::Digests::of(&plan.read_jobs(&input))?;
+        let done = state::done_shards(
+            &destination,
+            &plan,
+            Partition::ALL,
+            lease.key(),
+            &survey,
+            &digests,
+        )?
+        .done;
         let jobs = plan.jobs(&input, &destination);
         let mut missing = pending(&jobs, Partition::ALL, &done);
         if let Some(first) = missing.next() {
@@ -737,6 +765,7 @@ impl Conversion {
             &[],
             lease,
             keep_manifest,
+            &digests,
         )?;
         Ok(finalized)
     }
@@ -873,6 +902,11 @@ fn pending<'a>(
 /// With `keep_manifest`, the manifest records (those stored and this run's last, in `records`) are
 /// first merged into the manifest that stays (a listing and a round of reads more): before the
 /// metadata, so that a finished conversion never lacks it.
+///
+/// When every array's source names its chunks' versions (`digests`), what each shard was made from
+/// is kept in its array's folder beside the metadata (see `state::made_from`), for a rerun to
+/// bring the output up to date from.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     destination: &Store,
     plan: &Plan,
@@ -881,7 +915,12 @@ fn finish(
     records: &[(String, bytes::Bytes)],
     lease: Lease,
     keep_manifest: bool,
+    digests: &state::Digests,
 ) -> Result<()> {
+    let kept = match digests.all_known() {
+        true => state::gather_kept(destination, plan, digests, records)?,
+        false => Vec::new(),
+    };
     if keep_manifest {
         let files = crate::verify::manifest::read_records(destination, records)?;
         let mut merged = crate::verify::manifest::merge(&files);
@@ -890,7 +929,8 @@ fn finish(
         }
         destination.put(state::MANIFEST, crate::verify::manifest::to_text(&merged))?;
     }
-    let listed = write_metadata(destination, plan, consolidate, cancel, records)?;
+    let alongside = [records, &kept[..]].concat();
+    let listed = write_metadata(destination, plan, consolidate, cancel, &alongside)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
     also.push(lease.stop());
     clear_state(destination, Some(listed), &also)

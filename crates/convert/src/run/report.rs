@@ -216,6 +216,9 @@ pub struct Report {
     pub arrays: Vec<ArrayReport>,
     /// Arrays left out because zshard does not read them (`--on-unsupported skip`), with why.
     pub skipped_arrays: Vec<SkippedArray>,
+    /// What a run over a finished conversion brought up to date (`null` for a first conversion,
+    /// and for a destination already up to date).
+    pub update: Option<Update>,
     /// The destination was already complete with these options: nothing was done
     /// (`status` is `complete`).
     #[serde(skip)]
@@ -286,10 +289,22 @@ pub(crate) fn expand_path(
     PathBuf::from(expanded)
 }
 
+/// What a run over a finished conversion brought up to date: the shards whose source chunks
+/// changed (or whose extent did, as the array grew or shrank), and those new to the output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Update {
+    /// Shards written again (or found all fill now, and removed): their source chunks changed.
+    pub shards_rewritten: u64,
+    /// Shards the finished conversion did not have (the array grew, or is new to the hierarchy).
+    pub shards_added: u64,
+}
+
 /// A report being filled in while a run goes: the options and start from the beginning, the arrays
 /// once planned, the counts as shards complete.
 #[derive(Debug)]
 pub(crate) struct ReportBuilder {
+    update: Option<Update>,
     options: RunOptions,
     partition: Partition,
     host: String,
@@ -306,6 +321,7 @@ impl ReportBuilder {
     /// Starts the report of a run of `conversion` now.
     pub(crate) fn new(conversion: &Conversion) -> Self {
         ReportBuilder {
+            update: None,
             options: RunOptions::of(conversion),
             partition: conversion.partition,
             host: host_name(),
@@ -357,6 +373,11 @@ impl ReportBuilder {
         }
     }
 
+    /// The run brought a finished conversion up to date (see [`Update`]).
+    pub(crate) fn updated(&mut self, update: Option<Update>) {
+        self.update = update;
+    }
+
     /// Where the report goes: `template` with its placeholders expanded (see [`expand_path`]).
     pub(crate) fn path(&self, template: &Path) -> PathBuf {
         expand_path(template, self.partition, &self.host, self.started_at)
@@ -403,6 +424,7 @@ impl ReportBuilder {
             totals,
             arrays: self.arrays.clone(),
             skipped_arrays: self.skipped_arrays.clone(),
+            update: self.update,
             already_complete: status == Status::Complete,
             reference_reads: None,
             published: None,

@@ -572,7 +572,9 @@ fn parse_record(
     with_size: bool,
     plan: &[Planned],
 ) -> Option<(usize, u64, Option<u64>)> {
-    let mut fields = line.split('\t');
+    // What the shard was made from (`s:`, see `state::made_from`) says nothing of progress.
+    let (fields, _digest) = crate::run::state::split_digest(line);
+    let mut fields = fields.into_iter();
     let (path, coord) = (fields.next()?, fields.next()?);
     let size = match fields.next() {
         Some(size) => Some(size.parse::<u64>().ok()?),

@@ -48,6 +48,23 @@ pub(super) enum Want {
 }
 
 impl Want {
+    /// What identifies the chunk this reference names, for telling a changed reference from the one
+    /// recorded when its shard was written (see [`zshard_core::ChunkReader::chunk_versions`]): its
+    /// inline bytes, or its target, offset and length; `None` for a missing chunk. (A target file
+    /// rewritten in place with the same ranges is not seen: its own version is not part of it.)
+    pub(super) fn version(&self) -> Option<u64> {
+        let text = match self {
+            Want::Ready(None) => return None,
+            Want::Ready(Some(bytes)) => {
+                return Some(zshard_core::stable_hash(bytes) ^ 0x696e_6c69_6e65)
+            }
+            Want::Failed(e) => format!("failed\t{e}"),
+            Want::Range { target, start, end } => format!("{}\t{start}\t{end}", target.display),
+            Want::Whole(target) => format!("{}\twhole", target.display),
+        };
+        Some(zshard_core::stable_hash(text.as_bytes()))
+    }
+
     /// What reading reference `r` takes: its inline bytes, nothing (a missing chunk: the fill
     /// value), or a request for a range or the whole of its target. The one mapping from references
     /// to requests, for both layouts and for metadata documents stored in targets.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use zshard_core::{linear_index, ArrayMeta, ChunkReader};
+use zshard_core::{linear_index, unravel_index, ArrayMeta, ChunkReader, ChunkVersions};
 use zshard_store::Store;
 
 use super::fetch::{Resolved, Shared, Want};
@@ -70,6 +70,28 @@ impl ArrayCommon {
         self.encoding.key_under(&self.path, coord)
     }
 
+    /// The version of every chunk of the grid (see [`Want::version`]), asking `wants` a batch of
+    /// coordinates at a time; `None` for a grid too large to enumerate.
+    fn versions(&self, wants: impl Fn(&[Vec<u64>]) -> Vec<Want>) -> Option<ChunkVersions> {
+        const BATCH: u64 = 4096;
+        let total = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS)?;
+        let mut versions = ChunkVersions::default();
+        let mut start = 0;
+        while start < total {
+            let end = (start + BATCH).min(total);
+            let coords: Vec<Vec<u64>> =
+                (start..end).map(|i| unravel_index(i, &self.grid)).collect();
+            let batch = wants(&coords);
+            for (coord, want) in coords.into_iter().zip(batch) {
+                if let Some(version) = want.version() {
+                    versions.insert_hashed(coord, version);
+                }
+            }
+            start = end;
+        }
+        Some(versions)
+    }
+
     fn position(&self, coord: &[u64]) -> Option<u64> {
         let inside =
             coord.len() == self.grid.len() && coord.iter().zip(&self.grid).all(|(c, n)| c < n);
@@ -109,6 +131,10 @@ impl ChunkReader for JsonReader {
     ) -> Option<zshard_core::PlannedReads> {
         Some(self.common.shared.planned(self.wants(coords), max_len))
     }
+
+    fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
+        Ok(self.common.versions(|coords| self.wants(coords)))
+    }
 }
 
 impl JsonReader {
@@ -137,6 +163,11 @@ impl JsonReader {
             .collect()
     }
 }
+
+/// The most chunks of an array whose references are enumerated for their versions (see
+/// [`ArrayCommon::versions`]): a grid of more (mostly missing chunks, at 16 bytes of bookkeeping each
+/// when present) is not brought up to date, only converted again.
+const MAX_VERSIONED_CHUNKS: u64 = 1 << 28;
 
 /// A decoded reference file.
 type CachedFile = Arc<RefRows>;
@@ -243,6 +274,10 @@ impl ChunkReader for ParquetReader {
         self.common.shared.fetch(self.wants(coords).0, max_len)
     }
 
+    fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
+        Ok(self.chunk_versions_of())
+    }
+
     /// As for JSON references: the byte ranges of the rows of `coords`, coalesced as
     /// [`ChunkReader::read_chunks`] coalesces them; `None` when the array has more than
     /// [`PLANNED_RECORD_FILES`] reference files, once that many were read, or when one of them
@@ -267,6 +302,10 @@ impl ChunkReader for ParquetReader {
 impl ParquetReader {
     /// What reading the chunks at `coords` takes, one entry per chunk, and whether every reference
     /// file they need could be read.
+    fn chunk_versions_of(&self) -> Option<ChunkVersions> {
+        self.common.versions(|coords| self.wants(coords).0)
+    }
+
     fn wants(&self, coords: &[Vec<u64>]) -> (Vec<Want>, bool) {
         let mut files: HashMap<u64, Result<CachedFile, String>> = HashMap::new();
         let wants = coords

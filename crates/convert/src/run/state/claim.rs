@@ -268,7 +268,15 @@ pub(super) fn check_holdings(
         });
     }
     let recorded = survey.options_records().next().is_some();
+    // A conversion finished by a zshard that keeps what each shard was made from is brought up to
+    // date: its shards are checked against the source as a resume checks them (see
+    // `made_from.rs`), and its metadata may differ in shape and attributes (the source grew or
+    // shrank, or its attributes changed).
+    let kept = has_kept_records(survey, plan) && fingerprint.1 .0;
     if !recorded && survey.has_metadata(plan) {
+        if kept && survey.metadata_updatable(plan) {
+            return Ok(Prepared::Run(Box::default()));
+        }
         if survey.metadata_matches(plan) {
             return Ok(Prepared::Complete);
         }
@@ -280,7 +288,7 @@ pub(super) fn check_holdings(
             ),
         });
     }
-    if !recorded {
+    if !recorded && !kept {
         // Every run records its options before it writes a shard, so a shard without a record was
         // not written by a run of this conversion (a finished one whose metadata was removed, or data
         // from elsewhere): resuming would take it for done.
@@ -359,6 +367,18 @@ impl Survey {
                 .groups
                 .iter()
                 .all(|(path, _)| self.zarr_json(path).is_some())
+    }
+
+    /// Whether every array's `zarr.json` in the destination, where there is one, is the one this
+    /// conversion writes but for its shape and attributes (what an update changes).
+    pub(super) fn metadata_updatable(&self, plan: &Plan) -> bool {
+        plan.arrays.iter().all(|array| {
+            self.zarr_json(&array.path).is_none_or(|bytes| {
+                let found = serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null);
+                without_shape_and_attributes(found)
+                    == without_shape_and_attributes(array.output.to_json())
+            })
+        })
     }
 
     /// The keys of the per-worker options records, in listing order.

@@ -68,6 +68,7 @@ use crate::run::sealed;
 // `survey` (reading what DST holds), `resume` (verdicts on listed shards), `shard_log` (writing and
 // compacting records), `uploads` (multipart uploads in flight).
 mod claim;
+mod made_from;
 mod overwrite;
 mod resume;
 mod shard_log;
@@ -75,6 +76,7 @@ mod survey;
 mod uploads;
 
 pub(crate) use claim::*;
+pub(crate) use made_from::*;
 pub(crate) use overwrite::*;
 pub(crate) use resume::*;
 pub use shard_log::DEFAULT_CHECKPOINT_INTERVAL;
@@ -105,7 +107,14 @@ const OVERWRITING: &str = ".zshard/overwriting";
 /// by its text first, and as JSON only when the text differs (a record an earlier version wrote
 /// pretty-printed, or another conversion's).
 #[derive(Debug, Clone)]
-pub(crate) struct Fingerprint(Bytes);
+pub(crate) struct Fingerprint(Bytes, TracksSources);
+
+/// Whether every shard's records name what it was made from (see `made_from.rs`): a recorded
+/// conversion whose arrays differ from this one only in shape and attributes (the source grew, or
+/// its attributes changed) is then the same conversion, brought up to date, since a record made
+/// from another version of the source never counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TracksSources(pub(crate) bool);
 
 impl Fingerprint {
     pub(crate) fn new(source_id: &str, plan: &Plan) -> Result<Fingerprint> {
@@ -140,7 +149,13 @@ impl Fingerprint {
             what: "the conversion's options",
             source,
         })?;
-        Ok(Fingerprint(Bytes::from(text)))
+        Ok(Fingerprint(Bytes::from(text), TracksSources(false)))
+    }
+
+    /// This fingerprint, for a run whose records name what each shard was made from when
+    /// `tracks` (see [`TracksSources`]).
+    pub(crate) fn tracking_sources(self, tracks: bool) -> Fingerprint {
+        Fingerprint(self.0, TracksSources(tracks))
     }
 
     /// The text recorded for this conversion.
@@ -154,13 +169,38 @@ impl Fingerprint {
             return Ok(true);
         }
         let recorded: Value = serde_json::from_slice(recorded)?;
-        Ok(recorded == self.value())
+        let ours = self.value();
+        if recorded == ours {
+            return Ok(true);
+        }
+        Ok(self.1 .0 && without_contents(recorded) == without_contents(ours))
     }
 
     /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.
     pub(crate) fn value(&self) -> Value {
         serde_json::from_slice(&self.0).unwrap_or(Value::Null)
     }
+}
+
+/// A fingerprint without what an update may change: each array's shape and attributes.
+fn without_contents(mut fingerprint: Value) -> Value {
+    if let Some(arrays) = fingerprint.get_mut("arrays").and_then(Value::as_array_mut) {
+        for array in arrays {
+            if let Some(doc) = array.get_mut("zarr.json") {
+                *doc = without_shape_and_attributes(doc.take());
+            }
+        }
+    }
+    fingerprint
+}
+
+/// An array's `zarr.json` without its shape and attributes (what an update may change).
+pub(crate) fn without_shape_and_attributes(mut doc: Value) -> Value {
+    if let Some(fields) = doc.as_object_mut() {
+        fields.remove("shape");
+        fields.remove("attributes");
+    }
+    doc
 }
 
 /// The key `key` below the node at `path` (the root's path is empty).
@@ -264,7 +304,7 @@ mod tests {
             super::DEFAULT_CHECKPOINT_INTERVAL,
         );
         for i in 0..21u64 {
-            log.record("a", &[i], Some(&entry(i)), Some("v"))
+            log.record("a", &[i], Some(&entry(i)), Some("v"), None)
                 .expect("record");
         }
         // 21 batches: one file of 16, one of 4, one of 1 (and the other run's).
@@ -318,11 +358,11 @@ mod tests {
             super::DEFAULT_CHECKPOINT_INTERVAL,
         );
         for i in 0..3u64 {
-            log.record("a", &[i], Some(&entry(i)), None)
+            log.record("a", &[i], Some(&entry(i)), None, None)
                 .expect("record");
         }
         // The fourth batch makes four files to merge: the merged one is written, then it fails.
-        let failed = log.record("a", &[3], Some(&entry(3)), None);
+        let failed = log.record("a", &[3], Some(&entry(3)), None, None);
         assert!(failed.is_err(), "the simulated failure");
         let done = files(&dst, DONE_DIR);
         let (shards, _) = recorded(&done);

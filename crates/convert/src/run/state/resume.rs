@@ -21,21 +21,25 @@ pub(crate) struct Resume {
 /// `partition`'s shards are removed, unless a run other than the one holding the lease `own_lease`
 /// is live: they may be its writes in progress. (Object stores have no such files, so their leases
 /// are not read here.)
+///
+/// A record counts only while what it says its shard was made from is what the shard's source
+/// chunks are now (`digests`, see `made_from.rs`): a shard whose source changed is not done.
 pub(crate) fn done_shards(
     dst: &Store,
     plan: &Plan,
     partition: Partition,
     own_lease: &str,
     survey: &Survey,
+    digests: &Digests,
 ) -> Result<Resume> {
     let local = dst.local_path("").is_some();
     let alone = local && !crate::run::lease::another_run_is_live(dst, own_lease)?;
-    let written = records(survey, plan, DONE_DIR);
+    let written = records(survey, plan, DONE_DIR, digests);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
         untrusted: HashMap::new(),
     };
-    for (i, index) in records(survey, plan, EMPTY_DIR).shards() {
+    for (i, index) in records(survey, plan, EMPTY_DIR, digests).shards() {
         resume.done[i].insert(index);
     }
     // A recorded size proves the object was ours once. The version the store gave it when it was
@@ -309,18 +313,24 @@ impl Recorded {
     }
 }
 
-/// The shards that the record files under `dir` (as read by the survey) name: (array, C-order
-/// shard index) to the sizes and versions recorded (`None` in records without them). Lines of other
-/// arrays or grids are ignored.
-pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
+/// The shards that the record files under `dir` (as read by the survey) name, with the kept
+/// records of a finished conversion (see `made_from.rs`: its written shards for [`DONE_DIR`], its
+/// all-fill ones for [`EMPTY_DIR`]): (array, C-order shard index) to the sizes and versions
+/// recorded (`None` in records without them). Lines of other arrays or grids are ignored, and so
+/// are records made from other source chunks than `digests` says the shard's are now.
+pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str, digests: &Digests) -> Recorded {
     let mut found = Recorded::default();
     // A record is believed only from the worker that owns its shard (the file's name says which):
-    // a line another worker's file names was damaged, and must not make the owner skip it.
-    let files = survey
-        .records
-        .iter()
-        .filter(|(key, _)| in_dir(key, dir))
-        .filter_map(|(key, bytes)| Some((Partition::of_file(key)?, bytes)));
+    // a line another worker's file names was damaged, and must not make the owner skip it. Kept
+    // records are the whole conversion's.
+    let files = survey.records.iter().filter_map(|(key, bytes)| {
+        if key.ends_with(KEPT) {
+            return Some((Partition::ALL, bytes, true));
+        }
+        in_dir(key, dir).then_some(())?;
+        Some((Partition::of_file(key)?, bytes, false))
+    });
+    let kept_kind = |written: bool| (dir == DONE_DIR) == written;
     let mut first_global = 0u64;
     let arrays: HashMap<&str, (usize, Vec<u64>, u64)> = plan
         .arrays
@@ -332,9 +342,10 @@ pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
             (a.path.as_str(), (i, a.geometry.shard_grid(), first))
         })
         .collect();
-    for (writer, bytes) in files {
+    for (writer, bytes, kept) in files {
         for line in String::from_utf8_lossy(bytes).lines() {
-            let mut fields = line.split('\t');
+            let (fields, digest) = split_digest(line);
+            let mut fields = fields.into_iter();
             let (Some(path), Some(coord)) = (fields.next(), fields.next()) else {
                 continue;
             };
@@ -343,6 +354,10 @@ pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
                 Some(Ok(size)) => Some(size),
                 Some(Err(_)) => continue,
             };
+            // A kept file holds both kinds: written shards' lines have a size.
+            if kept && !kept_kind(size.is_some()) {
+                continue;
+            }
             // The object's crc32c, then its version.
             let crc32c = fields
                 .next()
@@ -355,6 +370,11 @@ pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
                 let index = linear_index(&coord, grid);
                 if !writer.owns(first + index) {
                     continue;
+                }
+                if let (Some(recorded), Some(now)) = (digest, digests.get(*i, index)) {
+                    if recorded != now {
+                        continue;
+                    }
                 }
                 found.insert(
                     (*i, index),

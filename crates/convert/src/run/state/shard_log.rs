@@ -152,13 +152,15 @@ impl ShardLog {
     }
 
     /// Records a shard; `written` is what was stored (`None` for an all-fill shard), `version` the
-    /// version the store gave the object (its ETag, see [`zshard_core::Stored::version`]).
+    /// version the store gave the object (its ETag, see [`zshard_core::Stored::version`]),
+    /// `digest` what it was made from (see `made_from.rs`).
     pub(crate) fn record(
         &mut self,
         array_path: &str,
         shard: &[u64],
         written: Option<&crate::verify::manifest::Entry>,
         version: Option<&str>,
+        digest: Option<u64>,
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
         let coord = coord.join(",");
@@ -176,6 +178,10 @@ impl ShardLog {
             }
             entry.write_line(array_path, &coord, &mut self.manifest);
             self.pending_bytes += entry.size;
+        }
+        if let Some(digest) = digest {
+            self.pending.push('\t');
+            self.pending.push_str(&digest_field(digest));
         }
         self.pending.push('\n');
         self.entries += 1;

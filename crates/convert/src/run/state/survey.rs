@@ -19,7 +19,7 @@ pub(crate) struct Survey {
     /// Per array of the plan, the objects at its shard keys, in key order.
     pub(super) shards: Vec<Vec<ListedShard>>,
     /// The contents of the claim and of the record files (options, done, empty) that were still
-    /// there when read.
+    /// there when read, and of the records a finished conversion kept (by [`kept_key`]).
     pub(super) records: HashMap<String, Bytes>,
 }
 
@@ -28,7 +28,8 @@ pub(crate) struct Survey {
 /// listings (a thousand pages at a million shards) go on.
 pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
     let documents = document_keys(plan);
-    let (state, read, shards) = dst.block_on(async {
+    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(&a.path)).collect();
+    let (state, read, shards, kept_read) = dst.block_on(async {
         let shards = plan.arrays.iter().map(|array| {
             let grid = array.geometry.shard_grid();
             async move { shard_keys(dst, &array.path, &grid).await }
@@ -49,9 +50,27 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
             let records = read_records(dst, &state, with_claim).await?;
             Ok::<_, Error>((state, records))
         };
-        futures::join!(state, dst.get_many_async(&documents), shards)
+        futures::join!(
+            state,
+            dst.get_many_async(&documents),
+            shards,
+            dst.get_many_async(&kept)
+        )
     });
-    let (state, records) = state?;
+    let (state, mut records) = state?;
+    // The records a finished conversion kept in each array's folder (see `made_from.rs`).
+    for (key, read) in kept.into_iter().zip(kept_read) {
+        let Some(bytes) = read? else { continue };
+        match sealed::unseal(&bytes) {
+            Some(body) => {
+                records.insert(key, body);
+            }
+            None => tracing::warn!(
+                "{}: the kept records' checksum does not match; the array's shards will be converted again",
+                dst.url(&key)
+            ),
+        }
+    }
     let documents = documents
         .into_iter()
         .zip(read)

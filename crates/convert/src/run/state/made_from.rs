@@ -1,0 +1,334 @@
+//! What each shard was made from, so that a rerun of a finished conversion over a changed source
+//! rewrites only the shards whose source changed (issue 40).
+//!
+//! A shard's *digest* is a hash of its region (clipped to the array, so a grown or shrunk array
+//! changes its edge shards) and of the version of every source chunk that overlaps it, as one
+//! listing of the source names them ([`ChunkReader::chunk_versions`]: a local file's inode,
+//! modification time and size, an object's ETag, a reference's target and range, an Icechunk
+//! chunk's id). Every record of a shard carries the digest it was made with (`s:` field, see
+//! [`ShardLog::record`]); a record counts only while its digest is the shard's digest now, so the
+//! same check serves a resume and an update. When a conversion finishes, each array's records are
+//! kept in the array's folder ([`KEPT`]), where no Zarr reader looks (a group lists its members,
+//! an array does not), for the next run to compare against.
+
+use zshard_core::{stable_hash, ChunkVersions};
+use zshard_pipeline::ArrayJob;
+
+use super::*;
+
+/// The file of an array's folder that keeps its shards' records after the conversion finishes.
+pub(crate) const KEPT: &str = ".zshard-records";
+
+/// The kept records' file of the array at `array_path`.
+pub(crate) fn kept_key(array_path: &str) -> String {
+    join(array_path, KEPT)
+}
+
+/// The field of a record line that holds its shard's digest.
+const DIGEST_FIELD: &str = "s:";
+
+/// Per array, per shard (C-order index): the digest of what the shard is made from now; `None` for
+/// an array whose source cannot name its chunks' versions (it is never brought up to date, only
+/// converted again with `--overwrite`).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Digests {
+    arrays: Vec<Option<Vec<u64>>>,
+}
+
+impl Digests {
+    /// The digests of every shard of `jobs` (one per array of the plan): one listing of each
+    /// array's source chunks (or its references), no chunk read.
+    pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
+        let arrays = jobs
+            .iter()
+            .map(|job| {
+                let ndim = job.layout.geometry.array_shape().len();
+                let versions = job.reader.chunk_versions(ndim)?;
+                Ok(versions.map(|versions| array_digests(job, &versions)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Digests { arrays })
+    }
+
+    /// The digest of shard `index` of array `array` now, when its source names versions.
+    pub(crate) fn get(&self, array: usize, index: u64) -> Option<u64> {
+        let digests = self.arrays.get(array)?.as_ref()?;
+        digests.get(usize::try_from(index).ok()?).copied()
+    }
+
+    /// Whether every array's source names its chunks' versions (records are then kept).
+    pub(crate) fn all_known(&self) -> bool {
+        self.arrays.iter().all(Option::is_some)
+    }
+}
+
+/// The digest of every shard of `job`'s array, in C order.
+fn array_digests(job: &ArrayJob, versions: &ChunkVersions) -> Vec<u64> {
+    let geometry = &job.layout.geometry;
+    let grid = geometry.shard_grid();
+    let array = geometry.array_region();
+    (0..zshard_core::product(&grid))
+        .map(|index| {
+            let shard = zshard_core::unravel_index(index, &grid);
+            let mut bytes: Vec<u8> = Vec::new();
+            let Some(region) = geometry.shard_region(&shard).intersect(&array) else {
+                return stable_hash(&bytes);
+            };
+            for n in region.start.iter().chain(&region.shape) {
+                bytes.extend_from_slice(&n.to_le_bytes());
+            }
+            for coord in job.layout.source_chunks_overlapping(&region) {
+                for c in &coord {
+                    bytes.extend_from_slice(&c.to_le_bytes());
+                }
+                // Not stored: a marker no version hash is likely to equal.
+                let version = versions.of(&coord).unwrap_or(u64::MAX);
+                bytes.extend_from_slice(&version.to_le_bytes());
+            }
+            stable_hash(&bytes)
+        })
+        .collect()
+}
+
+/// The record field for `digest` (16 hex digits).
+pub(crate) fn digest_field(digest: u64) -> String {
+    format!("{DIGEST_FIELD}{digest:016x}")
+}
+
+/// A record line's fields without its digest field, and the digest: the digest may stand anywhere
+/// after the coordinate, so that the positional fields read as they always have.
+pub(crate) fn split_digest(line: &str) -> (Vec<&str>, Option<u64>) {
+    let mut digest = None;
+    let fields = line
+        .split('\t')
+        .filter(|field| match field.strip_prefix(DIGEST_FIELD) {
+            Some(hex) => {
+                digest = u64::from_str_radix(hex, 16).ok();
+                false
+            }
+            None => true,
+        })
+        .collect();
+    (fields, digest)
+}
+
+/// The kept records of every array, merged from `files` (record files as (key, contents), the
+/// kept files and this conversion's `done`/`empty` files, unsealed): per array, the latest record
+/// of each shard inside its grid whose digest is the shard's digest now, as the text of the file
+/// to keep. A later record file wins over an earlier one (their names order them by run); the kept
+/// file is older than any.
+pub(crate) fn kept_records(
+    plan: &Plan,
+    digests: &Digests,
+    files: &[(String, Bytes)],
+) -> Vec<(String, Bytes)> {
+    let mut ordered: Vec<&(String, Bytes)> = files.iter().collect();
+    ordered.sort_by_key(|(key, _)| record_order(key));
+    let arrays: HashMap<&str, usize> = plan
+        .arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.path.as_str(), i))
+        .collect();
+    let mut latest: Vec<HashMap<u64, String>> = vec![HashMap::new(); plan.arrays.len()];
+    for (_, bytes) in ordered {
+        for line in String::from_utf8_lossy(bytes).lines() {
+            let (fields, digest) = split_digest(line);
+            let (Some(path), Some(coord)) = (fields.first(), fields.get(1)) else {
+                continue;
+            };
+            let Some(&i) = arrays.get(path) else {
+                continue;
+            };
+            let grid = plan.arrays[i].geometry.shard_grid();
+            let Some(coord) = recorded_coord(coord, &grid) else {
+                continue;
+            };
+            let index = linear_index(&coord, &grid);
+            match (digest, digests.get(i, index)) {
+                (Some(recorded), Some(now)) if recorded == now => {
+                    latest[i].insert(index, line.to_string());
+                }
+                // A record made from another source than the one now: not kept.
+                _ => {
+                    latest[i].remove(&index);
+                }
+            }
+        }
+    }
+    plan.arrays
+        .iter()
+        .zip(latest)
+        .map(|(array, lines)| {
+            let mut lines: Vec<(u64, String)> = lines.into_iter().collect();
+            lines.sort_unstable_by_key(|(index, _)| *index);
+            let mut text = String::new();
+            for (_, line) in lines {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            (kept_key(&array.path), sealed::seal_text(text))
+        })
+        .collect()
+}
+
+/// Where a record file stands among the others: kept files first, then `done`/`empty` files by run
+/// (`<worker>-<run>-<seq>.txt`, the run a time in nanoseconds) and sequence.
+fn record_order(key: &str) -> (u128, u64) {
+    if key.ends_with(KEPT) {
+        return (0, 0);
+    }
+    let name = key.rsplit('/').next().unwrap_or(key);
+    let name = name.strip_suffix(".txt").unwrap_or(name);
+    let mut parts = name.rsplitn(3, '-');
+    let seq = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let run = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (run, seq)
+}
+
+/// Whether every shard of the plan has a kept record (in `survey`) made from what its source
+/// holds now: nothing to update.
+pub(crate) fn up_to_date(survey: &Survey, plan: &Plan, digests: &Digests) -> bool {
+    plan.arrays.iter().enumerate().all(|(i, array)| {
+        let Some(body) = survey.records.get(&kept_key(&array.path)) else {
+            return false;
+        };
+        let grid = array.geometry.shard_grid();
+        let mut matching = HashSet::new();
+        for line in String::from_utf8_lossy(body).lines() {
+            let (fields, digest) = split_digest(line);
+            let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) else {
+                continue;
+            };
+            let index = linear_index(&coord, &grid);
+            if digest.is_some() && digest == digests.get(i, index) {
+                matching.insert(index);
+            }
+        }
+        matching.len() as u64 == array.geometry.shard_count()
+    })
+}
+
+/// Whether the survey found kept records for an array of the plan (the destination was finished
+/// by a zshard that keeps them, over a source that names versions; an array without them, new to
+/// the hierarchy or whose file was damaged, has all its shards converted).
+pub(crate) fn has_kept_records(survey: &Survey, plan: &Plan) -> bool {
+    plan.arrays
+        .iter()
+        .any(|array| survey.records.contains_key(&kept_key(&array.path)))
+}
+
+/// Whether the destination (`survey`, read before any claim) holds a finished conversion with this
+/// plan's metadata whose every shard was made from what its source holds now.
+pub(crate) fn finished_and_current(survey: &Survey, plan: &Plan, digests: &Digests) -> bool {
+    survey.options_records().next().is_none()
+        && survey.has_metadata(plan)
+        && survey.metadata_matches(plan)
+        && up_to_date(survey, plan, digests)
+}
+
+/// The kept records of every array once this conversion is done (see [`kept_records`]): from
+/// every `done` and `empty` record file of the destination, the kept files, and `last` (this run's
+/// last record files, not yet written). A listing and a round of reads.
+pub(crate) fn gather_kept(
+    dst: &Store,
+    plan: &Plan,
+    digests: &Digests,
+    last: &[(String, Bytes)],
+) -> Result<Vec<(String, Bytes)>> {
+    let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
+    let keys: Vec<String> = dst
+        .list_keys(STATE_DIR)?
+        .into_iter()
+        .filter(|key| is_record(key))
+        .chain(plan.arrays.iter().map(|a| kept_key(&a.path)))
+        .collect();
+    let mut files = Vec::new();
+    for (key, read) in keys.iter().zip(dst.get_many(&keys)) {
+        // A damaged file is left out: the shards it alone names are converted again next time.
+        if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
+            files.push((key.clone(), body));
+        }
+    }
+    for (key, bytes) in last.iter().filter(|(key, _)| is_record(key)) {
+        if let Some(body) = sealed::unseal(bytes) {
+            files.push((key.clone(), body));
+        }
+    }
+    Ok(kept_records(plan, digests, &files))
+}
+
+/// What this run brings up to date (see [`crate::Update`]): of this worker's shards not done, those
+/// a finished conversion's kept records name (rewritten) and the others (added); `None` when the
+/// destination kept no records (a first conversion, or a resumed one).
+pub(crate) fn update_counts(
+    survey: &Survey,
+    plan: &Plan,
+    partition: Partition,
+    done: &[HashSet<u64>],
+) -> Option<crate::Update> {
+    if !has_kept_records(survey, plan) {
+        return None;
+    }
+    let mut update = crate::Update::default();
+    let mut first_global = 0u64;
+    for (i, array) in plan.arrays.iter().enumerate() {
+        let grid = array.geometry.shard_grid();
+        let mut kept = HashSet::new();
+        if let Some(body) = survey.records.get(&kept_key(&array.path)) {
+            for line in String::from_utf8_lossy(body).lines() {
+                let (fields, _) = split_digest(line);
+                if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
+                    kept.insert(linear_index(&coord, &grid));
+                }
+            }
+        }
+        for index in 0..array.geometry.shard_count() {
+            let owned = partition.owns(first_global + index);
+            if !owned || done.get(i).is_some_and(|d| d.contains(&index)) {
+                continue;
+            }
+            match kept.contains(&index) {
+                true => update.shards_rewritten += 1,
+                false => update.shards_added += 1,
+            }
+        }
+        first_global += array.geometry.shard_count();
+    }
+    Some(update)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_field_reads_anywhere_after_the_coordinate() {
+        let line = "a\t0,1\t12\t0000abcd\tv1\ts:00000000000000ff";
+        let (fields, digest) = split_digest(line);
+        assert_eq!(fields, vec!["a", "0,1", "12", "0000abcd", "v1"]);
+        assert_eq!(digest, Some(255));
+        let (fields, digest) = split_digest("a\t0,1");
+        assert_eq!((fields.len(), digest), (2, None));
+    }
+
+    #[test]
+    fn record_files_order_by_run_then_sequence_with_kept_files_first() {
+        let mut keys = [
+            ".zshard/done/w0of1-20-1.txt",
+            "arr/.zshard-records",
+            ".zshard/empty/w0of1-10-7.txt",
+            ".zshard/done/w0of1-20-0.txt",
+        ];
+        keys.sort_by_key(|k| record_order(k));
+        assert_eq!(
+            keys,
+            [
+                "arr/.zshard-records",
+                ".zshard/empty/w0of1-10-7.txt",
+                ".zshard/done/w0of1-20-0.txt",
+                ".zshard/done/w0of1-20-1.txt",
+            ]
+        );
+    }
+}
