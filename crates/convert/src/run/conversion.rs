@@ -917,9 +917,9 @@ fn finish(
     keep_manifest: bool,
     digests: &state::Digests,
 ) -> Result<()> {
-    let kept = match digests.all_known() {
+    let (kept, beyond) = match digests.all_known() {
         true => state::gather_kept(destination, plan, digests, records)?,
-        false => Vec::new(),
+        false => (Vec::new(), Vec::new()),
     };
     if keep_manifest {
         let files = crate::verify::manifest::read_records(destination, records)?;
@@ -931,6 +931,9 @@ fn finish(
     }
     let alongside = [records, &kept[..]].concat();
     let listed = write_metadata(destination, plan, consolidate, cancel, &alongside)?;
+    // The array shrank: the shards zshard wrote beyond its extent now, once the metadata no longer
+    // reaches them.
+    destination.delete_many(&beyond)?;
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
     also.push(lease.stop());
     clear_state(destination, Some(listed), &also)

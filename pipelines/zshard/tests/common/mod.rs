@@ -78,6 +78,60 @@ pub fn write_v2(
     }
 }
 
+/// Writes the Zarr v2 array at `dir` (as [`write_v2`] made it) anew as a producer updating it in place
+/// does: only the chunks whose bytes change are written (so the others keep their file, inode and
+/// modification time), chunks that now hold only zeros are removed, and `.zarray` is written with
+/// `shape`. Returns the keys of the chunks written or removed.
+pub fn update_v2(
+    dir: &Path,
+    dtype: DataType,
+    shape: &[u64],
+    chunks: &[u64],
+    compressor: Value,
+    data: &[u8],
+) -> Vec<String> {
+    let zarray = json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype.v2_typestr(),
+        "compressor": compressor, "fill_value": 0, "order": "C", "filters": null});
+    let text = serde_json::to_vec(&zarray).expect("json");
+    if std::fs::read(dir.join(".zarray")).ok().as_deref() != Some(&text[..]) {
+        std::fs::write(dir.join(".zarray"), &text).expect("write .zarray");
+    }
+    let meta = parse_v2_array("test", &text, None).expect("valid .zarray");
+    let repr = meta.chunk_repr();
+    let chain = build_chain(&meta.codecs, &repr).expect("codecs");
+    let origin = vec![0; shape.len()];
+    let mut changed = Vec::new();
+    for coord in c_order(&grid_shape(shape, chunks)) {
+        let region = Region::of_chunk(&coord, chunks, shape);
+        let mut raw = vec![0u8; repr.byte_len()];
+        copy_region(
+            data,
+            shape,
+            &origin,
+            &mut raw,
+            chunks,
+            &region.start,
+            &region,
+            dtype.size(),
+        );
+        let key = meta.chunk_key_encoding.key(&coord);
+        let path = dir.join(&key);
+        if raw.iter().all(|&b| b == 0) {
+            if path.exists() {
+                std::fs::remove_file(&path).expect("remove chunk");
+                changed.push(key);
+            }
+            continue;
+        }
+        let encoded = chain.encode(raw, &repr).expect("encode");
+        if std::fs::read(&path).ok().as_deref() != Some(&encoded[..]) {
+            std::fs::write(&path, encoded).expect("write chunk");
+            changed.push(key);
+        }
+    }
+    changed
+}
+
 /// The binary under test: `ZSHARD_BIN` when set (an older build, to show a test fails there, or a
 /// copy made right after building, which other builds into a shared target folder cannot replace
 /// mid-test), else the one cargo built.
@@ -172,7 +226,9 @@ pub fn shape_arg(shape: &[u64]) -> String {
         .join(",")
 }
 
-/// Every file below `dir` (relative path -> bytes), leaving out zshard's own state folder.
+/// Every file below `dir` (relative path -> bytes), leaving out zshard's own state folder and the
+/// records a finished conversion keeps in each array's folder (`.zshard-records`: they name the
+/// versions of the objects, which differ from run to run).
 pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -185,7 +241,7 @@ pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
                 .expect("below root")
                 .to_string_lossy()
                 .into_owned();
-            if rel.starts_with(".zshard") {
+            if e.file_name().to_string_lossy().starts_with(".zshard") {
                 continue;
             }
             if p.is_dir() {

@@ -230,12 +230,15 @@ pub(crate) fn finished_and_current(survey: &Survey, plan: &Plan, digests: &Diges
 /// The kept records of every array once this conversion is done (see [`kept_records`]): from
 /// every `done` and `empty` record file of the destination, the kept files, and `last` (this run's
 /// last record files, not yet written). A listing and a round of reads.
+///
+/// Also returns the keys of the shards the kept records name beyond each array's extent now (the
+/// array shrank): zshard wrote them, and they go once the metadata no longer reaches them.
 pub(crate) fn gather_kept(
     dst: &Store,
     plan: &Plan,
     digests: &Digests,
     last: &[(String, Bytes)],
-) -> Result<Vec<(String, Bytes)>> {
+) -> Result<(Vec<(String, Bytes)>, Vec<String>)> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
     let keys: Vec<String> = dst
         .list_keys(STATE_DIR)?
@@ -244,9 +247,13 @@ pub(crate) fn gather_kept(
         .chain(plan.arrays.iter().map(|a| kept_key(&a.path)))
         .collect();
     let mut files = Vec::new();
+    let mut beyond = Vec::new();
     for (key, read) in keys.iter().zip(dst.get_many(&keys)) {
         // A damaged file is left out: the shards it alone names are converted again next time.
         if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
+            if key.ends_with(KEPT) {
+                beyond.extend(beyond_extent(plan, &body));
+            }
             files.push((key.clone(), body));
         }
     }
@@ -255,7 +262,32 @@ pub(crate) fn gather_kept(
             files.push((key.clone(), body));
         }
     }
-    Ok(kept_records(plan, digests, &files))
+    Ok((kept_records(plan, digests, &files), beyond))
+}
+
+/// The keys of the written shards that kept records (`body`) name outside their array's shard grid
+/// now.
+fn beyond_extent(plan: &Plan, body: &[u8]) -> Vec<String> {
+    let mut keys = Vec::new();
+    for line in String::from_utf8_lossy(body).lines() {
+        let (fields, _) = split_digest(line);
+        let (Some(path), Some(coord), Some(_size)) = (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        let Some(array) = plan.arrays.iter().find(|a| a.path == *path) else {
+            continue;
+        };
+        let grid = array.geometry.shard_grid();
+        let coord: Option<Vec<u64>> = coord.split(',').map(|c| c.parse().ok()).collect();
+        match coord {
+            Some(coord) if coord.len() == grid.len() && !inside(&coord, &grid) => {
+                keys.push(join(&array.path, &SHARD_KEYS.key(&coord)));
+            }
+            _ => {}
+        }
+    }
+    keys
 }
 
 /// What this run brings up to date (see [`crate::Update`]): of this worker's shards not done, those

@@ -1,0 +1,320 @@
+//! Rerunning the same conversion after its source changed brings the destination up to date
+//! (issue 40): only the shards whose source chunks changed, appeared or disappeared are written
+//! again, the metadata follows a new shape or new attributes, and nothing is written when nothing
+//! changed. Values are compared element by element with the changed source.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use common::{expected, read_v3, update_v2, write_v2, zshard};
+use serde_json::{json, Value};
+use zshard_core::DataType;
+
+const SHAPE: [u64; 2] = [96, 80];
+const CHUNKS: [u64; 2] = [8, 8];
+/// 4 x 3 shards of 32 x 32 (the last column 16 wide): 12 shards of up to 16 source chunks.
+const SHARDS: &str = "32,32";
+
+fn compressor() -> Value {
+    json!({"id": "zstd", "level": 3})
+}
+
+/// The source at `dir/src` holding `data` of `shape`.
+fn source(dir: &Path, shape: &[u64], data: &[u8]) -> PathBuf {
+    let src = dir.join("src");
+    write_v2(
+        &src,
+        DataType::UInt16,
+        shape,
+        &CHUNKS,
+        compressor(),
+        data,
+    );
+    src
+}
+
+/// `zshard convert SRC DST --shard-shape 32,32 --report REPORT`, which must succeed; the report.
+fn convert(src: &Path, dst: &Path, extra: &[&str]) -> Value {
+    let report = dst.with_extension("report.json");
+    let mut args = vec![
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        SHARDS,
+        "--quiet",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let out = zshard(&args);
+    assert!(
+        out.status.success(),
+        "convert failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("report json")
+}
+
+/// Every file below `dir` (zshard's own records included) with its inode, modification time and
+/// bytes: what a rewrite changes.
+fn identities(dir: &Path) -> BTreeMap<String, (u64, i64, i64, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).expect("read_dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let meta = std::fs::metadata(&path).expect("metadata");
+            let rel = path.strip_prefix(dir).expect("below").to_string_lossy();
+            out.insert(
+                rel.into_owned(),
+                (
+                    meta.ino(),
+                    meta.mtime(),
+                    meta.mtime_nsec(),
+                    std::fs::read(&path).expect("read"),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// The keys whose file is new, gone, or another file (inode, modification time or bytes).
+fn changed_files(
+    before: &BTreeMap<String, (u64, i64, i64, Vec<u8>)>,
+    after: &BTreeMap<String, (u64, i64, i64, Vec<u8>)>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
+}
+
+fn update_counts(report: &Value) -> (u64, u64) {
+    let update = &report["update"];
+    (
+        update["shards_rewritten"].as_u64().expect("shards_rewritten"),
+        update["shards_added"].as_u64().expect("shards_added"),
+    )
+}
+
+#[test]
+fn one_changed_chunk_rewrites_exactly_its_shard() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+
+    // One element of source chunk (5, 4): rows 40..48, columns 32..40, so shard (1, 1).
+    let at = (44 * SHAPE[1] + 35) as usize * 2;
+    data[at..at + 2].copy_from_slice(&7777u16.to_le_bytes());
+    let written = update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    assert_eq!(written, vec!["5.4".to_string()]);
+
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(report["totals"]["shards_written"], 1);
+    assert_eq!(report["totals"]["chunks_read"], 16);
+    // The shard, and the records that say what it was made from (and the metadata document,
+    // written last): no other shard.
+    let changed = changed_files(&before, &identities(&dst));
+    assert!(changed.contains(&"c/1/1".to_string()), "{changed:?}");
+    assert!(
+        changed
+            .iter()
+            .all(|k| ["c/1/1", "zarr.json", ".zshard-records"].contains(&k.as_str())),
+        "{changed:?}"
+    );
+    assert_eq!(read_v3(&dst).0, data, "the output holds the changed value");
+}
+
+#[test]
+fn nothing_changed_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 1000);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "complete");
+    assert_eq!(report["totals"]["chunks_read"], 0);
+    assert_eq!(changed_files(&before, &identities(&dst)), Vec::<String>::new());
+}
+
+#[test]
+fn appended_rows_add_shards_and_grow_the_metadata() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+
+    // 30 rows more: rows 96..126, so shard row 3 is new (96..128) and nothing before it changes.
+    let grown = [126u64, 80];
+    let mut more = data.clone();
+    more.extend((0..30 * 80).flat_map(|i| (i as u16 ^ 0x5a5a).to_le_bytes()));
+    update_v2(&src, DataType::UInt16, &grown, &CHUNKS, compressor(), &more);
+
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(update_counts(&report), (0, 3));
+    let after = identities(&dst);
+    let changed = changed_files(&before, &after);
+    assert!(
+        changed.iter().all(|k| k.starts_with("c/3/") || k == "zarr.json" || k == ".zshard-records"),
+        "only the new row of shards and the metadata: {changed:?}"
+    );
+    let (values, meta) = read_v3(&dst);
+    assert_eq!(meta["shape"], json!(grown));
+    assert_eq!(values, more);
+}
+
+#[test]
+fn a_deleted_chunk_reads_as_the_fill_value() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+
+    // Chunk (0, 0) now holds only zeros: the producer removes it.
+    for row in 0..8 {
+        let start = row * SHAPE[1] as usize * 2;
+        data[start..start + 16].fill(0);
+    }
+    let written = update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    assert_eq!(written, vec!["0.0".to_string()]);
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(read_v3(&dst).0, data);
+}
+
+#[test]
+fn changed_attributes_rewrite_the_metadata_only() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    std::fs::write(src.join(".zattrs"), r#"{"units": "K"}"#).expect("attrs");
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+
+    std::fs::write(src.join(".zattrs"), r#"{"units": "degC"}"#).expect("attrs");
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(update_counts(&report), (0, 0));
+    let changed = changed_files(&before, &identities(&dst));
+    assert!(
+        changed.iter().all(|k| k == "zarr.json" || k == ".zshard-records"),
+        "no shard is written again: {changed:?}"
+    );
+    let (_, meta) = read_v3(&dst);
+    assert_eq!(meta["attributes"]["units"], "degC");
+}
+
+#[test]
+fn changed_options_are_still_refused_without_overwrite() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        "16,16",
+        "--quiet",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--overwrite"), "{stderr}");
+    assert_eq!(changed_files(&before, &identities(&dst)), Vec::<String>::new());
+}
+
+#[test]
+fn workers_and_finalize_split_an_update() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let before = identities(&dst);
+
+    // One element in shard (0, 0) and one in shard (2, 2).
+    for (row, col) in [(3u64, 3u64), (70, 70)] {
+        let at = (row * SHAPE[1] + col) as usize * 2;
+        data[at..at + 2].copy_from_slice(&4242u16.to_le_bytes());
+    }
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    let mut written = 0;
+    for worker in ["0/2", "1/2"] {
+        let report = convert(&src, &dst, &["--worker", worker]);
+        written += report["totals"]["shards_written"].as_u64().expect("count");
+    }
+    assert_eq!(written, 2);
+    let out = zshard(&[
+        "finalize",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--shard-shape",
+        SHARDS,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read_v3(&dst).0, data);
+    let changed = changed_files(&before, &identities(&dst));
+    assert!(
+        changed
+            .iter()
+            .all(|k| ["c/0/0", "c/2/2", "zarr.json", ".zshard-records"].contains(&k.as_str())),
+        "{changed:?}"
+    );
+    // And the next run finds it up to date.
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "complete");
+}
+
+#[test]
+fn a_shrunk_array_loses_only_the_shards_zshard_wrote_beyond_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    // A file zshard did not write, beside the shards: it stays.
+    std::fs::write(dst.join("c").join("notes.txt"), "mine").expect("write");
+
+    // 40 rows: shard row 1 (32..64) is cut at 40, rows 2 (64..96) goes.
+    let shrunk = [40u64, 80];
+    let kept = data[..(40 * 80 * 2)].to_vec();
+    update_v2(&src, DataType::UInt16, &shrunk, &CHUNKS, compressor(), &kept);
+    for row in 5..12 {
+        for col in 0..10 {
+            let _ = std::fs::remove_file(src.join(format!("{row}.{col}")));
+        }
+    }
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(update_counts(&report), (3, 0), "the cut row of shards");
+    assert!(!dst.join("c/2").exists() || std::fs::read_dir(dst.join("c/2")).expect("dir").next().is_none());
+    assert!(dst.join("c/notes.txt").exists());
+    let (values, meta) = read_v3(&dst);
+    assert_eq!(meta["shape"], json!(shrunk));
+    assert_eq!(values, kept);
+}
