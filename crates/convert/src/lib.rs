@@ -57,7 +57,7 @@ pub use plan::input::{
 };
 pub use plan::listing::{list, ListedArray, Listing};
 pub use plan::partition::Partition;
-pub use plan::plan_report::{Cost, PlanReport};
+pub use plan::plan_report::{ArrayUpdate, Cost, PlanReport, UpdatePlan};
 pub use plan::selection::Selection;
 pub use plan::shape::ShapeSpec;
 pub use plan::{Layout, Layouts, LevelShapes, Plan, PlannedArray, PyramidLevel};

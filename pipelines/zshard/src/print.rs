@@ -293,6 +293,9 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
             HumanBytes(cost.put_bytes)
         )?;
     }
+    if let Some(update) = &plan.update {
+        update_plan(out, update)?;
+    }
     for s in &plan.plan.skipped {
         writeln!(
             out,
@@ -301,6 +304,50 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// What rerunning a finished conversion would bring up to date: per array that changed, how many
+/// shards and why, then what it would request.
+fn update_plan(out: &mut String, update: &zshard_convert::UpdatePlan) -> std::fmt::Result {
+    if update.is_empty() {
+        return writeln!(
+            out,
+            "update: the destination is up to date with the source; a run writes nothing"
+        );
+    }
+    for a in &update.arrays {
+        let mut why = Vec::new();
+        if a.shards_to_rewrite > 0 {
+            why.push(format!("{} shard(s) to rewrite (their source chunks changed, appeared or disappeared, or their extent did)", a.shards_to_rewrite));
+        }
+        if a.shards_to_add > 0 {
+            why.push(format!("{} shard(s) to add", a.shards_to_add));
+        }
+        if a.shards_to_remove > 0 {
+            why.push(format!(
+                "{} shard(s) beyond the new extent to remove",
+                a.shards_to_remove
+            ));
+        }
+        if a.shape_changed {
+            why.push("new shape".to_string());
+        }
+        if a.attributes_changed {
+            why.push("new attributes".to_string());
+        }
+        if !why.is_empty() {
+            let name = if a.path.is_empty() { "/" } else { &a.path };
+            writeln!(out, "update: {name}: {}", why.join("; "))?;
+        }
+    }
+    writeln!(
+        out,
+        "update requests: {} GET(s) of {} at most, {} PUT(s) of {} at most",
+        update.cost.get_requests,
+        HumanBytes(update.cost.get_bytes),
+        update.cost.put_requests,
+        HumanBytes(update.cost.put_bytes)
+    )
 }
 
 /// `zshard ls`: one line per array (aligned columns), or JSON. A reader that stops early (`| head`)

@@ -295,8 +295,8 @@ fn a_damaged_record_of_all_fill_shards_never_makes_a_data_shard_skipped() {
             .collect();
         assert_eq!(records.len(), 1, "{records:?}");
         let text = std::fs::read_to_string(&records[0]).expect("record");
-        assert!(text.contains("\t0,2\n"), "{text}");
-        let mut damaged = text.replace("\t0,2\n", "\t1,2\n");
+        assert!(text.contains("\t0,2\t"), "{text}");
+        let mut damaged = text.replace("\t0,2\t", "\t1,2\t");
         if !sealed {
             // As an earlier version wrote it: no checksum line.
             let end = damaged.trim_end().rfind('\n').map_or(0, |at| at + 1);

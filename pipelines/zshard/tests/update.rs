@@ -25,14 +25,7 @@ fn compressor() -> Value {
 /// The source at `dir/src` holding `data` of `shape`.
 fn source(dir: &Path, shape: &[u64], data: &[u8]) -> PathBuf {
     let src = dir.join("src");
-    write_v2(
-        &src,
-        DataType::UInt16,
-        shape,
-        &CHUNKS,
-        compressor(),
-        data,
-    );
+    write_v2(&src, DataType::UInt16, shape, &CHUNKS, compressor(), data);
     src
 }
 
@@ -102,7 +95,9 @@ fn changed_files(
 fn update_counts(report: &Value) -> (u64, u64) {
     let update = &report["update"];
     (
-        update["shards_rewritten"].as_u64().expect("shards_rewritten"),
+        update["shards_rewritten"]
+            .as_u64()
+            .expect("shards_rewritten"),
         update["shards_added"].as_u64().expect("shards_added"),
     )
 }
@@ -151,7 +146,10 @@ fn nothing_changed_writes_nothing() {
     let report = convert(&src, &dst, &[]);
     assert_eq!(report["status"], "complete");
     assert_eq!(report["totals"]["chunks_read"], 0);
-    assert_eq!(changed_files(&before, &identities(&dst)), Vec::<String>::new());
+    assert_eq!(
+        changed_files(&before, &identities(&dst)),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -175,7 +173,9 @@ fn appended_rows_add_shards_and_grow_the_metadata() {
     let after = identities(&dst);
     let changed = changed_files(&before, &after);
     assert!(
-        changed.iter().all(|k| k.starts_with("c/3/") || k == "zarr.json" || k == ".zshard-records"),
+        changed
+            .iter()
+            .all(|k| k.starts_with("c/3/") || k == "zarr.json" || k == ".zshard-records"),
         "only the new row of shards and the metadata: {changed:?}"
     );
     let (values, meta) = read_v3(&dst);
@@ -219,7 +219,9 @@ fn changed_attributes_rewrite_the_metadata_only() {
     assert_eq!(update_counts(&report), (0, 0));
     let changed = changed_files(&before, &identities(&dst));
     assert!(
-        changed.iter().all(|k| k == "zarr.json" || k == ".zshard-records"),
+        changed
+            .iter()
+            .all(|k| k == "zarr.json" || k == ".zshard-records"),
         "no shard is written again: {changed:?}"
     );
     let (_, meta) = read_v3(&dst);
@@ -245,7 +247,10 @@ fn changed_options_are_still_refused_without_overwrite() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--overwrite"), "{stderr}");
-    assert_eq!(changed_files(&before, &identities(&dst)), Vec::<String>::new());
+    assert_eq!(
+        changed_files(&before, &identities(&dst)),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -276,7 +281,11 @@ fn workers_and_finalize_split_an_update() {
         "--shard-shape",
         SHARDS,
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(read_v3(&dst).0, data);
     let changed = changed_files(&before, &identities(&dst));
     assert!(
@@ -303,7 +312,14 @@ fn a_shrunk_array_loses_only_the_shards_zshard_wrote_beyond_it() {
     // 40 rows: shard row 1 (32..64) is cut at 40, rows 2 (64..96) goes.
     let shrunk = [40u64, 80];
     let kept = data[..(40 * 80 * 2)].to_vec();
-    update_v2(&src, DataType::UInt16, &shrunk, &CHUNKS, compressor(), &kept);
+    update_v2(
+        &src,
+        DataType::UInt16,
+        &shrunk,
+        &CHUNKS,
+        compressor(),
+        &kept,
+    );
     for row in 5..12 {
         for col in 0..10 {
             let _ = std::fs::remove_file(src.join(format!("{row}.{col}")));
@@ -312,7 +328,13 @@ fn a_shrunk_array_loses_only_the_shards_zshard_wrote_beyond_it() {
     let report = convert(&src, &dst, &[]);
     assert_eq!(report["status"], "ok");
     assert_eq!(update_counts(&report), (3, 0), "the cut row of shards");
-    assert!(!dst.join("c/2").exists() || std::fs::read_dir(dst.join("c/2")).expect("dir").next().is_none());
+    assert!(
+        !dst.join("c/2").exists()
+            || std::fs::read_dir(dst.join("c/2"))
+                .expect("dir")
+                .next()
+                .is_none()
+    );
     assert!(dst.join("c/notes.txt").exists());
     let (values, meta) = read_v3(&dst);
     assert_eq!(meta["shape"], json!(shrunk));

@@ -28,6 +28,50 @@ pub struct PlanReport {
     pub icechunk_output: Option<(String, zshard_icechunk::DestinationSpec)>,
     /// What the whole job (every worker's shards) would request from storage.
     pub cost: Option<Cost>,
+    /// The destination holds a finished conversion that keeps what each shard was made from: what a
+    /// run would bring up to date (none otherwise).
+    pub update: Option<UpdatePlan>,
+}
+
+/// What rerunning a finished conversion would bring up to date, from one listing of the source and
+/// the destination's kept records (no chunk read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct UpdatePlan {
+    /// Per array, in hierarchy order.
+    pub arrays: Vec<ArrayUpdate>,
+    /// What the update would request from storage: one GET per source chunk of each shard to
+    /// write (raw sizes: at most), one PUT per shard to write and per metadata document.
+    pub cost: Cost,
+}
+
+/// What an update would do to one array, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ArrayUpdate {
+    /// The array's path in the hierarchy.
+    pub path: String,
+    /// Shards whose source chunks changed, appeared or disappeared, or whose extent changed.
+    pub shards_to_rewrite: u64,
+    /// Shards the finished conversion does not have (the array grew, or is new).
+    pub shards_to_add: u64,
+    /// Shards beyond the array's extent now (it shrank), which zshard wrote: removed.
+    pub shards_to_remove: u64,
+    /// The shape differs from the destination's.
+    pub shape_changed: bool,
+    /// The attributes differ from the destination's.
+    pub attributes_changed: bool,
+}
+
+impl UpdatePlan {
+    /// Whether the update would write nothing.
+    pub fn is_empty(&self) -> bool {
+        self.arrays.iter().all(|a| {
+            a.shards_to_rewrite + a.shards_to_add + a.shards_to_remove == 0
+                && !a.shape_changed
+                && !a.attributes_changed
+        })
+    }
 }
 
 /// The requests and bytes a whole conversion would take from storage: a cost estimate a migration
@@ -127,6 +171,7 @@ impl PlanReport {
             icechunk_chunks: None,
             icechunk_output: None,
             cost: None,
+            update: None,
         }
     }
 
@@ -215,6 +260,9 @@ impl PlanReport {
         });
         if let Some(cost) = &self.cost {
             doc["cost"] = json!(cost);
+        }
+        if let Some(update) = &self.update {
+            doc["update"] = json!(update);
         }
         if let Some(c) = self.icechunk_chunks {
             doc["icechunk_chunks"] =

@@ -360,6 +360,7 @@ impl Conversion {
             self.store_options.part_size as u64,
             multipart,
         );
+        let update = self.plan_update(&opened, &jobs)?;
         drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
@@ -371,6 +372,7 @@ impl Conversion {
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
         report.icechunk_chunks = opened.input.icechunk_chunks();
         report.cost = Some(cost);
+        report.update = update;
         if let Some(output) = self.icechunk_output() {
             // Which repository the commit goes to, and in which spec version: read, never made.
             let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
@@ -378,6 +380,34 @@ impl Conversion {
             report.icechunk_output = Some((output.branch, spec));
         }
         Ok(report)
+    }
+
+    /// What a run would bring up to date in a destination that holds this conversion finished
+    /// (see [`crate::UpdatePlan`]); `None` for any other destination (none yet, or an Icechunk
+    /// repository).
+    fn plan_update(
+        &self,
+        opened: &Opened,
+        jobs: &[zshard_pipeline::ArrayJob],
+    ) -> Result<Option<crate::UpdatePlan>> {
+        if self.icechunk_output().is_some() {
+            return Ok(None);
+        }
+        let Ok(destination) = opened.destination(false) else {
+            return Ok(None);
+        };
+        let fingerprint = opened.fingerprint()?;
+        let survey = state::survey(&destination, &opened.plan, false, &fingerprint)?;
+        if !state::has_kept_records(&survey, &opened.plan) {
+            return Ok(None);
+        }
+        let digests = state::Digests::of(jobs)?;
+        Ok(Some(state::plan_update(
+            &survey,
+            &opened.plan,
+            &digests,
+            jobs,
+        )))
     }
 
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
@@ -473,7 +503,7 @@ impl Conversion {
         // A finished conversion whose every shard was made from what its source holds now, with
         // the same metadata: nothing to do, and nothing is written (read before any claim).
         if digests.all_known() && !self.overwrite {
-            let survey = state::survey(destination, plan, false)?;
+            let survey = state::survey(destination, plan, false, fingerprint)?;
             if state::finished_and_current(&survey, plan, digests) {
                 let lease_key = lease.stop();
                 clear_state(destination, None, &[lease_key])?;
@@ -654,7 +684,7 @@ impl Conversion {
                 &records,
                 lease,
                 self.keep_manifest,
-                digests,
+                (digests, fingerprint),
             )?;
             if let Ok(mut b) = builder.lock() {
                 b.updated(update);
@@ -719,7 +749,7 @@ impl Conversion {
             already_finalized: false,
             published: None,
         };
-        let survey = state::survey(&destination, &plan, true)?;
+        let survey = state::survey(&destination, &plan, true, &fingerprint)?;
         if let Prepared::Complete =
             state::check_recorded(&destination, &plan, &fingerprint, &survey)?
         {
@@ -730,7 +760,7 @@ impl Conversion {
         self.stop_if_cancelled()?;
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
-        let survey = state::survey(&destination, &plan, true)?;
+        let survey = state::survey(&destination, &plan, true, &fingerprint)?;
         let digests = state::Digests::of(&plan.read_jobs(&input))?;
         let done = state::done_shards(
             &destination,
@@ -765,7 +795,7 @@ impl Conversion {
             &[],
             lease,
             keep_manifest,
-            &digests,
+            (&digests, &fingerprint),
         )?;
         Ok(finalized)
     }
@@ -915,10 +945,10 @@ fn finish(
     records: &[(String, bytes::Bytes)],
     lease: Lease,
     keep_manifest: bool,
-    digests: &state::Digests,
+    (digests, fingerprint): (&state::Digests, &state::Fingerprint),
 ) -> Result<()> {
     let (kept, beyond) = match digests.all_known() {
-        true => state::gather_kept(destination, plan, digests, records)?,
+        true => state::gather_kept(destination, plan, digests, records, fingerprint)?,
         false => (Vec::new(), Vec::new()),
     };
     if keep_manifest {

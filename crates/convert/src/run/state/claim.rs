@@ -46,7 +46,7 @@ pub(crate) fn prepare(
     // between (metadata written, state removed) is then seen by the checks, and a run that starts in
     // between finds this claim.
     let claim = claim(dst, fingerprint, marker, observer)?;
-    let surveyed = survey(dst, plan, false).and_then(|survey| {
+    let surveyed = survey(dst, plan, false, fingerprint).and_then(|survey| {
         let checked = check_holdings(dst, plan, fingerprint, &survey)?;
         Ok((checked, survey))
     });

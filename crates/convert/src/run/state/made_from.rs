@@ -24,6 +24,20 @@ pub(crate) fn kept_key(array_path: &str) -> String {
     join(array_path, KEPT)
 }
 
+/// The first line of a kept records file: the conversion that kept them (see
+/// [`Fingerprint::conversion_id`]), 16 hex digits.
+const CONVERSION_LINE: &str = "#conversion\t";
+
+/// Whether the kept records `body` were kept by `fingerprint`'s conversion.
+pub(crate) fn kept_by(body: &[u8], fingerprint: &Fingerprint) -> bool {
+    let first = body.split(|&b| b == b'\n').next().unwrap_or_default();
+    let id = std::str::from_utf8(first)
+        .ok()
+        .and_then(|line| line.strip_prefix(CONVERSION_LINE))
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+    id == Some(fingerprint.conversion_id())
+}
+
 /// The field of a record line that holds its shard's digest.
 const DIGEST_FIELD: &str = "s:";
 
@@ -121,6 +135,7 @@ pub(crate) fn kept_records(
     plan: &Plan,
     digests: &Digests,
     files: &[(String, Bytes)],
+    fingerprint: &Fingerprint,
 ) -> Vec<(String, Bytes)> {
     let mut ordered: Vec<&(String, Bytes)> = files.iter().collect();
     ordered.sort_by_key(|(key, _)| record_order(key));
@@ -162,7 +177,7 @@ pub(crate) fn kept_records(
         .map(|(array, lines)| {
             let mut lines: Vec<(u64, String)> = lines.into_iter().collect();
             lines.sort_unstable_by_key(|(index, _)| *index);
-            let mut text = String::new();
+            let mut text = format!("{CONVERSION_LINE}{:016x}\n", fingerprint.conversion_id());
             for (_, line) in lines {
                 text.push_str(&line);
                 text.push('\n');
@@ -238,6 +253,7 @@ pub(crate) fn gather_kept(
     plan: &Plan,
     digests: &Digests,
     last: &[(String, Bytes)],
+    fingerprint: &Fingerprint,
 ) -> Result<(Vec<(String, Bytes)>, Vec<String>)> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
     let keys: Vec<String> = dst
@@ -252,6 +268,9 @@ pub(crate) fn gather_kept(
         // A damaged file is left out: the shards it alone names are converted again next time.
         if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
             if key.ends_with(KEPT) {
+                if !kept_by(&body, fingerprint) {
+                    continue;
+                }
                 beyond.extend(beyond_extent(plan, &body));
             }
             files.push((key.clone(), body));
@@ -262,7 +281,7 @@ pub(crate) fn gather_kept(
             files.push((key.clone(), body));
         }
     }
-    Ok((kept_records(plan, digests, &files), beyond))
+    Ok((kept_records(plan, digests, &files, fingerprint), beyond))
 }
 
 /// The keys of the written shards that kept records (`body`) name outside their array's shard grid
@@ -328,6 +347,73 @@ pub(crate) fn update_counts(
         first_global += array.geometry.shard_count();
     }
     Some(update)
+}
+
+/// What a run would bring up to date (see [`crate::UpdatePlan`]), from the destination's `survey`
+/// (read without a claim) and the shards' `digests` now; `jobs` (one per array) tell the source
+/// chunks of each shard.
+pub(crate) fn plan_update(
+    survey: &Survey,
+    plan: &Plan,
+    digests: &Digests,
+    jobs: &[ArrayJob],
+) -> crate::UpdatePlan {
+    let mut update = crate::UpdatePlan::default();
+    for (i, (array, job)) in plan.arrays.iter().zip(jobs).enumerate() {
+        let grid = array.geometry.shard_grid();
+        let mut kept: HashMap<u64, Option<u64>> = HashMap::new();
+        let mut beyond = 0;
+        if let Some(body) = survey.records.get(&kept_key(&array.path)) {
+            beyond = beyond_extent(plan, body).len() as u64;
+            for line in String::from_utf8_lossy(body).lines() {
+                let (fields, digest) = split_digest(line);
+                if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
+                    kept.insert(linear_index(&coord, &grid), digest);
+                }
+            }
+        }
+        let found: Option<Value> = survey
+            .zarr_json(&array.path)
+            .and_then(|bytes| serde_json::from_slice(bytes).ok());
+        let ours = array.output.to_json();
+        let differs = |field: &str| {
+            found
+                .as_ref()
+                .is_none_or(|doc| doc.get(field) != ours.get(field))
+        };
+        let mut counts = crate::ArrayUpdate {
+            path: array.path.clone(),
+            shards_to_remove: beyond,
+            shape_changed: differs("shape"),
+            attributes_changed: differs("attributes"),
+            ..crate::ArrayUpdate::default()
+        };
+        let size = array.output.data_type.size() as u64;
+        let shard_raw = zshard_core::product(&array.output.shard_shape) * size;
+        for index in 0..array.geometry.shard_count() {
+            let now = digests.get(i, index);
+            match kept.get(&index) {
+                Some(recorded) if recorded.is_some() && *recorded == now => continue,
+                Some(_) => counts.shards_to_rewrite += 1,
+                None => counts.shards_to_add += 1,
+            }
+            let shard = zshard_core::unravel_index(index, &grid);
+            let region = array.geometry.shard_region(&shard);
+            if let Some(region) = region.intersect(&array.geometry.array_region()) {
+                update.cost.get_requests +=
+                    job.layout.source_chunks_overlapping(&region).len() as u64;
+            }
+            update.cost.get_bytes += shard_raw;
+            update.cost.put_requests += 1;
+            update.cost.put_bytes += shard_raw;
+        }
+        update.arrays.push(counts);
+    }
+    if !update.is_empty() {
+        // The metadata documents and the kept records.
+        update.cost.put_requests += (2 * plan.arrays.len() + plan.groups.len()) as u64;
+    }
+    update
 }
 
 #[cfg(test)]

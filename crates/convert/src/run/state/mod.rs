@@ -176,6 +176,13 @@ impl Fingerprint {
         Ok(self.1 .0 && without_contents(recorded) == without_contents(ours))
     }
 
+    /// What identifies the conversion whatever the source's shape and attributes (see
+    /// [`TracksSources`]): the head line of the records it keeps (see `made_from.rs`).
+    pub(crate) fn conversion_id(&self) -> u64 {
+        let options = without_contents(self.value());
+        zshard_core::stable_hash(&serde_json::to_vec(&options).unwrap_or_default())
+    }
+
     /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.
     pub(crate) fn value(&self) -> Value {
         serde_json::from_slice(&self.0).unwrap_or(Value::Null)

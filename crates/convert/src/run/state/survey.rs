@@ -26,7 +26,15 @@ pub(crate) struct Survey {
 /// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
 /// knows them). The record files are read as soon as the state folder is listed, while the shard
 /// listings (a thousand pages at a million shards) go on.
-pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
+///
+/// Records kept by a finished conversion count only when it was this one (`fingerprint`, but for
+/// the source's shape and attributes).
+pub(crate) fn survey(
+    dst: &Store,
+    plan: &Plan,
+    with_claim: bool,
+    fingerprint: &Fingerprint,
+) -> Result<Survey> {
     let documents = document_keys(plan);
     let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(&a.path)).collect();
     let (state, read, shards, kept_read) = dst.block_on(async {
@@ -62,9 +70,10 @@ pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Surve
     for (key, read) in kept.into_iter().zip(kept_read) {
         let Some(bytes) = read? else { continue };
         match sealed::unseal(&bytes) {
-            Some(body) => {
+            Some(body) if kept_by(&body, fingerprint) => {
                 records.insert(key, body);
             }
+            Some(_) => {}
             None => tracing::warn!(
                 "{}: the kept records' checksum does not match; the array's shards will be converted again",
                 dst.url(&key)
