@@ -15,7 +15,7 @@ use zshard_core::DataType;
 
 const SHAPE: [u64; 2] = [96, 80];
 const CHUNKS: [u64; 2] = [8, 8];
-/// 4 x 3 shards of 32 x 32 (the last column 16 wide): 12 shards of up to 16 source chunks.
+/// 3 x 3 shards of 32 x 32 (the last column 16 wide): 9 shards of up to 16 source chunks.
 const SHARDS: &str = "32,32";
 
 fn compressor() -> Value {
@@ -339,4 +339,64 @@ fn a_shrunk_array_loses_only_the_shards_zshard_wrote_beyond_it() {
     let (values, meta) = read_v3(&dst);
     assert_eq!(meta["shape"], json!(shrunk));
     assert_eq!(values, kept);
+}
+
+#[test]
+fn overwrite_converts_everything_again_and_replaces_the_kept_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let report = convert(&src, &dst, &["--overwrite"]);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(report["totals"]["shards_written"], 9, "{report}");
+    assert_eq!(report["update"], Value::Null);
+    assert_eq!(convert(&src, &dst, &[])["status"], "complete");
+}
+
+#[test]
+fn plan_on_a_finished_destination_says_what_an_update_would_do() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+    let plan = |dst: &Path| -> Value {
+        let out = zshard(&[
+            "plan",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--shard-shape",
+            SHARDS,
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("plan json")
+    };
+    let up_to_date = plan(&dst);
+    assert_eq!(up_to_date["update"]["arrays"][0]["shards_to_rewrite"], 0);
+    assert_eq!(up_to_date["update"]["cost"]["get_requests"], 0);
+    let at = (44 * SHAPE[1] + 35) as usize * 2;
+    data[at..at + 2].copy_from_slice(&1u16.to_le_bytes());
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    let before = identities(&dst);
+    let changed = plan(&dst);
+    let array = &changed["update"]["arrays"][0];
+    assert_eq!(array["shards_to_rewrite"], 1, "{changed}");
+    assert_eq!(array["shards_to_add"], 0);
+    assert_eq!(array["shape_changed"], false);
+    // The shard's 16 source chunks.
+    assert_eq!(changed["update"]["cost"]["get_requests"], 16);
+    assert_eq!(
+        changed_files(&before, &identities(&dst)),
+        Vec::<String>::new(),
+        "plan writes nothing"
+    );
+    // A destination that does not exist yet has no update to plan.
+    assert_eq!(plan(&tmp.path().join("none"))["update"], Value::Null);
 }

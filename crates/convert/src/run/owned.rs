@@ -156,6 +156,12 @@ pub(crate) fn owned_keys(
                 .filter(|(_, relative)| chunk_keys.matches(relative))
                 .map(|(key, _)| key.clone()),
         );
+        // The records a finished conversion kept beside the array's metadata: an overwrite must
+        // not leave them to vouch for shards it replaces.
+        let kept = crate::run::state::kept_key(path);
+        if keys.contains(&kept) {
+            owned.insert(kept);
+        }
     }
     owned
 }
