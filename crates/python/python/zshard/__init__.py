@@ -79,6 +79,7 @@ from ._results import (
     Status,
     StatusTotals,
     LeaseStatus,
+    Update,
     VerifyResult,
     WorkerStatus,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "StatusTotals",
     "StorageError",
     "Strings",
+    "Update",
     "VerifyResult",
     "Worker",
     "WorkerStatus",

@@ -75,6 +75,28 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class Update:
+    """What a run over a finished conversion brought up to date (``Report.update``): the source
+    changed since, and only the shards made from what changed were written again.
+
+    Attributes
+    ----------
+    shards_rewritten : int
+        Shards written again (or removed, now all fill): their source chunks changed, appeared or
+        disappeared, or their extent did.
+    shards_added : int
+        Shards the finished conversion did not have (the array grew, or is new to the hierarchy).
+    """
+
+    shards_rewritten: int = 0
+    shards_added: int = 0
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> Update:
+        return cls(**{name: doc.get(name, 0) for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class Report:
     """What :func:`zshard.convert` did: the same document as the command's ``--report`` (in ``document``).
 
@@ -98,6 +120,9 @@ class Report:
     skipped_arrays : list[tuple[str, str]]
         ``(array, reason)`` for each array left out by ``on_unsupported="skip"`` (zshard does not
         read its data type or codecs).
+    update : Update | None
+        What a rerun over a finished conversion brought up to date (``None`` for a first conversion,
+        and when the destination was already up to date: ``status`` is then ``"complete"``).
     document : dict[str, Any]
         The whole report document (options, version, host, times, throughput, ...).
     """
@@ -110,6 +135,7 @@ class Report:
     totals: Counts
     arrays: dict[str, Counts]
     skipped_arrays: list[tuple[str, str]]
+    update: Update | None
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -123,6 +149,7 @@ class Report:
             totals=Counts._from_dict(doc["totals"]),
             arrays={a["path"]: Counts._from_dict(a) for a in doc["arrays"]},
             skipped_arrays=_skipped(doc),
+            update=Update._from_dict(doc["update"]) if doc.get("update") is not None else None,
             document=doc,
         )
 

@@ -1,0 +1,193 @@
+"""Scheduled ETL (issue 40): rerunning the same `zshard convert` after the source changed rewrites
+only the shards made from what changed, follows growth and new attributes, and writes nothing when
+nothing changed. Sources are changed by their real producers (zarr-python 3.4 / 2.18 for Zarr v2,
+v3 and sharded v3, h5py + kerchunk for references, icechunk for repositories); the output is read
+back with zarr-python and compared element by element with the changed source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import run_zshard
+
+SHARDS = "32,32"
+
+
+def _convert(zshard_bin: Path, src: Path | str, dst: Path, *extra) -> dict:
+    report = dst.parent / f"{dst.name}.report.json"
+    r = run_zshard(
+        zshard_bin,
+        ["convert", src, dst, "--quiet", "--threads", "2", "--shard-shape", SHARDS, "--report", report, *extra],
+    )
+    assert r.returncode == 0, r.describe()
+    return json.loads(report.read_text())
+
+
+def _files(dst: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file below `dst` with its inode, modification time (ns) and bytes."""
+    out = {}
+    for p in sorted(dst.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[str(p.relative_to(dst))] = (st.st_ino, st.st_mtime_ns, p.read_bytes())
+    return out
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+def _shards(changed: set[str]) -> set[str]:
+    """The shard keys among `changed` (no metadata document, no kept records)."""
+    return {k for k in changed if not k.endswith("zarr.json") and not k.endswith(".zshard-records")}
+
+
+def _same(dst: Path, want: np.ndarray, path: str = "") -> None:
+    got = zarr.open_array(str(dst), path=path, mode="r")
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got[...], want)
+
+
+@pytest.mark.parametrize("fmt", ["v2", "v3", "sharded-v3"])
+def test_zarr_sources_one_changed_chunk_growth_and_attributes(zshard_bin, tmp_path, fmt):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data = np.arange(96 * 80, dtype="i4").reshape(96, 80)
+    kwargs = {"zarr_format": 2} if fmt == "v2" else {"zarr_format": 3}
+    if fmt == "sharded-v3":
+        kwargs["shards"] = (16, 16)
+    a = zarr.create_array(str(src), shape=data.shape, chunks=(8, 8), dtype="i4", fill_value=0, **kwargs)
+    a[...] = data
+    a.attrs["units"] = "K"
+    first = _convert(zshard_bin, src, dst)
+    assert first["update"] is None
+    before = _files(dst)
+
+    # Nothing changed: nothing written, status complete.
+    again = _convert(zshard_bin, src, dst)
+    assert again["status"] == "complete" and again["totals"]["chunks_read"] == 0
+    assert _changed(before, _files(dst)) == set()
+
+    # One element of rows 40..47, columns 32..39: output shard (1, 1).
+    a[44, 35] = -1
+    data[44, 35] = -1
+    report = _convert(zshard_bin, src, dst)
+    assert report["status"] == "ok"
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0}
+    after = _files(dst)
+    assert _shards(_changed(before, after)) == {"c/1/1"}
+    _same(dst, data)
+
+    # 30 rows appended and a new attribute: shard row 3 is new; rows 0..2 keep their files.
+    a.resize((126, 80))
+    a[96:126, :] = 7
+    a.attrs["units"] = "degC"
+    data = np.concatenate([data, np.full((30, 80), 7, dtype="i4")])
+    report = _convert(zshard_bin, src, dst)
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3}
+    assert _shards(_changed(after, _files(dst))) == {"c/3/0", "c/3/1", "c/3/2"}
+    _same(dst, data)
+    assert zarr.open_array(str(dst), mode="r").attrs["units"] == "degC"
+
+
+def test_a_group_where_one_array_changed(zshard_bin, tmp_path):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    root = zarr.open_group(str(src), mode="w", zarr_format=2)
+    t = root.create_array("t", shape=(64, 64), chunks=(8, 8), dtype="f4", fill_value=np.nan)
+    t[...] = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    u = root.create_array("u", shape=(64, 64), chunks=(8, 8), dtype="u1", fill_value=0)
+    u[...] = 3
+    _convert(zshard_bin, src, dst)
+    before = _files(dst)
+    t[0, 0] = -5
+    report = _convert(zshard_bin, src, dst)
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0}
+    assert _shards(_changed(before, _files(dst))) == {"t/c/0/0"}
+    out = zarr.open_group(str(dst), mode="r")
+    np.testing.assert_array_equal(out["t"][...], t[...])
+    np.testing.assert_array_equal(out["u"][...], u[...])
+
+
+def test_zarr_2_18_writes_the_change(zshard_bin, tmp_path):
+    """The v2 source as zarr-python 2.18 changes it (its own venv, as the suite's other 2.18 tests)."""
+    python = os.environ.get("ZSHARD_ZARR2_PYTHON")
+    if not python:
+        pytest.fail("ZSHARD_ZARR2_PYTHON (zarr-python 2.18's interpreter, set by tests/interop/run.sh) is not set")
+    import subprocess
+
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    make = (
+        "import zarr, numpy as np, sys\n"
+        "a = zarr.open_array(sys.argv[1], mode='w', shape=(64, 64), chunks=(8, 8), dtype='<u2', fill_value=0)\n"
+        "a[...] = np.arange(64 * 64, dtype='<u2').reshape(64, 64)\n"
+    )
+    change = "import zarr, sys\nzarr.open_array(sys.argv[1], mode='r+')[63, 63] = 1\n"
+    subprocess.run([python, "-c", make, str(src)], check=True)
+    _convert(zshard_bin, src, dst)
+    before = _files(dst)
+    subprocess.run([python, "-c", change, str(src)], check=True)
+    report = _convert(zshard_bin, src, dst)
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0}
+    assert _shards(_changed(before, _files(dst))) == {"c/1/1"}
+    _same(dst, zarr.open_array(str(src), mode="r")[...])
+
+
+def test_kerchunk_references_grown_hdf5(zshard_bin, tmp_path):
+    """An HDF5 dataset grows (new chunks at new offsets; the old ones stay where they are), its
+    references are made again by kerchunk: only the shards of the new rows are written."""
+    h5py = pytest.importorskip("h5py")
+    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    h5 = tmp_path / "data.h5"
+    with h5py.File(h5, "w") as f:
+        d = f.create_dataset("v", shape=(64, 40), maxshape=(None, 40), chunks=(8, 8), dtype="<i4")
+        d[...] = np.arange(64 * 40, dtype="<i4").reshape(64, 40)
+
+    def refs() -> Path:
+        """The references made again, into the same file (what a nightly job does)."""
+        with open(h5, "rb") as fh:
+            doc = kerchunk_hdf.SingleHdf5ToZarr(fh, url=str(h5), inline_threshold=0).translate()
+        out = tmp_path / "refs.json"
+        out.write_text(json.dumps(doc))
+        return out
+
+    dst = tmp_path / "dst.zarr"
+    _convert(zshard_bin, refs(), dst, "--allow-ref-prefix", str(tmp_path))
+    before = _files(dst)
+    with h5py.File(h5, "r+") as f:
+        f["v"].resize((80, 40))
+        f["v"][64:80] = -3
+    report = _convert(zshard_bin, refs(), dst, "--allow-ref-prefix", str(tmp_path))
+    assert report["status"] == "ok", report
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 2}
+    assert _shards(_changed(before, _files(dst))) == {"v/c/2/0", "v/c/2/1"}
+    with h5py.File(h5, "r") as f:
+        _same(dst, f["v"][...], "v")
+
+
+def test_icechunk_new_snapshot(zshard_bin, tmp_path):
+    ic = pytest.importorskip("icechunk")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    a = zarr.create_array(session.store, name="a", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    a[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64)
+    session.commit("first")
+    _convert(zshard_bin, repo_dir, dst)
+    before = _files(dst)
+    again = _convert(zshard_bin, repo_dir, dst)
+    assert again["status"] == "complete"
+
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk")
+    report = _convert(zshard_bin, repo_dir, dst)
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0}
+    assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
+    session = repo.readonly_session(branch="main")
+    _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
