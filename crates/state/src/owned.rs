@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use zshard_core::{grid_shape, ChunkKeyEncoding, RectilinearGrid};
 
-use crate::run::state::join;
+use crate::join;
 
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::*;
 /// folder's listing is in, beside the shard listings. Nothing here depends on another response of
 /// the same round.
 #[derive(Debug, Default)]
-pub(crate) struct Survey {
+pub struct Survey {
     /// Every key below the state folder.
     pub(super) state: Vec<String>,
     /// The v2 `.zarray`/`.zgroup` and v3 `zarr.json` documents at the root and at the plan's nodes,
@@ -26,12 +26,12 @@ pub(crate) struct Survey {
 /// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
 /// knows them). The record files are read as soon as the state folder is listed, while the shard
 /// listings (a thousand pages at a million shards) go on.
-pub(crate) fn survey(dst: &Store, plan: &Plan, with_claim: bool) -> Result<Survey> {
+pub fn survey(dst: &Store, plan: &Outputs, with_claim: bool) -> Result<Survey> {
     let documents = document_keys(plan);
     let (state, read, shards) = dst.block_on(async {
         let shards = plan.arrays.iter().map(|array| {
             let grid = array.geometry.shard_grid();
-            async move { shard_keys(dst, &array.path, &grid).await }
+            async move { shard_keys(dst, array.path, &grid).await }
         });
         // The store's number of listings at a time: every listing in flight holds a buffer of
         // entries, and 30,000 arrays listed at once took 1.8 GB (issue 31).
@@ -118,10 +118,10 @@ pub(super) fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
 
 /// The metadata documents whose presence decides what the destination holds: v2 `.zarray` and
 /// `.zgroup` and v3 `zarr.json` at the root and at every node of the plan, each once.
-pub(super) fn document_keys(plan: &Plan) -> Vec<String> {
+pub(super) fn document_keys(plan: &Outputs) -> Vec<String> {
     let paths = std::iter::once("")
         .chain(plan.arrays.iter().map(|a| a.path.as_str()))
-        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+        .chain(plan.groups.iter().map(|p| p.as_str()));
     let mut keys: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     for path in paths {

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The marker [`KEEP_MANIFEST`] as a record to write (key and contents).
-pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
+pub fn keep_manifest_marker() -> (String, Bytes) {
     let text =
         "a worker of this conversion was given --keep-manifest: finalize keeps the manifest\n";
     (KEEP_MANIFEST.to_string(), Bytes::from(text))
@@ -12,7 +12,7 @@ pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
 
 /// What a destination holds for this conversion.
 #[derive(Debug)]
-pub(crate) enum Prepared {
+pub enum Prepared {
     /// Nothing yet, or an interrupted run with the same options: convert what is not done (what
     /// is done is in the survey).
     Run(Box<Survey>),
@@ -30,9 +30,9 @@ pub(crate) enum Prepared {
 /// [`survey`]) and the record files in one more when there are any. The options record, only when
 /// this worker has not recorded them before, is returned in flight: the run fetches meanwhile, and
 /// its shard writes wait for it.
-pub(crate) fn prepare(
+pub fn prepare(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     partition: Partition,
     overwrite: Option<&str>,
@@ -70,14 +70,14 @@ pub(crate) fn prepare(
 
 impl Survey {
     /// Whether a worker asked to keep the manifest (see [`keep_manifest_marker`]).
-    pub(crate) fn asks_to_keep_the_manifest(&self) -> bool {
+    pub fn asks_to_keep_the_manifest(&self) -> bool {
         self.state.iter().any(|key| key == KEEP_MANIFEST)
     }
 }
 
 /// Whether the destination holds the recorded options of a conversion (one running, interrupted,
 /// or a partitioned one waiting for `finalize`): one listing.
-pub(crate) fn holds_a_run(dst: &Store) -> Result<bool> {
+pub fn holds_a_run(dst: &Store) -> Result<bool> {
     Ok(!dst.list_keys(OPTIONS_DIR)?.is_empty())
 }
 
@@ -253,7 +253,7 @@ pub(super) fn differences(recorded: &Value, ours: &Value) -> String {
 /// Checks what the destination holds (`survey`, read after claiming it) against this conversion.
 pub(super) fn check_holdings(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     survey: &Survey,
 ) -> Result<Prepared> {
@@ -287,7 +287,7 @@ pub(super) fn check_holdings(
         let first = survey.shards.iter().enumerate().find_map(|(i, shards)| {
             let array = plan.arrays.get(i)?;
             Some(shard_key(
-                &array.path,
+                array.path,
                 shards.first()?.index,
                 &array.geometry.shard_grid(),
             ))
@@ -336,20 +336,20 @@ impl Survey {
     }
 
     /// Whether any node of the plan already has a `zarr.json` in the destination.
-    pub(super) fn has_metadata(&self, plan: &Plan) -> bool {
+    pub(super) fn has_metadata(&self, plan: &Outputs) -> bool {
         let mut paths = plan
             .arrays
             .iter()
             .map(|a| a.path.as_str())
-            .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+            .chain(plan.groups.iter().map(|p| p.as_str()));
         paths.any(|path| self.zarr_json(path).is_some())
     }
 
     /// Whether every array's `zarr.json` in the destination is exactly the one this conversion
     /// writes and every group has one.
-    pub(super) fn metadata_matches(&self, plan: &Plan) -> bool {
+    pub(super) fn metadata_matches(&self, plan: &Outputs) -> bool {
         let arrays = plan.arrays.iter().all(|array| {
-            self.zarr_json(&array.path).is_some_and(|bytes| {
+            self.zarr_json(array.path).is_some_and(|bytes| {
                 serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null)
                     == array.output.to_json()
             })
@@ -358,7 +358,7 @@ impl Survey {
             && plan
                 .groups
                 .iter()
-                .all(|(path, _)| self.zarr_json(path).is_some())
+                .all(|path| self.zarr_json(path).is_some())
     }
 
     /// The keys of the per-worker options records, in listing order.
@@ -397,9 +397,9 @@ impl Survey {
 
 /// Checks, without recording anything, that the destination's recorded options (`survey`) equal
 /// `fingerprint`; `Complete` when it was finalized before with the same options.
-pub(crate) fn check_recorded(
+pub fn check_recorded(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     survey: &Survey,
 ) -> Result<Prepared> {

@@ -5,15 +5,15 @@ use super::*;
 
 /// What an earlier run of this conversion left in the destination.
 #[derive(Debug, Default)]
-pub(crate) struct Resume {
+pub struct Resume {
     /// Shards done, per array, as C-order shard indices: listed shards that a record names with
     /// their listed size, and recorded all-fill shards that have no object.
-    pub(crate) done: Vec<HashSet<u64>>,
+    pub done: Vec<HashSet<u64>>,
     /// This worker's shards whose key holds an object not proven ours (no record, or another size):
     /// a shard whose record a kill lost, junk, a truncated copy. They are converted again, which
     /// replaces the object; one that turns out to hold only the fill value must have it removed.
     /// Keyed by (array, C-order shard index).
-    pub(crate) untrusted: HashMap<(usize, u64), String>,
+    pub untrusted: HashMap<(usize, u64), String>,
 }
 
 /// What is done (see [`Resume`]), from the survey's listing of each array's shards and zshard's
@@ -21,15 +21,15 @@ pub(crate) struct Resume {
 /// `partition`'s shards are removed, unless a run other than the one holding the lease `own_lease`
 /// is live: they may be its writes in progress. (Object stores have no such files, so their leases
 /// are not read here.)
-pub(crate) fn done_shards(
+pub fn done_shards(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     partition: Partition,
     own_lease: &str,
     survey: &Survey,
 ) -> Result<Resume> {
     let local = dst.local_path("").is_some();
-    let alone = local && !crate::run::lease::another_run_is_live(dst, own_lease)?;
+    let alone = local && !crate::lease::another_run_is_live(dst, own_lease)?;
     let written = records(survey, plan, DONE_DIR);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
@@ -91,7 +91,7 @@ pub(crate) fn done_shards(
                 // index replaced by another of the same length (the index ends with its own
                 // crc32c, and a CRC over a message that ends with its CRC is a constant), but the
                 // index check sees the chunks it names.
-                let key = || shard_key(&array.path, index, &grid);
+                let key = || shard_key(array.path, index, &grid);
                 let index_check = !crcs.is_empty()
                     || matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers);
                 if index_check {
@@ -126,7 +126,7 @@ pub(crate) fn done_shards(
             let index = shard.index;
             let owned = partition.owns(first_global + index);
             // The key is made only for the shards whose proof needed a read, or that are not done.
-            let key = || shard_key(&array.path, index, &grid);
+            let key = || shard_key(array.path, index, &grid);
             let proven = match verdict {
                 Verdict::Versioned => true,
                 // Another worker's shards are its to check.
@@ -150,7 +150,7 @@ pub(crate) fn done_shards(
             }
         }
         if alone {
-            remove_staged_leftovers(dst, &array.path, &grid, |index| {
+            remove_staged_leftovers(dst, array.path, &grid, |index| {
                 partition.owns(first_global + index)
             })?;
         }
@@ -197,7 +197,7 @@ pub(super) fn verdict<'a>(
 /// two overlapping. Only the index is read (a range at the end or start of the object).
 pub(super) fn intact_indexes(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     checks: &[(usize, String, u64)],
 ) -> Result<HashSet<String>> {
     let encoding = IndexEncoding::default();
@@ -242,7 +242,7 @@ pub(super) fn intact_indexes(
 /// by the survey: (array, C-order shard index, size) to the object's crc32c.
 pub(super) fn uncheckpointed_entries(
     survey: &Survey,
-    plan: &Plan,
+    plan: &Outputs,
 ) -> HashMap<(usize, u64, u64), u32> {
     let files: Vec<(String, Bytes)> = survey
         .records
@@ -251,8 +251,8 @@ pub(super) fn uncheckpointed_entries(
         .map(|(key, bytes)| (key.clone(), bytes.clone()))
         .collect();
     let mut found = HashMap::new();
-    for ((path, coord), entry) in crate::verify::manifest::merge(&files) {
-        let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+    for ((path, coord), entry) in crate::manifest::merge(&files) {
+        let Some(i) = plan.arrays.iter().position(|a| *a.path == path) else {
             continue;
         };
         let grid = plan.arrays[i].geometry.shard_grid();
@@ -312,7 +312,7 @@ impl Recorded {
 /// The shards that the record files under `dir` (as read by the survey) name: (array, C-order
 /// shard index) to the sizes and versions recorded (`None` in records without them). Lines of other
 /// arrays or grids are ignored.
-pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str) -> Recorded {
+pub(super) fn records(survey: &Survey, plan: &Outputs, dir: &str) -> Recorded {
     let mut found = Recorded::default();
     // A record is believed only from the worker that owns its shard (the file's name says which):
     // a line another worker's file names was damaged, and must not make the owner skip it.
