@@ -263,6 +263,11 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+
+    /// A failure of the destination protocol that none of the variants above names (its error type
+    /// may grow; those it has today become the variants of the same name).
+    #[error(transparent)]
+    Protocol(zshard_state::Error),
 }
 
 /// A result with [`Error`].
@@ -331,7 +336,8 @@ impl Error {
             Error::Overlap { .. }
             | Error::Destination { .. }
             | Error::State { .. }
-            | Error::NotDone { .. } => "destination",
+            | Error::NotDone { .. }
+            | Error::Protocol(_) => "destination",
             Error::Store(_) | Error::Writer(_) | Error::Record { .. } => "storage",
             Error::Pipeline(e) => e.kind(),
             Error::Cancelled => "cancelled",
@@ -339,6 +345,34 @@ impl Error {
             Error::Thread { .. } => "system",
             Error::TooManyArrays { .. } => "memory",
             Error::Poisoned { .. } | Error::Serialize { .. } => "internal",
+        }
+    }
+}
+
+impl From<zshard_state::Error> for Error {
+    /// The protocol's failures as this crate has always named them: the same variant, the same
+    /// text, the same [`Error::kind`].
+    fn from(e: zshard_state::Error) -> Self {
+        use zshard_state::Error as State;
+        match e {
+            State::Worker { reason } => Error::Worker { reason },
+            State::Destination { reason } => Error::Destination { reason },
+            State::State { key, source } => Error::State { key, source },
+            State::File {
+                action,
+                path,
+                source,
+            } => Error::File {
+                action,
+                path,
+                source,
+            },
+            State::Poisoned { what } => Error::Poisoned { what },
+            State::Thread { what, source } => Error::Thread { what, source },
+            State::Serialize { what, source } => Error::Serialize { what, source },
+            State::Core(e) => Error::Core(e),
+            State::Store(e) => Error::Store(e),
+            e => Error::Protocol(e),
         }
     }
 }
@@ -354,69 +388,10 @@ fn pipeline_array_and_key(e: &zshard_pipeline::Error) -> Option<(&str, &str)> {
     }
 }
 
-/// One readable line from an error and its causes, outermost first: a cause whose text is already
-/// shown (object_store repeats its sources) is left out, a server's XML error document becomes its
-/// code and message, and line breaks become spaces.
-///
-/// ```
-/// let e = zshard_convert::Error::Destination { reason: "a\nb".into() };
-/// assert_eq!(zshard_convert::one_line(&e), "a b");
-/// ```
-pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        let text = condense(&e.to_string());
-        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cause = e.source();
-    }
-    parts.join(": ")
-}
-
-/// `text` with every XML error document replaced by its code and message, on one line.
-fn condense(text: &str) -> String {
-    let mut out = text.to_string();
-    while let Some(start) = out.find("<?xml").or_else(|| out.find("<Error>")) {
-        let end = out[start..]
-            .find("</Error>")
-            .map_or(out.len(), |e| start + e + "</Error>".len());
-        let block = &out[start..end];
-        let tag = |t: &str| {
-            let open = format!("<{t}>");
-            let from = block.find(&open)? + open.len();
-            let to = block[from..].find(&format!("</{t}>"))?;
-            Some(block[from..from + to].to_string())
-        };
-        let summary = match (tag("Code"), tag("Message")) {
-            (Some(code), Some(message)) => format!("{code} ({message})"),
-            (Some(code), None) => code,
-            _ => "(error document)".to_string(),
-        };
-        out.replace_range(start..end, &summary);
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+pub use zshard_state::one_line;
 
 #[cfg(test)]
 mod tests {
-    /// An error with a message and an optional cause, as object_store builds its chains.
-    #[derive(Debug)]
-    struct Layer(String, Option<Box<Layer>>);
-
-    impl std::fmt::Display for Layer {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(&self.0)
-        }
-    }
-
-    impl std::error::Error for Layer {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|l| l as _)
-        }
-    }
-
     #[test]
     fn array_and_key_of_nested_errors() {
         use super::Error;
@@ -444,21 +419,6 @@ mod tests {
         assert_eq!(
             (Error::Cancelled.array(), Error::Cancelled.key()),
             (None, None)
-        );
-    }
-
-    #[test]
-    fn error_lines_are_short_and_single() {
-        let xml = "status code: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>1</RequestId></Error>";
-        let inner = Layer(xml.to_string(), None);
-        let generic = Layer(format!("Generic S3 error: {xml}"), Some(Box::new(inner)));
-        let e = Layer(
-            "cannot list s3://b/out.zarr".into(),
-            Some(Box::new(generic)),
-        );
-        assert_eq!(
-            super::one_line(&e),
-            "cannot list s3://b/out.zarr: Generic S3 error: status code: 404 Not Found: NoSuchBucket (The specified bucket does not exist)"
         );
     }
 }

@@ -56,20 +56,16 @@ pub use plan::input::{
     OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF,
 };
 pub use plan::listing::{list, ListedArray, Listing};
-pub use plan::partition::Partition;
 pub use plan::plan_report::{ArrayUpdate, Cost, PlanReport, UpdatePlan};
 pub use plan::selection::Selection;
 pub use plan::shape::ShapeSpec;
 pub use plan::{Layout, Layouts, LevelShapes, Plan, PlannedArray, PyramidLevel};
-pub use run::conversion::{Conversion, Finalized, Observer};
+pub use run::conversion::{Conversion, Finalized};
 pub use run::icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
-pub use run::lease::DEFAULT_LEASE_STALE_AFTER;
 pub use run::memory::{default_limit, memory_default, MemoryDefault, MemorySource};
-pub use run::progress::Work;
 pub use run::report::{
     ArrayReport, Counts, Failure, Report, RunOptions, Status, Update, Worker, GIT_COMMIT,
 };
-pub use run::state::DEFAULT_CHECKPOINT_INTERVAL;
 pub use run::status;
 pub use size::parse_size;
 pub use threads::{capped_threads, default_threads, max_threads, MAX_THREADS, THREADS_PER_CPU};
@@ -78,5 +74,8 @@ pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
 pub use zshard_pipeline::{Cancel, PartOutcome, ShardOutcome, Stats};
+pub use zshard_state::{
+    Observer, Partition, Work, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_STALE_AFTER,
+};
 pub use zshard_store::StoreOptions;
 pub use zshard_zarr::ome::OmeMetadata;

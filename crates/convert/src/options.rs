@@ -22,12 +22,12 @@ use zshard_zarr::ome::OmeMetadata;
 
 use crate::error::{Error, Result};
 use crate::plan::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
-use crate::plan::partition::Partition;
 use crate::plan::selection::Selection;
 use crate::plan::{Layout, Layouts, LevelShapes};
 use crate::run::icechunk_output::{IcechunkOutput, SpecVersion};
 use crate::threads::check_threads;
 use crate::{Compressor, Conversion, ManifestVerification, ShapeSpec, Verification};
+use zshard_state::Partition;
 
 /// The layout of arrays: given for every array of a conversion, or (in a job file) for one array.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -48,6 +48,12 @@ pub trait ChunkReader: Send + Sync + Debug {
         let _ = ndim;
         Ok(None)
     }
+
+    /// Whether [`ChunkReader::chunk_versions`] gives versions (known without listing): `false` by
+    /// default.
+    fn names_versions(&self) -> bool {
+        false
+    }
 }
 
 /// What the stored chunks of an array are (see [`ChunkReader::chunk_versions`]): by the coordinate

@@ -420,4 +420,8 @@ impl ChunkReader for IcechunkReader {
             Ok(Some(versions))
         })
     }
+
+    fn names_versions(&self) -> bool {
+        true
+    }
 }

@@ -315,4 +315,8 @@ impl ChunkReader for ShardedChunkReader {
                 .map(|(shard, _, _)| shard)
         })))
     }
+
+    fn names_versions(&self) -> bool {
+        true
+    }
 }

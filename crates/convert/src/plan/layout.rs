@@ -176,6 +176,25 @@ pub struct Plan {
     pub skipped: Vec<SkippedArray>,
 }
 
+impl Plan {
+    /// What the destination protocol knows of this plan: the output arrays and the groups,
+    /// borrowed.
+    pub fn outputs(&self) -> zshard_state::Outputs<'_> {
+        zshard_state::Outputs {
+            arrays: self
+                .arrays
+                .iter()
+                .map(|a| zshard_state::OutputArray {
+                    path: &a.path,
+                    geometry: &a.geometry,
+                    output: &a.output,
+                })
+                .collect(),
+            groups: self.groups.iter().map(|(path, _)| path).collect(),
+        }
+    }
+}
+
 /// The name of the array at `path` in messages: its path in the hierarchy, or the source's location
 /// when the source is a single array.
 pub(crate) fn array_name(source: &str, path: &str) -> String {

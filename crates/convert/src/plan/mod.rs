@@ -7,7 +7,6 @@
 pub(crate) mod input;
 mod layout;
 pub(crate) mod listing;
-pub(crate) mod partition;
 pub(crate) mod plan_report;
 pub(crate) mod selection;
 pub(crate) mod shape;

@@ -64,6 +64,45 @@ pub struct ArrayUpdate {
 }
 
 impl UpdatePlan {
+    /// The update of `plan` that `changes` (per array, from the destination's kept records) call
+    /// for, and its cost: one GET per source chunk of each shard to write, one PUT per shard, per
+    /// metadata document and per array's kept records.
+    pub(crate) fn of(
+        plan: &Plan,
+        jobs: &[zshard_pipeline::ArrayJob],
+        changes: &[zshard_state::ArrayChanges],
+    ) -> UpdatePlan {
+        let mut update = UpdatePlan::default();
+        for ((array, job), change) in plan.arrays.iter().zip(jobs).zip(changes) {
+            let grid = array.geometry.shard_grid();
+            let shard_raw =
+                product(&array.output.shard_shape) * array.output.data_type.size() as u64;
+            for &index in change.rewrite.iter().chain(&change.add) {
+                let shard = zshard_core::unravel_index(index, &grid);
+                let region = array.geometry.shard_region(&shard);
+                if let Some(region) = region.intersect(&array.geometry.array_region()) {
+                    update.cost.get_requests +=
+                        job.layout.source_chunks_overlapping(&region).len() as u64;
+                }
+                update.cost.get_bytes += shard_raw;
+                update.cost.put_requests += 1;
+                update.cost.put_bytes += shard_raw;
+            }
+            update.arrays.push(ArrayUpdate {
+                path: array.path.clone(),
+                shards_to_rewrite: change.rewrite.len() as u64,
+                shards_to_add: change.add.len() as u64,
+                shards_to_remove: change.remove,
+                shape_changed: change.shape_changed,
+                attributes_changed: change.attributes_changed,
+            });
+        }
+        if !update.is_empty() {
+            update.cost.put_requests += (2 * plan.arrays.len() + plan.groups.len()) as u64;
+        }
+        update
+    }
+
     /// Whether the update would write nothing.
     pub fn is_empty(&self) -> bool {
         self.arrays.iter().all(|a| {

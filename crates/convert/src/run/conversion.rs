@@ -12,33 +12,11 @@ use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
 use crate::plan::input::{Input, SourceOptions};
-use crate::plan::partition::Partition;
 use crate::plan::{array_name, Layouts, Plan};
-use crate::run::lease::Lease;
 use crate::run::memory;
 use crate::run::report::{Report, ReportBuilder, Status};
-use crate::run::state::{self, Prepared, ShardLog};
 use zshard_pipeline::{Budget, Cancel};
-
-/// Told about a run as it goes (a progress bar, a log, a Python callback).
-pub trait Observer: Sync {
-    /// The run starts with this many shards to convert (those not done by an earlier run).
-    fn started(&self, _pending_shards: u64) {}
-    /// The work ahead, after [`Observer::started`]: shards, inner chunks and raw bytes.
-    fn work(&self, _work: &crate::Work) {}
-    /// A part of a shard of the array named `array` was written (before its shard is done; a shard
-    /// that fits the part size is one part).
-    fn part_done(&self, _array: &str, _part: &zshard_pipeline::PartOutcome) {}
-    /// A shard is done (written, or found to hold only the fill value).
-    fn shard_done(&self, _outcome: &ShardOutcome) {}
-    /// Something went wrong that does not stop the run or change its result (a report that could
-    /// not be written after the run had failed anyway), or the output will read differently in some
-    /// reader than the source (a v2 fill value xarray cannot be told about in v3).
-    fn warning(&self, _message: &str) {}
-}
-
-/// Observes nothing.
-impl Observer for () {}
+use zshard_state::{Lease, Observer, Partition, Prepared, ShardLog};
 
 /// One conversion of a source into sharded Zarr v3: where from, where to, and how. Make one with
 /// [`Conversion::new`] and set the fields that differ from the defaults.
@@ -97,7 +75,7 @@ pub struct Conversion {
     /// removed with the rest of the state.
     pub keep_manifest: bool,
     /// When records are flushed and compacted (tests make them small).
-    pub(crate) record_limits: crate::run::state::RecordLimits,
+    pub(crate) record_limits: zshard_state::RecordLimits,
     /// How often the shards written are recorded as done, on local disk each time after a
     /// checkpoint (one `syncfs` of the destination's filesystem; shards are renamed into place
     /// without an fsync of their own). A power loss can lose or damage only the shards written
@@ -130,11 +108,11 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
-            lease_stale_after: crate::run::lease::DEFAULT_LEASE_STALE_AFTER,
+            lease_stale_after: zshard_state::DEFAULT_LEASE_STALE_AFTER,
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
-            record_limits: crate::run::state::RecordLimits::default(),
+            record_limits: zshard_state::RecordLimits::default(),
         }
     }
 
@@ -166,7 +144,7 @@ impl Conversion {
             let opened = self.open_source(&source, destination, runtime)?;
             let store = opened.destination(true)?;
             refuse_links(&store, &opened.plan)?;
-            state::clear_state_file(&store, self.overwrite)?;
+            zshard_state::clear_state_file(&store, self.overwrite)?;
             let lease = Lease::acquire(&store, self.partition, self.lease_stale_after)?;
             return Ok((opened, store, lease));
         }
@@ -397,16 +375,17 @@ impl Conversion {
             return Ok(None);
         };
         let fingerprint = opened.fingerprint()?;
-        let survey = state::survey(&destination, &opened.plan, false, &fingerprint)?;
-        if !state::has_kept_records(&survey, &opened.plan) {
+        let outputs = opened.plan.outputs();
+        let survey = zshard_state::survey(&destination, &outputs, false, &fingerprint)?;
+        if !zshard_state::has_kept_records(&survey, &outputs) {
             return Ok(None);
         }
-        let digests = state::Digests::of(jobs)?;
-        Ok(Some(state::plan_update(
-            &survey,
+        let digests = crate::run::digests::of(jobs)?;
+        let changes = zshard_state::shards_to_update(&survey, &outputs, &digests);
+        Ok(Some(crate::plan::plan_report::UpdatePlan::of(
             &opened.plan,
-            &digests,
             jobs,
+            &changes,
         )))
     }
 
@@ -472,9 +451,12 @@ impl Conversion {
         self.stop_if_cancelled()?;
         let destination = &destination;
         let Opened { input, plan, .. } = &opened;
-        // What each shard is made from now: one listing of each array's source chunks.
-        let digests = &state::Digests::of(&plan.read_jobs(input))?;
-        let fingerprint = &opened.fingerprint()?.tracking_sources(digests.all_known());
+        // What each shard is made from now: one listing of each array's source chunks, on a thread
+        // of its own while the destination is claimed and surveyed.
+        let read_jobs = plan.read_jobs(input);
+        let tracked = crate::run::digests::tracked(&read_jobs);
+        let listing = crate::run::digests::Pending::start(read_jobs);
+        let fingerprint = &opened.fingerprint()?.tracking_sources(tracked);
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
                 .lock()
@@ -492,19 +474,8 @@ impl Conversion {
             .map(|a| a.geometry.shard_count())
             .collect();
         if let Some(committed) = committed {
-            let running = state::holds_a_run(destination)?;
+            let running = zshard_state::holds_a_run(destination)?;
             if committed(plan, &fingerprint.value(), running)? {
-                let lease_key = lease.stop();
-                clear_state(destination, None, &[lease_key])?;
-                planned(&all)?;
-                return Ok((Status::Complete, input.reference_reads()));
-            }
-        }
-        // A finished conversion whose every shard was made from what its source holds now, with
-        // the same metadata: nothing to do, and nothing is written (read before any claim).
-        if digests.all_known() && !self.overwrite {
-            let survey = state::survey(destination, plan, false, fingerprint)?;
-            if state::finished_and_current(&survey, plan, digests) {
                 let lease_key = lease.stop();
                 clear_state(destination, None, &[lease_key])?;
                 planned(&all)?;
@@ -513,13 +484,14 @@ impl Conversion {
         }
         // The lease (taken in `open_leased`) is held from before the destination is touched until
         // its state is removed, so that an --overwrite elsewhere refuses while this run writes.
-        let (prepared, options_record) = state::prepare(
+        let (prepared, options_record) = zshard_state::prepare(
             destination,
-            plan,
+            &plan.outputs(),
             fingerprint,
             partition,
             self.overwrite.then_some(lease.key()),
             observer,
+            &|| listing.get(),
         )?;
         let survey = match prepared {
             Prepared::Run(survey) => survey,
@@ -531,10 +503,26 @@ impl Conversion {
                 return Ok((Status::Complete, input.reference_reads()));
             }
         };
-        let destination = &state::recording_uploads(destination, partition, &survey)?;
-        let resume =
-            state::done_shards(destination, plan, partition, lease.key(), &survey, digests)?;
-        let update = state::update_counts(&survey, plan, partition, &resume.done);
+        let digests = listing.wait()?;
+        let destination = &zshard_state::recording_uploads(destination, partition, &survey)?;
+        let resume = zshard_state::done_shards(
+            destination,
+            &plan.outputs(),
+            partition,
+            lease.key(),
+            &survey,
+            digests,
+        )?;
+        if let Some(update) =
+            zshard_state::update_counts(&survey, &plan.outputs(), partition, &resume.done)
+        {
+            if let Ok(mut b) = builder.lock() {
+                b.updated(Some(crate::Update {
+                    shards_rewritten: update.shards_rewritten,
+                    shards_added: update.shards_added,
+                }));
+            }
+        }
         let done = &resume.done;
         let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         planned(&skipped)?;
@@ -547,7 +535,7 @@ impl Conversion {
                 job.sink = options.before(Arc::clone(&job.sink));
             }
         }
-        let work = crate::Work::of(&jobs, pending(&jobs, partition, done));
+        let work = crate::run::progress::work_of(&jobs, pending(&jobs, partition, done));
         observer.started(work.shards);
         observer.work(&work);
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
@@ -612,23 +600,25 @@ impl Conversion {
                             .and_then(|mut logs| {
                                 let (written, empty) = &mut *logs;
                                 if outcome.written {
-                                    let entry = crate::verify::manifest::Entry {
+                                    let entry = zshard_state::Entry {
                                         size: outcome.bytes_written,
                                         crc32c: outcome.crc32c,
                                         kind: if passthrough[outcome.task.array] {
-                                            crate::verify::manifest::ChunkHashes::Encoded
+                                            zshard_state::ChunkHashes::Encoded
                                         } else {
-                                            crate::verify::manifest::ChunkHashes::Decoded
+                                            zshard_state::ChunkHashes::Decoded
                                         },
                                         chunks: outcome.chunk_hashes.clone(),
                                     };
-                                    return written.record(
-                                        &array.path,
-                                        &outcome.task.shard,
-                                        Some(&entry),
-                                        outcome.version.as_deref(),
-                                        digest,
-                                    );
+                                    return written
+                                        .record(
+                                            &array.path,
+                                            &outcome.task.shard,
+                                            Some(&entry),
+                                            outcome.version.as_deref(),
+                                            digest,
+                                        )
+                                        .map_err(Error::from);
                                 }
                                 // An object we could not trust sits where no shard belongs.
                                 if let Some(key) =
@@ -636,7 +626,9 @@ impl Conversion {
                                 {
                                     destination.delete(key)?;
                                 }
-                                empty.record(&array.path, &outcome.task.shard, None, None, digest)
+                                empty
+                                    .record(&array.path, &outcome.task.shard, None, None, digest)
+                                    .map_err(Error::from)
                             });
                         if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
                             slot.get_or_insert(e);
@@ -686,16 +678,13 @@ impl Conversion {
                 self.keep_manifest,
                 (digests, fingerprint),
             )?;
-            if let Ok(mut b) = builder.lock() {
-                b.updated(update);
-            }
             return Ok((Status::Ok, input.reference_reads()));
         }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
         // skips them; and a worker's --keep-manifest, so that `finalize` keeps it without the flag.
         let mut records = records;
         if self.keep_manifest {
-            records.push(state::keep_manifest_marker());
+            records.push(zshard_state::keep_manifest_marker());
         }
         let flushed = destination.block_on(destination.put_many_async(&records));
         result?;
@@ -749,9 +738,9 @@ impl Conversion {
             already_finalized: false,
             published: None,
         };
-        let survey = state::survey(&destination, &plan, true, &fingerprint)?;
+        let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
         if let Prepared::Complete =
-            state::check_recorded(&destination, &plan, &fingerprint, &survey)?
+            zshard_state::check_recorded(&destination, &plan.outputs(), &fingerprint, &survey)?
         {
             finalized.already_finalized = true;
             clear_state(&destination, None, &[])?;
@@ -760,11 +749,12 @@ impl Conversion {
         self.stop_if_cancelled()?;
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
-        let survey = state::survey(&destination, &plan, true, &fingerprint)?;
-        let digests = state::Digests::of(&plan.read_jobs(&input))?;
-        let done = state::done_shards(
+        let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
+        let digests = crate::run::digests::of(&plan.read_jobs(&input))?;
+        let fingerprint = fingerprint.tracking_sources(digests.all_known());
+        let done = zshard_state::done_shards(
             &destination,
-            &plan,
+            &plan.outputs(),
             Partition::ALL,
             lease.key(),
             &survey,
@@ -782,7 +772,7 @@ impl Conversion {
                 key: jobs[first.array].sink.shard_key(&first.shard),
             });
         }
-        state::abort_recorded_uploads(&destination)?;
+        zshard_state::abort_recorded_uploads(&destination)?;
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
@@ -848,8 +838,11 @@ pub(crate) struct Opened {
 impl Opened {
     /// What identifies this conversion in the destination's claim and records (made only by the
     /// commands that write or check them: `plan` does without).
-    pub(crate) fn fingerprint(&self) -> Result<state::Fingerprint> {
-        state::Fingerprint::new(&self.source_id, &self.plan)
+    pub(crate) fn fingerprint(&self) -> Result<zshard_state::Fingerprint> {
+        Ok(zshard_state::Fingerprint::new(
+            &self.source_id,
+            &self.plan.outputs(),
+        )?)
     }
 
     /// Opens the destination (creating a local folder with `create`).
@@ -945,19 +938,21 @@ fn finish(
     records: &[(String, bytes::Bytes)],
     lease: Lease,
     keep_manifest: bool,
-    (digests, fingerprint): (&state::Digests, &state::Fingerprint),
+    (digests, fingerprint): (&zshard_state::Digests, &zshard_state::Fingerprint),
 ) -> Result<()> {
     let (kept, beyond) = match digests.all_known() {
-        true => state::gather_kept(destination, plan, digests, records, fingerprint)?,
+        true => {
+            zshard_state::gather_kept(destination, &plan.outputs(), digests, records, fingerprint)?
+        }
         false => (Vec::new(), Vec::new()),
     };
     if keep_manifest {
-        let files = crate::verify::manifest::read_records(destination, records)?;
-        let mut merged = crate::verify::manifest::merge(&files);
+        let files = zshard_state::read_records(destination, records)?;
+        let mut merged = zshard_state::merge(&files);
         for (key, size, crc) in document_checksums(plan, consolidate) {
-            crate::verify::manifest::add_document(&mut merged, &key, size, crc);
+            zshard_state::add_document(&mut merged, &key, size, crc);
         }
-        destination.put(state::MANIFEST, crate::verify::manifest::to_text(&merged))?;
+        destination.put(zshard_state::MANIFEST, zshard_state::to_text(&merged))?;
     }
     let alongside = [records, &kept[..]].concat();
     let listed = write_metadata(destination, plan, consolidate, cancel, &alongside)?;
@@ -1010,7 +1005,7 @@ fn write_metadata(
         futures::join!(
             write_first,
             destination.put_many_async(alongside),
-            destination.list_sizes_async(state::STATE_DIR)
+            destination.list_sizes_async(zshard_state::STATE_DIR)
         )
     });
     recorded?;
@@ -1105,10 +1100,10 @@ fn metadata_key(path: &str) -> String {
 /// Removes the state of a finished conversion, with the staged files of its interrupted writes
 /// (`.zshard/options/w0of1.json#1` of a run killed at that rename), which listings do not show.
 fn clear_state(destination: &Store, listed: Option<Vec<String>>, also: &[String]) -> Result<()> {
-    state::clear(destination, listed, also)?;
-    destination.remove_staged_below(state::STATE_DIR)?;
+    zshard_state::clear(destination, listed, also)?;
+    destination.remove_staged_below(zshard_state::STATE_DIR)?;
     // A run killed while deleting the state can leave its folders empty.
-    destination.remove_empty_folders(state::STATE_DIR)?;
+    destination.remove_empty_folders(zshard_state::STATE_DIR)?;
     Ok(())
 }
 
@@ -1150,9 +1145,9 @@ fn is_shard_index_refusal(error: &Error) -> bool {
 /// `--overwrite` never removes through links (the store refuses any write or removal through one, so
 /// a link deeper down fails that shard instead).
 fn refuse_links(destination: &Store, plan: &Plan) -> Result<()> {
-    let arrays = plan.arrays.iter().map(|a| state::join(&a.path, "c"));
+    let arrays = plan.arrays.iter().map(|a| zshard_state::join(&a.path, "c"));
     let groups = plan.groups.iter().map(|(path, _)| path.clone());
-    let paths = std::iter::once(state::STATE_DIR.to_string())
+    let paths = std::iter::once(zshard_state::STATE_DIR.to_string())
         .chain(arrays)
         .chain(groups);
     for path in paths {

@@ -73,10 +73,7 @@ fn a_worker_of_two_leaves_the_metadata_to_finalize() {
         assert_eq!(report.totals.stats.shards_written, 1, "worker {index}");
         // No metadata before `finalize`: an output without it is visibly unfinished.
         assert!(!dst.join("zarr.json").exists(), "worker {index}");
-        assert!(
-            dst.join(crate::run::state::STATE_DIR).is_dir(),
-            "worker {index}"
-        );
+        assert!(dst.join(zshard_state::STATE_DIR).is_dir(), "worker {index}");
     }
     conversion.partition = Partition::ALL;
     conversion.finalize().expect("finalize");
@@ -140,7 +137,7 @@ fn rows_conversion(dir: &Path, rows: u8) -> Conversion {
 
 /// The record files below the destination's `done` folder.
 fn done_files(dst: &Path) -> Vec<String> {
-    files(&dst.join(crate::run::state::DONE_DIR))
+    files(&dst.join(zshard_state::DONE_DIR))
 }
 
 #[test]
@@ -151,7 +148,7 @@ fn a_compaction_killed_before_removing_what_it_merged_loses_no_record() {
     // Worker 0 of 2 (8 shards) records each shard in a batch of its own, merged by fours, and
     // fails after writing each merged file, before removing the files it merged.
     conversion.partition = Partition::new(0, 2).expect("partition");
-    conversion.record_limits = crate::run::state::RecordLimits {
+    conversion.record_limits = zshard_state::RecordLimits {
         flush_entries: 1,
         compact_at: 4,
         fail_before_removal: true,
@@ -161,7 +158,7 @@ fn a_compaction_killed_before_removing_what_it_merged_loses_no_record() {
     // Nothing removed: 8 batches, some records twice (merged, and in their own file).
     assert_eq!(done_files(&dst).len(), 8);
     // The rerun finds every shard of worker 0 done: none written again.
-    conversion.record_limits = crate::run::state::RecordLimits::default();
+    conversion.record_limits = zshard_state::RecordLimits::default();
     let report = conversion.convert(&()).expect("rerun");
     assert_eq!(report.status, Status::Ok);
     assert_eq!(report.totals.stats.shards_written, 0);
@@ -183,7 +180,7 @@ fn a_workers_records_are_compacted_and_a_rerun_trusts_them() {
     let mut conversion = rows_conversion(dir.path(), 40);
     let dst = Path::new(&conversion.destination).to_path_buf();
     conversion.partition = Partition::new(0, 2).expect("partition");
-    conversion.record_limits = crate::run::state::RecordLimits {
+    conversion.record_limits = zshard_state::RecordLimits {
         flush_entries: 1,
         compact_at: 4,
         ..Default::default()

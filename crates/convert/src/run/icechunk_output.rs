@@ -11,10 +11,11 @@ use std::sync::Mutex;
 use zshard_icechunk::OnBranch;
 
 use crate::error::{Error, Result};
-use crate::plan::partition::Partition;
 use crate::plan::Plan;
-use crate::run::conversion::{Conversion, Finalized, Observer};
+use crate::run::conversion::{Conversion, Finalized};
 use crate::run::report::{Report, Status};
+use zshard_state::Observer;
+use zshard_state::Partition;
 
 /// Where and how a conversion into an Icechunk repository commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +188,7 @@ impl Conversion {
         let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());
         let running = !missing && {
             let store = zshard_store::Store::open_location(&staging, runtime.clone(), false)?;
-            crate::run::state::holds_a_run(&store)?
+            zshard_state::holds_a_run(&store)?
         };
         if !running {
             if let Some(snapshot) =

@@ -5,43 +5,26 @@
 use zshard_core::product;
 use zshard_pipeline::{ArrayJob, PartOutcome, ShardOutcome, ShardTask};
 
-use crate::run::conversion::Observer;
+use zshard_state::{Observer, Work};
 
-/// The work of a run, told to [`Observer::work`] before the first shard: what the shards still to
-/// convert amount to. Bytes are raw (decoded) sizes of their inner chunks, which the metadata gives
-/// in advance (compressed sizes depend on the data), so the sum of [`PartOutcome::raw_bytes`] of a
-/// complete run equals [`Work::raw_bytes`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Work {
-    /// Shards to convert (those not done by an earlier run, of this worker's share).
-    pub shards: u64,
-    /// Inner chunks of those shards.
-    pub inner_chunks: u64,
-    /// Raw bytes of those inner chunks.
-    pub raw_bytes: u64,
-}
-
-impl Work {
-    /// The work of converting `tasks`, shards of `jobs`: the inner chunks they store (none of the
-    /// padding past the array's end).
-    pub(crate) fn of(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Work {
-        let chunk_bytes: Vec<u64> = jobs
-            .iter()
-            .map(|job| {
-                product(job.layout.geometry.inner_shape())
-                    * job.layout.inner_repr.data_type.size().max(1) as u64
-            })
-            .collect();
-        tasks.fold(Work::default(), |mut work, task| {
-            let geometry = &jobs[task.array].layout.geometry;
-            let chunks = geometry.chunks_inside(&geometry.shard_region(&task.shard));
-            work.shards += 1;
-            work.inner_chunks += chunks;
-            work.raw_bytes += chunks * chunk_bytes[task.array];
-            work
+/// The work of converting `tasks`, shards of `jobs`: the inner chunks they store (none of the
+/// padding past the array's end).
+pub(crate) fn work_of(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Work {
+    let chunk_bytes: Vec<u64> = jobs
+        .iter()
+        .map(|job| {
+            product(job.layout.geometry.inner_shape())
+                * job.layout.inner_repr.data_type.size().max(1) as u64
         })
-    }
+        .collect();
+    tasks.fold(Work::default(), |mut work, task| {
+        let geometry = &jobs[task.array].layout.geometry;
+        let chunks = geometry.chunks_inside(&geometry.shard_region(&task.shard));
+        work.shards += 1;
+        work.inner_chunks += chunks;
+        work.raw_bytes += chunks * chunk_bytes[task.array];
+        work
+    })
 }
 
 /// Passes the pipeline's events on: parts to the observer, with the array's name, and shards to

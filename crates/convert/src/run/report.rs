@@ -16,9 +16,9 @@ use zshard_store::IoRuntime;
 
 use crate::error::{Error, Result};
 use crate::plan::input::SkippedArray;
-use crate::plan::partition::Partition;
 use crate::plan::{Layout, Plan};
 use crate::run::conversion::Conversion;
+use zshard_state::Partition;
 
 /// The commit zshard was built from, when it was built from a git checkout (see `build.rs`).
 pub const GIT_COMMIT: Option<&str> = option_env!("ZSHARD_GIT_COMMIT");
@@ -266,9 +266,7 @@ impl Report {
 }
 
 /// The machine's host name (empty when it cannot be read).
-pub(crate) fn host_name() -> String {
-    gethostname::gethostname().to_string_lossy().into_owned()
-}
+pub(crate) use zshard_state::host_name;
 
 /// `template` with `{worker}` (the worker's index, from 0), `{host}` (the host name) and `{date}` (the
 /// run's start, UTC, as `20261124T155057Z`) replaced; other text, braces included, is kept.

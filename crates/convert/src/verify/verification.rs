@@ -20,8 +20,8 @@ use zshard_zarr::open_hierarchy;
 use crate::error::{one_line, Error, Result};
 use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
 use crate::plan::{array_name, inner_chain};
-use crate::run::state::join;
 use crate::Conversion;
+use zshard_state::join;
 
 /// How many mismatches are kept one by one; the rest are counted.
 const KEPT: usize = 50;
@@ -525,7 +525,7 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == crate::run::state::MANIFEST {
+        if key == zshard_state::MANIFEST {
             // Kept by `--keep-manifest`.
             continue;
         }

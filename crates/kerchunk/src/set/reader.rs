@@ -72,6 +72,12 @@ impl ArrayCommon {
 
     /// The version of every chunk of the grid (see [`Want::version`]), asking `wants` a batch of
     /// coordinates at a time; `None` for a grid too large to enumerate.
+    /// Whether the grid is small enough to enumerate its chunks' references (see
+    /// [`MAX_VERSIONED_CHUNKS`]).
+    fn enumerable(&self) -> bool {
+        grid_len(&self.grid).is_some_and(|n| n <= MAX_VERSIONED_CHUNKS)
+    }
+
     fn versions(&self, wants: impl Fn(&[Vec<u64>]) -> Vec<Want>) -> Option<ChunkVersions> {
         const BATCH: u64 = 4096;
         let total = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS)?;
@@ -134,6 +140,10 @@ impl ChunkReader for JsonReader {
 
     fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
         Ok(self.common.versions(|coords| self.wants(coords)))
+    }
+
+    fn names_versions(&self) -> bool {
+        self.common.enumerable()
     }
 }
 
@@ -276,6 +286,10 @@ impl ChunkReader for ParquetReader {
 
     fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
         Ok(self.chunk_versions_of())
+    }
+
+    fn names_versions(&self) -> bool {
+        self.common.enumerable()
     }
 
     /// As for JSON references: the byte ranges of the rows of `coords`, coalesced as

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 
 /// A write in flight on a thread of its own, that [`AfterWrite`] sinks wait for.
 #[derive(Debug)]
-pub(crate) struct WriteAhead {
+pub struct WriteAhead {
     key: String,
     state: Mutex<State>,
 }
@@ -31,7 +31,7 @@ enum State {
 
 impl WriteAhead {
     /// Starts writing `data` at `key` of `store`.
-    pub(crate) fn start(store: &Store, key: &str, data: Bytes) -> Result<WriteAhead> {
+    pub fn start(store: &Store, key: &str, data: Bytes) -> Result<WriteAhead> {
         let (store, owned_key) = (store.clone(), key.to_string());
         let handle = std::thread::Builder::new()
             .name("zshard-options".into())
@@ -56,7 +56,7 @@ impl WriteAhead {
                     what: "the options record",
                 }));
                 if let Err(e) = outcome {
-                    let message = crate::one_line(&e);
+                    let message = crate::error::one_line(&e);
                     *state = State::Failed(Some(e), message);
                 }
             }
@@ -69,7 +69,7 @@ impl WriteAhead {
 
     /// Waits until the write has landed (before the run records anything or removes its state) and
     /// hands over its error.
-    pub(crate) fn finish(&self) -> Result<()> {
+    pub fn finish(&self) -> Result<()> {
         if self.wait().is_ok() {
             return Ok(());
         }
@@ -85,7 +85,7 @@ impl WriteAhead {
     }
 
     /// Wraps `sink` so that it writes nothing before this write has landed.
-    pub(crate) fn before(self: &Arc<Self>, sink: Arc<dyn ShardSink>) -> Arc<dyn ShardSink> {
+    pub fn before(self: &Arc<Self>, sink: Arc<dyn ShardSink>) -> Arc<dyn ShardSink> {
         Arc::new(AfterWrite {
             sink,
             ahead: Arc::clone(self),
@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(counting.0.load(Ordering::SeqCst), 0);
         let error = ahead.finish().expect_err("failed");
         assert!(
-            crate::one_line(&error).contains("options/w0of1.json"),
+            crate::error::one_line(&error).contains("options/w0of1.json"),
             "{error}"
         );
     }

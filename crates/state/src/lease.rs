@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
-use crate::plan::partition::Partition;
+use crate::partition::Partition;
 
 /// Where the leases of live runs are kept.
 pub(crate) const LEASES_DIR: &str = ".zshard/leases";
@@ -49,7 +49,7 @@ struct Record {
 
 /// A lease held by this run; renewed until [`Lease::release`] (or drop) removes it.
 #[derive(Debug)]
-pub(crate) struct Lease {
+pub struct Lease {
     store: Store,
     key: String,
     stop: Option<Sender<()>>,
@@ -58,13 +58,9 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// Writes this run's lease and starts renewing it every quarter of `stale_after`.
-    pub(crate) fn acquire(
-        store: &Store,
-        partition: Partition,
-        stale_after: Duration,
-    ) -> Result<Lease> {
+    pub fn acquire(store: &Store, partition: Partition, stale_after: Duration) -> Result<Lease> {
         let started = Utc::now();
-        let host = crate::run::report::host_name();
+        let host = host_name();
         let pid = std::process::id();
         let key = format!(
             "{LEASES_DIR}/{}-{}-{pid}-{}.json",
@@ -106,13 +102,13 @@ impl Lease {
     }
 
     /// The lease object's key (relative to the destination).
-    pub(crate) fn key(&self) -> &str {
+    pub fn key(&self) -> &str {
         &self.key
     }
 
     /// Stops renewing and removes the lease (before the state folder is removed: a renewal after
     /// that would leave it behind).
-    pub(crate) fn release(mut self) -> Result<()> {
+    pub fn release(mut self) -> Result<()> {
         self.stop_renewing();
         self.store.delete(&self.key)?;
         Ok(())
@@ -120,7 +116,7 @@ impl Lease {
 
     /// Stops renewing and hands the lease object's key over to the caller, who removes it with the
     /// rest of the state (one request for all of them).
-    pub(crate) fn stop(mut self) -> String {
+    pub fn stop(mut self) -> String {
         self.stop_renewing();
         std::mem::take(&mut self.key)
     }
@@ -179,6 +175,11 @@ fn sanitize(host: &str) -> String {
 /// Refuses (for `--overwrite`; the conversion reads the leases with the rest, see
 /// [`refuse_live_leases`]) while a lease other than `own` is fresh, naming its holder and when
 /// it will be stale. Stale leases are left to the removal of the state folder.
+/// The machine's host name (empty when it cannot be read): a lease's holder, and a report's.
+pub fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
 #[cfg(test)]
 pub(crate) fn refuse_live_runs(store: &Store, own: Option<&str>) -> Result<()> {
     refuse_live(store, live_leases(store, own)?)
@@ -235,7 +236,7 @@ pub(crate) fn another_run_is_live(store: &Store, own: &str) -> Result<bool> {
 /// runs, as Linux's `/proc` tells (elsewhere nothing is known, and the lease counts until stale).
 fn holder_ended(record: &Record) -> bool {
     let proc = std::path::Path::new("/proc");
-    record.host == crate::run::report::host_name()
+    record.host == host_name()
         && proc.join("self").exists()
         && !proc.join(record.pid.to_string()).exists()
 }
@@ -402,7 +403,7 @@ mod tests {
             renewed_ms: 0,
             stale_after_ms: 60_000,
         };
-        let here = crate::run::report::host_name();
+        let here = host_name();
         write(
             &store,
             ".zshard/leases/a.json",

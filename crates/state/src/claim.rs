@@ -4,7 +4,7 @@
 use super::*;
 
 /// The marker [`KEEP_MANIFEST`] as a record to write (key and contents).
-pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
+pub fn keep_manifest_marker() -> (String, Bytes) {
     let text =
         "a worker of this conversion was given --keep-manifest: finalize keeps the manifest\n";
     (KEEP_MANIFEST.to_string(), Bytes::from(text))
@@ -12,7 +12,7 @@ pub(crate) fn keep_manifest_marker() -> (String, Bytes) {
 
 /// What a destination holds for this conversion.
 #[derive(Debug)]
-pub(crate) enum Prepared {
+pub enum Prepared {
     /// Nothing yet, or an interrupted run with the same options: convert what is not done (what
     /// is done is in the survey).
     Run(Box<Survey>),
@@ -30,13 +30,19 @@ pub(crate) enum Prepared {
 /// [`survey`]) and the record files in one more when there are any. The options record, only when
 /// this worker has not recorded them before, is returned in flight: the run fetches meanwhile, and
 /// its shard writes wait for it.
-pub(crate) fn prepare(
+///
+/// A finished conversion that kept what each shard was made from is `Complete` only while every
+/// shard was made from what its source holds now: `digests` waits for the source's listing (made
+/// meanwhile, beside the claim and the survey), `None` when it failed (the run reports why).
+#[allow(clippy::too_many_arguments)]
+pub fn prepare<'d>(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     partition: Partition,
     overwrite: Option<&str>,
     observer: &dyn Observer,
+    digests: &dyn Fn() -> Option<&'d Digests>,
 ) -> Result<(Prepared, Option<Arc<WriteAhead>>)> {
     let marker = match overwrite {
         Some(own_lease) => remove_owned(dst, plan, partition, own_lease)?,
@@ -47,7 +53,7 @@ pub(crate) fn prepare(
     // between finds this claim.
     let claim = claim(dst, fingerprint, marker, observer)?;
     let surveyed = survey(dst, plan, false, fingerprint).and_then(|survey| {
-        let checked = check_holdings(dst, plan, fingerprint, &survey)?;
+        let checked = check_holdings(dst, plan, fingerprint, &survey, digests)?;
         Ok((checked, survey))
     });
     if claim == Claim::Created && !matches!(surveyed, Ok((Prepared::Run(_), _))) {
@@ -70,14 +76,14 @@ pub(crate) fn prepare(
 
 impl Survey {
     /// Whether a worker asked to keep the manifest (see [`keep_manifest_marker`]).
-    pub(crate) fn asks_to_keep_the_manifest(&self) -> bool {
+    pub fn asks_to_keep_the_manifest(&self) -> bool {
         self.state.iter().any(|key| key == KEEP_MANIFEST)
     }
 }
 
 /// Whether the destination holds the recorded options of a conversion (one running, interrupted,
 /// or a partitioned one waiting for `finalize`): one listing.
-pub(crate) fn holds_a_run(dst: &Store) -> Result<bool> {
+pub fn holds_a_run(dst: &Store) -> Result<bool> {
     Ok(!dst.list_keys(OPTIONS_DIR)?.is_empty())
 }
 
@@ -251,11 +257,12 @@ pub(super) fn differences(recorded: &Value, ours: &Value) -> String {
 }
 
 /// Checks what the destination holds (`survey`, read after claiming it) against this conversion.
-pub(super) fn check_holdings(
+pub(super) fn check_holdings<'d>(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     survey: &Survey,
+    digests: &dyn Fn() -> Option<&'d Digests>,
 ) -> Result<Prepared> {
     if let Some(key) = survey.first_v2_metadata() {
         return Err(Error::Destination {
@@ -274,6 +281,13 @@ pub(super) fn check_holdings(
     // shrank, or its attributes changed).
     let kept = has_kept_records(survey, plan) && fingerprint.1 .0;
     if !recorded && survey.has_metadata(plan) {
+        if kept && survey.metadata_matches(plan) {
+            if let Some(digests) = digests() {
+                if up_to_date(survey, plan, digests) {
+                    return Ok(Prepared::Complete);
+                }
+            }
+        }
         if kept && survey.metadata_updatable(plan) {
             return Ok(Prepared::Run(Box::default()));
         }
@@ -295,7 +309,7 @@ pub(super) fn check_holdings(
         let first = survey.shards.iter().enumerate().find_map(|(i, shards)| {
             let array = plan.arrays.get(i)?;
             Some(shard_key(
-                &array.path,
+                array.path,
                 shards.first()?.index,
                 &array.geometry.shard_grid(),
             ))
@@ -344,20 +358,20 @@ impl Survey {
     }
 
     /// Whether any node of the plan already has a `zarr.json` in the destination.
-    pub(super) fn has_metadata(&self, plan: &Plan) -> bool {
+    pub(super) fn has_metadata(&self, plan: &Outputs) -> bool {
         let mut paths = plan
             .arrays
             .iter()
             .map(|a| a.path.as_str())
-            .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+            .chain(plan.groups.iter().map(|p| p.as_str()));
         paths.any(|path| self.zarr_json(path).is_some())
     }
 
     /// Whether every array's `zarr.json` in the destination is exactly the one this conversion
     /// writes and every group has one.
-    pub(super) fn metadata_matches(&self, plan: &Plan) -> bool {
+    pub(super) fn metadata_matches(&self, plan: &Outputs) -> bool {
         let arrays = plan.arrays.iter().all(|array| {
-            self.zarr_json(&array.path).is_some_and(|bytes| {
+            self.zarr_json(array.path).is_some_and(|bytes| {
                 serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null)
                     == array.output.to_json()
             })
@@ -366,14 +380,14 @@ impl Survey {
             && plan
                 .groups
                 .iter()
-                .all(|(path, _)| self.zarr_json(path).is_some())
+                .all(|path| self.zarr_json(path).is_some())
     }
 
     /// Whether every array's `zarr.json` in the destination, where there is one, is the one this
     /// conversion writes but for its shape and attributes (what an update changes).
-    pub(super) fn metadata_updatable(&self, plan: &Plan) -> bool {
+    pub(super) fn metadata_updatable(&self, plan: &Outputs) -> bool {
         plan.arrays.iter().all(|array| {
-            self.zarr_json(&array.path).is_none_or(|bytes| {
+            self.zarr_json(array.path).is_none_or(|bytes| {
                 let found = serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null);
                 without_shape_and_attributes(found)
                     == without_shape_and_attributes(array.output.to_json())
@@ -417,9 +431,9 @@ impl Survey {
 
 /// Checks, without recording anything, that the destination's recorded options (`survey`) equal
 /// `fingerprint`; `Complete` when it was finalized before with the same options.
-pub(crate) fn check_recorded(
+pub fn check_recorded(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     fingerprint: &Fingerprint,
     survey: &Survey,
 ) -> Result<Prepared> {

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use zshard_core::{grid_shape, ChunkKeyEncoding, RectilinearGrid};
 
-use crate::run::state::join;
+use crate::join;
 
 /// How an array names its chunks: `c/0/1` (v3 default), `0.1` (v2 and v3 `v2` encoding), ...
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ pub(crate) fn owned_keys(
         );
         // The records a finished conversion kept beside the array's metadata: an overwrite must
         // not leave them to vouch for shards it replaces.
-        let kept = crate::run::state::kept_key(path);
+        let kept = crate::made_from::kept_key(path);
         if keys.contains(&kept) {
             owned.insert(kept);
         }

@@ -1,3 +1,25 @@
+//! The destination protocol of zshard: what a conversion keeps under `DST/.zshard/` so that it
+//! resumes, so that workers share a destination, and so that `zshard status` can tell how far it has
+//! come. `zshard-convert` runs conversions on top of it; this crate knows nothing of sources, codecs
+//! or the pipeline, only of the destination's keys and records.
+//!
+//! ```
+//! use zshard_state::{status, Partition, Phase};
+//! use zshard_store::{IoRuntime, Store};
+//!
+//! // Worker 2 of 3 owns every third shard of the global enumeration, from the third.
+//! let worker = Partition::parse("2/3").unwrap();
+//! assert!(worker.owns(2) && worker.owns(5) && !worker.owns(3));
+//! assert_eq!(worker.tag(), "w2of3");
+//!
+//! // An empty destination holds no conversion.
+//! let dir = tempfile::tempdir().unwrap();
+//! let dst = Store::open(dir.path().to_str().unwrap(), IoRuntime::new(1).unwrap(), true).unwrap();
+//! assert_eq!(status(&dst).unwrap().phase, Phase::NotStarted);
+//! ```
+//!
+//! The records, by key:
+//!
 //! What makes a conversion resumable and safe to spread over workers, kept under `DST/.zshard/`:
 //!
 //! - `claim.json`: the options of the conversion that owns the destination, created with a
@@ -56,47 +78,78 @@ use zshard_core::{
 };
 use zshard_store::{PutNew, Store};
 
-use crate::error::{Error, Result};
-use crate::plan::partition::Partition;
-use crate::plan::Plan;
-use crate::run::ahead::WriteAhead;
-use crate::run::conversion::Observer;
-use crate::run::owned::{owned_keys, ChunkKeys};
-use crate::run::sealed;
+use crate::owned::{owned_keys, ChunkKeys};
 
 // One file per concern: `claim` (claiming, checking holdings), `overwrite` (--overwrite, clearing),
 // `survey` (reading what DST holds), `resume` (verdicts on listed shards), `shard_log` (writing and
-// compacting records), `uploads` (multipart uploads in flight).
+// compacting records), `uploads` (multipart uploads in flight); around them `lease` (live runs),
+// `sealed` (the checksum line of record files), `ahead` (the options record written ahead), `owned`
+// (which keys are zshard's), `manifest` (the checksum records and their merge), `partition` (which
+// worker owns a shard), `status` (the read side: `zshard status`), `events` (what a run tells its
+// observer) and `outputs` (what the protocol knows of a plan).
+mod ahead;
 mod claim;
+mod error;
+mod events;
+mod lease;
 mod made_from;
+mod manifest;
+mod outputs;
 mod overwrite;
+mod owned;
+mod partition;
 mod resume;
+mod sealed;
 mod shard_log;
+mod status;
 mod survey;
 mod uploads;
 
-pub(crate) use claim::*;
-pub(crate) use made_from::*;
-pub(crate) use overwrite::*;
-pub(crate) use resume::*;
-pub use shard_log::DEFAULT_CHECKPOINT_INTERVAL;
-pub(crate) use shard_log::*;
-pub(crate) use survey::*;
-pub(crate) use uploads::*;
+// The files of the protocol name each other's items through the crate root (`use super::*`).
+use made_from::*;
+use overwrite::*;
+use shard_log::*;
+use survey::*;
+
+pub use ahead::WriteAhead;
+pub use claim::{check_recorded, holds_a_run, keep_manifest_marker, prepare, Prepared};
+pub use error::{one_line, Error, Result};
+pub use events::{Observer, Work};
+pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
+pub use made_from::{
+    gather_kept, has_kept_records, kept_key, shards_to_update, update_counts, ArrayChanges,
+    Digests, UpdateCounts,
+};
+pub use manifest::{
+    add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
+};
+pub use outputs::{OutputArray, Outputs};
+pub use overwrite::{clear, clear_state_file};
+pub use partition::Partition;
+pub use resume::{done_shards, Resume};
+pub use shard_log::{RecordLimits, ShardLog, DEFAULT_CHECKPOINT_INTERVAL};
+pub use status::{
+    read_status, status, ArrayStatus, LeaseStatus, Phase, Rate, Status, Totals, WorkerStatus,
+    RATE_WINDOW_MS,
+};
+pub use survey::{survey, Survey};
+pub use uploads::{abort_recorded_uploads, recording_uploads};
 
 /// The folder of a conversion's state.
-pub(crate) const STATE_DIR: &str = ".zshard";
+pub const STATE_DIR: &str = ".zshard";
 pub(crate) const OPTIONS_DIR: &str = ".zshard/options";
 pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
-pub(crate) const DONE_DIR: &str = ".zshard/done";
-pub(crate) const MANIFEST_DIR: &str = ".zshard/manifest";
+/// The records of shards written.
+pub const DONE_DIR: &str = ".zshard/done";
+/// The manifest records, one file per `done` file.
+pub const MANIFEST_DIR: &str = ".zshard/manifest";
 /// Left by a worker run with `--keep-manifest`, so that `finalize` keeps the manifest without the
 /// flag (removed with the rest of the state).
 const KEEP_MANIFEST: &str = ".zshard/keep-manifest";
 
 /// The merged manifest that `--keep-manifest` keeps after the conversion finishes.
-pub(crate) const MANIFEST: &str = ".zshard/manifest.tsv";
+pub const MANIFEST: &str = ".zshard/manifest.tsv";
 pub(crate) const CLAIM: &str = ".zshard/claim.json";
 /// Present while `--overwrite` clears a destination.
 const OVERWRITING: &str = ".zshard/overwriting";
@@ -107,19 +160,20 @@ const OVERWRITING: &str = ".zshard/overwriting";
 /// by its text first, and as JSON only when the text differs (a record an earlier version wrote
 /// pretty-printed, or another conversion's).
 #[derive(Debug, Clone)]
-pub(crate) struct Fingerprint(Bytes, TracksSources);
+pub struct Fingerprint(Bytes, TracksSources);
 
 /// Whether every shard's records name what it was made from (see `made_from.rs`): a recorded
 /// conversion whose arrays differ from this one only in shape and attributes (the source grew, or
 /// its attributes changed) is then the same conversion, brought up to date, since a record made
 /// from another version of the source never counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TracksSources(pub(crate) bool);
+struct TracksSources(bool);
 
 impl Fingerprint {
-    pub(crate) fn new(source_id: &str, plan: &Plan) -> Result<Fingerprint> {
+    /// The fingerprint of converting the source `source_id` (its location) into `plan`.
+    pub fn new(source_id: &str, plan: &Outputs) -> Result<Fingerprint> {
         /// The arrays, each made a JSON value only while it is written.
-        struct Arrays<'a>(&'a Plan);
+        struct Arrays<'a>(&'a Outputs<'a>);
         impl serde::Serialize for Arrays<'_> {
             fn serialize<S: serde::Serializer>(
                 &self,
@@ -154,12 +208,12 @@ impl Fingerprint {
 
     /// This fingerprint, for a run whose records name what each shard was made from when
     /// `tracks` (see [`TracksSources`]).
-    pub(crate) fn tracking_sources(self, tracks: bool) -> Fingerprint {
+    pub fn tracking_sources(self, tracks: bool) -> Fingerprint {
         Fingerprint(self.0, TracksSources(tracks))
     }
 
     /// The text recorded for this conversion.
-    pub(crate) fn text(&self) -> Bytes {
+    pub fn text(&self) -> Bytes {
         self.0.clone()
     }
 
@@ -184,7 +238,7 @@ impl Fingerprint {
     }
 
     /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.
-    pub(crate) fn value(&self) -> Value {
+    pub fn value(&self) -> Value {
         serde_json::from_slice(&self.0).unwrap_or(Value::Null)
     }
 }
@@ -211,7 +265,7 @@ pub(crate) fn without_shape_and_attributes(mut doc: Value) -> Value {
 }
 
 /// The key `key` below the node at `path` (the root's path is empty).
-pub(crate) fn join(path: &str, key: &str) -> String {
+pub fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -220,18 +274,17 @@ pub(crate) fn join(path: &str, key: &str) -> String {
 }
 
 /// Whether `key` lies below the folder `dir`.
-pub(crate) fn in_dir(key: &str, dir: &str) -> bool {
+pub fn in_dir(key: &str, dir: &str) -> bool {
     key.strip_prefix(dir)
         .is_some_and(|rest| rest.starts_with('/'))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::resume::{verdict, RecordedShard, Verdict};
     use super::{batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR};
-    use super::{
-        recorded_coord, shard_coord, verdict, version_id, ListedShard, RecordedShard, Verdict,
-    };
-    use crate::verify::manifest::{ChunkHashes, Entry};
+    use super::{recorded_coord, shard_coord, version_id, ListedShard};
+    use crate::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
     use zshard_store::{IoRuntime, Store};
@@ -263,7 +316,7 @@ mod tests {
         let mut stamped = 0;
         for file in files.values() {
             // Every file's checksum holds (the other run's has none: an earlier version's).
-            let body = crate::run::sealed::unseal(&bytes::Bytes::from(file.clone()))
+            let body = crate::sealed::unseal(&bytes::Bytes::from(file.clone()))
                 .unwrap_or_else(|| panic!("the checksum of {file:?}"));
             let text = String::from_utf8_lossy(&body);
             for (number, line) in text.lines().enumerate() {
@@ -343,7 +396,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.clone(), bytes::Bytes::from(v.clone())))
             .collect();
-        let manifest = crate::verify::manifest::merge(&merged);
+        let manifest = crate::manifest::merge(&merged);
         assert_eq!(manifest.len(), 21);
         for i in 0..21u64 {
             assert_eq!(

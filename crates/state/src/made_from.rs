@@ -1,9 +1,10 @@
 //! What each shard was made from, so that a rerun of a finished conversion over a changed source
 //! rewrites only the shards whose source changed (issue 40).
 //!
-//! A shard's *digest* is a hash of its region (clipped to the array, so a grown or shrunk array
-//! changes its edge shards) and of the version of every source chunk that overlaps it, as one
-//! listing of the source names them ([`ChunkReader::chunk_versions`]: a local file's inode,
+//! A shard's *digest* (made by zshard-convert, which knows the source) is a hash of its region
+//! (clipped to the array, so a grown or shrunk array changes its edge shards) and of the version of
+//! every source chunk that overlaps it, as one listing of the source names them
+//! (`ChunkReader::chunk_versions`: a local file's inode,
 //! modification time and size, an object's ETag, a reference's target and range, an Icechunk
 //! chunk's id). Every record of a shard carries the digest it was made with (`s:` field, see
 //! [`ShardLog::record`]); a record counts only while its digest is the shard's digest now, so the
@@ -11,16 +12,13 @@
 //! kept in the array's folder ([`KEPT`]), where no Zarr reader looks (a group lists its members,
 //! an array does not), for the next run to compare against.
 
-use zshard_core::{stable_hash, ChunkVersions};
-use zshard_pipeline::ArrayJob;
-
 use super::*;
 
 /// The file of an array's folder that keeps its shards' records after the conversion finishes.
 pub(crate) const KEPT: &str = ".zshard-records";
 
 /// The kept records' file of the array at `array_path`.
-pub(crate) fn kept_key(array_path: &str) -> String {
+pub fn kept_key(array_path: &str) -> String {
     join(array_path, KEPT)
 }
 
@@ -45,63 +43,26 @@ const DIGEST_FIELD: &str = "s:";
 /// an array whose source cannot name its chunks' versions (it is never brought up to date, only
 /// converted again with `--overwrite`).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Digests {
+pub struct Digests {
     arrays: Vec<Option<Vec<u64>>>,
 }
 
 impl Digests {
-    /// The digests of every shard of `jobs` (one per array of the plan): one listing of each
-    /// array's source chunks (or its references), no chunk read.
-    pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
-        let arrays = jobs
-            .iter()
-            .map(|job| {
-                let ndim = job.layout.geometry.array_shape().len();
-                let versions = job.reader.chunk_versions(ndim)?;
-                Ok(versions.map(|versions| array_digests(job, &versions)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Digests { arrays })
+    /// Per array (in the plan's order), the digest of each shard in C order, or `None`.
+    pub fn new(arrays: Vec<Option<Vec<u64>>>) -> Digests {
+        Digests { arrays }
     }
 
     /// The digest of shard `index` of array `array` now, when its source names versions.
-    pub(crate) fn get(&self, array: usize, index: u64) -> Option<u64> {
+    pub fn get(&self, array: usize, index: u64) -> Option<u64> {
         let digests = self.arrays.get(array)?.as_ref()?;
         digests.get(usize::try_from(index).ok()?).copied()
     }
 
     /// Whether every array's source names its chunks' versions (records are then kept).
-    pub(crate) fn all_known(&self) -> bool {
+    pub fn all_known(&self) -> bool {
         self.arrays.iter().all(Option::is_some)
     }
-}
-
-/// The digest of every shard of `job`'s array, in C order.
-fn array_digests(job: &ArrayJob, versions: &ChunkVersions) -> Vec<u64> {
-    let geometry = &job.layout.geometry;
-    let grid = geometry.shard_grid();
-    let array = geometry.array_region();
-    (0..zshard_core::product(&grid))
-        .map(|index| {
-            let shard = zshard_core::unravel_index(index, &grid);
-            let mut bytes: Vec<u8> = Vec::new();
-            let Some(region) = geometry.shard_region(&shard).intersect(&array) else {
-                return stable_hash(&bytes);
-            };
-            for n in region.start.iter().chain(&region.shape) {
-                bytes.extend_from_slice(&n.to_le_bytes());
-            }
-            for coord in job.layout.source_chunks_overlapping(&region) {
-                for c in &coord {
-                    bytes.extend_from_slice(&c.to_le_bytes());
-                }
-                // Not stored: a marker no version hash is likely to equal.
-                let version = versions.of(&coord).unwrap_or(u64::MAX);
-                bytes.extend_from_slice(&version.to_le_bytes());
-            }
-            stable_hash(&bytes)
-        })
-        .collect()
 }
 
 /// The record field for `digest` (16 hex digits).
@@ -132,7 +93,7 @@ pub(crate) fn split_digest(line: &str) -> (Vec<&str>, Option<u64>) {
 /// to keep. A later record file wins over an earlier one (their names order them by run); the kept
 /// file is older than any.
 pub(crate) fn kept_records(
-    plan: &Plan,
+    plan: &Outputs,
     digests: &Digests,
     files: &[(String, Bytes)],
     fingerprint: &Fingerprint,
@@ -182,7 +143,7 @@ pub(crate) fn kept_records(
                 text.push_str(&line);
                 text.push('\n');
             }
-            (kept_key(&array.path), sealed::seal_text(text))
+            (kept_key(array.path), sealed::seal_text(text))
         })
         .collect()
 }
@@ -203,9 +164,9 @@ fn record_order(key: &str) -> (u128, u64) {
 
 /// Whether every shard of the plan has a kept record (in `survey`) made from what its source
 /// holds now: nothing to update.
-pub(crate) fn up_to_date(survey: &Survey, plan: &Plan, digests: &Digests) -> bool {
+pub(crate) fn up_to_date(survey: &Survey, plan: &Outputs, digests: &Digests) -> bool {
     plan.arrays.iter().enumerate().all(|(i, array)| {
-        let Some(body) = survey.records.get(&kept_key(&array.path)) else {
+        let Some(body) = survey.records.get(&kept_key(array.path)) else {
             return false;
         };
         let grid = array.geometry.shard_grid();
@@ -227,19 +188,10 @@ pub(crate) fn up_to_date(survey: &Survey, plan: &Plan, digests: &Digests) -> boo
 /// Whether the survey found kept records for an array of the plan (the destination was finished
 /// by a zshard that keeps them, over a source that names versions; an array without them, new to
 /// the hierarchy or whose file was damaged, has all its shards converted).
-pub(crate) fn has_kept_records(survey: &Survey, plan: &Plan) -> bool {
+pub fn has_kept_records(survey: &Survey, plan: &Outputs) -> bool {
     plan.arrays
         .iter()
-        .any(|array| survey.records.contains_key(&kept_key(&array.path)))
-}
-
-/// Whether the destination (`survey`, read before any claim) holds a finished conversion with this
-/// plan's metadata whose every shard was made from what its source holds now.
-pub(crate) fn finished_and_current(survey: &Survey, plan: &Plan, digests: &Digests) -> bool {
-    survey.options_records().next().is_none()
-        && survey.has_metadata(plan)
-        && survey.metadata_matches(plan)
-        && up_to_date(survey, plan, digests)
+        .any(|array| survey.records.contains_key(&kept_key(array.path)))
 }
 
 /// The kept records of every array once this conversion is done (see [`kept_records`]): from
@@ -248,9 +200,9 @@ pub(crate) fn finished_and_current(survey: &Survey, plan: &Plan, digests: &Diges
 ///
 /// Also returns the keys of the shards the kept records name beyond each array's extent now (the
 /// array shrank): zshard wrote them, and they go once the metadata no longer reaches them.
-pub(crate) fn gather_kept(
+pub fn gather_kept(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     digests: &Digests,
     last: &[(String, Bytes)],
     fingerprint: &Fingerprint,
@@ -260,7 +212,7 @@ pub(crate) fn gather_kept(
         .list_keys(STATE_DIR)?
         .into_iter()
         .filter(|key| is_record(key))
-        .chain(plan.arrays.iter().map(|a| kept_key(&a.path)))
+        .chain(plan.arrays.iter().map(|a| kept_key(a.path)))
         .collect();
     let mut files = Vec::new();
     let mut beyond = Vec::new();
@@ -286,7 +238,7 @@ pub(crate) fn gather_kept(
 
 /// The keys of the written shards that kept records (`body`) name outside their array's shard grid
 /// now.
-fn beyond_extent(plan: &Plan, body: &[u8]) -> Vec<String> {
+fn beyond_extent(plan: &Outputs, body: &[u8]) -> Vec<String> {
     let mut keys = Vec::new();
     for line in String::from_utf8_lossy(body).lines() {
         let (fields, _) = split_digest(line);
@@ -294,14 +246,14 @@ fn beyond_extent(plan: &Plan, body: &[u8]) -> Vec<String> {
         else {
             continue;
         };
-        let Some(array) = plan.arrays.iter().find(|a| a.path == *path) else {
+        let Some(array) = plan.arrays.iter().find(|a| a.path == path) else {
             continue;
         };
         let grid = array.geometry.shard_grid();
         let coord: Option<Vec<u64>> = coord.split(',').map(|c| c.parse().ok()).collect();
         match coord {
             Some(coord) if coord.len() == grid.len() && !inside(&coord, &grid) => {
-                keys.push(join(&array.path, &SHARD_KEYS.key(&coord)));
+                keys.push(join(array.path, &SHARD_KEYS.key(&coord)));
             }
             _ => {}
         }
@@ -309,24 +261,34 @@ fn beyond_extent(plan: &Plan, body: &[u8]) -> Vec<String> {
     keys
 }
 
-/// What this run brings up to date (see [`crate::Update`]): of this worker's shards not done, those
+/// What a run brings up to date: of its shards not done, those the finished conversion had
+/// (rewritten) and those it did not (added).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdateCounts {
+    /// Shards a finished conversion's kept records name.
+    pub shards_rewritten: u64,
+    /// Shards they do not name (the array grew, or is new).
+    pub shards_added: u64,
+}
+
+/// What this run brings up to date (see [`UpdateCounts`]): of this worker's shards not done, those
 /// a finished conversion's kept records name (rewritten) and the others (added); `None` when the
 /// destination kept no records (a first conversion, or a resumed one).
-pub(crate) fn update_counts(
+pub fn update_counts(
     survey: &Survey,
-    plan: &Plan,
+    plan: &Outputs,
     partition: Partition,
     done: &[HashSet<u64>],
-) -> Option<crate::Update> {
+) -> Option<UpdateCounts> {
     if !has_kept_records(survey, plan) {
         return None;
     }
-    let mut update = crate::Update::default();
+    let mut update = UpdateCounts::default();
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let grid = array.geometry.shard_grid();
         let mut kept = HashSet::new();
-        if let Some(body) = survey.records.get(&kept_key(&array.path)) {
+        if let Some(body) = survey.records.get(&kept_key(array.path)) {
             for line in String::from_utf8_lossy(body).lines() {
                 let (fields, _) = split_digest(line);
                 if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
@@ -349,71 +311,61 @@ pub(crate) fn update_counts(
     Some(update)
 }
 
-/// What a run would bring up to date (see [`crate::UpdatePlan`]), from the destination's `survey`
-/// (read without a claim) and the shards' `digests` now; `jobs` (one per array) tell the source
-/// chunks of each shard.
-pub(crate) fn plan_update(
-    survey: &Survey,
-    plan: &Plan,
-    digests: &Digests,
-    jobs: &[ArrayJob],
-) -> crate::UpdatePlan {
-    let mut update = crate::UpdatePlan::default();
-    for (i, (array, job)) in plan.arrays.iter().zip(jobs).enumerate() {
-        let grid = array.geometry.shard_grid();
-        let mut kept: HashMap<u64, Option<u64>> = HashMap::new();
-        let mut beyond = 0;
-        if let Some(body) = survey.records.get(&kept_key(&array.path)) {
-            beyond = beyond_extent(plan, body).len() as u64;
-            for line in String::from_utf8_lossy(body).lines() {
-                let (fields, digest) = split_digest(line);
-                if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
-                    kept.insert(linear_index(&coord, &grid), digest);
+/// What an update would do to one array (see [`shards_to_update`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArrayChanges {
+    /// Shards (C-order indices) whose kept record was made from other source chunks.
+    pub rewrite: Vec<u64>,
+    /// Shards no kept record names (the array grew, or is new).
+    pub add: Vec<u64>,
+    /// Written shards the kept records name beyond the array's extent now (it shrank).
+    pub remove: u64,
+    /// The destination's `zarr.json` has another shape (or there is none).
+    pub shape_changed: bool,
+    /// The destination's `zarr.json` has other attributes (or there is none).
+    pub attributes_changed: bool,
+}
+
+/// What a run would bring up to date in a finished conversion, array by array, from the
+/// destination's `survey` (read without a claim) and the shards' `digests` now.
+pub fn shards_to_update(survey: &Survey, plan: &Outputs, digests: &Digests) -> Vec<ArrayChanges> {
+    plan.arrays
+        .iter()
+        .enumerate()
+        .map(|(i, array)| {
+            let grid = array.geometry.shard_grid();
+            let mut kept: HashMap<u64, Option<u64>> = HashMap::new();
+            let mut changes = ArrayChanges::default();
+            if let Some(body) = survey.records.get(&kept_key(array.path)) {
+                changes.remove = beyond_extent(plan, body).len() as u64;
+                for line in String::from_utf8_lossy(body).lines() {
+                    let (fields, digest) = split_digest(line);
+                    if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
+                        kept.insert(linear_index(&coord, &grid), digest);
+                    }
                 }
             }
-        }
-        let found: Option<Value> = survey
-            .zarr_json(&array.path)
-            .and_then(|bytes| serde_json::from_slice(bytes).ok());
-        let ours = array.output.to_json();
-        let differs = |field: &str| {
-            found
-                .as_ref()
-                .is_none_or(|doc| doc.get(field) != ours.get(field))
-        };
-        let mut counts = crate::ArrayUpdate {
-            path: array.path.clone(),
-            shards_to_remove: beyond,
-            shape_changed: differs("shape"),
-            attributes_changed: differs("attributes"),
-            ..crate::ArrayUpdate::default()
-        };
-        let size = array.output.data_type.size() as u64;
-        let shard_raw = zshard_core::product(&array.output.shard_shape) * size;
-        for index in 0..array.geometry.shard_count() {
-            let now = digests.get(i, index);
-            match kept.get(&index) {
-                Some(recorded) if recorded.is_some() && *recorded == now => continue,
-                Some(_) => counts.shards_to_rewrite += 1,
-                None => counts.shards_to_add += 1,
+            let found: Option<Value> = survey
+                .zarr_json(array.path)
+                .and_then(|bytes| serde_json::from_slice(bytes).ok());
+            let ours = array.output.to_json();
+            let differs = |field: &str| {
+                found
+                    .as_ref()
+                    .is_none_or(|doc| doc.get(field) != ours.get(field))
+            };
+            changes.shape_changed = differs("shape");
+            changes.attributes_changed = differs("attributes");
+            for index in 0..array.geometry.shard_count() {
+                match kept.get(&index) {
+                    Some(recorded) if recorded.is_some() && *recorded == digests.get(i, index) => {}
+                    Some(_) => changes.rewrite.push(index),
+                    None => changes.add.push(index),
+                }
             }
-            let shard = zshard_core::unravel_index(index, &grid);
-            let region = array.geometry.shard_region(&shard);
-            if let Some(region) = region.intersect(&array.geometry.array_region()) {
-                update.cost.get_requests +=
-                    job.layout.source_chunks_overlapping(&region).len() as u64;
-            }
-            update.cost.get_bytes += shard_raw;
-            update.cost.put_requests += 1;
-            update.cost.put_bytes += shard_raw;
-        }
-        update.arrays.push(counts);
-    }
-    if !update.is_empty() {
-        // The metadata documents and the kept records.
-        update.cost.put_requests += (2 * plan.arrays.len() + plan.groups.len()) as u64;
-    }
-    update
+            changes
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::*;
 /// folder's listing is in, beside the shard listings. Nothing here depends on another response of
 /// the same round.
 #[derive(Debug, Default)]
-pub(crate) struct Survey {
+pub struct Survey {
     /// Every key below the state folder.
     pub(super) state: Vec<String>,
     /// The v2 `.zarray`/`.zgroup` and v3 `zarr.json` documents at the root and at the plan's nodes,
@@ -29,9 +29,9 @@ pub(crate) struct Survey {
 ///
 /// Records kept by a finished conversion count only when it was this one (`fingerprint`, but for
 /// the source's shape and attributes).
-pub(crate) fn survey(
+pub fn survey(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     with_claim: bool,
     fingerprint: &Fingerprint,
 ) -> Result<Survey> {
@@ -40,7 +40,7 @@ pub(crate) fn survey(
     let (state, read, shards, kept_read) = dst.block_on(async {
         let shards = plan.arrays.iter().map(|array| {
             let grid = array.geometry.shard_grid();
-            async move { shard_keys(dst, &array.path, &grid).await }
+            async move { shard_keys(dst, array.path, &grid).await }
         });
         // The store's number of listings at a time: every listing in flight holds a buffer of
         // entries, and 30,000 arrays listed at once took 1.8 GB (issue 31).
@@ -146,10 +146,10 @@ pub(super) fn uncheckpointed(key: &str, listed: &HashSet<&str>) -> bool {
 
 /// The metadata documents whose presence decides what the destination holds: v2 `.zarray` and
 /// `.zgroup` and v3 `zarr.json` at the root and at every node of the plan, each once.
-pub(super) fn document_keys(plan: &Plan) -> Vec<String> {
+pub(super) fn document_keys(plan: &Outputs) -> Vec<String> {
     let paths = std::iter::once("")
         .chain(plan.arrays.iter().map(|a| a.path.as_str()))
-        .chain(plan.groups.iter().map(|(p, _)| p.as_str()));
+        .chain(plan.groups.iter().map(|p| p.as_str()));
     let mut keys: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     for path in paths {

@@ -7,11 +7,7 @@ use super::*;
 /// unpartitioned run, which owns every shard; a worker's own only, as other workers may be uploading
 /// now), and returns `dst` recording the uploads of this run.
 /// The records are those the survey listed (no request when there are none).
-pub(crate) fn recording_uploads(
-    dst: &Store,
-    partition: Partition,
-    survey: &Survey,
-) -> Result<Store> {
+pub fn recording_uploads(dst: &Store, partition: Partition, survey: &Survey) -> Result<Store> {
     let own = format!("{UPLOADS_DIR}/{}", partition.tag());
     let earlier = if partition.is_all() {
         UPLOADS_DIR
@@ -32,7 +28,7 @@ pub(crate) fn recording_uploads(
 
 /// Aborts every multipart upload recorded under the destination (before `finalize` writes the
 /// metadata and removes the state folder, when no worker runs any more).
-pub(crate) fn abort_recorded_uploads(dst: &Store) -> Result<()> {
+pub fn abort_recorded_uploads(dst: &Store) -> Result<()> {
     dst.abort_recorded_uploads(UPLOADS_DIR)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use super::*;
 /// batches are compacted as they accumulate (see [`ShardLog::compact`]), so that a worker's records
 /// stay a few files however many shards it writes.
 #[derive(Debug)]
-pub(crate) struct ShardLog {
+pub struct ShardLog {
     pub(super) store: Store,
     /// `<worker>-<run>`; a batch is `<dir>/<name>-<seq>.txt`, its manifest records the file of the
     /// same name under [`MANIFEST_DIR`].
@@ -32,15 +32,16 @@ pub(crate) struct ShardLog {
 
 /// When records are flushed and compacted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RecordLimits {
+pub struct RecordLimits {
     /// Records per batch file (a batch is also flushed every checkpoint interval).
-    pub(crate) flush_entries: usize,
+    pub flush_entries: usize,
     /// How many of this run's record files holding as many batches each are merged into one.
-    pub(crate) compact_at: usize,
+    pub compact_at: usize,
     /// Tests: a compaction fails after writing the merged files, before removing the ones merged
-    /// (what a kill there leaves).
-    #[cfg(test)]
-    pub(crate) fail_before_removal: bool,
+    /// (what a kill there leaves). A field in every build, since `zshard-convert`'s tests set it
+    /// (a `cfg(test)` of this crate is off when another crate's tests build it).
+    #[doc(hidden)]
+    pub fail_before_removal: bool,
 }
 
 impl Default for RecordLimits {
@@ -48,7 +49,6 @@ impl Default for RecordLimits {
         RecordLimits {
             flush_entries: FLUSH_ENTRIES,
             compact_at: COMPACT_AT,
-            #[cfg(test)]
             fail_before_removal: false,
         }
     }
@@ -106,7 +106,7 @@ pub(super) const COMPACT_AT: usize = 4;
 
 impl ShardLog {
     /// Records of written shards, written (after a checkpoint) every `interval` at least.
-    pub(crate) fn written(
+    pub fn written(
         store: Store,
         partition: Partition,
         limits: RecordLimits,
@@ -116,7 +116,7 @@ impl ShardLog {
     }
 
     /// Records of all-fill shards, written every `interval` at least.
-    pub(crate) fn empty(
+    pub fn empty(
         store: Store,
         partition: Partition,
         limits: RecordLimits,
@@ -154,11 +154,11 @@ impl ShardLog {
     /// Records a shard; `written` is what was stored (`None` for an all-fill shard), `version` the
     /// version the store gave the object (its ETag, see [`zshard_core::Stored::version`]),
     /// `digest` what it was made from (see `made_from.rs`).
-    pub(crate) fn record(
+    pub fn record(
         &mut self,
         array_path: &str,
         shard: &[u64],
-        written: Option<&crate::verify::manifest::Entry>,
+        written: Option<&crate::manifest::Entry>,
         version: Option<&str>,
         digest: Option<u64>,
     ) -> Result<()> {
@@ -195,7 +195,7 @@ impl ShardLog {
     /// (see [`Store::checkpoint`]: the shards they name were written without an fsync of their
     /// own), then the `done` record, which so names only shards a checkpoint covers. Then compacts
     /// this run's record files when enough have accumulated.
-    pub(crate) fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<()> {
         let batch = self.take_batch();
         if batch.is_empty() {
             return Ok(());
@@ -212,7 +212,7 @@ impl ShardLog {
     /// The records batched since the last flush, as the record files to write (key and bytes: the
     /// manifest's, when shards were written, then the record file), for a caller that writes them
     /// side by side with other objects; empty when there are none.
-    pub(crate) fn take_batch(&mut self) -> Vec<(String, Bytes)> {
+    pub fn take_batch(&mut self) -> Vec<(String, Bytes)> {
         self.last_flush = Instant::now();
         if self.entries == 0 {
             return Vec::new();
@@ -221,7 +221,7 @@ impl ShardLog {
         self.files.push(RecordFile {
             seq: self.seq,
             batches: vec![BatchStamp {
-                ms: crate::run::lease::now_millis(),
+                ms: crate::lease::now_millis(),
                 records: self.entries as u64,
                 bytes: self.pending_bytes,
             }],
@@ -346,7 +346,6 @@ impl ShardLog {
         self.store.put(newest_record, Bytes::from(merged))?;
         // The merged files reach the disk before any file they replace is removed.
         self.store.checkpoint()?;
-        #[cfg(test)]
         if self.limits.fail_before_removal {
             return Err(Error::Destination {
                 reason: "simulated failure between a compaction's write and its removals".into(),

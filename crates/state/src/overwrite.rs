@@ -6,7 +6,7 @@ use super::*;
 /// A file (not a folder) at `.zshard` in a local destination, where zshard keeps its state: a resume
 /// cannot go on (every state write would fail) and is refused naming it; `overwrite` removes it, as
 /// zshard's own name (see `owned.rs`).
-pub(crate) fn clear_state_file(dst: &Store, overwrite: bool) -> Result<()> {
+pub fn clear_state_file(dst: &Store, overwrite: bool) -> Result<()> {
     let Some(path) = dst.local_path(STATE_DIR) else {
         return Ok(());
     };
@@ -50,13 +50,13 @@ pub(super) enum Marker {
 /// after the marker's write. The marker is left for the claim to remove ([`Marker::Remove`]).
 pub(super) fn remove_owned(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     partition: Partition,
     own_lease: &str,
 ) -> Result<Marker> {
     let is_wanted = |key: &str| {
         // This run's own lease says nothing about other runs.
-        (in_dir(key, crate::run::lease::LEASES_DIR) && key != own_lease)
+        (in_dir(key, crate::lease::LEASES_DIR) && key != own_lease)
             || key == CLAIM
             || in_dir(key, OPTIONS_DIR)
             || key
@@ -103,11 +103,11 @@ pub(super) fn remove_owned(
     }
     let leases = read
         .iter()
-        .filter(|(key, _)| in_dir(key, crate::run::lease::LEASES_DIR));
-    crate::run::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
+        .filter(|(key, _)| in_dir(key, crate::lease::LEASES_DIR));
+    crate::lease::refuse_live_leases(dst, Some(own_lease), leases)?;
     let mut roots = vec![String::new()];
     roots.extend(plan.arrays.iter().map(|a| a.path.clone()));
-    roots.extend(plan.groups.iter().map(|(p, _)| p.clone()));
+    roots.extend(plan.groups.iter().map(|p| (*p).clone()));
     let mut arrays = recorded_arrays(&keys, &read);
     arrays.extend(plan.arrays.iter().filter_map(|a| {
         ChunkKeys::of_v3(&a.output.to_json()).map(|chunk_keys| (a.path.clone(), chunk_keys))
@@ -191,7 +191,7 @@ pub(super) fn recorded_arrays(
 /// Removes the state folder once the metadata is written: the keys `listed` below it (a listing
 /// made after this run's last write there, or `None` to list it now) and `also` (keys this run
 /// wrote there since the listing began), side by side, then the claim.
-pub(crate) fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -> Result<()> {
+pub fn clear(dst: &Store, listed: Option<Vec<String>>, also: &[String]) -> Result<()> {
     let listed = match listed {
         Some(keys) => keys,
         None => dst.list_keys(STATE_DIR)?,

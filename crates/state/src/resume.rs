@@ -5,15 +5,15 @@ use super::*;
 
 /// What an earlier run of this conversion left in the destination.
 #[derive(Debug, Default)]
-pub(crate) struct Resume {
+pub struct Resume {
     /// Shards done, per array, as C-order shard indices: listed shards that a record names with
     /// their listed size, and recorded all-fill shards that have no object.
-    pub(crate) done: Vec<HashSet<u64>>,
+    pub done: Vec<HashSet<u64>>,
     /// This worker's shards whose key holds an object not proven ours (no record, or another size):
     /// a shard whose record a kill lost, junk, a truncated copy. They are converted again, which
     /// replaces the object; one that turns out to hold only the fill value must have it removed.
     /// Keyed by (array, C-order shard index).
-    pub(crate) untrusted: HashMap<(usize, u64), String>,
+    pub untrusted: HashMap<(usize, u64), String>,
 }
 
 /// What is done (see [`Resume`]), from the survey's listing of each array's shards and zshard's
@@ -24,16 +24,16 @@ pub(crate) struct Resume {
 ///
 /// A record counts only while what it says its shard was made from is what the shard's source
 /// chunks are now (`digests`, see `made_from.rs`): a shard whose source changed is not done.
-pub(crate) fn done_shards(
+pub fn done_shards(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     partition: Partition,
     own_lease: &str,
     survey: &Survey,
     digests: &Digests,
 ) -> Result<Resume> {
     let local = dst.local_path("").is_some();
-    let alone = local && !crate::run::lease::another_run_is_live(dst, own_lease)?;
+    let alone = local && !crate::lease::another_run_is_live(dst, own_lease)?;
     let written = records(survey, plan, DONE_DIR, digests);
     let mut resume = Resume {
         done: vec![HashSet::new(); plan.arrays.len()],
@@ -95,7 +95,7 @@ pub(crate) fn done_shards(
                 // index replaced by another of the same length (the index ends with its own
                 // crc32c, and a CRC over a message that ends with its CRC is a constant), but the
                 // index check sees the chunks it names.
-                let key = || shard_key(&array.path, index, &grid);
+                let key = || shard_key(array.path, index, &grid);
                 let index_check = !crcs.is_empty()
                     || matches!(verdict, Verdict::Unversioned | Verdict::VersionDiffers);
                 if index_check {
@@ -130,7 +130,7 @@ pub(crate) fn done_shards(
             let index = shard.index;
             let owned = partition.owns(first_global + index);
             // The key is made only for the shards whose proof needed a read, or that are not done.
-            let key = || shard_key(&array.path, index, &grid);
+            let key = || shard_key(array.path, index, &grid);
             let proven = match verdict {
                 Verdict::Versioned => true,
                 // Another worker's shards are its to check.
@@ -154,7 +154,7 @@ pub(crate) fn done_shards(
             }
         }
         if alone {
-            remove_staged_leftovers(dst, &array.path, &grid, |index| {
+            remove_staged_leftovers(dst, array.path, &grid, |index| {
                 partition.owns(first_global + index)
             })?;
         }
@@ -201,7 +201,7 @@ pub(super) fn verdict<'a>(
 /// two overlapping. Only the index is read (a range at the end or start of the object).
 pub(super) fn intact_indexes(
     dst: &Store,
-    plan: &Plan,
+    plan: &Outputs,
     checks: &[(usize, String, u64)],
 ) -> Result<HashSet<String>> {
     let encoding = IndexEncoding::default();
@@ -246,7 +246,7 @@ pub(super) fn intact_indexes(
 /// by the survey: (array, C-order shard index, size) to the object's crc32c.
 pub(super) fn uncheckpointed_entries(
     survey: &Survey,
-    plan: &Plan,
+    plan: &Outputs,
 ) -> HashMap<(usize, u64, u64), u32> {
     let files: Vec<(String, Bytes)> = survey
         .records
@@ -255,8 +255,8 @@ pub(super) fn uncheckpointed_entries(
         .map(|(key, bytes)| (key.clone(), bytes.clone()))
         .collect();
     let mut found = HashMap::new();
-    for ((path, coord), entry) in crate::verify::manifest::merge(&files) {
-        let Some(i) = plan.arrays.iter().position(|a| a.path == path) else {
+    for ((path, coord), entry) in crate::manifest::merge(&files) {
+        let Some(i) = plan.arrays.iter().position(|a| *a.path == path) else {
             continue;
         };
         let grid = plan.arrays[i].geometry.shard_grid();
@@ -318,7 +318,7 @@ impl Recorded {
 /// all-fill ones for [`EMPTY_DIR`]): (array, C-order shard index) to the sizes and versions
 /// recorded (`None` in records without them). Lines of other arrays or grids are ignored, and so
 /// are records made from other source chunks than `digests` says the shard's are now.
-pub(super) fn records(survey: &Survey, plan: &Plan, dir: &str, digests: &Digests) -> Recorded {
+pub(super) fn records(survey: &Survey, plan: &Outputs, dir: &str, digests: &Digests) -> Recorded {
     let mut found = Recorded::default();
     // A record is believed only from the worker that owns its shard (the file's name says which):
     // a line another worker's file names was damaged, and must not make the owner skip it. Kept

@@ -1,0 +1,38 @@
+//! The events of a run that the conversion and the destination protocol both tell: the observer a
+//! front end gives (a progress bar, a log, a Python callback) and the work ahead it is told about.
+//! Here, below both, so that the protocol can warn through the observer of the run it serves.
+
+/// Told about a run as it goes (a progress bar, a log, a Python callback).
+pub trait Observer: Sync {
+    /// The run starts with this many shards to convert (those not done by an earlier run).
+    fn started(&self, _pending_shards: u64) {}
+    /// The work ahead, after [`Observer::started`]: shards, inner chunks and raw bytes.
+    fn work(&self, _work: &Work) {}
+    /// A part of a shard of the array named `array` was written (before its shard is done; a shard
+    /// that fits the part size is one part).
+    fn part_done(&self, _array: &str, _part: &zshard_pipeline::PartOutcome) {}
+    /// A shard is done (written, or found to hold only the fill value).
+    fn shard_done(&self, _outcome: &zshard_pipeline::ShardOutcome) {}
+    /// Something went wrong that does not stop the run or change its result (a report that could
+    /// not be written after the run had failed anyway), or the output will read differently in some
+    /// reader than the source (a v2 fill value xarray cannot be told about in v3).
+    fn warning(&self, _message: &str) {}
+}
+
+/// Observes nothing.
+impl Observer for () {}
+
+/// The work of a run, told to [`Observer::work`] before the first shard: what the shards still to
+/// convert amount to. Bytes are raw (decoded) sizes of their inner chunks, which the metadata gives
+/// in advance (compressed sizes depend on the data), so the sum of [`PartOutcome::raw_bytes`](zshard_pipeline::PartOutcome::raw_bytes) of a
+/// complete run equals [`Work::raw_bytes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Work {
+    /// Shards to convert (those not done by an earlier run, of this worker's share).
+    pub shards: u64,
+    /// Inner chunks of those shards.
+    pub inner_chunks: u64,
+    /// Raw bytes of those inner chunks.
+    pub raw_bytes: u64,
+}
