@@ -74,6 +74,10 @@ impl ChunkReader for ZarrChunkReader {
     fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
         listed_versions(&self.store, self.encoding, ndim).map(Some)
     }
+
+    fn names_versions(&self) -> bool {
+        true
+    }
 }
 
 /// The version of every object of the array folder `store` that is a chunk key of `encoding`
