@@ -73,6 +73,20 @@ if [ "$w10" = 1 ]; then
     exec "$VENV/bin/python" "$HERE/w10.py" --zshard "$REPO/target/release/zshard" "$@"
 fi
 
+# --- W11 (a nightly update against a full conversion): benches/w11.py, local disk and the paging S3 server ---
+w11=0
+prev=""
+for a in "$@"; do
+    case "$prev=$a" in --workloads=*[Ww]11*) w11=1 ;; esac
+    case "$a" in --workloads=*[Ww]11*) w11=1 ;; esac
+    prev="$a"
+done
+if [ "$w11" = 1 ]; then
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check sortedcontainers==2.4.0
+    export PYTHONDONTWRITEBYTECODE=1
+    exec "$VENV/bin/python" "$HERE/w11.py" --zshard "$REPO/target/release/zshard" "$@"
+fi
+
 # --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---
 cloud=0
 prev=""

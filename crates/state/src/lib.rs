@@ -117,8 +117,8 @@ pub use error::{one_line, Error, Result};
 pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
-    gather_kept, has_kept_records, kept_key, shards_to_update, update_counts, ArrayChanges,
-    Digests, UpdateCounts,
+    gather_kept, has_kept_records, is_kept_records, kept_key, kept_written, shards_to_update,
+    update_counts, ArrayChanges, Digests, UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
@@ -132,7 +132,7 @@ pub use status::{
     read_status, status, ArrayStatus, LeaseStatus, Phase, Rate, Status, Totals, WorkerStatus,
     RATE_WINDOW_MS,
 };
-pub use survey::{survey, Survey};
+pub use survey::{survey, survey_finished, Survey};
 pub use uploads::{abort_recorded_uploads, recording_uploads};
 
 /// The folder of a conversion's state.
@@ -160,7 +160,7 @@ const OVERWRITING: &str = ".zshard/overwriting";
 /// by its text first, and as JSON only when the text differs (a record an earlier version wrote
 /// pretty-printed, or another conversion's).
 #[derive(Debug, Clone)]
-pub struct Fingerprint(Bytes, TracksSources);
+pub struct Fingerprint(Bytes, TracksSources, std::sync::OnceLock<u64>);
 
 /// Whether every shard's records name what it was made from (see `made_from.rs`): a recorded
 /// conversion whose arrays differ from this one only in shape and attributes (the source grew, or
@@ -203,13 +203,17 @@ impl Fingerprint {
             what: "the conversion's options",
             source,
         })?;
-        Ok(Fingerprint(Bytes::from(text), TracksSources(false)))
+        Ok(Fingerprint(
+            Bytes::from(text),
+            TracksSources(false),
+            std::sync::OnceLock::new(),
+        ))
     }
 
     /// This fingerprint, for a run whose records name what each shard was made from when
     /// `tracks` (see [`TracksSources`]).
     pub fn tracking_sources(self, tracks: bool) -> Fingerprint {
-        Fingerprint(self.0, TracksSources(tracks))
+        Fingerprint(self.0, TracksSources(tracks), self.2)
     }
 
     /// The text recorded for this conversion.
@@ -232,9 +236,13 @@ impl Fingerprint {
 
     /// What identifies the conversion whatever the source's shape and attributes (see
     /// [`TracksSources`]): the head line of the records it keeps (see `made_from.rs`).
+    /// Made once: every array's kept records are checked against it, and at 30,000 arrays the
+    /// fingerprint's JSON is megabytes.
     pub(crate) fn conversion_id(&self) -> u64 {
-        let options = without_contents(self.value());
-        zshard_core::stable_hash(&serde_json::to_vec(&options).unwrap_or_default())
+        *self.2.get_or_init(|| {
+            let options = without_contents(self.value());
+            zshard_core::stable_hash(&serde_json::to_vec(&options).unwrap_or_default())
+        })
     }
 
     /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.

@@ -17,6 +17,11 @@ use super::*;
 /// The file of an array's folder that keeps its shards' records after the conversion finishes.
 pub(crate) const KEPT: &str = ".zshard-records";
 
+/// Whether `key` is the kept records' file of an array (see [`kept_key`]).
+pub fn is_kept_records(key: &str) -> bool {
+    key.rsplit('/').next() == Some(KEPT)
+}
+
 /// The kept records' file of the array at `array_path`.
 pub fn kept_key(array_path: &str) -> String {
     join(array_path, KEPT)
@@ -208,24 +213,29 @@ pub fn gather_kept(
     fingerprint: &Fingerprint,
 ) -> Result<(Vec<(String, Bytes)>, Vec<String>)> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
-    let keys: Vec<String> = dst
+    let records: Vec<String> = dst
         .list_keys(STATE_DIR)?
         .into_iter()
         .filter(|key| is_record(key))
-        .chain(plan.arrays.iter().map(|a| kept_key(a.path)))
         .collect();
+    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
+    let (records_read, kept_read) = dst.block_on(async {
+        futures::join!(dst.get_many_async(&records), dst.get_many_async(&kept))
+    });
     let mut files = Vec::new();
     let mut beyond = Vec::new();
-    for (key, read) in keys.iter().zip(dst.get_many(&keys)) {
-        // A damaged file is left out: the shards it alone names are converted again next time.
+    // A damaged file is left out: the shards it alone names are converted again next time.
+    for (key, read) in records.into_iter().zip(records_read) {
         if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
-            if key.ends_with(KEPT) {
-                if !kept_by(&body, fingerprint) {
-                    continue;
-                }
-                beyond.extend(beyond_extent(plan, &body));
+            files.push((key, body));
+        }
+    }
+    for ((key, read), array) in kept.into_iter().zip(kept_read).zip(&plan.arrays) {
+        if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
+            if kept_by(&body, fingerprint) {
+                beyond.extend(beyond_extent(array, &body));
+                files.push((key, body));
             }
-            files.push((key.clone(), body));
         }
     }
     for (key, bytes) in last.iter().filter(|(key, _)| is_record(key)) {
@@ -238,7 +248,8 @@ pub fn gather_kept(
 
 /// The keys of the written shards that kept records (`body`) name outside their array's shard grid
 /// now.
-fn beyond_extent(plan: &Outputs, body: &[u8]) -> Vec<String> {
+fn beyond_extent(array: &OutputArray, body: &[u8]) -> Vec<String> {
+    let grid = array.geometry.shard_grid();
     let mut keys = Vec::new();
     for line in String::from_utf8_lossy(body).lines() {
         let (fields, _) = split_digest(line);
@@ -246,10 +257,9 @@ fn beyond_extent(plan: &Outputs, body: &[u8]) -> Vec<String> {
         else {
             continue;
         };
-        let Some(array) = plan.arrays.iter().find(|a| a.path == path) else {
+        if path != array.path {
             continue;
-        };
-        let grid = array.geometry.shard_grid();
+        }
         let coord: Option<Vec<u64>> = coord.split(',').map(|c| c.parse().ok()).collect();
         match coord {
             Some(coord) if coord.len() == grid.len() && !inside(&coord, &grid) => {
@@ -269,6 +279,26 @@ pub struct UpdateCounts {
     pub shards_rewritten: u64,
     /// Shards they do not name (the array grew, or is new).
     pub shards_added: u64,
+}
+
+/// The written shards (array path, coordinate text) that kept records (as [`gather_kept`] makes
+/// them) name: what a kept manifest may vouch for.
+pub fn kept_written(kept: &[(String, Bytes)]) -> HashSet<(String, String)> {
+    let mut written = HashSet::new();
+    for (_, sealed_body) in kept {
+        let Some(body) = sealed::unseal(sealed_body) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&body).lines() {
+            let (fields, _) = split_digest(line);
+            if let (Some(path), Some(coord), Some(_size)) =
+                (fields.first(), fields.get(1), fields.get(2))
+            {
+                written.insert((path.to_string(), coord.to_string()));
+            }
+        }
+    }
+    written
 }
 
 /// What this run brings up to date (see [`UpdateCounts`]): of this worker's shards not done, those
@@ -337,7 +367,7 @@ pub fn shards_to_update(survey: &Survey, plan: &Outputs, digests: &Digests) -> V
             let mut kept: HashMap<u64, Option<u64>> = HashMap::new();
             let mut changes = ArrayChanges::default();
             if let Some(body) = survey.records.get(&kept_key(array.path)) {
-                changes.remove = beyond_extent(plan, body).len() as u64;
+                changes.remove = beyond_extent(array, body).len() as u64;
                 for line in String::from_utf8_lossy(body).lines() {
                     let (fields, digest) = split_digest(line);
                     if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {

@@ -29,6 +29,29 @@ pub struct Survey {
 ///
 /// Records kept by a finished conversion count only when it was this one (`fingerprint`, but for
 /// the source's shape and attributes).
+/// What a finished conversion left for the next run to compare with: the metadata documents and
+/// the kept records only (one round of reads: no listing of the state or of the shards), for
+/// `zshard plan` to say what an update would do (see [`survey`] for the rest).
+pub fn survey_finished(dst: &Store, plan: &Outputs, fingerprint: &Fingerprint) -> Result<Survey> {
+    let documents = document_keys(plan);
+    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
+    let (read, kept_read) = dst.block_on(async {
+        futures::join!(dst.get_many_async(&documents), dst.get_many_async(&kept))
+    });
+    let mut survey = Survey::default();
+    for (key, found) in documents.into_iter().zip(read) {
+        survey.documents.insert(key, found?);
+    }
+    for (key, found) in kept.into_iter().zip(kept_read) {
+        if let Some(body) = found?.as_ref().and_then(sealed::unseal) {
+            if kept_by(&body, fingerprint) {
+                survey.records.insert(key, body);
+            }
+        }
+    }
+    Ok(survey)
+}
+
 pub fn survey(
     dst: &Store,
     plan: &Outputs,

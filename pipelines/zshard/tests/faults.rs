@@ -140,6 +140,10 @@ fn tree(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
             if path.is_dir() {
                 out.insert(rel, None);
                 walk(root, &path, out);
+            } else if entry.file_name() == ".zshard-records" {
+                // The records a finished conversion keeps name the versions (inode, modification
+                // time) of its shards' files, which differ from run to run.
+                continue;
             } else {
                 out.insert(rel, Some(std::fs::read(&path).expect("read")));
             }

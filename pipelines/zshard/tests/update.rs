@@ -400,3 +400,141 @@ fn plan_on_a_finished_destination_says_what_an_update_would_do() {
     // A destination that does not exist yet has no update to plan.
     assert_eq!(plan(&tmp.path().join("none"))["update"], Value::Null);
 }
+
+/// Copies the folder `from` to `to` (files only, preserving nothing but bytes).
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// Kill -9 at several moments of an update, then the same command again: every time the output
+/// equals an uninterrupted update's, byte for byte, and the next run finds nothing to do.
+#[test]
+fn kill_during_an_update_then_rerun_equals_an_uninterrupted_update() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let shape = [1024u64, 512];
+    let chunks = [8u64, 8];
+    let mut data = expected(DataType::UInt16, &shape, 0);
+    let src = tmp.path().join("src");
+    write_v2(&src, DataType::UInt16, &shape, &chunks, compressor(), &data);
+    let finished = tmp.path().join("finished");
+    let args = |dst: &Path| -> Vec<String> {
+        [
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--shard-shape",
+            "64,64",
+            "--compressor",
+            "gzip:9",
+            "--threads",
+            "1",
+            "--quiet",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |dst: &Path| {
+        let out = std::process::Command::new(common::binary())
+            .args(args(dst))
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&finished);
+    // Every element of the second half of the rows changes: 64 of the 128 shards.
+    for v in data[shape[1] as usize * 2 * 512..].chunks_mut(2) {
+        let x = u16::from_le_bytes([v[0], v[1]]) ^ 0x0f0f;
+        v.copy_from_slice(&x.to_le_bytes());
+    }
+    update_v2(&src, DataType::UInt16, &shape, &chunks, compressor(), &data);
+
+    let reference_dir = tmp.path().join("reference");
+    std::fs::create_dir_all(&reference_dir).expect("mkdir");
+    copy_dir(&finished, &reference_dir);
+    let started = std::time::Instant::now();
+    run(&reference_dir);
+    let duration = started.elapsed();
+    let reference = common::files(&reference_dir);
+    assert_eq!(read_v3(&reference_dir).0, data);
+
+    let mut interrupted = 0;
+    for point in 0..6u32 {
+        let dst = tmp.path().join(format!("run{point}"));
+        std::fs::create_dir_all(&dst).expect("mkdir");
+        copy_dir(&finished, &dst);
+        let mut child = std::process::Command::new(common::binary())
+            .args(args(&dst))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(duration.mul_f64(0.1 + 0.15 * f64::from(point)));
+        interrupted += usize::from(child.try_wait().expect("wait").is_none());
+        child.kill().ok();
+        child.wait().expect("reap");
+        run(&dst);
+        assert!(
+            common::files(&dst) == reference,
+            "point {point}: the output differs from an uninterrupted update"
+        );
+        let out = std::process::Command::new(common::binary())
+            .args(args(&dst))
+            .output()
+            .expect("run");
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("already complete"),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        interrupted >= 3,
+        "only {interrupted} of 6 kills landed mid-update"
+    );
+}
+
+#[test]
+fn verify_and_the_kept_manifest_hold_after_an_update() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &["--keep-manifest"]);
+    let at = (10 * SHAPE[1] + 70) as usize * 2;
+    data[at..at + 2].copy_from_slice(&9u16.to_le_bytes());
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    let report = convert(&src, &dst, &["--keep-manifest"]);
+    assert_eq!(update_counts(&report), (1, 0));
+    for args in [
+        vec![
+            "verify",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ],
+        vec!["verify", "--manifest", dst.to_str().expect("utf-8")],
+    ] {
+        let out = zshard(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The manifest names every shard, the rewritten one with its new checksum.
+    let manifest = std::fs::read_to_string(dst.join(".zshard/manifest.tsv")).expect("manifest");
+    let shards = manifest.lines().filter(|l| !l.contains("\tm:")).count();
+    assert_eq!(shards, 9, "{manifest}");
+}

@@ -371,12 +371,26 @@ impl Conversion {
         if self.icechunk_output().is_some() {
             return Ok(None);
         }
-        let Ok(destination) = opened.destination(false) else {
+        // One round of reads, without retries: a destination that cannot be read (none yet, an
+        // endpoint that does not answer) has no update to plan, and must not hold up the plan.
+        let probe = StoreOptions {
+            retries: Some(0),
+            ..self.store_options.clone()
+        };
+        let runtime = IoRuntime::with_options(2, probe)?;
+        let location = Location::parse(&self.destination)?;
+        let Ok(destination) = Store::open_location(&location, runtime, false) else {
             return Ok(None);
         };
         let fingerprint = opened.fingerprint()?;
         let outputs = opened.plan.outputs();
-        let survey = zshard_state::survey(&destination, &outputs, false, &fingerprint)?;
+        let survey = match zshard_state::survey_finished(&destination, &outputs, &fingerprint) {
+            Ok(survey) => survey,
+            Err(e) => {
+                tracing::debug!("no update to plan: {}", zshard_state::one_line(&e));
+                return Ok(None);
+            }
+        };
         if !zshard_state::has_kept_records(&survey, &outputs) {
             return Ok(None);
         }
@@ -946,9 +960,21 @@ fn finish(
         }
         false => (Vec::new(), Vec::new()),
     };
-    if keep_manifest {
-        let files = zshard_state::read_records(destination, records)?;
+    // An update keeps a manifest an earlier run kept up to date, with or without the flag: its
+    // shards' records are merged over the old manifest, and only the shards the kept records name
+    // as written stay in it.
+    let kept_manifest = match digests.all_known() {
+        true => destination.get(zshard_state::MANIFEST)?,
+        false => None,
+    };
+    if keep_manifest || kept_manifest.is_some() {
+        let mut files = zshard_state::read_records(destination, records)?;
+        files.extend(kept_manifest.map(|old| (zshard_state::MANIFEST.to_string(), old)));
         let mut merged = zshard_state::merge(&files);
+        if digests.all_known() {
+            let written = zshard_state::kept_written(&kept);
+            merged.retain(|shard, _| written.contains(shard));
+        }
         for (key, size, crc) in document_checksums(plan, consolidate) {
             zshard_state::add_document(&mut merged, &key, size, crc);
         }

@@ -525,8 +525,9 @@ fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == zshard_state::MANIFEST {
-            // Kept by `--keep-manifest`.
+        if key == zshard_state::MANIFEST || zshard_state::is_kept_records(&key) {
+            // Kept by `--keep-manifest`, and what each array's shards were made from (for the
+            // next run to bring the output up to date).
             continue;
         }
         if key == ".zshard" || key.starts_with(".zshard/") {
