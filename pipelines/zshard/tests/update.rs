@@ -490,7 +490,7 @@ fn kill_during_an_update_then_rerun_equals_an_uninterrupted_update() {
             "point {point}: the output differs from an uninterrupted update"
         );
         let out = std::process::Command::new(common::binary())
-            .args(args(&dst))
+            .args(args(&dst).iter().filter(|a| *a != "--quiet"))
             .output()
             .expect("run");
         assert!(out.status.success());

@@ -980,6 +980,10 @@ fn finish(
         }
         destination.put(zshard_state::MANIFEST, zshard_state::to_text(&merged))?;
     }
+    // Staged files of an interrupted write of the kept records go first, as the documents' do.
+    for (key, _) in &kept {
+        destination.remove_staged_of(key)?;
+    }
     let alongside = [records, &kept[..]].concat();
     let listed = write_metadata(destination, plan, consolidate, cancel, &alongside)?;
     // The array shrank: the shards zshard wrote beyond its extent now, once the metadata no longer
