@@ -265,7 +265,7 @@ fn status<'py>(
     let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
     loop {
         let status = py
-            .detach(|| zshard_convert::status::status_with(&options))
+            .detach(|| options.status())
             .map_err(|e| conversion_error(py, &e))?;
         let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
             return Ok(pythonize::pythonize(py, &status)?);

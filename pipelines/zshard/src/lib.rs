@@ -623,7 +623,7 @@ pub struct List {
     /// SRC.
     pub source: String,
     /// How SRC is read (format, references, selection).
-    pub options: zshard_convert::SourceOptions,
+    pub options: zshard_convert::ReadOptions,
     /// How its store is reached.
     pub store_options: zshard_convert::StoreOptions,
 }

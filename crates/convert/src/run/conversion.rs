@@ -11,7 +11,7 @@ use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
-use crate::plan::input::{Input, SourceOptions};
+use crate::plan::input::{Input, ReadOptions};
 use crate::plan::{array_name, Layouts, Plan};
 use crate::run::memory;
 use crate::run::report::{Report, ReportBuilder, Status};
@@ -30,7 +30,7 @@ pub struct Conversion {
     /// Shapes, codecs and index location, for all arrays or per array.
     pub layouts: Layouts,
     /// How the source is read.
-    pub source_options: SourceOptions,
+    pub source_options: ReadOptions,
     /// How storage is reached (credentials, endpoints, retries, upload parts).
     pub store_options: StoreOptions,
     /// Threads fetching chunks and threads writing shards, each; `None`: 2 for local paths, 8 to 32
@@ -97,7 +97,7 @@ impl Conversion {
             source: source.into(),
             destination: destination.into(),
             layouts: Layouts::default(),
-            source_options: SourceOptions::default(),
+            source_options: ReadOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
             threads: crate::threads::default_threads(),
@@ -176,7 +176,7 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let source_options = crate::plan::input::SourceOptions {
+        let source_options = crate::plan::input::ReadOptions {
             memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
             ..self.source_options.clone()
         };

@@ -18,7 +18,7 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions, COALESCE_GAP, MAX_R
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, OnUnsupported, ReadOptions, SkippedArray};
 use crate::plan::{array_name, inner_chain};
 use crate::Conversion;
 use zshard_state::join;
@@ -659,7 +659,7 @@ pub struct Verification {
     /// The sharded Zarr v3 output.
     pub destination: String,
     /// How the source is read.
-    pub source_options: SourceOptions,
+    pub source_options: ReadOptions,
     /// How storage is reached.
     pub store_options: StoreOptions,
     /// Threads fetching chunks and reading shards, each (see [`Conversion::io_threads`](crate::Conversion)).
@@ -703,7 +703,7 @@ impl Verification {
         Verification {
             source: source.into(),
             destination: destination.into(),
-            source_options: SourceOptions::default(),
+            source_options: ReadOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
@@ -763,7 +763,7 @@ fn verify(v: &Verification) -> Result<Verified> {
     // The source as the conversion wrote it: OME-Zarr 0.4 attributes in their 0.5 form.
     // Arrays zshard does not read were never converted: whatever `--on-unsupported` said, there is
     // nothing to compare them with.
-    let skipping = SourceOptions {
+    let skipping = ReadOptions {
         on_unsupported: OnUnsupported::Skip,
         ..v.source_options.clone()
     };
