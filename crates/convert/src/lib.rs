@@ -1,7 +1,7 @@
 //! The zshard conversion as a library: every front end (the `zshard` command, job files, Python)
 //! calls this crate, and only translates options and prints.
 //!
-//! A [`Conversion`] says where from, where to and how ([`Layout`], [`SourceOptions`],
+//! A [`Conversion`] says where from, where to and how ([`Layout`], [`ReadOptions`],
 //! [`StoreOptions`], memory limit, threads, [`Partition`]); [`Conversion::plan`] answers what it
 //! would do from metadata alone, [`Conversion::convert`] converts (resuming an interrupted run with
 //! the same options), [`Conversion::finalize`] writes the metadata after a partitioned run, and
@@ -52,9 +52,7 @@ mod verify;
 
 pub use compressor::Compressor;
 pub use error::{one_line, Error, Result};
-pub use plan::input::{
-    OnUnsupported, SkippedArray, SourceFormat, SourceOptions, DEFAULT_SOURCE_REF,
-};
+pub use plan::input::{OnUnsupported, ReadOptions, SkippedArray, SourceFormat, DEFAULT_SOURCE_REF};
 pub use plan::listing::{list, ListedArray, Listing};
 pub use plan::plan_report::{ArrayUpdate, Cost, PlanReport, UpdatePlan};
 pub use plan::selection::Selection;
@@ -64,7 +62,7 @@ pub use run::conversion::{Conversion, Finalized};
 pub use run::icechunk_output::{DestinationSpec, IcechunkOutput, Published, SpecVersion};
 pub use run::memory::{default_limit, memory_default, MemoryDefault, MemorySource};
 pub use run::report::{
-    ArrayReport, Counts, Failure, Report, RunOptions, Status, Update, Worker, GIT_COMMIT,
+    ArrayReport, Counts, Failure, Report, ReportedOptions, Status, Update, Worker, GIT_COMMIT,
 };
 pub use run::status;
 pub use size::parse_size;

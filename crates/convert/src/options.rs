@@ -21,7 +21,7 @@ use zshard_store::StoreOptions;
 use zshard_zarr::ome::OmeMetadata;
 
 use crate::error::{Error, Result};
-use crate::plan::input::{OnUnsupported, SourceFormat, SourceOptions as ReadOptions};
+use crate::plan::input::{OnUnsupported, ReadOptions, SourceFormat};
 use crate::plan::selection::Selection;
 use crate::plan::{Layout, Layouts, LevelShapes};
 use crate::run::icechunk_output::{IcechunkOutput, SpecVersion};
@@ -424,6 +424,17 @@ impl StatusOptions {
             destination: destination.into(),
             ..StatusOptions::default()
         }
+    }
+
+    /// The status these options ask for (the destination, reached with the storage options).
+    pub fn status(&self) -> Result<crate::status::Status> {
+        crate::status::status_of(&self.destination, &self.storage.store_options())
+    }
+
+    /// [`StatusOptions::status`] for a destination that a job names: one that does not exist yet
+    /// is a conversion not started (a job's later conversions), not an error as a mistyped DST is.
+    pub fn status_in_job(&self) -> Result<crate::status::Status> {
+        crate::status::status_in_job(&self.destination, &self.storage.store_options())
     }
 }
 

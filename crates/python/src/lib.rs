@@ -154,9 +154,11 @@ fn convert<'py>(
     let mut options: Options = lower::model(py, Action::Convert, src, Some(dst), options)?;
     // Without `worker`, the share of a SLURM job array or a Kubernetes Indexed Job, as the command's.
     let run = &mut options.run;
+    // The worker's share is the destination protocol's (zshard-state), its error the library's.
     let worker = Partition::resolve(run.worker.as_deref(), run.workers, |k| {
         std::env::var(k).ok()
     })
+    .map_err(zshard_convert::Error::from)
     .map(|partition| {
         if run.worker.is_none() && !partition.is_all() {
             run.worker = Some(partition.to_string());
@@ -263,7 +265,7 @@ fn status<'py>(
     let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
     loop {
         let status = py
-            .detach(|| zshard_convert::status::status_with(&options))
+            .detach(|| options.status())
             .map_err(|e| conversion_error(py, &e))?;
         let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
             return Ok(pythonize::pythonize(py, &status)?);

@@ -23,12 +23,6 @@ pub struct Survey {
     pub(super) records: HashMap<String, Bytes>,
 }
 
-/// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
-/// knows them). The record files are read as soon as the state folder is listed, while the shard
-/// listings (a thousand pages at a million shards) go on.
-///
-/// Records kept by a finished conversion count only when it was this one (`fingerprint`, but for
-/// the source's shape and attributes).
 /// What a finished conversion left for the next run to compare with: the metadata documents and
 /// the kept records only (one round of reads: no listing of the state or of the shards), for
 /// `zshard plan` to say what an update would do (see [`survey`] for the rest).
@@ -52,6 +46,12 @@ pub fn survey_finished(dst: &Store, plan: &Outputs, fingerprint: &Fingerprint) -
     Ok(survey)
 }
 
+/// Reads what [`Survey`] holds; the claim's contents only `with_claim` (a run that just claimed
+/// knows them). The record files are read as soon as the state folder is listed, while the shard
+/// listings (a thousand pages at a million shards) go on.
+///
+/// Records kept by a finished conversion count only when it was this one (`fingerprint`, but for
+/// the source's shape and attributes).
 pub fn survey(
     dst: &Store,
     plan: &Outputs,

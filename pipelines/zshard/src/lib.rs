@@ -383,42 +383,13 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             layout,
             keep_manifest,
             quiet,
-        } => {
-            let job = layout.dst.is_none().then_some(layout.src.as_str());
-            spell_for(job);
-            for mut options in conversions(&layout)? {
-                if keep_manifest {
-                    options.run.keep_manifest = Some(true);
-                }
-                let (conversion, configured) = conversion(&options);
-                signals::cancel_on_signals(conversion.cancel.clone())?;
-                let (source, destination) = (&conversion.source, &conversion.destination);
-                let finalized = configured.and_then(|()| conversion.finalize());
-                print::finalized(&in_job(job, source, destination, finalized)?, quiet);
-            }
-            Ok(())
-        }
+        } => finalize(&layout, keep_manifest, quiet),
         Command::Plan {
             layout,
             threads,
             memory_limit,
             json,
-        } => {
-            signals::exit_on_signals()?;
-            let job = layout.dst.is_none().then_some(layout.src.as_str());
-            spell_for(job);
-            let mut plans = Vec::new();
-            for mut options in conversions(&layout)? {
-                // The flags win over the job file's settings.
-                options.run.threads = threads.or(options.run.threads);
-                options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
-                let (conversion, configured) = conversion(&options);
-                let plan = configured.and_then(|()| conversion.plan());
-                let (source, destination) = (&conversion.source, &conversion.destination);
-                plans.push(in_job(job, source, destination, plan)?);
-            }
-            print::plans(&plans, json)
-        }
+        } => plan(&layout, threads, memory_limit, json),
         Command::Verify {
             src,
             dst,
@@ -432,25 +403,8 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             ..
         } => {
             signals::exit_on_signals()?;
-            let mut first = First::default();
-            let options = VerifyOptions {
-                source: src,
-                destination: dst.unwrap_or_default(),
-                input: lower::source(&source, &mut first),
-                storage: lower::storage(&storage),
-                ome,
-                threads,
-                memory_limit: None,
-                sample,
-                manifest: Some(true),
-            };
-            first.result()?;
-            // The one construction of a manifest check (the Python module's too).
-            let verification = options
-                .manifest_verification()?
-                .ok_or_else(|| anyhow::anyhow!("--manifest is given"))?;
-            let verified = verification.run()?;
-            print::verified_manifest(&verified, quiet)
+            let options = manifest_options(src, dst, &source, &storage, sample, threads, ome)?;
+            verify_manifest(&options, quiet)
         }
         Command::Verify {
             src,
@@ -462,39 +416,8 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             quiet,
             ..
         } => {
-            if ome.is_some() {
-                anyhow::bail!(
-                    "job file {src}: --ome is the job file's `ome` key, not a flag beside it"
-                );
-            }
-            if !lower::source(&source, &mut First::default())
-                .given()
-                .is_empty()
-                || source.source_format.is_some()
-                || source.on_unsupported.is_some()
-            {
-                anyhow::bail!(
-                    "job file {src}: give the source options in the job file, not as flags beside it"
-                );
-            }
-            spell_for(Some(&src));
-            if std::path::Path::new(&src).is_dir() {
-                anyhow::bail!(
-                    "{src} is a folder, not a job file: give SRC and DST, or check the output alone against its kept manifest with `zshard verify --manifest {src}`"
-                );
-            }
-            let verifications = job::verifications(&src, &lower::storage(&storage))?;
-            signals::exit_on_signals()?;
-            for mut options in verifications {
-                // The flags win over the job file's settings.
-                options.threads = threads.or(options.threads);
-                options.sample = sample;
-                let verification = verification(&options);
-                let (source, destination) = (&verification.source, &verification.destination);
-                let verified = in_job(Some(&src), source, destination, verification.run())?;
-                print::verified(&verification.source, &verified, quiet)?;
-            }
-            Ok(())
+            refuse_flags_beside_verify_job(&src, &source, ome)?;
+            verify_job(&src, &storage, sample, threads, quiet)
         }
         Command::Ls { .. } => unreachable!("`ls` is always a request (one_request)"),
         Command::Run {
@@ -517,28 +440,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             storage,
             watch,
             json,
-        } => {
-            let storage = lower::storage(&storage);
-            let watched = if dst.ends_with(".toml") {
-                let job = Some(dst.as_str());
-                spell_for(job);
-                job::load(dst.as_ref(), &storage, None)?
-                    .into_iter()
-                    .map(|options| StatusOptions {
-                        destination: options.destination,
-                        storage: options.storage,
-                        watch,
-                    })
-                    .collect()
-            } else {
-                vec![StatusOptions {
-                    destination: dst.clone(),
-                    storage,
-                    watch,
-                }]
-            };
-            status::watch(&watched, dst.ends_with(".toml"), json)
-        }
+        } => status_command(&dst, &storage, watch, json),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut command(), "zshard", &mut script);
@@ -546,6 +448,163 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         }
         Command::Man { command: name } => help::man(command(), name.as_deref()),
     }
+}
+
+/// `zshard finalize`: the metadata of each conversion (of a job file, or SRC DST) written after a
+/// partitioned run.
+fn finalize(layout: &LayoutArgs, keep_manifest: bool, quiet: bool) -> anyhow::Result<()> {
+    let job = layout.dst.is_none().then_some(layout.src.as_str());
+    spell_for(job);
+    for mut options in conversions(layout)? {
+        if keep_manifest {
+            options.run.keep_manifest = Some(true);
+        }
+        let (conversion, configured) = conversion(&options);
+        signals::cancel_on_signals(conversion.cancel.clone())?;
+        let (source, destination) = (&conversion.source, &conversion.destination);
+        let finalized = configured.and_then(|()| conversion.finalize());
+        print::finalized(&in_job(job, source, destination, finalized)?, quiet);
+    }
+    Ok(())
+}
+
+/// `zshard plan`: what each conversion (of a job file, or SRC DST) would do.
+fn plan(
+    layout: &LayoutArgs,
+    threads: Option<usize>,
+    memory_limit: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    signals::exit_on_signals()?;
+    let job = layout.dst.is_none().then_some(layout.src.as_str());
+    spell_for(job);
+    let mut plans = Vec::new();
+    for mut options in conversions(layout)? {
+        // The flags win over the job file's settings.
+        options.run.threads = threads.or(options.run.threads);
+        options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
+        let (conversion, configured) = conversion(&options);
+        let plan = configured.and_then(|()| conversion.plan());
+        let (source, destination) = (&conversion.source, &conversion.destination);
+        plans.push(in_job(job, source, destination, plan)?);
+    }
+    print::plans(&plans, json)
+}
+
+/// The options of `zshard verify --manifest DST` (DST given as SRC, the one operand).
+fn manifest_options(
+    src: String,
+    dst: Option<String>,
+    source: &SourceArgs,
+    storage: &StorageArgs,
+    sample: Option<f64>,
+    threads: Option<usize>,
+    ome: Option<zshard_convert::OmeMetadata>,
+) -> anyhow::Result<VerifyOptions> {
+    let mut first = First::default();
+    let options = VerifyOptions {
+        source: src,
+        destination: dst.unwrap_or_default(),
+        input: lower::source(source, &mut first),
+        storage: lower::storage(storage),
+        ome,
+        threads,
+        memory_limit: None,
+        sample,
+        manifest: Some(true),
+    };
+    first.result()?;
+    Ok(options)
+}
+
+/// `zshard verify --manifest DST`: the output checked against its kept manifest.
+fn verify_manifest(options: &VerifyOptions, quiet: bool) -> anyhow::Result<()> {
+    // The one construction of a manifest check (the Python module's too).
+    let verification = options
+        .manifest_verification()?
+        .ok_or_else(|| anyhow::anyhow!("--manifest is given"))?;
+    let verified = verification.run()?;
+    print::verified_manifest(&verified, quiet)
+}
+
+/// A job file's verifications take their source options from the job file: flags beside it are
+/// refused, as is a folder given for the job file.
+fn refuse_flags_beside_verify_job(
+    src: &str,
+    source: &SourceArgs,
+    ome: Option<zshard_convert::OmeMetadata>,
+) -> anyhow::Result<()> {
+    if ome.is_some() {
+        anyhow::bail!("job file {src}: --ome is the job file's `ome` key, not a flag beside it");
+    }
+    if !lower::source(source, &mut First::default())
+        .given()
+        .is_empty()
+        || source.source_format.is_some()
+        || source.on_unsupported.is_some()
+    {
+        anyhow::bail!(
+            "job file {src}: give the source options in the job file, not as flags beside it"
+        );
+    }
+    spell_for(Some(src));
+    if std::path::Path::new(src).is_dir() {
+        anyhow::bail!(
+            "{src} is a folder, not a job file: give SRC and DST, or check the output alone against its kept manifest with `zshard verify --manifest {src}`"
+        );
+    }
+    Ok(())
+}
+
+/// `zshard verify JOB.toml`: every conversion of the job file verified against its source.
+fn verify_job(
+    src: &str,
+    storage: &StorageArgs,
+    sample: Option<f64>,
+    threads: Option<usize>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let verifications = job::verifications(src, &lower::storage(storage))?;
+    signals::exit_on_signals()?;
+    for mut options in verifications {
+        // The flags win over the job file's settings.
+        options.threads = threads.or(options.threads);
+        options.sample = sample;
+        let verification = verification(&options);
+        let (source, destination) = (&verification.source, &verification.destination);
+        let verified = in_job(Some(src), source, destination, verification.run())?;
+        print::verified(&verification.source, &verified, quiet)?;
+    }
+    Ok(())
+}
+
+/// `zshard status DST` (or `JOB.toml`: each of its destinations), once or watched.
+fn status_command(
+    dst: &str,
+    storage: &StorageArgs,
+    watch: Option<zshard_convert::options::Interval>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let storage = lower::storage(storage);
+    let watched = if dst.ends_with(".toml") {
+        let job = Some(dst);
+        spell_for(job);
+        job::load(dst.as_ref(), &storage, None)?
+            .into_iter()
+            .map(|options| StatusOptions {
+                destination: options.destination,
+                storage: options.storage,
+                watch,
+            })
+            .collect()
+    } else {
+        vec![StatusOptions {
+            destination: dst.to_string(),
+            storage,
+            watch,
+        }]
+    };
+    status::watch(&watched, dst.ends_with(".toml"), json)
 }
 
 /// The command line's definition, with the version, commit and features of this build.
@@ -623,7 +682,7 @@ pub struct List {
     /// SRC.
     pub source: String,
     /// How SRC is read (format, references, selection).
-    pub options: zshard_convert::SourceOptions,
+    pub options: zshard_convert::ReadOptions,
     /// How its store is reached.
     pub store_options: zshard_convert::StoreOptions,
 }

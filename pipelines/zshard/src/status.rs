@@ -7,7 +7,7 @@ use std::io::IsTerminal as _;
 use anyhow::Context as _;
 use indicatif::HumanBytes;
 use zshard_convert::options::StatusOptions;
-use zshard_convert::status::{status_in_job, status_with, Phase, Status};
+use zshard_convert::status::{Phase, Status};
 
 /// `zshard status --help`.
 pub const HELP: &str = "\
@@ -43,7 +43,11 @@ pub fn watch(watched: &[StatusOptions], job: bool, json: bool) -> anyhow::Result
         let statuses = watched
             .iter()
             .map(|options| {
-                let status = if job { status_in_job } else { status_with };
+                let status = if job {
+                    StatusOptions::status_in_job
+                } else {
+                    StatusOptions::status
+                };
                 status(options).with_context(|| format!("status of {}", options.destination))
             })
             .collect::<anyhow::Result<Vec<Status>>>()?;

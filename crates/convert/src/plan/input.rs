@@ -22,7 +22,7 @@ pub enum SourceFormat {
     KerchunkJson,
     /// A kerchunk Parquet reference folder.
     KerchunkParquet,
-    /// An Icechunk repository (at [`SourceOptions::reference`]).
+    /// An Icechunk repository (at [`ReadOptions::reference`]).
     Icechunk,
     /// An N5 container (a dataset or a group of them).
     N5,
@@ -108,7 +108,7 @@ impl From<zshard_zarr::SkippedArray> for SkippedArray {
 
 /// How the input is read.
 #[derive(Debug, Clone, Default)]
-pub struct SourceOptions {
+pub struct ReadOptions {
     /// The input's kind; detected when `None`.
     pub format: Option<SourceFormat>,
     /// Options of kerchunk reference sets; `None` for the defaults. Giving them for a Zarr source is
@@ -152,7 +152,7 @@ impl Input {
     /// names an N5 version or dataset an N5 container, anything else Zarr.
     pub(crate) fn open(
         location: &Location,
-        options: &SourceOptions,
+        options: &ReadOptions,
         runtime: Arc<IoRuntime>,
     ) -> Result<Input> {
         let icechunk = match options.format {
@@ -308,7 +308,7 @@ impl Input {
     /// (with [`OnUnsupported::Skip`]) the selected arrays left out because zshard does not read them.
     pub(crate) fn nodes_skipping(
         &self,
-        options: &SourceOptions,
+        options: &ReadOptions,
     ) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
         let (nodes, skipped) = self.all_nodes(options.on_unsupported, options.memory_limit)?;
         let skipped = options.selection.retain_selected(skipped, |s| &s.path)?;

@@ -7,7 +7,7 @@ use zshard_core::{CodecSpec, NodeKind};
 use zshard_store::{IoRuntime, Location, StoreOptions};
 
 use crate::error::Result;
-use crate::plan::input::{Input, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, ReadOptions, SkippedArray};
 
 /// One array of a source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -44,11 +44,7 @@ pub struct Listing {
 
 /// Lists the arrays of `source` that `options.selection` takes (and the groups above them), and
 /// those skipped as unsupported (`options.on_unsupported`).
-pub fn list(
-    source: &str,
-    options: &SourceOptions,
-    store_options: &StoreOptions,
-) -> Result<Listing> {
+pub fn list(source: &str, options: &ReadOptions, store_options: &StoreOptions) -> Result<Listing> {
     let location = Location::parse(source)?;
     let runtime = IoRuntime::with_options(2, store_options.clone())?;
     let input = Input::open(&location, options, runtime)?;

@@ -11,12 +11,13 @@ use zshard_store::{IoRuntime, Location, Overlap, Store, StoreOptions};
 use zshard_writer::{consolidated_group_bytes, document_bytes, group_json};
 
 use crate::error::{Error, Result};
-use crate::plan::input::{Input, SourceOptions};
+use crate::plan::input::{Input, ReadOptions};
 use crate::plan::{array_name, Layouts, Plan};
 use crate::run::memory;
+use crate::run::recorder::Recorder;
 use crate::run::report::{Report, ReportBuilder, Status};
 use zshard_pipeline::{Budget, Cancel};
-use zshard_state::{Lease, Observer, Partition, Prepared, ShardLog};
+use zshard_state::{Lease, Observer, Partition, Prepared};
 
 /// One conversion of a source into sharded Zarr v3: where from, where to, and how. Make one with
 /// [`Conversion::new`] and set the fields that differ from the defaults.
@@ -30,7 +31,7 @@ pub struct Conversion {
     /// Shapes, codecs and index location, for all arrays or per array.
     pub layouts: Layouts,
     /// How the source is read.
-    pub source_options: SourceOptions,
+    pub source_options: ReadOptions,
     /// How storage is reached (credentials, endpoints, retries, upload parts).
     pub store_options: StoreOptions,
     /// Threads fetching chunks and threads writing shards, each; `None`: 2 for local paths, 8 to 32
@@ -97,7 +98,7 @@ impl Conversion {
             source: source.into(),
             destination: destination.into(),
             layouts: Layouts::default(),
-            source_options: SourceOptions::default(),
+            source_options: ReadOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
             threads: crate::threads::default_threads(),
@@ -176,7 +177,7 @@ impl Conversion {
         destination: Location,
         runtime: Arc<IoRuntime>,
     ) -> Result<Opened> {
-        let source_options = crate::plan::input::SourceOptions {
+        let source_options = crate::plan::input::ReadOptions {
             memory_limit: Some(self.memory_limit.unwrap_or_else(memory::default_limit)),
             ..self.source_options.clone()
         };
@@ -454,6 +455,8 @@ impl Conversion {
     }
 
     /// The conversion behind [`Conversion::convert`]: how it ended, and the reference reads made.
+    /// In steps: open the source and plan, lease the destination, claim it (or find the conversion
+    /// complete), find the shards done, convert the others, then finish (metadata) or record.
     fn run(
         &self,
         observer: &dyn Observer,
@@ -482,40 +485,26 @@ impl Conversion {
         for warning in plan.reader_warnings(&input.url()) {
             observer.warning(&warning);
         }
-        let all: Vec<u64> = plan
-            .arrays
-            .iter()
-            .map(|a| a.geometry.shard_count())
-            .collect();
-        if let Some(committed) = committed {
-            let running = zshard_state::holds_a_run(destination)?;
-            if committed(plan, &fingerprint.value(), running)? {
-                let lease_key = lease.stop();
-                clear_state(destination, None, &[lease_key])?;
-                planned(&all)?;
-                return Ok((Status::Complete, input.reference_reads()));
-            }
-        }
-        // The lease (taken in `open_leased`) is held from before the destination is touched until
-        // its state is removed, so that an --overwrite elsewhere refuses while this run writes.
-        let (prepared, options_record) = zshard_state::prepare(
+        let Some((survey, options_record)) = self.claim(
             destination,
-            &plan.outputs(),
+            plan,
             fingerprint,
-            partition,
-            self.overwrite.then_some(lease.key()),
+            &lease,
+            committed,
             observer,
             &|| listing.get(),
-        )?;
-        let survey = match prepared {
-            Prepared::Run(survey) => survey,
-            Prepared::Complete => {
-                // A run killed while removing its state after writing the metadata left some of it.
-                let lease_key = lease.stop();
-                clear_state(destination, None, &[lease_key])?;
-                planned(&all)?;
-                return Ok((Status::Complete, input.reference_reads()));
-            }
+        )?
+        else {
+            // Complete: elsewhere, or here by a run killed while removing its state.
+            let lease_key = lease.stop();
+            clear_state(destination, None, &[lease_key])?;
+            let all: Vec<u64> = plan
+                .arrays
+                .iter()
+                .map(|a| a.geometry.shard_count())
+                .collect();
+            planned(&all)?;
+            return Ok((Status::Complete, input.reference_reads()));
         };
         let digests = listing.wait()?;
         let destination = &zshard_state::recording_uploads(destination, partition, &survey)?;
@@ -538,8 +527,7 @@ impl Conversion {
             }
         }
         let done = &resume.done;
-        let skipped: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
-        planned(&skipped)?;
+        planned(&done.iter().map(|d| d.len() as u64).collect::<Vec<u64>>())?;
         // Shards are published without an fsync each (group commit): the shard log checkpoints
         // before each `done` record, and the run before its last records and the metadata.
         let mut jobs = plan.jobs(input, &destination.deferring_sync()?);
@@ -552,35 +540,101 @@ impl Conversion {
         let work = crate::run::progress::work_of(&jobs, pending(&jobs, partition, done));
         observer.started(work.shards);
         observer.work(&work);
-        // Written shards are recorded with their size, so that a resumed run can prove them ours.
-        let log = Mutex::new((
-            ShardLog::written(
-                destination.clone(),
-                partition,
-                self.record_limits,
-                self.checkpoint_interval,
-            ),
-            ShardLog::empty(
-                destination.clone(),
-                partition,
-                self.record_limits,
-                self.checkpoint_interval,
-            ),
-        ));
-        let log_error = Mutex::new(None);
-        let options = zshard_pipeline::Options {
-            cancel: self.cancel.clone(),
-            ..budget.options()
-        };
+        let recorder = Recorder::new(
+            self,
+            destination,
+            plan,
+            partition,
+            observer,
+            builder,
+            &resume.untrusted,
+            digests,
+        );
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
-        let passthrough: Vec<bool> = jobs.iter().map(|j| j.layout.passthrough).collect();
-        // On local disk a thread syncs the filesystem every WRITEBACK_INTERVAL (or checkpoint
-        // interval, when shorter) while the pipeline runs: the shards' writeback then overlaps the
-        // conversion, and the checkpoints that must wait (before each `done` record, and at the
-        // end) find little left to write.
+        let result = self.with_writeback(destination, || {
+            zshard_pipeline::run_observed(
+                &jobs,
+                pending(&jobs, partition, done),
+                &zshard_pipeline::Options {
+                    cancel: self.cancel.clone(),
+                    ..budget.options()
+                },
+                &crate::run::progress::Relay {
+                    observer,
+                    names,
+                    shard_done: &|outcome: &ShardOutcome| recorder.shard_done(outcome),
+                },
+            )
+        });
+        // Nothing is recorded before the options record has landed (a run without shards to write
+        // never waited for it).
+        if let Some(options) = &options_record {
+            options.finish()?;
+        }
+        // The checkpoint that the last records (and the metadata) need: every shard written
+        // reaches the disk first.
+        let checkpointed = destination.checkpoint();
+        let (records, log_error) = recorder.finish()?;
+        checkpointed?;
+        let made_from = (digests, fingerprint);
+        self.conclude(
+            destination,
+            plan,
+            lease,
+            records,
+            (result, log_error),
+            made_from,
+        )?;
+        Ok((Status::Ok, input.reference_reads()))
+    }
+
+    /// Claims `destination` for this conversion under `lease` (see [`zshard_state::prepare`]): what
+    /// it holds, and the options record still in flight; `None` when the conversion is complete
+    /// (`committed` elsewhere, or here).
+    ///
+    /// `digests` waits for the listing of the source (see `digests.rs`), made meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn claim<'d>(
+        &self,
+        destination: &Store,
+        plan: &Plan,
+        fingerprint: &zshard_state::Fingerprint,
+        lease: &Lease,
+        committed: Option<Committed<'_>>,
+        observer: &dyn Observer,
+        digests: &dyn Fn() -> Option<&'d zshard_state::Digests>,
+    ) -> Result<Option<(zshard_state::Survey, Option<Arc<zshard_state::WriteAhead>>)>> {
+        if let Some(committed) = committed {
+            let running = zshard_state::holds_a_run(destination)?;
+            if committed(plan, &fingerprint.value(), running)? {
+                return Ok(None);
+            }
+        }
+        // The lease (taken in `open_leased`) is held from before the destination is touched until
+        // its state is removed, so that an --overwrite elsewhere refuses while this run writes.
+        let (prepared, options_record) = zshard_state::prepare(
+            destination,
+            &plan.outputs(),
+            fingerprint,
+            self.partition,
+            self.overwrite.then_some(lease.key()),
+            observer,
+            digests,
+        )?;
+        Ok(match prepared {
+            Prepared::Run(survey) => Some((*survey, options_record)),
+            Prepared::Complete => None,
+        })
+    }
+
+    /// Runs `pipeline`, and on local disk a thread beside it that syncs the filesystem every
+    /// WRITEBACK_INTERVAL (or checkpoint interval, when shorter): the shards' writeback then
+    /// overlaps the conversion, and the checkpoints that must wait (before each `done` record, and
+    /// at the end) find little left to write.
+    fn with_writeback<T>(&self, destination: &Store, pipeline: impl FnOnce() -> T) -> T {
         let writeback = WRITEBACK_INTERVAL.min(self.checkpoint_interval);
-        let result = std::thread::scope(|scope| {
+        std::thread::scope(|scope| {
             let (stop, stopped) = std::sync::mpsc::channel::<()>();
             if destination.location().is_local() {
                 let dst = destination.clone();
@@ -593,88 +647,28 @@ impl Conversion {
                     }
                 });
             }
-            let result = zshard_pipeline::run_observed(
-                &jobs,
-                pending(&jobs, partition, done),
-                &options,
-                &crate::run::progress::Relay {
-                    observer,
-                    names,
-                    shard_done: &|outcome: &ShardOutcome| {
-                        observer.shard_done(outcome);
-                        if let Ok(mut b) = builder.lock() {
-                            b.add(outcome);
-                        }
-                        let array = &plan.arrays[outcome.task.array];
-                        let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-                        let digest = digests.get(outcome.task.array, index);
-                        let recorded = log
-                            .lock()
-                            .map_err(|_| Error::Poisoned { what: "the record" })
-                            .and_then(|mut logs| {
-                                let (written, empty) = &mut *logs;
-                                if outcome.written {
-                                    let entry = zshard_state::Entry {
-                                        size: outcome.bytes_written,
-                                        crc32c: outcome.crc32c,
-                                        kind: if passthrough[outcome.task.array] {
-                                            zshard_state::ChunkHashes::Encoded
-                                        } else {
-                                            zshard_state::ChunkHashes::Decoded
-                                        },
-                                        chunks: outcome.chunk_hashes.clone(),
-                                    };
-                                    return written
-                                        .record(
-                                            &array.path,
-                                            &outcome.task.shard,
-                                            Some(&entry),
-                                            outcome.version.as_deref(),
-                                            digest,
-                                        )
-                                        .map_err(Error::from);
-                                }
-                                // An object we could not trust sits where no shard belongs.
-                                if let Some(key) =
-                                    resume.untrusted.get(&(outcome.task.array, index))
-                                {
-                                    destination.delete(key)?;
-                                }
-                                empty
-                                    .record(&array.path, &outcome.task.shard, None, None, digest)
-                                    .map_err(Error::from)
-                            });
-                        if let (Err(e), Ok(mut slot)) = (recorded, log_error.lock()) {
-                            slot.get_or_insert(e);
-                        }
-                    },
-                },
-            );
+            let result = pipeline();
             drop(stop);
             result
-        });
-        // Nothing is recorded before the options record has landed (a run without shards to write
-        // never waited for it).
-        if let Some(options) = &options_record {
-            options.finish()?;
-        }
-        // The checkpoint that the last records (and the metadata) need: every shard written
-        // reaches the disk first.
-        let checkpointed = destination.checkpoint();
-        // The last records of this run, as record files still to write.
-        let records: Vec<(String, bytes::Bytes)> = {
-            let mut logs = log
-                .lock()
-                .map_err(|_| Error::Poisoned { what: "the record" })?;
-            let (written, empty) = &mut *logs;
-            written
-                .take_batch()
-                .into_iter()
-                .chain(empty.take_batch())
-                .collect()
-        };
-        let log_error = log_error.into_inner().ok().flatten();
-        checkpointed?;
+        })
+    }
+
+    /// After the pipeline: an unpartitioned run that converted everything writes the metadata with
+    /// its last `records`; any other keeps what it learned (the records) for a rerun or `finalize`,
+    /// then fails with the pipeline's `result` or the `log_error`, if any.
+    fn conclude(
+        &self,
+        destination: &Store,
+        plan: &Plan,
+        lease: Lease,
+        mut records: Vec<(String, bytes::Bytes)>,
+        (result, log_error): (
+            zshard_pipeline::Result<zshard_pipeline::Stats>,
+            Option<Error>,
+        ),
+        made_from: (&zshard_state::Digests, &zshard_state::Fingerprint),
+    ) -> Result<()> {
+        let partition = self.partition;
         // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
         if partition.is_all()
             && result.is_ok()
@@ -682,7 +676,7 @@ impl Conversion {
             && !self.cancel.is_cancelled()
         {
             // The last records go out with the metadata: both only say what is already true.
-            finish(
+            return finish(
                 destination,
                 plan,
                 self.consolidate,
@@ -690,13 +684,11 @@ impl Conversion {
                 &records,
                 lease,
                 self.keep_manifest,
-                (digests, fingerprint),
-            )?;
-            return Ok((Status::Ok, input.reference_reads()));
+                made_from,
+            );
         }
         // Keep what was learned about shards even when the run failed or was cancelled, so a rerun
         // skips them; and a worker's --keep-manifest, so that `finalize` keeps it without the flag.
-        let mut records = records;
         if self.keep_manifest {
             records.push(zshard_state::keep_manifest_marker());
         }
@@ -712,7 +704,7 @@ impl Conversion {
             self.stop_if_cancelled()?;
         }
         lease.release()?;
-        Ok((Status::Ok, input.reference_reads()))
+        Ok(())
     }
 
     /// [`Error::Cancelled`] once [`Conversion::cancel`] is cancelled.

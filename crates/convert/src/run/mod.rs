@@ -2,7 +2,7 @@
 //! `conversion.rs` first (plan, skip what is done, run the pipeline on this worker's shards, write
 //! the metadata); what `DST/.zshard/` records so that a run resumes and workers share a destination
 //! (claim, leases, records, manifest, status) is the destination protocol, the crate `zshard-state`.
-//! Around the conversion: `memory.rs` (the memory limit), `progress.rs` and `report.rs` (what a run
+//! Around the conversion: `recorder.rs` (each shard done: told, reported, recorded), `memory.rs` (the memory limit), `progress.rs` and `report.rs` (what a run
 //! tells and returns), `status.rs` (`zshard status` by name, Icechunk included) and
 //! `icechunk_output.rs` (publishing into Icechunk).
 
@@ -13,5 +13,6 @@ mod digests;
 pub(crate) mod icechunk_output;
 pub(crate) mod memory;
 pub(crate) mod progress;
+mod recorder;
 pub(crate) mod report;
 pub mod status;

@@ -107,7 +107,7 @@ impl Failure {
 
 /// The options a run was started with.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunOptions {
+pub struct ReportedOptions {
     /// The source as given.
     pub source: String,
     /// The destination as given.
@@ -130,7 +130,7 @@ pub struct RunOptions {
     pub checkpoint_interval_seconds: f64,
 }
 
-impl RunOptions {
+impl ReportedOptions {
     fn of(conversion: &Conversion) -> Self {
         let per_array: serde_json::Map<String, Value> = conversion
             .layouts
@@ -138,7 +138,7 @@ impl RunOptions {
             .iter()
             .map(|(path, layout)| (path.clone(), layout_json(layout)))
             .collect();
-        RunOptions {
+        ReportedOptions {
             source: conversion.source.clone(),
             destination: conversion.destination.clone(),
             layouts: json!({"default": layout_json(&conversion.layouts.default), "per_array": per_array,
@@ -194,7 +194,7 @@ pub struct Report {
     /// This worker's share.
     pub worker: Worker,
     /// The options the run was started with.
-    pub options: RunOptions,
+    pub options: ReportedOptions,
     /// Start time, RFC 3339 (UTC).
     pub started: String,
     /// End time, RFC 3339 (UTC).
@@ -303,7 +303,7 @@ pub struct Update {
 #[derive(Debug)]
 pub(crate) struct ReportBuilder {
     update: Option<Update>,
-    options: RunOptions,
+    options: ReportedOptions,
     partition: Partition,
     host: String,
     destination: String,
@@ -320,7 +320,7 @@ impl ReportBuilder {
     pub(crate) fn new(conversion: &Conversion) -> Self {
         ReportBuilder {
             update: None,
-            options: RunOptions::of(conversion),
+            options: ReportedOptions::of(conversion),
             partition: conversion.partition,
             host: host_name(),
             destination: conversion.destination.clone(),

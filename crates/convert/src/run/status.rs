@@ -11,21 +11,16 @@ pub use zshard_state::{
 use crate::error::Result;
 use zshard_state::read_status;
 
-/// The status that `options` ask for (its destination, reached with its storage options).
-pub fn status_with(options: &crate::options::StatusOptions) -> Result<Status> {
-    status_of(&options.destination, &options.storage.store_options())
-}
-
-/// [`status_with`] for a destination that a job names: one that does not exist yet is a
-/// conversion not started (a job's later conversions), not an error as a mistyped DST is.
-pub fn status_in_job(options: &crate::options::StatusOptions) -> Result<Status> {
-    let location = zshard_store::Location::parse(&options.destination)?;
+/// [`status_of`] for a destination that a job names: one that does not exist yet is a conversion
+/// not started (a job's later conversions), not an error as a mistyped DST is.
+pub fn status_in_job(destination: &str, options: &StoreOptions) -> Result<Status> {
+    let location = zshard_store::Location::parse(destination)?;
     if location.local_path().is_some_and(|path| !path.exists()) {
         let mut status = Status::not_started(location.to_string());
         status.finished = status.is_finished();
         return Ok(status);
     }
-    status_with(options)
+    status_of(destination, options)
 }
 
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.

@@ -18,7 +18,7 @@ use zshard_store::{IoRuntime, Location, Store, StoreOptions, COALESCE_GAP, MAX_R
 use zshard_zarr::open_hierarchy;
 
 use crate::error::{one_line, Error, Result};
-use crate::plan::input::{Input, OnUnsupported, SkippedArray, SourceOptions};
+use crate::plan::input::{Input, OnUnsupported, ReadOptions, SkippedArray};
 use crate::plan::{array_name, inner_chain};
 use crate::Conversion;
 use zshard_state::join;
@@ -660,7 +660,7 @@ pub struct Verification {
     /// The sharded Zarr v3 output.
     pub destination: String,
     /// How the source is read.
-    pub source_options: SourceOptions,
+    pub source_options: ReadOptions,
     /// How storage is reached.
     pub store_options: StoreOptions,
     /// Threads fetching chunks and reading shards, each (see [`Conversion::io_threads`](crate::Conversion)).
@@ -704,7 +704,7 @@ impl Verification {
         Verification {
             source: source.into(),
             destination: destination.into(),
-            source_options: SourceOptions::default(),
+            source_options: ReadOptions::default(),
             store_options: StoreOptions::default(),
             io_threads: None,
             sample: 1.0,
@@ -744,8 +744,62 @@ fn lock(mismatches: &Mutex<Mismatches>) -> Result<std::sync::MutexGuard<'_, Mism
     })
 }
 
+/// `zshard verify`, in steps: check the settings, open the source as it was converted and the
+/// output, compare every array's metadata (making the jobs that compare its elements), the groups'
+/// attributes and the objects besides them, then the elements.
 fn verify(v: &Verification) -> Result<Verified> {
-    let (source, destination, sample) = (v.source.as_str(), v.destination.as_str(), v.sample);
+    let (threads, threads_warning) = checked_threads(v)?;
+    let (source_location, destination_location) = (
+        Location::parse(&v.source)?,
+        Location::parse(&v.destination)?,
+    );
+    let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
+    let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
+    let (source_nodes, mut skipped_arrays) = source_as_converted(v, &src)?;
+    let dst = Store::open_location(&destination_location, runtime, false)?;
+    let output_nodes = open_hierarchy(&dst)?;
+    let mismatches = Arc::new(Mutex::new(Mismatches::default()));
+    let outputs = arrays(output_nodes.clone());
+    let mut jobs = Vec::new();
+    for (path, meta) in arrays(source_nodes.clone()) {
+        let compared = compare_array(&src, &dst, &outputs, path, meta, &mismatches)?;
+        match compared {
+            Compared::Job(job) => jobs.push(*job),
+            Compared::Skipped(skipped) => skipped_arrays.push(skipped),
+            Compared::Done => {}
+        }
+    }
+    compare_groups(&src, &dst, &source_nodes, &output_nodes, &mismatches)?;
+    let mut warnings = compare_other_objects(
+        &dst,
+        &source_nodes,
+        &output_nodes,
+        &skipped_arrays,
+        &mismatches,
+    )?;
+    warnings.extend(threads_warning);
+    let stats = compare_elements(
+        v,
+        &jobs,
+        threads,
+        &[&source_location, &destination_location],
+    )?;
+    let mismatches = std::mem::take(&mut *lock(&mismatches)?);
+    Ok(Verified {
+        destination: dst.url(""),
+        shards_checked: stats.shards_written + stats.shards_empty,
+        arrays: jobs.len(),
+        mismatches,
+        reference_reads: src.reference_reads(),
+        skipped_arrays,
+        warnings,
+    })
+}
+
+/// The sample fraction and thread counts checked; the worker threads as capped, with a warning
+/// when they were.
+fn checked_threads(v: &Verification) -> Result<(usize, Option<String>)> {
+    let sample = v.sample;
     if !(sample > 0.0 && sample <= 1.0) {
         return Err(Error::Options {
             reason: format!(
@@ -756,24 +810,140 @@ fn verify(v: &Verification) -> Result<Verified> {
     }
     crate::threads::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
     crate::threads::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
-    let (threads, threads_warning) = crate::threads::capped_threads(v.threads);
-    let (source_location, destination_location) =
-        (Location::parse(source)?, Location::parse(destination)?);
-    let runtime = IoRuntime::with_options(2, v.store_options.clone())?;
-    let src = Input::open(&source_location, &v.source_options, runtime.clone())?;
-    // The source as the conversion wrote it: OME-Zarr 0.4 attributes in their 0.5 form.
-    // Arrays zshard does not read were never converted: whatever `--on-unsupported` said, there is
-    // nothing to compare them with.
-    let skipping = SourceOptions {
+    Ok(crate::threads::capped_threads(v.threads))
+}
+
+/// The source's nodes as the conversion wrote them: OME-Zarr 0.4 attributes in their 0.5 form.
+/// Arrays zshard does not read were never converted: whatever `--on-unsupported` said, there is
+/// nothing to compare them with (they are returned as skipped).
+fn source_as_converted(v: &Verification, src: &Input) -> Result<(Vec<Node>, Vec<SkippedArray>)> {
+    let skipping = ReadOptions {
         on_unsupported: OnUnsupported::Skip,
         ..v.source_options.clone()
     };
-    let (mut source_nodes, mut skipped_arrays) = src.nodes_skipping(&skipping)?;
+    let (mut source_nodes, skipped_arrays) = src.nodes_skipping(&skipping)?;
     zshard_zarr::ome::apply(&mut source_nodes, v.ome)?;
-    let dst = Store::open_location(&destination_location, runtime, false)?;
-    let output_nodes = open_hierarchy(&dst)?;
-    let output_groups = groups(output_nodes.clone());
-    let outputs = arrays(output_nodes.clone());
+    Ok((source_nodes, skipped_arrays))
+}
+
+/// What comparing one source array's metadata leaves to do.
+enum Compared {
+    /// Compare its elements with this job.
+    Job(Box<ArrayJob>),
+    /// Its codecs cannot be read: it was not converted.
+    Skipped(SkippedArray),
+    /// Nothing more (missing from the output, or its elements cannot be compared one for one).
+    Done,
+}
+
+/// Compares the source array at `path` with its output among `outputs` (metadata differences go to
+/// `mismatches`), and makes the job that compares their elements.
+fn compare_array(
+    src: &Input,
+    dst: &Store,
+    outputs: &[(String, ArrayMeta)],
+    path: String,
+    meta: ArrayMeta,
+    mismatches: &Arc<Mutex<Mismatches>>,
+) -> Result<Compared> {
+    let name = array_name(&src.url(), &path);
+    let source_chain = match build_chain(&meta.codecs, &meta.chunk_repr()) {
+        Ok(chain) => chain,
+        Err(source) => {
+            return Ok(Compared::Skipped(SkippedArray {
+                path: path.clone(),
+                reason: one_line(&Error::Codecs {
+                    which: "source",
+                    source,
+                }),
+            }));
+        }
+    };
+    let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
+        lock(mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
+        return Ok(Compared::Done);
+    };
+    let out = output_array(out.clone()).map_err(|e| Error::OutputArray {
+        array: name.clone(),
+        source: Box::new(e),
+    })?;
+    let differences = metadata_differences(&format!("array {name}"), &meta, &out.meta);
+    for difference in differences {
+        lock(mismatches)?.push(difference);
+    }
+    if (out.meta.shape.as_slice(), out.meta.data_type) != (meta.shape.as_slice(), meta.data_type) {
+        // The elements cannot be compared one for one.
+        return Ok(Compared::Done);
+    }
+    let in_array = |e: Error| Error::Array {
+        array: name.clone(),
+        source: Box::new(e),
+    };
+    let geometry = ShardGeometry::new(&meta.shape, &out.meta.chunk_shape, &out.inner_shape)
+        .map_err(|e| in_array(e.into()))?;
+    let inner_repr = ChunkRepr {
+        shape: out.inner_shape.clone(),
+        data_type: meta.data_type,
+        fill_value: meta.fill_value.clone(),
+    };
+    Ok(Compared::Job(Box::new(ArrayJob {
+        name,
+        source_chain,
+        reader: src.reader(&path, &meta),
+        sink: Arc::new(VerifySink {
+            store: dst.child(&path),
+            keys: out.meta.chunk_key_encoding,
+            geometry: geometry.clone(),
+            inner_repr: inner_repr.clone(),
+            inner_chain: out.inner_chain,
+            index_location: out.index_location,
+            index_encoding: out.index_encoding,
+            mismatches: mismatches.clone(),
+        }),
+        layout: ArrayLayout {
+            geometry,
+            source_repr: meta.chunk_repr(),
+            source_grid: meta.rectilinear.clone(),
+            inner_repr,
+            passthrough: false,
+        },
+        inner_chain: None,
+    })))
+}
+
+/// Every source group's attributes compared with its output's (a group missing is a mismatch).
+fn compare_groups(
+    src: &Input,
+    dst: &Store,
+    source_nodes: &[Node],
+    output_nodes: &[Node],
+    mismatches: &Mutex<Mismatches>,
+) -> Result<()> {
+    let output_groups = groups(output_nodes.to_vec());
+    for (path, attributes) in groups(source_nodes.to_vec()) {
+        let name = format!("group {}", array_name(&src.url(), &path));
+        match output_groups.iter().find(|(p, _)| *p == path) {
+            Some((_, out)) => {
+                for difference in attribute_differences(&name, &attributes, out) {
+                    lock(mismatches)?.push(difference);
+                }
+            }
+            None => lock(mismatches)?.push(format!("{name}: missing from {}", dst.url(""))),
+        }
+    }
+    Ok(())
+}
+
+/// The output's objects besides its arrays' and groups' own: strays, nodes the source does not have
+/// (nor zshard skipped there), stale consolidated entries (each a mismatch); returns the warnings
+/// about objects of other tools.
+fn compare_other_objects(
+    dst: &Store,
+    source_nodes: &[Node],
+    output_nodes: &[Node],
+    skipped_arrays: &[SkippedArray],
+    mismatches: &Mutex<Mismatches>,
+) -> Result<Vec<String>> {
     let source_arrays: Vec<&str> = source_nodes
         .iter()
         .filter(|n| matches!(n.kind, NodeKind::Array(_)))
@@ -784,116 +954,43 @@ fn verify(v: &Verification) -> Result<Verified> {
         .filter(|n| matches!(n.kind, NodeKind::Group { .. }))
         .map(|n| n.path.as_str())
         .collect();
-    let mismatches = Arc::new(Mutex::new(Mismatches::default()));
-    let mut jobs = Vec::new();
-    for (path, meta) in arrays(source_nodes.clone()) {
-        let name = array_name(&src.url(), &path);
-        let source_chain = match build_chain(&meta.codecs, &meta.chunk_repr()) {
-            Ok(chain) => chain,
-            Err(source) => {
-                skipped_arrays.push(SkippedArray {
-                    path: path.clone(),
-                    reason: one_line(&Error::Codecs {
-                        which: "source",
-                        source,
-                    }),
-                });
-                continue;
-            }
-        };
-        let Some((_, out)) = outputs.iter().find(|(p, _)| *p == path) else {
-            lock(&mismatches)?.push(format!("array {name}: missing from {}", dst.url("")));
-            continue;
-        };
-        let out = output_array(out.clone()).map_err(|e| Error::OutputArray {
-            array: name.clone(),
-            source: Box::new(e),
-        })?;
-        let differences = metadata_differences(&format!("array {name}"), &meta, &out.meta);
-        for difference in differences {
-            lock(&mismatches)?.push(difference);
-        }
-        if (out.meta.shape.as_slice(), out.meta.data_type)
-            != (meta.shape.as_slice(), meta.data_type)
-        {
-            // The elements cannot be compared one for one.
-            continue;
-        }
-        let in_array = |e: Error| Error::Array {
-            array: name.clone(),
-            source: Box::new(e),
-        };
-        let geometry = ShardGeometry::new(&meta.shape, &out.meta.chunk_shape, &out.inner_shape)
-            .map_err(|e| in_array(e.into()))?;
-        let inner_repr = ChunkRepr {
-            shape: out.inner_shape.clone(),
-            data_type: meta.data_type,
-            fill_value: meta.fill_value.clone(),
-        };
-        jobs.push(ArrayJob {
-            name,
-            source_chain,
-            reader: src.reader(&path, &meta),
-            sink: Arc::new(VerifySink {
-                store: dst.child(&path),
-                keys: out.meta.chunk_key_encoding,
-                geometry: geometry.clone(),
-                inner_repr: inner_repr.clone(),
-                inner_chain: out.inner_chain,
-                index_location: out.index_location,
-                index_encoding: out.index_encoding,
-                mismatches: mismatches.clone(),
-            }),
-            layout: ArrayLayout {
-                geometry,
-                source_repr: meta.chunk_repr(),
-                source_grid: meta.rectilinear.clone(),
-                inner_repr,
-                passthrough: false,
-            },
-            inner_chain: None,
-        });
-    }
-    for (path, attributes) in groups(source_nodes.clone()) {
-        let name = format!("group {}", array_name(&src.url(), &path));
-        match output_groups.iter().find(|(p, _)| *p == path) {
-            Some((_, out)) => {
-                for difference in attribute_differences(&name, &attributes, out) {
-                    lock(&mismatches)?.push(difference);
-                }
-            }
-            None => lock(&mismatches)?.push(format!("{name}: missing from {}", dst.url(""))),
-        }
-    }
-    let extras = extra_objects(&dst, &output_nodes)?;
+    let extras = extra_objects(dst, output_nodes)?;
     for stray in extras.strays.into_iter().chain(extras.unknown_nodes) {
-        lock(&mismatches)?.push(stray);
+        lock(mismatches)?.push(stray);
     }
-    let mut warnings = extras.foreign;
-    warnings.extend(threads_warning);
     // Arrays and groups the source does not have (nor zshard skipped there) are not a copy of it.
-    for node in &output_nodes {
+    for node in output_nodes {
         let (what, in_source) = match &node.kind {
             NodeKind::Array(_) => ("array", source_arrays.contains(&node.path.as_str())),
             NodeKind::Group { .. } => ("group", source_groups.contains(&node.path.as_str())),
         };
         let linked = dst.first_link(&join(&node.path, "zarr.json")).is_some();
         if !in_source && !linked && !skipped_arrays.iter().any(|s| s.path == node.path) {
-            lock(&mismatches)?.push(format!(
+            lock(mismatches)?.push(format!(
                 "{what} {}: in the output, not in the source",
                 array_name(&dst.url(""), &node.path)
             ));
         }
     }
-    for stale in stale_consolidated_entries(&dst)? {
-        lock(&mismatches)?.push(stale);
+    for stale in stale_consolidated_entries(dst)? {
+        lock(mismatches)?.push(stale);
     }
-    let tasks = ShardTask::all(&jobs).filter(|t| {
+    Ok(extras.foreign)
+}
+
+/// Runs `jobs` on the sampled shards: the sinks compare the elements (mismatches go where each
+/// sink's point). Sized by the conversion's memory model under the same limit: the sink compares
+/// shards part by part (see `VerifySink::begin_shard`), as a conversion writes them.
+fn compare_elements(
+    v: &Verification,
+    jobs: &[ArrayJob],
+    threads: usize,
+    locations: &[&Location],
+) -> Result<zshard_pipeline::Stats> {
+    let tasks = ShardTask::all(jobs).filter(|t| {
         let grid = jobs[t.array].layout.geometry.shard_grid();
-        sampled(t.array, linear_index(&t.shard, &grid), sample)
+        sampled(t.array, linear_index(&t.shard, &grid), v.sample)
     });
-    // Sized by the conversion's memory model under the same limit: the sink compares shards part by
-    // part (see `VerifySink::begin_shard`), as a conversion writes them.
     let layouts: Vec<ArrayLayout> = jobs.iter().map(|j| j.layout.clone()).collect();
     let budget = zshard_pipeline::budget(
         &layouts,
@@ -905,23 +1002,15 @@ fn verify(v: &Verification) -> Result<Verified> {
             ),
             upload_buffers: 0,
             resident: 0,
-            io_threads: crate::run::conversion::io_threads(
-                v.io_threads,
-                &[&source_location, &destination_location],
-            ),
+            io_threads: crate::run::conversion::io_threads(v.io_threads, locations),
         },
     )?;
-    let stats = zshard_pipeline::run(&jobs, tasks, &budget.options(), &|_| {})?;
-    let mismatches = std::mem::take(&mut *lock(&mismatches)?);
-    Ok(Verified {
-        destination: dst.url(""),
-        shards_checked: stats.shards_written + stats.shards_empty,
-        arrays: jobs.len(),
-        mismatches,
-        reference_reads: src.reference_reads(),
-        skipped_arrays,
-        warnings,
-    })
+    Ok(zshard_pipeline::run(
+        jobs,
+        tasks,
+        &budget.options(),
+        &|_| {},
+    )?)
 }
 
 #[cfg(test)]
