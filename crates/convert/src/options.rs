@@ -885,45 +885,9 @@ impl Action {
         Self::ALL.iter().copied().find(|a| a.name() == name)
     }
 
-    /// Whether the action takes `setting`.
+    /// Whether the action takes `setting` (its definition says, [`Setting::commands`]).
     pub fn takes(self, setting: Setting) -> bool {
-        use zshard_core::setting::Group;
-        let group = setting.group();
-        match self {
-            Action::Convert => !matches!(group, Group::Verify | Group::Status),
-            Action::Plan => {
-                !matches!(group, Group::Verify | Group::Status)
-                    && !matches!(
-                        setting,
-                        Setting::Overwrite
-                            | Setting::KeepManifest
-                            | Setting::CheckpointInterval
-                            | Setting::Report
-                            | Setting::Worker
-                            | Setting::Workers
-                    )
-            }
-            // Finalize merges the workers' manifests, so it is told whether to keep the result.
-            Action::Finalize => {
-                !matches!(group, Group::Run | Group::Verify | Group::Status)
-                    || setting == Setting::KeepManifest
-            }
-            Action::Verify => {
-                matches!(
-                    group,
-                    Group::Location | Group::Source | Group::Storage | Group::Verify
-                ) || matches!(
-                    setting,
-                    Setting::Ome | Setting::Threads | Setting::MemoryLimit
-                )
-            }
-            Action::List => {
-                matches!(group, Group::Source | Group::Storage) || setting == Setting::Source
-            }
-            Action::Status => {
-                matches!(group, Group::Storage | Group::Status) || setting == Setting::Destination
-            }
-        }
+        setting.taken_by(self.name())
     }
 
     /// The settings the action takes (SRC and DST too), in [`Setting::ALL`]'s order.

@@ -82,43 +82,12 @@ enum Command {
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         #[command(flatten)]
         workers: WorkerArgs,
-        /// Replace whatever DST holds (otherwise a DST from a run with other options is refused,
-        /// and one from a run with the same options is resumed).
-        #[arg(long)]
-        overwrite: bool,
-        /// Keep the checksum manifest of every shard written (DST/.zshard/manifest.tsv) after the
-        /// conversion finishes, for `zshard verify --manifest DST`.
-        #[arg(long)]
-        keep_manifest: bool,
-        /// How often the shards written are recorded as done, e.g. 10s, 500ms or 2m (from 10ms to
-        /// 1h; default 10s; records are also written every 10,000 shards). On local disk shards
-        /// are renamed into place without an fsync of their own, and each recording follows a
-        /// checkpoint: one syncfs of DST's filesystem. What a crash can lose: a kill loses nothing
-        /// written; a power loss or node crash can lose or damage only the shards written after
-        /// the last checkpoint, which a resume checks against the manifest (size and crc32c) and
-        /// rewrites if they do not match. Shorter: less to check and rewrite after a crash, more
-        /// syncs. On object stores a PUT is durable when it returns: shards written after the last
-        /// recording are converted again on resume.
-        #[arg(long, value_name = "DURATION")]
-        checkpoint_interval: Option<zshard_convert::options::CheckpointInterval>,
-        /// Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; default: half of the machine's memory, or
-        /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
-        /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
-        /// whose source chunks cannot fit even then is refused before it starts.
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
-        memory_limit: Option<u64>,
-        /// Write a JSON report however the run ends (status ok, failed, cancelled or complete; the
-        /// error; options, version, host, worker, times; counts per array and in total, bytes,
-        /// throughput). {worker}, {host} and {date} (the start, UTC, 20261124T155057Z) in FILE are
-        /// replaced.
-        #[arg(long, value_name = "FILE.json")]
-        report: Option<PathBuf>,
+        #[command(flatten)]
+        run: args::RunFlags,
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
@@ -131,10 +100,10 @@ enum Command {
         layout: LayoutArgs,
         /// Worker threads per CPU stage assumed for the memory estimate, at least 1 (default: the
         /// number of cores; more than 4 per core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size)]
         memory_limit: Option<u64>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -166,25 +135,19 @@ enum Command {
         source: SourceArgs,
         #[command(flatten)]
         storage: StorageArgs,
-        /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
-        #[arg(long, value_name = "FRACTION")]
+        #[arg(long)]
         sample: Option<f64>,
         /// Peak memory not to exceed, e.g. 512MiB or 4G: shards are compared in parts that fit, as
         /// convert writes them (default: convert's, half of the machine's or the cgroup's memory).
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size)]
         memory_limit: Option<u64>,
-        /// Check the output DST (given alone) against the checksum manifest its conversion kept
-        /// (--keep-manifest), without the source: every shard's size and crc32c, and objects at
-        /// chunk keys the manifest does not name.
         #[arg(long)]
         manifest: bool,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
         /// compared in its 0.5 form. A job file says it itself (its `ome` key).
-        #[arg(long, value_name = "upgrade|keep")]
+        #[arg(long)]
         ome: Option<zshard_convert::OmeMetadata>,
         /// No summary when everything matches.
         #[arg(long, short)]
@@ -223,9 +186,7 @@ enum Command {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
         dir: PathBuf,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// No progress bar and no summary.
         #[arg(long, short)]
@@ -241,10 +202,7 @@ enum Command {
         dst: String,
         #[command(flatten)]
         storage: StorageArgs,
-        /// Read the status again every SECONDS (2 when given without a value) until the
-        /// conversion is finished (complete, or every shard done and no worker live), or Ctrl-C;
-        /// the table is redrawn, JSON is printed one line per reading.
-        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        #[arg(long, num_args = 0..=1, default_missing_value = "2")]
         watch: Option<zshard_convert::options::Interval>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -550,7 +508,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
 
 /// The command line's definition, with the version, commit and features of this build.
 fn command() -> clap::Command {
-    Cli::command()
+    args::with_settings(Cli::command())
         .version(help::version())
         .long_version(help::long_version())
 }
@@ -693,23 +651,18 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             layout,
             threads,
             workers,
-            overwrite,
-            keep_manifest,
-            checkpoint_interval,
-            memory_limit,
-            report,
+            run,
             quiet,
         } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-            let run = RunOptions {
-                threads,
-                memory_limit: memory_limit.map(Size),
-                overwrite: overwrite.then_some(true),
-                keep_manifest: keep_manifest.then_some(true),
-                checkpoint_interval,
-                report,
-                ..RunOptions::default()
-            };
+            // The values were read by the model as the flags were parsed.
+            let run = serde_json::from_value::<RunOptions>(serde_json::Value::Object(run.0))
+                .map_err(|e| {
+                    RequestError::Options(zshard_convert::Error::Options {
+                        reason: e.to_string(),
+                    })
+                })?;
+            let run = RunOptions { threads, ..run };
             let conversion =
                 convert_conversion(&layout, dst, &workers, run).map_err(RequestError::Options)?;
             request(Request::Convert(Box::new(conversion)), quiet, false)
