@@ -36,30 +36,18 @@ def convert(
     compressor: Compressor | None = None,
     index_location: IndexLocation | None = None,
     passthrough: bool | None = None,
-    consolidate: bool | None = None,
     level_shapes: Strings | None = None,
+    consolidate: bool | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
+    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
-    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
-    output_format: OutputFormat | None = None,
-    branch: str | None = None,
-    message: str | None = None,
-    icechunk_spec: IcechunkSpec | None = None,
-    threads: int | None = None,
-    memory_limit: Size | None = None,
-    worker: Worker | None = None,
-    workers: int | None = None,
-    keep_manifest: bool | None = None,
-    checkpoint_interval: float | str | None = None,
-    overwrite: bool | None = None,
-    report: Location | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -69,6 +57,18 @@ def convert(
     max_requests: int | None = None,
     part_size: Size | None = None,
     io_threads: int | None = None,
+    output_format: OutputFormat | None = None,
+    branch: str | None = None,
+    message: str | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
+    threads: int | None = None,
+    memory_limit: Size | None = None,
+    overwrite: bool | None = None,
+    keep_manifest: bool | None = None,
+    checkpoint_interval: float | str | None = None,
+    report: Location | None = None,
+    worker: Worker | None = None,
+    workers: int | None = None,
     no_passthrough: bool | None = None,
     no_consolidate: bool | None = None,
     progress: ProgressCallback | bool | None = None,
@@ -108,13 +108,13 @@ def convert(
     passthrough : bool, optional
         ``False`` always decodes and re-encodes. By default source chunks that already have the output's
         inner chunk shape and codec chain are copied into the shards without decoding.
-    consolidate : bool, optional
-        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
-        default it is, as zarr-python's ``consolidate_metadata`` does.
     level_shapes : str | Sequence[str], optional
         Shapes of levels of every multiscale (OME-Zarr) pyramid, one ``'LEVEL:SHARD[/CHUNK]'`` per
         level, e.g. ``['2:1,256,256/1,64,64']`` (level 0 is the full resolution). By default each
         level's shapes follow from level 0's through the level's scale factors.
+    consolidate : bool, optional
+        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
+        default it is, as zarr-python's ``consolidate_metadata`` does.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -134,6 +134,9 @@ def convert(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -141,61 +144,12 @@ def convert(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
         What becomes of an array whose data type or codecs zshard does not read: ``'refuse'`` (the
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
-    output_format : {'zarr', 'icechunk'}, optional
-        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
-        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
-        when ``dst`` already is a repository, else ``'zarr'``.
-    branch : str, optional
-        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
-        ``'main'``.
-    message : str, optional
-        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : {1, 2}, optional
-        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
-        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
-        version; asking for the other is refused.
-    threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
-        (or 1024) are capped to that, with a warning.
-    memory_limit : int | str, optional
-        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
-        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
-        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
-        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
-    worker : tuple[int, int] | str, optional
-        Convert only share ``index`` of ``count`` of all shards: ``(index, count)`` or ``'index/count'``
-        (0-based). A partitioned run writes no metadata: call :func:`finalize` once every worker is
-        done. Default: from a SLURM job array or a Kubernetes Indexed Job (with ``workers``), else every
-        shard.
-    workers : int, optional
-        Number of workers when the index comes from ``JOB_COMPLETION_INDEX``.
-    keep_manifest : bool, optional
-        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
-        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
-        the output without reading the source. By default it is removed with the rest of the state.
-    checkpoint_interval : float | str, optional
-        How often the shards written are recorded as done: seconds, or a duration such as ``'10s'``,
-        ``'500ms'``, ``'2m'`` (from 10 ms to 1 h). On local disk shards are renamed into place without
-        an fsync of their own, and each recording follows a checkpoint (one ``syncfs`` of ``dst``'s
-        filesystem): a power loss or node crash can lose or damage only the shards written after the
-        last checkpoint, which a resume checks against the manifest (size and crc32c) and rewrites if
-        they do not match; a killed process loses nothing written. Shorter means less to check after a
-        crash and more syncs. Default: ``'10s'`` (records are also written every 10,000 shards).
-    overwrite : bool, optional
-        Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and
-        one from a run with the same options is resumed).
-    report : str | os.PathLike[str], optional
-        Write the run's JSON report to this file however the run ends; ``{worker}``, ``{host}`` and
-        ``{date}`` in it are replaced.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -218,6 +172,52 @@ def convert(
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
         as many as keep twice that many shards within 64 MiB and the memory limit.
+    output_format : {'zarr', 'icechunk'}, optional
+        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
+        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
+        when ``dst`` already is a repository, else ``'zarr'``.
+    branch : str, optional
+        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
+        ``'main'``.
+    message : str, optional
+        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : {1, 2}, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
+    threads : int, optional
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
+    memory_limit : int | str, optional
+        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
+        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
+        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
+    overwrite : bool, optional
+        Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and
+        one from a run with the same options is resumed).
+    keep_manifest : bool, optional
+        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
+        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
+        the output without reading the source. By default it is removed with the rest of the state.
+    checkpoint_interval : float | str, optional
+        How often the shards written are recorded as done: seconds, or a duration such as ``'10s'``,
+        ``'500ms'``, ``'2m'`` (from 10 ms to 1 h). On local disk shards are renamed into place without
+        an fsync of their own, and each recording follows a checkpoint (one ``syncfs`` of ``dst``'s
+        filesystem): a power loss or node crash can lose or damage only the shards written after the
+        last checkpoint, which a resume checks against the manifest (size and crc32c) and rewrites if
+        they do not match; a killed process loses nothing written. Shorter means less to check after a
+        crash and more syncs. Default: ``'10s'`` (records are also written every 10,000 shards).
+    report : str | os.PathLike[str], optional
+        Write the run's JSON report to this file however the run ends; ``{worker}``, ``{host}`` and
+        ``{date}`` in it are replaced.
+    worker : tuple[int, int] | str, optional
+        Convert only share ``index`` of ``count`` of all shards: ``(index, count)`` or ``'index/count'``
+        (0-based). A partitioned run writes no metadata: call :func:`finalize` once every worker is
+        done. Default: from a SLURM job array or a Kubernetes Indexed Job (with ``workers``), else every
+        shard.
+    workers : int, optional
+        Number of workers when the index comes from ``JOB_COMPLETION_INDEX``.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -248,30 +248,18 @@ def convert(
             "compressor": compressor,
             "index_location": index_location,
             "passthrough": passthrough,
-            "consolidate": consolidate,
             "level_shapes": level_shapes,
+            "consolidate": consolidate,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
+            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
-            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
-            "output_format": output_format,
-            "branch": branch,
-            "message": message,
-            "icechunk_spec": icechunk_spec,
-            "threads": threads,
-            "memory_limit": memory_limit,
-            "worker": worker,
-            "workers": workers,
-            "keep_manifest": keep_manifest,
-            "checkpoint_interval": checkpoint_interval,
-            "overwrite": overwrite,
-            "report": report,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -281,6 +269,18 @@ def convert(
             "max_requests": max_requests,
             "part_size": part_size,
             "io_threads": io_threads,
+            "output_format": output_format,
+            "branch": branch,
+            "message": message,
+            "icechunk_spec": icechunk_spec,
+            "threads": threads,
+            "memory_limit": memory_limit,
+            "overwrite": overwrite,
+            "keep_manifest": keep_manifest,
+            "checkpoint_interval": checkpoint_interval,
+            "report": report,
+            "worker": worker,
+            "workers": workers,
         }
     )
     with progress_callback(progress) as callback:
@@ -296,24 +296,18 @@ def plan(
     compressor: Compressor | None = None,
     index_location: IndexLocation | None = None,
     passthrough: bool | None = None,
-    consolidate: bool | None = None,
     level_shapes: Strings | None = None,
+    consolidate: bool | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
+    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
-    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
-    output_format: OutputFormat | None = None,
-    branch: str | None = None,
-    message: str | None = None,
-    icechunk_spec: IcechunkSpec | None = None,
-    threads: int | None = None,
-    memory_limit: Size | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -323,6 +317,12 @@ def plan(
     max_requests: int | None = None,
     part_size: Size | None = None,
     io_threads: int | None = None,
+    output_format: OutputFormat | None = None,
+    branch: str | None = None,
+    message: str | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
+    threads: int | None = None,
+    memory_limit: Size | None = None,
     no_passthrough: bool | None = None,
     no_consolidate: bool | None = None,
 ) -> Plan:
@@ -359,13 +359,13 @@ def plan(
     passthrough : bool, optional
         ``False`` always decodes and re-encodes. By default source chunks that already have the output's
         inner chunk shape and codec chain are copied into the shards without decoding.
-    consolidate : bool, optional
-        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
-        default it is, as zarr-python's ``consolidate_metadata`` does.
     level_shapes : str | Sequence[str], optional
         Shapes of levels of every multiscale (OME-Zarr) pyramid, one ``'LEVEL:SHARD[/CHUNK]'`` per
         level, e.g. ``['2:1,256,256/1,64,64']`` (level 0 is the full resolution). By default each
         level's shapes follow from level 0's through the level's scale factors.
+    consolidate : bool, optional
+        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
+        default it is, as zarr-python's ``consolidate_metadata`` does.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -385,6 +385,9 @@ def plan(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -392,36 +395,12 @@ def plan(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
         What becomes of an array whose data type or codecs zshard does not read: ``'refuse'`` (the
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
-    output_format : {'zarr', 'icechunk'}, optional
-        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
-        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
-        when ``dst`` already is a repository, else ``'zarr'``.
-    branch : str, optional
-        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
-        ``'main'``.
-    message : str, optional
-        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : {1, 2}, optional
-        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
-        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
-        version; asking for the other is refused.
-    threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
-        (or 1024) are capped to that, with a warning.
-    memory_limit : int | str, optional
-        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
-        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
-        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
-        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -444,6 +423,27 @@ def plan(
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
         as many as keep twice that many shards within 64 MiB and the memory limit.
+    output_format : {'zarr', 'icechunk'}, optional
+        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
+        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
+        when ``dst`` already is a repository, else ``'zarr'``.
+    branch : str, optional
+        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
+        ``'main'``.
+    message : str, optional
+        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : {1, 2}, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
+    threads : int, optional
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
+    memory_limit : int | str, optional
+        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
+        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
+        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -471,24 +471,18 @@ def plan(
             "compressor": compressor,
             "index_location": index_location,
             "passthrough": passthrough,
-            "consolidate": consolidate,
             "level_shapes": level_shapes,
+            "consolidate": consolidate,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
+            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
-            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
-            "output_format": output_format,
-            "branch": branch,
-            "message": message,
-            "icechunk_spec": icechunk_spec,
-            "threads": threads,
-            "memory_limit": memory_limit,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -498,6 +492,12 @@ def plan(
             "max_requests": max_requests,
             "part_size": part_size,
             "io_threads": io_threads,
+            "output_format": output_format,
+            "branch": branch,
+            "message": message,
+            "icechunk_spec": icechunk_spec,
+            "threads": threads,
+            "memory_limit": memory_limit,
         }
     )
     return Plan._from_dict(_zshard.plan(src, dst, options))
@@ -512,23 +512,18 @@ def finalize(
     compressor: Compressor | None = None,
     index_location: IndexLocation | None = None,
     passthrough: bool | None = None,
-    consolidate: bool | None = None,
     level_shapes: Strings | None = None,
+    consolidate: bool | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
+    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
-    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
-    output_format: OutputFormat | None = None,
-    branch: str | None = None,
-    message: str | None = None,
-    icechunk_spec: IcechunkSpec | None = None,
-    keep_manifest: bool | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -538,6 +533,11 @@ def finalize(
     max_requests: int | None = None,
     part_size: Size | None = None,
     io_threads: int | None = None,
+    output_format: OutputFormat | None = None,
+    branch: str | None = None,
+    message: str | None = None,
+    icechunk_spec: IcechunkSpec | None = None,
+    keep_manifest: bool | None = None,
     no_passthrough: bool | None = None,
     no_consolidate: bool | None = None,
 ) -> Finalized:
@@ -574,13 +574,13 @@ def finalize(
     passthrough : bool, optional
         ``False`` always decodes and re-encodes. By default source chunks that already have the output's
         inner chunk shape and codec chain are copied into the shards without decoding.
-    consolidate : bool, optional
-        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
-        default it is, as zarr-python's ``consolidate_metadata`` does.
     level_shapes : str | Sequence[str], optional
         Shapes of levels of every multiscale (OME-Zarr) pyramid, one ``'LEVEL:SHARD[/CHUNK]'`` per
         level, e.g. ``['2:1,256,256/1,64,64']`` (level 0 is the full resolution). By default each
         level's shapes follow from level 0's through the level's scale factors.
+    consolidate : bool, optional
+        ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
+        default it is, as zarr-python's ``consolidate_metadata`` does.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -600,6 +600,9 @@ def finalize(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -607,32 +610,12 @@ def finalize(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
         What becomes of an array whose data type or codecs zshard does not read: ``'refuse'`` (the
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
-    output_format : {'zarr', 'icechunk'}, optional
-        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
-        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
-        when ``dst`` already is a repository, else ``'zarr'``.
-    branch : str, optional
-        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
-        ``'main'``.
-    message : str, optional
-        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
-    icechunk_spec : {1, 2}, optional
-        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
-        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
-        version; asking for the other is refused.
-    keep_manifest : bool, optional
-        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
-        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
-        the output without reading the source. By default it is removed with the rest of the state.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -655,6 +638,23 @@ def finalize(
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
         as many as keep twice that many shards within 64 MiB and the memory limit.
+    output_format : {'zarr', 'icechunk'}, optional
+        Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
+        of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
+        when ``dst`` already is a repository, else ``'zarr'``.
+    branch : str, optional
+        Icechunk output: the branch to commit to (created from ``main`` when missing). Default:
+        ``'main'``.
+    message : str, optional
+        Icechunk output: the commit message. Default: one naming zshard, the source and the options.
+    icechunk_spec : {1, 2}, optional
+        Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk 2.x reads
+        it) or ``1`` (for readers on icechunk 1.x). An existing repository is written in its own
+        version; asking for the other is refused.
+    keep_manifest : bool, optional
+        Keep the manifest of every shard written (its size and crc32c, and a hash of each inner chunk's
+        values) at ``dst/.zshard/manifest.tsv`` after the run, for ``zshard verify --manifest`` to check
+        the output without reading the source. By default it is removed with the rest of the state.
     no_passthrough : bool, optional
         Deprecated: ``passthrough=False``.
     no_consolidate : bool, optional
@@ -682,23 +682,18 @@ def finalize(
             "compressor": compressor,
             "index_location": index_location,
             "passthrough": passthrough,
-            "consolidate": consolidate,
             "level_shapes": level_shapes,
+            "consolidate": consolidate,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
+            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
-            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
-            "output_format": output_format,
-            "branch": branch,
-            "message": message,
-            "icechunk_spec": icechunk_spec,
-            "keep_manifest": keep_manifest,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -708,6 +703,11 @@ def finalize(
             "max_requests": max_requests,
             "part_size": part_size,
             "io_threads": io_threads,
+            "output_format": output_format,
+            "branch": branch,
+            "message": message,
+            "icechunk_spec": icechunk_spec,
+            "keep_manifest": keep_manifest,
         }
     )
     return Finalized._from_dict(_zshard.finalize(src, dst, options))
@@ -722,15 +722,11 @@ def verify(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
+    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
-    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
-    threads: int | None = None,
-    memory_limit: Size | None = None,
-    sample: float | None = None,
-    manifest: bool | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -740,6 +736,10 @@ def verify(
     max_requests: int | None = None,
     part_size: Size | None = None,
     io_threads: int | None = None,
+    threads: int | None = None,
+    memory_limit: Size | None = None,
+    sample: float | None = None,
+    manifest: bool | None = None,
 ) -> VerifyResult:
     """Compares the output ``dst`` with its source ``src`` element by element and checks every shard
     index (or a deterministic ``sample`` of the shards); also reports stray objects and differing metadata.
@@ -775,6 +775,9 @@ def verify(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -782,31 +785,12 @@ def verify(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
         What becomes of an array whose data type or codecs zshard does not read: ``'refuse'`` (the
         default) fails before anything is written, naming it; ``'skip'`` leaves it out and lists it in
         ``skipped_arrays``.
-    threads : int, optional
-        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
-        (or 1024) are capped to that, with a warning.
-    memory_limit : int | str, optional
-        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
-        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
-        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
-        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
-    sample : float, optional
-        Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``.
-        Default: 1 (every shard).
-    manifest : bool, optional
-        Check the output alone against the checksum manifest its conversion kept
-        (``keep_manifest=True``), without reading the source: every shard's size and crc32c, and objects
-        at chunk keys the manifest does not name. The output is then the one location given
-        (``verify(dst, manifest=True)``).
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -829,6 +813,22 @@ def verify(
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
         as many as keep twice that many shards within 64 MiB and the memory limit.
+    threads : int, optional
+        Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
+        (or 1024) are capped to that, with a warning.
+    memory_limit : int | str, optional
+        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
+        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
+        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
+    sample : float, optional
+        Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. ``0.01``.
+        Default: 1 (every shard).
+    manifest : bool, optional
+        Check the output alone against the checksum manifest its conversion kept
+        (``keep_manifest=True``), without reading the source: every shard's size and crc32c, and objects
+        at chunk keys the manifest does not name. The output is then the one location given
+        (``verify(dst, manifest=True)``).
 
     Returns
     -------
@@ -851,15 +851,11 @@ def verify(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
+            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
-            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
-            "threads": threads,
-            "memory_limit": memory_limit,
-            "sample": sample,
-            "manifest": manifest,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -869,6 +865,10 @@ def verify(
             "max_requests": max_requests,
             "part_size": part_size,
             "io_threads": io_threads,
+            "threads": threads,
+            "memory_limit": memory_limit,
+            "sample": sample,
+            "manifest": manifest,
         }
     )
     return VerifyResult._from_dict(_zshard.verify(src, dst, options))
@@ -877,7 +877,6 @@ def verify(
 def status(
     dst: Location,
     *,
-    watch: float | None = None,
     s3_endpoint: str | None = None,
     s3_region: str | None = None,
     s3_path_style: bool | None = None,
@@ -887,6 +886,7 @@ def status(
     max_requests: int | None = None,
     part_size: Size | None = None,
     io_threads: int | None = None,
+    watch: float | None = None,
 ) -> Status:
     """How far a conversion into ``dst`` has come, from ``dst`` alone (``zshard status --json``): per
     array shards done and planned and bytes written, the rate and time left, per worker its shards and
@@ -899,10 +899,6 @@ def status(
     dst : str | os.PathLike[str]
         The destination of the conversion (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://``
         or ``az://`` URL).
-    watch : float, optional
-        Read the status again every this many seconds until the conversion is finished (complete, or
-        every shard done and no worker live), returning the last reading; Ctrl-C (``KeyboardInterrupt``)
-        stops waiting. By default the status is read once.
     s3_endpoint : str, optional
         Endpoint of an S3-compatible store, e.g. ``'http://127.0.0.1:9000'`` (overrides
         ``AWS_ENDPOINT_URL``).
@@ -925,6 +921,10 @@ def status(
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
         as many as keep twice that many shards within 64 MiB and the memory limit.
+    watch : float, optional
+        Read the status again every this many seconds until the conversion is finished (complete, or
+        every shard done and no worker live), returning the last reading; Ctrl-C (``KeyboardInterrupt``)
+        stops waiting. By default the status is read once.
 
     Returns
     -------
@@ -942,7 +942,6 @@ def status(
     """
     options = _given(
         {
-            "watch": watch,
             "s3_endpoint": s3_endpoint,
             "s3_region": s3_region,
             "s3_path_style": s3_path_style,
@@ -952,6 +951,7 @@ def status(
             "max_requests": max_requests,
             "part_size": part_size,
             "io_threads": io_threads,
+            "watch": watch,
         }
     )
     return Status._from_dict(_zshard.status(dst, options))
@@ -964,9 +964,9 @@ def ls(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
+    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
-    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -1003,6 +1003,9 @@ def ls(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -1010,9 +1013,6 @@ def ls(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -1062,9 +1062,9 @@ def ls(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
+            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
-            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
