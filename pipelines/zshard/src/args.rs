@@ -301,9 +301,17 @@ mod tests {
                 let help = arg.get_help().map(ToString::to_string);
                 let name = command.get_name();
                 if own.contains(&(name, setting)) {
-                    assert_ne!(help.as_deref(), Some(short_help(setting)), "{name} {setting:?}");
+                    assert_ne!(
+                        help.as_deref(),
+                        Some(short_help(setting)),
+                        "{name} {setting:?}"
+                    );
                 } else {
-                    assert_eq!(help.as_deref(), Some(short_help(setting)), "{name} {setting:?}");
+                    assert_eq!(
+                        help.as_deref(),
+                        Some(short_help(setting)),
+                        "{name} {setting:?}"
+                    );
                     described += 1;
                 }
                 let values: Vec<String> = arg
@@ -341,11 +349,15 @@ mod tests {
         let flags = RunFlags::from_arg_matches(&matches).expect("reads");
         let run: zshard_convert::options::RunOptions =
             serde_json::from_value(Value::Object(flags.0)).expect("the model reads it");
-        let job: zshard_convert::options::RunOptions = serde_json::from_value(serde_json::json!({
-            "overwrite": true, "checkpoint_interval": "500ms", "memory_limit": "4GiB",
-            "report": "r.json",
-        }))
-        .expect("a job's keys");
+        let job = [
+            (Setting::Overwrite, Value::Bool(true)),
+            (Setting::CheckpointInterval, "500ms".into()),
+            (Setting::MemoryLimit, "4GiB".into()),
+            (Setting::Report, "r.json".into()),
+        ]
+        .map(|(s, value)| (s.key().to_string(), value));
+        let job: zshard_convert::options::RunOptions =
+            serde_json::from_value(Value::Object(Map::from_iter(job))).expect("a job's keys");
         assert_eq!(run, job);
         assert_eq!(run.keep_manifest, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
@@ -353,7 +365,9 @@ mod tests {
             .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
             .expect_err("out of range");
         assert!(
-            refused.to_string().contains("is a duration from 10ms to 1h"),
+            refused
+                .to_string()
+                .contains("is a duration from 10ms to 1h"),
             "{refused}"
         );
     }
