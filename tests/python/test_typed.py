@@ -40,9 +40,8 @@ FRONT_END_FLAGS = {"help", "quiet", "json", "progress", "log-interval", "verbose
 #: Flags of a mode the Python function does not offer (none: ``verify --manifest`` is ``manifest=True``).
 CLI_ONLY: set[str] = set()
 
-#: Keywords of the functions that are no flag of the command: the progress callback (``convert``) and
-#: the deprecated spellings of ``passthrough=False`` and ``consolidate=False``.
-PYTHON_ONLY = {"progress", "no_passthrough", "no_consolidate"}
+#: Keywords of the functions that are no flag of the command: the progress callback (``convert``).
+PYTHON_ONLY = {"progress"}
 
 #: Flags whose keyword is not their name with ``_`` for ``-`` (their keyword defaults to true).
 NEGATED = {"no-passthrough": "passthrough", "no-consolidate": "consolidate"}
@@ -173,12 +172,13 @@ def test_the_functions_are_what_generate_api_makes():
     assert run.returncode == 0, run.stderr
 
 
-def test_deprecated_spellings_warn_and_contradictions_are_refused(small, tmp_path):
+def test_one_keyword_per_setting_no_negated_twin(small, tmp_path):
+    """``passthrough=False`` and ``consolidate=False`` are the flags ``--no-passthrough`` and
+    ``--no-consolidate``; there is no ``no_passthrough`` or ``no_consolidate`` keyword."""
     src, _ = small
-    with pytest.warns(DeprecationWarning), pytest.raises(zshard.OptionsError, match="contradicts"):
-        zshard.plan(src, tmp_path / "out.zarr", passthrough=True, no_passthrough=True)
-    with pytest.raises(TypeError, match="no_consolidate: a bool, got int 1"):
-        zshard.plan(src, tmp_path / "out.zarr", no_consolidate=1)  # type: ignore[arg-type]
+    for twin in ("no_passthrough", "no_consolidate"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{twin}'"):
+            zshard.plan(src, tmp_path / "out.zarr", **{twin: True})
 
 
 def test_the_wheel_ships_its_types():
@@ -362,17 +362,21 @@ def test_numpy_integers_are_extents(small, tmp_path):
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
 
 
-def test_passthrough_false_and_its_deprecated_spelling_give_the_same_output(small, tmp_path):
-    src, _ = small
-    zshard.convert(src, tmp_path / "new.zarr", shard_shape=(20, 40), passthrough=False, consolidate=False)
-    with pytest.warns(DeprecationWarning) as warned:
-        zshard.convert(src, tmp_path / "old.zarr", shard_shape=(20, 40), no_passthrough=True, no_consolidate=True)
-    assert [str(w.message) for w in warned] == [
-        "no_passthrough is deprecated: give passthrough=False",
-        "no_consolidate is deprecated: give consolidate=False",
-    ]
-    new, old = (zarr.open_array(str(tmp_path / d), mode="r") for d in ("new.zarr", "old.zarr"))
-    np.testing.assert_array_equal(new[...], old[...])
+def test_passthrough_false_decodes_every_chunk_as_no_passthrough_did(small, tmp_path):
+    src, data = small
+    given = {"shard_shape": (20, 40), "compressor": "source"}
+    assert zshard.plan(src, tmp_path / "a.zarr", **given).arrays[0].passthrough
+    assert not zshard.plan(src, tmp_path / "a.zarr", passthrough=False, **given).arrays[0].passthrough
+    cli = subprocess.run(
+        [zshard_command(), "plan", str(src), str(tmp_path / "a.zarr"), "--shard-shape", "20,40"]
+        + ["--compressor", "source", "--no-passthrough", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"passthrough": false' in cli.stdout
+    zshard.convert(src, tmp_path / "new.zarr", passthrough=False, consolidate=False, **given)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "new.zarr"), mode="r")[...], data)
 
 
 def test_ls_lists_the_arrays_of_a_group(tmp_path):
