@@ -741,9 +741,18 @@ impl Options {
 impl Conversion {
     /// The conversion these options describe, every default resolved here.
     pub fn from_options(options: &Options) -> Result<Conversion> {
+        let (conversion, configured) = Conversion::configured(options);
+        configured.map(|()| conversion)
+    }
+
+    /// The conversion these options describe, and beside it the error of a setting that does not
+    /// hold: the settings that hold are set all the same, so that the report of the failure shows
+    /// them. The one construction of a conversion of every front end (command line, job file,
+    /// Python).
+    pub fn configured(options: &Options) -> (Conversion, Result<()>) {
         let mut conversion = Conversion::new(&options.source, &options.destination);
-        conversion.configure(options)?;
-        Ok(conversion)
+        let configured = conversion.configure(options);
+        (conversion, configured)
     }
 
     /// Sets what `options` give (all but the source and destination); the settings that hold are
@@ -1090,6 +1099,21 @@ mod tests {
             (v.sample, v.threads, v.ome),
             (1.0, crate::default_threads(), OmeMetadata::Upgrade)
         );
+    }
+
+    /// A setting that does not hold is returned beside the conversion, which has the others.
+    #[test]
+    fn a_configured_conversion_keeps_the_settings_that_hold() {
+        let options: Options = serde_json::from_value(serde_json::json!({
+            "source": "s", "destination": "d", "worker": "5/2", "report": "r.json", "threads": 3,
+        }))
+        .expect("valid");
+        let (conversion, configured) = Conversion::configured(&options);
+        let e = configured.expect_err("5/2 is no share");
+        assert!(e.to_string().contains("worker"), "{e}");
+        assert_eq!(conversion.report_path, Some(PathBuf::from("r.json")));
+        assert_eq!((conversion.threads, conversion.source.as_str()), (3, "s"));
+        assert!(Conversion::from_options(&options).is_err());
     }
 
     #[test]

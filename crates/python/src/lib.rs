@@ -162,7 +162,7 @@ fn convert<'py>(
             run.worker = Some(partition.to_string());
         }
     });
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     if let Err(e) = worker.and(configured) {
         if let Err(report_error) = conversion.report_failure(&e) {
             let message = format!(
@@ -293,15 +293,6 @@ fn ls<'py>(
     Ok(pythonize::pythonize(py, &listing)?)
 }
 
-/// The one place the module builds a conversion: from the options model, every default the
-/// library's. The settings that hold are set even when one does not (its error is returned beside),
-/// so that a report of the failure shows them.
-fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
-    let mut conversion = Conversion::new(&options.source, &options.destination);
-    let configured = conversion.configure(options);
-    (conversion, configured)
-}
-
 /// The conversion that `plan` or `finalize` (`action`) runs.
 fn configured(
     py: Python<'_>,
@@ -311,7 +302,7 @@ fn configured(
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Conversion> {
     let options: Options = lower::model(py, action, src, Some(dst), options)?;
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     configured.map_err(|e| conversion_error(py, &e))?;
     Ok(conversion)
 }

@@ -2,8 +2,8 @@
 //! command both call [`main`], and the Python module builds its conversions with [`request`] from
 //! the same flags. The flags (`args.rs`, clap's structs) are lowered into the library's options
 //! model in one place (`lower.rs`); a job file (`job.rs`) is read into the same model; the
-//! conversions and verifications are built from it in one place each ([`conversion`],
-//! [`verification`]), and every default is the library's.
+//! conversions are built from it by the library's one [`Conversion::configured`], the
+//! verifications in one place ([`verification`]), and every default is the library's.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -249,15 +249,6 @@ fn spell_for(job: Option<&str>) {
     }
 }
 
-/// The one place the command line builds a conversion: from the options model, every default
-/// the library's. The settings that hold are set even when one does not (its error is returned
-/// beside), so that a report of the failure shows them.
-pub(crate) fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
-    let mut conversion = Conversion::new(&options.source, &options.destination);
-    let configured = conversion.configure(options);
-    (conversion, configured)
-}
-
 /// The one place the command line builds a verification: from the options model.
 fn verification(options: &VerifyOptions) -> Verification {
     Verification::from_options(options)
@@ -348,7 +339,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 if keep_manifest {
                     options.run.keep_manifest = Some(true);
                 }
-                let (conversion, configured) = conversion(&options);
+                let (conversion, configured) = Conversion::configured(&options);
                 signals::cancel_on_signals(conversion.cancel.clone())?;
                 let (source, destination) = (&conversion.source, &conversion.destination);
                 let finalized = configured.and_then(|()| conversion.finalize());
@@ -370,7 +361,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                 // The flags win over the job file's settings.
                 options.run.threads = threads.or(options.run.threads);
                 options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
-                let (conversion, configured) = conversion(&options);
+                let (conversion, configured) = Conversion::configured(&options);
                 let plan = configured.and_then(|()| conversion.plan());
                 let (source, destination) = (&conversion.source, &conversion.destination);
                 plans.push(in_job(job, source, destination, plan)?);
@@ -529,7 +520,7 @@ fn convert_conversion(
         workers: workers.workers,
         ..run
     };
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     if let Err(e) = first.result().and(configured) {
         if let Err(report_error) = conversion.report_failure(&e) {
             eprintln!("zshard: warning: {}", one_line(&report_error));
@@ -546,7 +537,7 @@ fn one_conversion(layout: &LayoutArgs, run: RunOptions) -> Result<Conversion, Re
     let mut first = First::default();
     let mut options = lower::conversion(layout, dst, &mut first);
     options.run = run;
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     first
         .result()
         .and(configured)
@@ -827,7 +818,7 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
     );
     options.run.report = Some(PathBuf::from(report));
     // Only the report is wanted here: a setting that does not hold is beside the point.
-    Some(conversion(&options).0)
+    Some(Conversion::configured(&options).0)
 }
 
 /// Runs the `zshard` command with `args` (the program name first, as `std::env::args_os` gives it)
