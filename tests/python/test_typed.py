@@ -414,3 +414,28 @@ def test_the_typed_example_converts_and_verifies(small, tmp_path):
     output = zarr.open_array(str(tmp_path / "typed.zarr"), mode="r")
     assert output.shards == (20, 10)
     np.testing.assert_array_equal(output[...], data)
+
+
+def test_the_command_and_the_functions_each_keep_their_spelling(small, tmp_path, capfd):
+    """The command run from Python names settings by its flags, the functions beside it by their
+    keywords, on any thread (no spelling is kept for the process)."""
+    import threading
+
+    src, _ = small
+    dst = str(tmp_path / "out.zarr")
+    assert _zshard.cli_main(["convert", str(src), dst, "--checkpoint-interval", "0"]) == 2
+    assert "--checkpoint-interval is a duration" in capfd.readouterr().err
+    raised: list[BaseException] = []
+
+    def convert() -> None:
+        try:
+            zshard.convert(src, dst, checkpoint_interval=0)
+        except zshard.OptionsError as e:
+            raised.append(e)
+
+    convert()
+    thread = threading.Thread(target=convert)
+    thread.start()
+    thread.join()
+    assert len(raised) == 2
+    assert all("checkpoint_interval= is a duration" in str(e) for e in raised), raised

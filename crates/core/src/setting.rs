@@ -3,13 +3,14 @@
 //! Library messages name a setting with a [`Setting`] (never with a command-line flag); its
 //! `Display` spells it the way the front end in use does: `--memory-limit` on the command line,
 //! `memory_limit=` in Python, `memory_limit` in a job file or for a Rust caller (the default). A
-//! front end picks its [`Spelling`] once for the process ([`set_spelling`]); [`spelled`] picks one
-//! for the current thread only (tests, or rendering one message another way).
+//! front end runs what it asks of the library in [`spelled`], which picks its [`Spelling`] for the
+//! current thread; the library's threads take their spawner's ([`inheriting`]). There is no
+//! process-wide spelling: the command line run from Python (`cli_main`) and the Python functions
+//! beside it each keep their own.
 
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Defines [`Setting`] from one row per setting: everything a front end derives from it.
 ///
@@ -810,49 +811,20 @@ impl Spelling {
             Spelling::JobKey => setting.key().into(),
         }
     }
-
-    const fn to_u8(self) -> u8 {
-        match self {
-            Spelling::Key => 0,
-            Spelling::Flag => 1,
-            Spelling::Keyword => 2,
-            Spelling::JobKey => 3,
-        }
-    }
-
-    const fn from_u8(n: u8) -> Spelling {
-        match n {
-            1 => Spelling::Flag,
-            2 => Spelling::Keyword,
-            3 => Spelling::JobKey,
-            _ => Spelling::Key,
-        }
-    }
 }
-
-/// The process's spelling (a front end's), see [`set_spelling`].
-static PROCESS: AtomicU8 = AtomicU8::new(Spelling::Key.to_u8());
 
 thread_local! {
     /// This thread's spelling while in [`spelled`].
     static THREAD: Cell<Option<Spelling>> = const { Cell::new(None) };
 }
 
-/// Makes `spelling` the way settings are spelled in this process's messages (a front end calls it
-/// once, before it runs anything).
-pub fn set_spelling(spelling: Spelling) {
-    PROCESS.store(spelling.to_u8(), Ordering::Relaxed);
-}
-
-/// How settings are spelled now, on this thread.
+/// How settings are spelled now, on this thread: as [`spelled`] says, else by key.
 pub fn spelling() -> Spelling {
-    THREAD
-        .with(Cell::get)
-        .unwrap_or_else(|| Spelling::from_u8(PROCESS.load(Ordering::Relaxed)))
+    THREAD.with(Cell::get).unwrap_or_default()
 }
 
-/// Runs `f` with settings spelled by `spelling` on this thread (messages made on other threads keep
-/// the process's spelling); the previous one is restored afterwards, also when `f` panics.
+/// Runs `f` with settings spelled by `spelling` on this thread (and the threads it starts through
+/// [`inheriting`]); the previous one is restored afterwards, also when `f` panics.
 pub fn spelled<R>(spelling: Spelling, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Spelling>);
     impl Drop for Restore {
@@ -862,6 +834,16 @@ pub fn spelled<R>(spelling: Spelling, f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(THREAD.with(|t| t.replace(Some(spelling))));
     f()
+}
+
+/// `f`, to run on another thread with this thread's spelling: a thread the library starts names
+/// settings as the front end that started the work does.
+pub fn inheriting<R>(f: impl FnOnce() -> R) -> impl FnOnce() -> R {
+    let spelling = THREAD.with(Cell::get);
+    move || match spelling {
+        Some(spelling) => spelled(spelling, f),
+        None => f(),
+    }
 }
 
 /// The setting as the current front end spells it ([`spelling`]).
@@ -936,7 +918,10 @@ mod tests {
             });
             assert_eq!(Setting::Worker.to_string(), "--worker");
             let other = std::thread::spawn(spelling).join().expect("thread");
-            assert_ne!(other, Spelling::Flag, "the override is this thread's only");
+            assert_eq!(other, Spelling::Key, "the override is this thread's only");
+            let inherited = std::thread::spawn(inheriting(spelling));
+            assert_eq!(inherited.join().expect("thread"), Spelling::Flag);
         });
+        assert_eq!(spelling(), Spelling::Key, "nothing is left for the process");
     }
 }

@@ -241,11 +241,15 @@ fn in_job<T>(
     }
 }
 
-/// Messages of a job file's conversions name settings by the job file's keys (`chunk_shape`), those
-/// of SRC DST by the flags (`--chunk-shape`).
-fn spell_for(job: Option<&str>) {
-    if job.is_some() {
-        zshard_convert::set_spelling(zshard_convert::Spelling::JobKey);
+/// Whether `command` runs the conversions of a job file, whose messages name settings by the job
+/// file's keys (`chunk_shape`) rather than by the flags (`--chunk-shape`).
+fn runs_a_job(command: &Command) -> bool {
+    match command {
+        Command::Plan { layout, .. } | Command::Finalize { layout, .. } => layout.dst.is_none(),
+        Command::Verify { dst, manifest, .. } => dst.is_none() && !manifest,
+        Command::Run { .. } => true,
+        Command::Status { dst, .. } => dst.ends_with(".toml"),
+        _ => false,
     }
 }
 
@@ -289,6 +293,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     cli.logging.install();
     match one_request(cli.command) {
         Ok(Parsed::Request(request, printing)) => run_request(*request, printing),
+        Ok(Parsed::Other(command)) if runs_a_job(&command) => {
+            zshard_convert::spelled(zshard_convert::Spelling::JobKey, || run_command(*command))
+        }
         Ok(Parsed::Other(command)) => run_command(*command),
         Err(RequestError::Usage(message)) => Err(anyhow::anyhow!(message)),
         Err(RequestError::Options(e)) => Err(e.into()),
@@ -334,7 +341,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             quiet,
         } => {
             let job = layout.dst.is_none().then_some(layout.src.as_str());
-            spell_for(job);
             for mut options in conversions(&layout)? {
                 if keep_manifest {
                     options.run.keep_manifest = Some(true);
@@ -355,7 +361,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         } => {
             signals::exit_on_signals()?;
             let job = layout.dst.is_none().then_some(layout.src.as_str());
-            spell_for(job);
             let mut plans = Vec::new();
             for mut options in conversions(&layout)? {
                 // The flags win over the job file's settings.
@@ -426,7 +431,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
                     "job file {src}: give the source options in the job file, not as flags beside it"
                 );
             }
-            spell_for(Some(&src));
             if std::path::Path::new(&src).is_dir() {
                 anyhow::bail!(
                     "{src} is a folder, not a job file: give SRC and DST, or check the output alone against its kept manifest with `zshard verify --manifest {src}`"
@@ -453,7 +457,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             quiet,
         } => {
             let worker = lower::worker(&workers)?;
-            spell_for(Some(&job.to_string_lossy()));
             job::run(&job, worker, &lower::storage(&storage), quiet)
         }
         Command::Demo {
@@ -469,8 +472,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
         } => {
             let storage = lower::storage(&storage);
             let watched = if dst.ends_with(".toml") {
-                let job = Some(dst.as_str());
-                spell_for(job);
                 job::load(dst.as_ref(), &storage, None)?
                     .into_iter()
                     .map(|options| StatusOptions {
@@ -826,7 +827,10 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
 /// by one.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     // Messages of the library name settings by this command's flags (`--memory-limit`).
-    zshard_convert::set_spelling(zshard_convert::Spelling::Flag);
+    zshard_convert::spelled(zshard_convert::Spelling::Flag, || main_spelled(args))
+}
+
+fn main_spelled(args: impl IntoIterator<Item = OsString>) -> u8 {
     let cli = match parse_cli(args.into_iter().collect()) {
         Ok(cli) => cli,
         Err(code) => return code,
