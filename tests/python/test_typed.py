@@ -439,3 +439,34 @@ def test_the_command_and_the_functions_each_keep_their_spelling(small, tmp_path,
     thread.join()
     assert len(raised) == 2
     assert all("checkpoint_interval= is a duration" in str(e) for e in raised), raised
+
+
+def test_the_result_classes_are_the_documents_the_library_returns(small, tmp_path):
+    """Every field of a result dataclass is a key of the document the library returns for it (the
+    Rust types, serialized), and every key of the document is a field, so that neither drifts: a
+    field the document lost would read as ``None``. A :class:`Report` keeps the run's details in
+    ``document`` only; ``Plan.icechunk_chunks`` is given for an Icechunk output alone."""
+    from zshard import _results
+
+    src, _ = small
+    dst = tmp_path / "out.zarr"
+    report = _zshard.convert(src, dst, {"shard_shape": [20, 40]}, None)
+    plan = _zshard.plan(src, tmp_path / "p.zarr", {})
+    status = _zshard.status(dst, {})
+    documents = [
+        (_results.Report, report, {"document"}, True),
+        (_results.Counts, report["totals"], set(), False),
+        (_results.Plan, plan, {"document", "icechunk_chunks"}, False),
+        (_results.PlannedArray, plan["arrays"][0], set(), False),
+        (_results.Listing, _zshard.ls(src, {}), set(), False),
+        (_results.ListedArray, _zshard.ls(src, {})["arrays"][0], set(), False),
+        (_results.Status, status, set(), False),
+        (_results.ArrayStatus, status["arrays"][0], set(), False),
+        (_results.StatusTotals, status["totals"], set(), False),
+        (_results.VerifyResult, _zshard.verify(src, dst, {}), set(), False),
+    ]
+    for cls, document, own, partial in documents:
+        fields = set(cls.__dataclass_fields__)
+        assert fields - own <= set(document), (cls.__name__, fields - own - set(document))
+        if not partial:
+            assert set(document) <= fields, (cls.__name__, set(document) - fields)
