@@ -538,24 +538,6 @@ settings! {
         doc: "Worker threads per CPU stage (at least 1). Default: the number of cores. More than \
              4 per core (or 1024) are capped to that, with a warning.",
     },
-    /// Peak memory not to exceed.
-    MemoryLimit {
-        key: "memory_limit",
-        group: Run,
-        commands: "convert plan verify",
-        value: "SIZE",
-        python: "Size",
-        help: "Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; \
-              default: half of the machine's memory, or of the cgroup's limit). Shards bigger \
-              than fits are processed and written in parts of whole inner chunks, so any shard \
-              size fits; fewer threads are used if needed, and a conversion whose source chunks \
-              cannot fit even then is refused before it starts.",
-        doc: "Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 \
-             bytes, GB: 10**9). Shards bigger than fits are processed in parts; a conversion \
-             that cannot fit is refused before it starts. Default: half of the machine's memory \
-             (or of the cgroup's limit). :func:`verify` compares shards in parts that fit it, as \
-             a conversion writes them.",
-    },
     /// Replacing what the destination holds.
     Overwrite {
         key: "overwrite",
@@ -607,6 +589,24 @@ settings! {
              checks against the manifest (size and crc32c) and rewrites if they do not match; a \
              killed process loses nothing written. Shorter means less to check after a crash and \
              more syncs. Default: ``'10s'`` (records are also written every 10,000 shards).",
+    },
+    /// Peak memory not to exceed.
+    MemoryLimit {
+        key: "memory_limit",
+        group: Run,
+        commands: "convert plan verify",
+        value: "SIZE",
+        python: "Size",
+        help: "Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; \
+              default: half of the machine's memory, or of the cgroup's limit). Shards bigger \
+              than fits are processed and written in parts of whole inner chunks, so any shard \
+              size fits; fewer threads are used if needed, and a conversion whose source chunks \
+              cannot fit even then is refused before it starts.",
+        doc: "Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 \
+             bytes, GB: 10**9). Shards bigger than fits are processed in parts; a conversion \
+             that cannot fit is refused before it starts. Default: half of the machine's memory \
+             (or of the cgroup's limit). :func:`verify` compares shards in parts that fit it, as \
+             a conversion writes them.",
     },
     /// Where the JSON report goes.
     Report {

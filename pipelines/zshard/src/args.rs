@@ -62,14 +62,15 @@ fn short_help(setting: Setting) -> &'static str {
 #[derive(Debug, Clone, Default)]
 pub struct RunFlags(pub(crate) Map<String, Value>);
 
-/// The settings of [`RunFlags`], in the order of `--help`.
-const RUN_FLAGS: &[Setting] = &[
-    Setting::Overwrite,
-    Setting::KeepManifest,
-    Setting::CheckpointInterval,
-    Setting::MemoryLimit,
-    Setting::Report,
-];
+/// The settings of [`RunFlags`], in their definitions' order: `convert`'s settings of the run but
+/// the threads and the worker's share, which other commands take too (with their own help).
+fn run_flags() -> impl Iterator<Item = Setting> {
+    Setting::ALL.iter().copied().filter(|s| {
+        s.group() == zshard_core::setting::Group::Run
+            && s.taken_by("convert")
+            && !matches!(s, Setting::Threads | Setting::Worker | Setting::Workers)
+    })
+}
 
 /// The flag of `setting`: a switch, or a flag whose value the options model reads (so that a value
 /// it refuses is a usage error naming the flag, as clap's own parsers make).
@@ -111,7 +112,7 @@ fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
 
 impl clap::Args for RunFlags {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        RUN_FLAGS.iter().fold(cmd, |cmd, s| cmd.arg(flag(*s)))
+        run_flags().fold(cmd, |cmd, s| cmd.arg(flag(s)))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -122,7 +123,7 @@ impl clap::Args for RunFlags {
 impl clap::FromArgMatches for RunFlags {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let mut values = Map::new();
-        for setting in RUN_FLAGS.iter().copied() {
+        for setting in run_flags() {
             let key = setting.key();
             let value = match setting.value_name() {
                 // A switch turns its setting off when it is a `--no-` flag.
@@ -361,7 +362,7 @@ mod tests {
         assert_eq!(run, job);
         assert_eq!(run.keep_manifest, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
-            .args(RUN_FLAGS.iter().map(|s| flag(*s)))
+            .args(run_flags().map(flag))
             .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
             .expect_err("out of range");
         assert!(

@@ -59,10 +59,10 @@ def convert(
     message: str | None = None,
     icechunk_spec: IcechunkSpec | None = None,
     threads: int | None = None,
-    memory_limit: Size | None = None,
     overwrite: bool | None = None,
     keep_manifest: bool | None = None,
     checkpoint_interval: float | str | None = None,
+    memory_limit: Size | None = None,
     report: Location | None = None,
     worker: Worker | None = None,
     workers: int | None = None,
@@ -183,11 +183,6 @@ def convert(
     threads : int, optional
         Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
         (or 1024) are capped to that, with a warning.
-    memory_limit : int | str, optional
-        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
-        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
-        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
-        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     overwrite : bool, optional
         Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is refused, and
         one from a run with the same options is resumed).
@@ -203,6 +198,11 @@ def convert(
         last checkpoint, which a resume checks against the manifest (size and crc32c) and rewrites if
         they do not match; a killed process loses nothing written. Shorter means less to check after a
         crash and more syncs. Default: ``'10s'`` (records are also written every 10,000 shards).
+    memory_limit : int | str, optional
+        Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
+        10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
+        before it starts. Default: half of the machine's memory (or of the cgroup's limit).
+        :func:`verify` compares shards in parts that fit it, as a conversion writes them.
     report : str | os.PathLike[str], optional
         Write the run's JSON report to this file however the run ends; ``{worker}``, ``{host}`` and
         ``{date}`` in it are replaced.
@@ -264,10 +264,10 @@ def convert(
             "message": message,
             "icechunk_spec": icechunk_spec,
             "threads": threads,
-            "memory_limit": memory_limit,
             "overwrite": overwrite,
             "keep_manifest": keep_manifest,
             "checkpoint_interval": checkpoint_interval,
+            "memory_limit": memory_limit,
             "report": report,
             "worker": worker,
             "workers": workers,
