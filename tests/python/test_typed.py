@@ -40,9 +40,8 @@ FRONT_END_FLAGS = {"help", "quiet", "json", "progress", "log-interval", "verbose
 #: Flags of a mode the Python function does not offer (none: ``verify --manifest`` is ``manifest=True``).
 CLI_ONLY: set[str] = set()
 
-#: Keywords of the functions that are no flag of the command: the progress callback (``convert``) and
-#: the deprecated spellings of ``passthrough=False`` and ``consolidate=False``.
-PYTHON_ONLY = {"progress", "no_passthrough", "no_consolidate"}
+#: Keywords of the functions that are no flag of the command: the progress callback (``convert``).
+PYTHON_ONLY = {"progress"}
 
 #: Flags whose keyword is not their name with ``_`` for ``-`` (their keyword defaults to true).
 NEGATED = {"no-passthrough": "passthrough", "no-consolidate": "consolidate"}
@@ -173,12 +172,13 @@ def test_the_functions_are_what_generate_api_makes():
     assert run.returncode == 0, run.stderr
 
 
-def test_deprecated_spellings_warn_and_contradictions_are_refused(small, tmp_path):
+def test_one_keyword_per_setting_no_negated_twin(small, tmp_path):
+    """``passthrough=False`` and ``consolidate=False`` are the flags ``--no-passthrough`` and
+    ``--no-consolidate``; there is no ``no_passthrough`` or ``no_consolidate`` keyword."""
     src, _ = small
-    with pytest.warns(DeprecationWarning), pytest.raises(zshard.OptionsError, match="contradicts"):
-        zshard.plan(src, tmp_path / "out.zarr", passthrough=True, no_passthrough=True)
-    with pytest.raises(TypeError, match="no_consolidate: a bool, got int 1"):
-        zshard.plan(src, tmp_path / "out.zarr", no_consolidate=1)  # type: ignore[arg-type]
+    for twin in ("no_passthrough", "no_consolidate"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{twin}'"):
+            zshard.plan(src, tmp_path / "out.zarr", **{twin: True})
 
 
 def test_the_wheel_ships_its_types():
@@ -362,17 +362,21 @@ def test_numpy_integers_are_extents(small, tmp_path):
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
 
 
-def test_passthrough_false_and_its_deprecated_spelling_give_the_same_output(small, tmp_path):
-    src, _ = small
-    zshard.convert(src, tmp_path / "new.zarr", shard_shape=(20, 40), passthrough=False, consolidate=False)
-    with pytest.warns(DeprecationWarning) as warned:
-        zshard.convert(src, tmp_path / "old.zarr", shard_shape=(20, 40), no_passthrough=True, no_consolidate=True)
-    assert [str(w.message) for w in warned] == [
-        "no_passthrough is deprecated: give passthrough=False",
-        "no_consolidate is deprecated: give consolidate=False",
-    ]
-    new, old = (zarr.open_array(str(tmp_path / d), mode="r") for d in ("new.zarr", "old.zarr"))
-    np.testing.assert_array_equal(new[...], old[...])
+def test_passthrough_false_decodes_every_chunk_as_no_passthrough_did(small, tmp_path):
+    src, data = small
+    given = {"shard_shape": (20, 40), "compressor": "source"}
+    assert zshard.plan(src, tmp_path / "a.zarr", **given).arrays[0].passthrough
+    assert not zshard.plan(src, tmp_path / "a.zarr", passthrough=False, **given).arrays[0].passthrough
+    cli = subprocess.run(
+        [zshard_command(), "plan", str(src), str(tmp_path / "a.zarr"), "--shard-shape", "20,40"]
+        + ["--compressor", "source", "--no-passthrough", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"passthrough": false' in cli.stdout
+    zshard.convert(src, tmp_path / "new.zarr", passthrough=False, consolidate=False, **given)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "new.zarr"), mode="r")[...], data)
 
 
 def test_ls_lists_the_arrays_of_a_group(tmp_path):
@@ -410,3 +414,59 @@ def test_the_typed_example_converts_and_verifies(small, tmp_path):
     output = zarr.open_array(str(tmp_path / "typed.zarr"), mode="r")
     assert output.shards == (20, 10)
     np.testing.assert_array_equal(output[...], data)
+
+
+def test_the_command_and_the_functions_each_keep_their_spelling(small, tmp_path, capfd):
+    """The command run from Python names settings by its flags, the functions beside it by their
+    keywords, on any thread (no spelling is kept for the process)."""
+    import threading
+
+    src, _ = small
+    dst = str(tmp_path / "out.zarr")
+    assert _zshard.cli_main(["convert", str(src), dst, "--checkpoint-interval", "0"]) == 2
+    assert "--checkpoint-interval is a duration" in capfd.readouterr().err
+    raised: list[BaseException] = []
+
+    def convert() -> None:
+        try:
+            zshard.convert(src, dst, checkpoint_interval=0)
+        except zshard.OptionsError as e:
+            raised.append(e)
+
+    convert()
+    thread = threading.Thread(target=convert)
+    thread.start()
+    thread.join()
+    assert len(raised) == 2
+    assert all("checkpoint_interval= is a duration" in str(e) for e in raised), raised
+
+
+def test_the_result_classes_are_the_documents_the_library_returns(small, tmp_path):
+    """Every field of a result dataclass is a key of the document the library returns for it (the
+    Rust types, serialized), and every key of the document is a field, so that neither drifts: a
+    field the document lost would read as ``None``. A :class:`Report` keeps the run's details in
+    ``document`` only; ``Plan.icechunk_chunks`` is given for an Icechunk output alone."""
+    from zshard import _results
+
+    src, _ = small
+    dst = tmp_path / "out.zarr"
+    report = _zshard.convert(src, dst, {"shard_shape": [20, 40]}, None)
+    plan = _zshard.plan(src, tmp_path / "p.zarr", {})
+    status = _zshard.status(dst, {})
+    documents = [
+        (_results.Report, report, {"document"}, True),
+        (_results.Counts, report["totals"], set(), False),
+        (_results.Plan, plan, {"document", "icechunk_chunks"}, False),
+        (_results.PlannedArray, plan["arrays"][0], set(), False),
+        (_results.Listing, _zshard.ls(src, {}), set(), False),
+        (_results.ListedArray, _zshard.ls(src, {})["arrays"][0], set(), False),
+        (_results.Status, status, set(), False),
+        (_results.ArrayStatus, status["arrays"][0], set(), False),
+        (_results.StatusTotals, status["totals"], set(), False),
+        (_results.VerifyResult, _zshard.verify(src, dst, {}), set(), False),
+    ]
+    for cls, document, own, partial in documents:
+        fields = set(cls.__dataclass_fields__)
+        assert fields - own <= set(document), (cls.__name__, fields - own - set(document))
+        if not partial:
+            assert set(document) <= fields, (cls.__name__, set(document) - fields)

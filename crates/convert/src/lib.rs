@@ -69,7 +69,7 @@ pub use size::parse_size;
 pub use threads::{capped_threads, default_threads, max_threads, MAX_THREADS, THREADS_PER_CPU};
 pub use verify::manifest::ManifestVerification;
 pub use verify::{Mismatches, Verification, Verified};
-pub use zshard_core::setting::{set_spelling, spelled, Setting, Spelling};
+pub use zshard_core::setting::{inheriting, spelled, Setting, Spelling};
 pub use zshard_kerchunk::{Options as ReferenceOptions, ReadStats};
 pub use zshard_pipeline::{Cancel, PartOutcome, ShardOutcome, Stats};
 pub use zshard_state::{

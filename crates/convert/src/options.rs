@@ -752,9 +752,18 @@ impl Options {
 impl Conversion {
     /// The conversion these options describe, every default resolved here.
     pub fn from_options(options: &Options) -> Result<Conversion> {
+        let (conversion, configured) = Conversion::configured(options);
+        configured.map(|()| conversion)
+    }
+
+    /// The conversion these options describe, and beside it the error of a setting that does not
+    /// hold: the settings that hold are set all the same, so that the report of the failure shows
+    /// them. The one construction of a conversion of every front end (command line, job file,
+    /// Python).
+    pub fn configured(options: &Options) -> (Conversion, Result<()>) {
         let mut conversion = Conversion::new(&options.source, &options.destination);
-        conversion.configure(options)?;
-        Ok(conversion)
+        let configured = conversion.configure(options);
+        (conversion, configured)
     }
 
     /// Sets what `options` give (all but the source and destination); the settings that hold are
@@ -896,45 +905,9 @@ impl Action {
         Self::ALL.iter().copied().find(|a| a.name() == name)
     }
 
-    /// Whether the action takes `setting`.
+    /// Whether the action takes `setting` (its definition says, [`Setting::commands`]).
     pub fn takes(self, setting: Setting) -> bool {
-        use zshard_core::setting::Group;
-        let group = setting.group();
-        match self {
-            Action::Convert => !matches!(group, Group::Verify | Group::Status),
-            Action::Plan => {
-                !matches!(group, Group::Verify | Group::Status)
-                    && !matches!(
-                        setting,
-                        Setting::Overwrite
-                            | Setting::KeepManifest
-                            | Setting::CheckpointInterval
-                            | Setting::Report
-                            | Setting::Worker
-                            | Setting::Workers
-                    )
-            }
-            // Finalize merges the workers' manifests, so it is told whether to keep the result.
-            Action::Finalize => {
-                !matches!(group, Group::Run | Group::Verify | Group::Status)
-                    || setting == Setting::KeepManifest
-            }
-            Action::Verify => {
-                matches!(
-                    group,
-                    Group::Location | Group::Source | Group::Storage | Group::Verify
-                ) || matches!(
-                    setting,
-                    Setting::Ome | Setting::Threads | Setting::MemoryLimit
-                )
-            }
-            Action::List => {
-                matches!(group, Group::Source | Group::Storage) || setting == Setting::Source
-            }
-            Action::Status => {
-                matches!(group, Group::Storage | Group::Status) || setting == Setting::Destination
-            }
-        }
+        setting.taken_by(self.name())
     }
 
     /// The settings the action takes (SRC and DST too), in [`Setting::ALL`]'s order.
@@ -1137,6 +1110,21 @@ mod tests {
             (v.sample, v.threads, v.ome),
             (1.0, crate::default_threads(), OmeMetadata::Upgrade)
         );
+    }
+
+    /// A setting that does not hold is returned beside the conversion, which has the others.
+    #[test]
+    fn a_configured_conversion_keeps_the_settings_that_hold() {
+        let options: Options = serde_json::from_value(serde_json::json!({
+            "source": "s", "destination": "d", "worker": "5/2", "report": "r.json", "threads": 3,
+        }))
+        .expect("valid");
+        let (conversion, configured) = Conversion::configured(&options);
+        let e = configured.expect_err("5/2 is no share");
+        assert!(e.to_string().contains("worker"), "{e}");
+        assert_eq!(conversion.report_path, Some(PathBuf::from("r.json")));
+        assert_eq!((conversion.threads, conversion.source.as_str()), (3, "s"));
+        assert!(Conversion::from_options(&options).is_err());
     }
 
     #[test]

@@ -124,10 +124,9 @@ fn cli_main(py: Python<'_>, args: Vec<String>) -> u8 {
         .chain(args)
         .map(OsString::from)
         .collect();
-    let status = py.detach(|| zshard_cli::main(args));
-    // The command spells settings as flags; this module's functions, as keywords again.
-    zshard_convert::set_spelling(zshard_convert::Spelling::Keyword);
-    status
+    // The command spells settings as flags on this thread while it runs; this module's functions
+    // keep their keywords.
+    py.detach(|| zshard_cli::main(args))
 }
 
 /// The keys of the settings `command` (`convert`, `plan`, `finalize`, `verify` or `ls`) takes, in
@@ -151,32 +150,35 @@ fn convert<'py>(
     options: &Bound<'py, PyDict>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut options: Options = lower::model(py, Action::Convert, src, Some(dst), options)?;
-    // Without `worker`, the share of a SLURM job array or a Kubernetes Indexed Job, as the command's.
-    let run = &mut options.run;
-    // The worker's share is the destination protocol's (zshard-state), its error the library's.
-    let worker = Partition::resolve(run.worker.as_deref(), run.workers, |k| {
-        std::env::var(k).ok()
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let mut options: Options = lower::model(py, Action::Convert, src, Some(dst), options)?;
+        // Without `worker`, the share of a SLURM job array or a Kubernetes Indexed Job, as the command's.
+        let run = &mut options.run;
+        // The worker's share is the destination protocol's (zshard-state), its error the library's.
+        let worker = Partition::resolve(run.worker.as_deref(), run.workers, |k| {
+            std::env::var(k).ok()
+        })
+        .map_err(zshard_convert::Error::from)
+        .map(|partition| {
+            if run.worker.is_none() && !partition.is_all() {
+                run.worker = Some(partition.to_string());
+            }
+        });
+        let (conversion, configured) = Conversion::configured(&options);
+        if let Err(e) = worker.and(configured) {
+            if let Err(report_error) = conversion.report_failure(&e) {
+                let message = format!(
+                    "the report could not be written: {}",
+                    one_line(&report_error)
+                );
+                warn(py, &message)?;
+            }
+            return Err(conversion_error(py, &e));
+        }
+        let report = run_conversion(py, &conversion, progress.as_ref())?;
+        Ok(pythonize::pythonize(py, &report)?)
     })
-    .map_err(zshard_convert::Error::from)
-    .map(|partition| {
-        if run.worker.is_none() && !partition.is_all() {
-            run.worker = Some(partition.to_string());
-        }
-    });
-    let (conversion, configured) = conversion(&options);
-    if let Err(e) = worker.and(configured) {
-        if let Err(report_error) = conversion.report_failure(&e) {
-            let message = format!(
-                "the report could not be written: {}",
-                one_line(&report_error)
-            );
-            warn(py, &message)?;
-        }
-        return Err(conversion_error(py, &e));
-    }
-    let report = run_conversion(py, &conversion, progress.as_ref())?;
-    Ok(pythonize::pythonize(py, &report)?)
 }
 
 /// What converting `src` into `dst` with `options` would do: the plan document.
@@ -187,11 +189,14 @@ fn plan<'py>(
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let conversion = configured(py, Action::Plan, src, dst, options)?;
-    let plan = py
-        .detach(|| conversion.plan())
-        .map_err(|e| conversion_error(py, &e))?;
-    Ok(pythonize::pythonize(py, &plan.to_json())?)
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let conversion = configured(py, Action::Plan, src, dst, options)?;
+        let plan = py
+            .detach(|| conversion.plan())
+            .map_err(|e| conversion_error(py, &e))?;
+        Ok(pythonize::pythonize(py, &plan.to_json())?)
+    })
 }
 
 /// Finalizes the partitioned conversion of `src` into `dst` made with `options`.
@@ -202,16 +207,19 @@ fn finalize<'py>(
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let conversion = configured(py, Action::Finalize, src, dst, options)?;
-    let finalized = py
-        .detach(|| conversion.finalize())
-        .map_err(|e| conversion_error(py, &e))?;
-    let dict = PyDict::new(py);
-    dict.set_item("destination", finalized.destination)?;
-    dict.set_item("arrays", finalized.arrays)?;
-    dict.set_item("groups", finalized.groups)?;
-    dict.set_item("already_finalized", finalized.already_finalized)?;
-    Ok(dict)
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let conversion = configured(py, Action::Finalize, src, dst, options)?;
+        let finalized = py
+            .detach(|| conversion.finalize())
+            .map_err(|e| conversion_error(py, &e))?;
+        let dict = PyDict::new(py);
+        dict.set_item("destination", finalized.destination)?;
+        dict.set_item("arrays", finalized.arrays)?;
+        dict.set_item("groups", finalized.groups)?;
+        dict.set_item("already_finalized", finalized.already_finalized)?;
+        Ok(dict)
+    })
 }
 
 /// Compares the output `dst` with its source `src` read with `options`; with `manifest`, checks
@@ -224,33 +232,36 @@ fn verify<'py>(
     dst: Option<&Bound<'py, PyAny>>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options: VerifyOptions = lower::model(py, Action::Verify, src, dst, options)?;
-    // The one construction of each kind of verification (the command line's too).
-    let manifest = options
-        .manifest_verification()
-        .map_err(|e| conversion_error(py, &e))?;
-    if manifest.is_none() && options.destination.is_empty() {
-        let message = format!(
-            "verify() needs the output dst beside its source src (or {} to check the output alone)",
-            zshard_convert::Setting::Manifest
-        );
-        return Err(python_error(py, "options", message, None, None));
-    }
-    let verified = match manifest {
-        Some(check) => py.detach(|| check.run()),
-        None => {
-            let verification = Verification::from_options(&options);
-            py.detach(|| verification.run())
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let options: VerifyOptions = lower::model(py, Action::Verify, src, dst, options)?;
+        // The one construction of each kind of verification (the command line's too).
+        let manifest = options
+            .manifest_verification()
+            .map_err(|e| conversion_error(py, &e))?;
+        if manifest.is_none() && options.destination.is_empty() {
+            let message = format!(
+                "verify() needs the output dst beside its source src (or {} to check the output alone)",
+                zshard_convert::Setting::Manifest
+            );
+            return Err(python_error(py, "options", message, None, None));
         }
-    }
-    .map_err(|e| conversion_error(py, &e))?;
-    let dict = PyDict::new(py);
-    dict.set_item("destination", verified.destination)?;
-    dict.set_item("shards_checked", verified.shards_checked)?;
-    dict.set_item("arrays", verified.arrays)?;
-    dict.set_item("mismatch_count", verified.mismatches.count)?;
-    dict.set_item("mismatches", PyList::new(py, verified.mismatches.first)?)?;
-    Ok(dict)
+        let verified = match manifest {
+            Some(check) => py.detach(|| check.run()),
+            None => {
+                let verification = Verification::from_options(&options);
+                py.detach(|| verification.run())
+            }
+        }
+        .map_err(|e| conversion_error(py, &e))?;
+        let dict = PyDict::new(py);
+        dict.set_item("destination", verified.destination)?;
+        dict.set_item("shards_checked", verified.shards_checked)?;
+        dict.set_item("arrays", verified.arrays)?;
+        dict.set_item("mismatch_count", verified.mismatches.count)?;
+        dict.set_item("mismatches", PyList::new(py, verified.mismatches.first)?)?;
+        Ok(dict)
+    })
 }
 
 /// How far the conversion into `dst` has come, from `dst` alone (the status document); with
@@ -262,22 +273,25 @@ fn status<'py>(
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
-    loop {
-        let status = py
-            .detach(|| options.status())
-            .map_err(|e| conversion_error(py, &e))?;
-        let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
-            return Ok(pythonize::pythonize(py, &status)?);
-        };
-        let until = Instant::now() + interval.duration();
-        while Instant::now() < until {
-            py.check_signals()?;
-            py.detach(|| {
-                std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())))
-            });
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
+        loop {
+            let status = py
+                .detach(|| options.status())
+                .map_err(|e| conversion_error(py, &e))?;
+            let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
+                return Ok(pythonize::pythonize(py, &status)?);
+            };
+            let until = Instant::now() + interval.duration();
+            while Instant::now() < until {
+                py.check_signals()?;
+                py.detach(|| {
+                    std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())))
+                });
+            }
         }
-    }
+    })
 }
 
 /// The arrays and groups of `src` read with `options`.
@@ -287,21 +301,15 @@ fn ls<'py>(
     src: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let options: Options = lower::model(py, Action::List, src, None, options)?;
-    let (read, store) = (options.input.resolve(), options.storage.store_options());
-    let listing = py
-        .detach(|| zshard_convert::list(&options.source, &read, &store))
-        .map_err(|e| conversion_error(py, &e))?;
-    Ok(pythonize::pythonize(py, &listing)?)
-}
-
-/// The one place the module builds a conversion: from the options model, every default the
-/// library's. The settings that hold are set even when one does not (its error is returned beside),
-/// so that a report of the failure shows them.
-fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
-    let mut conversion = Conversion::new(&options.source, &options.destination);
-    let configured = conversion.configure(options);
-    (conversion, configured)
+    // Messages name settings as this module's keyword arguments (`memory_limit=`).
+    keywords(|| {
+        let options: Options = lower::model(py, Action::List, src, None, options)?;
+        let (read, store) = (options.input.resolve(), options.storage.store_options());
+        let listing = py
+            .detach(|| zshard_convert::list(&options.source, &read, &store))
+            .map_err(|e| conversion_error(py, &e))?;
+        Ok(pythonize::pythonize(py, &listing)?)
+    })
 }
 
 /// The conversion that `plan` or `finalize` (`action`) runs.
@@ -313,9 +321,14 @@ fn configured(
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Conversion> {
     let options: Options = lower::model(py, action, src, Some(dst), options)?;
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     configured.map_err(|e| conversion_error(py, &e))?;
     Ok(conversion)
+}
+
+/// `f` with the library's messages naming settings as this module's keyword arguments.
+fn keywords<R>(f: impl FnOnce() -> R) -> R {
+    zshard_convert::spelled(zshard_convert::Spelling::Keyword, f)
 }
 
 fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
@@ -341,7 +354,7 @@ fn run_conversion(
     let mut interrupted: Option<PyErr> = None;
     let joined = py.detach(|| {
         std::thread::scope(|scope| {
-            let handle = scope.spawn(|| conversion.convert(&counters));
+            let handle = scope.spawn(zshard_convert::inheriting(|| conversion.convert(&counters)));
             while !handle.is_finished() {
                 std::thread::sleep(POLL);
                 if interrupted.is_none() {
@@ -419,8 +432,6 @@ fn figures_dict(py: Python<'_>, f: Figures) -> PyResult<Bound<'_, PyDict>> {
 /// The extension module `zshard._zshard`.
 #[pymodule]
 fn _zshard(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Messages of the library name settings as this module's keyword arguments (`memory_limit=`).
-    zshard_convert::set_spelling(zshard_convert::Spelling::Keyword);
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;

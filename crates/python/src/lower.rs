@@ -53,15 +53,13 @@ enum Kind {
     Duration,
 }
 
-/// How `setting` is given in Python (`None`: it is no keyword).
+/// How `setting` is given in Python (`None`: it is no keyword): what its annotation
+/// ([`Setting::python_type`]) says, unless its values are narrower than the annotation's (a choice,
+/// a minimum, a range, a form of its own).
 fn kind(setting: Setting) -> Option<Kind> {
     use Setting::*;
     Some(match setting {
-        ShardShape | ChunkShape => Kind::Shape,
-        Compressor => Kind::Compressor,
         IndexLocation => Kind::Choice(&["start", "end"]),
-        Passthrough | Consolidate | StrictRefs | S3PathStyle | Anonymous | Overwrite
-        | KeepManifest | Manifest => Kind::Flag,
         LevelShapes => Kind::LevelShapes,
         Ome => Kind::Choice(&["upgrade", "keep"]),
         SourceFormat => Kind::Choice(&[
@@ -74,17 +72,23 @@ fn kind(setting: Setting) -> Option<Kind> {
         OnUnsupported => Kind::Choice(&["refuse", "skip"]),
         OutputFormat => Kind::Choice(&["zarr", "icechunk"]),
         IcechunkSpec => Kind::Number(&[1, 2]),
-        Source | Destination | RefRoot | Report => Kind::Path,
-        AllowRefPrefix | Include | Exclude => Kind::Strings,
-        RefCoalesceGap | PartSize | MemoryLimit => Kind::Size,
-        SourceRef | S3Endpoint | S3Region | Branch | Message => Kind::Text,
+        Source | Destination => Kind::Path,
         Retries | RetryTimeout => Kind::Count(0),
-        MaxRequests | IoThreads | Threads | Workers => Kind::Count(1),
-        Worker => Kind::Worker,
         Sample => Kind::Fraction,
         Watch => Kind::Seconds,
-        CheckpointInterval => Kind::Duration,
-        _ => return None,
+        _ => match setting.python_type() {
+            "Shape" => Kind::Shape,
+            "Compressor" => Kind::Compressor,
+            "bool" => Kind::Flag,
+            "Location" => Kind::Path,
+            "Strings" => Kind::Strings,
+            "Size" => Kind::Size,
+            "str" => Kind::Text,
+            "int" => Kind::Count(1),
+            "Worker" => Kind::Worker,
+            "float | str" => Kind::Duration,
+            _ => return None,
+        },
     })
 }
 

@@ -96,8 +96,7 @@ pub(crate) fn batch_stamps(line: &str) -> Option<Vec<BatchStamp>> {
 pub(super) const FLUSH_ENTRIES: usize = 10_000;
 
 /// How often a run records the shards it has written (each time after a checkpoint on local disk),
-/// unless [`crate::Conversion::checkpoint_interval`] says otherwise; records are also written every
-/// 10,000 shards.
+/// unless its conversion is given another interval; records are also written every 10,000 shards.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 /// Merged by fours: a worker's records are at most three files per level (a level holding four
 /// times the batches of the one below), each record rewritten once per level: at a million shards

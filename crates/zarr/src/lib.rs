@@ -38,6 +38,7 @@ pub use hierarchy::{
 pub use reader::{array_chunk_reader, chunk_reader, ShardedChunkReader, ZarrChunkReader};
 pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
+    V2_FILTERS,
 };
 pub use v3::{
     check_parse_cost, json_values, parse_node as parse_v3_node,

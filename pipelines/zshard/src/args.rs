@@ -1,10 +1,149 @@
 //! The command line's flags shared by several subcommands, as clap reads them: the low level of the
 //! command line (ripgrep's `LowArgs`). `lower.rs` maps them into the library's options model in one
 //! place; nothing here builds a library value and no default is written here.
+//!
+//! A flag's description and value name are its setting's ([`Setting::help`],
+//! [`Setting::value_name`]), set on the command by [`with_settings`]; only a command that says more
+//! of a flag than the setting does (`plan --threads`) writes its own. The flags of [`RunFlags`] are
+//! made from the settings alone: adding such a setting adds its flag.
 
-use zshard_convert::options::CoalesceGap;
-use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata};
+use clap::{Arg, ArgAction, ArgMatches};
+use serde_json::{Map, Value};
+use zshard_convert::options::{CoalesceGap, Options};
+use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, Setting};
 use zshard_core::IndexLocation;
+
+/// `cli` with every flag of a setting described as the setting is (its help and value name), unless
+/// the command describes it itself.
+pub fn with_settings(cli: clap::Command) -> clap::Command {
+    let cli = cli.mut_args(described);
+    let names: Vec<String> = cli
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    names
+        .iter()
+        .fold(cli, |cli, name| cli.mut_subcommand(name, with_settings))
+}
+
+fn described(arg: Arg) -> Arg {
+    let Some(setting) = arg.get_long().and_then(setting_of) else {
+        return arg;
+    };
+    let arg = match (setting.value_name(), arg.get_action().takes_values()) {
+        (Some(value), true) => arg.value_name(value),
+        _ => arg,
+    };
+    if arg.get_help().is_some() {
+        return arg;
+    }
+    arg.help(short_help(setting))
+}
+
+/// The setting whose flag is `--long`.
+fn setting_of(long: &str) -> Option<Setting> {
+    Setting::ALL
+        .iter()
+        .copied()
+        .find(|s| s.flag().strip_prefix("--") == Some(long))
+}
+
+/// The help as clap's derive makes it of a one-paragraph doc comment: without its final period.
+fn short_help(setting: Setting) -> &'static str {
+    let help = setting.help();
+    match help.strip_suffix('.') {
+        Some(short) if !short.ends_with('.') => short,
+        _ => help,
+    }
+}
+
+/// `convert`'s flags of how the run goes, made from the settings' definitions alone: each value is
+/// kept by the setting's key and read by the options model's serde, as a job file's is.
+#[derive(Debug, Clone, Default)]
+pub struct RunFlags(pub(crate) Map<String, Value>);
+
+/// The settings of [`RunFlags`], in their definitions' order: `convert`'s settings of the run but
+/// the threads and the worker's share, which other commands take too (with their own help).
+fn run_flags() -> impl Iterator<Item = Setting> {
+    Setting::ALL.iter().copied().filter(|s| {
+        s.group() == zshard_core::setting::Group::Run
+            && s.taken_by("convert")
+            && !matches!(s, Setting::Threads | Setting::Worker | Setting::Workers)
+    })
+}
+
+/// The flag of `setting`: a switch, or a flag whose value the options model reads (so that a value
+/// it refuses is a usage error naming the flag, as clap's own parsers make).
+fn flag(setting: Setting) -> Arg {
+    // clap takes a `'static` name (without its `string` feature); a few are made per command built.
+    let long: &'static str = setting.flag().trim_start_matches('-').to_string().leak();
+    let arg = Arg::new(setting.key()).long(long).help(short_help(setting));
+    match setting.value_name() {
+        None => arg.action(ArgAction::SetTrue),
+        Some(value) => {
+            let arg = arg
+                .value_name(value)
+                .action(ArgAction::Set)
+                .value_parser(move |text: &str| model_value(setting, text));
+            // A path: shells complete file names.
+            match setting.python_type() {
+                "Location" => arg.value_hint(clap::ValueHint::AnyPath),
+                _ => arg,
+            }
+        }
+    }
+}
+
+/// `text` as the value of `setting` in the options model: as text, else as the number it reads as.
+fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
+    let read = |value: &Value| {
+        let document = Value::Object(Map::from_iter([(setting.key().to_string(), value.clone())]));
+        serde_json::from_value::<Options>(document).map(|_| ())
+    };
+    let as_text = Value::String(text.to_string());
+    let Err(e) = read(&as_text) else {
+        return Ok(as_text);
+    };
+    match serde_json::from_str::<serde_json::Number>(text.trim()) {
+        Ok(n) if read(&Value::Number(n.clone())).is_ok() => Ok(Value::Number(n)),
+        _ => Err(e.to_string()),
+    }
+}
+
+impl clap::Args for RunFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        run_flags().fold(cmd, |cmd, s| cmd.arg(flag(s)))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for RunFlags {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut values = Map::new();
+        for setting in run_flags() {
+            let key = setting.key();
+            let value = match setting.value_name() {
+                // A switch turns its setting off when it is a `--no-` flag.
+                None => matches
+                    .get_flag(key)
+                    .then(|| Value::Bool(!setting.flag().starts_with("--no-"))),
+                Some(_) => matches.get_one::<Value>(key).cloned(),
+            };
+            if let Some(value) = value {
+                values.insert(key.to_string(), value);
+            }
+        }
+        Ok(RunFlags(values))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
 
 /// A size flag (`512MiB`, `4G`, `2GB`).
 pub fn size(s: &str) -> Result<u64, String> {
@@ -34,42 +173,21 @@ pub struct LayoutArgs {
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
     /// az:// URL). Without it, SRC is a job file (JOB.toml) that gives every conversion's options.
     pub(crate) dst: Option<String>,
-    /// Shard shape: one extent per dimension, e.g. 4096,4096, or extents by dimension name for
-    /// every array that has those dimensions, e.g. time=48,lat=720 (names from dimension_names or
-    /// _ARRAY_DIMENSIONS; dimensions not named are chosen automatically, see `zshard convert --help`).
-    #[arg(long, value_name = "a,b,...|name=a,...")]
+    #[arg(long)]
     pub(crate) shard_shape: Option<String>,
-    /// Inner chunk shape: e.g. 256,256, or by dimension name, e.g. lon=1440 (default, and for
-    /// dimensions not named: the source chunk shape).
-    #[arg(long, value_name = "a,b,...|name=a,...")]
+    #[arg(long)]
     pub(crate) chunk_shape: Option<String>,
-    /// Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE
-    /// (CNAME blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the whole
-    /// inner codec chain as a JSON list of Zarr v3 codecs (see the examples); or source: each
-    /// array's own codecs where they are a valid Zarr v3 chain (plan names the arrays that get the
-    /// default instead). Default: zstd:3.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long)]
     pub(crate) compressor: Option<Compressor>,
-    /// Where each shard's index goes (default: end).
-    #[arg(long, value_parser = index_location, value_name = "start|end")]
+    #[arg(long, value_parser = index_location)]
     pub(crate) index_location: Option<IndexLocation>,
-    /// Always decode and re-encode. By default, source chunks that already have the output's inner
-    /// chunk shape and codec chain are copied into the shards without decoding.
     #[arg(long)]
     pub(crate) no_passthrough: bool,
-    /// Do not consolidate the metadata of a hierarchy into its root zarr.json. By default it is, as
-    /// zarr-python's consolidate_metadata does (xarray opens the output without a warning).
     #[arg(long)]
     pub(crate) no_consolidate: bool,
-    /// Shapes of one level of every multiscale (OME-Zarr) pyramid, LEVEL:SHARD[/CHUNK] (0 is the
-    /// full resolution; repeatable), e.g. 2:1,256,256/1,64,64. By default each level's shapes follow
-    /// from the first level's through the level's scale factors.
-    #[arg(long, value_parser = level_shapes, value_name = "LEVEL:SHARD[/CHUNK]")]
+    #[arg(long, value_parser = level_shapes)]
     pub(crate) level_shapes: Vec<(usize, LevelShapes)>,
-    /// OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or bioformats2raw
-    /// hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as dimension_names); 0.5 and other
-    /// versions are copied as they are. keep copies every attribute as it is.
-    #[arg(long, value_name = "upgrade|keep")]
+    #[arg(long)]
     pub(crate) ome: Option<OmeMetadata>,
     #[command(flatten)]
     pub(crate) source: SourceArgs,
@@ -82,85 +200,46 @@ pub struct LayoutArgs {
 /// What kind of output DST is.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OutputArgs {
-    /// Output kind: zarr (plain sharded Zarr v3), or icechunk: commit the shards to a branch of the
-    /// Icechunk repository DST (created when missing) in one commit. A DST that already is a
-    /// repository is written as icechunk.
-    #[arg(long, value_name = "zarr|icechunk", value_parser = ["zarr", "icechunk"])]
+    #[arg(long, value_parser = ["zarr", "icechunk"])]
     pub(crate) output_format: Option<String>,
-    /// Icechunk output: the branch to commit to (default main; created from main when missing).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long)]
     pub(crate) branch: Option<String>,
-    /// Icechunk output: the commit message (default: names zshard, the source and the options).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long)]
     pub(crate) message: Option<String>,
-    /// Icechunk output: the spec version of a repository zshard makes (default 2; 1 for readers on
-    /// icechunk 1.x). An existing repository is written in its own.
-    #[arg(long, value_name = "1|2")]
+    #[arg(long)]
     pub(crate) icechunk_spec: Option<zshard_convert::SpecVersion>,
 }
 
 /// Which share of the shards this process converts.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
-    /// Convert only part I of N of all shards (0-based). Without it, a SLURM job array
-    /// (SLURM_ARRAY_TASK_ID/COUNT/MIN) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX with
-    /// --workers) decides; otherwise all shards. A partitioned run writes no metadata: run
-    /// `zshard finalize` once all workers are done.
-    #[arg(long, value_name = "I/N")]
+    #[arg(long)]
     pub(crate) worker: Option<String>,
-    /// Number of workers when the index comes from JOB_COMPLETION_INDEX.
-    #[arg(long, value_name = "N")]
+    #[arg(long)]
     pub(crate) workers: Option<u64>,
 }
 
 /// Options about the input.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SourceArgs {
-    /// Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON reference file,
-    /// version 0 or 1, optionally .zst/.gz compressed), kerchunk-parquet (a kerchunk Parquet
-    /// reference folder), icechunk (an Icechunk repository) or n5 (an N5 container). Detected when
-    /// not given.
-    #[arg(long, value_name = "KIND")]
+    #[arg(long)]
     pub(crate) source_format: Option<String>,
-    /// Kerchunk references: the folder (or URL) that relative target paths resolve against and that
-    /// local targets must lie under (default: the folder of the reference file, or of the Parquet
-    /// reference folder).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long)]
     pub(crate) ref_root: Option<String>,
-    /// Kerchunk references: also read targets that start with PREFIX, e.g. http://127.0.0.1:8000/
-    /// or /data/ (repeatable; needed for http(s) targets on loopback, link-local or private
-    /// addresses and for local files outside --ref-root).
-    #[arg(long = "allow-ref-prefix", value_name = "PREFIX")]
+    #[arg(long = "allow-ref-prefix")]
     pub(crate) allow_ref_prefix: Vec<String>,
-    /// Kerchunk references: byte ranges of one target file at most SIZE apart are read with one
-    /// request (default 64KiB); `off` reads every reference with its own request.
-    #[arg(long, value_parser = coalesce_gap, value_name = "SIZE|off")]
+    #[arg(long, value_parser = coalesce_gap)]
     pub(crate) ref_coalesce_gap: Option<CoalesceGap>,
-    /// Only the arrays whose path matches GLOB (repeatable), e.g. 'climate/*' or '**/temp*' (`*`
-    /// stays within one level, `**` crosses levels); a group's path selects everything below it.
-    /// The groups above a selected array are kept with their attributes; a GLOB that matches no
-    /// array is an error.
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long)]
     pub(crate) include: Vec<String>,
-    /// Leave out the arrays whose path (or a group above them) matches GLOB (repeatable), even when
-    /// included.
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long)]
     pub(crate) exclude: Vec<String>,
-    /// Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default it reads as
-    /// a record without references, as kerchunk writes no file for one).
     #[arg(long)]
     pub(crate) strict_refs: bool,
-    /// Icechunk source: the branch, tag or snapshot id to read (default: the branch main).
-    /// --ref-root and --allow-ref-prefix apply to its virtual chunks (default root: the folder
-    /// holding the repository).
-    #[arg(long, value_name = "REF")]
+    #[arg(long)]
     pub(crate) source_ref: Option<String>,
 
-    /// What becomes of an array whose data type or codecs zshard does not read (a pickle object
-    /// array, an unknown codec): refuse (the default) stops before anything is written, naming it;
-    /// skip converts everything else and lists each skipped array with its reason in the plan, the
-    /// summary and the report.
-    #[arg(long, value_name = "refuse|skip")]
+    #[arg(long)]
     pub(crate) on_unsupported: Option<String>,
 }
 
@@ -179,49 +258,120 @@ const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZU
 /// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
 #[derive(clap::Args, Debug, Clone)]
 pub struct StorageArgs {
-    /// Endpoint of an S3-compatible store (MinIO, Ceph, ...), e.g. http://127.0.0.1:9000 (overrides
-    /// AWS_ENDPOINT_URL; an http:// endpoint needs no AWS_ALLOW_HTTP). Credentials, session token and
-    /// region otherwise come from AWS_* variables.
-    #[arg(long, help_heading = STORAGE, value_name = "URL")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).
-    #[arg(long, help_heading = STORAGE, value_name = "REGION")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) s3_region: Option<String>,
-    /// Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want (the default
-    /// with a custom endpoint unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true).
     #[arg(long, help_heading = STORAGE)]
     pub(crate) s3_path_style: bool,
-    /// Unsigned requests, for public buckets and containers (also AWS_SKIP_SIGNATURE=true, ...).
     #[arg(long, help_heading = STORAGE)]
     pub(crate) anonymous: bool,
-    /// Retries of one request at most (default: as many as --retry-timeout allows). Transient storage
-    /// failures (5xx, 429, timeouts, refused or reset connections) are retried with exponential
-    /// backoff and jitter; permanent ones (403, 404, missing bucket) fail at once.
-    #[arg(long, help_heading = STORAGE, value_name = "N")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) retries: Option<usize>,
-    /// How long a request is retried: no retry starts later than this after its first attempt, so an
-    /// outage shorter than this is ridden out (waits grow from 0.1 s to a tenth of this, at most 10 s;
-    /// default 120).
-    #[arg(long, help_heading = STORAGE, value_name = "SECONDS")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) retry_timeout: Option<u64>,
-    /// Storage requests in flight per batch (the chunks of one shard, the parts of one upload;
-    /// default 32).
-    #[arg(long, help_heading = STORAGE, value_name = "N")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) max_requests: Option<usize>,
-    /// Shards larger than this are uploaded to object stores in parts of this size (default 32MiB,
-    /// min 5MiB: a smaller size is raised to it, with a warning).
-    #[arg(long, help_heading = STORAGE, value_parser = size, value_name = "SIZE")]
+    #[arg(long, help_heading = STORAGE, value_parser = size)]
     pub(crate) part_size: Option<u64>,
-    /// Threads fetching chunks and threads writing shards, each, at least 1 (default: 2 for local
-    /// paths, 8 when the source or destination is a remote store; a conversion of small shards gets
-    /// up to 32, as many as keep twice that many shards within 64 MiB and the memory limit).
-    #[arg(long, help_heading = STORAGE, value_name = "N")]
+    #[arg(long, help_heading = STORAGE)]
     pub(crate) io_threads: Option<usize>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flag's help is its setting's, except where a command says more of it (listed here).
+    #[test]
+    fn every_flag_of_a_setting_is_described_by_it() {
+        let own = [
+            ("plan", Setting::Threads),
+            ("plan", Setting::MemoryLimit),
+            ("finalize", Setting::KeepManifest),
+            ("verify", Setting::MemoryLimit),
+            ("verify", Setting::Ome),
+        ];
+        let cli = crate::command();
+        let mut described = 0;
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                let Some(setting) = arg.get_long().and_then(setting_of) else {
+                    continue;
+                };
+                let help = arg.get_help().map(ToString::to_string);
+                let name = command.get_name();
+                if own.contains(&(name, setting)) {
+                    assert_ne!(
+                        help.as_deref(),
+                        Some(short_help(setting)),
+                        "{name} {setting:?}"
+                    );
+                } else {
+                    assert_eq!(
+                        help.as_deref(),
+                        Some(short_help(setting)),
+                        "{name} {setting:?}"
+                    );
+                    described += 1;
+                }
+                let values: Vec<String> = arg
+                    .get_value_names()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                if arg.get_action().takes_values() {
+                    let value = values.first().map(String::as_str);
+                    assert_eq!(value, setting.value_name(), "{name} {setting:?}");
+                }
+            }
+        }
+        assert!(described > 80, "{described}");
+    }
+
+    /// The flags made from the settings alone give the model what a job file's keys give it.
+    #[test]
+    fn run_flags_read_as_the_job_keys() {
+        use clap::FromArgMatches;
+        let cli = <RunFlags as clap::Args>::augment_args(clap::Command::new("t"));
+        let matches = cli
+            .try_get_matches_from([
+                "t",
+                "--overwrite",
+                "--checkpoint-interval",
+                "500ms",
+                "--memory-limit",
+                "4GiB",
+                "--report",
+                "r.json",
+            ])
+            .expect("parses");
+        let flags = RunFlags::from_arg_matches(&matches).expect("reads");
+        let run: zshard_convert::options::RunOptions =
+            serde_json::from_value(Value::Object(flags.0)).expect("the model reads it");
+        let job = [
+            (Setting::Overwrite, Value::Bool(true)),
+            (Setting::CheckpointInterval, "500ms".into()),
+            (Setting::MemoryLimit, "4GiB".into()),
+            (Setting::Report, "r.json".into()),
+        ]
+        .map(|(s, value)| (s.key().to_string(), value));
+        let job: zshard_convert::options::RunOptions =
+            serde_json::from_value(Value::Object(Map::from_iter(job))).expect("a job's keys");
+        assert_eq!(run, job);
+        assert_eq!(run.keep_manifest, None, "a switch not given is not set");
+        let refused = clap::Command::new("t")
+            .args(run_flags().map(flag))
+            .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
+            .expect_err("out of range");
+        assert!(
+            refused
+                .to_string()
+                .contains("is a duration from 10ms to 1h"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn coalesce_gap_values() {

@@ -125,7 +125,7 @@ pub fn demo(dir: &Path, threads: Option<usize>, quiet: bool) -> anyhow::Result<(
     );
     options.run.threads = threads;
     options.run.overwrite = Some(true);
-    let (conversion, configured) = crate::conversion(&options);
+    let (conversion, configured) = zshard_convert::Conversion::configured(&options);
     configured?;
     crate::print::convert(&conversion, quiet)?;
     let job = write_job(dir)?;

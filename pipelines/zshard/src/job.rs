@@ -257,7 +257,7 @@ pub fn run(
     // Every conversion is checked before the first one starts.
     let mut all = Vec::new();
     for options in load(path, storage, worker)? {
-        let (conversion, configured) = crate::conversion(&options);
+        let (conversion, configured) = zshard_convert::Conversion::configured(&options);
         let job = path.to_string_lossy();
         crate::in_job(
             Some(&job),

@@ -2,8 +2,8 @@
 //! command both call [`main`], and the Python module builds its conversions with [`request`] from
 //! the same flags. The flags (`args.rs`, clap's structs) are lowered into the library's options
 //! model in one place (`lower.rs`); a job file (`job.rs`) is read into the same model; the
-//! conversions and verifications are built from it in one place each ([`conversion`],
-//! [`verification`]), and every default is the library's.
+//! conversions are built from it by the library's one [`Conversion::configured`], the
+//! verifications in one place ([`verification`]), and every default is the library's.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -82,43 +82,12 @@ enum Command {
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         #[command(flatten)]
         workers: WorkerArgs,
-        /// Replace whatever DST holds (otherwise a DST from a run with other options is refused,
-        /// and one from a run with the same options is resumed).
-        #[arg(long)]
-        overwrite: bool,
-        /// Keep the checksum manifest of every shard written (DST/.zshard/manifest.tsv) after the
-        /// conversion finishes, for `zshard verify --manifest DST`.
-        #[arg(long)]
-        keep_manifest: bool,
-        /// How often the shards written are recorded as done, e.g. 10s, 500ms or 2m (from 10ms to
-        /// 1h; default 10s; records are also written every 10,000 shards). On local disk shards
-        /// are renamed into place without an fsync of their own, and each recording follows a
-        /// checkpoint: one syncfs of DST's filesystem. What a crash can lose: a kill loses nothing
-        /// written; a power loss or node crash can lose or damage only the shards written after
-        /// the last checkpoint, which a resume checks against the manifest (size and crc32c) and
-        /// rewrites if they do not match. Shorter: less to check and rewrite after a crash, more
-        /// syncs. On object stores a PUT is durable when it returns: shards written after the last
-        /// recording are converted again on resume.
-        #[arg(long, value_name = "DURATION")]
-        checkpoint_interval: Option<zshard_convert::options::CheckpointInterval>,
-        /// Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; default: half of the machine's memory, or
-        /// of the cgroup's limit). Shards bigger than fits are processed and written in parts of whole
-        /// inner chunks, so any shard size fits; fewer threads are used if needed, and a conversion
-        /// whose source chunks cannot fit even then is refused before it starts.
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
-        memory_limit: Option<u64>,
-        /// Write a JSON report however the run ends (status ok, failed, cancelled or complete; the
-        /// error; options, version, host, worker, times; counts per array and in total, bytes,
-        /// throughput). {worker}, {host} and {date} (the start, UTC, 20261124T155057Z) in FILE are
-        /// replaced.
-        #[arg(long, value_name = "FILE.json")]
-        report: Option<PathBuf>,
+        #[command(flatten)]
+        run: args::RunFlags,
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
@@ -131,10 +100,10 @@ enum Command {
         layout: LayoutArgs,
         /// Worker threads per CPU stage assumed for the memory estimate, at least 1 (default: the
         /// number of cores; more than 4 per core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// The memory limit convert would get (see `zshard convert --help`).
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size)]
         memory_limit: Option<u64>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -166,25 +135,19 @@ enum Command {
         source: SourceArgs,
         #[command(flatten)]
         storage: StorageArgs,
-        /// Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: all).
-        #[arg(long, value_name = "FRACTION")]
+        #[arg(long)]
         sample: Option<f64>,
         /// Peak memory not to exceed, e.g. 512MiB or 4G: shards are compared in parts that fit, as
         /// convert writes them (default: convert's, half of the machine's or the cgroup's memory).
-        #[arg(long, value_parser = args::size, value_name = "SIZE")]
+        #[arg(long, value_parser = args::size)]
         memory_limit: Option<u64>,
-        /// Check the output DST (given alone) against the checksum manifest its conversion kept
-        /// (--keep-manifest), without the source: every shard's size and crc32c, and objects at
-        /// chunk keys the manifest does not name.
         #[arg(long)]
         manifest: bool,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
         /// compared in its 0.5 form. A job file says it itself (its `ome` key).
-        #[arg(long, value_name = "upgrade|keep")]
+        #[arg(long)]
         ome: Option<zshard_convert::OmeMetadata>,
         /// No summary when everything matches.
         #[arg(long, short)]
@@ -223,9 +186,7 @@ enum Command {
         /// Folder for the demo's source and output.
         #[arg(long, default_value = "zshard-demo")]
         dir: PathBuf,
-        /// Worker threads per CPU stage, at least 1 (default: the number of cores; more than 4 per
-        /// core, or than 1024, are capped to that, with a warning).
-        #[arg(long, value_name = "N")]
+        #[arg(long)]
         threads: Option<usize>,
         /// No progress bar and no summary.
         #[arg(long, short)]
@@ -241,10 +202,7 @@ enum Command {
         dst: String,
         #[command(flatten)]
         storage: StorageArgs,
-        /// Read the status again every SECONDS (2 when given without a value) until the
-        /// conversion is finished (complete, or every shard done and no worker live), or Ctrl-C;
-        /// the table is redrawn, JSON is printed one line per reading.
-        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        #[arg(long, num_args = 0..=1, default_missing_value = "2")]
         watch: Option<zshard_convert::options::Interval>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -283,21 +241,16 @@ fn in_job<T>(
     }
 }
 
-/// Messages of a job file's conversions name settings by the job file's keys (`chunk_shape`), those
-/// of SRC DST by the flags (`--chunk-shape`).
-fn spell_for(job: Option<&str>) {
-    if job.is_some() {
-        zshard_convert::set_spelling(zshard_convert::Spelling::JobKey);
+/// Whether `command` runs the conversions of a job file, whose messages name settings by the job
+/// file's keys (`chunk_shape`) rather than by the flags (`--chunk-shape`).
+fn runs_a_job(command: &Command) -> bool {
+    match command {
+        Command::Plan { layout, .. } | Command::Finalize { layout, .. } => layout.dst.is_none(),
+        Command::Verify { dst, manifest, .. } => dst.is_none() && !manifest,
+        Command::Run { .. } => true,
+        Command::Status { dst, .. } => dst.ends_with(".toml"),
+        _ => false,
     }
-}
-
-/// The one place the command line builds a conversion: from the options model, every default
-/// the library's. The settings that hold are set even when one does not (its error is returned
-/// beside), so that a report of the failure shows them.
-pub(crate) fn conversion(options: &Options) -> (Conversion, zshard_convert::Result<()>) {
-    let mut conversion = Conversion::new(&options.source, &options.destination);
-    let configured = conversion.configure(options);
-    (conversion, configured)
 }
 
 /// The one place the command line builds a verification: from the options model.
@@ -340,6 +293,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     cli.logging.install();
     match one_request(cli.command) {
         Ok(Parsed::Request(request, printing)) => run_request(*request, printing),
+        Ok(Parsed::Other(command)) if runs_a_job(&command) => {
+            zshard_convert::spelled(zshard_convert::Spelling::JobKey, || run_command(*command))
+        }
         Ok(Parsed::Other(command)) => run_command(*command),
         Err(RequestError::Usage(message)) => Err(anyhow::anyhow!(message)),
         Err(RequestError::Options(e)) => Err(e.into()),
@@ -427,7 +383,6 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             quiet,
         } => {
             let worker = lower::worker(&workers)?;
-            spell_for(Some(&job.to_string_lossy()));
             job::run(&job, worker, &lower::storage(&storage), quiet)
         }
         Command::Demo {
@@ -454,12 +409,11 @@ fn run_command(given: Command) -> anyhow::Result<()> {
 /// partitioned run.
 fn finalize(layout: &LayoutArgs, keep_manifest: bool, quiet: bool) -> anyhow::Result<()> {
     let job = layout.dst.is_none().then_some(layout.src.as_str());
-    spell_for(job);
     for mut options in conversions(layout)? {
         if keep_manifest {
             options.run.keep_manifest = Some(true);
         }
-        let (conversion, configured) = conversion(&options);
+        let (conversion, configured) = Conversion::configured(&options);
         signals::cancel_on_signals(conversion.cancel.clone())?;
         let (source, destination) = (&conversion.source, &conversion.destination);
         let finalized = configured.and_then(|()| conversion.finalize());
@@ -477,13 +431,12 @@ fn plan(
 ) -> anyhow::Result<()> {
     signals::exit_on_signals()?;
     let job = layout.dst.is_none().then_some(layout.src.as_str());
-    spell_for(job);
     let mut plans = Vec::new();
     for mut options in conversions(layout)? {
         // The flags win over the job file's settings.
         options.run.threads = threads.or(options.run.threads);
         options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
-        let (conversion, configured) = conversion(&options);
+        let (conversion, configured) = Conversion::configured(&options);
         let plan = configured.and_then(|()| conversion.plan());
         let (source, destination) = (&conversion.source, &conversion.destination);
         plans.push(in_job(job, source, destination, plan)?);
@@ -547,7 +500,6 @@ fn refuse_flags_beside_verify_job(
             "job file {src}: give the source options in the job file, not as flags beside it"
         );
     }
-    spell_for(Some(src));
     if std::path::Path::new(src).is_dir() {
         anyhow::bail!(
             "{src} is a folder, not a job file: give SRC and DST, or check the output alone against its kept manifest with `zshard verify --manifest {src}`"
@@ -587,8 +539,6 @@ fn status_command(
 ) -> anyhow::Result<()> {
     let storage = lower::storage(storage);
     let watched = if dst.ends_with(".toml") {
-        let job = Some(dst);
-        spell_for(job);
         job::load(dst.as_ref(), &storage, None)?
             .into_iter()
             .map(|options| StatusOptions {
@@ -609,7 +559,7 @@ fn status_command(
 
 /// The command line's definition, with the version, commit and features of this build.
 fn command() -> clap::Command {
-    Cli::command()
+    args::with_settings(Cli::command())
         .version(help::version())
         .long_version(help::long_version())
 }
@@ -630,7 +580,7 @@ fn convert_conversion(
         workers: workers.workers,
         ..run
     };
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     if let Err(e) = first.result().and(configured) {
         if let Err(report_error) = conversion.report_failure(&e) {
             eprintln!("zshard: warning: {}", one_line(&report_error));
@@ -647,7 +597,7 @@ fn one_conversion(layout: &LayoutArgs, run: RunOptions) -> Result<Conversion, Re
     let mut first = First::default();
     let mut options = lower::conversion(layout, dst, &mut first);
     options.run = run;
-    let (conversion, configured) = conversion(&options);
+    let (conversion, configured) = Conversion::configured(&options);
     first
         .result()
         .and(configured)
@@ -752,23 +702,18 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             layout,
             threads,
             workers,
-            overwrite,
-            keep_manifest,
-            checkpoint_interval,
-            memory_limit,
-            report,
+            run,
             quiet,
         } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
-            let run = RunOptions {
-                threads,
-                memory_limit: memory_limit.map(Size),
-                overwrite: overwrite.then_some(true),
-                keep_manifest: keep_manifest.then_some(true),
-                checkpoint_interval,
-                report,
-                ..RunOptions::default()
-            };
+            // The values were read by the model as the flags were parsed.
+            let run = serde_json::from_value::<RunOptions>(serde_json::Value::Object(run.0))
+                .map_err(|e| {
+                    RequestError::Options(zshard_convert::Error::Options {
+                        reason: e.to_string(),
+                    })
+                })?;
+            let run = RunOptions { threads, ..run };
             let conversion =
                 convert_conversion(&layout, dst, &workers, run).map_err(RequestError::Options)?;
             request(Request::Convert(Box::new(conversion)), quiet, false)
@@ -933,7 +878,7 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
     );
     options.run.report = Some(PathBuf::from(report));
     // Only the report is wanted here: a setting that does not hold is beside the point.
-    Some(conversion(&options).0)
+    Some(Conversion::configured(&options).0)
 }
 
 /// Runs the `zshard` command with `args` (the program name first, as `std::env::args_os` gives it)
@@ -941,7 +886,10 @@ fn usage_failure(args: Vec<String>) -> Option<Conversion> {
 /// by one.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     // Messages of the library name settings by this command's flags (`--memory-limit`).
-    zshard_convert::set_spelling(zshard_convert::Spelling::Flag);
+    zshard_convert::spelled(zshard_convert::Spelling::Flag, || main_spelled(args))
+}
+
+fn main_spelled(args: impl IntoIterator<Item = OsString>) -> u8 {
     let cli = match parse_cli(args.into_iter().collect()) {
         Ok(cli) => cli,
         Err(code) => return code,

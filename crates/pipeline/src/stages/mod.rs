@@ -173,7 +173,8 @@ pub fn planned_reads(
         .collect()
 }
 
-/// Starts one thread of the run.
+/// Starts one thread of the run, naming settings in its messages as the thread that started the run
+/// does.
 fn spawn<'scope>(
     scope: &'scope Scope<'scope, '_>,
     name: String,
@@ -181,7 +182,7 @@ fn spawn<'scope>(
 ) -> std::io::Result<ScopedJoinHandle<'scope, ()>> {
     std::thread::Builder::new()
         .name(name)
-        .spawn_scoped(scope, work)
+        .spawn_scoped(scope, zshard_core::setting::inheriting(work))
 }
 
 /// What every stage of one run shares, so that each takes one reference instead of many: the arrays
