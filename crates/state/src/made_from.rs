@@ -41,6 +41,9 @@ pub(crate) fn kept_by(body: &[u8], fingerprint: &Fingerprint) -> bool {
     id == Some(fingerprint.conversion_id())
 }
 
+/// Record files to write: key and contents.
+pub type RecordFiles = Vec<(String, Bytes)>;
+
 /// The field of a record line that holds its shard's digest.
 const DIGEST_FIELD: &str = "s:";
 
@@ -211,7 +214,7 @@ pub fn gather_kept(
     digests: &Digests,
     last: &[(String, Bytes)],
     fingerprint: &Fingerprint,
-) -> Result<(Vec<(String, Bytes)>, Vec<String>)> {
+) -> Result<(RecordFiles, Vec<String>)> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
     let records: Vec<String> = dst
         .list_keys(STATE_DIR)?

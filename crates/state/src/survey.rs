@@ -59,7 +59,7 @@ pub fn survey(
     fingerprint: &Fingerprint,
 ) -> Result<Survey> {
     let documents = document_keys(plan);
-    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(&a.path)).collect();
+    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
     let (state, read, shards, kept_read) = dst.block_on(async {
         let shards = plan.arrays.iter().map(|array| {
             let grid = array.geometry.shard_grid();

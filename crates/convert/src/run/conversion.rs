@@ -544,7 +544,6 @@ impl Conversion {
             self,
             destination,
             plan,
-            partition,
             observer,
             builder,
             &resume.untrusted,

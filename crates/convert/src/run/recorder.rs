@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use zshard_core::linear_index;
 use zshard_pipeline::ShardOutcome;
-use zshard_state::{ChunkHashes, Digests, Entry, Observer, Partition, ShardLog};
+use zshard_state::{ChunkHashes, Digests, Entry, Observer, ShardLog};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
@@ -36,12 +36,12 @@ pub(crate) struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
-    /// The recorder of `conversion`'s run as `partition` into `destination`.
+    /// The recorder of `conversion`'s run (as its worker, [`Conversion::partition`]) into
+    /// `destination`.
     pub(crate) fn new(
         conversion: &Conversion,
         destination: &'a Store,
         plan: &'a Plan,
-        partition: Partition,
         observer: &'a dyn Observer,
         builder: &'a Mutex<ReportBuilder>,
         untrusted: &'a HashMap<(usize, u64), String>,
@@ -49,6 +49,7 @@ impl<'a> Recorder<'a> {
     ) -> Self {
         let (limits, interval) = (conversion.record_limits, conversion.checkpoint_interval);
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
+        let partition = conversion.partition;
         let written = ShardLog::written(destination.clone(), partition, limits, interval);
         let empty = ShardLog::empty(destination.clone(), partition, limits, interval);
         Recorder {
