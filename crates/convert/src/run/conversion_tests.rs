@@ -1,7 +1,8 @@
 //! Unit tests of the decisions [`Conversion::run`](super::conversion::Conversion) takes: a whole
 //! run writes every shard and then the metadata and removes its state; a worker of several writes
 //! only its shards and leaves the metadata (and the state that proves its shards) to `finalize`; a
-//! rerun skips the shards already done; a cancelled run stops before the metadata.
+//! rerun skips the shards already done; a cancelled run stops before the metadata. A finished
+//! conversion keeps what its shards were made from (`.zshard-records`) for the next run.
 
 use std::path::Path;
 
@@ -58,7 +59,7 @@ fn a_whole_run_writes_every_shard_then_the_metadata_and_removes_its_state() {
     assert_eq!(report.totals.stats.shards_written, 2);
     assert_eq!(report.totals.stats.chunks_read, 4);
     let dst = Path::new(&conversion.destination);
-    assert_eq!(files(dst), ["c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(files(dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
 }
 
 #[test]
@@ -77,7 +78,7 @@ fn a_worker_of_two_leaves_the_metadata_to_finalize() {
     }
     conversion.partition = Partition::ALL;
     conversion.finalize().expect("finalize");
-    assert_eq!(files(&dst), ["c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(files(&dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
 }
 
 #[test]
@@ -91,7 +92,7 @@ fn a_rerun_skips_the_shards_a_worker_wrote() {
     assert_eq!(report.status, Status::Ok);
     assert_eq!(report.totals.stats.shards_written, 1);
     let dst = Path::new(&conversion.destination);
-    assert_eq!(files(dst), ["c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(files(dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
 }
 
 #[test]
