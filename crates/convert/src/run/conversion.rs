@@ -706,6 +706,12 @@ impl Conversion {
         Ok(())
     }
 
+    /// How the run's shard records are batched: the limits, and the longest time between two
+    /// recordings (the checkpoint interval).
+    pub(crate) fn record_log(&self) -> (zshard_state::RecordLimits, std::time::Duration) {
+        (self.record_limits, self.checkpoint_interval)
+    }
+
     /// [`Error::Cancelled`] once [`Conversion::cancel`] is cancelled.
     fn stop_if_cancelled(&self) -> Result<()> {
         if self.cancel.is_cancelled() {

@@ -59,7 +59,10 @@ fn a_whole_run_writes_every_shard_then_the_metadata_and_removes_its_state() {
     assert_eq!(report.totals.stats.shards_written, 2);
     assert_eq!(report.totals.stats.chunks_read, 4);
     let dst = Path::new(&conversion.destination);
-    assert_eq!(files(dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(
+        files(dst),
+        [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]
+    );
 }
 
 #[test]
@@ -78,7 +81,10 @@ fn a_worker_of_two_leaves_the_metadata_to_finalize() {
     }
     conversion.partition = Partition::ALL;
     conversion.finalize().expect("finalize");
-    assert_eq!(files(&dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(
+        files(&dst),
+        [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]
+    );
 }
 
 #[test]
@@ -92,7 +98,10 @@ fn a_rerun_skips_the_shards_a_worker_wrote() {
     assert_eq!(report.status, Status::Ok);
     assert_eq!(report.totals.stats.shards_written, 1);
     let dst = Path::new(&conversion.destination);
-    assert_eq!(files(dst), [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]);
+    assert_eq!(
+        files(dst),
+        [".zshard-records", "c/0/0", "c/1/0", "zarr.json"]
+    );
 }
 
 #[test]

@@ -47,7 +47,7 @@ impl<'a> Recorder<'a> {
         untrusted: &'a HashMap<(usize, u64), String>,
         digests: &'a Digests,
     ) -> Self {
-        let (limits, interval) = (conversion.record_limits, conversion.checkpoint_interval);
+        let (limits, interval) = conversion.record_log();
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
         let partition = conversion.partition;
         let written = ShardLog::written(destination.clone(), partition, limits, interval);
