@@ -740,7 +740,9 @@ def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_pr
     run_zshard(*convert, env=S3_ENV)
     before, after, shard_puts = state_protocol_requests(proxy, "src7", "dst7")
     assert serial_round_trips(before) <= 4, timeline(before)
-    assert serial_round_trips(after) <= 3, timeline(after)
+    # 5 (was 3): what each shard was made from is kept for the next run (issue 40): the state's listing
+    # with the reads of the kept records and manifest, then this run's record files, before the metadata.
+    assert serial_round_trips(after) <= 5, timeline(after)
     # 3 in all (was 6); one of slack, as a loaded machine can delay the proxy's view of a request.
     ahead = requests_before_first_chunk(proxy, "src7")
     assert serial_round_trips(ahead) <= 4, timeline(ahead)

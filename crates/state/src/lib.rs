@@ -118,7 +118,7 @@ pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
     gather_kept, has_kept_records, is_kept_records, kept_key, kept_written, shards_to_update,
-    update_counts, ArrayChanges, Digests, RecordFiles, UpdateCounts,
+    update_counts, ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,

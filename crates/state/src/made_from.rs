@@ -205,26 +205,30 @@ pub fn has_kept_records(survey: &Survey, plan: &Outputs) -> bool {
 /// The kept records of every array once this conversion is done (see [`kept_records`]): from
 /// every `done` and `empty` record file of the destination, the kept files, and `last` (this run's
 /// last record files, not yet written). A listing and a round of reads.
-///
-/// Also returns the keys of the shards the kept records name beyond each array's extent now (the
-/// array shrank): zshard wrote them, and they go once the metadata no longer reaches them.
+/// Two rounds on an object store: the listing of the state beside the reads of the kept records and
+/// of the kept manifest, then the reads of the record files.
 pub fn gather_kept(
     dst: &Store,
     plan: &Outputs,
     digests: &Digests,
     last: &[(String, Bytes)],
     fingerprint: &Fingerprint,
-) -> Result<(RecordFiles, Vec<String>)> {
+) -> Result<Kept> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
-    let records: Vec<String> = dst
-        .list_keys(STATE_DIR)?
+    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
+    let (listed, kept_read, manifest) = dst.block_on(async {
+        futures::join!(
+            dst.list_sizes_async(STATE_DIR),
+            dst.get_many_async(&kept),
+            dst.get_async(MANIFEST)
+        )
+    });
+    let records: Vec<String> = listed?
         .into_iter()
+        .map(|(key, _)| key)
         .filter(|key| is_record(key))
         .collect();
-    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
-    let (records_read, kept_read) = dst.block_on(async {
-        futures::join!(dst.get_many_async(&records), dst.get_many_async(&kept))
-    });
+    let records_read = dst.get_many(&records);
     let mut files = Vec::new();
     let mut beyond = Vec::new();
     // A damaged file is left out: the shards it alone names are converted again next time.
@@ -246,7 +250,23 @@ pub fn gather_kept(
             files.push((key.clone(), body));
         }
     }
-    Ok((kept_records(plan, digests, &files, fingerprint), beyond))
+    Ok(Kept {
+        files: kept_records(plan, digests, &files, fingerprint),
+        beyond,
+        manifest: manifest?,
+    })
+}
+
+/// What a finished conversion keeps (see [`gather_kept`]).
+#[derive(Debug, Default)]
+pub struct Kept {
+    /// The kept records of every array, to write.
+    pub files: RecordFiles,
+    /// The keys of the shards the kept records name beyond each array's extent now (the array
+    /// shrank): zshard wrote them, and they go once the metadata no longer reaches them.
+    pub beyond: Vec<String>,
+    /// The manifest an earlier run kept (`--keep-manifest`), to bring up to date.
+    pub manifest: Option<Bytes>,
 }
 
 /// The keys of the written shards that kept records (`body`) name outside their array's shard grid

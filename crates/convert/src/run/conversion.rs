@@ -951,19 +951,19 @@ fn finish(
     keep_manifest: bool,
     (digests, fingerprint): (&zshard_state::Digests, &zshard_state::Fingerprint),
 ) -> Result<()> {
-    let (kept, beyond) = match digests.all_known() {
+    let zshard_state::Kept {
+        files: kept,
+        beyond,
+        manifest: kept_manifest,
+    } = match digests.all_known() {
         true => {
             zshard_state::gather_kept(destination, &plan.outputs(), digests, records, fingerprint)?
         }
-        false => (Vec::new(), Vec::new()),
+        false => zshard_state::Kept::default(),
     };
     // An update keeps a manifest an earlier run kept up to date, with or without the flag: its
     // shards' records are merged over the old manifest, and only the shards the kept records name
     // as written stay in it.
-    let kept_manifest = match digests.all_known() {
-        true => destination.get(zshard_state::MANIFEST)?,
-        false => None,
-    };
     if keep_manifest || kept_manifest.is_some() {
         let mut files = zshard_state::read_records(destination, records)?;
         files.extend(kept_manifest.map(|old| (zshard_state::MANIFEST.to_string(), old)));
