@@ -353,7 +353,9 @@ def data_files(root: Path) -> set[str]:
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
             rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
-            if f in ("zarr.json",):
+            # zarr.json, and the records a finished conversion keeps in an array's folder for the
+            # next run (`.zshard-records`, issue 40), which no reader sees.
+            if f in ("zarr.json", ".zshard-records"):
                 continue
             out.add(rel)
     return out
