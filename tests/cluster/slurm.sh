@@ -101,6 +101,6 @@ done
 [ ! -f "$ARRAY_OUT/zarr.json" ] || fail "workers of a job array must not write metadata"
 "$ZSHARD_BIN" finalize "$SRC" "$ARRAY_OUT" "${OPTS[@]}" || fail "finalize failed"
 "$ZSHARD_BIN" convert "$SRC" "$SINGLE_OUT" "${OPTS[@]}" --quiet
-diff -r --exclude=.zshard "$ARRAY_OUT" "$SINGLE_OUT" >"$LOGS/diff.log" 2>&1 || fail "job-array output differs from a single run: $(head -5 "$LOGS/diff.log")"
+diff -r --exclude='.zshard*' "$ARRAY_OUT" "$SINGLE_OUT" >"$LOGS/diff.log" 2>&1 || fail "job-array output differs from a single run: $(head -5 "$LOGS/diff.log")"
 "$ZSHARD_BIN" verify "$SRC" "$ARRAY_OUT" || fail "verify found mismatches"
 echo "PASSED: SLURM test: a 4-task job array + finalize equals a single-process run ($(find "$ARRAY_OUT" -path '*/c/*' -type f | wc -l) shards)"
