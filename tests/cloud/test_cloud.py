@@ -55,7 +55,7 @@ def test_zarr_v2_on_s3_to_sharded_v3_on_s3(tmp_path, s3, moto):
     run_zshard("convert", "s3://src1/data/in.zarr", "s3://dst1/out.zarr", "--s3-endpoint", moto,
                "--s3-path-style", "--quiet", env=S3_ENV)
     keys = download_prefix(s3, "dst1", "out.zarr", tmp_path / "out.zarr")
-    assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys)
+    assert "zarr.json" in keys and not any(k.startswith(".zshard/") for k in keys)
     assert_same(tmp_path / "out.zarr", expected)
     run_zshard("verify", "s3://src1/data/in.zarr", "s3://dst1/out.zarr", "--s3-endpoint", moto,
                "--s3-path-style", "--quiet", env=S3_ENV)
@@ -81,7 +81,7 @@ def test_zarr_v2_on_gcs_to_sharded_v3_on_gcs(tmp_path, gcs):
     run_zshard("convert", "gs://gsrc1/data/in.zarr", "gs://gdst1/out.zarr", "--quiet",
                env=gcs_env(gcs.endpoint))
     keys = gcs.download_prefix("gdst1", "out.zarr", tmp_path / "out.zarr")
-    assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys), keys
+    assert "zarr.json" in keys and not any(k.startswith(".zshard/") for k in keys), keys
     assert_same(tmp_path / "out.zarr", expected)
     run_zshard("verify", "gs://gsrc1/data/in.zarr", "gs://gdst1/out.zarr", "--quiet", env=gcs_env(gcs.endpoint))
 
@@ -185,7 +185,7 @@ def test_a_kill_during_a_multipart_upload_leaves_no_object_and_the_rerun_aborts_
     run_zshard("convert", "s3://src4/big.zarr", "s3://dst4/big.zarr", "--s3-endpoint", proxy.endpoint,
                "--s3-path-style", "--quiet", *BIG_OPTS, env=S3_ENV)
     assert open_uploads(s3, "dst4") == foreign
-    assert not any(k.startswith(".zshard") for k in download_prefix(s3, "dst4", "big.zarr", tmp_path / "out.zarr"))
+    assert not any(k.startswith(".zshard/") for k in download_prefix(s3, "dst4", "big.zarr", tmp_path / "out.zarr"))
     assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
 
 
@@ -534,7 +534,7 @@ def test_concurrent_runs_with_different_options_cannot_both_write_to_s3(tmp_path
         assert code == 1 and "different options" in stderr, outcomes
         local = tmp_path / f"out{round_}.zarr"
         keys = download_prefix(s3, "claims", f"out{round_}.zarr", local)
-        assert not any(k.startswith(".zshard") for k in keys), keys
+        assert not any(k.startswith(".zshard/") for k in keys), keys
         assert_same(local, expected)
         run_zshard("verify", tmp_path / "in.zarr", dst, "--s3-endpoint", moto, "--s3-path-style", "--quiet", env=env)
 
@@ -781,7 +781,7 @@ def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_pr
     late = [r for r in proxy.requests if r is not last and r.replied > last.start]
     assert late == [], timeline(late + [last])
     keys = download_prefix(s3, "dst7", "out.zarr", tmp_path / "out.zarr")
-    assert [k for k in keys if k.startswith(".zshard")] == []
+    assert [k for k in keys if k.startswith(".zshard/")] == []
     assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], values)
 
     # A resume: the first run stops at a damaged chunk of the last shard, the rerun converts the rest.
@@ -817,7 +817,7 @@ def test_the_state_protocol_costs_a_few_round_trips_on_s3(tmp_path, s3, fault_pr
     claim = [r for r in proxy.requests if r.method == "PUT" and r.path.endswith("/out.zarr/.zshard/claim.json")]
     assert len(marker) == 1 and len(claim) == 1 and marker[0].end <= claim[0].start + slack
     keys = download_prefix(s3, "dst7", "out.zarr", tmp_path / "overwritten.zarr")
-    assert [k for k in keys if k.startswith(".zshard")] == []
+    assert [k for k in keys if k.startswith(".zshard/")] == []
     assert np.array_equal(zarr.open_array(str(tmp_path / "overwritten.zarr"), mode="r")[:], values)
 
 
@@ -1214,5 +1214,5 @@ def test_concurrent_runs_with_different_options_cannot_both_write_to_gcs(tmp_pat
     code, stderr = outcomes[next(name for name in layouts if name not in winners)]
     assert code == 1 and "different options" in stderr, outcomes
     keys = gcs.download_prefix("gclaims", "out.zarr", tmp_path / "out.zarr")
-    assert not any(k.startswith(".zshard") for k in keys), keys
+    assert not any(k.startswith(".zshard/") for k in keys), keys
     assert_same(tmp_path / "out.zarr", expected)
