@@ -152,11 +152,11 @@ def s3_part(args, pristine):
     try:
         server.bucket("w11")
         load_dir(server, "w11", local_src, "src.zarr")
-        s3 = ["--s3-endpoint", server.endpoint, "--s3-path-style"]
+        s3 = ["--s3-endpoint", server.endpoint, "--s3-path-style", *args.s3_args.split()]
         src, dst = "s3://w11/src.zarr", "s3://w11/dst.zarr"
 
         def requests():
-            kinds = Counter(r.kind for r in server.requests())
+            kinds = Counter(r.kind for r in server.requests)
             server.reset()
             return dict(kinds)
 
@@ -199,6 +199,7 @@ def main():
     p.add_argument("--zshard", required=True)
     p.add_argument("--parts", default="local,s3")
     p.add_argument("--delay-ms", type=int, default=20)
+    p.add_argument("--s3-args", default="--io-threads 64", help="more flags for the S3 runs")
     p.add_argument("--workdir", default=os.path.join(HERE, "..", "target", "bench-w11"))
     p.add_argument("--verify", choices=["sample", "full"], default="sample")
     p.add_argument("--workloads", help="ignored (benches/run.sh passes it on)")

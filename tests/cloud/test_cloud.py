@@ -210,7 +210,8 @@ def test_overwrite_aborts_the_uploads_a_killed_run_left_open(tmp_path, s3, fault
                env={**S3_ENV, **stale})
     assert open_uploads(s3, "dst6") == foreign
     keys = download_prefix(s3, "dst6", "big.zarr", tmp_path / "out.zarr")
-    assert sorted(keys) == ["c/0/0", "c/1/0", "zarr.json"], keys
+    # The shards, the metadata, and what each shard was made from (kept for the next run, issue 40).
+    assert sorted(keys) == [".zshard-records", "c/0/0", "c/1/0", "zarr.json"], keys
     out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
     assert out.shards == (2048, 4096)
     assert np.array_equal(out[:], data)
@@ -233,7 +234,7 @@ def test_a_worker_aborts_only_its_own_orphaned_uploads(tmp_path, s3, fault_proxy
     run_zshard("finalize", *opts, env=S3_ENV)
     assert open_uploads(s3, "workers") == []
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="workers", Prefix="out.zarr/")["Contents"]]
-    assert sorted(keys) == ["out.zarr/c/0/0", "out.zarr/c/1/0", "out.zarr/zarr.json"], keys
+    assert sorted(keys) == ["out.zarr/.zshard-records", "out.zarr/c/0/0", "out.zarr/c/1/0", "out.zarr/zarr.json"], keys
 
 
 def test_missing_bucket_fails_fast_with_the_url(tmp_path, moto):

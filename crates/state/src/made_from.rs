@@ -205,44 +205,47 @@ pub fn has_kept_records(survey: &Survey, plan: &Outputs) -> bool {
 /// The kept records of every array once this conversion is done (see [`kept_records`]): from
 /// every `done` and `empty` record file of the destination, the kept files, and `last` (this run's
 /// last record files, not yet written). A listing and a round of reads.
-/// Two rounds on an object store: the listing of the state beside the reads of the kept records and
-/// of the kept manifest, then the reads of the record files.
+/// Two rounds on an object store: the listing of the state beside the read of the kept manifest,
+/// then the reads of the record files written since the survey (`surveyed`, which read the others).
 pub fn gather_kept(
     dst: &Store,
     plan: &Outputs,
     digests: &Digests,
-    last: &[(String, Bytes)],
+    (surveyed, last): (&Survey, &[(String, Bytes)]),
     fingerprint: &Fingerprint,
 ) -> Result<Kept> {
     let is_record = |key: &str| in_dir(key, DONE_DIR) || in_dir(key, EMPTY_DIR);
-    let kept: Vec<String> = plan.arrays.iter().map(|a| kept_key(a.path)).collect();
-    let (listed, kept_read, manifest) = dst.block_on(async {
-        futures::join!(
-            dst.list_sizes_async(STATE_DIR),
-            dst.get_many_async(&kept),
-            dst.get_async(MANIFEST)
-        )
+    // What the survey read at the start (the record files of earlier runs, the kept records) is
+    // not read again: only the files written since, this run's.
+    let (listed, manifest) = dst.block_on(async {
+        futures::join!(dst.list_sizes_async(STATE_DIR), dst.get_async(MANIFEST))
     });
     let records: Vec<String> = listed?
         .into_iter()
         .map(|(key, _)| key)
-        .filter(|key| is_record(key))
+        .filter(|key| is_record(key) && !surveyed.records.contains_key(key))
+        .filter(|key| !last.iter().any(|(k, _)| k == key))
         .collect();
     let records_read = dst.get_many(&records);
-    let mut files = Vec::new();
-    let mut beyond = Vec::new();
+    let mut files: Vec<(String, Bytes)> = surveyed
+        .records
+        .iter()
+        .filter(|(key, _)| is_record(key))
+        .map(|(key, body)| (key.clone(), body.clone()))
+        .collect();
     // A damaged file is left out: the shards it alone names are converted again next time.
     for (key, read) in records.into_iter().zip(records_read) {
         if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
             files.push((key, body));
         }
     }
-    for ((key, read), array) in kept.into_iter().zip(kept_read).zip(&plan.arrays) {
-        if let Some(body) = read?.as_ref().and_then(sealed::unseal) {
-            if kept_by(&body, fingerprint) {
-                beyond.extend(beyond_extent(array, &body));
-                files.push((key, body));
-            }
+    let mut beyond = Vec::new();
+    for array in &plan.arrays {
+        let key = kept_key(array.path);
+        // The survey kept only the records this conversion kept (see `kept_by`).
+        if let Some(body) = surveyed.records.get(&key) {
+            beyond.extend(beyond_extent(array, body));
+            files.push((key, body.clone()));
         }
     }
     for (key, bytes) in last.iter().filter(|(key, _)| is_record(key)) {

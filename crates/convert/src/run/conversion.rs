@@ -576,7 +576,11 @@ impl Conversion {
         let checkpointed = destination.checkpoint();
         let (records, log_error) = recorder.finish()?;
         checkpointed?;
-        let made_from = (digests, fingerprint);
+        let made_from = MadeFrom {
+            digests,
+            fingerprint,
+            survey: &survey,
+        };
         self.conclude(
             destination,
             plan,
@@ -665,7 +669,7 @@ impl Conversion {
             zshard_pipeline::Result<zshard_pipeline::Stats>,
             Option<Error>,
         ),
-        made_from: (&zshard_state::Digests, &zshard_state::Fingerprint),
+        made_from: MadeFrom<'_>,
     ) -> Result<()> {
         let partition = self.partition;
         // Asked to stop: the metadata is left to the rerun, which then finds every shard done.
@@ -796,7 +800,11 @@ impl Conversion {
             &[],
             lease,
             keep_manifest,
-            (&digests, &fingerprint),
+            MadeFrom {
+                digests: &digests,
+                fingerprint: &fingerprint,
+                survey: &survey,
+            },
         )?;
         Ok(finalized)
     }
@@ -949,15 +957,27 @@ fn finish(
     records: &[(String, bytes::Bytes)],
     lease: Lease,
     keep_manifest: bool,
-    (digests, fingerprint): (&zshard_state::Digests, &zshard_state::Fingerprint),
+    made_from: MadeFrom<'_>,
 ) -> Result<()> {
+    let MadeFrom {
+        digests,
+        fingerprint,
+        survey,
+    } = made_from;
     let zshard_state::Kept {
         files: kept,
         beyond,
         manifest: kept_manifest,
     } = match digests.all_known() {
         true => {
-            zshard_state::gather_kept(destination, &plan.outputs(), digests, records, fingerprint)?
+            let outputs = plan.outputs();
+            zshard_state::gather_kept(
+                destination,
+                &outputs,
+                digests,
+                (survey, records),
+                fingerprint,
+            )?
         }
         false => zshard_state::Kept::default(),
     };
@@ -989,6 +1009,15 @@ fn finish(
     let mut also: Vec<String> = records.iter().map(|(key, _)| key.clone()).collect();
     also.push(lease.stop());
     clear_state(destination, Some(listed), &also)
+}
+
+/// What the shards of a run were made from, for the records a finished conversion keeps: the
+/// digests, the conversion, and the survey that read the records of earlier runs.
+#[derive(Clone, Copy)]
+pub(crate) struct MadeFrom<'a> {
+    digests: &'a zshard_state::Digests,
+    fingerprint: &'a zshard_state::Fingerprint,
+    survey: &'a zshard_state::Survey,
 }
 
 /// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.
