@@ -46,36 +46,8 @@ pub fn write_v2(
     compressor: Value,
     data: &[u8],
 ) {
-    let zarray = json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype.v2_typestr(),
-        "compressor": compressor, "fill_value": 0, "order": "C", "filters": null});
     std::fs::create_dir_all(dir).expect("create source dir");
-    let text = serde_json::to_vec(&zarray).expect("json");
-    std::fs::write(dir.join(".zarray"), &text).expect("write .zarray");
-    let meta = parse_v2_array("test", &text, None).expect("valid .zarray");
-    let repr = meta.chunk_repr();
-    let chain = build_chain(&meta.codecs, &repr).expect("codecs");
-    let size = dtype.size();
-    let origin = vec![0; shape.len()];
-    for coord in c_order(&grid_shape(shape, chunks)) {
-        let region = Region::of_chunk(&coord, chunks, shape);
-        let mut raw = vec![0u8; repr.byte_len()];
-        copy_region(
-            data,
-            shape,
-            &origin,
-            &mut raw,
-            chunks,
-            &region.start,
-            &region,
-            size,
-        );
-        if raw.iter().all(|&b| b == 0) {
-            continue;
-        }
-        let encoded = chain.encode(raw, &repr).expect("encode");
-        std::fs::write(dir.join(meta.chunk_key_encoding.key(&coord)), encoded)
-            .expect("write chunk");
-    }
+    update_v2(dir, dtype, shape, chunks, compressor, data);
 }
 
 /// Writes the Zarr v2 array at `dir` (as [`write_v2`] made it) anew as a producer updating it in place
