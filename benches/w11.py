@@ -199,7 +199,8 @@ def main():
     p.add_argument("--zshard", required=True)
     p.add_argument("--parts", default="local,s3")
     p.add_argument("--delay-ms", type=int, default=20)
-    p.add_argument("--s3-args", default="--io-threads 64", help="more flags for the S3 runs")
+    p.add_argument("--s3-args", default="--io-threads 16",
+                   help="more flags for the S3 runs (the Python server resets connections beyond about 16)")
     p.add_argument("--workdir", default=os.path.join(HERE, "..", "target", "bench-w11"))
     p.add_argument("--verify", choices=["sample", "full"], default="sample")
     p.add_argument("--workloads", help="ignored (benches/run.sh passes it on)")
