@@ -85,11 +85,7 @@ impl ChunkVersions {
     /// and weak marker some stores add in one place and not another (Azure lists ETags bare and
     /// sends them quoted) are left out.
     pub fn insert(&mut self, coord: Vec<u64>, version: &str) {
-        let bare = version
-            .strip_prefix("W/")
-            .unwrap_or(version)
-            .trim_matches('"');
-        self.stored.insert(coord, stable_hash(bare.as_bytes()));
+        self.stored.insert(coord, version_hash(version));
     }
 
     /// Records the object at `coord` with an already hashed version (see [`stable_hash`]).
@@ -124,6 +120,17 @@ impl ChunkVersions {
     pub fn is_empty(&self) -> bool {
         self.stored.is_empty()
     }
+}
+
+/// The hash of an object's version (ETag) as compared between a record and a listing: without the
+/// quotes and weak marker that some stores add in one place and not the other (Azure lists ETags
+/// bare and sends them quoted).
+pub fn version_hash(version: &str) -> u64 {
+    let bare = version
+        .strip_prefix("W/")
+        .unwrap_or(version)
+        .trim_matches('"');
+    stable_hash(bare.as_bytes())
 }
 
 /// A hash of `bytes` that stays the same across platforms, builds and versions of zshard (XXH64,

@@ -174,23 +174,29 @@ fn record_order(key: &str) -> (u128, u64) {
 /// holds now: nothing to update.
 pub(crate) fn up_to_date(survey: &Survey, plan: &Outputs, digests: &Digests) -> bool {
     plan.arrays.iter().enumerate().all(|(i, array)| {
-        let Some(body) = survey.records.get(&kept_key(array.path)) else {
+        let Some(kept) = kept_shards(survey, array) else {
             return false;
         };
-        let grid = array.geometry.shard_grid();
-        let mut matching = HashSet::new();
-        for line in String::from_utf8_lossy(body).lines() {
-            let (fields, digest) = split_digest(line);
-            let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) else {
-                continue;
-            };
-            let index = linear_index(&coord, &grid);
-            if digest.is_some() && digest == digests.get(i, index) {
-                matching.insert(index);
-            }
-        }
-        matching.len() as u64 == array.geometry.shard_count()
+        (0..array.geometry.shard_count()).all(|index| {
+            let recorded = kept.get(&index).copied().flatten();
+            recorded.is_some() && recorded == digests.get(i, index)
+        })
     })
+}
+
+/// The shards of `array` (C-order indices in its grid now) that its kept records (as the survey
+/// read them) name, each with the digest it was made from; `None` without kept records.
+fn kept_shards(survey: &Survey, array: &OutputArray) -> Option<HashMap<u64, Option<u64>>> {
+    let body = survey.records.get(&kept_key(array.path))?;
+    let grid = array.geometry.shard_grid();
+    let mut kept = HashMap::new();
+    for line in String::from_utf8_lossy(body).lines() {
+        let (fields, digest) = split_digest(line);
+        if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
+            kept.insert(linear_index(&coord, &grid), digest);
+        }
+    }
+    Some(kept)
 }
 
 /// Whether the survey found kept records for an array of the plan (the destination was finished
@@ -342,22 +348,13 @@ pub fn update_counts(
     let mut update = UpdateCounts::default();
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
-        let grid = array.geometry.shard_grid();
-        let mut kept = HashSet::new();
-        if let Some(body) = survey.records.get(&kept_key(array.path)) {
-            for line in String::from_utf8_lossy(body).lines() {
-                let (fields, _) = split_digest(line);
-                if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
-                    kept.insert(linear_index(&coord, &grid));
-                }
-            }
-        }
+        let kept = kept_shards(survey, array).unwrap_or_default();
         for index in 0..array.geometry.shard_count() {
             let owned = partition.owns(first_global + index);
             if !owned || done.get(i).is_some_and(|d| d.contains(&index)) {
                 continue;
             }
-            match kept.contains(&index) {
+            match kept.contains_key(&index) {
                 true => update.shards_rewritten += 1,
                 false => update.shards_added += 1,
             }
@@ -389,17 +386,10 @@ pub fn shards_to_update(survey: &Survey, plan: &Outputs, digests: &Digests) -> V
         .iter()
         .enumerate()
         .map(|(i, array)| {
-            let grid = array.geometry.shard_grid();
-            let mut kept: HashMap<u64, Option<u64>> = HashMap::new();
+            let kept = kept_shards(survey, array).unwrap_or_default();
             let mut changes = ArrayChanges::default();
             if let Some(body) = survey.records.get(&kept_key(array.path)) {
                 changes.remove = beyond_extent(array, body).len() as u64;
-                for line in String::from_utf8_lossy(body).lines() {
-                    let (fields, digest) = split_digest(line);
-                    if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
-                        kept.insert(linear_index(&coord, &grid), digest);
-                    }
-                }
             }
             let found: Option<Value> = survey
                 .zarr_json(array.path)

@@ -191,14 +191,7 @@ pub(super) fn document_keys(plan: &Outputs) -> Vec<String> {
 /// and weak marker that some stores add in one place and not the other (Azure lists ETags bare and
 /// sends them quoted), so that a million of them take 8 bytes each.
 pub(super) fn version_id(version: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let bare = version
-        .strip_prefix("W/")
-        .unwrap_or(version)
-        .trim_matches('"');
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    bare.hash(&mut hasher);
-    hasher.finish()
+    zshard_core::version_hash(version)
 }
 
 /// An object at one of an array's shard keys, as a listing names it.
