@@ -255,7 +255,7 @@ def test_into_a_new_repository_one_commit(zshard_bin, source, tmp_path):
     commits = _commits(out)
     assert len(commits) == 2, commits  # the repository's initial commit and zshard's
     assert commits[0].startswith("zshard ") and str(repo) in commits[0], commits[0]
-    assert not (out / ".zshard-staging").exists()
+    assert _staging_cleared(out)
 
 
 def test_into_an_existing_repository_only_this_conversions_arrays(zshard_bin, source, tmp_path):
@@ -433,6 +433,17 @@ def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp
     assert interrupted >= 2, f"only {interrupted} of 3 kills landed mid-run"
 
 
+def _staging_cleared(repo: Path) -> bool:
+    """Whether the staging folder of `repo` is gone, or holds only what a commit keeps for a later
+    update (issue 40): the documents, the kept records and the marker saying so, no shard."""
+    staging = repo / ".zshard-staging"
+    if not staging.exists():
+        return True
+    kept = {"zarr.json", ".zshard-records", ".zshard-kept-after-commit"}
+    left = [p for p in staging.rglob("*") if p.is_file() and p.name not in kept]
+    return left == [] and (staging / ".zshard-kept-after-commit").is_file()
+
+
 def _chunk_objects(repo: Path) -> dict[str, int]:
     """The repository's chunk objects: name -> inode (a hard link of a staged shard shares its inode)."""
     folder = repo / "chunks"
@@ -512,7 +523,7 @@ def test_killed_right_after_the_commit_the_rerun_commits_nothing(zshard_bin, sou
     assert rerun.returncode == 0, rerun.stderr
     assert _commits(out) == ["once", "Repository initialized"]  # no second commit
     _assert_equal(_read_repo(out), values)
-    assert not (out / ".zshard-staging").exists()
+    assert _staging_cleared(out)
 
 
 def test_virtualizarr_dataset_in_a_spec_2_repository_as_source(zshard_bin, tmp_path):
@@ -591,14 +602,14 @@ def test_a_rerun_of_a_finished_conversion_commits_nothing(zshard_bin, tmp_path):
     assert _chunk_objects(out) == chunks  # nothing stored again
     assert "already complete with these options; nothing to do" in r.stderr, r.stderr
     assert "was committed by an earlier run; nothing committed now" in r.stderr, r.stderr
-    assert not (out / ".zshard-staging").exists()
+    assert _staging_cleared(out)
     _assert_equal(_read_repo(out), {"big": data})
     # Other options: refused, nothing committed or left behind.
     r = _zshard(zshard_bin, *_into(src, out, shards="128,128"), ok=False)
     assert 'branch "main" holds array big as zshard committed it' in r.stderr, r.stderr
     assert "use --overwrite to replace it" in r.stderr, r.stderr
     assert _commits(out) == ["sharded", "Repository initialized"]
-    assert _chunk_objects(out) == chunks and not (out / ".zshard-staging").exists()
+    assert _chunk_objects(out) == chunks and _staging_cleared(out)
     # --overwrite commits the other options once; a rerun of those is a no-op again.
     _zshard(zshard_bin, *_into(src, out, "--overwrite", shards="128,128", message="again"))
     assert _commits(out) == ["again", "sharded", "Repository initialized"]
@@ -650,7 +661,7 @@ def test_killed_while_removing_the_staging_folder_the_rerun_finishes_it(zshard_b
     assert "was committed by an earlier run; nothing committed now" in r.stderr, r.stderr
     assert _commits(out) == ["sharded", "Repository initialized"]
     assert _chunk_objects(out) == chunks and len(chunks) == 16
-    assert not (out / ".zshard-staging").exists()
+    assert _staging_cleared(out)
     _assert_equal(_read_repo(out), {"big": data})
 
 

@@ -191,3 +191,124 @@ def test_icechunk_new_snapshot(zshard_bin, tmp_path):
     assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
     session = repo.readonly_session(branch="main")
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
+
+
+def _icechunk_commits(ic, repo_dir: Path) -> list[str]:
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+    return [info.id for info in repo.ancestry(branch="main")]
+
+
+def _icechunk_chunk_coordinates(ic, repo_dir: Path, path: str = "/") -> set[tuple[int, ...]]:
+    """The coordinates of every chunk reference of the array at `path` on main (its shards)."""
+    import asyncio
+
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.readonly_session(branch="main")
+
+    async def collect():
+        return {tuple(c) async for c in session.chunk_coordinates(path)}
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.parametrize("spec", [1, 2])
+def test_icechunk_destination_one_commit_per_update(zshard_bin, tmp_path, spec):
+    """Into an Icechunk repository: a changed chunk, growth, new attributes and a chunk gone to the
+    fill value each make one commit that rewrites only their shards; nothing changed makes none."""
+    ic = pytest.importorskip("icechunk")
+    src, repo_dir = tmp_path / "src.zarr", tmp_path / "repo"
+    ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)), spec_version=spec)
+    data = np.arange(96 * 80, dtype="i4").reshape(96, 80) + 1
+    a = zarr.create_array(str(src), shape=data.shape, chunks=(8, 8), dtype="i4", fill_value=0, zarr_format=3)
+    a[...] = data
+    a.attrs["units"] = "K"
+
+    def read() -> zarr.Array:
+        repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+        return zarr.open_array(repo.readonly_session(branch="main").store, mode="r")
+
+    def chunk_files() -> set[str]:
+        return {str(p.relative_to(repo_dir)) for p in (repo_dir / "chunks").rglob("*") if p.is_file()}
+
+    first = _convert(zshard_bin, src, repo_dir)
+    assert first["status"] == "ok"
+    commits = _icechunk_commits(ic, repo_dir)
+    stored = chunk_files()
+    assert len(stored) == 9  # 3 x 3 shards of 32 x 32
+
+    # Nothing changed: no commit, status complete.
+    again = _convert(zshard_bin, src, repo_dir)
+    assert again["status"] == "complete" and again["totals"]["chunks_read"] == 0
+    assert _icechunk_commits(ic, repo_dir) == commits and chunk_files() == stored
+
+    # One element: one commit, one new chunk object (shard (1, 1)), every other shard kept.
+    a[44, 35] = -1
+    data[44, 35] = -1
+    report = _convert(zshard_bin, src, repo_dir)
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0}
+    assert len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
+    assert len(chunk_files() - stored) == 1
+    got = read()
+    np.testing.assert_array_equal(got[...], data)
+
+    # Growth along the first axis and a new attribute: a new row of shards, the metadata.
+    a.resize((120, 80))
+    a[96:, :] = 5
+    a.attrs["units"] = "degC"
+    data = np.concatenate([data, np.full((24, 80), 5, dtype="i4")])
+    report = _convert(zshard_bin, src, repo_dir)
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3}
+    got = read()
+    assert got.shape == (120, 80) and got.attrs["units"] == "degC"
+    np.testing.assert_array_equal(got[...], data)
+
+    # A whole shard's region back to the fill value: its chunk reference goes; a shrink removes the
+    # shards beyond the new extent.
+    a[0:32, 0:32] = 0
+    data[0:32, 0:32] = 0
+    a.resize((64, 80))
+    data = data[:64]
+    report = _convert(zshard_bin, src, repo_dir)
+    assert report["status"] == "ok"
+    got = read()
+    assert got.shape == (64, 80)
+    np.testing.assert_array_equal(got[...], data)
+    refs = _icechunk_chunk_coordinates(ic, repo_dir)
+    assert (0, 0) not in refs and refs == {(i, j) for i in range(2) for j in range(3)} - {(0, 0)}
+
+    # And again nothing: no commit.
+    commits = _icechunk_commits(ic, repo_dir)
+    again = _convert(zshard_bin, src, repo_dir)
+    assert again["status"] == "complete"
+    assert _icechunk_commits(ic, repo_dir) == commits
+
+
+@pytest.mark.parametrize("at", [".zshard-commit.json#1", ".zshard-committed.json#1"])
+def test_icechunk_update_killed_before_or_after_its_commit(zshard_bin, tmp_path, at):
+    """kill -9 during an update into an Icechunk repository, before its commit (at the write of the
+    commit record) or right after it: the rerun ends with exactly one commit for the update and the
+    changed values."""
+    import subprocess
+
+    ic = pytest.importorskip("icechunk")
+    src, repo_dir = tmp_path / "src.zarr", tmp_path / "repo"
+    ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    data = np.arange(64 * 64, dtype="i4").reshape(64, 64) + 1
+    a = zarr.create_array(str(src), shape=data.shape, chunks=(8, 8), dtype="i4", fill_value=0, zarr_format=3)
+    a[...] = data
+    _convert(zshard_bin, src, repo_dir)
+    commits = _icechunk_commits(ic, repo_dir)
+    a[3, 60] = -7
+    data[3, 60] = -7
+    argv = [str(zshard_bin), "convert", str(src), str(repo_dir), "--quiet", "--shard-shape", SHARDS]
+    killed = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(repo_dir / ".zshard-staging" / at),
+                             "-e", "inject=rename:signal=KILL:when=1", *argv], capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()
+    rerun = subprocess.run(argv, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+    np.testing.assert_array_equal(zarr.open_array(repo.readonly_session(branch="main").store, mode="r")[...], data)
+    # And a third run has nothing to do.
+    again = _convert(zshard_bin, src, repo_dir)
+    assert again["status"] == "complete" and len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1

@@ -21,7 +21,7 @@ use zshard_store::{IoRuntime, ListedObject, Store as Staging};
 use crate::chunks::{self, is_metadata, StoredChunk};
 use crate::error::{boxed, Error, Result};
 use crate::repo;
-use crate::{DestinationSpec, OnBranch, Published, SpecVersion, COMMIT_RECORD, STAGING};
+use crate::{DestinationSpec, Kept, OnBranch, Published, SpecVersion, COMMIT_RECORD, STAGING};
 
 /// Creates an empty repository at `location` when there is none, in spec version `spec` (default
 /// 2), before anything is staged in its folder (Icechunk creates repositories only in empty
@@ -258,6 +258,7 @@ pub fn publish(
     branch: &str,
     message: &str,
     conversion: &serde_json::Value,
+    kept: &Kept,
     runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
     publish_with(
@@ -265,7 +266,7 @@ pub fn publish(
         location,
         branch,
         message,
-        conversion,
+        (conversion, kept),
         runtime,
         || async {},
     )
@@ -278,7 +279,7 @@ fn publish_with<F, Fut>(
     location: &str,
     branch: &str,
     message: &str,
-    conversion: &serde_json::Value,
+    (conversion, kept): (&serde_json::Value, &Kept),
     runtime: &Arc<IoRuntime>,
     before_commit: F,
 ) -> Result<Published>
@@ -333,12 +334,20 @@ where
         .block_on(repository.writable_session(branch))
         .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e.kind)))?;
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
-    let arrays = write_session(&store, &staging, &objects, &stored.chunks, runtime)
-        .map_err(|(what, e)| write_error(&what, e))?;
+    let arrays = write_session(
+        &store,
+        &staging,
+        (&objects, &stored.chunks),
+        kept.written.as_ref(),
+        runtime,
+    )
+    .map_err(|(what, e)| write_error(&what, e))?;
     runtime.block_on(before_commit());
     let record = serde_json::json!({
         "fingerprint": digest(conversion.to_string().as_bytes()),
         "arrays": arrays,
+        "update": kept.update_id,
+        "kept": kept.records,
     });
     let properties = [
         (
@@ -383,13 +392,16 @@ type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 /// Writes the staged documents into the session and references the stored chunks: arrays being
 /// replaced are deleted first (they lose every chunk of their former shape; groups stay with
 /// whatever else they hold), then documents, parents before children (a chunk needs its array),
-/// then one reference per shard. Returns the digest of every array document written, by the
-/// array's path (the root's is empty).
+/// then one reference per shard. An update (`written`, see [`Kept::written`]) replaces no array:
+/// the chunks the branch holds outside `written` are removed first (while the array has its former
+/// shape, which they are inside), the documents then change shape and attributes in place, and
+/// the staged shards replace or add their chunks. Returns the digest of every array document
+/// written, by the array's path (the root's is empty).
 fn write_session(
     store: &Store,
     staging: &Staging,
-    objects: &[ListedObject],
-    stored: &HashMap<String, StoredChunk>,
+    (objects, stored): (&[ListedObject], &HashMap<String, StoredChunk>),
+    written: Option<&HashMap<String, HashSet<Vec<u32>>>>,
     runtime: &IoRuntime,
 ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, WriteError> {
     let documents: Vec<String> = objects
@@ -437,9 +449,13 @@ fn write_session(
                 return Err((key, reason.into()));
             }
         }
+        if let Some(written) = written {
+            remove_unwritten(store, written).await?;
+        }
         for (key, bytes) in documents.iter().zip(&bytes) {
             let node = node_of(key);
-            if !node.is_empty()
+            if written.is_none()
+                && !node.is_empty()
                 && is_array_document(bytes)
                 && store.exists(key).await.unwrap_or(false)
             {
@@ -479,6 +495,42 @@ fn write_session(
         Ok::<_, WriteError>(())
     })?;
     Ok(arrays)
+}
+
+/// Removes, from each array of `written` that the session holds, every chunk whose coordinates
+/// are not among the array's `written` ones (see [`Kept::written`]).
+async fn remove_unwritten(
+    store: &Store,
+    written: &HashMap<String, HashSet<Vec<u32>>>,
+) -> std::result::Result<(), WriteError> {
+    let session = store.session();
+    let mut session = session.write().await;
+    for (path, keep) in written {
+        let failed = |e: icechunk::session::SessionError| (format!("/{path}"), boxed(e.kind));
+        let node = IcechunkPath::try_from(format!("/{path}").as_str())
+            .map_err(|e| (format!("/{path}"), e.to_string().into()))?;
+        if session.get_array(&node).await.is_err() {
+            continue;
+        }
+        let mut gone = Vec::new();
+        {
+            let coordinates = session.chunk_coordinates(&node).await.map_err(failed)?;
+            let mut coordinates = std::pin::pin!(coordinates);
+            while let Some(coord) = coordinates.next().await {
+                let coord = coord.map_err(failed)?;
+                if !keep.contains(&coord.0) {
+                    gone.push(coord);
+                }
+            }
+        }
+        for coord in gone {
+            session
+                .set_chunk_ref(node.clone(), coord, None)
+                .await
+                .map_err(failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// How a node kind is named in messages.
@@ -817,7 +869,7 @@ pub fn earlier_commit(
 pub fn on_branch(
     location: &str,
     branch: &str,
-    conversion: &serde_json::Value,
+    (conversion, update_id): (&serde_json::Value, Option<&str>),
     arrays: &[String],
     groups: &[String],
     runtime: &Arc<IoRuntime>,
@@ -874,7 +926,12 @@ pub fn on_branch(
                 });
                 writers.push(written);
             }
-            let same = |record: &serde_json::Value| record["fingerprint"].as_str() == Some(&ours);
+            // The same conversion: the same fingerprint, or (over a source that names its chunks'
+            // versions) the same update identity, whatever the shape and attributes then.
+            let same = |record: &serde_json::Value| {
+                record["fingerprint"].as_str() == Some(&ours)
+                    || update_id.is_some_and(|id| record["update"].as_str() == Some(id))
+            };
             for (path, writer) in arrays.iter().zip(&writers) {
                 if let Some((snapshot, record)) = writer {
                     if !same(record) {
@@ -890,17 +947,29 @@ pub fn on_branch(
                 groups_there &= document(path).await.is_some();
             }
             let all_ours = writers.iter().all(Option::is_some);
-            let snapshot = match writers.first() {
-                Some(Some((snapshot, _))) => Some(snapshot.clone()),
+            let newest = match writers.first() {
+                Some(Some((snapshot, record))) => Some((snapshot.clone(), record)),
                 Some(None) => None,
                 // A conversion of groups only: its commit is the one with its fingerprint.
                 None => recorded
                     .iter()
                     .find(|(_, record)| same(record))
-                    .map(|(snapshot, _)| snapshot.clone()),
+                    .map(|(snapshot, record)| (snapshot.clone(), record)),
             };
-            match snapshot {
-                Some(snapshot) if all_ours && groups_there => Ok(OnBranch::Same { snapshot }),
+            match newest {
+                Some((snapshot, _)) if all_ours && groups_there => {
+                    // Each array's kept records as the commit that wrote its document kept them.
+                    let kept = arrays
+                        .iter()
+                        .zip(&writers)
+                        .filter_map(|(path, writer)| {
+                            let (_, record) = writer.as_ref()?;
+                            let digest = record["kept"][path.as_str()].as_str()?;
+                            Some((path.clone(), digest.to_string()))
+                        })
+                        .collect();
+                    Ok(OnBranch::Same { snapshot, kept })
+                }
                 _ => Ok(OnBranch::Nothing),
             }
         })
@@ -1269,13 +1338,29 @@ mod tests {
     #[test]
     fn a_second_publication_of_the_same_staging_finds_the_first_commit() {
         let (_dir, staged, location, runtime) = setup();
-        let first =
-            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("first");
+        let first = publish(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("first");
         assert!(!first.already_committed);
         assert_eq!((first.nodes, first.chunks), (2, 1));
         // As after a run killed between its commit and removing the staging folder.
-        let again =
-            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
+        let again = publish(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("again");
         assert!(again.already_committed);
         assert_eq!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -1293,7 +1378,7 @@ mod tests {
             on_branch(
                 &location,
                 branch,
-                conversion,
+                (conversion, None),
                 &arrays,
                 &[String::new()],
                 &runtime,
@@ -1301,10 +1386,19 @@ mod tests {
             .expect("on branch")
         };
         assert_eq!(held(&ours, &["a"], "main"), OnBranch::Nothing);
-        let published =
-            publish(&staged, &location, "main", "zshard", &ours, &runtime).expect("publish");
+        let published = publish(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &ours,
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("publish");
         let same = OnBranch::Same {
             snapshot: published.snapshot.clone(),
+            kept: HashMap::new(),
         };
         assert_eq!(held(&ours, &["a"], "main"), same);
         // Another source or other options, at the array zshard committed: named with its commit.
@@ -1324,12 +1418,28 @@ mod tests {
     #[test]
     fn after_forgetting_an_earlier_commit_the_staging_is_committed_again() {
         let (_dir, staged, location, runtime) = setup();
-        let first =
-            publish(&staged, &location, "main", "first", &json!({}), &runtime).expect("first");
+        let first = publish(
+            &staged,
+            &location,
+            "main",
+            "first",
+            &json!({}),
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("first");
         // As before an --overwrite run into a staging folder left by a run killed after committing.
         forget_stored_shards(&staged, &location, &runtime).expect("forget");
-        let again =
-            publish(&staged, &location, "main", "second", &json!({}), &runtime).expect("again");
+        let again = publish(
+            &staged,
+            &location,
+            "main",
+            "second",
+            &json!({}),
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("again");
         assert!(!again.already_committed);
         assert_ne!(again.snapshot, first.snapshot);
         assert_eq!(
@@ -1347,7 +1457,7 @@ mod tests {
             &location,
             "main",
             "zshard",
-            &json!({}),
+            (&json!({}), &Kept::default()),
             &runtime,
             || commit_elsewhere(folder, "other/zarr.json"),
         )
@@ -1367,7 +1477,7 @@ mod tests {
             &location,
             "main",
             "zshard",
-            &json!({}),
+            (&json!({}), &Kept::default()),
             &runtime,
             || commit_elsewhere(folder, "a/zarr.json"),
         )
@@ -1416,8 +1526,16 @@ mod tests {
                 matches!(refused, Error::VersionMismatch { found, wanted, .. } if found == spec && wanted == other),
                 "{refused}"
             );
-            let published = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
-                .expect("publish");
+            let published = publish(
+                &staged,
+                &location,
+                "main",
+                "zshard",
+                &json!({}),
+                &Kept::default(),
+                &runtime,
+            )
+            .expect("publish");
             assert_eq!((published.nodes, published.chunks), (2, 1));
             assert_eq!(
                 history(&location, &runtime),
@@ -1502,7 +1620,16 @@ mod tests {
             );
             let staged = crate::staging_location(&location).expect("staging");
             stage(FsPath::new(&staged), 7);
-            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+            publish(
+                &staged,
+                &location,
+                "main",
+                "zshard",
+                &json!({}),
+                &Kept::default(),
+                &runtime,
+            )
+            .expect("publish");
             assert_eq!(
                 history(&location, &runtime),
                 ["zshard", "Repository initialized"]
@@ -1533,7 +1660,16 @@ mod tests {
     fn staged_copies_left_linked_to_their_objects_are_removed_by_a_rerun() {
         for spec in [SpecVersion::V1, SpecVersion::V2] {
             let (_dir, staged, location, runtime) = setup_in(Some(spec));
-            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+            publish(
+                &staged,
+                &location,
+                "main",
+                "zshard",
+                &json!({}),
+                &Kept::default(),
+                &runtime,
+            )
+            .expect("publish");
             let folder = FsPath::new(&location);
             // As a write killed between linking its staged copy into place and removing it.
             let mut linked = vec![format!("snapshots/{}", initial())];
@@ -1571,8 +1707,16 @@ mod tests {
     fn a_snapshot_a_killed_commit_left_staged_is_removed_by_the_rerun_with_its_log_and_manifests() {
         for spec in [SpecVersion::V1, SpecVersion::V2] {
             let (_dir, staged, location, runtime) = setup_in(Some(spec));
-            let first = publish(&staged, &location, "main", "zshard", &json!({}), &runtime)
-                .expect("publish");
+            let first = publish(
+                &staged,
+                &location,
+                "main",
+                "zshard",
+                &json!({}),
+                &Kept::default(),
+                &runtime,
+            )
+            .expect("publish");
             let folder = FsPath::new(&location);
             // As a commit killed after writing its snapshot, transaction log and manifest under
             // their staged names (copies of the objects this commit made, not links of them).
@@ -1599,8 +1743,16 @@ mod tests {
                 folder.join(&other),
             )
             .expect("copy");
-            let again =
-                publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("again");
+            let again = publish(
+                &staged,
+                &location,
+                "main",
+                "zshard",
+                &json!({}),
+                &Kept::default(),
+                &runtime,
+            )
+            .expect("again");
             assert!(again.already_committed);
             assert_eq!(staged_files(folder), [other], "{spec}");
         }
@@ -1639,8 +1791,16 @@ mod tests {
             json!({ "ids": [other] }).to_string(),
         )
         .expect("pending");
-        let published =
-            publish(&staged, &location, "main", "zshard", &json!({}), &runtime).expect("publish");
+        let published = publish(
+            &staged,
+            &location,
+            "main",
+            "zshard",
+            &json!({}),
+            &Kept::default(),
+            &runtime,
+        )
+        .expect("publish");
         assert_eq!(published.stored_at_commit, 1);
         assert_eq!(staged_files(folder), [format!("chunks/{other}#0")]);
     }

@@ -11,6 +11,8 @@
 //! asked for ([`SpecVersion`], 2 by default). Built without the feature `icechunk`, the types stay
 //! and every entry point fails with [`Error::Unavailable`].
 
+use std::collections::{HashMap, HashSet};
+
 use zshard_store::Location;
 
 #[cfg(feature = "icechunk")]
@@ -94,6 +96,9 @@ pub enum OnBranch {
     Same {
         /// The snapshot of that commit.
         snapshot: String,
+        /// The digest of each array's kept records (see [`Kept::records`]) as that commit recorded
+        /// them, by array path; empty for a commit of a zshard that kept none.
+        kept: HashMap<String, String>,
     },
     /// The array at `path` is as zshard committed it in `snapshot` from a conversion with other
     /// options or another source.
@@ -103,6 +108,42 @@ pub enum OnBranch {
         /// The snapshot of that commit.
         snapshot: String,
     },
+}
+
+/// What a commit of a conversion keeps so that a rerun over a changed source brings it up to date
+/// (issue 40): the conversion's update identity and the digests of its arrays' kept records, in
+/// the commit's record; and, for an update, the shards the arrays hold afterwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Kept {
+    /// What identifies the conversion whatever the source's shape and attributes (a later commit
+    /// with the same identity updates this one); `None` when its source names no versions.
+    pub update_id: Option<String>,
+    /// Per array path (the root's empty): the digest of the kept records staged beside its
+    /// document, which say what each of its shards was made from.
+    pub records: HashMap<String, String>,
+    /// For an update of arrays the branch holds from this conversion: per array path, the chunk
+    /// coordinates that hold a shard once the update is committed; every other chunk the branch
+    /// holds there is removed (a shard that now holds only the fill value, or lies beyond a shrunk
+    /// extent), and the others keep their references. `None`: the arrays are replaced whole.
+    pub written: Option<HashMap<String, HashSet<Vec<u32>>>>,
+}
+
+impl Kept {
+    /// What a commit keeps: `update_id` and the digests of the kept records.
+    pub fn new(update_id: Option<String>, records: HashMap<String, String>) -> Kept {
+        Kept {
+            update_id,
+            records,
+            written: None,
+        }
+    }
+
+    /// This, as an update whose arrays hold shards at `written` afterwards.
+    pub fn updating(mut self, written: HashMap<String, HashSet<Vec<u32>>>) -> Kept {
+        self.written = Some(written);
+        self
+    }
 }
 
 /// How many chunks of each kind an input holds.

@@ -101,6 +101,7 @@ pub fn publish(
     _branch: &str,
     _message: &str,
     _conversion: &serde_json::Value,
+    _kept: &crate::Kept,
     _runtime: &Arc<IoRuntime>,
 ) -> Result<Published> {
     Err(Error::Unavailable {
@@ -148,7 +149,7 @@ pub fn earlier_commit(
 pub fn on_branch(
     location: &str,
     _branch: &str,
-    _conversion: &serde_json::Value,
+    _conversion: (&serde_json::Value, Option<&str>),
     _arrays: &[String],
     _groups: &[String],
     _runtime: &Arc<IoRuntime>,

@@ -117,8 +117,8 @@ pub use error::{one_line, Error, Result};
 pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
-    gather_kept, has_kept_records, is_kept_records, kept_key, kept_written, shards_to_update,
-    update_counts, ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
+    gather_kept, has_kept_records, is_kept_records, kept_current, kept_key, kept_written,
+    shards_to_update, update_counts, ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
@@ -243,6 +243,13 @@ impl Fingerprint {
             let options = without_contents(self.value());
             zshard_core::stable_hash(&serde_json::to_vec(&options).unwrap_or_default())
         })
+    }
+
+    /// What identifies this conversion whatever the source's shape and attributes, as text (16
+    /// hex digits), when its records name what each shard was made from: a commit of it into an
+    /// Icechunk repository is brought up to date by a later one with the same identity.
+    pub fn update_id(&self) -> Option<String> {
+        self.1 .0.then(|| format!("{:016x}", self.conversion_id()))
     }
 
     /// As a JSON value, for [`differences`] (a failure's message) and Icechunk commits' records.

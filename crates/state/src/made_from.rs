@@ -199,6 +199,26 @@ fn kept_shards(survey: &Survey, array: &OutputArray) -> Option<HashMap<u64, Opti
     Some(kept)
 }
 
+/// Per array, the shards whose kept record (in `survey`) was made from what their source holds
+/// now (`digests`), whether their bytes are listed beside it or not: for a destination that keeps
+/// its shards elsewhere (an Icechunk repository's chunk storage), these are done.
+pub fn kept_current(survey: &Survey, plan: &Outputs, digests: &Digests) -> Vec<HashSet<u64>> {
+    plan.arrays
+        .iter()
+        .enumerate()
+        .map(|(i, array)| {
+            kept_shards(survey, array)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(index, recorded)| {
+                    recorded.is_some() && *recorded == digests.get(i, *index)
+                })
+                .map(|(index, _)| index)
+                .collect()
+        })
+        .collect()
+}
+
 /// Whether the survey found kept records for an array of the plan (the destination was finished
 /// by a zshard that keeps them, over a source that names versions; an array without them, new to
 /// the hierarchy or whose file was damaged, has all its shards converted).

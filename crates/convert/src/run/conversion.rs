@@ -83,6 +83,11 @@ pub struct Conversion {
     /// since the last checkpoint; a resume checks those against the manifest and converts again any
     /// that do not match. Default [`DEFAULT_CHECKPOINT_INTERVAL`](crate::DEFAULT_CHECKPOINT_INTERVAL).
     pub checkpoint_interval: std::time::Duration,
+    /// The shards that kept records say were made from what their source holds now are done
+    /// wherever their bytes are: an update of a conversion committed into an Icechunk repository,
+    /// staged beside the records while the shards are in the repository (`icechunk_output.rs`).
+    /// Set once the repository's branch is found to hold them, before the records are read.
+    pub(crate) kept_shards_elsewhere: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How often a local destination's filesystem is synced while shards are written (see `run`).
@@ -114,6 +119,7 @@ impl Conversion {
             icechunk: None,
             keep_manifest: false,
             record_limits: zshard_state::RecordLimits::default(),
+            kept_shards_elsewhere: Arc::default(),
         }
     }
 
@@ -508,7 +514,7 @@ impl Conversion {
         };
         let digests = listing.wait()?;
         let destination = &zshard_state::recording_uploads(destination, partition, &survey)?;
-        let resume = zshard_state::done_shards(
+        let mut resume = zshard_state::done_shards(
             destination,
             &plan.outputs(),
             partition,
@@ -516,6 +522,15 @@ impl Conversion {
             &survey,
             digests,
         )?;
+        if self
+            .kept_shards_elsewhere
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let current = zshard_state::kept_current(&survey, &plan.outputs(), digests);
+            for (done, current) in resume.done.iter_mut().zip(current) {
+                done.extend(current);
+            }
+        }
         if let Some(update) =
             zshard_state::update_counts(&survey, &plan.outputs(), partition, &resume.done)
         {
@@ -610,7 +625,7 @@ impl Conversion {
     ) -> Result<Option<(zshard_state::Survey, Option<Arc<zshard_state::WriteAhead>>)>> {
         if let Some(committed) = committed {
             let running = zshard_state::holds_a_run(destination)?;
-            if committed(plan, &fingerprint.value(), running)? {
+            if committed(plan, fingerprint, running)? {
                 return Ok(None);
             }
         }
@@ -842,7 +857,7 @@ pub struct Finalized {
 /// holds this conversion (`true`: the run ends as complete, writing nothing), or an error to stop
 /// with (it holds another one).
 pub(crate) type Committed<'a> =
-    &'a (dyn Fn(&Plan, &serde_json::Value, bool) -> Result<bool> + Sync);
+    &'a (dyn Fn(&Plan, &zshard_state::Fingerprint, bool) -> Result<bool> + Sync);
 
 /// The source opened and the plan made and checked.
 pub(crate) struct Opened {
@@ -862,6 +877,13 @@ impl Opened {
             &self.source_id,
             &self.plan.outputs(),
         )?)
+    }
+
+    /// [`Opened::fingerprint`], naming whether every array's source names its chunks' versions
+    /// (its records then say what each shard was made from, see `digests.rs`).
+    pub(crate) fn tracked_fingerprint(&self) -> Result<zshard_state::Fingerprint> {
+        let tracked = crate::run::digests::tracked(&self.plan.read_jobs(&self.input));
+        Ok(self.fingerprint()?.tracking_sources(tracked))
     }
 
     /// Opens the destination (creating a local folder with `create`).

@@ -5,8 +5,9 @@
 //! and document is there, one commit references them and the staging folder is removed. Nothing is
 //! visible on the branch before that commit.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use zshard_icechunk::OnBranch;
 
@@ -14,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::run::conversion::{Conversion, Finalized};
 use crate::run::report::{Report, Status};
-use zshard_state::Observer;
 use zshard_state::Partition;
+use zshard_state::{Fingerprint, Observer};
 
 /// Where and how a conversion into an Icechunk repository commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +79,17 @@ impl Conversion {
     /// a finished Zarr destination does; a branch holding zshard's output of another conversion at
     /// these arrays is refused unless `--overwrite`. What a run killed after its commit left in the
     /// staging folder is removed.
+    ///
+    /// Over a source that names its chunks' versions, a commit leaves the arrays' documents and
+    /// kept records (what each shard was made from) in the staging folder, and a rerun brings the
+    /// branch up to date as one over a Zarr destination does (issue 40): only the shards whose
+    /// source changed are converted, and one commit replaces them (none when nothing changed).
     pub(crate) fn convert_into_icechunk(
         &self,
         output: &IcechunkOutput,
         observer: &dyn Observer,
     ) -> Result<Report> {
-        let staged = self.staged()?;
+        let mut staged = self.staged()?;
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         let all = self.partition == Partition::ALL;
@@ -100,9 +106,17 @@ impl Conversion {
                 &runtime,
             )?;
         }
+        // What an earlier commit of this conversion kept in the staging folder (see
+        // `clear_staging`): its shards are in the repository, its records beside the documents.
+        // When the branch still holds that commit this run is an update. (Workers convert every
+        // shard again: their commit replaces the arrays whole.)
+        let after_commit =
+            all && !self.overwrite && staging_holds_kept_after_commit(&staged, &runtime)?;
+        let updating = Arc::new(AtomicBool::new(false));
+        staged.kept_shards_elsewhere = updating.clone();
         let fingerprint = Mutex::new(None);
         let on_branch = Mutex::new(None);
-        let committed = |plan: &Plan, conversion: &serde_json::Value, running: bool| {
+        let committed = |plan: &Plan, conversion: &Fingerprint, running: bool| {
             *fingerprint.lock().map_err(|_| Error::Poisoned {
                 what: "the fingerprint",
             })? = Some(conversion.clone());
@@ -119,17 +133,26 @@ impl Conversion {
             )?;
             // A worker never ends a run it shares; a run in the staging folder is resumed there
             // (or refused by its own checks).
-            if self.overwrite || !all || running {
+            if self.overwrite || !all || (running && !after_commit) {
                 return Ok(false);
             }
             match self.branch_holds(output, plan, conversion, &runtime)? {
-                Some(snapshot) => {
+                Some(held) => {
                     *on_branch
                         .lock()
-                        .map_err(|_| Error::Poisoned { what: "the commit" })? = Some(snapshot);
-                    Ok(true)
+                        .map_err(|_| Error::Poisoned { what: "the commit" })? = Some(held);
+                    // An update finds out in the staging folder what changed.
+                    updating.store(after_commit, Ordering::SeqCst);
+                    Ok(!after_commit)
                 }
-                None => Ok(false),
+                None => {
+                    if after_commit {
+                        // The branch no longer holds what the staged records describe (its
+                        // arrays were removed or replaced): converted whole.
+                        remove_staging(&staged.destination, runtime.clone())?;
+                    }
+                    Ok(false)
+                }
             }
         };
         let converted = staged.convert_checked(observer, Some(&committed));
@@ -140,23 +163,10 @@ impl Conversion {
         let on_branch = on_branch
             .into_inner()
             .map_err(|_| Error::Poisoned { what: "the commit" })?;
-        if let Some(snapshot) = on_branch {
-            remove_staging(&staged.destination, runtime)?;
-            report.published = Some(already_committed(output, snapshot));
-            report.destination = self.destination.clone();
-            return Ok(report);
-        }
-        if all {
-            let fingerprint = fingerprint
-                .into_inner()
-                .map_err(|_| Error::Poisoned {
-                    what: "the fingerprint",
-                })?
-                .ok_or(Error::Poisoned {
-                    what: "the fingerprint",
-                })?;
-            report.published = Some(self.publish(&staged, output, &fingerprint)?);
-        } else {
+        let fingerprint = fingerprint.into_inner().map_err(|_| Error::Poisoned {
+            what: "the fingerprint",
+        })?;
+        if !all {
             // This worker's shards go into the repository's chunk storage now, side by side with
             // the other workers', so that `finalize` only references them.
             let keys = shard_keys(&report.shard_grids, self.partition);
@@ -168,8 +178,51 @@ impl Conversion {
                 &writer,
                 &runtime,
             )?);
+            return Ok(report);
         }
-        Ok(report)
+        let fingerprint = fingerprint.ok_or(Error::Poisoned {
+            what: "the fingerprint",
+        })?;
+        let kept = self.kept_for_commit(&staged, &fingerprint, &runtime)?;
+        let updating = updating.load(Ordering::SeqCst);
+        match on_branch {
+            // Committed before, and nothing changed since: nothing to commit.
+            Some((snapshot, branch_kept))
+                if !updating
+                    || (report.status == Status::Complete && branch_kept == kept.records) =>
+            {
+                clear_staging(&staged.destination, runtime)?;
+                report.published = Some(already_committed(output, snapshot));
+                report.destination = self.destination.clone();
+                Ok(report)
+            }
+            Some(_) => {
+                let written = staged_written(&staged.destination, &runtime)?;
+                report.published =
+                    Some(self.publish(&staged, output, &fingerprint, kept.updating(written))?);
+                Ok(report)
+            }
+            None => {
+                report.published = Some(self.publish(&staged, output, &fingerprint, kept)?);
+                Ok(report)
+            }
+        }
+    }
+
+    /// What a commit of the staged output keeps for a later update (see
+    /// [`zshard_icechunk::Kept`]): the conversion's update identity and the digest of each
+    /// array's kept records in the staging folder.
+    fn kept_for_commit(
+        &self,
+        staged: &Conversion,
+        fingerprint: &Fingerprint,
+        runtime: &Arc<zshard_store::IoRuntime>,
+    ) -> Result<zshard_icechunk::Kept> {
+        let records = staged_kept(&staged.destination, runtime)?
+            .into_iter()
+            .map(|(path, body)| (path, format!("{:016x}", zshard_core::stable_hash(&body))))
+            .collect();
+        Ok(zshard_icechunk::Kept::new(fingerprint.update_id(), records))
     }
 
     /// [`Conversion::finalize`] into a repository: finalizes the staging folder, then commits it.
@@ -182,7 +235,7 @@ impl Conversion {
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         self.remove_committed_staging(&staged, output, &runtime)?;
         let opened = staged.open()?;
-        let fingerprint = opened.fingerprint()?.value();
+        let fingerprint = opened.tracked_fingerprint()?;
         let staging = zshard_store::Location::parse(&staged.destination)?;
         let folder = staging.local_path();
         let missing = folder.as_ref().is_some_and(|folder| !folder.is_dir());
@@ -191,11 +244,11 @@ impl Conversion {
             zshard_state::holds_a_run(&store)?
         };
         if !running {
-            if let Some(snapshot) =
+            if let Some((snapshot, _)) =
                 self.branch_holds(output, &opened.plan, &fingerprint, &runtime)?
             {
                 if !missing {
-                    remove_staging(&staged.destination, runtime.clone())?;
+                    clear_staging(&staged.destination, runtime.clone())?;
                 }
                 return Ok(Finalized {
                     destination: self.destination.clone(),
@@ -215,32 +268,35 @@ impl Conversion {
             }
         }
         let mut finalized = staged.finalize_opened(opened)?;
-        finalized.published = Some(self.publish(&staged, output, &fingerprint)?);
+        let kept = self.kept_for_commit(&staged, &fingerprint, &runtime)?;
+        finalized.published = Some(self.publish(&staged, output, &fingerprint, kept)?);
         Ok(finalized)
     }
 
     /// The snapshot in which `output`'s branch holds this conversion (planned as `plan`, with the
-    /// fingerprint `conversion`), if it does; refuses when the branch holds zshard's output of
-    /// another conversion at one of its arrays, as a Zarr destination holding other metadata is.
+    /// fingerprint `conversion`), if it does, with the digests of the kept records it recorded;
+    /// refuses when the branch holds zshard's output of another conversion at one of its arrays, as
+    /// a Zarr destination holding other metadata is.
     fn branch_holds(
         &self,
         output: &IcechunkOutput,
         plan: &Plan,
-        conversion: &serde_json::Value,
-        runtime: &std::sync::Arc<zshard_store::IoRuntime>,
-    ) -> Result<Option<String>> {
+        conversion: &Fingerprint,
+        runtime: &Arc<zshard_store::IoRuntime>,
+    ) -> Result<Option<(String, HashMap<String, String>)>> {
         let arrays: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
         let groups: Vec<String> = plan.groups.iter().map(|(path, _)| path.clone()).collect();
+        let update_id = conversion.update_id();
         let held = zshard_icechunk::on_branch(
             &self.destination,
             &output.branch,
-            conversion,
+            (&conversion.value(), update_id.as_deref()),
             &arrays,
             &groups,
             runtime,
         )?;
         match held {
-            OnBranch::Same { snapshot } => Ok(Some(snapshot)),
+            OnBranch::Same { snapshot, kept } => Ok(Some((snapshot, kept))),
             OnBranch::Other { path, snapshot } => Err(Error::Destination {
                 reason: format!(
                     "icechunk repository {}: branch {:?} holds array {} as zshard committed it in snapshot {snapshot} from a conversion with different options or another source; rerun with its options, or use {} to replace it",
@@ -260,7 +316,7 @@ impl Conversion {
         &self,
         staged: &Conversion,
         output: &IcechunkOutput,
-        runtime: &std::sync::Arc<zshard_store::IoRuntime>,
+        runtime: &Arc<zshard_store::IoRuntime>,
     ) -> Result<()> {
         let earlier = zshard_icechunk::earlier_commit(
             &staged.destination,
@@ -269,17 +325,19 @@ impl Conversion {
             runtime,
         )?;
         if earlier.is_some() {
-            remove_staging(&staged.destination, runtime.clone())?;
+            clear_staging(&staged.destination, runtime.clone())?;
         }
         Ok(())
     }
 
-    /// Commits the staged output, then removes the staging folder (all of it written by zshard).
+    /// Commits the staged output with what it keeps for an update (`kept`), then clears the
+    /// staging folder (all of it written by zshard; see [`clear_staging`]).
     fn publish(
         &self,
         staged: &Conversion,
         output: &IcechunkOutput,
-        fingerprint: &serde_json::Value,
+        fingerprint: &Fingerprint,
+        kept: zshard_icechunk::Kept,
     ) -> Result<Published> {
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
         let published = zshard_icechunk::publish(
@@ -287,10 +345,11 @@ impl Conversion {
             &self.destination,
             &output.branch,
             &self.commit_message(output),
-            fingerprint,
+            &fingerprint.value(),
+            &kept,
             &runtime,
         )?;
-        remove_staging(&staged.destination, runtime)?;
+        clear_staging(&staged.destination, runtime)?;
         Ok(published)
     }
 }
@@ -337,10 +396,147 @@ fn shard_keys(grids: &[(String, Vec<u64>)], partition: Partition) -> HashSet<Str
     keys
 }
 
+/// The kept records in the staging folder at `location` (sealed, as written), by array path (the
+/// root's empty): left by a commit of a conversion whose source names its chunks' versions.
+fn staged_kept(
+    location: &str,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<HashMap<String, bytes::Bytes>> {
+    let parsed = zshard_store::Location::parse(location)?;
+    if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
+        return Ok(HashMap::new());
+    }
+    let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
+    let keys: Vec<String> = staging
+        .list_keys("")?
+        .into_iter()
+        .filter(|key| zshard_state::is_kept_records(key))
+        .collect();
+    let mut kept = HashMap::new();
+    for (key, read) in keys.iter().zip(staging.get_many(&keys)) {
+        if let Some(body) = read? {
+            let path = key.rsplit_once('/').map_or("", |(path, _)| path);
+            kept.insert(path.to_string(), body);
+        }
+    }
+    Ok(kept)
+}
+
+/// Per array path, the chunk coordinates of the shards that the kept records in the staging folder
+/// at `location` name as written: what the arrays hold once an update is committed.
+fn staged_written(
+    location: &str,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<HashMap<String, HashSet<Vec<u32>>>> {
+    let kept = staged_kept(location, runtime)?;
+    let files: Vec<(String, bytes::Bytes)> = kept.into_iter().collect();
+    let mut written: HashMap<String, HashSet<Vec<u32>>> = files
+        .iter()
+        .map(|(path, _)| (path.clone(), HashSet::new()))
+        .collect();
+    for (path, coord) in zshard_state::kept_written(&files) {
+        let coord: Option<Vec<u32>> = coord.split(',').map(|c| c.parse().ok()).collect();
+        if let Some(coord) = coord {
+            written.entry(path).or_default().insert(coord);
+        }
+    }
+    Ok(written)
+}
+
+/// The marker of a staging folder that holds only what a commit kept (see [`clear_staging`]).
+const KEPT_AFTER_COMMIT: &str = ".zshard-kept-after-commit";
+
+/// Whether the staging folder of `staged` holds what a commit kept (see [`clear_staging`]).
+fn staging_holds_kept_after_commit(
+    staged: &Conversion,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<bool> {
+    let parsed = zshard_store::Location::parse(&staged.destination)?;
+    if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
+        return Ok(false);
+    }
+    let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
+    holds_kept_after_commit(&staging)
+}
+
+/// Whether the staging folder `staging` holds what a commit kept (see [`clear_staging`]).
+pub(crate) fn holds_kept_after_commit(staging: &zshard_store::Store) -> Result<bool> {
+    Ok(staging.get(KEPT_AFTER_COMMIT)?.is_some())
+}
+
+/// Clears the staging folder at `location` after a commit. When the conversion kept records
+/// (its source names its chunks' versions), the arrays' documents and kept records stay, with a
+/// marker saying so: a rerun compares the source with them and, while the branch holds that
+/// commit, updates it (see [`Conversion::convert_into_icechunk`]). Everything else goes, the
+/// commit record last.
+fn clear_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Result<()> {
+    if staged_kept(location, &runtime)?.is_empty() {
+        return remove_staging(location, runtime);
+    }
+    let staging = zshard_store::Store::open(location, runtime, false)?;
+    let record = zshard_icechunk::COMMIT_RECORD;
+    let kept = |key: &str| {
+        zshard_state::is_kept_records(key)
+            || key == "zarr.json"
+            || key.ends_with("/zarr.json")
+            || key == KEPT_AFTER_COMMIT
+    };
+    match staging.local_path("") {
+        // Walked rather than listed: a listing leaves out the temporary files (`NAME#N`) of writes
+        // a kill interrupted.
+        Some(folder) => clear_folder(&folder, &folder, &|key| key == record || kept(key))?,
+        None => {
+            let keys: Vec<String> = staging
+                .list_keys("")?
+                .into_iter()
+                .filter(|key| key != record && !kept(key))
+                .collect();
+            staging.delete_many(&keys)?;
+        }
+    }
+    staging.put(
+        KEPT_AFTER_COMMIT,
+        bytes::Bytes::from_static(b"the documents and kept records of zshard's last commit\n"),
+    )?;
+    staging.delete(record)?;
+    Ok(())
+}
+
+/// Removes every file under `folder` (inside the staging folder `root`) whose key `keep` does not
+/// keep, then the folders left empty, deepest first.
+fn clear_folder(
+    root: &std::path::Path,
+    folder: &std::path::Path,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    let failed = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::File {
+            action: "clear the staging folder",
+            path,
+            source,
+        }
+    };
+    for entry in std::fs::read_dir(folder).map_err(failed(folder))? {
+        let path = entry.map_err(failed(folder))?.path();
+        if path.is_dir() {
+            clear_folder(root, &path, keep)?;
+            // Fails, and so keeps the folder, unless it is empty.
+            let _ = std::fs::remove_dir(&path);
+            continue;
+        }
+        let key = path.strip_prefix(root).unwrap_or(&path).to_string_lossy();
+        if !keep(&key) {
+            std::fs::remove_file(&path).map_err(failed(&path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the staging folder, or every object under the staging prefix of a remote repository.
 /// The commit record goes last: a run killed while removing finds it, and its commit on the branch,
 /// and does not commit again.
-fn remove_staging(location: &str, runtime: std::sync::Arc<zshard_store::IoRuntime>) -> Result<()> {
+fn remove_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Result<()> {
     let staging = zshard_store::Store::open(location, runtime, false)?;
     let record = zshard_icechunk::COMMIT_RECORD;
     let Some(folder) = staging.local_path("") else {

@@ -49,7 +49,10 @@ fn icechunk_status(
     if !absent {
         let staging = Store::open_location(&location, runtime.clone(), false)?;
         let mut shown = read_status(&staging)?;
-        if shown.phase != Phase::NotStarted {
+        // What a commit kept for a later update (documents and records, no shard) is no run.
+        let kept = shown.phase == Phase::Complete
+            && crate::run::icechunk_output::holds_kept_after_commit(&staging)?;
+        if shown.phase != Phase::NotStarted && !kept {
             shown.destination = store.url("");
             shown.finished = shown.is_finished();
             if shown.phase == Phase::Complete {
