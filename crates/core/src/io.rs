@@ -40,12 +40,14 @@ pub trait ChunkReader: Send + Sync + Debug {
         None
     }
 
-    /// The version of every stored chunk of an array of `ndim` dimensions, from what a listing of
-    /// its store (or its references) names at no cost per chunk, so that a later run can tell which
-    /// chunks changed without reading them; `Ok(None)` when the reader cannot tell (the default),
-    /// and then a finished conversion cannot be brought up to date, only converted again.
-    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
-        let _ = ndim;
+    /// The version of every stored chunk of an array whose chunk grid has `grid` chunks along each
+    /// dimension, from what a listing of its store (or its references) names at no cost per chunk,
+    /// so that a later run can tell which chunks changed without reading them; `Ok(None)` when the
+    /// reader cannot tell (the default), and then a finished conversion cannot be brought up to
+    /// date, only converted again. (The grid lets an object store's listing run in segments side by
+    /// side, see `zshard_store::Store::list_objects_split`.)
+    fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
+        let _ = grid;
         Ok(None)
     }
 

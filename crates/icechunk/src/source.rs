@@ -386,7 +386,7 @@ impl ChunkReader for IcechunkReader {
     /// From the snapshot's manifests (no chunk is read): a native chunk by its object's id and
     /// range (a chunk written again gets a new id), a virtual one by its target, range and
     /// checksum, an inline one by its bytes.
-    fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
+    fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
         let path = self.array_path().map_err(|e| self.read_error(&[], e))?;
         self.runtime.block_on(async {
             let mut versions = ChunkVersions::default();

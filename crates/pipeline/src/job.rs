@@ -73,6 +73,14 @@ impl ArrayLayout {
         }
     }
 
+    /// How many source chunks the array has along each dimension.
+    pub fn source_chunk_grid(&self) -> Vec<u64> {
+        match &self.source_grid {
+            Some(grid) => grid.grid_shape(),
+            None => zshard_core::grid_shape(self.geometry.array_shape(), &self.source_repr.shape),
+        }
+    }
+
     /// The region of source chunk `coord`, clipped to the array.
     pub(crate) fn source_chunk_region(&self, coord: &[u64]) -> Region {
         match &self.source_grid {

@@ -71,8 +71,12 @@ impl ChunkReader for ZarrChunkReader {
             .collect()
     }
 
-    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
-        listed_versions(&self.store, self.encoding, ndim).map(Some)
+    fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
+        let splits = match self.store.location().is_remote() {
+            true => listing_splits(self.encoding, grid),
+            false => Vec::new(),
+        };
+        listed_versions(&self.store, self.encoding, grid.len(), &splits).map(Some)
     }
 
     fn names_versions(&self) -> bool {
@@ -80,18 +84,40 @@ impl ChunkReader for ZarrChunkReader {
     }
 }
 
+/// The keys that cut the listing of an array's chunk keys (on an grid of `grid` chunks) into
+/// segments of about [`LISTING_PAGE`] keys each, to be listed side by side: a uniform sample of the
+/// grid's keys in C order, sorted as the store sorts keys. (Sampling keeps this cheap for any grid;
+/// keys that are not stored only make a segment shorter.)
+fn listing_splits(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<String> {
+    let total = product(grid);
+    let mut splits: Vec<String> = (LISTING_PAGE..total)
+        .step_by(LISTING_PAGE as usize)
+        .map(|index| encoding.key(&zshard_core::unravel_index(index, grid)))
+        .collect();
+    splits.sort_unstable();
+    splits.dedup();
+    splits
+}
+
+/// The keys an object store's listing returns per page (S3, GCS and Azure list 1,000 or 5,000).
+const LISTING_PAGE: u64 = 1000;
+
 /// The version of every object of the array folder `store` that is a chunk key of `encoding`
-/// (metadata documents and anything else are left out), from one listing.
+/// (metadata documents and anything else are left out), from one listing, in segments cut at
+/// `splits` listed side by side on an object store.
 fn listed_versions(
     store: &Store,
     encoding: ChunkKeyEncoding,
     ndim: usize,
+    splits: &[String],
 ) -> Result<ChunkVersions> {
     let folder = encoding.chunk_folder();
-    let listed = store.list_objects(folder).map_err(|e| Error::Read {
-        key: store.url(folder),
-        source: Box::new(e),
-    })?;
+    let listed = store
+        .list_objects_split(folder, splits)
+        .map_err(|e| Error::Read {
+            key: store.url(folder),
+            source: Box::new(e),
+        })?;
     let mut versions = ChunkVersions::default();
     for object in listed {
         if let Some(coord) = encoding.coordinates(&object.key, ndim) {
@@ -310,8 +336,8 @@ impl ChunkReader for ShardedChunkReader {
 
     /// By shard: an inner chunk has the version of the shard holding it, so a shard written again
     /// upstream changes every chunk in it.
-    fn chunk_versions(&self, ndim: usize) -> Result<Option<ChunkVersions>> {
-        let versions = listed_versions(&self.store, self.encoding, ndim)?;
+    fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
+        let versions = listed_versions(&self.store, self.encoding, grid.len(), &[])?;
         let (shards, inner_shape) = (self.shards.clone(), self.inner_shape.clone());
         Ok(Some(versions.stored_in(move |coord| {
             shards
@@ -322,5 +348,45 @@ impl ChunkReader for ShardedChunkReader {
 
     fn names_versions(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The segments the splits cut a full grid's keys into, as the store sorts keys.
+    fn segment_lengths(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<usize> {
+        let splits = listing_splits(encoding, grid);
+        assert!(splits.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
+        let mut keys: Vec<String> = (0..product(grid))
+            .map(|i| encoding.key(&zshard_core::unravel_index(i, grid)))
+            .collect();
+        keys.sort_unstable();
+        let mut lengths = vec![0usize; splits.len() + 1];
+        for key in &keys {
+            // Segment i holds the keys in (splits[i - 1], splits[i]].
+            let segment = splits.partition_point(|split| split < key);
+            lengths[segment] += 1;
+        }
+        lengths
+    }
+
+    #[test]
+    fn listing_splits_cut_the_keys_into_segments_of_about_a_page() {
+        for (encoding, grid) in [
+            (ChunkKeyEncoding::V2 { separator: '.' }, vec![400, 400]),
+            (ChunkKeyEncoding::Default { separator: '/' }, vec![37, 50, 60]),
+        ] {
+            let lengths = segment_lengths(encoding, &grid);
+            let total = product(&grid) as usize;
+            assert_eq!(lengths.iter().sum::<usize>(), total);
+            assert_eq!(lengths.len(), total.div_ceil(1000), "{grid:?}");
+            // A sample of the keys: no segment far longer than a page.
+            let longest = lengths.iter().copied().max().unwrap_or(0);
+            assert!(longest < 4 * 1000, "{grid:?}: {longest}");
+        }
+        // Fewer keys than a page: one listing.
+        assert!(listing_splits(ChunkKeyEncoding::V2 { separator: '.' }, &[10, 10]).is_empty());
     }
 }

@@ -26,8 +26,7 @@ pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
     let arrays = jobs
         .iter()
         .map(|job| {
-            let ndim = job.layout.geometry.array_shape().len();
-            let versions = job.reader.chunk_versions(ndim)?;
+            let versions = job.reader.chunk_versions(&job.layout.source_chunk_grid())?;
             Ok(versions.map(|versions| array_digests(job, &versions)))
         })
         .collect::<Result<Vec<_>>>()?;

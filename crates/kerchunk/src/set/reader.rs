@@ -138,7 +138,7 @@ impl ChunkReader for JsonReader {
         Some(self.common.shared.planned(self.wants(coords), max_len))
     }
 
-    fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
+    fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
         Ok(self.common.versions(|coords| self.wants(coords)))
     }
 
@@ -284,7 +284,7 @@ impl ChunkReader for ParquetReader {
         self.common.shared.fetch(self.wants(coords).0, max_len)
     }
 
-    fn chunk_versions(&self, _ndim: usize) -> zshard_core::Result<Option<ChunkVersions>> {
+    fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
         Ok(self.chunk_versions_of())
     }
 
