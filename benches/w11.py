@@ -3,7 +3,7 @@
 
 A uint16 Zarr v2 source of 6400 x 6400 in 16 x 16 zstd chunks (160,000 chunks) becomes 10^4 shards of
 64 x 64 (16 inner chunks each). Then the source changes as a scheduled ETL's does: 0.1 % of its chunks are
-written again by zarr-python (160 chunks at seeded random places) and 1 % rows are appended (64 rows: 400
+written again by zarr-python (160 chunks at seeded random places) and 1 % rows are appended (64 rows: 1,600
 new chunks, a new row of 100 shards). The same `zshard convert` runs again: the update. Last, a run with
 nothing changed.
 
