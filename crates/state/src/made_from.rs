@@ -331,6 +331,9 @@ pub struct UpdateCounts {
     pub shards_rewritten: u64,
     /// Shards they do not name (the array grew, or is new).
     pub shards_added: u64,
+    /// Written shards they name beyond the array's extent now (it shrank), which the run removes
+    /// (a worker's run removes none: `finalize` does).
+    pub shards_removed: u64,
 }
 
 /// The written shards (array path, coordinate text) that kept records (as [`gather_kept`] makes
@@ -369,6 +372,11 @@ pub fn update_counts(
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
         let kept = kept_shards(survey, array).unwrap_or_default();
+        if partition == Partition::ALL {
+            if let Some(body) = survey.records.get(&kept_key(array.path)) {
+                update.shards_removed += beyond_extent(array, body).len() as u64;
+            }
+        }
         for index in 0..array.geometry.shard_count() {
             let owned = partition.owns(first_global + index);
             if !owned || done.get(i).is_some_and(|d| d.contains(&index)) {

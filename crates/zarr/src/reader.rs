@@ -376,7 +376,10 @@ mod tests {
     fn listing_splits_cut_the_keys_into_segments_of_about_a_page() {
         for (encoding, grid) in [
             (ChunkKeyEncoding::V2 { separator: '.' }, vec![400, 400]),
-            (ChunkKeyEncoding::Default { separator: '/' }, vec![37, 50, 60]),
+            (
+                ChunkKeyEncoding::Default { separator: '/' },
+                vec![37, 50, 60],
+            ),
         ] {
             let lengths = segment_lengths(encoding, &grid);
             let total = product(&grid) as usize;

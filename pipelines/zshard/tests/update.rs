@@ -328,6 +328,10 @@ fn a_shrunk_array_loses_only_the_shards_zshard_wrote_beyond_it() {
     let report = convert(&src, &dst, &[]);
     assert_eq!(report["status"], "ok");
     assert_eq!(update_counts(&report), (3, 0), "the cut row of shards");
+    assert_eq!(
+        report["update"]["shards_removed"], 3,
+        "the row beyond: {report}"
+    );
     assert!(
         !dst.join("c/2").exists()
             || std::fs::read_dir(dst.join("c/2"))

@@ -538,6 +538,7 @@ impl Conversion {
                 b.updated(Some(crate::Update {
                     shards_rewritten: update.shards_rewritten,
                     shards_added: update.shards_added,
+                    shards_removed: update.shards_removed,
                 }));
             }
         }

@@ -296,6 +296,9 @@ pub struct Update {
     pub shards_rewritten: u64,
     /// Shards the finished conversion did not have (the array grew, or is new to the hierarchy).
     pub shards_added: u64,
+    /// Shards it had beyond the array's extent now (the array shrank), removed (by `finalize` after
+    /// workers, whose own reports count none).
+    pub shards_removed: u64,
 }
 
 /// A report being filled in while a run goes: the options and start from the beginning, the arrays

@@ -86,10 +86,14 @@ class Update:
         disappeared, or their extent did.
     shards_added : int
         Shards the finished conversion did not have (the array grew, or is new to the hierarchy).
+    shards_removed : int
+        Shards it had beyond the array's extent now (the array shrank), removed (by ``finalize``
+        after workers, whose own reports count none).
     """
 
     shards_rewritten: int = 0
     shards_added: int = 0
+    shards_removed: int = 0
 
     @classmethod
     def _from_dict(cls, doc: dict[str, Any]) -> Update:
