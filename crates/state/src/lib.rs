@@ -118,7 +118,8 @@ pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
     gather_kept, has_kept_records, is_kept_records, kept_current, kept_key, kept_written,
-    shards_to_update, update_counts, ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
+    record_update, shards_to_update, update_counts, ArrayChanges, Digests, Kept, RecordFiles,
+    UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
@@ -129,8 +130,8 @@ pub use partition::Partition;
 pub use resume::{done_shards, Resume};
 pub use shard_log::{RecordLimits, ShardLog, DEFAULT_CHECKPOINT_INTERVAL};
 pub use status::{
-    read_status, status, ArrayStatus, LeaseStatus, Phase, Rate, Status, Totals, WorkerStatus,
-    RATE_WINDOW_MS,
+    read_status, status, ArrayStatus, LeaseStatus, Phase, Rate, Status, Totals, UpdateStatus,
+    WorkerStatus, RATE_WINDOW_MS,
 };
 pub use survey::{survey, survey_finished, Survey};
 pub use uploads::{abort_recorded_uploads, recording_uploads};
@@ -142,6 +143,9 @@ pub(crate) const EMPTY_DIR: &str = ".zshard/empty";
 const UPLOADS_DIR: &str = ".zshard/uploads";
 /// The records of shards written.
 pub const DONE_DIR: &str = ".zshard/done";
+/// What an update (a run over a finished conversion whose source changed) set out to write, one
+/// file per worker, for `status` (see `made_from.rs`).
+pub(crate) const UPDATE_DIR: &str = ".zshard/update";
 /// The manifest records, one file per `done` file.
 pub const MANIFEST_DIR: &str = ".zshard/manifest";
 /// Left by a worker run with `--keep-manifest`, so that `finalize` keeps the manifest without the

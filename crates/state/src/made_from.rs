@@ -336,6 +336,23 @@ pub struct UpdateCounts {
     pub shards_removed: u64,
 }
 
+/// Records that this worker's run is an update setting out to write `shards` shards (those the
+/// kept records' sources changed for, and new ones), for `status` to show its progress: the first
+/// run of the update records it, and a resumed run keeps that (create-only write).
+pub fn record_update(dst: &Store, partition: Partition, shards: u64) -> Result<()> {
+    let key = join(UPDATE_DIR, &format!("{}.txt", partition.tag()));
+    dst.put_new(&key, sealed::seal_text(format!("shards\t{shards}\n")))?;
+    Ok(())
+}
+
+/// The shards an update's file (see [`record_update`], unsealed) says it set out to write.
+pub(crate) fn update_shards(body: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("shards\t"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// The written shards (array path, coordinate text) that kept records (as [`gather_kept`] makes
 /// them) name: what a kept manifest may vouch for.
 pub fn kept_written(kept: &[(String, Bytes)]) -> HashSet<(String, String)> {

@@ -15,7 +15,7 @@ use zshard_store::Store;
 use crate::error::{Error, Result};
 use crate::lease::LEASES_DIR;
 use crate::partition::Partition;
-use crate::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR};
+use crate::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR, UPDATE_DIR};
 
 /// Where a conversion stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +58,17 @@ pub struct Totals {
     pub shards_done: u64,
     /// Bytes of the shards recorded written.
     pub bytes_written: u64,
+}
+
+/// The progress of an update: a run over a finished conversion whose source changed, writing only
+/// the shards made from what changed (see `made_from.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct UpdateStatus {
+    /// Shards the update set out to write (over every worker that started it).
+    pub shards_to_update: u64,
+    /// Of those, the shards recorded done.
+    pub shards_done: u64,
 }
 
 /// A worker's lease (see `lease.rs`): held while a run converts or finalizes.
@@ -183,6 +194,9 @@ pub struct Status {
     pub rate: Option<Rate>,
     /// Nothing moves on by itself ([`Status::is_finished`] when it was read).
     pub finished: bool,
+    /// While an update is in progress: how far it has come (the totals count every shard of the
+    /// arrays, most of them done before it started).
+    pub update: Option<UpdateStatus>,
 }
 
 impl Status {
@@ -198,6 +212,7 @@ impl Status {
             unreadable: Vec::new(),
             rate: None,
             finished: false,
+            update: None,
         }
     }
 
@@ -243,7 +258,7 @@ pub fn read_status(dst: &Store) -> Result<Status> {
         .iter()
         .filter(|key| {
             *key == CLAIM
-                || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR, LEASES_DIR]
+                || [OPTIONS_DIR, DONE_DIR, EMPTY_DIR, LEASES_DIR, UPDATE_DIR]
                     .iter()
                     .any(|dir| in_dir(key, dir))
         })
@@ -357,9 +372,24 @@ pub fn read_status(dst: &Store) -> Result<Status> {
         totals.bytes_written = totals.bytes_written.saturating_add(entry.bytes_written);
         status.arrays.push(entry);
     }
-    let now_ms = crate::lease::now_millis();
-    let remaining =
+    // An update's own records are the only ones in the state (a finished conversion's were removed
+    // with it, and kept beside each array): they count its progress.
+    let to_update = read
+        .iter()
+        .filter(|(key, _)| in_dir(key, UPDATE_DIR))
+        .filter_map(|(_, body)| crate::made_from::update_shards(body))
+        .fold(0u64, u64::saturating_add);
+    let mut remaining =
         status.totals.shards_planned - status.totals.shards_done.min(status.totals.shards_planned);
+    if read.keys().any(|key| in_dir(key, UPDATE_DIR)) {
+        let done = status.totals.shards_done.min(to_update);
+        status.update = Some(UpdateStatus {
+            shards_to_update: to_update,
+            shards_done: done,
+        });
+        remaining = to_update - done;
+    }
+    let now_ms = crate::lease::now_millis();
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
     // An unpartitioned run writes the metadata itself: finalize waits for none of it.

@@ -214,7 +214,18 @@ fn table(s: &Status) -> String {
     }
     let _ = writeln!(out);
     let live = s.workers.iter().any(|w| w.live);
-    let left = s.totals.shards_planned.saturating_sub(s.totals.shards_done);
+    let mut left = s.totals.shards_planned.saturating_sub(s.totals.shards_done);
+    if let Some(update) = &s.update {
+        // The totals count every shard; an update writes only those made from what changed.
+        left = update.shards_to_update.saturating_sub(update.shards_done);
+        let _ = writeln!(
+            out,
+            "update: {} of {} shard(s) to rewrite or add done ({})",
+            update.shards_done,
+            update.shards_to_update,
+            percent(update.shards_done, update.shards_to_update)
+        );
+    }
     if s.finalize_waits_for.is_empty() && left > 0 {
         // An unpartitioned run writes the metadata itself when it is done.
         let _ = if live {

@@ -274,6 +274,21 @@ fn workers_and_finalize_split_an_update() {
         written += report["totals"]["shards_written"].as_u64().expect("count");
     }
     assert_eq!(written, 2);
+    // `status` shows the update's progress beside the totals of every shard.
+    let shown = zshard(&["status", dst.to_str().expect("utf-8"), "--json"]);
+    assert!(shown.status.success());
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("status JSON");
+    assert_eq!(
+        shown["update"],
+        json!({"shards_to_update": 2, "shards_done": 2}),
+        "{shown:#}"
+    );
+    let text = zshard(&["status", dst.to_str().expect("utf-8")]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("update: 2 of 2 shard(s) to rewrite or add done"),
+        "{text}"
+    );
     let out = zshard(&[
         "finalize",
         src.to_str().expect("utf-8"),
@@ -287,6 +302,7 @@ fn workers_and_finalize_split_an_update() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(read_v3(&dst).0, data);
+    assert!(!dst.join(".zshard").exists(), "the update's state is gone");
     let changed = changed_files(&before, &identities(&dst));
     assert!(
         changed

@@ -534,6 +534,11 @@ impl Conversion {
         if let Some(update) =
             zshard_state::update_counts(&survey, &plan.outputs(), partition, &resume.done)
         {
+            // For `status`: what this update sets out to write (kept by a resumed run).
+            let shards = update.shards_rewritten + update.shards_added;
+            if shards > 0 {
+                zshard_state::record_update(destination, partition, shards)?;
+            }
             if let Ok(mut b) = builder.lock() {
                 b.updated(Some(crate::Update {
                     shards_rewritten: update.shards_rewritten,

@@ -80,6 +80,7 @@ from ._results import (
     StatusTotals,
     LeaseStatus,
     Update,
+    UpdateStatus,
     VerifyResult,
     WorkerStatus,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "StorageError",
     "Strings",
     "Update",
+    "UpdateStatus",
     "VerifyResult",
     "Worker",
     "WorkerStatus",

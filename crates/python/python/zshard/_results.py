@@ -697,6 +697,27 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class UpdateStatus:
+    """The progress of an update in progress (``Status.update``): a run over a finished conversion
+    whose source changed, writing only the shards made from what changed.
+
+    Attributes
+    ----------
+    shards_to_update : int
+        Shards the update set out to write (over every worker that started it).
+    shards_done : int
+        Of those, the shards recorded done.
+    """
+
+    shards_to_update: int
+    shards_done: int
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> UpdateStatus:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class Status:
     """How far a conversion into a destination has come, from the destination alone (``zshard status
     --json``).
@@ -722,6 +743,9 @@ class Status:
     finished : bool
         Nothing moves on by itself: complete (or never started), or every shard recorded done and no
         worker live (what is left is :func:`zshard.finalize`).
+    update : UpdateStatus or None
+        While an update is in progress, how far it has come (the totals count every shard of the
+        arrays, most of them done before it started).
     """
 
     destination: str
@@ -733,6 +757,7 @@ class Status:
     unreadable: list[str]
     rate: Rate | None
     finished: bool
+    update: UpdateStatus | None = None
 
     @classmethod
     def _from_dict(cls, doc: dict[str, Any]) -> Status:
@@ -746,4 +771,5 @@ class Status:
             unreadable=list(doc["unreadable"]),
             rate=Rate._from_dict(doc["rate"]) if doc.get("rate") is not None else None,
             finished=doc["finished"],
+            update=UpdateStatus._from_dict(doc["update"]) if doc.get("update") is not None else None,
         )
