@@ -142,8 +142,8 @@ def test_zarr_2_18_writes_the_change(zshard_bin, tmp_path):
 @pytest.mark.parametrize("layout", ["json", "parquet"])
 def test_kerchunk_references_grown_hdf5(zshard_bin, tmp_path, layout):
     """An HDF5 dataset grows (new chunks at new offsets; the old ones stay where they are), its
-    references are made again by kerchunk (JSON, or Parquet by `kerchunk.df.refs_to_dataframe`):
-    only the shards of the new rows are written."""
+    references are made again by kerchunk (JSON, or Parquet by `kerchunk.df.refs_to_dataframe`): the
+    new rows' shards are added, and the file's own new version rewrites the shards made from it."""
     import shutil
 
     h5py = pytest.importorskip("h5py")
@@ -175,8 +175,40 @@ def test_kerchunk_references_grown_hdf5(zshard_bin, tmp_path, layout):
         f["v"][64:80] = -3
     report = _convert(zshard_bin, refs(), dst, "--allow-ref-prefix", str(tmp_path))
     assert report["status"] == "ok", report
-    assert report["update"] == {"shards_rewritten": 0, "shards_added": 2, "shards_removed": 0}
-    assert _shards(_changed(before, _files(dst))) == {"v/c/2/0", "v/c/2/1"}
+    # The file itself was written (its version changed), so the shards made from it are converted
+    # again too: a file rewritten in place with the same ranges would look the same otherwise.
+    assert report["update"] == {"shards_rewritten": 4, "shards_added": 2, "shards_removed": 0}
+    assert {"v/c/2/0", "v/c/2/1"} <= _shards(_changed(before, _files(dst)))
+    with h5py.File(h5, "r") as f:
+        _same(dst, f["v"][...], "v")
+
+
+def test_kerchunk_target_rewritten_in_place_with_the_same_ranges(zshard_bin, tmp_path):
+    """An uncompressed HDF5 dataset written again in place: its references (target, offset, length) stay
+    exactly as they were, but the target file's own version changed, so the update sees it and
+    converts the shards made from that file again."""
+    h5py = pytest.importorskip("h5py")
+    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    h5 = tmp_path / "data.h5"
+    with h5py.File(h5, "w") as f:
+        d = f.create_dataset("v", shape=(64, 40), chunks=(8, 8), dtype="<i4")
+        d[...] = np.arange(64 * 40, dtype="<i4").reshape(64, 40)
+
+    def refs() -> Path:
+        with open(h5, "rb") as fh:
+            doc = kerchunk_hdf.SingleHdf5ToZarr(fh, url=str(h5), inline_threshold=0).translate()
+        out = tmp_path / "refs.json"
+        out.write_text(json.dumps(doc))
+        return out
+
+    dst = tmp_path / "dst.zarr"
+    first = refs().read_text()
+    _convert(zshard_bin, tmp_path / "refs.json", dst, "--allow-ref-prefix", str(tmp_path))
+    with h5py.File(h5, "r+") as f:
+        f["v"][3, 3] = -42
+    assert refs().read_text() == first  # the same references
+    report = _convert(zshard_bin, tmp_path / "refs.json", dst, "--allow-ref-prefix", str(tmp_path))
+    assert report["status"] == "ok" and report["update"]["shards_rewritten"] == 4, report
     with h5py.File(h5, "r") as f:
         _same(dst, f["v"][...], "v")
 

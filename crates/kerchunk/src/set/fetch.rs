@@ -50,21 +50,66 @@ pub(super) enum Want {
 impl Want {
     /// What identifies the chunk this reference names, for telling a changed reference from the one
     /// recorded when its shard was written (see [`zshard_core::ChunkReader::chunk_versions`]): its
-    /// inline bytes, or its target, offset and length; `None` for a missing chunk. (A target file
-    /// rewritten in place with the same ranges is not seen: its own version is not part of it.)
-    pub(super) fn version(&self) -> Option<u64> {
+    /// inline bytes, or its target, offset and length and the target file's own version
+    /// (`target_versions`, see [`target_versions`]: a file rewritten in place with the same ranges
+    /// is seen too); `None` for a missing chunk.
+    pub(super) fn version(&self, target_versions: &HashMap<String, Option<String>>) -> Option<u64> {
+        let of = |target: &Resolved| {
+            target_versions
+                .get(&target.display)
+                .cloned()
+                .flatten()
+                .unwrap_or_default()
+        };
         let text = match self {
             Want::Ready(None) => return None,
             Want::Ready(Some(bytes)) => {
                 return Some(zshard_core::stable_hash(bytes) ^ 0x696e_6c69_6e65)
             }
             Want::Failed(e) => format!("failed\t{e}"),
-            Want::Range { target, start, end } => format!("{}\t{start}\t{end}", target.display),
-            Want::Whole(target) => format!("{}\twhole", target.display),
+            Want::Range { target, start, end } => {
+                format!("{}\t{start}\t{end}\t{}", target.display, of(target))
+            }
+            Want::Whole(target) => format!("{}\twhole\t{}", target.display, of(target)),
         };
         Some(zshard_core::stable_hash(text.as_bytes()))
     }
 
+    /// The target this reference reads, if any.
+    fn target(&self) -> Option<&Arc<Resolved>> {
+        match self {
+            Want::Range { target, .. } | Want::Whole(target) => Some(target),
+            Want::Ready(_) | Want::Failed(_) => None,
+        }
+    }
+}
+
+/// Adds to `known` the version of every target `wants` read that it does not hold yet (by the
+/// target's display name), one HEAD request (a `stat` locally) per target file, side by side per
+/// store: once per file however many chunks it holds. A target that cannot be asked has no version
+/// (its chunks are then compared by their ranges alone).
+pub(super) fn target_versions(wants: &[Want], known: &mut HashMap<String, Option<String>>) {
+    let mut by_store: HashMap<&str, (&Store, Vec<&Resolved>)> = HashMap::new();
+    for target in wants.iter().filter_map(Want::target) {
+        if known.contains_key(&target.display) {
+            continue;
+        }
+        let entry = by_store
+            .entry(target.store_id.as_str())
+            .or_insert_with(|| (&target.store, Vec::new()));
+        if !entry.1.iter().any(|t| t.display == target.display) {
+            entry.1.push(target);
+        }
+    }
+    for (_, (store, targets)) in by_store {
+        let keys: Vec<String> = targets.iter().map(|t| t.key.clone()).collect();
+        for (target, version) in targets.iter().zip(store.versions_many(&keys)) {
+            known.insert(target.display.clone(), version.ok().flatten());
+        }
+    }
+}
+
+impl Want {
     /// What reading reference `r` takes: its inline bytes, nothing (a missing chunk: the fill
     /// value), or a request for a range or the whole of its target. The one mapping from references
     /// to requests, for both layouts and for metadata documents stored in targets.

@@ -82,14 +82,16 @@ impl ArrayCommon {
         const BATCH: u64 = 4096;
         let total = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS)?;
         let mut versions = ChunkVersions::default();
+        let mut targets = std::collections::HashMap::new();
         let mut start = 0;
         while start < total {
             let end = (start + BATCH).min(total);
             let coords: Vec<Vec<u64>> =
                 (start..end).map(|i| unravel_index(i, &self.grid)).collect();
             let batch = wants(&coords);
+            super::fetch::target_versions(&batch, &mut targets);
             for (coord, want) in coords.into_iter().zip(batch) {
-                if let Some(version) = want.version() {
+                if let Some(version) = want.version(&targets) {
                     versions.insert_hashed(coord, version);
                 }
             }

@@ -418,6 +418,34 @@ impl Store {
         })
     }
 
+    /// The version of each object of `keys` as a listing names it
+    /// ([`ListedObject::version`](crate::ListedObject::version): its
+    /// ETag, else its modification time), `None` when it does not exist, in the order of `keys`:
+    /// one HEAD request each (a `stat` for a local file), up to the configured number in flight.
+    pub fn versions_many(&self, keys: &[String]) -> Vec<Result<Option<String>>> {
+        self.runtime.block_on(
+            futures::stream::iter(keys.iter().map(|key| async move {
+                let path = self.path(key)?;
+                match self.retrying(|| self.inner.head(&path)).await {
+                    Ok(meta) => Ok(Some(meta.e_tag.unwrap_or_else(|| {
+                        meta.last_modified
+                            .timestamp_nanos_opt()
+                            .unwrap_or(0)
+                            .to_string()
+                    }))),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(source) => Err(Error::Request {
+                        operation: "cannot read",
+                        location: self.url(key),
+                        source: Box::new(source),
+                    }),
+                }
+            }))
+            .buffered(self.concurrency.max(1))
+            .collect(),
+        )
+    }
+
     /// Removes every object of `keys` (those that exist), up to the configured number of requests
     /// in flight.
     pub fn delete_many(&self, keys: &[String]) -> Result<()> {
