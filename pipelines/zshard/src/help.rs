@@ -22,8 +22,14 @@ Memory:
 pub const FINALIZE: &str = "\
 Examples:
   # After every worker of a partitioned run (--worker I/N, a SLURM array, a Kubernetes Indexed Job)
-  # is done, with the same shape and codec options they were given:
-  zshard finalize /data/in.zarr /data/out.zarr --shard-shape 4096,4096 --chunk-shape 256,256";
+  # is done: the source and the shape and codec options come from DST's claim (DST/.zshard/):
+  zshard finalize /data/out.zarr
+
+  # The same with the source named; options given must match those the workers were given, and
+  # those not given (shapes, compressor, index location) are the workers'. Source options
+  # (--include, --exclude, --source-format, reference options, --ome) are not recorded: give them
+  # again as the workers had them:
+  zshard finalize /data/in.zarr /data/out.zarr";
 
 /// `zshard verify --help`.
 pub const VERIFY: &str = "\

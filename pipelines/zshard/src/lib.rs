@@ -109,7 +109,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// After a partitioned conversion: check that every shard is done, then write the metadata.
+    /// After a partitioned conversion: check that every shard is done, then write the metadata
+    /// (`finalize DST` alone: the source and options recorded in DST's claim).
     #[command(after_help = help::FINALIZE)]
     Finalize {
         #[command(flatten)]
@@ -272,6 +273,26 @@ fn conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
     Ok(vec![options])
 }
 
+/// The conversions that finalize runs: as [`conversions`], each completed from what its DST
+/// records; a lone operand that is no job file is DST, whose claim gives the source and options.
+fn finalized_conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
+    if layout.dst.is_none() && !layout.src.ends_with(".toml") {
+        let mut first = First::default();
+        let mut options = lower::conversion(layout, &layout.src, &mut first);
+        first.result()?;
+        options.source = String::new();
+        return Ok(vec![options.with_recorded()?]);
+    }
+    let job = layout.dst.is_none().then_some(layout.src.as_str());
+    conversions(layout)?
+        .into_iter()
+        .map(|options| {
+            let recorded = options.with_recorded();
+            in_job(job, &options.source, &options.destination, recorded)
+        })
+        .collect()
+}
+
 /// A job file holds the options; flags that would be ignored beside it are refused.
 fn refuse_options_beside_job(layout: &LayoutArgs) -> anyhow::Result<()> {
     if !layout.src.ends_with(".toml") {
@@ -409,7 +430,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
 /// partitioned run.
 fn finalize(layout: &LayoutArgs, keep_manifest: bool, quiet: bool) -> anyhow::Result<()> {
     let job = layout.dst.is_none().then_some(layout.src.as_str());
-    for mut options in conversions(layout)? {
+    for mut options in finalized_conversions(layout)? {
         if keep_manifest {
             options.run.keep_manifest = Some(true);
         }
@@ -741,11 +762,15 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
                 keep_manifest: keep_manifest.then_some(true),
                 ..RunOptions::default()
             };
-            request(
-                Request::Finalize(Box::new(one_conversion(&layout, run)?)),
-                quiet,
-                false,
-            )
+            let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
+            let mut first = First::default();
+            let mut options = lower::conversion(&layout, dst, &mut first);
+            first.result().map_err(RequestError::Options)?;
+            options.run = run;
+            // What is not given comes from the conversion DST records (its workers' options).
+            let options = options.with_recorded().map_err(RequestError::Options)?;
+            let conversion = Conversion::from_options(&options).map_err(RequestError::Options)?;
+            request(Request::Finalize(Box::new(conversion)), quiet, false)
         }
         Command::Verify {
             manifest: true,

@@ -304,3 +304,77 @@ fn job_file_runs_with_per_array_settings() {
     assert!(!limit.status.success());
     assert!(String::from_utf8_lossy(&limit.stderr).contains("memory limit"));
 }
+
+/// Issue 44: after workers given non-default shapes, codecs and index location, `finalize DST`
+/// alone and `finalize SRC DST` without options reuse what DST's claim records; options that are
+/// given must still match; `status` and `verify --manifest` then need DST alone.
+#[test]
+fn finalize_status_and_verify_from_the_destination_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let workers_options = [
+        "--shard-shape",
+        "32,16",
+        "--chunk-shape",
+        "8,16",
+        "--compressor",
+        "zstd:7",
+        "--index-location",
+        "start",
+        "--keep-manifest",
+    ];
+    let reference = tmp.path().join("reference");
+    let mut args = vec!["convert", s(&src), s(&reference), "--quiet"];
+    args.extend(workers_options);
+    ok(&zshard(&args));
+    for (name, finalize) in [
+        ("alone", vec!["finalize", "DST", "--quiet"]),
+        ("with_src", vec!["finalize", "SRC", "DST", "--quiet"]),
+    ] {
+        let dst = tmp.path().join(name);
+        for i in 0..2 {
+            let worker = format!("{i}/2");
+            let mut args = vec!["convert", s(&src), s(&dst), "--quiet", "--worker", &worker];
+            args.extend(workers_options);
+            ok(&zshard(&args));
+        }
+        let args = |extra: &[&'static str]| -> Vec<String> {
+            finalize
+                .iter()
+                .chain(extra)
+                .map(|a| match *a {
+                    "DST" => s(&dst).to_string(),
+                    "SRC" => s(&src).to_string(),
+                    other => other.to_string(),
+                })
+                .collect()
+        };
+        // An option given that differs from the workers' is still refused.
+        let other: Vec<String> = args(&["--shard-shape", "16,16"]);
+        let refused = zshard(&other.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(!refused.status.success(), "{name}: other shapes finalized");
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert!(message.contains("different options"), "{name}: {message}");
+        let given = args(&[]);
+        ok(&zshard(&given.iter().map(String::as_str).collect::<Vec<_>>()));
+        let status = zshard(&["status", s(&dst), "--json"]);
+        ok(&status);
+        let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+        assert_eq!(status["phase"], "complete", "{name}: {status}");
+        ok(&zshard(&["verify", "--manifest", s(&dst), "--quiet"]));
+        let (data, meta) = read_v3(&dst);
+        let (reference_data, reference_meta) = read_v3(&reference);
+        assert_eq!(data, reference_data, "{name}");
+        assert_eq!(meta, reference_meta, "{name}");
+        assert!(files(&dst)
+            .keys()
+            .all(|k| !k.starts_with(".zshard/") || k == ".zshard/manifest.tsv"));
+    }
+    // A destination that records no conversion says what to give.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let out = zshard(&["finalize", s(&empty)]);
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("records no conversion"), "{message}");
+}
