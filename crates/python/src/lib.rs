@@ -320,7 +320,13 @@ fn configured(
     dst: &Bound<'_, PyAny>,
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Conversion> {
-    let options: Options = lower::model(py, action, src, Some(dst), options)?;
+    let mut options: Options = lower::model(py, action, src, Some(dst), options)?;
+    if matches!(action, Action::Finalize) {
+        // What is not given comes from the conversion DST records (its workers' options).
+        options = options
+            .with_recorded()
+            .map_err(|e| conversion_error(py, &e))?;
+    }
     let (conversion, configured) = Conversion::configured(&options);
     configured.map_err(|e| conversion_error(py, &e))?;
     Ok(conversion)

@@ -127,7 +127,7 @@ pub use manifest::{
 pub use outputs::{OutputArray, Outputs};
 pub use overwrite::{clear, clear_state_file};
 pub use partition::Partition;
-pub use recorded::{recorded_conversion, RecordedArray, RecordedConversion};
+pub use recorded::{check_plannable, recorded_conversion, RecordedArray, RecordedConversion};
 pub use resume::{done_shards, Resume};
 pub use shard_log::{RecordLimits, ShardLog, DEFAULT_CHECKPOINT_INTERVAL};
 pub use status::{

@@ -5,8 +5,10 @@
 use serde_json::Value;
 use zshard_store::Store;
 
+use zshard_core::Setting;
+
 use crate::error::{Error, Result};
-use crate::{in_dir, CLAIM, OPTIONS_DIR};
+use crate::{in_dir, Fingerprint, Outputs, CLAIM, OPTIONS_DIR};
 
 /// One array of a recorded conversion: its path and the `zarr.json` the conversion writes for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +65,34 @@ pub fn recorded_conversion(dst: &Store) -> Result<Option<RecordedConversion>> {
         source,
     })?;
     parse(record, &recorded).map(Some)
+}
+
+/// What `zshard plan` checks of a destination, writing nothing: that it can be listed and read (a
+/// missing bucket, missing credentials or no access fail here rather than at `convert`), and that
+/// `convert` would not refuse what it holds: a claim or options records of another conversion,
+/// metadata that differs, Zarr v2 metadata, or shards without records. One round of listings and
+/// reads, as a run's survey makes.
+pub fn check_plannable(dst: &Store, plan: &Outputs, fingerprint: &Fingerprint) -> Result<()> {
+    let survey = crate::survey(dst, plan, true, fingerprint)?;
+    if let Some(bytes) = survey.claim() {
+        let state_error = |source| Error::State {
+            key: dst.url(CLAIM),
+            source,
+        };
+        if !fingerprint.recorded_in(bytes).map_err(state_error)? {
+            let claimed: Value = serde_json::from_slice(bytes).map_err(state_error)?;
+            return Err(Error::Destination {
+                reason: format!(
+                    "{} was claimed by a conversion with different options ({}; see {}): convert would refuse it; give the options it records, or use {} to replace it",
+                    dst.url(""),
+                    crate::claim::differences(&claimed, &fingerprint.value()),
+                    dst.url(CLAIM),
+                    Setting::Overwrite
+                ),
+            });
+        }
+    }
+    crate::claim::check_holdings(dst, plan, fingerprint, &survey, &|| None).map(|_| ())
 }
 
 /// A claim's document (`{"arrays": [{"path", "zarr.json"}], "source", ...}`) read.

@@ -11,6 +11,13 @@ Examples:
   # The same as JSON, with the memory limit a SLURM task with --mem=8G gets:
   SLURM_MEM_PER_NODE=8192 zshard plan climate.zarr climate-sharded.zarr --json
 
+Destination:
+  plan writes nothing, but reads DST as convert would: one listing of its state and shards and a
+  read of its metadata and claim. It fails where convert would refuse DST: a bucket that does not
+  exist, credentials that are missing or refused, an endpoint that does not answer, a claim or
+  records of a conversion with other options, metadata that differs, or shards without records. A
+  local DST that does not exist yet passes (convert makes it).
+
 Memory:
   Without --memory-limit the limit is half of the smallest of: the process's cgroup limit (v2
   memory.max or v1 memory.limit_in_bytes, its own cgroup from /proc/self/cgroup and its ancestors),

@@ -93,7 +93,9 @@ enum Command {
         quiet: bool,
     },
     /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
-    /// peak memory) without writing or reading any chunk; fails on everything convert would reject.
+    /// peak memory) without writing or reading any chunk; fails on everything convert would reject,
+    /// the destination included (it lists and reads DST: a missing bucket, missing credentials, a
+    /// claim of other options).
     #[command(after_help = help::PLAN)]
     Plan {
         #[command(flatten)]

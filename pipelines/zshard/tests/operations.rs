@@ -356,7 +356,9 @@ fn finalize_status_and_verify_from_the_destination_alone() {
         let message = String::from_utf8_lossy(&refused.stderr);
         assert!(message.contains("different options"), "{name}: {message}");
         let given = args(&[]);
-        ok(&zshard(&given.iter().map(String::as_str).collect::<Vec<_>>()));
+        ok(&zshard(
+            &given.iter().map(String::as_str).collect::<Vec<_>>(),
+        ));
         let status = zshard(&["status", s(&dst), "--json"]);
         ok(&status);
         let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
@@ -377,4 +379,57 @@ fn finalize_status_and_verify_from_the_destination_alone() {
     assert!(!out.status.success());
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("records no conversion"), "{message}");
+}
+
+/// Issue 44: `plan` checks the destination as `convert` finds it: a DST claimed by a conversion
+/// with other options is refused (the same options pass), and so are a bucket that does not exist
+/// and an endpoint that does not answer; an empty bucket passes.
+#[test]
+fn plan_checks_the_destination() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    ok(&convert(&src, &dst, &["--worker", "0/2"]));
+    let mut same = vec!["plan", s(&src), s(&dst)];
+    same.extend(SHAPES);
+    ok(&zshard(&same));
+    let other = zshard(&["plan", s(&src), s(&dst), "--shard-shape", "32,32"]);
+    assert!(!other.status.success(), "plan passed a claimed DST");
+    let message = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        message.contains("claimed by a conversion with different options")
+            && message.contains("chunk_grid"),
+        "{message}"
+    );
+    let endpoint = common::empty_s3();
+    let plan_s3 = |dst: &str, endpoint: &str| {
+        std::process::Command::new(common::binary())
+            .args([
+                "plan",
+                s(&src),
+                dst,
+                "--s3-endpoint",
+                endpoint,
+                "--s3-path-style",
+            ])
+            .args(["--retries", "0"])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("run zshard")
+    };
+    ok(&plan_s3("s3://bucket/out.zarr", &endpoint));
+    let missing = plan_s3("s3://nobucket/out.zarr", &endpoint);
+    assert!(!missing.status.success(), "plan passed a missing bucket");
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        message.contains("s3://nobucket/out.zarr") && message.contains("NoSuchBucket"),
+        "{message}"
+    );
+    let unreachable = plan_s3("s3://bucket/out.zarr", "http://127.0.0.1:9");
+    assert!(
+        !unreachable.status.success(),
+        "plan passed an unreachable endpoint"
+    );
 }

@@ -329,6 +329,7 @@ impl Conversion {
     /// written.
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
+        self.check_destination(&opened)?;
         let budget = self.budget(&opened)?;
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
@@ -359,6 +360,25 @@ impl Conversion {
             report.icechunk_output = Some((output.branch, spec));
         }
         Ok(report)
+    }
+
+    /// What `plan` checks of the destination, as `convert` would find it (issue 44): that it can
+    /// be listed and read, and that what it holds (a claim, records, metadata) does not make
+    /// `convert` refuse it. A local folder that does not exist yet passes: `convert` makes it.
+    fn check_destination(&self, opened: &Opened) -> Result<()> {
+        if self.icechunk_output().is_some() {
+            return Ok(());
+        }
+        let location = Location::parse(&self.destination)?;
+        if location.local_path().is_some_and(|path| !path.exists()) {
+            return Ok(());
+        }
+        let destination = opened.destination(false)?;
+        // A finished conversion whose source changed is brought up to date, not refused: its
+        // records name what each shard was made from.
+        let fingerprint = opened.fingerprint()?.tracking_sources(true);
+        zshard_state::check_plannable(&destination, &opened.plan.outputs(), &fingerprint)?;
+        Ok(())
     }
 
     /// What a run would bring up to date in a destination that holds this conversion finished

@@ -9,7 +9,7 @@ use zshard_core::IndexLocation;
 use zshard_store::{IoRuntime, Location, Store};
 
 use crate::error::{Error, Result};
-use crate::options::{LayoutOptions, OutputFormat, Options};
+use crate::options::{LayoutOptions, Options, OutputFormat};
 use crate::Compressor;
 
 impl Options {
@@ -63,10 +63,7 @@ impl Options {
             false => self.destination.clone(),
         };
         let location = Location::parse(&state)?;
-        if location
-            .local_path()
-            .is_some_and(|folder| !folder.is_dir())
-        {
+        if location.local_path().is_some_and(|folder| !folder.is_dir()) {
             return Ok(None);
         }
         let runtime = IoRuntime::with_options(2, self.storage.store_options())?;
