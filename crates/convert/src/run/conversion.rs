@@ -329,8 +329,8 @@ impl Conversion {
     /// written.
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
-        self.check_destination(&opened)?;
         let budget = self.budget(&opened)?;
+        self.check_destination(&opened)?;
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
@@ -373,7 +373,16 @@ impl Conversion {
         if location.local_path().is_some_and(|path| !path.exists()) {
             return Ok(());
         }
-        let destination = opened.destination(false)?;
+        // A plan answers soon: an endpoint that does not answer is retried for 15 s at most.
+        let options = StoreOptions {
+            retry_timeout: self
+                .store_options
+                .retry_timeout
+                .min(std::time::Duration::from_secs(15)),
+            ..self.store_options.clone()
+        };
+        let runtime = IoRuntime::with_options(2, options)?;
+        let destination = Store::open_location(&location, runtime, false)?;
         // A finished conversion whose source changed is brought up to date, not refused: its
         // records name what each shard was made from.
         let fingerprint = opened.fingerprint()?.tracking_sources(true);
