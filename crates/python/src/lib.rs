@@ -278,9 +278,10 @@ fn status<'py>(
         let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
         loop {
             let status = py
-                .detach(|| options.status())
+                .detach(|| options.status_read(false))
                 .map_err(|e| conversion_error(py, &e))?;
-            let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
+            let over = StatusOptions::watch_is_over(&status);
+            let Some(interval) = options.watch.filter(|_| !over) else {
                 return Ok(pythonize::pythonize(py, &status)?);
             };
             let until = Instant::now() + interval.duration();
