@@ -199,7 +199,11 @@ impl Progress {
 
     /// Ends the display: clears the bar after a run that succeeded (leaves it where it stopped after
     /// a failure); in log mode prints the last line.
-    pub fn finish(&self, succeeded: bool) {
+    pub fn finish(&self, status: zshard_convert::Status) {
+        let succeeded = matches!(
+            status,
+            zshard_convert::Status::Ok | zshard_convert::Status::Complete
+        );
         crate::signals::show_notices_above(None);
         let started = self.started.load(Ordering::Relaxed);
         match &self.display {
@@ -212,8 +216,12 @@ impl Progress {
                     let _ = thread.join();
                 }
                 if started {
-                    let status = if succeeded { "ok" } else { "stopped" };
-                    eprintln!("zshard: finished status={status} {}", self.counts.fields());
+                    // The report's word for it.
+                    eprintln!(
+                        "zshard: finished status={} {}",
+                        status.word(),
+                        self.counts.fields()
+                    );
                 }
             }
             Display::Hidden => {}
