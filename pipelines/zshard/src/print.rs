@@ -59,8 +59,8 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     }
     if report.worker.count > 1 {
         eprintln!(
-            "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
-            report.worker.index, report.worker.count
+            "zshard: worker {}/{} done; once every worker is done, run `zshard finalize {}` (it reads the options from there)",
+            report.worker.index, report.worker.count, report.destination
         );
     }
     Ok(())

@@ -218,7 +218,7 @@ fn table(s: &Status) -> String {
             let _ = writeln!(
                 out,
                 "{:<12}  {:>12}  {:>12}  {:<8}  {}",
-                w.worker,
+                worker(w.index, w.count),
                 w.shards_done,
                 w.shards_planned,
                 state,
@@ -241,16 +241,24 @@ fn table(s: &Status) -> String {
     } else if s.finalize_waits_for.is_empty() {
         let _ = writeln!(out, "every shard is recorded done: run `zshard finalize`");
     } else {
-        let _ = writeln!(
-            out,
-            "finalize waits for: {}",
-            s.finalize_waits_for.join(", ")
-        );
+        let waits: Vec<String> = s
+            .workers
+            .iter()
+            .filter(|w| s.finalize_waits_for.contains(&w.worker))
+            .map(|w| worker(w.index, w.count))
+            .collect();
+        let _ = writeln!(out, "finalize waits for worker(s): {}", waits.join(", "));
     }
     for line in &s.unreadable {
         let _ = writeln!(out, "warning: unreadable record, not counted: {line}");
     }
     out
+}
+
+/// A worker as `--worker` names it (`1/3`; the JSON's `worker` is the tag of its state keys,
+/// `w1of3`).
+fn worker(index: u64, count: u64) -> String {
+    format!("{index}/{count}")
 }
 
 fn display_path(path: &str) -> &str {

@@ -433,3 +433,31 @@ fn plan_checks_the_destination() {
         "plan passed an unreachable endpoint"
     );
 }
+
+/// Issue 44, point 5: a worker's report counts as skipped only its own shards done before, never
+/// the other workers'.
+#[test]
+fn a_worker_skips_only_its_own_shards() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let report = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--worker", "0/2"]));
+    ok(&convert(
+        &src,
+        &dst,
+        &["--worker", "1/2", "--report", s(&report)],
+    ));
+    let read: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    assert_eq!(read["totals"]["shards_skipped"], 0, "{read:#}");
+    // Its rerun skips its own 15.
+    ok(&convert(
+        &src,
+        &dst,
+        &["--worker", "1/2", "--report", s(&report)],
+    ));
+    let read: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    assert_eq!(read["totals"]["shards_skipped"], 15, "{read:#}");
+}

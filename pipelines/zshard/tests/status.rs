@@ -112,7 +112,10 @@ fn status_counts_what_the_workers_did() {
     // The table says the same.
     let table = zshard(&["status", dst]);
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(table.contains("finalize waits for: w1of2"), "{table}");
+    assert!(
+        table.contains("finalize waits for worker(s): 1/2"),
+        "{table}"
+    );
     // With no worker live there is no pace to show (issue 44, point 4).
     assert!(!table.contains("time left"), "{table}");
 
@@ -180,7 +183,7 @@ fn status_of_a_job_file_and_watching_it_until_finished() {
     let table = zshard(&["status", job]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert_eq!(
-        table.matches("finalize waits for: w1of2").count(),
+        table.matches("finalize waits for worker(s): 1/2").count(),
         2,
         "{table}"
     );

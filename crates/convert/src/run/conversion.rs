@@ -556,7 +556,22 @@ impl Conversion {
             }
         }
         let done = &resume.done;
-        planned(&done.iter().map(|d| d.len() as u64).collect::<Vec<u64>>())?;
+        // What this worker did before: its own shards only (the others' are theirs to count).
+        let mut first_global = 0u64;
+        let skipped: Vec<u64> = plan
+            .arrays
+            .iter()
+            .zip(done)
+            .map(|(array, done)| {
+                let first = first_global;
+                first_global = first_global.saturating_add(array.geometry.shard_count());
+                let owned = done
+                    .iter()
+                    .filter(|&&shard| partition.owns(first.saturating_add(shard)));
+                owned.count() as u64
+            })
+            .collect();
+        planned(&skipped)?;
         // Shards are published without an fsync each (group commit): the shard log checkpoints
         // before each `done` record, and the run before its last records and the metadata.
         let mut jobs = plan.jobs(input, &destination.deferring_sync()?);
