@@ -81,8 +81,13 @@ Examples:
 
 /// What this build can read and write: the storage back ends, input kinds and codecs compiled in.
 fn features() -> String {
+    // Icechunk is a feature of the build (on by default).
+    let (icechunk_in, icechunk_out) = match cfg!(feature = "icechunk") {
+        true => (", icechunk (spec 1 and 2)", ", icechunk (a commit)"),
+        false => ("", ""),
+    };
     format!(
-        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5; codecs: {}; data types: {}, {}",
+        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr v3 draft sharding, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5{icechunk_in}; outputs: zarr v3 sharded{icechunk_out}; codecs: {}; data types: {}, {}",
         zshard_codecs::supported_codecs().join(", "),
         zshard_core::DataType::supported(),
         zshard_core::DataType::PARAMETRIC,

@@ -77,8 +77,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a Zarr v2 or v3 array or group, or a kerchunk reference set, into sharded Zarr v3.
-    #[command(after_help = CONVERT_HELP)]
+    /// Convert a Zarr v2 or v3 array or group, a kerchunk reference set, an Icechunk repository, a
+    /// zip store or an N5 container into sharded Zarr v3.
+    #[command(
+        after_help = "Examples, shapes, output and every option's details: zshard convert --help",
+        after_long_help = CONVERT_HELP
+    )]
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,

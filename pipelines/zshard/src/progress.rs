@@ -30,8 +30,17 @@ pub enum Mode {
 /// The progress flags, global to every command that converts (`convert`, `run`, `demo`).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct ProgressArgs {
+    /// How progress is shown: auto, bar, log or none
+    ///
     /// How progress is shown: auto (a bar on a terminal, log lines otherwise), bar, log or none.
-    #[arg(long, global = true, value_enum, default_value_t = Mode::Auto, value_name = "MODE")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = Mode::Auto,
+        value_name = "MODE",
+        hide_possible_values = true
+    )]
     progress: Mode,
     /// Time between two progress lines in log mode, e.g. 30s, 5s, 2m.
     #[arg(long, global = true, default_value = "30s", value_parser = interval, value_name = "DURATION")]
