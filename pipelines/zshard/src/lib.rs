@@ -704,6 +704,22 @@ where
     }
 }
 
+/// The conversions of the job file `job`, as `zshard run JOB.toml` runs them (for the Python
+/// module's `zshard.run`): every one configured and checked before the first starts, sharing one
+/// cancel. `worker` (`I/N`) and `workers` are `--worker` and `--workers`; without them a SLURM job
+/// array's or Kubernetes Indexed Job's share is taken, as the command does. A job file that does
+/// not read or hold is a [`RequestError::Usage`] naming it, on one line.
+pub fn job_conversions(
+    job: &std::path::Path,
+    worker: Option<String>,
+    workers: Option<u64>,
+) -> Result<Vec<Conversion>, RequestError> {
+    let usage = |e: anyhow::Error| RequestError::Usage(one_line(e.as_ref()));
+    let worker = lower::worker(&WorkerArgs { worker, workers }).map_err(RequestError::Options)?;
+    let storage = zshard_convert::options::StorageOptions::default();
+    job::conversions(job, worker, &storage).map_err(usage)
+}
+
 /// How a command prints what it did: its flags that are no part of a [`Request`].
 #[derive(Debug, Clone, Copy)]
 struct Printing {
