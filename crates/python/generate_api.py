@@ -34,7 +34,7 @@ def rust_str(text):
 def settings():
     rows = re.findall(
         r'\n    \w+ \{\s*key: "(\w+)",\s*group: \w+,\s*commands: "([a-z ]*)",\s*value: "[^"]*",\s*'
-        r'python: "([^"]*)",\s*help: "(?:[^"\\]|\\[\s\S])*",\s*doc: "((?:[^"\\]|\\[\s\S])*)",\s*\}',
+        r'python: "([^"]*)",\s*short: "[^"]*",\s*help: "(?:[^"\\]|\\[\s\S])*",\s*doc: "((?:[^"\\]|\\[\s\S])*)",\s*\}',
         SETTING_RS.read_text(),
     )
     assert len(rows) > 40, f"{SETTING_RS}: the settings! rows were not found"

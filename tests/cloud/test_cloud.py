@@ -1122,8 +1122,8 @@ def test_status_on_s3_with_two_stale_workers_and_a_live_one(tmp_path, s3, moto):
     assert status["totals"]["shards_done"] == status["workers"][0]["shards_done"]
     assert status["finalize_waits_for"] == ["w1of3", "w2of3"]
     table = run_zshard("status", dst, *flags, env=S3_ENV).stdout
-    assert "finalize waits for: w1of3, w2of3" in table, table
-    assert [line.split()[3] for line in table.splitlines() if line.startswith("w") and "of3" in line] == [
+    assert "finalize waits for worker(s): 1/3, 2/3" in table, table
+    assert [line.split()[3] for line in table.splitlines() if line.split()[:1] in (["0/3"], ["1/3"], ["2/3"])] == [
         "done", "stale", "live"], table
 
     job = tmp_path / "job.toml"

@@ -176,6 +176,42 @@ def test_finalize_before_every_worker_is_done_names_the_missing_shard(small, tmp
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
 
 
+def test_run_a_job_file_returns_each_conversions_report(small, tmp_path):
+    """Issue 44, point 7: ``zshard.run(job)`` runs a job file's conversions as ``zshard run`` does."""
+    src, data = small
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "shard_shape = [20, 40]\n\n"
+        f"[[conversions]]\nsource = {json.dumps(str(src))}\ndestination = \"a.zarr\"\n\n"
+        f"[[conversions]]\nsource = {json.dumps(str(src))}\ndestination = \"b.zarr\"\n"
+        "chunk_shape = [10, 20]\n"
+    )
+    reports = zshard.run(job)
+    assert [r.status for r in reports] == ["ok", "ok"]
+    assert [Path(r.destination).name for r in reports] == ["a.zarr", "b.zarr"]
+    for name, chunks in (("a.zarr", [10, 10]), ("b.zarr", [10, 20])):
+        out = zarr.open_array(str(tmp_path / name), mode="r")
+        np.testing.assert_array_equal(out[...], data)
+        assert list(out.shards) == [20, 40] and list(out.chunks) == chunks
+    with pytest.raises(zshard.OptionsError, match="no \\[\\[conversions\\]\\]"):
+        empty = tmp_path / "empty.toml"
+        empty.write_text("shard_shape = [20, 40]\n")
+        zshard.run(empty)
+
+
+def test_finalize_reuses_the_options_the_workers_recorded(small, tmp_path):
+    """Issue 44, point 1: ``finalize`` without shapes takes the workers' from DST's claim."""
+    src, data = small
+    dst = tmp_path / "out.zarr"
+    for worker in ("0/2", "1/2"):
+        zshard.convert(src, dst, shard_shape=(20, 40), chunk_shape=(10, 20), worker=worker)
+    finalized = zshard.finalize(src, dst)
+    assert (finalized.arrays, finalized.already_finalized) == (1, False)
+    out = zarr.open_array(str(dst), mode="r")
+    np.testing.assert_array_equal(out[...], data)
+    assert list(out.shards) == [20, 40] and list(out.chunks) == [10, 20]
+
+
 def test_progress_callback_gets_increasing_figures(many_shards, tmp_path):
     src, _ = many_shards
     seen: list[zshard.Progress] = []

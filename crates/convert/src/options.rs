@@ -436,6 +436,22 @@ impl StatusOptions {
     pub fn status_in_job(&self) -> Result<crate::status::Status> {
         crate::status::status_in_job(&self.destination, &self.storage.store_options())
     }
+
+    /// The status a reading of these options shows: with `watch`, a destination that does not
+    /// exist yet is a conversion not started (the watch was begun before the run), as in a job.
+    pub fn status_read(&self, in_job: bool) -> Result<crate::status::Status> {
+        match in_job || self.watch.is_some() {
+            true => self.status_in_job(),
+            false => self.status(),
+        }
+    }
+
+    /// Whether a watch that read `status` is over: the conversion is finished
+    /// ([`crate::status::Status::is_finished`]) and has started; a watch begun before the run
+    /// waits for it.
+    pub fn watch_is_over(status: &crate::status::Status) -> bool {
+        status.is_finished() && status.phase != crate::status::Phase::NotStarted
+    }
 }
 
 /// A size in bytes: an integer, or text with a unit (`512MiB`, `4G`).

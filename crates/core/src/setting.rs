@@ -18,8 +18,8 @@ use std::fmt;
 /// the flag is `--key` with `-` for `_`), its `group`, the `commands` that take it (the names of
 /// `zshard` commands and Python functions), its command-line `value` name (empty for a switch), its
 /// Python annotation (`python`, a name from `zshard._options` or a builtin; empty for SRC and DST,
-/// which are positional) and the texts of `zshard --help` (`help`) and of the Python docstring
-/// (`doc`). The command line sets a flag's help and value name from here, and
+/// which are positional) and the texts of `zshard COMMAND -h` (`short`, one line), of `zshard
+/// --help` (`help`) and of the Python docstring (`doc`). The command line sets a flag's help and value name from here, and
 /// `crates/python/generate_api.py` reads these rows to write the Python signatures and stubs.
 macro_rules! settings {
     ($(
@@ -30,6 +30,7 @@ macro_rules! settings {
             commands: $commands:literal,
             value: $value:literal,
             python: $python:literal,
+            short: $short:literal,
             help: $help:literal,
             doc: $doc:literal $(,)?
         }
@@ -80,6 +81,14 @@ macro_rules! settings {
                 }
             }
 
+            /// The flag's one line in `zshard COMMAND -h` (ripgrep's `doc_short`); [`Setting::help`]
+            /// is the long text of `--help`.
+            pub const fn short_help(self) -> &'static str {
+                match self {
+                    $(Setting::$variant => $short,)*
+                }
+            }
+
             /// The flag's description in `zshard --help` (a command may say more of its own).
             pub const fn help(self) -> &'static str {
                 match self {
@@ -112,6 +121,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "",
         python: "",
+        short: "",
         help: "",
         doc: "",
     },
@@ -122,6 +132,7 @@ settings! {
         commands: "convert plan finalize verify status",
         value: "",
         python: "",
+        short: "",
         help: "",
         doc: "",
     },
@@ -132,6 +143,7 @@ settings! {
         commands: "convert plan finalize",
         value: "a,b,...|name=a,...",
         python: "Shape",
+        short: "Shard shape, e.g. 4096,4096 or time=48,lat=720 (default: automatic)",
         help: "Shard shape: one extent per dimension, e.g. 4096,4096, or extents by dimension \
               name for every array that has those dimensions, e.g. time=48,lat=720 (names from \
               dimension_names or _ARRAY_DIMENSIONS; dimensions not named are chosen \
@@ -150,6 +162,7 @@ settings! {
         commands: "convert plan finalize",
         value: "a,b,...|name=a,...",
         python: "Shape",
+        short: "Inner chunk shape, e.g. 256,256 or lon=1440 (default: the source's)",
         help: "Inner chunk shape: e.g. 256,256, or by dimension name, e.g. lon=1440 (default, and \
               for dimensions not named: the source chunk shape).",
         doc: "Inner chunk shape, given as ``shard_shape``; each extent divides the shard's. \
@@ -162,6 +175,7 @@ settings! {
         commands: "convert plan finalize",
         value: "SPEC",
         python: "Compressor",
+        short: "Inner codecs: zstd:L, gzip:L, blosc:..., none, source or a JSON chain (default zstd:3)",
         help: "Inner chunk compressor: zstd:LEVEL, gzip:LEVEL, blosc:CNAME:CLEVEL:SHUFFLE (CNAME \
               blosclz|lz4|lz4hc|zlib|zstd, SHUFFLE noshuffle|shuffle|bitshuffle) or none; or the \
               whole inner codec chain as a JSON list of Zarr v3 codecs (see the examples); or \
@@ -180,6 +194,7 @@ settings! {
         commands: "convert plan finalize",
         value: "start|end",
         python: "IndexLocation",
+        short: "Where each shard's index goes (default: end)",
         help: "Where each shard's index goes (default: end).",
         doc: "Where each shard's index goes. Default: ``'end'``.",
     },
@@ -190,6 +205,7 @@ settings! {
         commands: "convert plan finalize",
         value: "",
         python: "bool",
+        short: "Always decode and re-encode (no copying of chunks already encoded alike)",
         help: "Always decode and re-encode. By default, source chunks that already have the \
               output's inner chunk shape and codec chain are copied into the shards without \
               decoding.",
@@ -204,6 +220,7 @@ settings! {
         commands: "convert plan finalize",
         value: "LEVEL:SHARD[/CHUNK]",
         python: "Strings",
+        short: "Shapes of one OME-Zarr pyramid level, e.g. 2:1,256,256/1,64,64 (repeatable)",
         help: "Shapes of one level of every multiscale (OME-Zarr) pyramid, LEVEL:SHARD[/CHUNK] (0 \
               is the full resolution; repeatable), e.g. 2:1,256,256/1,64,64. By default each \
               level's shapes follow from the first level's through the level's scale factors.",
@@ -219,6 +236,7 @@ settings! {
         commands: "convert plan finalize",
         value: "",
         python: "bool",
+        short: "Do not consolidate a hierarchy's metadata into its root zarr.json",
         help: "Do not consolidate the metadata of a hierarchy into its root zarr.json. By default \
               it is, as zarr-python's consolidate_metadata does (xarray opens the output without \
               a warning).",
@@ -232,6 +250,7 @@ settings! {
         commands: "convert plan finalize verify",
         value: "upgrade|keep",
         python: "OmeMetadata",
+        short: "OME-Zarr metadata: upgrade 0.4 to 0.5 (the default) or keep it as it is",
         help: "OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or \
               bioformats2raw hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as \
               dimension_names); 0.5 and other versions are copied as they are. keep copies every \
@@ -248,6 +267,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "KIND",
         python: "SourceFormat",
+        short: "Input kind: zarr (also in a zip), kerchunk-json, kerchunk-parquet, icechunk or n5 (detected)",
         help: "Input kind: zarr (a Zarr v2/v3 array or group), kerchunk-json (a kerchunk JSON \
               reference file, version 0 or 1, optionally .zst/.gz compressed), kerchunk-parquet \
               (a kerchunk Parquet reference folder), icechunk (an Icechunk repository) or n5 (an \
@@ -263,6 +283,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "DIR",
         python: "Location",
+        short: "Kerchunk: the folder relative targets resolve against and local ones lie under",
         help: "Kerchunk references: the folder (or URL) that relative target paths resolve \
               against and that local targets must lie under (default: the folder of the \
               reference file, or of the Parquet reference folder).",
@@ -277,6 +298,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "PREFIX",
         python: "Strings",
+        short: "Kerchunk: also read targets starting with PREFIX (repeatable)",
         help: "Kerchunk references: also read targets that start with PREFIX, e.g. \
               http://127.0.0.1:8000/ or /data/ (repeatable; needed for http(s) targets on \
               loopback, link-local or private addresses and for local files outside --ref-root).",
@@ -291,6 +313,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "SIZE|off",
         python: "Size",
+        short: "Kerchunk: byte ranges at most SIZE apart are read together (default 64KiB)",
         help: "Kerchunk references: byte ranges of one target file at most SIZE apart are read \
               with one request (default 64KiB); `off` reads every reference with its own \
               request.",
@@ -305,6 +328,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "",
         python: "bool",
+        short: "Kerchunk Parquet: a missing refs.<i>.parq file is an error",
         help: "Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default \
               it reads as a record without references, as kerchunk writes no file for one).",
         doc: "Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by \
@@ -317,6 +341,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "GLOB",
         python: "Strings",
+        short: "Only the arrays whose path matches GLOB (repeatable)",
         help: "Only the arrays whose path matches GLOB (repeatable), e.g. 'climate/*' or \
               '**/temp*' (`*` stays within one level, `**` crosses levels); a group's path \
               selects everything below it. The groups above a selected array are kept with their \
@@ -332,6 +357,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "GLOB",
         python: "Strings",
+        short: "Leave out the arrays whose path matches GLOB (repeatable)",
         help: "Leave out the arrays whose path (or a group above them) matches GLOB (repeatable), \
               even when included.",
         doc: "Leave out the arrays whose path (or a group above them) matches one of these globs, \
@@ -344,6 +370,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "REF",
         python: "str",
+        short: "Icechunk source: the branch, tag or snapshot to read (default: main)",
         help: "Icechunk source: the branch, tag or snapshot id to read (default: the branch \
               main). --ref-root and --allow-ref-prefix apply to its virtual chunks (default \
               root: the folder holding the repository).",
@@ -357,6 +384,7 @@ settings! {
         commands: "convert plan finalize verify ls",
         value: "refuse|skip",
         python: "OnUnsupported",
+        short: "An array zshard cannot read: refuse (the default) or skip it",
         help: "What becomes of an array whose data type or codecs zshard does not read (a pickle \
               object array, an unknown codec): refuse (the default) stops before anything is \
               written, naming it; skip converts everything else and lists each skipped array \
@@ -372,6 +400,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "URL",
         python: "str",
+        short: "Endpoint of an S3-compatible store, e.g. http://127.0.0.1:9000",
         help: "Endpoint of an S3-compatible store (MinIO, Ceph, ...), e.g. http://127.0.0.1:9000 \
               (overrides AWS_ENDPOINT_URL; an http:// endpoint needs no AWS_ALLOW_HTTP). \
               Credentials, session token and region otherwise come from AWS_* variables.",
@@ -385,6 +414,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "REGION",
         python: "str",
+        short: "S3 region (default: AWS_REGION, else us-east-1)",
         help: "S3 region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).",
         doc: "S3 region. Default: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else ``us-east-1``.",
     },
@@ -395,6 +425,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "",
         python: "bool",
+        short: "Path-style S3 requests (endpoint/bucket/key)",
         help: "Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want \
               (the default with a custom endpoint unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true).",
         doc: "Path-style S3 requests (endpoint/bucket/key), as most S3-compatible servers want.",
@@ -406,6 +437,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "",
         python: "bool",
+        short: "Unsigned requests, for public buckets and containers",
         help: "Unsigned requests, for public buckets and containers (also \
               AWS_SKIP_SIGNATURE=true, ...).",
         doc: "Unsigned requests, for public buckets and containers.",
@@ -417,6 +449,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "N",
         python: "int",
+        short: "Retries of one request at most (default: as --retry-timeout allows)",
         help: "Retries of one request at most (default: as many as --retry-timeout allows). \
               Transient storage failures (5xx, 429, timeouts, refused or reset connections) are \
               retried with exponential backoff and jitter; permanent ones (403, 404, missing \
@@ -430,6 +463,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "SECONDS",
         python: "int",
+        short: "How long a request is retried, in seconds (default 120)",
         help: "How long a request is retried: no retry starts later than this after its first \
               attempt, so an outage shorter than this is ridden out (waits grow from 0.1 s to a \
               tenth of this, at most 10 s; default 120).",
@@ -442,6 +476,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "N",
         python: "int",
+        short: "Storage requests in flight per batch (default 32)",
         help: "Storage requests in flight per batch (the chunks of one shard, the parts of one \
               upload; default 32).",
         doc: "Storage requests in flight per batch (at least 1). Default: 32.",
@@ -453,6 +488,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "SIZE",
         python: "Size",
+        short: "Multipart upload part size for large shards (default 32MiB, min 5MiB)",
         help: "Shards larger than this are uploaded to object stores in parts of this size \
               (default 32MiB, min 5MiB: a smaller size is raised to it, with a warning).",
         doc: "Shards larger than this are uploaded to object stores in parts of this size (at \
@@ -465,6 +501,7 @@ settings! {
         commands: "convert plan finalize verify ls status",
         value: "N",
         python: "int",
+        short: "Threads fetching and threads writing, each (default: 2 local, 8+ remote)",
         help: "Threads fetching chunks and threads writing shards, each, at least 1 (default: 2 \
               for local paths, 8 when the source or destination is a remote store; a conversion \
               of small shards gets up to 32, as many as keep twice that many shards within 64 \
@@ -481,6 +518,7 @@ settings! {
         commands: "convert plan finalize",
         value: "zarr|icechunk",
         python: "OutputFormat",
+        short: "Output kind: zarr, or icechunk (one commit to the repository DST)",
         help: "Output kind: zarr (plain sharded Zarr v3), or icechunk: commit the shards to a \
               branch of the Icechunk repository DST (created when missing) in one commit. A DST \
               that already is a repository is written as icechunk.",
@@ -496,6 +534,7 @@ settings! {
         commands: "convert plan finalize",
         value: "NAME",
         python: "str",
+        short: "Icechunk output: the branch to commit to (default main)",
         help: "Icechunk output: the branch to commit to (default main; created from main when \
               missing).",
         doc: "Icechunk output: the branch to commit to (created from ``main`` when missing). \
@@ -508,6 +547,7 @@ settings! {
         commands: "convert plan finalize",
         value: "TEXT",
         python: "str",
+        short: "Icechunk output: the commit message",
         help: "Icechunk output: the commit message (default: names zshard, the source and the \
               options).",
         doc: "Icechunk output: the commit message. Default: one naming zshard, the source and the \
@@ -520,6 +560,7 @@ settings! {
         commands: "convert plan finalize",
         value: "1|2",
         python: "IcechunkSpec",
+        short: "Icechunk output: spec version of a repository made (default 2)",
         help: "Icechunk output: the spec version of a repository zshard makes (default 2; 1 for \
               readers on icechunk 1.x). An existing repository is written in its own.",
         doc: "Icechunk output: the spec version of a new repository: ``2`` (the default; icechunk \
@@ -533,6 +574,7 @@ settings! {
         commands: "convert plan verify",
         value: "N",
         python: "int",
+        short: "Worker threads per CPU stage (default: the number of cores)",
         help: "Worker threads per CPU stage, at least 1 (default: the number of cores; more than \
               4 per core, or than 1024, are capped to that, with a warning).",
         doc: "Worker threads per CPU stage (at least 1). Default: the number of cores. More than \
@@ -545,6 +587,7 @@ settings! {
         commands: "convert",
         value: "",
         python: "bool",
+        short: "Replace whatever DST holds (else other options are refused, the same resumed)",
         help: "Replace whatever DST holds (otherwise a DST from a run with other options is \
               refused, and one from a run with the same options is resumed).",
         doc: "Replace what ``dst`` holds (otherwise a ``dst`` from a run with other options is \
@@ -557,6 +600,7 @@ settings! {
         commands: "convert finalize",
         value: "",
         python: "bool",
+        short: "Keep the checksum manifest, for `zshard verify --manifest DST`",
         help: "Keep the checksum manifest of every shard written (DST/.zshard/manifest.tsv) after \
               the conversion finishes, for `zshard verify --manifest DST`.",
         doc: "Keep the manifest of every shard written (its size and crc32c, and a hash of each \
@@ -571,6 +615,7 @@ settings! {
         commands: "convert",
         value: "DURATION",
         python: "float | str",
+        short: "How often shards written are recorded as done (default 10s)",
         help: "How often the shards written are recorded as done, e.g. 10s, 500ms or 2m (from \
               10ms to 1h; default 10s; records are also written every 10,000 shards). On local \
               disk shards are renamed into place without an fsync of their own, and each \
@@ -597,6 +642,7 @@ settings! {
         commands: "convert plan verify",
         value: "SIZE",
         python: "Size",
+        short: "Peak memory not to exceed, e.g. 512MiB or 4G (default: half the memory)",
         help: "Peak memory not to exceed, e.g. 512MiB or 4G (G and GiB: 2^30 bytes, GB: 10^9; \
               default: half of the machine's memory, or of the cgroup's limit). Shards bigger \
               than fits are processed and written in parts of whole inner chunks, so any shard \
@@ -615,6 +661,7 @@ settings! {
         commands: "convert",
         value: "FILE.json",
         python: "Location",
+        short: "Write a JSON report however the run ends ({worker}, {host}, {date} replaced)",
         help: "Write a JSON report however the run ends (status ok, failed, cancelled or \
               complete; the error; options, version, host, worker, times; counts per array and \
               in total, bytes, throughput). {worker}, {host} and {date} (the start, UTC, \
@@ -629,6 +676,7 @@ settings! {
         commands: "convert",
         value: "I/N",
         python: "Worker",
+        short: "Convert only part I of N of the shards (0-based; SLURM/k8s index when absent)",
         help: "Convert only part I of N of all shards (0-based). Without it, a SLURM job array \
               (SLURM_ARRAY_TASK_ID/COUNT/MIN) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX \
               with --workers) decides; otherwise all shards. A partitioned run writes no \
@@ -645,6 +693,7 @@ settings! {
         commands: "convert",
         value: "N",
         python: "int",
+        short: "Number of workers when the index comes from JOB_COMPLETION_INDEX",
         help: "Number of workers when the index comes from JOB_COMPLETION_INDEX.",
         doc: "Number of workers when the index comes from ``JOB_COMPLETION_INDEX``.",
     },
@@ -655,6 +704,7 @@ settings! {
         commands: "verify",
         value: "FRACTION",
         python: "float",
+        short: "Check only this fraction of shards, e.g. 0.01 (default: all)",
         help: "Check only this fraction of shards (a deterministic sample), e.g. 0.01 (default: \
               all).",
         doc: "Check only this fraction of the shards, in (0, 1] (a deterministic sample), e.g. \
@@ -667,6 +717,7 @@ settings! {
         commands: "verify",
         value: "",
         python: "bool",
+        short: "Check DST alone against the checksum manifest its conversion kept",
         help: "Check the output DST (given alone) against the checksum manifest its conversion \
               kept (--keep-manifest), without the source: every shard's size and crc32c, and \
               objects at chunk keys the manifest does not name.",
@@ -682,6 +733,7 @@ settings! {
         commands: "status",
         value: "SECONDS",
         python: "float",
+        short: "Read again every SECONDS (default 2) until the conversion is finished",
         help: "Read the status again every SECONDS (2 when given without a value) until the \
               conversion is finished (complete, or every shard done and no worker live), or \
               Ctrl-C; the table is redrawn, JSON is printed one line per reading.",

@@ -181,6 +181,37 @@ fn convert<'py>(
     })
 }
 
+/// Runs every conversion of the job file `job` (TOML), as `zshard run JOB.toml` does, and returns
+/// their report documents in the job's order; a conversion that fails raises its error (the reports of
+/// those before it are written where the job says). `worker` (`I/N`) and `workers` are the command's
+/// `--worker` and `--workers`.
+#[pyfunction]
+#[pyo3(signature = (job, worker=None, workers=None, progress=None))]
+fn run<'py>(
+    py: Python<'py>,
+    job: std::path::PathBuf,
+    worker: Option<String>,
+    workers: Option<u64>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    keywords(|| {
+        let conversions =
+            zshard_cli::job_conversions(&job, worker, workers).map_err(|e| match e {
+                zshard_cli::RequestError::Options(e) => conversion_error(py, &e),
+                zshard_cli::RequestError::Usage(message) => {
+                    python_error(py, "options", message, None, None)
+                }
+                other => python_error(py, "options", format!("{other:?}"), None, None),
+            })?;
+        let reports = PyList::empty(py);
+        for conversion in &conversions {
+            let report = run_conversion(py, conversion, progress.as_ref())?;
+            reports.append(pythonize::pythonize(py, &report)?)?;
+        }
+        Ok(reports)
+    })
+}
+
 /// What converting `src` into `dst` with `options` would do: the plan document.
 #[pyfunction]
 fn plan<'py>(
@@ -278,9 +309,10 @@ fn status<'py>(
         let options: StatusOptions = lower::model(py, Action::Status, dst, None, options)?;
         loop {
             let status = py
-                .detach(|| options.status())
+                .detach(|| options.status_read(false))
                 .map_err(|e| conversion_error(py, &e))?;
-            let Some(interval) = options.watch.filter(|_| !status.is_finished()) else {
+            let over = StatusOptions::watch_is_over(&status);
+            let Some(interval) = options.watch.filter(|_| !over) else {
                 return Ok(pythonize::pythonize(py, &status)?);
             };
             let until = Instant::now() + interval.duration();
@@ -320,7 +352,13 @@ fn configured(
     dst: &Bound<'_, PyAny>,
     options: &Bound<'_, PyDict>,
 ) -> PyResult<Conversion> {
-    let options: Options = lower::model(py, action, src, Some(dst), options)?;
+    let mut options: Options = lower::model(py, action, src, Some(dst), options)?;
+    if matches!(action, Action::Finalize) {
+        // What is not given comes from the conversion DST records (its workers' options).
+        options = options
+            .with_recorded()
+            .map_err(|e| conversion_error(py, &e))?;
+    }
     let (conversion, configured) = Conversion::configured(&options);
     configured.map_err(|e| conversion_error(py, &e))?;
     Ok(conversion)
@@ -438,6 +476,7 @@ fn _zshard(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(ls, m)?)?;
     m.add_function(wrap_pyfunction!(status, m)?)?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(settings, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

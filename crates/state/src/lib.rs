@@ -98,6 +98,7 @@ mod outputs;
 mod overwrite;
 mod owned;
 mod partition;
+mod recorded;
 mod resume;
 mod sealed;
 mod shard_log;
@@ -127,6 +128,7 @@ pub use manifest::{
 pub use outputs::{OutputArray, Outputs};
 pub use overwrite::{clear, clear_state_file};
 pub use partition::Partition;
+pub use recorded::{check_plannable, recorded_conversion, RecordedArray, RecordedConversion};
 pub use resume::{done_shards, Resume};
 pub use shard_log::{RecordLimits, ShardLog, DEFAULT_CHECKPOINT_INTERVAL};
 pub use status::{

@@ -39,8 +39,9 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// A request to an object store failed (after the retries the options allow).
-    #[error("{operation} {location}")]
+    /// A request to an object store failed (after the retries the options allow). When it failed
+    /// for want of credentials, the message says so first (see [`missing_credentials`]).
+    #[error("{operation} {location}{}", missing_credentials(source))]
     Request {
         /// What was attempted, as the message starts: `"cannot read"`, `"cannot list"`, ...
         operation: &'static str,
@@ -174,3 +175,69 @@ pub enum Error {
 
 /// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where an S3 request looks for credentials, in the order object_store's builder tries them.
+const AWS_CREDENTIALS_LOOKED_IN: &str = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+    AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or \
+    _FULL_URI, then the EC2 instance metadata service at 169.254.169.254";
+
+/// `: no AWS credentials found (looked in: ...)` when `error` is S3's last resort for credentials
+/// failing (the EC2 instance metadata service, which answers nothing useful off EC2): the message
+/// then says what is missing before object_store's own words (`Error performing PUT
+/// http://169.254.169.254/latest/api/token ... 403`). Empty for every other error.
+fn missing_credentials(error: &object_store::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    if ![
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "/latest/api/token",
+        "/latest/meta-data/",
+    ]
+    .iter()
+    .any(|imds| text.contains(imds))
+    {
+        return String::new();
+    }
+    format!(
+        ": no AWS credentials found (looked in: {AWS_CREDENTIALS_LOOKED_IN}); set them, or give --anonymous for a public bucket"
+    )
+}
+
+#[cfg(test)]
+mod credentials_tests {
+    use super::*;
+
+    /// Issue 44, point 3: a request that failed at the instance metadata service says that no
+    /// credentials were found, and where they were looked for; other failures say nothing of it.
+    #[test]
+    fn a_failed_metadata_request_names_the_missing_credentials() {
+        let imds = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing PUT http://169.254.169.254/latest/api/token in 1ms - Server returned non-2xx status code: 403 Forbidden".into(),
+        };
+        let e = Error::Request {
+            operation: "cannot list",
+            location: "s3://bucket/out.zarr/.zshard".into(),
+            source: Box::new(imds),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot list s3://bucket/out.zarr/.zshard: no AWS credentials found (looked in: AWS_ACCESS_KEY_ID"),
+            "{text}"
+        );
+        let other = Error::Request {
+            operation: "cannot read",
+            location: "s3://bucket/k".into(),
+            source: Box::new(object_store::Error::Generic {
+                store: "S3",
+                source: "connection refused".into(),
+            }),
+        };
+        assert_eq!(other.to_string(), "cannot read s3://bucket/k");
+    }
+}

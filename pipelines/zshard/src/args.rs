@@ -16,7 +16,10 @@ use zshard_core::IndexLocation;
 /// `cli` with every flag of a setting described as the setting is (its help and value name), unless
 /// the command describes it itself.
 pub fn with_settings(cli: clap::Command) -> clap::Command {
-    let cli = cli.mut_args(described);
+    // `-h` keeps each flag on one line: its short help beside it, never moved below it for the
+    // width of a terminal (clap's guess without one is 100 columns); `--help` puts the long text
+    // below each flag anyway.
+    let cli = cli.mut_args(described).term_width(0);
     let names: Vec<String> = cli
         .get_subcommands()
         .map(|c| c.get_name().to_string())
@@ -37,7 +40,17 @@ fn described(arg: Arg) -> Arg {
     if arg.get_help().is_some() {
         return arg;
     }
-    arg.help(short_help(setting))
+    described_by(arg, setting)
+}
+
+/// `arg` with `setting`'s texts: one line for `-h`, the whole help for `--help` (as ripgrep keeps a
+/// `doc_short` beside its `doc_long`).
+fn described_by(arg: Arg, setting: Setting) -> Arg {
+    let arg = arg.long_help(short_help(setting));
+    match setting.short_help() {
+        "" => arg.help(short_help(setting)),
+        short => arg.help(short),
+    }
 }
 
 /// The setting whose flag is `--long`.
@@ -77,7 +90,7 @@ fn run_flags() -> impl Iterator<Item = Setting> {
 fn flag(setting: Setting) -> Arg {
     // clap takes a `'static` name (without its `string` feature); a few are made per command built.
     let long: &'static str = setting.flag().trim_start_matches('-').to_string().leak();
-    let arg = Arg::new(setting.key()).long(long).help(short_help(setting));
+    let arg = described_by(Arg::new(setting.key()).long(long), setting);
     match setting.value_name() {
         None => arg.action(ArgAction::SetTrue),
         Some(value) => {
@@ -167,11 +180,18 @@ fn index_location(s: &str) -> Result<IndexLocation, String> {
 /// Options that decide the output; `convert`, `plan` and `finalize` must be given the same ones.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LayoutArgs {
-    /// Source: a Zarr v2 or v3 array or group, or a kerchunk reference set (a path or a file://,
-    /// s3://, gs://, az:// or http(s):// URL).
+    /// Source: a Zarr, kerchunk, Icechunk, zip or N5 path or URL
+    ///
+    /// Source: a Zarr v2 or v3 array or group, a kerchunk reference set (JSON or Parquet), an
+    /// Icechunk repository, a zip store or an N5 container (a path or a file://, s3://, gs://,
+    /// az:// or http(s):// URL). `plan` and `finalize` also take a job file (JOB.toml) alone here,
+    /// and `finalize` DST alone (the source and options its claim records); `convert` runs a job
+    /// file with `zshard run JOB.toml`.
     pub(crate) src: String,
+    /// Destination: the sharded Zarr v3 output (a path or URL)
+    ///
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
-    /// az:// URL). Without it, SRC is a job file (JOB.toml) that gives every conversion's options.
+    /// az:// URL).
     pub(crate) dst: Option<String>,
     #[arg(long)]
     pub(crate) shard_shape: Option<String>,
@@ -300,19 +320,27 @@ mod tests {
                     continue;
                 };
                 let help = arg.get_help().map(ToString::to_string);
+                let long = arg.get_long_help().map(ToString::to_string);
                 let name = command.get_name();
                 if own.contains(&(name, setting)) {
                     assert_ne!(
                         help.as_deref(),
-                        Some(short_help(setting)),
+                        Some(setting.short_help()),
                         "{name} {setting:?}"
                     );
                 } else {
                     assert_eq!(
                         help.as_deref(),
+                        Some(setting.short_help()),
+                        "{name} {setting:?}"
+                    );
+                    assert_eq!(
+                        long.as_deref(),
                         Some(short_help(setting)),
                         "{name} {setting:?}"
                     );
+                    // One line of `-h` each (issue 44, point 10).
+                    assert!(!setting.short_help().contains('\n'), "{setting:?}");
                     described += 1;
                 }
                 let values: Vec<String> = arg
@@ -371,6 +399,22 @@ mod tests {
                 .contains("is a duration from 10ms to 1h"),
             "{refused}"
         );
+    }
+
+    /// `convert -h` fits one screen: one line per flag (issue 44, point 10); `--help` has each
+    /// flag's whole text and the examples.
+    #[test]
+    fn convert_short_help_fits_one_screen() {
+        let mut cli = crate::command();
+        let convert = cli.find_subcommand_mut("convert").expect("convert");
+        let short = convert.render_help().to_string();
+        let lines = short.lines().count();
+        assert!(lines <= 60, "{lines} lines:\n{short}");
+        assert!(short.contains("--shard-shape"), "{short}");
+        let long = convert.render_long_help().to_string();
+        let shard_help = short_help(Setting::ShardShape);
+        assert!(long.contains(shard_help), "{long}");
+        assert!(long.contains("Examples:"), "{long}");
     }
 
     #[test]

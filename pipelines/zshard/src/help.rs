@@ -11,6 +11,13 @@ Examples:
   # The same as JSON, with the memory limit a SLURM task with --mem=8G gets:
   SLURM_MEM_PER_NODE=8192 zshard plan climate.zarr climate-sharded.zarr --json
 
+Destination:
+  plan writes nothing, but reads DST as convert would: one listing of its state and shards and a
+  read of its metadata and claim. It fails where convert would refuse DST: a bucket that does not
+  exist, credentials that are missing or refused, an endpoint that does not answer, a claim or
+  records of a conversion with other options, metadata that differs, or shards without records. A
+  local DST that does not exist yet passes (convert makes it).
+
 Memory:
   Without --memory-limit the limit is half of the smallest of: the process's cgroup limit (v2
   memory.max or v1 memory.limit_in_bytes, its own cgroup from /proc/self/cgroup and its ancestors),
@@ -22,8 +29,14 @@ Memory:
 pub const FINALIZE: &str = "\
 Examples:
   # After every worker of a partitioned run (--worker I/N, a SLURM array, a Kubernetes Indexed Job)
-  # is done, with the same shape and codec options they were given:
-  zshard finalize /data/in.zarr /data/out.zarr --shard-shape 4096,4096 --chunk-shape 256,256";
+  # is done: the source and the shape and codec options come from DST's claim (DST/.zshard/):
+  zshard finalize /data/out.zarr
+
+  # The same with the source named; options given must match those the workers were given, and
+  # those not given (shapes, compressor, index location) are the workers'. Source options
+  # (--include, --exclude, --source-format, reference options, --ome) are not recorded: give them
+  # again as the workers had them:
+  zshard finalize /data/in.zarr /data/out.zarr";
 
 /// `zshard verify --help`.
 pub const VERIFY: &str = "\
@@ -68,8 +81,13 @@ Examples:
 
 /// What this build can read and write: the storage back ends, input kinds and codecs compiled in.
 fn features() -> String {
+    // Icechunk is a feature of the build (on by default).
+    let (icechunk_in, icechunk_out) = match cfg!(feature = "icechunk") {
+        true => (", icechunk (spec 1 and 2)", ", icechunk (a commit)"),
+        false => ("", ""),
+    };
     format!(
-        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5; codecs: {}; data types: {}, {}",
+        "stores: file, s3, gcs, azure, http(s) (read); inputs: zarr v2, zarr v3, zarr v3 draft sharding, zarr in zip (.zip, .ozx), kerchunk-json, kerchunk-parquet, n5{icechunk_in}; outputs: zarr v3 sharded{icechunk_out}; codecs: {}; data types: {}, {}",
         zshard_codecs::supported_codecs().join(", "),
         zshard_core::DataType::supported(),
         zshard_core::DataType::PARAMETRIC,

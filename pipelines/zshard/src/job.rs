@@ -254,7 +254,24 @@ pub fn run(
     storage: &StorageOptions,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    // Every conversion is checked before the first one starts.
+    let all = conversions(path, worker, storage)?;
+    crate::signals::cancel_on_signals(all.first().map(|c| c.cancel.clone()).unwrap_or_default())?;
+    for c in &all {
+        crate::print::convert(c, quiet)
+            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
+    }
+    Ok(())
+}
+
+/// The conversions of the job file at `path` (as `zshard run` runs them, and Python's
+/// `zshard.run`), every one checked before the first starts (one that cannot start writes its
+/// failed report); they share one [`zshard_convert::Cancel`], so that a signal stops the one under
+/// way and the ones after it.
+pub fn conversions(
+    path: &Path,
+    worker: Option<String>,
+    storage: &StorageOptions,
+) -> anyhow::Result<Vec<zshard_convert::Conversion>> {
     let mut all = Vec::new();
     for options in load(path, storage, worker)? {
         let (conversion, configured) = zshard_convert::Conversion::configured(&options);
@@ -285,12 +302,7 @@ pub fn run(
                 .context(format!("conversion {} -> {}", c.source, c.destination)));
         }
     }
-    crate::signals::cancel_on_signals(cancel)?;
-    for c in &all {
-        crate::print::convert(c, quiet)
-            .with_context(|| format!("conversion {} -> {}", c.source, c.destination))?;
-    }
-    Ok(())
+    Ok(all)
 }
 
 /// `zshard verify JOB.toml`: the verification of each conversion of the job, reading its source as

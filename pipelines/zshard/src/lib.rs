@@ -77,8 +77,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a Zarr v2 or v3 array or group, or a kerchunk reference set, into sharded Zarr v3.
-    #[command(after_help = CONVERT_HELP)]
+    /// Convert a Zarr v2 or v3 array or group, a kerchunk reference set, an Icechunk repository, a
+    /// zip store or an N5 container into sharded Zarr v3.
+    #[command(
+        after_help = "Examples, shapes, output and every option's details: zshard convert --help",
+        after_long_help = CONVERT_HELP
+    )]
     Convert {
         #[command(flatten)]
         layout: LayoutArgs,
@@ -93,7 +97,9 @@ enum Command {
         quiet: bool,
     },
     /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
-    /// peak memory) without writing or reading any chunk; fails on everything convert would reject.
+    /// peak memory) without writing or reading any chunk; fails on everything convert would reject,
+    /// the destination included (it lists and reads DST: a missing bucket, missing credentials, a
+    /// claim of other options).
     #[command(after_help = help::PLAN)]
     Plan {
         #[command(flatten)]
@@ -109,7 +115,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// After a partitioned conversion: check that every shard is done, then write the metadata.
+    /// After a partitioned conversion: check that every shard is done, then write the metadata
+    /// (`finalize DST` alone: the source and options recorded in DST's claim).
     #[command(after_help = help::FINALIZE)]
     Finalize {
         #[command(flatten)]
@@ -272,6 +279,26 @@ fn conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
     Ok(vec![options])
 }
 
+/// The conversions that finalize runs: as [`conversions`], each completed from what its DST
+/// records; a lone operand that is no job file is DST, whose claim gives the source and options.
+fn finalized_conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
+    if layout.dst.is_none() && !layout.src.ends_with(".toml") {
+        let mut first = First::default();
+        let mut options = lower::conversion(layout, &layout.src, &mut first);
+        first.result()?;
+        options.source = String::new();
+        return Ok(vec![options.with_recorded()?]);
+    }
+    let job = layout.dst.is_none().then_some(layout.src.as_str());
+    conversions(layout)?
+        .into_iter()
+        .map(|options| {
+            let recorded = options.with_recorded();
+            in_job(job, &options.source, &options.destination, recorded)
+        })
+        .collect()
+}
+
 /// A job file holds the options; flags that would be ignored beside it are refused.
 fn refuse_options_beside_job(layout: &LayoutArgs) -> anyhow::Result<()> {
     if !layout.src.ends_with(".toml") {
@@ -409,7 +436,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
 /// partitioned run.
 fn finalize(layout: &LayoutArgs, keep_manifest: bool, quiet: bool) -> anyhow::Result<()> {
     let job = layout.dst.is_none().then_some(layout.src.as_str());
-    for mut options in conversions(layout)? {
+    for mut options in finalized_conversions(layout)? {
         if keep_manifest {
             options.run.keep_manifest = Some(true);
         }
@@ -677,6 +704,22 @@ where
     }
 }
 
+/// The conversions of the job file `job`, as `zshard run JOB.toml` runs them (for the Python
+/// module's `zshard.run`): every one configured and checked before the first starts, sharing one
+/// cancel. `worker` (`I/N`) and `workers` are `--worker` and `--workers`; without them a SLURM job
+/// array's or Kubernetes Indexed Job's share is taken, as the command does. A job file that does
+/// not read or hold is a [`RequestError::Usage`] naming it, on one line.
+pub fn job_conversions(
+    job: &std::path::Path,
+    worker: Option<String>,
+    workers: Option<u64>,
+) -> Result<Vec<Conversion>, RequestError> {
+    let usage = |e: anyhow::Error| RequestError::Usage(one_line(e.as_ref()));
+    let worker = lower::worker(&WorkerArgs { worker, workers }).map_err(RequestError::Options)?;
+    let storage = zshard_convert::options::StorageOptions::default();
+    job::conversions(job, worker, &storage).map_err(usage)
+}
+
 /// How a command prints what it did: its flags that are no part of a [`Request`].
 #[derive(Debug, Clone, Copy)]
 struct Printing {
@@ -741,11 +784,15 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
                 keep_manifest: keep_manifest.then_some(true),
                 ..RunOptions::default()
             };
-            request(
-                Request::Finalize(Box::new(one_conversion(&layout, run)?)),
-                quiet,
-                false,
-            )
+            let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
+            let mut first = First::default();
+            let mut options = lower::conversion(&layout, dst, &mut first);
+            first.result().map_err(RequestError::Options)?;
+            options.run = run;
+            // What is not given comes from the conversion DST records (its workers' options).
+            let options = options.with_recorded().map_err(RequestError::Options)?;
+            let conversion = Conversion::from_options(&options).map_err(RequestError::Options)?;
+            request(Request::Finalize(Box::new(conversion)), quiet, false)
         }
         Command::Verify {
             manifest: true,

@@ -19,6 +19,8 @@ const OWN_CRATES: &[&str] = &[
 /// The verbosity flags.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct LoggingArgs {
+    /// More detail on stderr: -v zshard's decisions and requests, -vv the HTTP client too
+    ///
     /// More detail on stderr: -v for zshard's decisions and requests (retries, coalesced ranges,
     /// passthrough), -vv for everything including the HTTP client. RUST_LOG (e.g.
     /// RUST_LOG=zshard_store=debug) overrides both.

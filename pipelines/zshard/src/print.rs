@@ -31,7 +31,7 @@ fn reference_reads(source: &str, reads: Option<&ReadStats>) {
 pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     let progress = Progress::new(quiet);
     let report = conversion.convert(&progress);
-    progress.finish(report.is_ok());
+    progress.finish(zshard_convert::Status::of_run(report.as_ref()));
     let report = report?;
     if let (Some(p), false) = (&report.published, quiet) {
         committed(p);
@@ -59,8 +59,8 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
     }
     if report.worker.count > 1 {
         eprintln!(
-            "zshard: worker {}/{} done; once every worker is done, run `zshard finalize` with the same options",
-            report.worker.index, report.worker.count
+            "zshard: worker {}/{} done; once every worker is done, run `zshard finalize {}` (it reads the options from there)",
+            report.worker.index, report.worker.count, report.destination
         );
     }
     Ok(())

@@ -30,8 +30,17 @@ pub enum Mode {
 /// The progress flags, global to every command that converts (`convert`, `run`, `demo`).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct ProgressArgs {
+    /// How progress is shown: auto, bar, log or none
+    ///
     /// How progress is shown: auto (a bar on a terminal, log lines otherwise), bar, log or none.
-    #[arg(long, global = true, value_enum, default_value_t = Mode::Auto, value_name = "MODE")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = Mode::Auto,
+        value_name = "MODE",
+        hide_possible_values = true
+    )]
     progress: Mode,
     /// Time between two progress lines in log mode, e.g. 30s, 5s, 2m.
     #[arg(long, global = true, default_value = "30s", value_parser = interval, value_name = "DURATION")]
@@ -199,7 +208,11 @@ impl Progress {
 
     /// Ends the display: clears the bar after a run that succeeded (leaves it where it stopped after
     /// a failure); in log mode prints the last line.
-    pub fn finish(&self, succeeded: bool) {
+    pub fn finish(&self, status: zshard_convert::Status) {
+        let succeeded = matches!(
+            status,
+            zshard_convert::Status::Ok | zshard_convert::Status::Complete
+        );
         crate::signals::show_notices_above(None);
         let started = self.started.load(Ordering::Relaxed);
         match &self.display {
@@ -212,8 +225,12 @@ impl Progress {
                     let _ = thread.join();
                 }
                 if started {
-                    let status = if succeeded { "ok" } else { "stopped" };
-                    eprintln!("zshard: finished status={status} {}", self.counts.fields());
+                    // The report's word for it.
+                    eprintln!(
+                        "zshard: finished status={} {}",
+                        status.word(),
+                        self.counts.fields()
+                    );
                 }
             }
             Display::Hidden => {}

@@ -30,8 +30,8 @@ What it reads:
   by default), as --overwrite judges it.
   Exits 0 whatever the conversion's state; see `phase` in the JSON. A job file's statuses are a
   JSON list, in the order of its conversions. With --watch, a conversion is finished when it is
-  complete (or never started), or every shard is recorded done and no worker is live (finalize
-  is left).";
+  complete, or every shard is recorded done and no worker is live (finalize is left); a watch
+  begun before the run waits for it to start.";
 
 /// Prints the status of each of `watched` (one destination, or each of a job file's when `job`)
 /// as JSON or as tables; with a `watch` interval, again and again until every conversion is
@@ -43,12 +43,9 @@ pub fn watch(watched: &[StatusOptions], job: bool, json: bool) -> anyhow::Result
         let statuses = watched
             .iter()
             .map(|options| {
-                let status = if job {
-                    StatusOptions::status_in_job
-                } else {
-                    StatusOptions::status
-                };
-                status(options).with_context(|| format!("status of {}", options.destination))
+                options
+                    .status_read(job)
+                    .with_context(|| format!("status of {}", options.destination))
             })
             .collect::<anyhow::Result<Vec<Status>>>()?;
         let text = match (json, job, interval) {
@@ -79,7 +76,7 @@ pub fn watch(watched: &[StatusOptions], job: bool, json: bool) -> anyhow::Result
         let Some(interval) = interval else {
             return Ok(());
         };
-        if statuses.iter().all(Status::is_finished) {
+        if statuses.iter().all(StatusOptions::watch_is_over) {
             return Ok(());
         }
         std::thread::sleep(interval.duration());
@@ -113,7 +110,7 @@ fn table(s: &Status) -> String {
         _ => "unknown",
     };
     let _ = writeln!(out, "{}: {phase}", s.destination);
-    if s.phase != Phase::InProgress {
+    if s.phase == Phase::NotStarted {
         return out;
     }
     if !s.arrays.is_empty() {
@@ -129,6 +126,13 @@ fn table(s: &Status) -> String {
             "\n{:<width$}  {:>12}  {:>12}  {:>7}  {:>10}  {:>12}",
             "array", "shards done", "planned", "", "all fill", "written"
         );
+        // A finished conversion's counts come from its metadata: what was all fill and the bytes
+        // written are not counted (that would list every shard).
+        let counted = s.phase != Phase::Complete;
+        let bytes = |n: u64| match counted {
+            true => HumanBytes(n).to_string(),
+            false => "-".to_string(),
+        };
         for a in &s.arrays {
             let _ = writeln!(
                 out,
@@ -137,8 +141,12 @@ fn table(s: &Status) -> String {
                 a.shards_done,
                 a.shards_planned,
                 percent(a.shards_done, a.shards_planned),
-                a.shards_empty,
-                HumanBytes(a.bytes_written).to_string()
+                if counted {
+                    a.shards_empty.to_string()
+                } else {
+                    "-".into()
+                },
+                bytes(a.bytes_written)
             );
         }
         let t = &s.totals;
@@ -150,10 +158,16 @@ fn table(s: &Status) -> String {
             t.shards_planned,
             percent(t.shards_done, t.shards_planned),
             "",
-            HumanBytes(t.bytes_written).to_string()
+            bytes(t.bytes_written)
         );
     }
-    if let Some(rate) = &s.rate {
+    if s.phase == Phase::Complete {
+        // The bytes of a finished conversion are not counted (that would list every shard).
+        return out;
+    }
+    let live = s.workers.iter().any(|w| w.live);
+    // A rate is a run's pace: with no worker live there is none to show.
+    if let Some(rate) = s.rate.as_ref().filter(|_| live) {
         let eta = rate.eta_s.map_or("-".to_string(), duration);
         let _ = writeln!(
             out,
@@ -204,7 +218,7 @@ fn table(s: &Status) -> String {
             let _ = writeln!(
                 out,
                 "{:<12}  {:>12}  {:>12}  {:<8}  {}",
-                w.worker,
+                worker(w.index, w.count),
                 w.shards_done,
                 w.shards_planned,
                 state,
@@ -213,7 +227,6 @@ fn table(s: &Status) -> String {
         }
     }
     let _ = writeln!(out);
-    let live = s.workers.iter().any(|w| w.live);
     let mut left = s.totals.shards_planned.saturating_sub(s.totals.shards_done);
     if let Some(update) = &s.update {
         // The totals count every shard; an update writes only those made from what changed.
@@ -239,16 +252,24 @@ fn table(s: &Status) -> String {
     } else if s.finalize_waits_for.is_empty() {
         let _ = writeln!(out, "every shard is recorded done: run `zshard finalize`");
     } else {
-        let _ = writeln!(
-            out,
-            "finalize waits for: {}",
-            s.finalize_waits_for.join(", ")
-        );
+        let waits: Vec<String> = s
+            .workers
+            .iter()
+            .filter(|w| s.finalize_waits_for.contains(&w.worker))
+            .map(|w| worker(w.index, w.count))
+            .collect();
+        let _ = writeln!(out, "finalize waits for worker(s): {}", waits.join(", "));
     }
     for line in &s.unreadable {
         let _ = writeln!(out, "warning: unreadable record, not counted: {line}");
     }
     out
+}
+
+/// A worker as `--worker` names it (`1/3`; the JSON's `worker` is the tag of its state keys,
+/// `w1of3`).
+fn worker(index: u64, count: u64) -> String {
+    format!("{index}/{count}")
 }
 
 fn display_path(path: &str) -> &str {

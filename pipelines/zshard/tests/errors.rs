@@ -196,3 +196,75 @@ fn source_and_destination_must_not_overlap() {
         assert!(src.join(".zarray").is_file(), "the source must survive");
     }
 }
+
+/// `zshard` with the AWS credentials of the environment removed and `env` set.
+fn without_aws_credentials(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(common::binary());
+    command.args(args);
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_PROFILE",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("run zshard")
+}
+
+/// Issue 44, point 3: S3 without credentials says so and where it looked (not only "Error performing
+/// PUT http://169.254.169.254/latest/api/token ... 403"); an S3 source that is not there is reported
+/// as the source that cannot be read, not through the N5 probe's `attributes.json`.
+#[test]
+fn s3_errors_say_what_is_wrong() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = common::small_source(tmp.path(), "src");
+    let endpoint = common::empty_s3();
+    // The metadata service of this test answers nothing (off EC2 it is unreachable or refuses).
+    let out = without_aws_credentials(
+        &[
+            "plan",
+            src.to_str().expect("utf-8"),
+            "s3://bucket/out.zarr",
+            "--s3-endpoint",
+            &endpoint,
+            "--retries",
+            "0",
+        ],
+        &[
+            ("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no AWS credentials found (looked in: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ),
+        "{stderr}"
+    );
+    let out = without_aws_credentials(
+        &[
+            "ls",
+            "s3://bucket/missing.zarr",
+            "--s3-endpoint",
+            "http://127.0.0.1:9",
+            "--anonymous",
+            "--retries",
+            "0",
+        ],
+        &[("AWS_REGION", "us-east-1")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the source s3://bucket/missing.zarr: "),
+        "{stderr}"
+    );
+}

@@ -652,10 +652,11 @@ fn metadata_only_source(dir: &Path, shape: &[u64], chunks: &[u64]) -> std::path:
 fn part_buffers_are_counted_only_for_shards_that_can_be_multipart() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = small_source(tmp.path(), "src");
-    // `plan` reads no destination: the endpoint is never contacted.
+    // `plan` checks the destination: an endpoint holding nothing.
+    let endpoint = common::empty_s3();
     let s3 = [
         "--s3-endpoint",
-        "http://127.0.0.1:9",
+        endpoint.as_str(),
         "--anonymous",
         "--shard-shape",
         "64,64",
@@ -687,7 +688,7 @@ fn part_buffers_are_counted_only_for_shards_that_can_be_multipart() {
         "--memory-limit",
         "128MiB",
         "--s3-endpoint",
-        "http://127.0.0.1:9",
+        endpoint.as_str(),
         "--anonymous",
         "--shard-shape",
         "4096,4096",
@@ -711,13 +712,14 @@ fn part_buffers_are_counted_only_for_shards_that_can_be_multipart() {
 #[test]
 fn a_part_size_below_what_object_stores_take_is_raised_with_a_warning() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    let endpoint = common::empty_s3();
     let src = small_source(tmp.path(), "src");
     let out = zshard(&[
         "plan",
         s(&src),
         "s3://bucket/out",
         "--s3-endpoint",
-        "http://127.0.0.1:9",
+        endpoint.as_str(),
         "--anonymous",
         "--part-size",
         "1MiB",

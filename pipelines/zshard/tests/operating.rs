@@ -618,7 +618,8 @@ fn every_command_has_examples() {
 /// `plan` names the fetch and write threads: 2 for local paths; for a remote destination 8, and up to 32
 /// for shards small enough that twice that many in flight hold at most 64 MiB, where the memory limit
 /// lets them in; `--io-threads` wins.
-/// (Planning reads only the source's metadata: the endpoint below is never contacted.)
+/// (Planning reads only the source's metadata and checks the destination: the endpoint below holds
+/// nothing.)
 #[test]
 fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -631,7 +632,8 @@ fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
             "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#,
     )
     .expect("write .zarray");
-    let remote = ["--s3-endpoint", "http://127.0.0.1:9", "--s3-path-style"];
+    let endpoint: &'static str = common::empty_s3().leak();
+    let remote = ["--s3-endpoint", endpoint, "--s3-path-style"];
     let env = [
         ("AWS_ACCESS_KEY_ID", "unused"),
         ("AWS_SECRET_ACCESS_KEY", "unused"),

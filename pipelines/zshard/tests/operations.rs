@@ -304,3 +304,160 @@ fn job_file_runs_with_per_array_settings() {
     assert!(!limit.status.success());
     assert!(String::from_utf8_lossy(&limit.stderr).contains("memory limit"));
 }
+
+/// Issue 44: after workers given non-default shapes, codecs and index location, `finalize DST`
+/// alone and `finalize SRC DST` without options reuse what DST's claim records; options that are
+/// given must still match; `status` and `verify --manifest` then need DST alone.
+#[test]
+fn finalize_status_and_verify_from_the_destination_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let workers_options = [
+        "--shard-shape",
+        "32,16",
+        "--chunk-shape",
+        "8,16",
+        "--compressor",
+        "zstd:7",
+        "--index-location",
+        "start",
+        "--keep-manifest",
+    ];
+    let reference = tmp.path().join("reference");
+    let mut args = vec!["convert", s(&src), s(&reference), "--quiet"];
+    args.extend(workers_options);
+    ok(&zshard(&args));
+    for (name, finalize) in [
+        ("alone", vec!["finalize", "DST", "--quiet"]),
+        ("with_src", vec!["finalize", "SRC", "DST", "--quiet"]),
+    ] {
+        let dst = tmp.path().join(name);
+        for i in 0..2 {
+            let worker = format!("{i}/2");
+            let mut args = vec!["convert", s(&src), s(&dst), "--quiet", "--worker", &worker];
+            args.extend(workers_options);
+            ok(&zshard(&args));
+        }
+        let args = |extra: &[&'static str]| -> Vec<String> {
+            finalize
+                .iter()
+                .chain(extra)
+                .map(|a| match *a {
+                    "DST" => s(&dst).to_string(),
+                    "SRC" => s(&src).to_string(),
+                    other => other.to_string(),
+                })
+                .collect()
+        };
+        // An option given that differs from the workers' is still refused.
+        let other: Vec<String> = args(&["--shard-shape", "16,16"]);
+        let refused = zshard(&other.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(!refused.status.success(), "{name}: other shapes finalized");
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert!(message.contains("different options"), "{name}: {message}");
+        let given = args(&[]);
+        ok(&zshard(
+            &given.iter().map(String::as_str).collect::<Vec<_>>(),
+        ));
+        let status = zshard(&["status", s(&dst), "--json"]);
+        ok(&status);
+        let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+        assert_eq!(status["phase"], "complete", "{name}: {status}");
+        ok(&zshard(&["verify", "--manifest", s(&dst), "--quiet"]));
+        let (data, meta) = read_v3(&dst);
+        let (reference_data, reference_meta) = read_v3(&reference);
+        assert_eq!(data, reference_data, "{name}");
+        assert_eq!(meta, reference_meta, "{name}");
+        assert!(files(&dst)
+            .keys()
+            .all(|k| !k.starts_with(".zshard/") || k == ".zshard/manifest.tsv"));
+    }
+    // A destination that records no conversion says what to give.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let out = zshard(&["finalize", s(&empty)]);
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("records no conversion"), "{message}");
+}
+
+/// Issue 44: `plan` checks the destination as `convert` finds it: a DST claimed by a conversion
+/// with other options is refused (the same options pass), and so are a bucket that does not exist
+/// and an endpoint that does not answer; an empty bucket passes.
+#[test]
+fn plan_checks_the_destination() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    ok(&convert(&src, &dst, &["--worker", "0/2"]));
+    let mut same = vec!["plan", s(&src), s(&dst)];
+    same.extend(SHAPES);
+    ok(&zshard(&same));
+    let other = zshard(&["plan", s(&src), s(&dst), "--shard-shape", "32,32"]);
+    assert!(!other.status.success(), "plan passed a claimed DST");
+    let message = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        message.contains("claimed by a conversion with different options")
+            && message.contains("chunk_grid"),
+        "{message}"
+    );
+    let endpoint = common::empty_s3();
+    let plan_s3 = |dst: &str, endpoint: &str| {
+        std::process::Command::new(common::binary())
+            .args([
+                "plan",
+                s(&src),
+                dst,
+                "--s3-endpoint",
+                endpoint,
+                "--s3-path-style",
+            ])
+            .args(["--retries", "0"])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("run zshard")
+    };
+    ok(&plan_s3("s3://bucket/out.zarr", &endpoint));
+    let missing = plan_s3("s3://nobucket/out.zarr", &endpoint);
+    assert!(!missing.status.success(), "plan passed a missing bucket");
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        message.contains("s3://nobucket/out.zarr") && message.contains("NoSuchBucket"),
+        "{message}"
+    );
+    let unreachable = plan_s3("s3://bucket/out.zarr", "http://127.0.0.1:9");
+    assert!(
+        !unreachable.status.success(),
+        "plan passed an unreachable endpoint"
+    );
+}
+
+/// Issue 44, point 5: a worker's report counts as skipped only its own shards done before, never
+/// the other workers'.
+#[test]
+fn a_worker_skips_only_its_own_shards() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let report = tmp.path().join("report.json");
+    ok(&convert(&src, &dst, &["--worker", "0/2"]));
+    ok(&convert(
+        &src,
+        &dst,
+        &["--worker", "1/2", "--report", s(&report)],
+    ));
+    let read: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    assert_eq!(read["totals"]["shards_skipped"], 0, "{read:#}");
+    // Its rerun skips its own 15.
+    ok(&convert(
+        &src,
+        &dst,
+        &["--worker", "1/2", "--report", s(&report)],
+    ));
+    let read: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
+    assert_eq!(read["totals"]["shards_skipped"], 15, "{read:#}");
+}

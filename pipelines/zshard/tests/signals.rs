@@ -525,3 +525,34 @@ fn sigterm_stops_within_the_bound_at_the_thread_cap() {
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(took < STOP_BOUND, "took {took:?} to stop");
 }
+
+/// Issue 44, point 5: the log's last line names the run's status with the report's word
+/// (`cancelled`, not `stopped`).
+#[test]
+fn the_log_names_a_cancelled_run_as_the_report_does() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = large_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    let report = tmp.path().join("report.json");
+    let mut command = slow_convert(&src, &dst, &report, "256,256", "64,64");
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .filter(|a| a != "--quiet")
+        .collect();
+    let mut command = Command::new(command.get_program());
+    command
+        .args(&args)
+        .args(["--progress", "log", "--log-interval", "1h"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("spawn");
+    wait_until(&mut child, "two shards were written", || shards(&dst) >= 2);
+    signal(&child, "TERM");
+    let (_, stderr, _) = finish(child);
+    assert_eq!(read_json(&report)["status"], json!("cancelled"));
+    assert!(
+        stderr.contains("zshard: finished status=cancelled "),
+        "{stderr}"
+    );
+}

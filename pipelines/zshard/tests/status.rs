@@ -112,8 +112,12 @@ fn status_counts_what_the_workers_did() {
     // The table says the same.
     let table = zshard(&["status", dst]);
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(table.contains("finalize waits for: w1of2"), "{table}");
-    assert!(table.contains("time left at this rate: -"), "{table}");
+    assert!(
+        table.contains("finalize waits for worker(s): 1/2"),
+        "{table}"
+    );
+    // With no worker live there is no pace to show (issue 44, point 4).
+    assert!(!table.contains("time left"), "{table}");
 
     convert("1/2");
     let written = shards(&dst_path);
@@ -179,7 +183,7 @@ fn status_of_a_job_file_and_watching_it_until_finished() {
     let table = zshard(&["status", job]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert_eq!(
-        table.matches("finalize waits for: w1of2").count(),
+        table.matches("finalize waits for worker(s): 1/2").count(),
         2,
         "{table}"
     );
@@ -433,4 +437,82 @@ fn a_finished_conversion_shows_its_arrays_and_totals() {
     assert_eq!(s["totals"]["shards_planned"], 30, "{s:#}");
     assert_eq!(s["totals"]["shards_done"], 30, "{s:#}");
     assert_eq!(s["arrays"][0]["shards_planned"], 30, "{s:#}");
+}
+
+/// Issue 44, point 4: `status DST --watch` started before the run waits for it (DST does not exist
+/// yet) instead of failing, and ends once the run is complete, its last reading with the totals. The
+/// table of a finished conversion shows its arrays and totals too, and a stopped run (no worker
+/// live) shows no rate.
+#[test]
+fn watching_before_the_run_starts_waits_for_it() {
+    use std::io::BufRead as _;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst_path = tmp.path().join("dst");
+    let dst = dst_path.to_str().expect("utf-8");
+    let mut watcher = std::process::Command::new(common::binary())
+        .args(["status", dst, "--json", "--watch", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map(|line| line.expect("line"))
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let early = watcher.try_wait().expect("wait");
+    if early.is_some() {
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut watcher.stderr.take().expect("stderr"), &mut stderr)
+            .expect("stderr");
+        panic!("the watch ended before the run started: {early:?} {stderr}");
+    }
+    run(&[
+        &["convert", src.to_str().expect("utf-8"), dst, "-q"][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let started = std::time::Instant::now();
+    let ended = loop {
+        if let Some(status) = watcher.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the watch goes on");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(ended.success());
+    let lines = reader.join().expect("reader");
+    let first: Value = serde_json::from_str(&lines[0]).expect("JSON line");
+    assert_eq!(first["phase"], "not_started", "{first:#}");
+    let last: Value = serde_json::from_str(lines.last().expect("a line")).expect("JSON line");
+    assert_eq!(last["phase"], "complete", "{last:#}");
+    assert_eq!(last["totals"]["shards_done"], 30, "{last:#}");
+
+    let table = String::from_utf8_lossy(&zshard(&["status", dst]).stdout).into_owned();
+    assert!(table.contains("total"), "{table}");
+    assert!(table.contains("30"), "{table}");
+
+    // A stopped worker: no rate, no time left.
+    let stopped = tmp.path().join("stopped");
+    let stopped = stopped.to_str().expect("utf-8");
+    run(&[
+        &[
+            "convert",
+            src.to_str().expect("utf-8"),
+            stopped,
+            "--worker",
+            "0/2",
+            "-q",
+        ][..],
+        &SHARDS_OF_16,
+    ]
+    .concat());
+    let table = String::from_utf8_lossy(&zshard(&["status", stopped]).stdout).into_owned();
+    assert!(!table.contains("rate"), "{table}");
+    assert!(!table.contains("time left"), "{table}");
 }

@@ -336,6 +336,7 @@ impl Conversion {
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
         let budget = self.budget(&opened)?;
+        self.check_destination(&opened)?;
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
@@ -365,6 +366,34 @@ impl Conversion {
             report.icechunk_output = Some((output.branch, spec));
         }
         Ok(report)
+    }
+
+    /// What `plan` checks of the destination, as `convert` would find it (issue 44): that it can
+    /// be listed and read, and that what it holds (a claim, records, metadata) does not make
+    /// `convert` refuse it. A local folder that does not exist yet passes: `convert` makes it.
+    fn check_destination(&self, opened: &Opened) -> Result<()> {
+        if self.icechunk_output().is_some() {
+            return Ok(());
+        }
+        let location = Location::parse(&self.destination)?;
+        if location.local_path().is_some_and(|path| !path.exists()) {
+            return Ok(());
+        }
+        // A plan answers soon: an endpoint that does not answer is retried for 15 s at most.
+        let options = StoreOptions {
+            retry_timeout: self
+                .store_options
+                .retry_timeout
+                .min(std::time::Duration::from_secs(15)),
+            ..self.store_options.clone()
+        };
+        let runtime = IoRuntime::with_options(2, options)?;
+        let destination = Store::open_location(&location, runtime, false)?;
+        // A finished conversion whose source changed is brought up to date, not refused: its
+        // records name what each shard was made from.
+        let fingerprint = opened.fingerprint()?.tracking_sources(true);
+        zshard_state::check_plannable(&destination, &opened.plan.outputs(), &fingerprint)?;
+        Ok(())
     }
 
     /// What a run would bring up to date in a destination that holds this conversion finished
@@ -548,7 +577,22 @@ impl Conversion {
             }
         }
         let done = &resume.done;
-        planned(&done.iter().map(|d| d.len() as u64).collect::<Vec<u64>>())?;
+        // What this worker did before: its own shards only (the others' are theirs to count).
+        let mut first_global = 0u64;
+        let skipped: Vec<u64> = plan
+            .arrays
+            .iter()
+            .zip(done)
+            .map(|(array, done)| {
+                let first = first_global;
+                first_global = first_global.saturating_add(array.geometry.shard_count());
+                let owned = done
+                    .iter()
+                    .filter(|&&shard| partition.owns(first.saturating_add(shard)));
+                owned.count() as u64
+            })
+            .collect();
+        planned(&skipped)?;
         // Shards are published without an fsync each (group commit): the shard log checkpoints
         // before each `done` record, and the run before its last records and the metadata.
         let mut jobs = plan.jobs(input, &destination.deferring_sync()?);

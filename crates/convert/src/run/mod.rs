@@ -13,6 +13,7 @@ mod digests;
 pub(crate) mod icechunk_output;
 pub(crate) mod memory;
 pub(crate) mod progress;
+mod recorded;
 mod recorder;
 pub(crate) mod report;
 pub mod status;

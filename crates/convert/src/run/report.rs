@@ -87,6 +87,28 @@ pub enum Status {
     Complete,
 }
 
+impl Status {
+    /// The status of a run that ended with `ending`: the report's, or that of its error (the one
+    /// mapping the report and a front end's log share).
+    pub fn of_run(ending: std::result::Result<&Report, &Error>) -> Status {
+        match ending {
+            Ok(report) => report.status,
+            Err(Error::Cancelled) => Status::Cancelled,
+            Err(_) => Status::Failed,
+        }
+    }
+
+    /// The word the report gives it (`ok`, `failed`, `cancelled`, `complete`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+            Status::Complete => "complete",
+        }
+    }
+}
+
 /// Why a run did not finish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
@@ -400,8 +422,7 @@ impl ReportBuilder {
         };
         let (status, error) = match ending {
             Ok(status) => (status, None),
-            Err(Error::Cancelled) => (Status::Cancelled, Some(Failure::of(&Error::Cancelled))),
-            Err(e) => (Status::Failed, Some(Failure::of(e))),
+            Err(e) => (Status::of_run(Err(e)), Some(Failure::of(e))),
         };
         let rfc3339 = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
         Report {
@@ -439,6 +460,21 @@ impl ReportBuilder {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    /// A log names a status with the report's word (issue 44, point 5).
+    #[test]
+    fn status_words_are_the_reports() {
+        for status in [
+            Status::Ok,
+            Status::Failed,
+            Status::Cancelled,
+            Status::Complete,
+        ] {
+            let json = serde_json::to_value(status).expect("serializes");
+            assert_eq!(json, serde_json::Value::from(status.word()));
+        }
+        assert_eq!(Status::of_run(Err(&Error::Cancelled)), Status::Cancelled);
+    }
 
     #[test]
     fn report_paths_expand_worker_host_and_date() {

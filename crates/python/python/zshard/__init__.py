@@ -9,7 +9,8 @@ Functions: :func:`convert`, :func:`plan` (what a conversion would do, from metad
 :func:`finalize` (after a conversion partitioned over workers), :func:`verify` (compare the output
 with its source, or with its kept manifest), :func:`ls` (the arrays of a source) and :func:`status`
 (how far a conversion into a destination has come), the ``zshard`` command's ``convert``, ``plan``,
-``finalize``, ``verify``, ``ls`` and ``status``. Each takes the source and destination (a path, a
+``finalize``, ``verify``, ``ls`` and ``status``; :func:`run` runs a job file's conversions
+(``zshard run JOB.toml``) and returns their reports. Each takes the source and destination (a path, a
 ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://``, ``az://`` URL; ``http(s)://`` for sources),
 then keyword-only settings, each with its own type and its own documentation (``help(zshard.convert)``):
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 from . import _zshard
 from ._api import convert, finalize, ls, plan, status, verify
+from ._job import run
 from ._errors import (
     Cancelled,
     ChunkError,
@@ -135,6 +137,7 @@ __all__ = [
     "finalize",
     "ls",
     "plan",
+    "run",
     "status",
     "verify",
 ]

@@ -32,6 +32,14 @@ def status(dst: object, options: Mapping[str, object]) -> dict[str, Any]:
 def ls(src: object, options: Mapping[str, object]) -> dict[str, Any]:
     """The arrays and groups of ``src``."""
 
+def run(
+    job: object,
+    worker: str | None = None,
+    workers: int | None = None,
+    progress: Callable[[dict[str, int]], object] | None = None,
+) -> list[dict[str, Any]]:
+    """Runs every conversion of the job file ``job``; returns their report documents in order."""
+
 def settings(command: str) -> list[str]:
     """The keys of the settings of the library's options model that ``command`` (``convert``, ``plan``,
     ``finalize``, ``verify``, ``ls`` or ``status``) takes; ``source`` and ``destination`` are ``src`` and ``dst``."""
@@ -39,4 +47,4 @@ def settings(command: str) -> list[str]:
 def cli_main(args: list[str]) -> int:
     """Runs the ``zshard`` command with ``args`` (no program name) and returns its exit status."""
 
-__all__ = ["convert", "plan", "finalize", "verify", "ls", "status", "settings", "cli_main", "__version__"]
+__all__ = ["convert", "plan", "finalize", "verify", "ls", "status", "run", "settings", "cli_main", "__version__"]

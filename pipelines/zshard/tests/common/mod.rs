@@ -246,3 +246,57 @@ pub fn banded_source(dir: &Path) -> std::path::PathBuf {
 
 /// The layout the tests of [`banded_source`] convert into: 16x16 shards of 8x8 inner chunks.
 pub const SHARDS_OF_16: [&str; 4] = ["--shard-shape", "16,16", "--chunk-shape", "8,8"];
+
+/// A bare S3 endpoint on 127.0.0.1 (path style) holding no object: a listing of bucket `bucket` is
+/// empty, a read of it is 404 NoSuchKey, and every request to any other bucket is 404 NoSuchBucket.
+/// Enough for a `plan` to check a destination there. Returns the endpoint URL.
+pub fn empty_s3() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    return;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = header.split_once(':') {
+                        if name.eq_ignore_ascii_case("content-length") {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = std::io::Read::read_exact(&mut reader, &mut body);
+                let target = request.split_whitespace().nth(1).unwrap_or("/");
+                let bucket = target
+                    .trim_start_matches('/')
+                    .split(['/', '?'])
+                    .next()
+                    .unwrap_or("");
+                let (status, body) = if bucket != "bucket" {
+                    ("404 Not Found", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>")
+                } else if target.contains("list-type=2") {
+                    ("200 OK", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>bucket</Name><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>")
+                } else {
+                    ("404 Not Found", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>")
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}

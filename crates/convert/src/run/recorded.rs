@@ -1,0 +1,125 @@
+//! Options completed from what a destination records (issue 44): `finalize DST` needs nothing but
+//! DST, and `finalize SRC DST` without shape options reuses the workers' shapes, because the claim
+//! records the source and every array's output `zarr.json` (its shard shape, inner chunk shape,
+//! inner codecs and index location). Options that are given win, and still have to match the
+//! claim: the conversion's own check refuses them otherwise.
+
+use serde_json::Value;
+use zshard_core::IndexLocation;
+use zshard_store::{IoRuntime, Location, Store};
+
+use crate::error::{Error, Result};
+use crate::options::{LayoutOptions, Options, OutputFormat};
+use crate::Compressor;
+
+impl Options {
+    /// These options with what is not given taken from the conversion the destination records: the
+    /// source when none is given, and each recorded array's layout under the layout given (so given
+    /// options win). Level shapes, when given, decide the shapes themselves; source options
+    /// (`include`, `exclude`, reference and format options, `ome`) are not recorded and must be
+    /// given again. A destination that records no conversion leaves the options as they are, but
+    /// without a source there is nothing to finalize: that is an error saying what to give.
+    pub fn with_recorded(&self) -> Result<Options> {
+        let recorded = self.recorded_conversion()?;
+        let Some(recorded) = recorded else {
+            if self.source.is_empty() {
+                return Err(Error::Options {
+                    reason: format!(
+                        "{} records no conversion in progress (no .zshard/claim.json): give SRC DST and the conversion's options, or, when it finished already, there is nothing to finalize",
+                        self.destination
+                    ),
+                });
+            }
+            return Ok(self.clone());
+        };
+        let mut options = self.clone();
+        if options.source.is_empty() {
+            options.source = recorded.source.clone();
+        }
+        for array in &recorded.arrays {
+            let Some(mut layout) = recorded_layout(&array.metadata) else {
+                continue;
+            };
+            if !options.level_shapes.is_empty() {
+                layout.shard_shape = None;
+                layout.chunk_shape = None;
+            }
+            let own = options.arrays.get(&array.path).cloned().unwrap_or_default();
+            let given = own.over(&options.layout);
+            options
+                .arrays
+                .insert(array.path.clone(), given.over(&layout));
+        }
+        Ok(options)
+    }
+
+    /// The conversion recorded in the destination's state (for an Icechunk output, in its staging
+    /// folder); `None` when there is none, or the destination does not exist.
+    fn recorded_conversion(&self) -> Result<Option<zshard_state::RecordedConversion>> {
+        let icechunk = self.output.output_format == Some(OutputFormat::Icechunk)
+            || zshard_icechunk::is_repository(&self.destination);
+        let state = match icechunk {
+            true => zshard_icechunk::staging_location(&self.destination)?,
+            false => self.destination.clone(),
+        };
+        let location = Location::parse(&state)?;
+        if location.local_path().is_some_and(|folder| !folder.is_dir()) {
+            return Ok(None);
+        }
+        let runtime = IoRuntime::with_options(2, self.storage.store_options())?;
+        let store = Store::open_location(&location, runtime, false)?;
+        Ok(zshard_state::recorded_conversion(&store)?)
+    }
+}
+
+/// The layout an output `zarr.json` of zshard's records: its shard shape, and from its
+/// `sharding_indexed` codec the inner chunk shape, inner codecs and index location. `None` for
+/// metadata that is not such an output.
+fn recorded_layout(metadata: &Value) -> Option<LayoutOptions> {
+    let numbers = |value: &Value| -> Option<Vec<u64>> {
+        value.as_array()?.iter().map(Value::as_u64).collect()
+    };
+    let shard_shape = numbers(&metadata["chunk_grid"]["configuration"]["chunk_shape"])?;
+    let sharding = metadata["codecs"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == "sharding_indexed")?;
+    let config = &sharding["configuration"];
+    let chunk_shape = numbers(&config["chunk_shape"])?;
+    let compressor: Compressor = config["codecs"].to_string().parse().ok()?;
+    let index_location = config["index_location"]
+        .as_str()
+        .map_or(Some(IndexLocation::End), IndexLocation::parse)?;
+    Some(LayoutOptions {
+        shard_shape: Some(shard_shape.into()),
+        chunk_shape: Some(chunk_shape.into()),
+        compressor: Some(compressor),
+        index_location: Some(index_location),
+        passthrough: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_output_zarr_json_gives_its_layout() {
+        let metadata = json!({
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [512, 256]}},
+            "codecs": [{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [64, 32],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                           {"name": "zstd", "configuration": {"level": 5, "checksum": false}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": "start"}}]
+        });
+        let layout = recorded_layout(&metadata).expect("a layout");
+        assert_eq!(layout.shard_shape, Some(vec![512, 256].into()));
+        assert_eq!(layout.chunk_shape, Some(vec![64, 32].into()));
+        assert_eq!(layout.index_location, Some(IndexLocation::Start));
+        assert!(layout.compressor.is_some());
+        assert_eq!(recorded_layout(&json!({"codecs": []})), None);
+    }
+}
