@@ -1,8 +1,10 @@
 //! The verify room: checking an output against its source. `verification.rs` (was `verify.rs`)
-//! decodes both and compares every element (or a sample); `manifest.rs` checks an output against the
+//! decodes both and compares every element (or a sample), `extras.rs` finds what the output holds
+//! beyond the hierarchy (strays, foreign files, stale consolidated entries); `manifest.rs` checks an output against the
 //! checksum manifest its conversion kept (`verify --manifest`; the records are `zshard-state`'s),
 //! without reading the source.
 
+mod extras;
 pub(crate) mod manifest;
 mod verification;
 
