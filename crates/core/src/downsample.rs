@@ -56,6 +56,24 @@ impl std::str::FromStr for Reduction {
     }
 }
 
+impl serde::Serialize for Reduction {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Reduction {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::fmt::Display for Reduction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -278,10 +296,7 @@ fn run<T: Element>(
             if factors[d] == 2 && index[d] * 2 + 1 < valid[d] {
                 // C order within the block: the offsets with this dimension at +1 follow each
                 // offset at +0 of the dimensions before.
-                offsets = offsets
-                    .iter()
-                    .flat_map(|&o| [o, o + strides[d]])
-                    .collect();
+                offsets = offsets.iter().flat_map(|&o| [o, o + strides[d]]).collect();
             }
         }
         for &o in &offsets {
