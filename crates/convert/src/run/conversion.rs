@@ -583,7 +583,10 @@ impl Conversion {
                 job.sink = options.before(Arc::clone(&job.sink));
             }
         }
-        let work = crate::run::progress::work_of(&jobs, to_run(&jobs, partition, done));
+        let work = crate::run::progress::work_of(
+            &jobs,
+            with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
+        );
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(
@@ -1003,6 +1006,68 @@ fn to_run<'a>(
             let undone = !done[task.array].contains(&linear_index(&task.shard, &grid));
             (undone || feeds_undone(jobs, done, &task)).then_some(task)
         })
+}
+
+/// `tasks` and the shards of the pyramid levels the pipeline makes from them: those whose every
+/// shard of the level above is a task or made (for the work ahead).
+fn with_made(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Vec<ShardTask> {
+    let mut all: Vec<ShardTask> = tasks.collect();
+    if jobs.iter().all(|job| job.derived.is_none()) {
+        return all;
+    }
+    let mut made: Vec<HashSet<u64>> = vec![HashSet::new(); jobs.len()];
+    for task in &all {
+        let grid = jobs[task.array].layout.geometry.shard_grid();
+        made[task.array].insert(linear_index(&task.shard, &grid));
+    }
+    // Levels come after the level above them in the plan.
+    for (index, job) in jobs.iter().enumerate() {
+        let Some(derived) = &job.derived else {
+            continue;
+        };
+        let above = &jobs[derived.from].layout.geometry;
+        let above_grid = above.shard_grid();
+        let geometry = &job.layout.geometry;
+        let grid = geometry.shard_grid();
+        for linear in 0..zshard_core::product(&grid) {
+            let shard = zshard_core::unravel_index(linear, &grid);
+            let Some(region) = geometry
+                .shard_region(&shard)
+                .intersect(&geometry.array_region())
+            else {
+                continue;
+            };
+            let up = zshard_core::Region {
+                start: region
+                    .start
+                    .iter()
+                    .zip(&derived.factors)
+                    .map(|(s, f)| s * f)
+                    .collect(),
+                shape: region
+                    .shape
+                    .iter()
+                    .zip(&derived.factors)
+                    .map(|(n, f)| n * f)
+                    .collect(),
+            };
+            let Some(up) = up.intersect(&above.array_region()) else {
+                continue;
+            };
+            let fed = up
+                .chunks_overlapping(above.shard_shape())
+                .iter()
+                .all(|s| made[derived.from].contains(&linear_index(s, &above_grid)));
+            if fed {
+                made[index].insert(linear);
+                all.push(ShardTask {
+                    array: index,
+                    shard,
+                });
+            }
+        }
+    }
+    all
 }
 
 /// Whether a shard of a level below `task`'s array that `task`'s shard brings blocks to is not done.
