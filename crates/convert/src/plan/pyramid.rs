@@ -343,6 +343,17 @@ impl Made {
     }
 }
 
+impl Plan {
+    /// For a level of the pyramid this conversion makes below level 0: the path of the level above
+    /// it is made from, and how.
+    pub(crate) fn made_from_above(&self, path: &str) -> Option<(&str, Reduction)> {
+        let made = self.pyramid.as_ref()?;
+        let level = made.levels.iter().position(|l| l == path)?;
+        let above = made.levels.get(level.checked_sub(1)?)?;
+        Some((above.as_str(), made.reduction))
+    }
+}
+
 /// Bytes the run holds in shards of the levels below level 0 that wait for blocks: with shards
 /// done in C order, at most two slabs of each level's shard grid (along its first dimension of
 /// more than one shard), each a whole shard buffer.
