@@ -394,3 +394,78 @@ fn what_a_pyramid_cannot_be_made_with_is_refused() {
         assert!(!dst.join("zarr.json").exists(), "{args:?} wrote metadata");
     }
 }
+
+#[test]
+fn kill_then_resume_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    let shape = [2048, 1024];
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[32, 32],
+        &["y", "x"],
+        &ramp(&shape, |i| 1.0 + (i % 65000) as f64),
+    );
+    let command = |dst: &Path| {
+        let mut c = std::process::Command::new(common::binary());
+        c.args([
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ])
+        .args([
+            "--pyramid",
+            "5",
+            "--shard-shape",
+            "128,128",
+            "--chunk-shape",
+            "32,32",
+        ])
+        .args(["--compressor", "gzip:9", "--threads", "1", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        c
+    };
+    let reference = dir.path().join("reference");
+    let started = std::time::Instant::now();
+    let out = command(&reference).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let duration = started.elapsed();
+    let reference = common::files(&reference);
+    let mut interrupted = 0;
+    for point in 0..6u32 {
+        let dst = dir.path().join(format!("run{point}"));
+        let mut child = command(&dst).spawn().expect("spawn");
+        std::thread::sleep(duration.mul_f64(0.1 + 0.15 * f64::from(point)));
+        let killed = child.try_wait().expect("wait").is_none();
+        child.kill().ok(); // SIGKILL
+        child.wait().expect("reap");
+        interrupted += usize::from(killed && !dst.join("zarr.json").exists());
+        let out = command(&dst).output().expect("resume");
+        assert!(
+            out.status.success(),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resumed = common::files(&dst);
+        assert_eq!(
+            resumed.keys().collect::<Vec<_>>(),
+            reference.keys().collect::<Vec<_>>(),
+            "point {point}: keys"
+        );
+        assert!(
+            resumed == reference,
+            "point {point}: bytes differ from the uninterrupted run"
+        );
+    }
+    assert!(
+        interrupted >= 3,
+        "only {interrupted} of 6 kills landed mid-run"
+    );
+}
