@@ -176,16 +176,29 @@ trait Element: Copy + PartialEq + PartialOrd {
     fn is_nan(self) -> bool;
     /// The mean of `values` (none masked, at least one).
     fn mean(values: &[Self]) -> Self;
+    /// The mean of the `values` that are neither NaN nor `masked`; `None` when every one is.
+    fn mean_kept(values: &[Self], masked: Option<Self>) -> Option<Self> {
+        let mut kept = [values[0]; 64];
+        let mut n = 0;
+        for &v in values {
+            if !v.is_nan() && Some(v) != masked && n < kept.len() {
+                kept[n] = v;
+                n += 1;
+            }
+        }
+        (n > 0).then(|| Self::mean(&kept[..n]))
+    }
 }
 
 macro_rules! integer {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $acc:ty),*) => {$(
         impl Element for $t {
             fn read(bytes: &[u8]) -> Self {
                 let mut b = [0u8; std::mem::size_of::<$t>()];
                 b.copy_from_slice(bytes);
                 <$t>::from_le_bytes(b)
             }
+            #[inline]
             fn write(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
@@ -193,21 +206,58 @@ macro_rules! integer {
                 false
             }
             fn mean(values: &[Self]) -> Self {
-                let n = values.len() as i128;
-                let sum: i128 = values.iter().map(|&v| v as i128).sum();
+                // The sum in a type that holds it (a block has at most 2^rank elements); a
+                // narrower one divides much faster than i128.
+                let n = values.len() as $acc;
+                let sum: $acc = values.iter().map(|&v| v as $acc).sum();
                 // Rounded to nearest, halves away from zero: the mean of values of the type is
                 // within the type's range, so the cast back cannot wrap.
-                let rounded = if sum >= 0 {
-                    (2 * sum + n) / (2 * n)
-                } else {
-                    -((-2 * sum + n) / (2 * n))
+                let div = |sum: $acc, n: $acc| {
+                    if sum >= 0 {
+                        (2 * sum + n) / (2 * n)
+                    } else {
+                        -((-2 * sum + n) / (2 * n))
+                    }
+                };
+                // Whole blocks divide by a constant (a shift), the common case by far.
+                let rounded = match n {
+                    4 => div(sum, 4),
+                    8 => div(sum, 8),
+                    _ => div(sum, n),
                 };
                 rounded as $t
+            }
+            #[inline]
+            fn mean_kept(values: &[Self], masked: Option<Self>) -> Option<Self> {
+                // One pass, no branch per element: integers are never NaN.
+                let masked = masked.map_or(<$acc>::MIN, |m| m as $acc);
+                let (mut sum, mut n): ($acc, $acc) = (0, 0);
+                for &v in values {
+                    let keep = (v as $acc != masked) as $acc;
+                    sum += keep * v as $acc;
+                    n += keep;
+                }
+                if n == 0 {
+                    return None;
+                }
+                let div = |sum: $acc, n: $acc| {
+                    if sum >= 0 {
+                        (2 * sum + n) / (2 * n)
+                    } else {
+                        -((-2 * sum + n) / (2 * n))
+                    }
+                };
+                let rounded = match n {
+                    4 => div(sum, 4),
+                    8 => div(sum, 8),
+                    _ => div(sum, n),
+                };
+                Some(rounded as $t)
             }
         }
     )*};
 }
-integer!(u8, i8, u16, i16, u32, i32, u64, i64);
+integer!(u8 => i64, i8 => i64, u16 => i64, i16 => i64, u32 => i64, i32 => i64, u64 => i128, i64 => i128);
 
 impl Element for f32 {
     fn read(bytes: &[u8]) -> Self {
@@ -281,32 +331,74 @@ fn run<T: Element>(
     let strides = crate::strides(shape, 1);
     let masked_value = masked.map(T::read);
     let rank = shape.len();
-    let mut index = vec![0u64; rank];
-    let mut block: Vec<T> = Vec::with_capacity(1 << rank.min(6));
-    let mut kept: Vec<T> = Vec::with_capacity(block.capacity());
-    for _ in 0..out_elements {
-        // The block's elements, C order: the corner, then every combination of +1 on the
-        // dimensions that shrink, where it lies inside `valid`.
-        block.clear();
-        let corner: usize = (0..rank)
-            .map(|d| (index[d] * factors[d]) as usize * strides[d])
-            .sum();
-        let mut offsets = vec![corner];
+    // Read once, element by element: the blocks then index a typed buffer.
+    let values: Vec<T> = source.chunks_exact(size).map(T::read).collect();
+    // Integers without a masked value keep every element: no filtering per block.
+    let unmasked = !float && masked_value.is_none();
+    if rank == 0 {
+        values[0].write(&mut out);
+        return out;
+    }
+    let last = rank - 1;
+    // The offsets of a block's elements from its corner, C order: the corner, then every
+    // combination of +1 on the dimensions that shrink and are `taken`.
+    let offsets = |taken: &dyn Fn(usize) -> bool| -> Vec<usize> {
+        let mut offsets = vec![0usize];
         for d in 0..rank {
-            if factors[d] == 2 && index[d] * 2 + 1 < valid[d] {
-                // C order within the block: the offsets with this dimension at +1 follow each
-                // offset at +0 of the dimensions before.
+            if factors[d] == 2 && taken(d) {
                 offsets = offsets.iter().flat_map(|&o| [o, o + strides[d]]).collect();
             }
         }
-        for &o in &offsets {
-            let at = o * size;
-            block.push(T::read(&source[at..at + size]));
+        offsets
+    };
+    // The outer index (every dimension but the last), one row of output at a time.
+    let mut index = vec![0u64; rank];
+    let mut block: Vec<T> = Vec::with_capacity(1 << rank.min(6));
+    let mut kept: Vec<T> = Vec::with_capacity(block.capacity());
+    let rows = out_elements / out_shape[last] as usize;
+    let step = factors[last] as usize * strides[last];
+    for _ in 0..rows {
+        // A block on the far edge of a dimension of odd extent has no +1 there.
+        let inside = |d: usize| index[d] * 2 + 1 < valid[d];
+        let row = offsets(&|d| d == last || inside(d));
+        let row_end = offsets(&|d| d != last && inside(d));
+        let mut corner: usize = (0..last)
+            .map(|d| (index[d] * factors[d]) as usize * strides[d])
+            .sum();
+        for x in 0..out_shape[last] {
+            let at_edge = factors[last] == 2 && x * 2 + 1 >= valid[last];
+            // The common case, the mean of a whole 2 x 2 block, from the stack.
+            if !at_edge && row.len() == 4 && reduction == Reduction::Mean {
+                let four = [
+                    values[corner + row[0]],
+                    values[corner + row[1]],
+                    values[corner + row[2]],
+                    values[corner + row[3]],
+                ];
+                match T::mean_kept(&four, masked_value) {
+                    Some(mean) => mean,
+                    None => only_masked(&four, masked_value, float),
+                }
+                .write(&mut out);
+                corner += step;
+                continue;
+            }
+            block.clear();
+            block.extend(
+                if at_edge { &row_end } else { &row }
+                    .iter()
+                    .map(|&o| values[corner + o]),
+            );
+            let value = if unmasked && reduction == Reduction::Mean {
+                T::mean(&block)
+            } else {
+                reduce(reduction, &block, &mut kept, masked_value, float)
+            };
+            value.write(&mut out);
+            corner += step;
         }
-        let value = reduce(reduction, &block, &mut kept, masked_value, float);
-        value.write(&mut out);
-        // Next output index, C order.
-        for d in (0..rank).rev() {
+        // Next row, C order over the outer dimensions.
+        for d in (0..last).rev() {
             index[d] += 1;
             if index[d] < out_shape[d] {
                 break;
@@ -315,6 +407,15 @@ fn run<T: Element>(
         }
     }
     out
+}
+
+/// The value of a block of only masked elements: it stays masked (NaN when only NaN and no other
+/// masked value is set).
+fn only_masked<T: Element>(block: &[T], masked: Option<T>, float: bool) -> T {
+    match masked {
+        Some(m) if !float || block.iter().any(|&v| v == m) => m,
+        _ => block[0],
+    }
 }
 
 /// One block's value.
@@ -343,7 +444,11 @@ fn reduce<T: Element>(
             }
             best.unwrap_or(first)
         }
-        Reduction::Mean | Reduction::Min | Reduction::Max => {
+        Reduction::Mean => match T::mean_kept(block, masked) {
+            Some(mean) => mean,
+            None => only_masked(block, masked, float),
+        },
+        Reduction::Min | Reduction::Max => {
             kept.clear();
             kept.extend(
                 block
@@ -352,15 +457,9 @@ fn reduce<T: Element>(
                     .filter(|&v| !v.is_nan() && Some(v) != masked),
             );
             if kept.is_empty() {
-                // Only masked elements: the block stays masked (NaN when only NaN and no other
-                // masked value is set).
-                return match masked {
-                    Some(m) if !float || block.iter().any(|&v| v == m) => m,
-                    _ => first,
-                };
+                return only_masked(block, masked, float);
             }
             match reduction {
-                Reduction::Mean => T::mean(kept),
                 Reduction::Min => kept
                     .iter()
                     .copied()
