@@ -413,7 +413,7 @@ fn run<T: Element>(
 /// masked value is set).
 fn only_masked<T: Element>(block: &[T], masked: Option<T>, float: bool) -> T {
     match masked {
-        Some(m) if !float || block.iter().any(|&v| v == m) => m,
+        Some(m) if !float || block.contains(&m) => m,
         _ => block[0],
     }
 }

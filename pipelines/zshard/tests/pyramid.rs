@@ -109,7 +109,7 @@ fn reduce(
                 }
                 // Only masked elements: the masked value, or NaN when only NaN.
                 _ if kept.is_empty() => match masked {
-                    Some(m) if block.iter().any(|v| *v == m) => m,
+                    Some(m) if block.contains(&m) => m,
                     _ => f64::NAN,
                 },
                 "min" => kept.iter().copied().fold(f64::INFINITY, f64::min),
