@@ -480,3 +480,64 @@ fn kill_then_resume_equals_an_uninterrupted_run() {
         "only {interrupted} of 6 kills landed mid-run"
     );
 }
+
+#[test]
+fn a_finished_pyramid_made_otherwise_is_refused_and_the_same_is_complete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    source(
+        &src,
+        DataType::UInt8,
+        &[32, 32],
+        &[8, 8],
+        &["y", "x"],
+        &ramp(&[32, 32], |i| 1.0 + (i % 200) as f64),
+    );
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ];
+        all.extend_from_slice(args);
+        zshard(&all)
+    };
+    let out = run(&["--pyramid", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = common::files(&dst);
+    let out = run(&["--pyramid", "3"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already complete"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for other in [
+        &["--pyramid", "2"][..],
+        &["--pyramid", "3", "--downsample", "max"],
+    ] {
+        let out = run(other);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("--overwrite"),
+            "{other:?}: {stderr}"
+        );
+        assert!(
+            common::files(&dst) == before,
+            "{other:?} changed the output"
+        );
+    }
+    let out = run(&["--pyramid", "2", "--overwrite"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dst.join("2").exists(),
+        "the level that --pyramid 2 does not make is gone"
+    );
+}

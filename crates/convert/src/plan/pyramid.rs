@@ -354,6 +354,48 @@ impl Plan {
     }
 }
 
+/// Refuses a destination that holds a finished pyramid made with other levels or another
+/// reduction: its arrays can equal this plan's (fewer levels, the same shapes), so only the image's
+/// `multiscales` tell them apart. `--overwrite` replaces it.
+pub(crate) fn check_finished(
+    plan: &Plan,
+    destination: &zshard_store::Store,
+    overwrite: bool,
+) -> Result<()> {
+    if overwrite || plan.pyramid.is_none() {
+        return Ok(());
+    }
+    let Some(bytes) = destination.get("zarr.json")? else {
+        return Ok(());
+    };
+    let made = |ome: Option<&Value>| {
+        let multiscale = ome?.get("multiscales")?.get(0)?;
+        Some((
+            multiscale.get("datasets")?.clone(),
+            multiscale.get("type").cloned(),
+        ))
+    };
+    let held: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let held = made(held.get("attributes").and_then(|a| a.get("ome")));
+    let planned = plan
+        .groups
+        .iter()
+        .find(|(path, _)| path.is_empty())
+        .and_then(|(_, attributes)| made(attributes.get("ome")));
+    match held {
+        Some(held) if Some(&held) != planned.as_ref() => Err(Error::Destination {
+            reason: format!(
+                "{} holds a multiscale image made with other levels or another {}; use {} to \
+                 replace it",
+                destination.url(""),
+                Setting::Downsample,
+                Setting::Overwrite
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Bytes the run holds in shards of the levels below level 0 that wait for blocks: with shards
 /// done in C order, at most two slabs of each level's shard grid (along its first dimension of
 /// more than one shard), each a whole shard buffer.

@@ -510,6 +510,7 @@ impl Conversion {
         committed: Option<Committed<'_>>,
     ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
         let (opened, destination, lease) = self.open_leased()?;
+        crate::plan::pyramid::check_finished(&opened.plan, &destination, self.overwrite)?;
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
