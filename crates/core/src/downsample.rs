@@ -176,6 +176,11 @@ trait Element: Copy + PartialEq + PartialOrd {
     fn is_nan(self) -> bool;
     /// The mean of `values` (none masked, at least one).
     fn mean(values: &[Self]) -> Self;
+    /// [`Element::mean_kept`] of a whole 2 x 2 block: the common case, worth a form of its own.
+    #[inline]
+    fn mean4(values: [Self; 4], masked: Option<Self>) -> Option<Self> {
+        Self::mean_kept(&values, masked)
+    }
     /// The mean of the `values` that are neither NaN nor `masked`; `None` when every one is.
     fn mean_kept(values: &[Self], masked: Option<Self>) -> Option<Self> {
         let mut kept = [values[0]; 64];
@@ -226,6 +231,33 @@ macro_rules! integer {
                     _ => div(sum, n),
                 };
                 rounded as $t
+            }
+            #[inline(always)]
+            fn mean4(v: [Self; 4], masked: Option<Self>) -> Option<Self> {
+                let m = masked.map_or(<$acc>::MIN, |m| m as $acc);
+                let k = [
+                    (v[0] as $acc != m) as $acc,
+                    (v[1] as $acc != m) as $acc,
+                    (v[2] as $acc != m) as $acc,
+                    (v[3] as $acc != m) as $acc,
+                ];
+                let n = k[0] + k[1] + k[2] + k[3];
+                let sum = k[0] * v[0] as $acc
+                    + k[1] * v[1] as $acc
+                    + k[2] * v[2] as $acc
+                    + k[3] * v[3] as $acc;
+                let div = |sum: $acc, n: $acc| {
+                    if sum >= 0 {
+                        (2 * sum + n) / (2 * n)
+                    } else {
+                        -((-2 * sum + n) / (2 * n))
+                    }
+                };
+                match n {
+                    4 => Some(div(sum, 4) as $t),
+                    0 => None,
+                    _ => Some(div(sum, n) as $t),
+                }
             }
             #[inline]
             fn mean_kept(values: &[Self], masked: Option<Self>) -> Option<Self> {
@@ -375,7 +407,7 @@ fn run<T: Element>(
                     values[corner + row[2]],
                     values[corner + row[3]],
                 ];
-                match T::mean_kept(&four, masked_value) {
+                match T::mean4(four, masked_value) {
                     Some(mean) => mean,
                     None => only_masked(&four, masked_value, float),
                 }
