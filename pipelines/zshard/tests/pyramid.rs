@@ -430,21 +430,27 @@ fn kill_then_resume_equals_an_uninterrupted_run() {
         .stderr(std::process::Stdio::piped());
         c
     };
+    // The kill points are spread over the faster of two uninterrupted runs (the first also pays
+    // for a cold page cache; the other tests of this file run beside them).
     let reference = dir.path().join("reference");
-    let started = std::time::Instant::now();
-    let out = command(&reference).output().expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let duration = started.elapsed();
+    let mut duration = std::time::Duration::MAX;
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(&reference);
+        let started = std::time::Instant::now();
+        let out = command(&reference).output().expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        duration = duration.min(started.elapsed());
+    }
     let reference = common::files(&reference);
     let mut interrupted = 0;
     for point in 0..6u32 {
         let dst = dir.path().join(format!("run{point}"));
         let mut child = command(&dst).spawn().expect("spawn");
-        std::thread::sleep(duration.mul_f64(0.1 + 0.15 * f64::from(point)));
+        std::thread::sleep(duration.mul_f64(0.05 + 0.12 * f64::from(point)));
         let killed = child.try_wait().expect("wait").is_none();
         child.kill().ok(); // SIGKILL
         child.wait().expect("reap");
@@ -539,5 +545,65 @@ fn a_finished_pyramid_made_otherwise_is_refused_and_the_same_is_complete() {
     assert!(
         !dst.join("2").exists(),
         "the level that --pyramid 2 does not make is gone"
+    );
+}
+
+#[test]
+fn an_ome_zarr_image_of_one_level_gets_its_levels() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("image.ome.zarr"), dir.path().join("dst"));
+    let shape = [2, 30, 21];
+    // Zeros are pixels here: an image's fill value masks nothing.
+    let values = ramp(&shape, |i| ((i * 37) % 300) as f64);
+    source(
+        &src.join("0"),
+        DataType::UInt16,
+        &shape,
+        &[1, 8, 8],
+        &["c", "y", "x"],
+        &values,
+    );
+    std::fs::remove_file(src.join("0").join(".zattrs"))
+        .expect("no dimension names: the axes name them");
+    std::fs::write(src.join(".zgroup"), r#"{"zarr_format": 2}"#).expect("write .zgroup");
+    let attrs = json!({
+        "multiscales": [{
+            "version": "0.4",
+            "name": "cells",
+            "axes": [
+                {"name": "c", "type": "channel"},
+                {"name": "y", "type": "space", "unit": "micrometer"},
+                {"name": "x", "type": "space", "unit": "micrometer"},
+            ],
+            "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.5, 0.5]}]}],
+        }],
+        "omero": {"channels": [{"label": "DAPI"}, {"label": "GFP"}]},
+    });
+    std::fs::write(src.join(".zattrs"), attrs.to_string()).expect("write .zattrs");
+    let (multiscale, shapes) = check_pyramid(
+        &src,
+        &dst,
+        &["--pyramid", "3"],
+        &[1, 2, 2],
+        "mean",
+        None,
+        true,
+    );
+    assert_eq!(shapes, [vec![2, 30, 21], vec![2, 15, 11], vec![2, 8, 6]]);
+    assert_eq!(multiscale["name"], "cells");
+    assert_eq!(
+        multiscale["axes"][1],
+        json!({"name": "y", "type": "space", "unit": "micrometer"})
+    );
+    assert_eq!(
+        multiscale["datasets"][1]["coordinateTransformations"],
+        json!([{"type": "scale", "scale": [1.0, 1.0, 1.0]}, {"type": "translation", "translation": [0.0, 0.25, 0.25]}])
+    );
+    let group: Value =
+        serde_json::from_slice(&std::fs::read(dst.join("zarr.json")).expect("zarr.json"))
+            .expect("json");
+    assert_eq!(
+        group["attributes"]["ome"]["omero"]["channels"][1]["label"],
+        "GFP"
     );
 }

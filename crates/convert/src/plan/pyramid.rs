@@ -103,8 +103,142 @@ pub(crate) struct Made {
     pub(crate) masked: Option<Vec<u8>>,
 }
 
-/// The hierarchy of the pyramid made from `nodes` (the source: one array), and how its levels are
-/// made; `layouts` give level 0's inner chunk shape (what `auto` stops at).
+/// What a pyramid is made from: one array, alone or as the one level of an OME-Zarr image.
+struct Base {
+    /// The array's path in the source (and level 0's in the output).
+    path: String,
+    meta: ArrayMeta,
+    /// The axes: their names and whether each is spatial.
+    names: Vec<String>,
+    spatial: Vec<bool>,
+    /// An OME-Zarr image's group attributes (0.5 form) and its level's scale and translation.
+    image: Option<(Map<String, Value>, Vec<f64>, Vec<f64>)>,
+}
+
+/// The array `nodes` hold, alone or as the single level of an OME-Zarr image (after
+/// `ome::apply`: 0.4 upgraded to 0.5).
+fn base(nodes: Vec<Node>, source: &str) -> Result<Base> {
+    let refuse = |reason: String| Error::Options {
+        reason: format!("{}: {reason}", Setting::Pyramid),
+    };
+    let count = nodes.len();
+    let mut nodes = nodes.into_iter();
+    match (nodes.next(), nodes.next(), count) {
+        (
+            Some(Node {
+                path,
+                kind: NodeKind::Array(meta),
+            }),
+            None,
+            1,
+        ) => {
+            let names = axis_names(&meta, source)?;
+            let spatial = names
+                .iter()
+                .map(|n| axis_type(n) == Some("space"))
+                .collect();
+            Ok(Base {
+                path,
+                meta: *meta,
+                names,
+                spatial,
+                image: None,
+            })
+        }
+        (
+            Some(Node {
+                path: group,
+                kind: NodeKind::Group { attributes },
+            }),
+            Some(Node {
+                path,
+                kind: NodeKind::Array(meta),
+            }),
+            2,
+        ) if group.is_empty() => {
+            let multiscale = attributes
+                .get("ome")
+                .and_then(|ome| ome.get("multiscales"))
+                .and_then(Value::as_array)
+                .filter(|all| all.len() == 1)
+                .and_then(|all| all.first());
+            let dataset = multiscale
+                .and_then(|m| m.get("datasets"))
+                .and_then(Value::as_array)
+                .filter(|d| d.len() == 1)
+                .and_then(|d| d.first())
+                .filter(|d| d.get("path").and_then(Value::as_str) == Some(path.as_str()));
+            let (Some(multiscale), Some(dataset)) = (multiscale, dataset) else {
+                return Err(refuse(format!(
+                    "{source} is a group; a pyramid is made from a single array or from an \
+                     OME-Zarr image of one level (give the array's own path)"
+                )));
+            };
+            let axes: Vec<&Value> = multiscale
+                .get("axes")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().collect())
+                .unwrap_or_default();
+            let names: Vec<String> = axes
+                .iter()
+                .filter_map(|a| a.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect();
+            if names.len() != meta.shape.len() || axes.len() != names.len() {
+                return Err(refuse(format!(
+                    "{source}: the image's axes {names:?} do not name the {} dimensions of {path:?}",
+                    meta.shape.len()
+                )));
+            }
+            let spatial: Vec<bool> = axes
+                .iter()
+                .map(|a| a.get("type").and_then(Value::as_str) == Some("space"))
+                .collect();
+            let transform = |kind: &str, default: f64| -> Vec<f64> {
+                dataset
+                    .get("coordinateTransformations")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|t| t.get("type").and_then(Value::as_str) == Some(kind))
+                    .and_then(|t| t.get(kind))
+                    .and_then(Value::as_array)
+                    .map(|v| v.iter().filter_map(Value::as_f64).collect::<Vec<f64>>())
+                    .filter(|v| v.len() == names.len())
+                    .unwrap_or_else(|| vec![default; names.len()])
+            };
+            let (scale, translation) = (transform("scale", 1.0), transform("translation", 0.0));
+            Ok(Base {
+                path,
+                meta: *meta,
+                names,
+                spatial,
+                image: Some((attributes, scale, translation)),
+            })
+        }
+        _ => Err(refuse(format!(
+            "{source} is a hierarchy of {count} nodes; a pyramid is made from a single array or \
+             from an OME-Zarr image of one level (give the array's own path)"
+        ))),
+    }
+}
+
+/// The path of level `k` beside level 0 at `first`: its trailing number replaced (`0` -> `1`,
+/// `s0` -> `s1`), else `_k` appended.
+fn level_path(first: &str, k: usize) -> String {
+    if k == 0 {
+        return first.to_string();
+    }
+    let stem = first.trim_end_matches(|c: char| c.is_ascii_digit());
+    if stem.len() < first.len() {
+        format!("{stem}{k}")
+    } else {
+        format!("{first}_{k}")
+    }
+}
+
+/// The hierarchy of the pyramid made from `nodes` (the source: one array, or an OME-Zarr image of
+/// one level), and how its levels are made; `layouts` give level 0's inner chunk shape (what
+/// `auto` stops at).
 pub(crate) fn make(
     nodes: Vec<Node>,
     options: &PyramidOptions,
@@ -114,34 +248,22 @@ pub(crate) fn make(
     let refuse = |reason: String| Error::Options {
         reason: format!("{}: {reason}", Setting::Pyramid),
     };
-    let arrays: Vec<&Node> = nodes
-        .iter()
-        .filter(|n| matches!(n.kind, NodeKind::Array(_)))
-        .collect();
-    let (path, meta) = match (arrays.as_slice(), nodes.len()) {
-        ([node], 1) => match &node.kind {
-            NodeKind::Array(meta) => (node.path.clone(), meta.as_ref().clone()),
-            NodeKind::Group { .. } => unreachable!("filtered to arrays"),
-        },
-        _ => {
-            return Err(refuse(format!(
-                "{source} is a hierarchy of {} arrays; a pyramid is made from a single array \
-                 (give the array's own path)",
-                arrays.len()
-            )))
-        }
-    };
+    let Base {
+        path,
+        meta,
+        names,
+        spatial,
+        image,
+    } = base(nodes, source)?;
     if !downsamples(meta.data_type) {
         return Err(refuse(format!(
             "{source} holds {} elements; pyramids are made of booleans, integers and floats",
             meta.data_type
         )));
     }
-    let names = axis_names(&meta, source)?;
-    let spatial: Vec<bool> = names
-        .iter()
-        .map(|n| axis_type(n) == Some("space"))
-        .collect();
+    if !spatial.iter().any(|&s| s) {
+        return Err(refuse(format!("{source}: no axis of the image is spatial")));
+    }
     let factors: Vec<u64> = spatial.iter().map(|&s| if s { 2 } else { 1 }).collect();
     let inner = crate::plan::first_level_inner(layouts, &meta)?;
     let mut shapes = vec![meta.shape.clone()];
@@ -162,33 +284,51 @@ pub(crate) fn make(
             .collect();
         shapes.push(next);
     }
-    let labels = meta.attributes.contains_key("image-label");
+    let labels = meta.attributes.contains_key("image-label")
+        || image.as_ref().is_some_and(|(attributes, _, _)| {
+            attributes
+                .get("ome")
+                .is_some_and(|ome| ome.get("image-label").is_some())
+        });
     let reduction = options.downsample.unwrap_or(if labels {
         Reduction::Mode
     } else {
         Reduction::Mean
     });
+    // xarray's mask (a Zarr v2 fill value, a `_FillValue` attribute) is what a masked element means
+    // for a plain array; an OME-Zarr image's fill value is a pixel value like any other.
     let masked = zshard_zarr::xarray_mask(&meta.attributes, meta.data_type)
+        .filter(|_| image.is_none())
         .map(|fill| fill.as_bytes().to_vec());
-    let levels: Vec<String> = (0..shapes.len()).map(|k| k.to_string()).collect();
+    // A single array's levels are `0`, `1`, ... in a new group; an image's sit beside its level.
+    let levels: Vec<String> = (0..shapes.len())
+        .map(|k| match image {
+            Some(_) => level_path(&path, k),
+            None => k.to_string(),
+        })
+        .collect();
+    let (base_scale, base_translation) = match &image {
+        Some((_, scale, translation)) => (scale.clone(), translation.clone()),
+        None => (vec![1.0; names.len()], vec![0.0; names.len()]),
+    };
     let datasets: Vec<Value> = levels
         .iter()
         .enumerate()
         .map(|(k, level)| {
-            let scale: Vec<f64> = spatial
-                .iter()
-                .map(|&s| if s { (1u64 << k) as f64 } else { 1.0 })
+            let factor = (1u64 << k) as f64;
+            let scale: Vec<f64> = (0..names.len())
+                .map(|d| base_scale[d] * if spatial[d] { factor } else { 1.0 })
                 .collect();
             // ngff-zarr's choice: a level's pixel centres sit at the centres of the blocks they
             // reduce, so level k is shifted by half of (2^k - 1) level-0 pixels.
-            let translation: Vec<f64> = spatial
-                .iter()
-                .map(|&s| {
-                    if s {
-                        ((1u64 << k) - 1) as f64 / 2.0
+            let translation: Vec<f64> = (0..names.len())
+                .map(|d| {
+                    let shift = if spatial[d] {
+                        (factor - 1.0) / 2.0
                     } else {
                         0.0
-                    }
+                    };
+                    base_translation[d] + shift * base_scale[d]
                 })
                 .collect();
             json!({
@@ -200,35 +340,56 @@ pub(crate) fn make(
             })
         })
         .collect();
-    let axes: Vec<Value> = names
-        .iter()
-        .map(|name| match axis_type(name) {
-            Some(kind) => json!({"name": name, "type": kind}),
-            None => json!({"name": name}),
-        })
-        .collect();
-    let name = source
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("image")
-        .to_string();
-    let multiscale = json!({
-        "name": name,
-        "axes": axes,
-        "datasets": datasets,
-        "type": reduction.name(),
-        "metadata": {
-            "description": format!("2x2 {} downsampling of the spatial axes", reduction.name()),
-            "method": "zshard",
-            "version": env!("CARGO_PKG_VERSION"),
-        },
+    let metadata = json!({
+        "description": format!("2x2 {} downsampling of the spatial axes", reduction.name()),
+        "method": "zshard",
+        "version": env!("CARGO_PKG_VERSION"),
     });
-    let mut attributes = Map::new();
-    attributes.insert(
-        "ome".into(),
-        json!({"version": "0.5", "multiscales": [multiscale]}),
-    );
+    let attributes = match image {
+        // The image keeps its attributes (`omero`, its axes with their units, its name); its one
+        // multiscale lists the levels.
+        Some((mut attributes, _, _)) => {
+            if let Some(multiscale) = attributes
+                .get_mut("ome")
+                .and_then(|ome| ome.get_mut("multiscales"))
+                .and_then(|m| m.get_mut(0))
+                .and_then(Value::as_object_mut)
+            {
+                multiscale.insert("datasets".into(), Value::Array(datasets));
+                multiscale.insert("type".into(), reduction.name().into());
+                multiscale.insert("metadata".into(), metadata);
+            }
+            attributes
+        }
+        None => {
+            let axes: Vec<Value> = names
+                .iter()
+                .map(|name| match axis_type(name) {
+                    Some(kind) => json!({"name": name, "type": kind}),
+                    None => json!({"name": name}),
+                })
+                .collect();
+            let name = source
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or("image")
+                .to_string();
+            let multiscale = json!({
+                "name": name,
+                "axes": axes,
+                "datasets": datasets,
+                "type": reduction.name(),
+                "metadata": metadata,
+            });
+            let mut attributes = Map::new();
+            attributes.insert(
+                "ome".into(),
+                json!({"version": "0.5", "multiscales": [multiscale]}),
+            );
+            attributes
+        }
+    };
     let mut out = vec![Node {
         path: String::new(),
         kind: NodeKind::Group { attributes },
