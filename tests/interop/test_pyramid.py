@@ -8,6 +8,7 @@ ome-zarr-models' 0.5 models and read back by ome-zarr-py's reader and ngff-zarr.
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -145,3 +146,39 @@ def test_labels_take_a_most_frequent_value(zshard_bin, tmp_path):
             values, counts = np.unique(block, return_counts=True)
             assert levels[k][index] in values[counts == counts.max()], (k, index, block)
     assert _validated_and_read(dst, levels)["type"] == "mode"
+
+
+def test_an_ome_zarr_0_4_image_of_one_level_gets_levels(zshard_bin, tmp_path):
+    """An OME-Zarr 0.4 image of one level (czyx, micrometer units), as ome-zarr-py writes it with its
+    other levels removed; the output has levels, keeps the axes' units and the level's scale, and
+    validates."""
+    from ome_zarr.format import FormatV04
+    from ome_zarr.io import parse_url as url
+    from ome_zarr.writer import write_image
+
+    data = np.random.default_rng(5).integers(0, 4000, size=(2, 6, 70, 50), dtype=np.uint16)
+    src, dst = tmp_path / "image.ome.zarr", tmp_path / "dst.ome.zarr"
+    fmt = FormatV04()
+    root = zarr.group(store=url(str(src), mode="w", fmt=fmt).store, zarr_format=2)
+    axes = [{"name": "c", "type": "channel"}] + [
+        {"name": n, "type": "space", "unit": "micrometer"} for n in "zyx"]
+    write_image(data, root, axes=axes, fmt=fmt, storage_options={"chunks": (1, 2, 32, 32)})
+    multiscales = root.attrs["multiscales"]
+    for dataset in multiscales[0]["datasets"][1:]:
+        shutil.rmtree(src / dataset["path"])
+    first = multiscales[0]["datasets"][0]
+    first["coordinateTransformations"] = [{"type": "scale", "scale": [1.0, 2.0, 0.5, 0.5]}]
+    multiscales[0]["datasets"] = [first]
+    multiscales[0]["axes"] = axes  # ome-zarr-py 0.21 leaves the units out
+    root.attrs["multiscales"] = multiscales
+    _convert(zshard_bin, src, dst, "--pyramid", "3")
+    levels = _levels(dst)
+    np.testing.assert_array_equal(levels[0], data)
+    for k in range(1, len(levels)):
+        expected = _mean(levels[k - 1], [False, True, True, True])
+        assert np.abs(levels[k].astype(np.float64) - expected).max() <= 1, f"level {k}"
+    multiscale = _validated_and_read(dst, levels)
+    assert multiscale["axes"] == axes
+    scale, translation = multiscale["datasets"][2]["coordinateTransformations"]
+    assert scale["scale"] == [1.0, 8.0, 2.0, 2.0]
+    assert translation["translation"] == [0.0, 3.0, 0.75, 0.75]
