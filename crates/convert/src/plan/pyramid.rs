@@ -112,8 +112,11 @@ struct Base {
     names: Vec<String>,
     spatial: Vec<bool>,
     /// An OME-Zarr image's group attributes (0.5 form) and its level's scale and translation.
-    image: Option<(Map<String, Value>, Vec<f64>, Vec<f64>)>,
+    image: Option<Image>,
 }
+
+/// An OME-Zarr image's group attributes (0.5 form), and its one level's scale and translation.
+type Image = (Map<String, Value>, Vec<f64>, Vec<f64>);
 
 /// The array `nodes` hold, alone or as the single level of an OME-Zarr image (after
 /// `ome::apply`: 0.4 upgraded to 0.5).
