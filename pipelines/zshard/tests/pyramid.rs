@@ -399,7 +399,7 @@ fn what_a_pyramid_cannot_be_made_with_is_refused() {
 fn kill_then_resume_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dir.path().join("src");
-    let shape = [4096, 2048];
+    let shape = [2048, 2048];
     source(
         &src,
         DataType::UInt16,
