@@ -160,6 +160,28 @@ def test_options_errors(small, tmp_path):
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_pyramid_keyword_makes_the_levels(tmp_path):
+    """``pyramid=`` and ``downsample=`` (issue 41): an OME-Zarr multiscale image of the array; the plan
+    names the levels made from the level above; values out of range raise OptionsError."""
+    data = np.arange(64 * 48, dtype="u2").reshape(64, 48) + 1
+    src = tmp_path / "image.zarr"
+    z = zarr.create_array(str(src), shape=data.shape, chunks=(16, 16), dtype="u2", zarr_format=2,
+                          attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+    z[...] = data
+    plan = zshard.plan(src, tmp_path / "p.zarr", pyramid="auto")
+    assert [a.made_from for a in plan.arrays] == [None, {"path": "0", "downsample": "mean"},
+                                                    {"path": "1", "downsample": "mean"}]
+    zshard.convert(src, tmp_path / "out.zarr", pyramid=3, downsample="max")
+    level1 = zarr.open_array(str(tmp_path / "out.zarr" / "1"), mode="r")[...]
+    np.testing.assert_array_equal(level1, data.reshape(32, 2, 24, 2).max(axis=(1, 3)))
+    for bad, says in [(0, "at least 1"), ("many", "'auto'")]:
+        with pytest.raises(zshard.OptionsError, match=says):
+            zshard.convert(src, tmp_path / "bad.zarr", pyramid=bad)
+    with pytest.raises(zshard.OptionsError, match="pyramid"):
+        zshard.convert(src, tmp_path / "bad.zarr", downsample="mode")
+    assert not (tmp_path / "bad.zarr" / "zarr.json").exists()
+
+
 def test_finalize_before_every_worker_is_done_names_the_missing_shard(small, tmp_path):
     src, data = small
     dst = tmp_path / "out.zarr"

@@ -204,6 +204,12 @@ pub struct Options {
     /// What becomes of OME-Zarr metadata.
     #[serde(with = "ome", skip_serializing_if = "Option::is_none")]
     pub ome: Option<OmeMetadata>,
+    /// Make a multiscale pyramid of this many levels (or `auto`) from the source array.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pyramid: Option<crate::PyramidLevels>,
+    /// How a pyramid level is reduced from the one above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub downsample: Option<crate::Reduction>,
     /// How the source is read.
     #[serde(flatten)]
     pub input: SourceOptions,
@@ -528,6 +534,8 @@ impl Options {
             level_shapes: self.level_shapes.clone(),
             consolidate: or(&self.consolidate, &base.consolidate),
             ome: or(&self.ome, &base.ome),
+            pyramid: or(&self.pyramid, &base.pyramid),
+            downsample: or(&self.downsample, &base.downsample),
             input: self.input.over(&base.input),
             storage: self.storage.over(&base.storage),
             output: self.output.over(&base.output),
@@ -609,6 +617,19 @@ impl Conversion {
             .map_or(default.checkpoint_interval, CheckpointInterval::duration);
         self.report_path.clone_from(&run.report);
         self.ome = options.ome.unwrap_or_default();
+        self.pyramid = match (options.pyramid, options.downsample) {
+            (Some(levels), downsample) => Some(crate::PyramidOptions { levels, downsample }),
+            (None, Some(_)) => {
+                return Err(Error::Options {
+                    reason: format!(
+                        "{} says how pyramid levels are made: give {} too",
+                        Setting::Downsample,
+                        Setting::Pyramid
+                    ),
+                })
+            }
+            (None, None) => None,
+        };
         self.store_options = options.storage.store_options();
         self.io_threads = options.storage.io_threads;
         self.consolidate = options.consolidate.unwrap_or(default.consolidate);

@@ -20,6 +20,7 @@
 //! ```
 
 mod codec;
+pub mod downsample;
 mod dtype;
 mod error;
 mod fill;

@@ -243,6 +243,39 @@ settings! {
         doc: "``False`` does not consolidate the metadata of a hierarchy into its root \
              ``zarr.json``. By default it is, as zarr-python's ``consolidate_metadata`` does.",
     },
+    /// Pyramid levels made from the source.
+    Pyramid {
+        key: "pyramid",
+        group: Conversion,
+        commands: "convert plan finalize",
+        value: "N|auto",
+        python: "Pyramid",
+        help: "Make an OME-Zarr 0.5 multiscale image of N levels (level 0 is the source; each \
+              further level halves every spatial axis: dimensions named x, y or z, never channel or \
+              time), in the same pass over the source; auto: levels until the spatial extent fits \
+              one inner chunk. Every level is sharded (shapes from --level-shapes, else derived \
+              from level 0's). Not with --worker or an Icechunk output yet.",
+        doc: "Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; \
+             each further level halves every spatial axis: dimensions named x, y or z), in the \
+             same pass over the source; ``'auto'``: levels until the spatial extent fits one inner \
+             chunk. Every level is sharded (shapes from ``level_shapes``, else derived from level \
+             0's).",
+    },
+    /// How a pyramid level is reduced from the one above.
+    Downsample {
+        key: "downsample",
+        group: Conversion,
+        commands: "convert plan finalize",
+        value: "mean|mode|nearest|min|max",
+        python: "Downsample",
+        help: "With --pyramid: how each 2x2 (2x2x2) block of a level becomes one element of the \
+              next (default mean, rounded to nearest for integers; mode for label images). NaN \
+              and the _FillValue do not count in mean, min and max.",
+        doc: "With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the \
+             next: ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default \
+             for label images), ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` \
+             do not count in mean, min and max.",
+    },
     /// What becomes of OME-Zarr metadata.
     Ome {
         key: "ome",

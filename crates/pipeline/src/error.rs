@@ -55,6 +55,18 @@ pub enum Error {
         source: Box<zshard_core::Error>,
     },
 
+    /// A region of a pyramid level did not reduce into the level below it.
+    #[error("array {array}: cannot downsample the region {region} of the level above")]
+    Downsample {
+        /// The name of the level being made ([`ArrayJob::name`](crate::ArrayJob::name)).
+        array: String,
+        /// The region of the level above, `start+shape`.
+        region: String,
+        /// Why.
+        #[source]
+        source: Box<zshard_core::Error>,
+    },
+
     /// A fetch, assemble or write thread could not be spawned.
     #[error("cannot start a pipeline thread")]
     SpawnThread {
@@ -91,13 +103,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// What kind of failure this is: `read`, `decode`, `encode`, `write`, `memory`, `cancelled` or
-    /// `system` (threads that could not be started).
+    /// What kind of failure this is: `read`, `decode`, `encode`, `downsample`, `write`, `memory`,
+    /// `cancelled` or `system` (threads that could not be started).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Read { .. } => "read",
             Error::Decode { .. } => "decode",
             Error::Encode { .. } => "encode",
+            Error::Downsample { .. } => "downsample",
             Error::Write { .. } => "write",
             Error::MemoryLimit { .. } => "memory",
             Error::Cancelled => "cancelled",

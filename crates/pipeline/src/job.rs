@@ -25,6 +25,25 @@ pub struct ArrayJob {
     pub reader: Arc<dyn ChunkReader>,
     /// Where finished shards go.
     pub sink: Arc<dyn ShardSink>,
+    /// A pyramid level made from the level above while the run converts it (its reader is never
+    /// asked: no task of the run names this job); `None` for an array read from its source.
+    pub derived: Option<Derived>,
+}
+
+/// How a level of a multiscale pyramid is made from the level above (issue 41): each inner chunk of
+/// the level above, as the run assembles it, is reduced block by block into this level's shards,
+/// and a shard of this level is encoded and written once every block of it is in. No level is read
+/// back from the output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Derived {
+    /// The job (its index in the run's jobs) of the level above.
+    pub from: usize,
+    /// How a block of the level above becomes one element.
+    pub reduction: zshard_core::downsample::Reduction,
+    /// Per dimension: 2 where this level halves the one above, 1 where it keeps its extent.
+    pub factors: Vec<u64>,
+    /// One element's bytes that `mean`, `min` and `max` leave out (the array's `_FillValue`).
+    pub masked: Option<Vec<u8>>,
 }
 
 /// How one array's source chunks become shards: the sizes and types that decide what a run holds in

@@ -34,7 +34,7 @@ pub use budget::{budget, Budget, BudgetRequest, MemoryUse};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use job::{
-    ArrayJob, ArrayLayout, Options, PartOutcome, Progress, ShardOutcome, ShardTask,
+    ArrayJob, ArrayLayout, Derived, Options, PartOutcome, Progress, ShardOutcome, ShardTask,
     DEFAULT_IO_THREADS,
 };
 pub use stages::{planned_reads, run, run_observed};

@@ -153,6 +153,7 @@ fn job_with_source_chunks(
         },
         reader: reader.clone(),
         sink: sink.clone(),
+        derived: None,
     };
     (job, reader, sink)
 }

@@ -36,6 +36,8 @@ enum Kind {
     Strings,
     /// `LEVEL:SHARD[/CHUNK]` strings.
     LevelShapes,
+    /// A number of pyramid levels (at least 1), or `'auto'`.
+    Pyramid,
     /// One of these str (the Python `Literal`).
     Choice(&'static [&'static str]),
     /// One of these ints (the Python `Literal`).
@@ -62,6 +64,8 @@ fn kind(setting: Setting) -> Option<Kind> {
         IndexLocation => Kind::Choice(&["start", "end"]),
         LevelShapes => Kind::LevelShapes,
         Ome => Kind::Choice(&["upgrade", "keep"]),
+        Pyramid => Kind::Pyramid,
+        Downsample => Kind::Choice(&["mean", "mode", "nearest", "min", "max"]),
         SourceFormat => Kind::Choice(&[
             "zarr",
             "kerchunk-json",
@@ -188,6 +192,20 @@ fn check(py: Python<'_>, name: &str, kind: Kind, value: &Bound<'_, PyAny>) -> Py
             let n = integer(py, name, value, "an int")?;
             if n < minimum {
                 return out_of_range(format!("{name} must be at least {minimum}, got {n}"));
+            }
+            Ok(Value::from(n))
+        }
+        Kind::Pyramid => {
+            if let Ok(text) = value.cast::<PyString>() {
+                let text = text.to_str()?;
+                if text != "auto" {
+                    return out_of_range(format!("{name} is an int or 'auto', got '{text}'"));
+                }
+                return Ok(Value::String(text.to_string()));
+            }
+            let n = integer(py, name, value, "an int or 'auto'")?;
+            if n < 1 {
+                return out_of_range(format!("{name} must be at least 1, got {n}"));
             }
             Ok(Value::from(n))
         }

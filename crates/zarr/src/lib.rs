@@ -44,4 +44,4 @@ pub use v3::{
     check_parse_cost, json_values, parse_node as parse_v3_node,
     parse_node_within as parse_v3_node_within, ParsedNode, PARSED_BYTES_PER_VALUE,
 };
-pub use xarray::{xarray_v3_fill_value, XarrayFill};
+pub use xarray::{xarray_mask, xarray_v3_fill_value, XarrayFill};

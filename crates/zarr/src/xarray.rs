@@ -126,10 +126,54 @@ fn base64_f64(value: f64) -> Value {
     Value::String(base64::engine::general_purpose::STANDARD.encode(value.to_le_bytes()))
 }
 
+/// The element xarray masks in a Zarr v3 array with `attributes`, as one element's little-endian
+/// bytes of `data_type`: its `_FillValue` attribute decoded as xarray's `FillValueCoder` writes it
+/// (integers and booleans as JSON, floats as base64 of a little-endian f64). `None` without one, or
+/// for one that does not decode (xarray would fail on it).
+pub fn xarray_mask(attributes: &Map<String, Value>, data_type: DataType) -> Option<FillValue> {
+    let attribute = attributes.get("_FillValue")?;
+    match (attribute, data_type) {
+        (Value::String(text), DataType::Float16 | DataType::Float32 | DataType::Float64) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()?;
+            let value = f64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+            Some(FillValue::from_bytes(match data_type {
+                DataType::Float16 => half::f16::from_f64(value).to_le_bytes().to_vec(),
+                DataType::Float32 => (value as f32).to_le_bytes().to_vec(),
+                _ => value.to_le_bytes().to_vec(),
+            }))
+        }
+        (Value::Number(_) | Value::Bool(_), _) => {
+            FillValue::from_v3_json(attribute, data_type).ok()
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn masks_decode_what_the_coder_writes() {
+        for (fill, data_type) in [
+            (json!(-9999.0), DataType::Float32),
+            (json!(-32768), DataType::Int16),
+            (json!(7), DataType::UInt16),
+        ] {
+            let mut attributes = Map::new();
+            let XarrayFill::Attribute(value) = xarray_v3_fill_value(&fill, &attributes, data_type)
+            else {
+                panic!("{fill} masks");
+            };
+            attributes.insert("_FillValue".into(), value);
+            let expected = FillValue::from_v2_json(&fill, data_type).expect("valid");
+            assert_eq!(xarray_mask(&attributes, data_type), Some(expected));
+        }
+        assert_eq!(xarray_mask(&Map::new(), DataType::Float32), None);
+    }
     use zshard_core::TimeUnit;
 
     fn attrs(value: Value) -> Map<String, Value> {

@@ -173,6 +173,10 @@ fn level_shapes(s: &str) -> Result<(usize, LevelShapes), String> {
     zshard_convert::options::parse_level_shapes(s).map_err(|e| zshard_convert::one_line(&e))
 }
 
+fn pyramid(s: &str) -> Result<zshard_convert::PyramidLevels, String> {
+    s.parse().map_err(|e| zshard_convert::one_line(&e))
+}
+
 fn index_location(s: &str) -> Result<IndexLocation, String> {
     IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
 }
@@ -209,6 +213,10 @@ pub struct LayoutArgs {
     pub(crate) level_shapes: Vec<(usize, LevelShapes)>,
     #[arg(long)]
     pub(crate) ome: Option<OmeMetadata>,
+    #[arg(long, value_parser = pyramid)]
+    pub(crate) pyramid: Option<zshard_convert::PyramidLevels>,
+    #[arg(long)]
+    pub(crate) downsample: Option<zshard_convert::Reduction>,
     #[command(flatten)]
     pub(crate) source: SourceArgs,
     #[command(flatten)]

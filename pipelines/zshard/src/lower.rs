@@ -107,6 +107,8 @@ pub(crate) fn conversion(args: &LayoutArgs, dst: &str, first: &mut First) -> Opt
         level_shapes: args.level_shapes.iter().cloned().collect(),
         consolidate: args.no_consolidate.then_some(false),
         ome: args.ome,
+        pyramid: args.pyramid,
+        downsample: args.downsample,
         input: source(&args.source, first),
         storage: storage(&args.storage),
         output: output(&args.output),
@@ -138,6 +140,8 @@ pub(crate) fn given_beside_job(args: &LayoutArgs) -> Vec<Setting> {
     given.extend(args.chunk_shape.is_some().then_some(Setting::ChunkShape));
     given.extend(options.consolidate.map(|_| Setting::Consolidate));
     given.extend(options.ome.map(|_| Setting::Ome));
+    given.extend(options.pyramid.map(|_| Setting::Pyramid));
+    given.extend(options.downsample.map(|_| Setting::Downsample));
     given.extend((!options.level_shapes.is_empty()).then_some(Setting::LevelShapes));
     given.sort();
     given.dedup();
@@ -296,6 +300,16 @@ mod tests {
                 &["--no-consolidate"],
             ),
             (Setting::Ome, "ome = \"keep\"", &["--ome", "keep"]),
+            (
+                Setting::Pyramid,
+                "pyramid = \"auto\"",
+                &["--pyramid", "auto"],
+            ),
+            (
+                Setting::Downsample,
+                "pyramid = 3\ndownsample = \"max\"",
+                &["--pyramid", "3", "--downsample", "max"],
+            ),
             (
                 Setting::SourceFormat,
                 "source_format = \"kerchunk-json\"",

@@ -500,19 +500,27 @@ fn arrays_text(
                 u("source_chunks")
             )
         };
-        writeln!(
-            out,
-            "  source chunks  {chunks}{}: {}",
-            if a["source_shard_shape"].is_array() {
-                format!(
-                    " (inner chunks of shards of {}, read one by one)",
-                    shape("source_shard_shape")
-                )
-            } else {
-                String::new()
-            },
-            codecs("source_codecs")
-        )?;
+        if let Some(above) = a["made_from"]["path"].as_str() {
+            let how = a["made_from"]["downsample"].as_str().unwrap_or_default();
+            writeln!(
+                out,
+                "  made from      level {above:?}: the {how} of each block of 2 along the spatial axes (no source chunk read)"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "  source chunks  {chunks}{}: {}",
+                if a["source_shard_shape"].is_array() {
+                    format!(
+                        " (inner chunks of shards of {}, read one by one)",
+                        shape("source_shard_shape")
+                    )
+                } else {
+                    String::new()
+                },
+                codecs("source_codecs")
+            )?;
+        }
         writeln!(
             out,
             "  output         {} shard(s) of {}, {} inner chunk(s) of {} per shard, index at the {}",

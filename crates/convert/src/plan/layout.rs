@@ -174,6 +174,8 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// Arrays left out because zshard does not read them (`--on-unsupported skip`).
     pub skipped: Vec<SkippedArray>,
+    /// The pyramid this conversion makes from its source (`--pyramid`), if any.
+    pub(crate) pyramid: Option<crate::plan::pyramid::Made>,
 }
 
 impl Plan {
@@ -303,6 +305,7 @@ impl Plan {
             files: Vec::new(),
             warnings: Vec::new(),
             skipped,
+            pyramid: None,
         })
     }
 
@@ -317,16 +320,48 @@ impl Plan {
             .iter()
             .map(|a| {
                 let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
+                let (reader, derived) = self.reader(source, a);
                 ArrayJob {
                     name: array_name(&source.url(), &a.path),
                     layout: a.layout(),
                     source_chain: a.job_parts.0.clone(),
                     inner_chain: Some(a.job_parts.1.clone()),
-                    reader: source.reader(&a.path, &a.source),
+                    reader,
                     sink: Arc::new(writer),
+                    derived,
                 }
             })
             .collect()
+    }
+
+    /// Where the array's chunks come from: its source's reader, or, for a level of a pyramid this
+    /// conversion makes, the level above (and a reader that is never asked).
+    fn reader(
+        &self,
+        source: &Input,
+        array: &PlannedArray,
+    ) -> (
+        Arc<dyn zshard_core::ChunkReader>,
+        Option<zshard_pipeline::Derived>,
+    ) {
+        let Some(made) = &self.pyramid else {
+            return (source.reader(&array.path, &array.source), None);
+        };
+        match made.levels.iter().position(|l| *l == array.path) {
+            Some(0) => (source.reader(&made.source_path, &array.source), None),
+            Some(level) => {
+                let above = &made.levels[level - 1];
+                let from = self.arrays.iter().position(|a| &a.path == above);
+                let derived = from.map(|from| zshard_pipeline::Derived {
+                    from,
+                    reduction: made.reduction,
+                    factors: made.factors.clone(),
+                    masked: made.masked.clone(),
+                });
+                (Arc::new(MadeFromAbove), derived)
+            }
+            None => (source.reader(&array.path, &array.source), None),
+        }
     }
 }
 
@@ -354,16 +389,62 @@ impl Plan {
     pub(crate) fn read_jobs(&self, source: &Input) -> Vec<ArrayJob> {
         self.arrays
             .iter()
-            .map(|a| ArrayJob {
-                name: array_name(&source.url(), &a.path),
-                layout: a.layout(),
-                source_chain: a.job_parts.0.clone(),
-                inner_chain: Some(a.job_parts.1.clone()),
-                reader: source.reader(&a.path, &a.source),
-                sink: Arc::new(NoSink),
+            .map(|a| {
+                let (reader, derived) = self.reader(source, a);
+                ArrayJob {
+                    name: array_name(&source.url(), &a.path),
+                    layout: a.layout(),
+                    source_chain: a.job_parts.0.clone(),
+                    inner_chain: Some(a.job_parts.1.clone()),
+                    reader,
+                    sink: Arc::new(NoSink),
+                    derived,
+                }
             })
             .collect()
     }
+}
+
+/// The reader of a pyramid level made from the level above: no task of a run names it, so it is
+/// never asked for a chunk; it names no versions, so a pyramid's records say nothing of what its
+/// shards were made from, and its reads cannot be planned.
+#[derive(Debug)]
+struct MadeFromAbove;
+
+impl zshard_core::ChunkReader for MadeFromAbove {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        format!("{coord:?} (made from the level above)")
+    }
+
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        _max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<bytes::Bytes>>> {
+        coords
+            .iter()
+            .map(|_| {
+                Err(zshard_core::Error::InvalidGeometry {
+                    reason: "a pyramid level is made from the level above, never read".into(),
+                })
+            })
+            .collect()
+    }
+
+    fn planned_reads(
+        &self,
+        _coords: &[Vec<u64>],
+        _max_len: u64,
+    ) -> Option<zshard_core::PlannedReads> {
+        None
+    }
+}
+
+/// The inner chunk shape of level 0 of a pyramid made from the array `meta` (`--pyramid`):
+/// `--level-shapes` for level 0, else the default layout's, else the source's.
+pub(crate) fn first_level_inner(layouts: &Layouts, meta: &ArrayMeta) -> Result<Vec<u64>> {
+    let layout = level_layout(layouts, "0", 0);
+    inner_shape_of(layout.chunk_shape.as_ref(), meta)
 }
 
 /// The inner chunk shape of an already sharded source, which is the natural default for the output.

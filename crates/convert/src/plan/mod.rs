@@ -8,6 +8,7 @@ pub(crate) mod input;
 mod layout;
 pub(crate) mod listing;
 pub(crate) mod plan_report;
+pub(crate) mod pyramid;
 pub(crate) mod selection;
 pub(crate) mod shape;
 

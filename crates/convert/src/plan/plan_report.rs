@@ -157,7 +157,10 @@ impl Cost {
         for (i, a) in plan.arrays.iter().enumerate() {
             let size = a.output.data_type.size() as u64;
             let raw = product(&a.source.shape) * size;
+            let made = plan.made_from_above(&a.path).is_some();
             match reads.get(i).copied().flatten() {
+                // A pyramid level made from the level above reads nothing.
+                _ if made => {}
                 Some(reads) => {
                     cost.get_requests += reads.requests;
                     cost.get_bytes += reads.bytes;
@@ -255,10 +258,14 @@ impl PlanReport {
     /// Each array of the plan as its JSON document in [`PlanReport::to_json`]'s `arrays`, made one
     /// at a time (a plan of 30,000 arrays as one JSON value took hundreds of MB; issue 31).
     pub fn array_docs(&self) -> impl Iterator<Item = Value> + '_ {
-        self.plan
-            .arrays
-            .iter()
-            .map(|a| describe(a, &array_name(&self.source, &a.path), &self.budget))
+        self.plan.arrays.iter().map(|a| {
+            describe(
+                a,
+                &array_name(&self.source, &a.path),
+                &self.budget,
+                &self.plan,
+            )
+        })
     }
 
     /// The `totals` of [`PlanReport::to_json`], summed array by array.
@@ -315,11 +322,15 @@ impl PlanReport {
     }
 }
 
-fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
+fn describe(a: &PlannedArray, name: &str, budget: &Budget, plan: &Plan) -> Value {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
     let layout = a.layout();
+    let made = plan.made_from_above(&a.path);
     json!({
+        // A level of a pyramid this conversion makes (`--pyramid`) from the level above, read from
+        // no source chunk; `null` for an array read from its source.
+        "made_from": made.map(|(above, reduction)| json!({"path": above, "downsample": reduction.name()})),
         "path": a.path,
         "name": name,
         "shape": a.source.shape,
@@ -338,10 +349,10 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         })),
         // An already sharded source is read by inner chunk: these are its inner chunks.
         "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
-        "source_chunks": product(&a.source.rectilinear.as_ref().map_or_else(
+        "source_chunks": if made.is_some() { 0 } else { product(&a.source.rectilinear.as_ref().map_or_else(
             || grid_shape(&a.source.shape, &a.source.chunk_shape),
             |grid| grid.grid_shape()
-        )),
+        )) },
         "source_codecs": a.source.codecs,
         // Names of the dimensions (null when the source gives none), which shapes by name refer to.
         "dimension_names": a.output.dimension_names,
@@ -358,7 +369,7 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget) -> Value {
         "compressor_fallback": a.compressor_fallback,
         // Compressed sizes depend on the data, which plan never reads: these are raw sizes, an upper
         // bound on the data read and, for compressing codecs, on the data written.
-        "estimated_bytes_in": raw,
+        "estimated_bytes_in": if made.is_some() { 0 } else { raw },
         "estimated_bytes_out": raw,
         "parts_per_shard": budget.parts_per_shard(&layout),
         // Whether a source chunk under several parts of a shard is read once (kept between them).

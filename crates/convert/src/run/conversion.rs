@@ -62,6 +62,8 @@ pub struct Conversion {
     pub consolidate: bool,
     /// What becomes of OME-Zarr metadata: by default a 0.4 hierarchy is written as 0.5.
     pub ome: zshard_zarr::ome::OmeMetadata,
+    /// Make an OME-Zarr multiscale pyramid of the source array (see `plan/pyramid.rs`).
+    pub pyramid: Option<crate::PyramidOptions>,
     /// How long this run's lease on the destination stays fresh without renewal (it is renewed
     /// four times as often): an `--overwrite` by another run refuses while it is fresh, and takes it
     /// over once it is stale (a run killed with `kill -9`). Default
@@ -114,6 +116,7 @@ impl Conversion {
             cancel: Cancel::new(),
             consolidate: true,
             ome: Default::default(),
+            pyramid: None,
             lease_stale_after: zshard_state::DEFAULT_LEASE_STALE_AFTER,
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
@@ -190,6 +193,16 @@ impl Conversion {
         let input = Input::open(source, &source_options, runtime.clone())?;
         let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
+        let files = input.ome_files(&nodes)?;
+        let (nodes, made) = match &self.pyramid {
+            Some(pyramid) => {
+                self.refuse_with_pyramid()?;
+                let (nodes, made) =
+                    crate::plan::pyramid::make(nodes, pyramid, &self.layouts, &input.url())?;
+                (nodes, Some(made))
+            }
+            None => (nodes, None),
+        };
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
         let arrays = nodes
@@ -209,7 +222,6 @@ impl Conversion {
                 limit,
             });
         }
-        let files = input.ome_files(&nodes)?;
         let url = input.url();
         let settings_warnings = self.settings_warnings(&destination);
         let plan_with = |auto_max_chunks| -> Result<Plan> {
@@ -219,14 +231,22 @@ impl Conversion {
             plan.warnings.extend(settings_warnings.iter().cloned());
             plan.skipped.splice(0..0, skipped.iter().cloned());
             plan.files = files.clone();
+            if let Some(made) = &made {
+                made.apply(&mut plan)?;
+            }
             Ok(plan)
         };
         let mut auto_max_chunks = zshard_core::AUTO_SHARD_MAX_CHUNKS;
         let plan = plan_with(auto_max_chunks)?;
+        let mut source_id = source_id(source);
+        if let Some(made) = &made {
+            // A pyramid made with another reduction is another conversion.
+            source_id.push_str(&format!(" (pyramid, {})", made.reduction));
+        }
         let mut opened = Opened {
             input,
             plan,
-            source_id: source_id(source),
+            source_id,
             runtime,
             destination,
         };
@@ -272,6 +292,30 @@ impl Conversion {
         warnings
     }
 
+    /// Refuses what a pyramid cannot be made with yet: a share of the shards (`--worker`), whose
+    /// lower levels would need blocks from other workers, and an Icechunk output.
+    fn refuse_with_pyramid(&self) -> Result<()> {
+        let refused = if !self.partition.is_all() {
+            Some(format!(
+                "a share of the shards ({})",
+                zshard_core::Setting::Worker
+            ))
+        } else if self.icechunk_output().is_some() {
+            Some("an Icechunk output".to_string())
+        } else {
+            None
+        };
+        match refused {
+            Some(what) => Err(Error::Options {
+                reason: format!(
+                    "{} is not made into {what} yet: convert in one run into a Zarr destination",
+                    zshard_core::Setting::Pyramid
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks everything `convert` checks before writing (the source, the layouts), without reading
     /// a chunk or touching the destination.
     pub fn check(&self) -> Result<()> {
@@ -286,10 +330,12 @@ impl Conversion {
                 &opened.plan.layouts(),
             ),
             // The plan, held for the whole run, and what the source holds.
+            // With a pyramid, also the shards of its lower levels that wait for their blocks.
             resident: opened
                 .input
                 .memory_bytes()
-                .saturating_add(memory::plan_bytes(opened.plan.arrays.len())),
+                .saturating_add(memory::plan_bytes(opened.plan.arrays.len()))
+                .saturating_add(crate::plan::pyramid::pending_bytes(&opened.plan)),
         };
         // A local reference file whose targets are remote reads over the network too.
         let remote = opened.input.reads_remote() || opened.destination.is_remote();
@@ -499,6 +545,7 @@ impl Conversion {
         committed: Option<Committed<'_>>,
     ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
         let (opened, destination, lease) = self.open_leased()?;
+        crate::plan::pyramid::check_finished(&opened.plan, &destination, self.overwrite)?;
         let budget = self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
@@ -602,7 +649,10 @@ impl Conversion {
                 job.sink = options.before(Arc::clone(&job.sink));
             }
         }
-        let work = crate::run::progress::work_of(&jobs, pending(&jobs, partition, done));
+        let work = crate::run::progress::work_of(
+            &jobs,
+            with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
+        );
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(
@@ -619,7 +669,7 @@ impl Conversion {
         let result = self.with_writeback(destination, || {
             zshard_pipeline::run_observed(
                 &jobs,
-                pending(&jobs, partition, done),
+                to_run(&jobs, partition, done),
                 &zshard_pipeline::Options {
                     cancel: self.cancel.clone(),
                     ..budget.options()
@@ -1007,6 +1057,136 @@ fn pending<'a>(
             let owned = partition.owns(global as u64);
             (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
         })
+}
+
+/// The shards this run converts: those of `partition` not `done`, and, in a conversion that makes a
+/// pyramid, also those done whose blocks a shard of a lower level not done yet still needs (the
+/// lower levels are made from level 0 as it is converted, never read back). Shards of the lower
+/// levels are never tasks: the pipeline makes them.
+fn to_run<'a>(
+    jobs: &'a [ArrayJob],
+    partition: Partition,
+    done: &'a [HashSet<u64>],
+) -> impl Iterator<Item = ShardTask> + 'a {
+    ShardTask::all(jobs)
+        .enumerate()
+        .filter_map(move |(global, task)| {
+            let job = &jobs[task.array];
+            if job.derived.is_some() || !partition.owns(global as u64) {
+                return None;
+            }
+            let grid = job.layout.geometry.shard_grid();
+            let undone = !done[task.array].contains(&linear_index(&task.shard, &grid));
+            (undone || feeds_undone(jobs, done, &task)).then_some(task)
+        })
+}
+
+/// `tasks` and the shards of the pyramid levels the pipeline makes from them: those whose every
+/// shard of the level above is a task or made (for the work ahead).
+fn with_made(jobs: &[ArrayJob], tasks: impl Iterator<Item = ShardTask>) -> Vec<ShardTask> {
+    let mut all: Vec<ShardTask> = tasks.collect();
+    if jobs.iter().all(|job| job.derived.is_none()) {
+        return all;
+    }
+    let mut made: Vec<HashSet<u64>> = vec![HashSet::new(); jobs.len()];
+    for task in &all {
+        let grid = jobs[task.array].layout.geometry.shard_grid();
+        made[task.array].insert(linear_index(&task.shard, &grid));
+    }
+    // Levels come after the level above them in the plan.
+    for (index, job) in jobs.iter().enumerate() {
+        let Some(derived) = &job.derived else {
+            continue;
+        };
+        let above = &jobs[derived.from].layout.geometry;
+        let above_grid = above.shard_grid();
+        let geometry = &job.layout.geometry;
+        let grid = geometry.shard_grid();
+        for linear in 0..zshard_core::product(&grid) {
+            let shard = zshard_core::unravel_index(linear, &grid);
+            let Some(region) = geometry
+                .shard_region(&shard)
+                .intersect(&geometry.array_region())
+            else {
+                continue;
+            };
+            let up = zshard_core::Region {
+                start: region
+                    .start
+                    .iter()
+                    .zip(&derived.factors)
+                    .map(|(s, f)| s * f)
+                    .collect(),
+                shape: region
+                    .shape
+                    .iter()
+                    .zip(&derived.factors)
+                    .map(|(n, f)| n * f)
+                    .collect(),
+            };
+            let Some(up) = up.intersect(&above.array_region()) else {
+                continue;
+            };
+            let fed = up
+                .chunks_overlapping(above.shard_shape())
+                .iter()
+                .all(|s| made[derived.from].contains(&linear_index(s, &above_grid)));
+            if fed {
+                made[index].insert(linear);
+                all.push(ShardTask {
+                    array: index,
+                    shard,
+                });
+            }
+        }
+    }
+    all
+}
+
+/// Whether a shard of a level below `task`'s array that `task`'s shard brings blocks to is not done.
+fn feeds_undone(jobs: &[ArrayJob], done: &[HashSet<u64>], task: &ShardTask) -> bool {
+    let geometry = &jobs[task.array].layout.geometry;
+    let Some(mut region) = geometry
+        .shard_region(&task.shard)
+        .intersect(&geometry.array_region())
+    else {
+        return false;
+    };
+    let mut above = task.array;
+    while let Some((below, job)) = jobs
+        .iter()
+        .enumerate()
+        .find(|(_, j)| j.derived.as_ref().is_some_and(|d| d.from == above))
+    {
+        let Some(derived) = &job.derived else {
+            break;
+        };
+        let end: Vec<u64> = region
+            .end()
+            .iter()
+            .zip(&derived.factors)
+            .map(|(e, f)| e.div_ceil(*f))
+            .collect();
+        let start: Vec<u64> = region
+            .start
+            .iter()
+            .zip(&derived.factors)
+            .map(|(s, f)| s / f)
+            .collect();
+        let shape = end.iter().zip(&start).map(|(e, s)| e - s).collect();
+        region = zshard_core::Region { start, shape };
+        let below_geometry = &job.layout.geometry;
+        let grid = below_geometry.shard_grid();
+        let shards = region.chunks_overlapping(below_geometry.shard_shape());
+        if shards
+            .iter()
+            .any(|shard| !done[below].contains(&linear_index(shard, &grid)))
+        {
+            return true;
+        }
+        above = below;
+    }
+    false
 }
 
 /// Ends a conversion whose every shard is done: writes the metadata (see [`write_metadata`], with

@@ -8,6 +8,7 @@ use zshard_core::{copy_region, FillValue, StringHandle};
 
 use super::in_order::InOrder;
 use super::message::{Assembled, Decoded, Msg, ShardKey};
+use super::pyramid::Pyramid;
 use super::{RunArray, RunContext};
 
 /// Assembles the messages of `input` until it closes, the run is cancelled or the encoder has stopped.
@@ -18,6 +19,7 @@ pub(super) fn stage(
 ) {
     let _guard = ctx.cancel_on_panic();
     let mut assembler = Assembler::default();
+    let mut pyramid = Pyramid::new(ctx);
     for msg in input {
         if ctx.is_cancelled() {
             continue;
@@ -25,11 +27,20 @@ pub(super) fn stage(
         let assembled = match msg {
             Ok(decoded) => {
                 let array = ctx.array(decoded.part.task.array);
-                assembler
-                    .accept(array, decoded)
-                    .into_iter()
-                    .map(Ok)
-                    .collect()
+                let mut out = Vec::new();
+                for part in assembler.accept(array, decoded) {
+                    // The levels below are made from the part's inner chunks before they go on.
+                    let below = match pyramid.feeds(part.part.task.array) {
+                        true => pyramid.feed(ctx, &part),
+                        false => Ok(Vec::new()),
+                    };
+                    out.push(Ok(part));
+                    match below {
+                        Ok(below) => out.extend(below.into_iter().map(Ok)),
+                        Err(e) => out.push(Err(e)),
+                    }
+                }
+                out
             }
             Err(e) => vec![Err(e)],
         };

@@ -14,6 +14,7 @@ mod encode;
 mod fetch;
 mod in_order;
 mod message;
+mod pyramid;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};

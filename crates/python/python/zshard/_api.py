@@ -11,9 +11,11 @@ from ._options import (
     IcechunkSpec,
     IndexLocation,
     Location,
+    Downsample,
     OmeMetadata,
     OnUnsupported,
     OutputFormat,
+    Pyramid,
     Shape,
     Size,
     SourceFormat,
@@ -35,6 +37,8 @@ def convert(
     passthrough: bool | None = None,
     level_shapes: Strings | None = None,
     consolidate: bool | None = None,
+    pyramid: Pyramid | None = None,
+    downsample: Downsample | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
@@ -110,6 +114,16 @@ def convert(
     consolidate : bool, optional
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
+    pyramid : int | 'auto', optional
+        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
+        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
+        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
+        from ``level_shapes``, else derived from level 0's).
+    downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
+        With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
+        ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
+        ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
+        max.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -240,6 +254,8 @@ def convert(
             "passthrough": passthrough,
             "level_shapes": level_shapes,
             "consolidate": consolidate,
+            "pyramid": pyramid,
+            "downsample": downsample,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,
@@ -288,6 +304,8 @@ def plan(
     passthrough: bool | None = None,
     level_shapes: Strings | None = None,
     consolidate: bool | None = None,
+    pyramid: Pyramid | None = None,
+    downsample: Downsample | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
@@ -354,6 +372,16 @@ def plan(
     consolidate : bool, optional
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
+    pyramid : int | 'auto', optional
+        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
+        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
+        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
+        from ``level_shapes``, else derived from level 0's).
+    downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
+        With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
+        ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
+        ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
+        max.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -456,6 +484,8 @@ def plan(
             "passthrough": passthrough,
             "level_shapes": level_shapes,
             "consolidate": consolidate,
+            "pyramid": pyramid,
+            "downsample": downsample,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,
@@ -497,6 +527,8 @@ def finalize(
     passthrough: bool | None = None,
     level_shapes: Strings | None = None,
     consolidate: bool | None = None,
+    pyramid: Pyramid | None = None,
+    downsample: Downsample | None = None,
     ome: OmeMetadata | None = None,
     source_format: SourceFormat | None = None,
     ref_root: Location | None = None,
@@ -562,6 +594,16 @@ def finalize(
     consolidate : bool, optional
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
+    pyramid : int | 'auto', optional
+        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
+        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
+        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
+        from ``level_shapes``, else derived from level 0's).
+    downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
+        With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
+        ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
+        ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
+        max.
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
@@ -660,6 +702,8 @@ def finalize(
             "passthrough": passthrough,
             "level_shapes": level_shapes,
             "consolidate": consolidate,
+            "pyramid": pyramid,
+            "downsample": downsample,
             "ome": ome,
             "source_format": source_format,
             "ref_root": ref_root,

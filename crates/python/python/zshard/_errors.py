@@ -68,6 +68,7 @@ _BY_KIND: dict[str, type[ConversionError]] = {
     "read": ChunkError,
     "decode": ChunkError,
     "encode": ChunkError,
+    "downsample": ChunkError,
     "write": ChunkError,
     "memory": MemoryLimitError,
     "cancelled": Cancelled,

@@ -38,6 +38,9 @@ Worker = Union[tuple[int, int], str]
 
 IndexLocation = Literal["start", "end"]
 OmeMetadata = Literal["upgrade", "keep"]
+#: A number of pyramid levels (level 0, the source, included), or ``"auto"``.
+Pyramid = Union[int, Literal["auto"]]
+Downsample = Literal["mean", "mode", "nearest", "min", "max"]
 SourceFormat = Literal["zarr", "kerchunk-json", "kerchunk-parquet", "icechunk", "n5"]
 OnUnsupported = Literal["refuse", "skip"]
 OutputFormat = Literal["zarr", "icechunk"]

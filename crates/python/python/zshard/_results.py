@@ -266,6 +266,10 @@ class PlannedArray:
         Names of the dimensions (``None`` when the source gives none).
     pyramid : PyramidLevel | None
         Its place in a multiscale pyramid.
+    made_from : dict[str, str] | None
+        For a level of a pyramid the conversion makes (``pyramid=``): ``{"path": the level above,
+        "downsample": the reduction}``; it reads no source chunk. ``None`` for an array read from its
+        source.
     inner_chunk_shape : list[int]
         The output's inner chunk shape.
     shard_shape : list[int]
@@ -308,6 +312,7 @@ class PlannedArray:
     source_codecs: list[Any]
     dimension_names: list[str | None] | None
     pyramid: PyramidLevel | None
+    made_from: dict[str, str] | None
     inner_chunk_shape: list[int]
     shard_shape: list[int]
     shards: int

@@ -1,0 +1,609 @@
+//! `convert --pyramid` (issue 41): a single array becomes an OME-Zarr 0.5 multiscale image whose
+//! levels are made in the same pass over the source. Every level is compared with a recomputation
+//! here, from the level above as written (a block's reduction over the elements it has).
+
+mod common;
+
+use std::path::Path;
+
+use common::{read_v3, write_v2, zshard};
+use serde_json::{json, Value};
+use zshard_core::{c_order, linear_index, product, DataType};
+
+/// Writes a Zarr v2 array with dimension names (`_ARRAY_DIMENSIONS`) holding `values` as `dtype`.
+fn source(
+    dir: &Path,
+    dtype: DataType,
+    shape: &[u64],
+    chunks: &[u64],
+    names: &[&str],
+    values: &[f64],
+) {
+    let data: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| match dtype {
+            DataType::UInt8 => vec![v as u8],
+            DataType::UInt16 => (v as u16).to_le_bytes().to_vec(),
+            DataType::Float32 => (v as f32).to_le_bytes().to_vec(),
+            other => panic!("no test values for {other}"),
+        })
+        .collect();
+    write_v2(
+        dir,
+        dtype,
+        shape,
+        chunks,
+        json!({"id": "zstd", "level": 1}),
+        &data,
+    );
+    let attrs = json!({"_ARRAY_DIMENSIONS": names});
+    std::fs::write(dir.join(".zattrs"), attrs.to_string()).expect("write .zattrs");
+}
+
+/// The values of the output array at `dir` as f64, with its shape.
+fn level(dir: &Path) -> (Vec<f64>, Vec<u64>) {
+    let (bytes, doc) = read_v3(dir);
+    let shape: Vec<u64> = serde_json::from_value(doc["shape"].clone()).expect("shape");
+    let values = match doc["data_type"].as_str() {
+        Some("uint8") => bytes.iter().map(|&b| b as f64).collect(),
+        Some("uint16") => bytes
+            .chunks(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as f64)
+            .collect(),
+        Some("float32") => bytes
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+            .collect(),
+        other => panic!("no test reading of {other:?}"),
+    };
+    (values, shape)
+}
+
+/// The level below `values` (of `shape`), by `how` over each block of `factors`, over the elements a
+/// block has; NaN and `masked` take no part in mean, min and max (a block of only those is
+/// `masked`, or NaN). Integers round halves away from zero.
+fn reduce(
+    values: &[f64],
+    shape: &[u64],
+    factors: &[u64],
+    how: &str,
+    masked: Option<f64>,
+    int: bool,
+) -> (Vec<f64>, Vec<u64>) {
+    let out_shape: Vec<u64> = shape
+        .iter()
+        .zip(factors)
+        .map(|(n, f)| n.div_ceil(*f))
+        .collect();
+    let out = c_order(&out_shape)
+        .map(|at| {
+            let block: Vec<f64> = c_order(factors)
+                .filter_map(|offset| {
+                    let coord: Vec<u64> = (0..shape.len())
+                        .map(|d| at[d] * factors[d] + offset[d])
+                        .collect();
+                    coord
+                        .iter()
+                        .zip(shape)
+                        .all(|(c, n)| c < n)
+                        .then(|| values[linear_index(&coord, shape) as usize])
+                })
+                .collect();
+            let kept: Vec<f64> = block
+                .iter()
+                .copied()
+                .filter(|v| !v.is_nan() && Some(*v) != masked)
+                .collect();
+            match how {
+                "nearest" => block[0],
+                "mode" => {
+                    let mut best = block[0];
+                    let mut count = 0;
+                    for v in &block {
+                        let n = block.iter().filter(|w| *w == v).count();
+                        if n > count {
+                            (best, count) = (*v, n);
+                        }
+                    }
+                    best
+                }
+                // Only masked elements: the masked value, or NaN when only NaN.
+                _ if kept.is_empty() => match masked {
+                    Some(m) if block.contains(&m) => m,
+                    _ => f64::NAN,
+                },
+                "min" => kept.iter().copied().fold(f64::INFINITY, f64::min),
+                "max" => kept.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                _ => {
+                    let mean = kept.iter().sum::<f64>() / kept.len() as f64;
+                    if int {
+                        mean.round()
+                    } else {
+                        (mean as f32) as f64
+                    }
+                }
+            }
+        })
+        .collect();
+    (out, out_shape)
+}
+
+/// Converts `src` into `dst` with `args`, checks every level against [`reduce`] of the one above
+/// and returns the group's `multiscales[0]` and every level's shape.
+fn check_pyramid(
+    src: &Path,
+    dst: &Path,
+    args: &[&str],
+    factors: &[u64],
+    how: &str,
+    masked: Option<f64>,
+    int: bool,
+) -> (Value, Vec<Vec<u64>>) {
+    let mut all = vec![
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+    ];
+    all.extend_from_slice(args);
+    let out = zshard(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let group: Value =
+        serde_json::from_slice(&std::fs::read(dst.join("zarr.json")).expect("group zarr.json"))
+            .expect("json");
+    assert_eq!(group["attributes"]["ome"]["version"], "0.5");
+    let multiscale = group["attributes"]["ome"]["multiscales"][0].clone();
+    let datasets = multiscale["datasets"].as_array().expect("datasets").clone();
+    let mut shapes = Vec::new();
+    let (mut above, mut above_shape) = level(&dst.join("0"));
+    shapes.push(above_shape.clone());
+    for (k, dataset) in datasets.iter().enumerate().skip(1) {
+        assert_eq!(dataset["path"], k.to_string());
+        let (expected, expected_shape) = reduce(&above, &above_shape, factors, how, masked, int);
+        let (values, shape) = level(&dst.join(k.to_string()));
+        assert_eq!(shape, expected_shape, "level {k}'s shape");
+        for (i, (v, e)) in values.iter().zip(&expected).enumerate() {
+            assert!(
+                v == e || (v.is_nan() && e.is_nan()),
+                "level {k}, element {i} of {shape:?}: {v}, expected {e}"
+            );
+        }
+        shapes.push(shape);
+        (above, above_shape) = (values, expected_shape);
+    }
+    (multiscale, shapes)
+}
+
+fn ramp(shape: &[u64], f: impl Fn(u64) -> f64) -> Vec<f64> {
+    (0..product(shape)).map(f).collect()
+}
+
+#[test]
+fn a_2d_image_of_odd_size_becomes_a_pyramid_level_by_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    let shape = [100, 77];
+    // Values from 1: 0 is the fill value, which xarray masks in a Zarr v2 array (tested below).
+    let values = ramp(&shape, |i| 1.0 + ((i * 7919) % 60000) as f64);
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        &["y", "x"],
+        &values,
+    );
+    let (multiscale, shapes) = check_pyramid(
+        &src,
+        &dst,
+        &["--pyramid", "auto", "--shard-shape", "32,32"],
+        &[2, 2],
+        "mean",
+        Some(0.0),
+        true,
+    );
+    // auto: until the level fits one 16 x 16 inner chunk.
+    assert_eq!(
+        shapes,
+        [vec![100, 77], vec![50, 39], vec![25, 20], vec![13, 10]]
+    );
+    assert_eq!(
+        multiscale["axes"],
+        json!([{"name": "y", "type": "space"}, {"name": "x", "type": "space"}])
+    );
+    assert_eq!(multiscale["type"], "mean");
+    assert_eq!(
+        multiscale["datasets"][1]["coordinateTransformations"],
+        json!([{"type": "scale", "scale": [2.0, 2.0]}, {"type": "translation", "translation": [0.5, 0.5]}])
+    );
+    // Every level is sharded: shards of the same region of the image, within the level.
+    let zarr = |k: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(dst.join(k).join("zarr.json")).expect("zarr.json"))
+            .expect("json")
+    };
+    assert_eq!(
+        zarr("1")["chunk_grid"]["configuration"]["chunk_shape"],
+        json!([16, 16])
+    );
+    assert_eq!(zarr("1")["codecs"][0]["name"], "sharding_indexed");
+    assert_eq!(zarr("0")["dimension_names"], json!(["y", "x"]));
+}
+
+#[test]
+fn channels_never_shrink_and_z_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shape = [3, 40, 30];
+    let values = ramp(&shape, |i| 1.0 + ((i * 31) % 251) as f64);
+    let src = dir.path().join("cyx");
+    source(
+        &src,
+        DataType::UInt8,
+        &shape,
+        &[1, 8, 8],
+        &["c", "y", "x"],
+        &values,
+    );
+    let (multiscale, shapes) = check_pyramid(
+        &src,
+        &dir.path().join("cyx-out"),
+        &["--pyramid", "3"],
+        &[1, 2, 2],
+        "mean",
+        Some(0.0),
+        true,
+    );
+    assert_eq!(shapes, [vec![3, 40, 30], vec![3, 20, 15], vec![3, 10, 8]]);
+    assert_eq!(
+        multiscale["axes"][0],
+        json!({"name": "c", "type": "channel"})
+    );
+    assert_eq!(
+        multiscale["datasets"][2]["coordinateTransformations"][0]["scale"],
+        json!([1.0, 4.0, 4.0])
+    );
+    let shape = [10, 12, 14];
+    let values = ramp(&shape, |i| 1.0 + ((i * 17) % 97) as f64);
+    let src = dir.path().join("zyx");
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[4, 4, 4],
+        &["z", "y", "x"],
+        &values,
+    );
+    for how in ["max", "min", "nearest"] {
+        let (_, shapes) = check_pyramid(
+            &src,
+            &dir.path().join(format!("zyx-{how}")),
+            &["--pyramid", "3", "--downsample", how],
+            &[2, 2, 2],
+            how,
+            Some(0.0),
+            true,
+        );
+        assert_eq!(shapes, [vec![10, 12, 14], vec![5, 6, 7], vec![3, 3, 4]]);
+    }
+}
+
+#[test]
+fn nan_and_the_fill_value_do_not_pull_the_mean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    let shape = [33, 34];
+    // NaN in every fifth element, the fill value (0, which xarray masks) in every seventh.
+    let values = ramp(&shape, |i| match (i % 5, i % 7) {
+        (0, _) => f64::NAN,
+        (_, 0) => 0.0,
+        _ => (i as f64) * 0.25 - 50.0,
+    });
+    source(
+        &src,
+        DataType::Float32,
+        &shape,
+        &[8, 8],
+        &["y", "x"],
+        &values,
+    );
+    check_pyramid(
+        &src,
+        &dst,
+        &["--pyramid", "4"],
+        &[2, 2],
+        "mean",
+        Some(0.0),
+        false,
+    );
+}
+
+#[test]
+fn labels_reduce_by_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    let shape = [24, 24];
+    // Square labels 1 to 9 of 8 x 8 offset by 3: blocks straddle two, three or four labels.
+    let values = ramp(&shape, |i| {
+        let (y, x) = ((i / 24 + 3) / 8, (i % 24 + 3) / 8);
+        (1 + y * 3 + x) as f64
+    });
+    source(&src, DataType::UInt8, &shape, &[8, 8], &["y", "x"], &values);
+    let (multiscale, _) = check_pyramid(
+        &src,
+        &dst,
+        &["--pyramid", "3", "--downsample", "mode"],
+        &[2, 2],
+        "mode",
+        None,
+        true,
+    );
+    assert_eq!(multiscale["type"], "mode");
+}
+
+#[test]
+fn what_a_pyramid_cannot_be_made_with_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    source(
+        &src,
+        DataType::UInt8,
+        &[16, 16],
+        &[8, 8],
+        &["y", "x"],
+        &ramp(&[16, 16], |i| i as f64),
+    );
+    let unnamed = dir.path().join("unnamed");
+    write_v2(
+        &unnamed,
+        DataType::UInt8,
+        &[16, 16],
+        &[8, 8],
+        json!(null),
+        &[1; 256],
+    );
+    let odd = dir.path().join("odd");
+    source(
+        &odd,
+        DataType::UInt8,
+        &[20, 20],
+        &[5, 5],
+        &["y", "x"],
+        &ramp(&[20, 20], |i| i as f64),
+    );
+    let cases: &[(&Path, &[&str], &str)] = &[
+        (&src, &["--pyramid", "3", "--worker", "0/2"], "--worker"),
+        (&src, &["--downsample", "max"], "--pyramid"),
+        (&src, &["--pyramid", "0"], "at least 1"),
+        (&unnamed, &["--pyramid", "2"], "x, y or z"),
+        (&odd, &["--pyramid", "2"], "odd along dimension 0"),
+    ];
+    for (i, (source, args, says)) in cases.iter().enumerate() {
+        let dst = dir.path().join(format!("dst{i}"));
+        let mut all = vec![
+            "convert",
+            source.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ];
+        all.extend_from_slice(args);
+        let out = zshard(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!dst.join("zarr.json").exists(), "{args:?} wrote metadata");
+    }
+}
+
+#[test]
+fn kill_then_resume_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    let shape = [2048, 2048];
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[32, 32],
+        &["y", "x"],
+        &ramp(&shape, |i| 1.0 + (i % 65000) as f64),
+    );
+    let command = |dst: &Path| {
+        let mut c = std::process::Command::new(common::binary());
+        c.args([
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ])
+        .args([
+            "--pyramid",
+            "5",
+            "--shard-shape",
+            "128,128",
+            "--chunk-shape",
+            "32,32",
+        ])
+        .args(["--compressor", "gzip:9", "--threads", "1", "--quiet"])
+        // Shards are recorded as done as they are written: a kill finds some done, some not.
+        .args(["--checkpoint-interval", "10ms"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        c
+    };
+    // The kill points are spread over the faster of two uninterrupted runs (the first also pays
+    // for a cold page cache; the other tests of this file run beside them).
+    let reference = dir.path().join("reference");
+    let mut duration = std::time::Duration::MAX;
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(&reference);
+        let started = std::time::Instant::now();
+        let out = command(&reference).output().expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        duration = duration.min(started.elapsed());
+    }
+    let reference = common::files(&reference);
+    let mut interrupted = 0;
+    for point in 0..6u32 {
+        let dst = dir.path().join(format!("run{point}"));
+        let mut child = command(&dst).spawn().expect("spawn");
+        std::thread::sleep(duration.mul_f64(0.05 + 0.12 * f64::from(point)));
+        let killed = child.try_wait().expect("wait").is_none();
+        child.kill().ok(); // SIGKILL
+        child.wait().expect("reap");
+        interrupted += usize::from(killed && !dst.join("zarr.json").exists());
+        let out = command(&dst).output().expect("resume");
+        assert!(
+            out.status.success(),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resumed = common::files(&dst);
+        let missing: Vec<&String> = reference
+            .keys()
+            .filter(|k| !resumed.contains_key(*k))
+            .take(5)
+            .collect();
+        let extra: Vec<&String> = resumed
+            .keys()
+            .filter(|k| !reference.contains_key(*k))
+            .take(5)
+            .collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "point {point}: missing {missing:?}, extra {extra:?}"
+        );
+        assert!(
+            resumed == reference,
+            "point {point}: bytes differ from the uninterrupted run"
+        );
+    }
+    assert!(
+        interrupted >= 3,
+        "only {interrupted} of 6 kills landed mid-run"
+    );
+}
+
+#[test]
+fn a_finished_pyramid_made_otherwise_is_refused_and_the_same_is_complete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    source(
+        &src,
+        DataType::UInt8,
+        &[32, 32],
+        &[8, 8],
+        &["y", "x"],
+        &ramp(&[32, 32], |i| 1.0 + (i % 200) as f64),
+    );
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+        ];
+        all.extend_from_slice(args);
+        zshard(&all)
+    };
+    let out = run(&["--pyramid", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = common::files(&dst);
+    let out = run(&["--pyramid", "3"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already complete"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for other in [
+        &["--pyramid", "2"][..],
+        &["--pyramid", "3", "--downsample", "max"],
+    ] {
+        let out = run(other);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("--overwrite"),
+            "{other:?}: {stderr}"
+        );
+        assert!(
+            common::files(&dst) == before,
+            "{other:?} changed the output"
+        );
+    }
+    let out = run(&["--pyramid", "2", "--overwrite"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dst.join("2").exists(),
+        "the level that --pyramid 2 does not make is gone"
+    );
+}
+
+#[test]
+fn an_ome_zarr_image_of_one_level_gets_its_levels() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("image.ome.zarr"), dir.path().join("dst"));
+    let shape = [2, 30, 21];
+    // Zeros are pixels here: an image's fill value masks nothing.
+    let values = ramp(&shape, |i| ((i * 37) % 300) as f64);
+    source(
+        &src.join("0"),
+        DataType::UInt16,
+        &shape,
+        &[1, 8, 8],
+        &["c", "y", "x"],
+        &values,
+    );
+    std::fs::remove_file(src.join("0").join(".zattrs"))
+        .expect("no dimension names: the axes name them");
+    std::fs::write(src.join(".zgroup"), r#"{"zarr_format": 2}"#).expect("write .zgroup");
+    let attrs = json!({
+        "multiscales": [{
+            "version": "0.4",
+            "name": "cells",
+            "axes": [
+                {"name": "c", "type": "channel"},
+                {"name": "y", "type": "space", "unit": "micrometer"},
+                {"name": "x", "type": "space", "unit": "micrometer"},
+            ],
+            "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.5, 0.5]}]}],
+        }],
+        "omero": {"channels": [{"label": "DAPI"}, {"label": "GFP"}]},
+    });
+    std::fs::write(src.join(".zattrs"), attrs.to_string()).expect("write .zattrs");
+    let (multiscale, shapes) = check_pyramid(
+        &src,
+        &dst,
+        &["--pyramid", "3"],
+        &[1, 2, 2],
+        "mean",
+        None,
+        true,
+    );
+    assert_eq!(shapes, [vec![2, 30, 21], vec![2, 15, 11], vec![2, 8, 6]]);
+    assert_eq!(multiscale["name"], "cells");
+    assert_eq!(
+        multiscale["axes"][1],
+        json!({"name": "y", "type": "space", "unit": "micrometer"})
+    );
+    assert_eq!(
+        multiscale["datasets"][1]["coordinateTransformations"],
+        json!([{"type": "scale", "scale": [1.0, 1.0, 1.0]}, {"type": "translation", "translation": [0.0, 0.25, 0.25]}])
+    );
+    let group: Value =
+        serde_json::from_slice(&std::fs::read(dst.join("zarr.json")).expect("zarr.json"))
+            .expect("json");
+    assert_eq!(
+        group["attributes"]["ome"]["omero"]["channels"][1]["label"],
+        "GFP"
+    );
+}
