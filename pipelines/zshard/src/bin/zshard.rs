@@ -13,10 +13,11 @@ fn main() -> std::process::ExitCode {
 /// trims the heap as soon as 128 KiB-4 MiB lie free at its top), so each buffer is fresh memory: the
 /// kernel faults in and zeroes every page again, and `munmap` tears it down. On a rechunk (W3-like,
 /// 640²×512 u16) that was 190,000-275,000 page faults a run and 0.3-0.4 s of system time in about
-/// 1.9 s of CPU. Serving them from the heap and keeping freed memory (up to the thresholds below)
-/// lets the next buffer reuse pages already mapped: 50,000 faults and about 0.15 s of system time
-/// (docs/benchmarks.md, issue 43). The peak RSS stays the peak of live buffers, which the memory
-/// budget bounds; only memory freed after the peak is kept until the process exits.
+/// 2.1 s of CPU. Serving them from the heap and keeping freed memory (up to the thresholds below)
+/// lets the next buffer reuse pages already mapped: 53,000 faults and 0.16 s of system time
+/// (docs/benchmarks.md, issue 43). The cost is memory held after it is freed: peak RSS 5-20 % higher
+/// on the rechunks measured (W6-like at 1024²×512 under `--memory-limit 512MiB`: 284 → 319 MiB),
+/// within the budget's margin for allocator slack.
 ///
 /// Only this binary sets it: the Python package's `zshard` command runs inside the interpreter,
 /// whose allocator is not ours to tune.
