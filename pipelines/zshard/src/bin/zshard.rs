@@ -14,10 +14,10 @@ fn main() -> std::process::ExitCode {
 /// kernel faults in and zeroes every page again, and `munmap` tears it down. On a rechunk (W3-like,
 /// 640²×512 u16) that was 190,000-275,000 page faults a run and 0.3-0.4 s of system time in about
 /// 2.1 s of CPU. Serving them from the heap and keeping freed memory (up to the thresholds below)
-/// lets the next buffer reuse pages already mapped: 53,000 faults and 0.16 s of system time
-/// (docs/benchmarks.md, issue 43). The cost is memory held after it is freed: peak RSS 5-20 % higher
-/// on the rechunks measured (W6-like at 1024²×512 under `--memory-limit 512MiB`: 284 → 319 MiB),
-/// within the budget's margin for allocator slack.
+/// lets the next buffer reuse pages already mapped: 43,000 faults and 0.23 s of system time (0.51 s before)
+/// (docs/benchmarks.md, issue 43). Memory freed is held for reuse instead: peak RSS moved by -17 % to
+/// +20 % on the rechunks measured (W3 at full size 205 → 246 MiB, W6 at full size under
+/// `--memory-limit 512MiB` 354 → 303 MiB).
 ///
 /// Only this binary sets it: the Python package's `zshard` command runs inside the interpreter,
 /// whose allocator is not ours to tune.
