@@ -14,9 +14,9 @@ fn main() -> std::process::ExitCode {
 /// kernel faults in and zeroes every page again, and `munmap` tears it down. On a rechunk (W3-like,
 /// 640²×512 u16) that was 190,000-275,000 page faults a run and 0.3-0.4 s of system time in about
 /// 2.1 s of CPU. Serving them from the heap and keeping freed memory (up to the thresholds below)
-/// lets the next buffer reuse pages already mapped: 43,000 faults and 0.23 s of system time (0.51 s before)
-/// (docs/benchmarks.md, issue 43). Memory freed is held for reuse instead: peak RSS moved by -17 % to
-/// +20 % on the rechunks measured (W3 at full size 205 → 246 MiB, W6 at full size under
+/// lets the next buffer reuse pages already mapped: 43,000 faults and 0.23 s of system time (0.51 s
+/// before; docs/benchmarks.md, issue 43). Memory freed is held for reuse instead: peak RSS moved by
+/// -17 % to +20 % on the rechunks measured (W3 at full size 205 → 246 MiB, W6 at full size under
 /// `--memory-limit 512MiB` 354 → 303 MiB).
 ///
 /// Only this binary sets it: the Python package's `zshard` command runs inside the interpreter,
