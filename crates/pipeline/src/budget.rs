@@ -3,7 +3,8 @@
 //! The stages pass messages of one shard part each (see [`Options::part_bytes`]): a part's raw inner
 //! chunks, and the decoded source chunks it needs. The pipeline holds a bounded number of messages
 //! (its window of messages in flight), so the peak is that number times the biggest message, plus the
-//! source chunks that open shards keep between their parts, plus a fixed base. Under a limit the part
+//! source chunks that open shards keep between their parts and one shard hands to the next, plus a
+//! fixed base. Under a limit the part
 //! size shrinks first (down to one inner chunk), then the thread count.
 //!
 //! The model works on [`ArrayLayout`]s alone, the part of an [`ArrayJob`](crate::ArrayJob) that
@@ -367,10 +368,17 @@ fn estimate(
     // The parts in flight are consecutive, so they span this many shards, each with its kept chunks
     // and, when it comes in several parts, its index entries.
     let open_shards = |a: &ArrayLayout| in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
+    // The assembler starts a shard once the shard before it (of its array) is complete, so two faces of
+    // source chunks at most are held for handing over: the one the open shard was handed, and the
+    // one it gathers for the next.
     let kept = arrays
         .iter()
         .filter(|_| keep)
-        .map(|a| kept_bytes(a, part_bytes).saturating_mul(open_shards(a)))
+        .map(|a| {
+            kept_bytes(a, part_bytes)
+                .saturating_mul(open_shards(a))
+                .saturating_add(handed_bytes(a).saturating_mul(2))
+        })
         .max()
         .unwrap_or(0);
     let (index, open) = arrays
@@ -496,6 +504,26 @@ fn kept_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
     let slab = split.slab_shape(&array.geometry);
     array_footprint(array, &slab)
         .0
+        .saturating_mul(array.element_size() as u64)
+}
+
+/// Decoded bytes of the source chunks that a shard of `array` hands to the next one (see
+/// [`Options::keep_source_chunks`]): those straddling their common boundary, at most one face of the
+/// shard deep in source chunks.
+fn handed_bytes(array: &ArrayLayout) -> u64 {
+    if !array.can_hand_over_source_chunks() {
+        return 0;
+    }
+    let shard = array.geometry.shard_shape();
+    (0..shard.len())
+        .filter(|&d| array.source_chunks_straddle_shards(d))
+        .map(|d| {
+            let mut face = shard.to_vec();
+            face[d] = 1;
+            array_footprint(array, &face).0
+        })
+        .max()
+        .unwrap_or(0)
         .saturating_mul(array.element_size() as u64)
 }
 

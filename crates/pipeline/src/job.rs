@@ -131,6 +131,25 @@ impl ArrayLayout {
     pub(crate) fn can_keep_source_chunks(&self) -> bool {
         !self.passthrough && !self.source_repr.data_type.is_variable()
     }
+
+    /// Whether a source chunk can meet two shards across dimension `d`: always on a rectilinear
+    /// grid, and on a regular one unless its chunks tile the shards along `d`.
+    pub(crate) fn source_chunks_straddle_shards(&self, d: usize) -> bool {
+        let shard = self.geometry.shard_shape();
+        let tiles = self.source_grid.is_none()
+            && match (shard.get(d), self.source_repr.shape.get(d)) {
+                (Some(&s), Some(&c)) => c > 0 && s % c == 0,
+                _ => false,
+            };
+        !tiles
+    }
+
+    /// Whether consecutive shards can share source chunks, for [`Options::keep_source_chunks`] to
+    /// hand them over.
+    pub(crate) fn can_hand_over_source_chunks(&self) -> bool {
+        self.can_keep_source_chunks()
+            && (0..self.geometry.shard_shape().len()).any(|d| self.source_chunks_straddle_shards(d))
+    }
 }
 
 /// One unit of work: a shard of one of the jobs.
@@ -170,8 +189,11 @@ pub struct Options {
     /// own and are streamed to the sink in order, so memory does not grow with the shard size.
     pub part_bytes: u64,
     /// Whether a shard keeps the decoded source chunks that several of its parts need, so that each
-    /// is read and decoded once per shard. It costs the memory of about one slab of source chunks
-    /// across the shard (see `ShardSplit::slab_shape`); without it, such chunks are read for each part.
+    /// is read and decoded once per shard, and hands the ones the next shard of its array in the
+    /// run's order needs too to that shard, so that a source chunk straddling two consecutive shards
+    /// is read and decoded once. It costs the memory of about one slab of source chunks across the
+    /// shard (see `ShardSplit::slab_shape`) and one face of them between shards; without it, such
+    /// chunks are read for each part and each shard.
     pub keep_source_chunks: bool,
     /// Stops the run from outside (see [`Cancel`]); a new handle by default.
     pub cancel: Cancel,
@@ -208,7 +230,8 @@ pub struct ShardOutcome {
     /// Encoded bytes of the source chunks read for the shard (missing chunks count nothing).
     pub bytes_read: u64,
     /// Source chunk reads for the shard, missing ones included; a chunk needed by several parts counts
-    /// once per read, so once per shard only with [`Options::keep_source_chunks`].
+    /// once per read, so once per shard only with [`Options::keep_source_chunks`], with which a
+    /// chunk that the shard before it in the run (of the same array) read is not read again.
     pub chunks_read: u64,
     /// Source chunks that did not exist (they read as the fill value).
     pub chunks_missing: u64,

@@ -110,6 +110,15 @@ fn job_with_source_chunks(
     chunk: [u64; 2],
     fail_at: Option<Vec<u64>>,
 ) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
+    job_with_shape([rows, 8], chunk, fail_at)
+}
+
+/// `job_with_source_chunks` for an array of `shape` (`value(r, c)` at row r, column c).
+fn job_with_shape(
+    shape: [u64; 2],
+    chunk: [u64; 2],
+    fail_at: Option<Vec<u64>>,
+) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
     let codecs: Vec<CodecSpec> = serde_json::from_value(json!([
         {"name": "bytes", "configuration": {"endian": "little"}},
         {"name": "zstd", "configuration": {"level": 1}}
@@ -118,7 +127,7 @@ fn job_with_source_chunks(
     let source = repr(&chunk);
     let chain = build_chain(&codecs, &source).expect("chain");
     let mut chunks = HashMap::new();
-    for coord in c_order(&grid_shape(&[rows, 8], &chunk)) {
+    for coord in c_order(&grid_shape(&shape, &chunk)) {
         let raw: Vec<u8> = (0..chunk[0])
             .flat_map(|r| (0..chunk[1]).map(move |c| (r, c)))
             .flat_map(|(r, c)| {
@@ -145,7 +154,7 @@ fn job_with_source_chunks(
         source_chain: chain.clone(),
         inner_chain: Some(build_chain(&codecs, &inner).expect("chain")),
         layout: ArrayLayout {
-            geometry: ShardGeometry::new(&[rows, 8], &[8, 8], &[2, 4]).expect("geometry"),
+            geometry: ShardGeometry::new(&shape, &[8, 8], &[2, 4]).expect("geometry"),
             source_repr: source,
             source_grid: None,
             inner_repr: inner,
@@ -198,7 +207,7 @@ fn assert_values(job: &ArrayJob, shards: &HashMap<Vec<u64>, Vec<Option<Bytes>>>,
                     let got = u16::from_le_bytes([raw[at], raw[at + 1]]);
                     let row = first_row + r;
                     let expected = if row < rows {
-                        value(row, ic * 4 + c)
+                        value(row, shard[1] * 8 + ic * 4 + c)
                     } else {
                         0
                     };
@@ -374,10 +383,7 @@ fn straddling_source_chunks_are_read_once_per_shard_and_shared_by_its_parts() {
                 let case = format!("part_bytes {part_bytes}, {threads} threads, keep {keep}");
                 assert_eq!(shards, expected, "{case}");
                 if keep {
-                    assert_eq!(
-                        stats.chunks_read, whole.chunks_read,
-                        "{case}: once per shard"
-                    );
+                    assert_eq!(stats.chunks_read, whole.chunks_read, "{case}: once per run");
                 } else {
                     assert!(
                         stats.chunks_read > whole.chunks_read,
@@ -387,8 +393,58 @@ fn straddling_source_chunks_are_read_once_per_shard_and_shared_by_its_parts() {
             }
         }
     }
-    // Shard rows 0..8, 8..16, 16..21 meet source chunk rows 0..3, 2..6, 5..7 (of 3 columns each).
-    assert_eq!(whole.chunks_read, (3 + 4 + 2) * 3);
+    // Shard rows 0..8, 8..16, 16..21 meet source chunk rows 0..3, 2..6, 5..7 (of 3 columns each);
+    // chunk rows 2 and 5, which straddle two shards, are read for the first of them and handed to
+    // the next (issue 43: they were read for each).
+    assert_eq!(whole.chunks_read, (3 + 3 + 1) * 3);
+}
+
+#[test]
+fn source_chunks_straddling_consecutive_shards_are_read_once_and_handed_over() {
+    // A 16x16 array of 3x3 source chunks (6x6 of them) in 8x8 shards: chunk row 2 and chunk column
+    // 2 straddle the shard boundaries. Shards go in C order, (0,0) (0,1) (1,0) (1,1), and each
+    // consecutive pair shares the chunks of its common boundary: column 2 of rows 0..3 for
+    // (0,0)-(0,1), chunk (2,2) for (0,1)-(1,0) (they meet at a corner), column 2 of rows 2..6 for
+    // (1,0)-(1,1). Cut into parts (slabs of rows), shard (0,0) needs chunk (0,2) in its first
+    // parts only: it must still keep it for (0,1).
+    let shape = [16, 16];
+    let (whole, expected, outcomes) =
+        run_job_in_parts(job_with_shape(shape, [3, 3], None), 2, 1 << 20, true);
+    let whole = whole.expect("run");
+    assert_eq!(expected.len(), 4);
+    let (job, _, _) = job_with_shape(shape, [3, 3], None);
+    assert_values(&job, &expected, 16);
+    let reads = |shard: [u64; 2]| {
+        outcomes
+            .iter()
+            .find(|o| o.task.shard == shard)
+            .map(|o| o.chunks_read)
+    };
+    // Read for each shard: 3x3, then 3x4 less the 3 handed over, 4x3 less 1, 4x4 less 4.
+    assert_eq!(
+        [reads([0, 0]), reads([0, 1]), reads([1, 0]), reads([1, 1])],
+        [Some(9), Some(9), Some(11), Some(12)]
+    );
+    assert_eq!(whole.chunks_read, 41);
+    for part_bytes in [16, 32, 48, 64] {
+        for threads in [1, 3] {
+            for keep in [true, false] {
+                let job = job_with_shape(shape, [3, 3], None);
+                let (stats, shards, _) = run_job_in_parts(job, threads, part_bytes, keep);
+                let stats = stats.expect("run");
+                let case = format!("part_bytes {part_bytes}, {threads} threads, keep {keep}");
+                assert_eq!(shards, expected, "{case}");
+                // Without keeping, each shard reads every chunk it meets: 9 + 12 + 12 + 16 at
+                // least (more when parts share chunks).
+                let least = if keep { 41 } else { 49 };
+                if keep {
+                    assert_eq!(stats.chunks_read, least, "{case}");
+                } else {
+                    assert!(stats.chunks_read >= least, "{case}");
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -528,8 +584,9 @@ fn rectilinear_source_chunks_land_in_the_right_inner_chunks() {
     let (job, _, _) = rectilinear_job();
     assert_values(&job, &expected, rows);
     // Source chunk rows span 0..3, 3..4, 4..9, 9..16 and 16..22: shard rows 0..8, 8..16 and 16..20
-    // meet chunk rows 0 to 2, 2 to 3 and 4, of 3 columns each.
-    assert_eq!(whole.chunks_read, (3 + 2 + 1) * 3);
+    // meet chunk rows 0 to 2, 2 to 3 and 4, of 3 columns each; chunk row 2 is read for the first
+    // shard and handed to the second.
+    assert_eq!(whole.chunks_read, (3 + 1 + 1) * 3);
     for part_bytes in [16, 32, 48] {
         for keep in [true, false] {
             let (stats, shards, _) = run_job_in_parts(rectilinear_job(), 3, part_bytes, keep);

@@ -56,34 +56,72 @@ type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
 
 /// The shards whose parts share source chunks and are being assembled, by (array, shard). Parts that
 /// arrive early wait; like the writer's, they are within the window of messages in flight, and the
-/// part they wait for holds a permit.
+/// part they wait for holds a permit. So do the parts of a shard that waits for the shard before it
+/// to hand over the source chunks they share: that shard's parts were taken before its own.
 #[derive(Default)]
 struct Assembler {
     open: HashMap<ShardKey, OpenAssembly>,
+    /// Source chunks a completed shard handed to the next shard of its array, by that shard, until
+    /// its first part is assembled.
+    handed: HashMap<ShardKey, KeptChunks>,
 }
 
 #[derive(Default)]
 struct OpenAssembly {
     parts: InOrder<Decoded>,
     kept: KeptChunks,
+    /// Whether the chunks the shard before it hands over have arrived (or it needs none).
+    started: bool,
 }
 
 impl Assembler {
-    /// Assembles `decoded` and the parts of its shard that waited for it; none while it waits itself.
+    /// Assembles `decoded` and the parts (of its shard and the shards after it) that waited for it;
+    /// none while it waits itself.
     fn accept(&mut self, array: &RunArray<'_>, decoded: Decoded) -> Vec<Assembled> {
-        if !array.keep {
-            return vec![assemble(array, decoded, None)];
+        if !array.keep && !array.handoff {
+            return vec![assemble(array, decoded, None).0];
         }
         let key = decoded.part.shard_key();
-        let open = self.open.entry(key.clone()).or_default();
+        let started = decoded.part.prev.is_none();
+        let open = self
+            .open
+            .entry(key.clone())
+            .or_insert_with(|| OpenAssembly {
+                started,
+                ..OpenAssembly::default()
+            });
         open.parts.insert(decoded.part.index, decoded);
         let mut ready = Vec::new();
-        while let Some(decoded) = open.parts.pop_next() {
-            let last = decoded.part.is_last();
-            ready.push(assemble(array, decoded, Some(&mut open.kept)));
-            if last {
-                self.open.remove(&key);
+        let mut next_key = Some(key);
+        while let Some(key) = next_key.take() {
+            let Some(open) = self.open.get_mut(&key) else {
                 break;
+            };
+            if !open.started {
+                let Some(handed) = self.handed.remove(&key) else {
+                    break;
+                };
+                open.kept = handed;
+                open.started = true;
+            }
+            let mut done = false;
+            while let Some(decoded) = open.parts.pop_next() {
+                let last = decoded.part.is_last();
+                let next = decoded.part.next.clone();
+                let (assembled, handed) = assemble(array, decoded, Some(&mut open.kept));
+                ready.push(assembled);
+                if last {
+                    if let Some(next) = next {
+                        let next = (key.0, next);
+                        self.handed.insert(next.clone(), handed.unwrap_or_default());
+                        next_key = Some(next);
+                    }
+                    done = true;
+                    break;
+                }
+            }
+            if done {
+                self.open.remove(&key);
             }
         }
         ready
@@ -92,13 +130,20 @@ impl Assembler {
 
 /// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
 /// boundaries freely; what no source chunk covers keeps the fill value. Source chunks come from the
-/// message or, read for an earlier part of the shard, from `kept`; those of the message that a later
-/// part needs too go to `kept`, and those no later part needs leave it.
-fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks>) -> Assembled {
+/// message or, read for an earlier part of the shard (or handed over by the shard before), from
+/// `kept`; those of the message that a later part needs too go to `kept`, and those no later part
+/// needs leave it. After the last part of a shard followed by another of its array, the source chunks
+/// (of the message and `kept`) that the next shard needs are returned for it, with the last of its
+/// parts that needs each.
+fn assemble(
+    array: &RunArray<'_>,
+    decoded: Decoded,
+    kept: Option<&mut KeptChunks>,
+) -> (Assembled, Option<KeptChunks>) {
     let job = array.job;
     let range = array.split.inner_range(decoded.part.index);
     if job.layout.passthrough {
-        return place_encoded(array, range, decoded);
+        return (place_encoded(array, range, decoded), None);
     }
     let geometry = &job.layout.geometry;
     let source_shape = &job.layout.source_repr.shape;
@@ -157,24 +202,51 @@ fn assemble(array: &RunArray<'_>, decoded: Decoded, kept: Option<&mut KeptChunks
             (!fill.fills(&buffer)).then_some(buffer)
         })
         .collect();
+    let mut handed = None;
     if let Some(kept) = kept {
         let (shard, index) = (&decoded.part.task.shard, decoded.part.index);
-        kept.retain(|_, (last, _)| *last > index);
-        for (coord, data) in by_coord {
-            if let Some((_, last)) = array.parts_needing(shard, &coord) {
-                if last > index {
-                    kept.insert(coord, (last, data));
+        match decoded
+            .part
+            .next
+            .as_ref()
+            .filter(|_| decoded.part.is_last())
+        {
+            Some(next) => {
+                let chunks = by_coord
+                    .into_iter()
+                    .chain(kept.drain().map(|(coord, (_, data))| (coord, data)));
+                let mut to_next = KeptChunks::new();
+                for (coord, data) in chunks {
+                    if let Some((_, last)) = array.parts_needing(next, &coord) {
+                        to_next.insert(coord, (last, data));
+                    }
+                }
+                handed = Some(to_next);
+            }
+            None => {
+                // What the next shard needs stays until this one is complete, whichever of its
+                // parts needed it last.
+                let next = decoded.part.next.as_ref();
+                let next_needs =
+                    |coord: &[u64]| next.is_some_and(|n| array.parts_needing(n, coord).is_some());
+                kept.retain(|coord, (last, _)| *last > index || next_needs(coord));
+                for (coord, data) in by_coord {
+                    let last = array.parts_needing(shard, &coord).map(|(_, last)| last);
+                    if last.is_some_and(|last| last > index) || next_needs(&coord) {
+                        kept.insert(coord, (last.unwrap_or(index), data));
+                    }
                 }
             }
         }
     }
-    Assembled {
+    let assembled = Assembled {
         part: decoded.part,
         first_inner,
         inner,
         strings: decoded.strings,
         read: decoded.read,
-    }
+    };
+    (assembled, handed)
 }
 
 /// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the

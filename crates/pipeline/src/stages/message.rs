@@ -23,6 +23,13 @@ pub(super) struct ShardPart {
     pub(super) task: ShardTask,
     pub(super) index: u64,
     pub(super) count: u64,
+    /// The shard of the same array just before this one in the run's order, when the array hands
+    /// source chunks from shard to shard (see `RunArray::handoff`): the source chunks that shard
+    /// needs too are not read again but handed over by the assembler.
+    pub(super) prev: Option<Vec<u64>>,
+    /// The shard of the same array just after this one, likewise: the one this shard hands the
+    /// source chunks they share to.
+    pub(super) next: Option<Vec<u64>>,
     /// This message's place in the window of messages in flight (see `window.rs`).
     pub(super) permit: Option<Permit>,
 }

@@ -130,17 +130,34 @@ pub fn run_observed(
     context.finish()
 }
 
-/// The parts of the shards of `tasks`, in order.
+/// The parts of the shards of `tasks`, in order, each naming the shards of its array just before and
+/// after its own when the array hands source chunks from shard to shard.
 fn parts_of<'c>(
     ctx: &'c RunContext<'_>,
     tasks: impl Iterator<Item = ShardTask> + 'c,
 ) -> impl Iterator<Item = ShardPart> + 'c {
-    tasks.flat_map(|task| {
+    let mut tasks = tasks.peekable();
+    let mut prev: Option<ShardTask> = None;
+    std::iter::from_fn(move || {
+        let task = tasks.next()?;
+        let handoff = ctx.array(task.array).handoff;
+        let neighbour = |other: Option<&ShardTask>| {
+            other
+                .filter(|other| handoff && other.array == task.array)
+                .map(|other| other.shard.clone())
+        };
+        let (before, after) = (neighbour(prev.as_ref()), neighbour(tasks.peek()));
+        prev = Some(task.clone());
+        Some((task, before, after))
+    })
+    .flat_map(|(task, prev, next)| {
         let count = ctx.array(task.array).split.parts();
         (0..count).map(move |index| ShardPart {
             task: task.clone(),
             index,
             count,
+            prev: prev.clone(),
+            next: next.clone(),
             permit: None,
         })
     })
@@ -298,6 +315,11 @@ struct RunArray<'a> {
     /// Whether the parts of a shard share source chunks through the assembler: a source chunk that
     /// straddles two parts is then read and decoded once, not once per part.
     keep: bool,
+    /// Whether consecutive shards of the array in the run's order share source chunks through the
+    /// assembler: a source chunk that straddles the boundary between a shard and the next one is
+    /// then read and decoded once, not once per shard (issue 43: a rechunk to shards that source
+    /// chunks straddle decoded up to twice as many chunks as the source holds).
+    handoff: bool,
     /// Raw bytes of one inner chunk, for progress by bytes.
     inner_chunk_bytes: u64,
     /// The most bytes a stored source chunk can take (the source chain's bound for a chunk of
@@ -311,6 +333,8 @@ impl<'a> RunArray<'a> {
         let split = job.layout.split(options.part_bytes);
         let keep =
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
+        // The budget counts what a shard hands to the next with what it keeps (see `budget.rs`).
+        let handoff = options.keep_source_chunks && job.layout.can_hand_over_source_chunks();
         let inner_chunk_bytes = zshard_core::product(job.layout.geometry.inner_shape())
             * job.layout.element_size() as u64;
         // A chain whose bound cannot be computed cannot decode either; its reads go unbounded and
@@ -323,6 +347,7 @@ impl<'a> RunArray<'a> {
             job,
             split,
             keep,
+            handoff,
             inner_chunk_bytes,
             max_chunk_len,
         }
