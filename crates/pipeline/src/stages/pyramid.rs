@@ -182,6 +182,9 @@ impl Pyramid {
                     },
                     index,
                     count: parts,
+                    // Made from the level above, not from source chunks: nothing to hand over.
+                    prev: None,
+                    next: None,
                     permit: None,
                 },
                 first_inner: range.start,
