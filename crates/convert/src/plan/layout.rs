@@ -745,11 +745,17 @@ mod tests {
         };
         use zshard_core::setting::Spelling;
         let python = hint(Spelling::Keyword);
-        assert!(python.ends_with(r#"e.g. shard_shape={"latitude": 73}"#), "{python}");
+        assert!(
+            python.ends_with(r#"e.g. shard_shape={"latitude": 73}"#),
+            "{python}"
+        );
         let flag = hint(Spelling::Flag);
         assert!(flag.ends_with("e.g. --shard-shape latitude=73"), "{flag}");
         let job = hint(Spelling::JobKey);
-        assert!(job.ends_with("e.g. shard_shape = { latitude = 73 }"), "{job}");
+        assert!(
+            job.ends_with("e.g. shard_shape = { latitude = 73 }"),
+            "{job}"
+        );
     }
 
     fn level(scale: Option<Vec<f64>>) -> zshard_zarr::ome::PyramidLevel {
