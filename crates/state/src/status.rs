@@ -183,6 +183,10 @@ pub struct Status {
     pub rate: Option<Rate>,
     /// Nothing moves on by itself ([`Status::is_finished`] when it was read).
     pub finished: bool,
+    /// What else the destination shows, when it holds no conversion (Zarr v2 metadata: a source
+    /// given for DST, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Status {
@@ -198,6 +202,7 @@ impl Status {
             unreadable: Vec::new(),
             rate: None,
             finished: false,
+            note: None,
         }
     }
 
