@@ -292,8 +292,18 @@ impl ShardGeometry {
             ));
         }
         if let Some(d) = (0..ndim).find(|&d| !shard_shape[d].is_multiple_of(inner_shape[d])) {
+            // A shard larger than the array is the likelier mistake: say so, and what covers it.
+            let past_the_array = match shard_shape[d] > array_shape[d] {
+                true => format!(
+                    "; the shard is larger than the array there ({} > {}): a shard of {} covers the whole dimension",
+                    shard_shape[d],
+                    array_shape[d],
+                    array_shape[d].div_ceil(inner_shape[d]).saturating_mul(inner_shape[d])
+                ),
+                false => String::new(),
+            };
             return bad(format!(
-                "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {})",
+                "inner chunk shape {inner_shape:?} does not divide shard shape {shard_shape:?} (dimension {d}: {} is not a multiple of {}){past_the_array}",
                 shard_shape[d], inner_shape[d]
             ));
         }
@@ -654,6 +664,22 @@ pub fn level_shapes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 44, point 8: a shard larger than its array, not a multiple of the inner chunk, says so.
+    #[test]
+    fn a_shard_larger_than_the_array_says_so() {
+        let e = ShardGeometry::new(&[73, 144], &[100, 144], &[73, 144])
+            .expect_err("73 does not divide 100")
+            .to_string();
+        assert!(
+            e.contains("the shard is larger than the array there (100 > 73): a shard of 73 covers the whole dimension"),
+            "{e}"
+        );
+        let e = ShardGeometry::new(&[730], &[100], &[30])
+            .expect_err("30 does not divide 100")
+            .to_string();
+        assert!(!e.contains("larger than the array"), "{e}");
+    }
 
     #[test]
     fn chunks_inside_leave_out_the_padding() {

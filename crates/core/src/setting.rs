@@ -289,10 +289,13 @@ settings! {
         help: "OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or \
               bioformats2raw hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as \
               dimension_names); 0.5 and other versions are copied as they are. keep copies every \
-              attribute as it is.",
+              OME attribute as it is (a v2 array's fill value still becomes its `_FillValue` \
+              attribute, as for every array, so that xarray masks it as before).",
         doc: "OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or \
              bioformats2raw hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they \
-             are); ``'keep'`` copies every attribute as it is. :func:`verify` takes the value \
+             are); ``'keep'`` copies every OME attribute as it is (a v2 array's fill value still \
+             becomes its ``_FillValue`` attribute, as for every array, so that xarray masks it). \
+             :func:`verify` takes the value \
              the conversion was given.",
     },
     /// The source's kind.

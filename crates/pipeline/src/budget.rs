@@ -213,6 +213,8 @@ fn refusal(
         .peak()
         .saturating_add(outside);
     let (array, cause) = match worst {
+        // The process itself does not fit the limit: no shape makes it smaller.
+        _ if BASE_BYTES >= limit => (None, MemoryUse::Process { bytes: BASE_BYTES }),
         // The part buffers of shards uploaded in parts, when they weigh the most: no chunk shape
         // makes them smaller.
         Some((_, e)) if upload_buffers > e.index.max(e.messages).max(resident) => (
@@ -265,6 +267,12 @@ pub enum MemoryUse {
         /// Its bytes.
         bytes: u64,
     },
+    /// What the process holds whatever the data (code, runtimes, I/O and allocator slack): a limit
+    /// below it fits no conversion.
+    Process {
+        /// Its bytes.
+        bytes: u64,
+    },
     /// The buffers of the shards being uploaded to an object store: a shard larger than one part
     /// holds a part being filled and one in flight (see [`BudgetRequest::upload_buffers`]).
     Uploads {
@@ -292,6 +300,11 @@ impl fmt::Display for MemoryUse {
                 HumanBytes(bytes),
                 Setting::ShardShape,
                 Setting::ChunkShape
+            ),
+            MemoryUse::Process { bytes } => write!(
+                f,
+                "zshard itself needs about {} whatever the data (code, runtimes, I/O buffers)",
+                HumanBytes(bytes)
             ),
             MemoryUse::Source { bytes } => write!(
                 f,

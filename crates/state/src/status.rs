@@ -197,6 +197,10 @@ pub struct Status {
     /// While an update is in progress: how far it has come (the totals count every shard of the
     /// arrays, most of them done before it started).
     pub update: Option<UpdateStatus>,
+    /// What else the destination shows, when it holds no conversion (Zarr v2 metadata: a source
+    /// given for DST, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Status {
@@ -213,6 +217,7 @@ impl Status {
             rate: None,
             finished: false,
             update: None,
+            note: None,
         }
     }
 

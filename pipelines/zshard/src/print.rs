@@ -83,7 +83,7 @@ fn summary(report: &Report) -> String {
     };
     format!(
         "zshard: converted {} array(s) into {}: {} shard(s) written, {} held only the fill value{skipped}; \
-         read {} in {} chunk(s) ({} missing), wrote {}, in {:.1} s ({}/s read)",
+         read {} in {} source chunk(s) ({} missing), wrote {}, in {:.1} s ({}/s read)",
         report.arrays.len(),
         report.destination,
         t.stats.shards_written,

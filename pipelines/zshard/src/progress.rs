@@ -148,7 +148,8 @@ impl Counts {
     fn bar_message(&self) -> String {
         let array = self.array.lock().map(|a| a.clone()).unwrap_or_default();
         format!(
-            "{array}: chunks {}/{}, shards {}/{}, read {}, written {}",
+            // Output inner chunks; the summary counts the source chunks read.
+            "{array}: inner chunks {}/{}, shards {}/{}, read {}, written {}",
             Self::get(&self.chunks_done),
             Self::get(&self.chunks_total),
             Self::get(&self.shards_done),

@@ -104,12 +104,15 @@ fn duration(seconds: u64) -> String {
 fn table(s: &Status) -> String {
     let mut out = String::new();
     let phase = match s.phase {
-        Phase::NotStarted => "not started (no zshard state, no metadata)",
+        Phase::NotStarted => "not started (no zshard state, no Zarr v3 metadata)",
         Phase::InProgress => "in progress",
         Phase::Complete => "complete (metadata written, state removed)",
         _ => "unknown",
     };
     let _ = writeln!(out, "{}: {phase}", s.destination);
+    if let Some(note) = &s.note {
+        let _ = writeln!(out, "note: {note}");
+    }
     if s.phase == Phase::NotStarted {
         return out;
     }

@@ -1083,3 +1083,25 @@ fn status_of_a_junk_worker_count_stays_within_a_cgroup() {
         "{shown:#}"
     );
 }
+
+/// Issue 44, point 7: a memory limit below what the process needs whatever the data is blamed on
+/// that, not on the chunk shape (a few hundred KiB of chunks were told to shrink under 4 MiB).
+#[test]
+fn a_limit_below_the_process_itself_says_so() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small_source(tmp.path(), "src");
+    let out = zshard(&[
+        "plan",
+        s(&src),
+        s(&tmp.path().join("out")),
+        "--memory-limit",
+        "4MiB",
+    ]);
+    let (code, stderr) = failure(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("zshard itself needs about 48.00 MiB whatever the data"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--chunk-shape"), "{stderr}");
+}

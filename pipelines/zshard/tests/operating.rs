@@ -276,7 +276,7 @@ fn the_bar_is_drawn_on_a_terminal() {
             "{mode}: no bar: {text:?}"
         );
         assert!(
-            text.contains(&format!("{}: chunks ", s(&src))),
+            text.contains(&format!("{}: inner chunks ", s(&src))),
             "{mode}: {text:?}"
         );
         assert!(text.contains("shards "), "{mode}: {text:?}");

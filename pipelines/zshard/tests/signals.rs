@@ -534,7 +534,7 @@ fn the_log_names_a_cancelled_run_as_the_report_does() {
     let src = large_source(tmp.path());
     let dst = tmp.path().join("dst");
     let report = tmp.path().join("report.json");
-    let mut command = slow_convert(&src, &dst, &report, "256,256", "64,64");
+    let command = slow_convert(&src, &dst, &report, "256,256", "64,64");
     let args: Vec<String> = command
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())

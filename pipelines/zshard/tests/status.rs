@@ -516,3 +516,18 @@ fn watching_before_the_run_starts_waits_for_it() {
     assert!(!table.contains("rate"), "{table}");
     assert!(!table.contains("time left"), "{table}");
 }
+
+/// Issue 44, point 9: `status` on a Zarr v2 dataset (a source given for DST) says what it holds
+/// rather than "no metadata".
+#[test]
+fn status_of_a_zarr_v2_dataset_says_so() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let src = src.to_str().expect("utf-8");
+    let s = status(src);
+    assert_eq!(s["phase"], "not_started", "{s:#}");
+    let note = s["note"].as_str().unwrap_or_default();
+    assert!(note.contains("Zarr v2 metadata (.zarray)"), "{s:#}");
+    let table = String::from_utf8_lossy(&zshard(&["status", src]).stdout).into_owned();
+    assert!(table.contains("note: it holds Zarr v2 metadata"), "{table}");
+}

@@ -410,6 +410,25 @@ fn looks_like_remote_icechunk(store: &Store) -> bool {
     })
 }
 
+/// The error of reading a source's root documents while finding out what it is: a request that
+/// failed (no access, no credentials, no such bucket, an endpoint that does not answer) names the
+/// source itself, not the first document probed for (N5's `attributes.json`).
+fn source_unreadable(store: &Store, error: zshard_n5::Error) -> Error {
+    match error {
+        zshard_n5::Error::Store(boxed) => match *boxed {
+            zshard_store::Error::Request { source, .. } => {
+                Error::Store(zshard_store::Error::Request {
+                    operation: "cannot read the source",
+                    location: store.url(""),
+                    source,
+                })
+            }
+            other => Error::N5(zshard_n5::Error::Store(Box::new(other))),
+        },
+        other => Error::N5(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{OnUnsupported, SourceFormat};
@@ -444,24 +463,5 @@ mod tests {
         );
         assert_eq!("n5".parse::<SourceFormat>().ok(), Some(SourceFormat::N5));
         assert!("hdf5".parse::<SourceFormat>().is_err());
-    }
-}
-
-/// The error of reading a source's root documents while finding out what it is: a request that
-/// failed (no access, no credentials, no such bucket, an endpoint that does not answer) names the
-/// source itself, not the first document probed for (N5's `attributes.json`).
-fn source_unreadable(store: &Store, error: zshard_n5::Error) -> Error {
-    match error {
-        zshard_n5::Error::Store(boxed) => match *boxed {
-            zshard_store::Error::Request { source, .. } => {
-                Error::Store(zshard_store::Error::Request {
-                    operation: "cannot read the source",
-                    location: store.url(""),
-                    source,
-                })
-            }
-            other => Error::N5(zshard_n5::Error::Store(Box::new(other))),
-        },
-        other => Error::N5(other),
     }
 }

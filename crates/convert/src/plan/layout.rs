@@ -458,9 +458,15 @@ fn by_name_hint(what: Setting, meta: &ArrayMeta) -> String {
         .and_then(|names| names.iter().flatten().next())
         .zip(meta.chunk_shape.first());
     named.map_or_else(String::new, |(name, extent)| {
+        // In the syntax of the front end in use: a flag's `time=48`, a Python dict, a TOML table.
+        let example = match zshard_core::setting::spelling() {
+            zshard_core::setting::Spelling::Keyword => format!("{{{name:?}: {extent}}}"),
+            zshard_core::setting::Spelling::Flag => format!("{name}={extent}"),
+            _ => format!("{{ {name} = {extent} }}"),
+        };
         format!(
             "; arrays of different ranks take extents by dimension name, e.g. {}",
-            what.given(format_args!("{name}={extent}"))
+            what.given(example)
         )
     })
 }
@@ -802,6 +808,35 @@ mod tests {
             sharded: None,
             warnings: Vec::new(),
         }
+    }
+
+    /// Issue 44, point 8: the hint for shapes by name is in the syntax of the front end in use
+    /// (Python was told `shard_shape=latitude=73`).
+    #[test]
+    fn the_by_name_hint_is_in_the_front_ends_syntax() {
+        let mut latitude = meta(&[73]);
+        latitude.chunk_shape = vec![73];
+        latitude.dimension_names = Some(vec![Some("latitude".into())]);
+        let hint = |spelling| {
+            zshard_core::setting::spelled(spelling, || {
+                check_shape(Setting::ShardShape, &[48, 73], &latitude)
+                    .expect_err("rank")
+                    .to_string()
+            })
+        };
+        use zshard_core::setting::Spelling;
+        let python = hint(Spelling::Keyword);
+        assert!(
+            python.ends_with(r#"e.g. shard_shape={"latitude": 73}"#),
+            "{python}"
+        );
+        let flag = hint(Spelling::Flag);
+        assert!(flag.ends_with("e.g. --shard-shape latitude=73"), "{flag}");
+        let job = hint(Spelling::JobKey);
+        assert!(
+            job.ends_with("e.g. shard_shape = { latitude = 73 }"),
+            "{job}"
+        );
     }
 
     fn level(scale: Option<Vec<f64>>) -> zshard_zarr::ome::PyramidLevel {

@@ -27,11 +27,23 @@ pub fn status_in_job(destination: &str, options: &StoreOptions) -> Result<Status
 pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
     let runtime = IoRuntime::with_options(2, options.clone())?;
     let store = Store::open(destination, runtime.clone(), false)?;
-    let shown = status(&store)?;
+    let mut shown = status(&store)?;
     if shown.phase != Phase::NotStarted {
         return Ok(shown);
     }
-    Ok(icechunk_status(destination, &store, &runtime)?.unwrap_or(shown))
+    if let Some(icechunk) = icechunk_status(destination, &store, &runtime)? {
+        return Ok(icechunk);
+    }
+    // A Zarr v2 dataset given for DST (its source, say) is not "without metadata".
+    let v2 = [".zgroup", ".zarray"]
+        .iter()
+        .find(|key| matches!(store.get(key), Ok(Some(_))));
+    if let Some(key) = v2 {
+        shown.note = Some(format!(
+            "it holds Zarr v2 metadata ({key}), not the Zarr v3 output of a zshard conversion: a source, not a destination?"
+        ));
+    }
+    Ok(shown)
 }
 
 /// The status of a conversion into the Icechunk repository at `destination` (nothing of it shows

@@ -127,7 +127,9 @@ def convert(
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
-        every attribute as it is. :func:`verify` takes the value the conversion was given.
+        every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
+        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
+        conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -385,7 +387,9 @@ def plan(
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
-        every attribute as it is. :func:`verify` takes the value the conversion was given.
+        every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
+        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
+        conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -607,7 +611,9 @@ def finalize(
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
-        every attribute as it is. :func:`verify` takes the value the conversion was given.
+        every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
+        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
+        conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -779,7 +785,9 @@ def verify(
     ome : {'upgrade', 'keep'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
-        every attribute as it is. :func:`verify` takes the value the conversion was given.
+        every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
+        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
+        conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
