@@ -126,7 +126,7 @@ def test_a_limit_too_small_for_the_source_chunks_is_refused_before_writing(tmp_p
 
 def chunks_read(run) -> int:
     """The source chunks a conversion read, from its summary line."""
-    m = re.search(r"read .* in (\d+) chunk\(s\)", run.stdout + run.stderr)
+    m = re.search(r"read .* in (\d+) source chunk\(s\)", run.stdout + run.stderr)
     assert m, run.describe()
     return int(m.group(1))
 
