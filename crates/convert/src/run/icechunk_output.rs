@@ -183,7 +183,9 @@ impl Conversion {
         let fingerprint = fingerprint.ok_or(Error::Poisoned {
             what: "the fingerprint",
         })?;
-        let kept = self.kept_for_commit(&staged, &fingerprint, &runtime)?;
+        // Read once: their digests go into the commit, and an update's written shards come from them.
+        let kept_files = staged_kept(&staged.destination, &runtime)?;
+        let kept = kept_for_commit(&kept_files, &fingerprint);
         let updating = updating.load(Ordering::SeqCst);
         match on_branch {
             // Committed before, and nothing changed since: nothing to commit.
@@ -197,7 +199,7 @@ impl Conversion {
                 Ok(report)
             }
             Some(_) => {
-                let written = staged_written(&staged.destination, &runtime)?;
+                let written = written_shards(kept_files);
                 report.published =
                     Some(self.publish(&staged, output, &fingerprint, kept.updating(written))?);
                 Ok(report)
@@ -207,22 +209,6 @@ impl Conversion {
                 Ok(report)
             }
         }
-    }
-
-    /// What a commit of the staged output keeps for a later update (see
-    /// [`zshard_icechunk::Kept`]): the conversion's update identity and the digest of each
-    /// array's kept records in the staging folder.
-    fn kept_for_commit(
-        &self,
-        staged: &Conversion,
-        fingerprint: &Fingerprint,
-        runtime: &Arc<zshard_store::IoRuntime>,
-    ) -> Result<zshard_icechunk::Kept> {
-        let records = staged_kept(&staged.destination, runtime)?
-            .into_iter()
-            .map(|(path, body)| (path, format!("{:016x}", zshard_core::stable_hash(&body))))
-            .collect();
-        Ok(zshard_icechunk::Kept::new(fingerprint.update_id(), records))
     }
 
     /// [`Conversion::finalize`] into a repository: finalizes the staging folder, then commits it.
@@ -268,7 +254,7 @@ impl Conversion {
             }
         }
         let mut finalized = staged.finalize_opened(opened)?;
-        let kept = self.kept_for_commit(&staged, &fingerprint, &runtime)?;
+        let kept = kept_for_commit(&staged_kept(&staged.destination, &runtime)?, &fingerprint);
         finalized.published = Some(self.publish(&staged, output, &fingerprint, kept)?);
         Ok(finalized)
     }
@@ -422,13 +408,26 @@ fn staged_kept(
     Ok(kept)
 }
 
-/// Per array path, the chunk coordinates of the shards that the kept records in the staging folder
-/// at `location` name as written: what the arrays hold once an update is committed.
-fn staged_written(
-    location: &str,
-    runtime: &Arc<zshard_store::IoRuntime>,
-) -> Result<HashMap<String, HashSet<Vec<u32>>>> {
-    let kept = staged_kept(location, runtime)?;
+/// What a commit of the staged output keeps for a later update (see [`zshard_icechunk::Kept`]):
+/// the conversion's update identity and the digest of each array's kept records (`kept`, as
+/// [`staged_kept`] read them).
+fn kept_for_commit(
+    kept: &HashMap<String, bytes::Bytes>,
+    fingerprint: &Fingerprint,
+) -> zshard_icechunk::Kept {
+    let records = kept
+        .iter()
+        .map(|(path, body)| {
+            let digest = format!("{:016x}", zshard_core::stable_hash(body));
+            (path.clone(), digest)
+        })
+        .collect();
+    zshard_icechunk::Kept::new(fingerprint.update_id(), records)
+}
+
+/// Per array path, the chunk coordinates of the shards that the kept records (`kept`, as
+/// [`staged_kept`] read them) name as written: what the arrays hold once an update is committed.
+fn written_shards(kept: HashMap<String, bytes::Bytes>) -> HashMap<String, HashSet<Vec<u32>>> {
     let files: Vec<(String, bytes::Bytes)> = kept.into_iter().collect();
     let mut written: HashMap<String, HashSet<Vec<u32>>> = files
         .iter()
@@ -440,7 +439,7 @@ fn staged_written(
             written.entry(path).or_default().insert(coord);
         }
     }
-    Ok(written)
+    written
 }
 
 /// The marker of a staging folder that holds only what a commit kept (see [`clear_staging`]).
@@ -470,10 +469,15 @@ pub(crate) fn holds_kept_after_commit(staging: &zshard_store::Store) -> Result<b
 /// commit, updates it (see [`Conversion::convert_into_icechunk`]). Everything else goes, the
 /// commit record last.
 fn clear_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Result<()> {
-    if staged_kept(location, &runtime)?.is_empty() {
+    let parsed = zshard_store::Location::parse(location)?;
+    if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
+        return Ok(());
+    }
+    let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
+    let listed = staging.list_keys("")?;
+    if !listed.iter().any(|key| zshard_state::is_kept_records(key)) {
         return remove_staging(location, runtime);
     }
-    let staging = zshard_store::Store::open(location, runtime, false)?;
     let record = zshard_icechunk::COMMIT_RECORD;
     let kept = |key: &str| {
         zshard_state::is_kept_records(key)
@@ -486,8 +490,7 @@ fn clear_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Resul
         // a kill interrupted.
         Some(folder) => clear_folder(&folder, &folder, &|key| key == record || kept(key))?,
         None => {
-            let keys: Vec<String> = staging
-                .list_keys("")?
+            let keys: Vec<String> = listed
                 .into_iter()
                 .filter(|key| key != record && !kept(key))
                 .collect();
