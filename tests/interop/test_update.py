@@ -368,3 +368,25 @@ def test_icechunk_update_killed_before_or_after_its_commit(zshard_bin, tmp_path,
     # And a third run has nothing to do.
     again = _convert(zshard_bin, src, repo_dir)
     assert again["status"] == "complete" and len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
+
+
+def test_icechunk_destination_without_its_staging_is_converted_whole_not_taken_for_done(zshard_bin, tmp_path):
+    """The staging folder that a commit keeps is gone (removed by hand, or a fresh copy of the
+    repository): a source that grew since is converted whole and committed, never reported as
+    already committed."""
+    import shutil
+
+    ic = pytest.importorskip("icechunk")
+    src, repo_dir = tmp_path / "src.zarr", tmp_path / "repo"
+    ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)), **_spec_kwargs(ic, 1))
+    a = zarr.create_array(str(src), shape=(64, 64), chunks=(8, 8), dtype="i4", fill_value=0, zarr_format=3)
+    a[...] = 1
+    _convert(zshard_bin, src, repo_dir)
+    shutil.rmtree(repo_dir / ".zshard-staging")
+    a.resize((96, 64))
+    a[64:, :] = 2
+    report = _convert(zshard_bin, src, repo_dir)
+    assert report["status"] == "ok", report
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
+    got = zarr.open_array(repo.readonly_session(branch="main").store, mode="r")
+    np.testing.assert_array_equal(got[...], a[...])

@@ -957,7 +957,16 @@ pub fn on_branch(
                     .map(|(snapshot, record)| (snapshot.clone(), record)),
             };
             match newest {
-                Some((snapshot, _)) if all_ours && groups_there => {
+                Some((snapshot, record)) if all_ours && groups_there => {
+                    // The very conversion (its fingerprint), or only the same update identity: an
+                    // earlier version of it over a source whose shape or attributes changed since.
+                    let exact_fingerprint =
+                        |r: &serde_json::Value| r["fingerprint"].as_str() == Some(ours.as_str());
+                    let exact = if writers.is_empty() {
+                        exact_fingerprint(record)
+                    } else {
+                        writers.iter().flatten().all(|(_, r)| exact_fingerprint(r))
+                    };
                     // Each array's kept records as the commit that wrote its document kept them.
                     let kept = arrays
                         .iter()
@@ -968,7 +977,11 @@ pub fn on_branch(
                             Some((path.clone(), digest.to_string()))
                         })
                         .collect();
-                    Ok(OnBranch::Same { snapshot, kept })
+                    Ok(OnBranch::Same {
+                        snapshot,
+                        kept,
+                        exact,
+                    })
                 }
                 _ => Ok(OnBranch::Nothing),
             }
@@ -1399,6 +1412,7 @@ mod tests {
         let same = OnBranch::Same {
             snapshot: published.snapshot.clone(),
             kept: HashMap::new(),
+            exact: true,
         };
         assert_eq!(held(&ours, &["a"], "main"), same);
         // Another source or other options, at the array zshard committed: named with its commit.

@@ -99,6 +99,10 @@ pub enum OnBranch {
         /// The digest of each array's kept records (see [`Kept::records`]) as that commit recorded
         /// them, by array path; empty for a commit of a zshard that kept none.
         kept: HashMap<String, String>,
+        /// The commit is of this very conversion (its fingerprint); `false`: of the same
+        /// conversion apart from the source's shape and attributes then (its update identity), which
+        /// only an update from the kept records brings up to date.
+        exact: bool,
     },
     /// The array at `path` is as zshard committed it in `snapshot` from a conversion with other
     /// options or another source.

@@ -22,6 +22,11 @@ pub fn is_kept_records(key: &str) -> bool {
     key.rsplit('/').next() == Some(KEPT)
 }
 
+/// Whether a kept records file (as stored, sealed) reads back intact.
+pub fn kept_records_intact(body: &Bytes) -> bool {
+    sealed::unseal(body).is_some()
+}
+
 /// The kept records' file of the array at `array_path`.
 pub fn kept_key(array_path: &str) -> String {
     join(array_path, KEPT)

@@ -90,8 +90,11 @@ impl ChunkReader for ZarrChunkReader {
 /// keys that are not stored only make a segment shorter.)
 fn listing_splits(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<String> {
     let total = product(grid);
-    let mut splits: Vec<String> = (LISTING_PAGE..total)
-        .step_by(LISTING_PAGE as usize)
+    // At most MAX_LISTING_SEGMENTS segments: a sparse grid of 10^8 chunks would otherwise cost 10^5
+    // listing requests however few chunks are stored.
+    let step = LISTING_PAGE.max(total / MAX_LISTING_SEGMENTS);
+    let mut splits: Vec<String> = (step..total)
+        .step_by(usize::try_from(step).unwrap_or(usize::MAX))
         .map(|index| encoding.key(&zshard_core::unravel_index(index, grid)))
         .collect();
     splits.sort_unstable();
@@ -101,6 +104,9 @@ fn listing_splits(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<String> {
 
 /// The keys an object store's listing returns per page (S3, GCS and Azure list 1,000 or 5,000).
 const LISTING_PAGE: u64 = 1000;
+
+/// The most segments a listing is cut into (see [`listing_splits`]).
+const MAX_LISTING_SEGMENTS: u64 = 1024;
 
 /// The version of every object of the array folder `store` that is a chunk key of `encoding`
 /// (metadata documents and anything else are left out), from one listing, in segments cut at

@@ -137,19 +137,31 @@ impl Conversion {
                 return Ok(false);
             }
             match self.branch_holds(output, plan, conversion, &runtime)? {
-                Some(held) => {
+                // An update finds out in the staging folder what changed.
+                Some((snapshot, kept, _)) if after_commit => {
                     *on_branch
                         .lock()
-                        .map_err(|_| Error::Poisoned { what: "the commit" })? = Some(held);
-                    // An update finds out in the staging folder what changed.
-                    updating.store(after_commit, Ordering::SeqCst);
-                    Ok(!after_commit)
+                        .map_err(|_| Error::Poisoned { what: "the commit" })? =
+                        Some((snapshot, kept));
+                    updating.store(true, Ordering::SeqCst);
+                    Ok(false)
                 }
+                // This very conversion is on the branch: nothing to do.
+                Some((snapshot, kept, true)) => {
+                    *on_branch
+                        .lock()
+                        .map_err(|_| Error::Poisoned { what: "the commit" })? =
+                        Some((snapshot, kept));
+                    Ok(true)
+                }
+                // An earlier version of it over a source whose shape or attributes changed, with
+                // nothing kept to update it from: converted whole, and the arrays replaced.
+                Some((_, _, false)) => Ok(false),
                 None => {
                     if after_commit {
                         // The branch no longer holds what the staged records describe (its
                         // arrays were removed or replaced): converted whole.
-                        remove_staging(&staged.destination, runtime.clone())?;
+                        forget_kept(&staged.destination, &runtime)?;
                     }
                     Ok(false)
                 }
@@ -199,7 +211,7 @@ impl Conversion {
                 Ok(report)
             }
             Some(_) => {
-                let written = written_shards(kept_files);
+                let written = written_shards(kept_files)?;
                 report.published =
                     Some(self.publish(&staged, output, &fingerprint, kept.updating(written))?);
                 Ok(report)
@@ -230,9 +242,34 @@ impl Conversion {
             zshard_state::holds_a_run(&store)?
         };
         if !running {
-            if let Some((snapshot, _)) =
-                self.branch_holds(output, &opened.plan, &fingerprint, &runtime)?
-            {
+            let held = self.branch_holds(output, &opened.plan, &fingerprint, &runtime)?;
+            if let Some((snapshot, branch_kept, exact)) = held {
+                let after_commit = !missing && staging_holds_kept_after_commit(&staged, &runtime)?;
+                if after_commit {
+                    // An update staged whole and killed before its commit is committed now (its
+                    // kept records differ from the commit's); one that was committed is done.
+                    let kept_files = staged_kept(&staged.destination, &runtime)?;
+                    let kept = kept_for_commit(&kept_files, &fingerprint);
+                    if kept.records != branch_kept {
+                        let written = written_shards(kept_files)?;
+                        let published =
+                            self.publish(&staged, output, &fingerprint, kept.updating(written))?;
+                        return Ok(Finalized {
+                            destination: self.destination.clone(),
+                            arrays: opened.plan.arrays.len(),
+                            groups: opened.plan.groups.len(),
+                            already_finalized: false,
+                            published: Some(published),
+                        });
+                    }
+                } else if !exact {
+                    return Err(Error::Destination {
+                        reason: format!(
+                            "branch {:?} of {} holds an earlier version of this conversion (the source's shape or attributes changed since) and nothing staged to update it from: rerun the conversion",
+                            output.branch, self.destination
+                        ),
+                    });
+                }
                 if !missing {
                     clear_staging(&staged.destination, runtime.clone())?;
                 }
@@ -269,7 +306,7 @@ impl Conversion {
         plan: &Plan,
         conversion: &Fingerprint,
         runtime: &Arc<zshard_store::IoRuntime>,
-    ) -> Result<Option<(String, HashMap<String, String>)>> {
+    ) -> Result<Option<Held>> {
         let arrays: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
         let groups: Vec<String> = plan.groups.iter().map(|(path, _)| path.clone()).collect();
         let update_id = conversion.update_id();
@@ -282,7 +319,11 @@ impl Conversion {
             runtime,
         )?;
         match held {
-            OnBranch::Same { snapshot, kept } => Ok(Some((snapshot, kept))),
+            OnBranch::Same {
+                snapshot,
+                kept,
+                exact,
+            } => Ok(Some((snapshot, kept, exact))),
             OnBranch::Other { path, snapshot } => Err(Error::Destination {
                 reason: format!(
                     "icechunk repository {}: branch {:?} holds array {} as zshard committed it in snapshot {snapshot} from a conversion with different options or another source; rerun with its options, or use {} to replace it",
@@ -339,6 +380,11 @@ impl Conversion {
         Ok(published)
     }
 }
+
+/// What a branch holds of a conversion (see [`Conversion::branch_holds`]): the snapshot, the
+/// digests of the kept records it recorded by array path, and whether it is this very conversion
+/// (`false`: only its update identity matches).
+type Held = (String, HashMap<String, String>, bool);
 
 /// Removes the local staging folder `location` when it is empty (a run refused before it staged
 /// anything leaves nothing behind); anything else stays.
@@ -426,8 +472,23 @@ fn kept_for_commit(
 }
 
 /// Per array path, the chunk coordinates of the shards that the kept records (`kept`, as
-/// [`staged_kept`] read them) name as written: what the arrays hold once an update is committed.
-fn written_shards(kept: HashMap<String, bytes::Bytes>) -> HashMap<String, HashSet<Vec<u32>>> {
+/// [`staged_kept`] read them) name as written: what the arrays hold once an update is committed
+/// (every other chunk of theirs is removed, so a damaged file is an error, never an empty set).
+fn written_shards(
+    kept: HashMap<String, bytes::Bytes>,
+) -> Result<HashMap<String, HashSet<Vec<u32>>>> {
+    if let Some((path, _)) = kept
+        .iter()
+        .find(|(_, body)| !zshard_state::kept_records_intact(body))
+    {
+        return Err(Error::Destination {
+            reason: format!(
+                "the kept records of array {:?} in the staging folder are damaged (checksum); rerun with {} to convert it again",
+                path,
+                zshard_core::Setting::Overwrite
+            ),
+        });
+    }
     let files: Vec<(String, bytes::Bytes)> = kept.into_iter().collect();
     let mut written: HashMap<String, HashSet<Vec<u32>>> = files
         .iter()
@@ -439,7 +500,25 @@ fn written_shards(kept: HashMap<String, bytes::Bytes>) -> HashMap<String, HashSe
             written.entry(path).or_default().insert(coord);
         }
     }
-    written
+    Ok(written)
+}
+
+/// Removes what a commit kept in the staging folder at `location` (the marker, the kept records
+/// and the documents, see [`clear_staging`]) and nothing else: the run's lease and state there
+/// stay.
+fn forget_kept(location: &str, runtime: &Arc<zshard_store::IoRuntime>) -> Result<()> {
+    let staging = zshard_store::Store::open(location, runtime.clone(), false)?;
+    // The marker first: a run killed meanwhile no longer takes the rest for a commit's.
+    staging.delete(KEPT_AFTER_COMMIT)?;
+    let keys: Vec<String> = staging
+        .list_keys("")?
+        .into_iter()
+        .filter(|key| {
+            zshard_state::is_kept_records(key) || key == "zarr.json" || key.ends_with("/zarr.json")
+        })
+        .collect();
+    staging.delete_many(&keys)?;
+    Ok(())
 }
 
 /// The marker of a staging folder that holds only what a commit kept (see [`clear_staging`]).
