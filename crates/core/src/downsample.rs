@@ -195,6 +195,18 @@ trait Element: Copy + PartialEq + PartialOrd {
     }
 }
 
+/// An integer mean's division: `sum / n` rounded to nearest, halves away from zero (`n` > 0). A
+/// macro so that a constant `n` (a whole 2x2 or 2x2x2 block) divides by a shift.
+macro_rules! div_rounded {
+    ($sum:expr, $n:expr) => {{
+        let (sum, n) = ($sum, $n);
+        if sum >= 0 {
+            (2 * sum + n) / (2 * n)
+        } else {
+            -((-2 * sum + n) / (2 * n))
+        }
+    }};
+}
 macro_rules! integer {
     ($($t:ty => $acc:ty),*) => {$(
         impl Element for $t {
@@ -217,18 +229,11 @@ macro_rules! integer {
                 let sum: $acc = values.iter().map(|&v| v as $acc).sum();
                 // Rounded to nearest, halves away from zero: the mean of values of the type is
                 // within the type's range, so the cast back cannot wrap.
-                let div = |sum: $acc, n: $acc| {
-                    if sum >= 0 {
-                        (2 * sum + n) / (2 * n)
-                    } else {
-                        -((-2 * sum + n) / (2 * n))
-                    }
-                };
                 // Whole blocks divide by a constant (a shift), the common case by far.
                 let rounded = match n {
-                    4 => div(sum, 4),
-                    8 => div(sum, 8),
-                    _ => div(sum, n),
+                    4 => div_rounded!(sum, 4),
+                    8 => div_rounded!(sum, 8),
+                    _ => div_rounded!(sum, n),
                 };
                 rounded as $t
             }
@@ -246,17 +251,10 @@ macro_rules! integer {
                     + k[1] * v[1] as $acc
                     + k[2] * v[2] as $acc
                     + k[3] * v[3] as $acc;
-                let div = |sum: $acc, n: $acc| {
-                    if sum >= 0 {
-                        (2 * sum + n) / (2 * n)
-                    } else {
-                        -((-2 * sum + n) / (2 * n))
-                    }
-                };
                 match n {
-                    4 => Some(div(sum, 4) as $t),
+                    4 => Some(div_rounded!(sum, 4) as $t),
                     0 => None,
-                    _ => Some(div(sum, n) as $t),
+                    _ => Some(div_rounded!(sum, n) as $t),
                 }
             }
             #[inline]
@@ -272,17 +270,10 @@ macro_rules! integer {
                 if n == 0 {
                     return None;
                 }
-                let div = |sum: $acc, n: $acc| {
-                    if sum >= 0 {
-                        (2 * sum + n) / (2 * n)
-                    } else {
-                        -((-2 * sum + n) / (2 * n))
-                    }
-                };
                 let rounded = match n {
-                    4 => div(sum, 4),
-                    8 => div(sum, 8),
-                    _ => div(sum, n),
+                    4 => div_rounded!(sum, 4),
+                    8 => div_rounded!(sum, 8),
+                    _ => div_rounded!(sum, n),
                 };
                 Some(rounded as $t)
             }

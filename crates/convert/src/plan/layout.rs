@@ -316,10 +316,23 @@ impl Plan {
 
     /// The pipeline jobs, reading from `source` and writing below `destination`.
     pub(crate) fn jobs(&self, source: &Input, destination: &Store) -> Vec<ArrayJob> {
+        self.jobs_into(source, |a| {
+            Arc::new(ShardWriter::new(
+                destination.child(&a.path),
+                a.output.index_location,
+            ))
+        })
+    }
+
+    /// The pipeline jobs reading from `source`, each array's shards going to `sink(array)`.
+    fn jobs_into(
+        &self,
+        source: &Input,
+        sink: impl Fn(&PlannedArray) -> Arc<dyn zshard_core::ShardSink>,
+    ) -> Vec<ArrayJob> {
         self.arrays
             .iter()
             .map(|a| {
-                let writer = ShardWriter::new(destination.child(&a.path), a.output.index_location);
                 let (reader, derived) = self.reader(source, a);
                 ArrayJob {
                     name: array_name(&source.url(), &a.path),
@@ -327,7 +340,7 @@ impl Plan {
                     source_chain: a.job_parts.0.clone(),
                     inner_chain: Some(a.job_parts.1.clone()),
                     reader,
-                    sink: Arc::new(writer),
+                    sink: sink(a),
                     derived,
                 }
             })
@@ -387,21 +400,7 @@ impl Plan {
     /// The pipeline jobs reading from `source`, writing nowhere: what a plan asks its readers
     /// about the reads a run would make.
     pub(crate) fn read_jobs(&self, source: &Input) -> Vec<ArrayJob> {
-        self.arrays
-            .iter()
-            .map(|a| {
-                let (reader, derived) = self.reader(source, a);
-                ArrayJob {
-                    name: array_name(&source.url(), &a.path),
-                    layout: a.layout(),
-                    source_chain: a.job_parts.0.clone(),
-                    inner_chain: Some(a.job_parts.1.clone()),
-                    reader,
-                    sink: Arc::new(NoSink),
-                    derived,
-                }
-            })
-            .collect()
+        self.jobs_into(source, |_| Arc::new(NoSink))
     }
 }
 
