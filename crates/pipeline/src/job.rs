@@ -28,6 +28,10 @@ pub struct ArrayJob {
     /// A pyramid level made from the level above while the run converts it (its reader is never
     /// asked: no task of the run names this job); `None` for an array read from its source.
     pub derived: Option<Derived>,
+    /// For an update of a finished output: that output as it stands, read by inner chunk (grid
+    /// position in the array's inner-chunk grid), encoded as this job encodes them. The inner
+    /// chunks a task reuses ([`ShardTask::reuse`]) are copied from it rather than converted.
+    pub previous: Option<Arc<dyn ChunkReader>>,
 }
 
 /// How a level of a multiscale pyramid is made from the level above (issue 41): each inner chunk of
@@ -159,17 +163,34 @@ pub struct ShardTask {
     pub array: usize,
     /// Grid coordinate of the shard in the array's shard grid.
     pub shard: Vec<u64>,
+    /// Inner chunks of the shard (C-order indices within it, ascending) whose encoded bytes are
+    /// copied from the job's previous output ([`ArrayJob::previous`]): an update's inner chunks
+    /// whose source chunks did not change. Their source chunks are not read. Empty for a shard
+    /// converted whole.
+    pub reuse: Vec<u64>,
 }
 
 impl ShardTask {
+    /// Shard `shard` of array `array`, converted whole.
+    pub fn new(array: usize, shard: Vec<u64>) -> ShardTask {
+        ShardTask {
+            array,
+            shard,
+            reuse: Vec::new(),
+        }
+    }
+
+    /// Whether inner chunk `inner` (C-order index within the shard) is copied, not converted.
+    pub(crate) fn reuses(&self, inner: u64) -> bool {
+        self.reuse.binary_search(&inner).is_ok()
+    }
+
     /// Every shard of every job, array by array, shards in C order.
     pub fn all(jobs: &[ArrayJob]) -> impl Iterator<Item = ShardTask> + '_ {
         jobs.iter().enumerate().flat_map(|(array, job)| {
             let grid = job.layout.geometry.shard_grid();
-            (0..zshard_core::product(&grid)).map(move |i| ShardTask {
-                array,
-                shard: zshard_core::unravel_index(i, &grid),
-            })
+            (0..zshard_core::product(&grid))
+                .map(move |i| ShardTask::new(array, zshard_core::unravel_index(i, &grid)))
         })
     }
 }
@@ -235,6 +256,9 @@ pub struct ShardOutcome {
     pub chunks_read: u64,
     /// Source chunks that did not exist (they read as the fill value).
     pub chunks_missing: u64,
+    /// Inner chunks copied encoded from the previous output ([`ShardTask::reuse`]); their bytes
+    /// read count in `bytes_read`.
+    pub inner_chunks_copied: u64,
     /// Bytes stored for the shard, index included; 0 when it was not written.
     pub bytes_written: u64,
     /// False when every inner chunk held only the fill value, so nothing was written.

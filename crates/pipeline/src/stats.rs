@@ -61,13 +61,11 @@ mod tests {
 
     fn outcome(written: bool, n: u64) -> ShardOutcome {
         ShardOutcome {
-            task: ShardTask {
-                array: 0,
-                shard: vec![n],
-            },
+            task: ShardTask::new(0, vec![n]),
             bytes_read: 100 * n,
             chunks_read: 10 * n,
             chunks_missing: n,
+            inner_chunks_copied: 0,
             bytes_written: if written { 1000 * n } else { 0 },
             written,
             crc32c: 0,

@@ -163,6 +163,7 @@ fn job_with_shape(
         reader: reader.clone(),
         sink: sink.clone(),
         derived: None,
+        previous: None,
     };
     (job, reader, sink)
 }

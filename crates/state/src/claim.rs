@@ -353,7 +353,7 @@ impl Survey {
     }
 
     /// The `zarr.json` at `path`, if there is one.
-    pub(super) fn zarr_json(&self, path: &str) -> Option<&Bytes> {
+    pub fn zarr_json(&self, path: &str) -> Option<&Bytes> {
         self.documents.get(&join(path, "zarr.json"))?.as_ref()
     }
 

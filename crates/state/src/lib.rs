@@ -119,8 +119,8 @@ pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
     gather_kept, has_kept_records, is_kept_records, kept_current, kept_key, kept_records_intact,
-    kept_written, record_update, shards_to_update, update_counts, ArrayChanges, Digests, Kept,
-    RecordFiles, UpdateCounts,
+    kept_written, record_update, reusable_inner_digests, shards_to_update, update_counts,
+    ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
@@ -385,7 +385,7 @@ mod tests {
             super::DEFAULT_CHECKPOINT_INTERVAL,
         );
         for i in 0..21u64 {
-            log.record("a", &[i], Some(&entry(i)), Some("v"), None)
+            log.record("a", &[i], Some(&entry(i)), Some("v"), (None, None))
                 .expect("record");
         }
         // 21 batches: one file of 16, one of 4, one of 1 (and the other run's).
@@ -439,11 +439,11 @@ mod tests {
             super::DEFAULT_CHECKPOINT_INTERVAL,
         );
         for i in 0..3u64 {
-            log.record("a", &[i], Some(&entry(i)), None, None)
+            log.record("a", &[i], Some(&entry(i)), None, (None, None))
                 .expect("record");
         }
         // The fourth batch makes four files to merge: the merged one is written, then it fails.
-        let failed = log.record("a", &[3], Some(&entry(3)), None, None);
+        let failed = log.record("a", &[3], Some(&entry(3)), None, (None, None));
         assert!(failed.is_err(), "the simulated failure");
         let done = files(&dst, DONE_DIR);
         let (shards, _) = recorded(&done);

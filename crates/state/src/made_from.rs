@@ -52,6 +52,12 @@ pub type RecordFiles = Vec<(String, Bytes)>;
 /// The field of a record line that holds its shard's digest.
 const DIGEST_FIELD: &str = "s:";
 
+/// The field of a record line that holds the digests of its shard's inner chunks (each made from
+/// the source chunks that inner chunk covers), as zshard-convert writes them: an update then copies
+/// the inner chunks whose digest is unchanged from the shard as it stands (see
+/// [`reusable_inner_digests`]). Opaque here.
+const INNER_FIELD: &str = "i:";
+
 /// Per array, per shard (C-order index): the digest of what the shard is made from now; `None` for
 /// an array whose source cannot name its chunks' versions (it is never brought up to date, only
 /// converted again with `--overwrite`).
@@ -83,21 +89,94 @@ pub(crate) fn digest_field(digest: u64) -> String {
     format!("{DIGEST_FIELD}{digest:016x}")
 }
 
-/// A record line's fields without its digest field, and the digest: the digest may stand anywhere
-/// after the coordinate, so that the positional fields read as they always have.
+/// The record field for the inner chunks' digests `inner` (as zshard-convert encodes them).
+pub(crate) fn inner_field(inner: &str) -> String {
+    format!("{INNER_FIELD}{inner}")
+}
+
+/// A record line's fields without its digest fields, and the shard's digest: the digests may stand
+/// anywhere after the coordinate, so that the positional fields read as they always have.
 pub(crate) fn split_digest(line: &str) -> (Vec<&str>, Option<u64>) {
     let mut digest = None;
     let fields = line
         .split('\t')
-        .filter(|field| match field.strip_prefix(DIGEST_FIELD) {
-            Some(hex) => {
+        .filter(|field| {
+            if let Some(hex) = field.strip_prefix(DIGEST_FIELD) {
                 digest = u64::from_str_radix(hex, 16).ok();
-                false
+                return false;
             }
-            None => true,
+            !field.starts_with(INNER_FIELD)
         })
         .collect();
     (fields, digest)
+}
+
+/// The inner chunks' digests field of a record line (its text after `i:`), if it has one.
+fn inner_digests_of(line: &str) -> Option<&str> {
+    line.split('\t')
+        .skip(2)
+        .find_map(|field| field.strip_prefix(INNER_FIELD))
+}
+
+/// Per array, the shards whose kept record was made from other source chunks than now (`digests`)
+/// and names its inner chunks' digests, with that field's text (see [`INNER_FIELD`]): an update
+/// may copy their unchanged inner chunks from the destination rather than convert them again.
+/// Only shards whose bytes stand as recorded: a written shard listed now with its recorded size and
+/// version (when the record names one), or an all-fill shard with no object at its key (each of its
+/// inner chunks then reads as empty). A shard replaced since is converted whole.
+pub fn reusable_inner_digests(
+    survey: &Survey,
+    plan: &Outputs,
+    digests: &Digests,
+) -> Vec<HashMap<u64, String>> {
+    plan.arrays
+        .iter()
+        .enumerate()
+        .map(|(i, array)| {
+            let Some(body) = survey.records.get(&kept_key(array.path)) else {
+                return HashMap::new();
+            };
+            let grid = array.geometry.shard_grid();
+            let listed: HashMap<u64, (u64, u64)> = survey
+                .shards
+                .get(i)
+                .map(|shards| {
+                    shards
+                        .iter()
+                        .map(|s| (s.index, (s.size, s.version)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut reusable = HashMap::new();
+            for line in String::from_utf8_lossy(body).lines() {
+                let Some(inner) = inner_digests_of(line) else {
+                    continue;
+                };
+                let (fields, recorded) = split_digest(line);
+                let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) else {
+                    continue;
+                };
+                let index = linear_index(&coord, &grid);
+                let now = digests.get(i, index);
+                if recorded.is_none() || now.is_none() || recorded == now {
+                    continue;
+                }
+                let recorded_size = fields.get(2).and_then(|s| s.parse::<u64>().ok());
+                let recorded_version = fields.get(4).map(|v| version_id(v));
+                let stands = match (recorded_size, listed.get(&index)) {
+                    (Some(size), Some(&(listed_size, listed_version))) => {
+                        size == listed_size && recorded_version.is_none_or(|v| v == listed_version)
+                    }
+                    (Some(_), None) => false,
+                    (None, listed) => listed.is_none(),
+                };
+                if stands {
+                    reusable.insert(index, inner.to_string());
+                }
+            }
+            reusable
+        })
+        .collect()
 }
 
 /// The kept records of every array, merged from `files` (record files as (key, contents), the

@@ -159,7 +159,7 @@ impl ShardLog {
         shard: &[u64],
         written: Option<&crate::manifest::Entry>,
         version: Option<&str>,
-        digest: Option<u64>,
+        (digest, inner): (Option<u64>, Option<&str>),
     ) -> Result<()> {
         let coord: Vec<String> = shard.iter().map(u64::to_string).collect();
         let coord = coord.join(",");
@@ -181,6 +181,10 @@ impl ShardLog {
         if let Some(digest) = digest {
             self.pending.push('\t');
             self.pending.push_str(&digest_field(digest));
+        }
+        if let Some(inner) = inner.filter(|i| !i.contains(['\t', '\n', '\r'])) {
+            self.pending.push('\t');
+            self.pending.push_str(&inner_field(inner));
         }
         self.pending.push('\n');
         self.entries += 1;

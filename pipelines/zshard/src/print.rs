@@ -81,9 +81,17 @@ fn summary(report: &Report) -> String {
     } else {
         String::new()
     };
+    let updated = match &report.update {
+        Some(u) => format!(
+            "; updated: {} shard(s) rewritten ({} inner chunk(s) copied as they stood), {} added, \
+             {} removed",
+            u.shards_rewritten, u.inner_chunks_copied, u.shards_added, u.shards_removed
+        ),
+        None => String::new(),
+    };
     format!(
         "zshard: converted {} array(s) into {}: {} shard(s) written, {} held only the fill value{skipped}; \
-         read {} in {} source chunk(s) ({} missing), wrote {}, in {:.1} s ({}/s read)",
+         read {} in {} source chunk(s) ({} missing), wrote {}, in {:.1} s ({}/s read){updated}",
         report.arrays.len(),
         report.destination,
         t.stats.shards_written,

@@ -102,6 +102,13 @@ fn update_counts(report: &Value) -> (u64, u64) {
     )
 }
 
+/// Inner chunks an update copied from the shards it rewrote.
+fn copied(report: &Value) -> u64 {
+    report["update"]["inner_chunks_copied"]
+        .as_u64()
+        .expect("inner_chunks_copied")
+}
+
 #[test]
 fn one_changed_chunk_rewrites_exactly_its_shard() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -121,7 +128,10 @@ fn one_changed_chunk_rewrites_exactly_its_shard() {
     assert_eq!(report["status"], "ok");
     assert_eq!(update_counts(&report), (1, 0));
     assert_eq!(report["totals"]["shards_written"], 1);
-    assert_eq!(report["totals"]["chunks_read"], 16);
+    // Cheap rewrite: the changed source chunk is read, the shard's 15 other inner chunks are
+    // copied encoded from the shard as it stood.
+    assert_eq!(report["totals"]["chunks_read"], 1);
+    assert_eq!(copied(&report), 15);
     // The shard, and the records that say what it was made from (and the metadata document,
     // written last): no other shard.
     let changed = changed_files(&before, &identities(&dst));
@@ -557,4 +567,93 @@ fn verify_and_the_kept_manifest_hold_after_an_update() {
     let manifest = std::fs::read_to_string(dst.join(".zshard/manifest.tsv")).expect("manifest");
     let shards = manifest.lines().filter(|l| !l.contains("\tm:")).count();
     assert_eq!(shards, 9, "{manifest}");
+}
+
+#[test]
+fn a_rechunked_update_converts_only_the_inner_chunks_its_changed_source_chunk_covers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    // Inner chunks of 4 x 4: each 8 x 8 source chunk covers four, a 32 x 32 shard holds 64.
+    convert(&src, &dst, &["--chunk-shape", "4,4"]);
+
+    // Source chunk (5, 4), in shard (1, 1).
+    let at = (44 * SHAPE[1] + 35) as usize * 2;
+    data[at..at + 2].copy_from_slice(&4321u16.to_le_bytes());
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+
+    let report = convert(&src, &dst, &["--chunk-shape", "4,4"]);
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(report["totals"]["chunks_read"], 1);
+    assert_eq!(
+        copied(&report),
+        60,
+        "the four inner chunks of the changed source chunk are made"
+    );
+    assert_eq!(read_v3(&dst).0, data);
+    let verified = zshard(&[
+        "verify",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}
+
+#[test]
+fn grown_columns_copy_the_edge_shards_inner_chunks_that_stay_the_same() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+
+    // 8 columns more: 80 -> 88. The last shard column (64..96) held 16 columns, now 24: each of
+    // its three shards keeps its 8 inner chunks (4 rows x 2) and gains 4.
+    let grown = [96u64, 88];
+    let mut more = Vec::with_capacity((96 * 88 * 2) as usize);
+    for row in 0..96usize {
+        more.extend_from_slice(&data[row * 160..row * 160 + 160]);
+        more.extend((0..8u16).flat_map(|c| (row as u16 * 8 + c).to_le_bytes()));
+    }
+    update_v2(&src, DataType::UInt16, &grown, &CHUNKS, compressor(), &more);
+
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(update_counts(&report), (3, 0));
+    assert_eq!(
+        report["totals"]["chunks_read"], 12,
+        "the new column of source chunks only"
+    );
+    assert_eq!(copied(&report), 24);
+    let (values, meta) = read_v3(&dst);
+    assert_eq!(meta["shape"], json!(grown));
+    assert_eq!(values, more);
+}
+
+#[test]
+fn a_shard_replaced_since_it_was_recorded_is_converted_whole() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+
+    let at = (44 * SHAPE[1] + 35) as usize * 2;
+    data[at..at + 2].copy_from_slice(&7777u16.to_le_bytes());
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    // The shard to rewrite was replaced by junk of its size (a new file): nothing in it is copied.
+    let shard = dst.join("c/1/1");
+    let size = std::fs::metadata(&shard).expect("shard").len() as usize;
+    std::fs::remove_file(&shard).expect("remove");
+    std::fs::write(&shard, vec![0x5au8; size]).expect("junk");
+
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(report["totals"]["chunks_read"], 16);
+    assert_eq!(copied(&report), 0);
+    assert_eq!(read_v3(&dst).0, data);
 }

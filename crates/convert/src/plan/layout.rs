@@ -342,6 +342,7 @@ impl Plan {
                     reader,
                     sink: sink(a),
                     derived,
+                    previous: None,
                 }
             })
             .collect()

@@ -19,6 +19,7 @@ use crate::plan::{array_name, Layouts, Plan};
 use crate::run::memory;
 use crate::run::recorder::Recorder;
 use crate::run::report::{Report, ReportBuilder, Status};
+use crate::run::reuse::Reuse;
 use zshard_pipeline::{Budget, Cancel};
 use zshard_state::{Lease, Observer, Partition, Prepared};
 
@@ -358,7 +359,8 @@ impl Conversion {
             planned(&all)?;
             return Ok((Status::Complete, input.reference_reads()));
         };
-        let digests = listing.wait()?;
+        let listed = listing.wait()?;
+        let digests = &listed.digests;
         let destination = &zshard_state::recording_uploads(destination, partition, &survey)?;
         let mut resume = zshard_state::done_shards(
             destination,
@@ -390,6 +392,7 @@ impl Conversion {
                     shards_rewritten: update.shards_rewritten,
                     shards_added: update.shards_added,
                     shards_removed: update.shards_removed,
+                    inner_chunks_copied: 0,
                 }));
             }
         }
@@ -419,10 +422,15 @@ impl Conversion {
                 job.sink = options.before(Arc::clone(&job.sink));
             }
         }
-        let work = crate::run::progress::work_of(
-            &jobs,
-            with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
-        );
+        // An update copies the inner chunks that did not change from the shards it rewrites.
+        let elsewhere = self
+            .kept_shards_elsewhere
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let zarr_destination = (!elsewhere).then_some(destination);
+        let reuse = Reuse::plan(&mut jobs, plan, zarr_destination, &survey, listed);
+        let jobs = jobs;
+        let tasks = || to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
+        let work = crate::run::progress::work_of(&jobs, with_made(&jobs, tasks()).into_iter());
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(
@@ -432,14 +440,14 @@ impl Conversion {
             observer,
             builder,
             &resume.untrusted,
-            digests,
+            listed,
         );
         let names = plan.arrays.iter();
         let names = names.map(|a| array_name(&input.url(), &a.path)).collect();
         let result = self.with_writeback(destination, || {
             zshard_pipeline::run_observed(
                 &jobs,
-                to_run(&jobs, partition, done),
+                tasks(),
                 &zshard_pipeline::Options {
                     cancel: self.cancel.clone(),
                     ..budget.options()

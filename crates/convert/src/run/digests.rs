@@ -5,11 +5,12 @@
 //! destination protocol (`zshard_state`, its `made_from` module) records them with each shard and
 //! compares them with what a finished conversion kept.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
-use zshard_core::{stable_hash, ChunkVersions};
-use zshard_pipeline::ArrayJob;
+use base64::Engine;
+use zshard_core::{stable_hash, ChunkVersions, Region};
+use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_state::Digests;
 
 use crate::error::{Error, Result};
@@ -23,14 +24,37 @@ pub(crate) fn tracked(jobs: &[ArrayJob]) -> bool {
 /// The digests of every shard of `jobs` (one per array of the plan): one listing of each array's
 /// source chunks (or its references), no chunk read.
 pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
-    let arrays = jobs
+    listed(jobs).map(|listed| listed.digests)
+}
+
+/// What one listing of the sources of a plan's arrays says: each shard's digest, and the versions
+/// themselves, from which the digests of a shard's inner chunks are made as it is recorded (see
+/// [`inner_digests`]).
+#[derive(Debug)]
+pub(crate) struct Listed {
+    pub(crate) digests: Digests,
+    /// Per array, its source chunks' versions; `None` when its source names none.
+    pub(crate) versions: Vec<Option<Arc<ChunkVersions>>>,
+}
+
+/// [`of`], keeping the versions.
+fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+    let versions = jobs
         .iter()
         .map(|job| {
             let versions = job.reader.chunk_versions(&job.layout.source_chunk_grid())?;
-            Ok(versions.map(|versions| array_digests(job, &versions)))
+            Ok(versions.map(Arc::new))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Digests::new(arrays))
+    let digests = jobs
+        .iter()
+        .zip(&versions)
+        .map(|(job, versions)| versions.as_ref().map(|v| array_digests(job, v)))
+        .collect();
+    Ok(Listed {
+        digests: Digests::new(digests),
+        versions,
+    })
 }
 
 /// The digest of every shard of `job`'s array, in C order.
@@ -41,31 +65,83 @@ fn array_digests(job: &ArrayJob, versions: &ChunkVersions) -> Vec<u64> {
     (0..zshard_core::product(&grid))
         .map(|index| {
             let shard = zshard_core::unravel_index(index, &grid);
-            let mut bytes: Vec<u8> = Vec::new();
-            let Some(region) = geometry.shard_region(&shard).intersect(&array) else {
-                return stable_hash(&bytes);
-            };
-            for n in region.start.iter().chain(&region.shape) {
-                bytes.extend_from_slice(&n.to_le_bytes());
-            }
-            for coord in job.layout.source_chunks_overlapping(&region) {
-                for c in &coord {
-                    bytes.extend_from_slice(&c.to_le_bytes());
-                }
-                // Not stored: a marker no version's hash is likely to equal.
-                let version = versions.of(&coord).unwrap_or(u64::MAX);
-                bytes.extend_from_slice(&version.to_le_bytes());
-            }
-            stable_hash(&bytes)
+            region_digest(
+                &job.layout,
+                versions,
+                geometry.shard_region(&shard).intersect(&array),
+            )
         })
         .collect()
+}
+
+/// The digest of each inner chunk of `shard` of `job`'s array (C order within the shard), made as
+/// a shard's is: from its region clipped to the array and the versions of the source chunks that
+/// region covers. An update copies an inner chunk whose digest is the one recorded (see
+/// `reuse.rs`).
+pub(crate) fn inner_digests(
+    layout: &ArrayLayout,
+    versions: &ChunkVersions,
+    shard: &[u64],
+) -> Vec<u64> {
+    let geometry = &layout.geometry;
+    let array = geometry.array_region();
+    (0..zshard_core::product(&geometry.chunks_per_shard()))
+        .map(|inner| {
+            let region = geometry.inner_region(shard, inner).intersect(&array);
+            region_digest(layout, versions, region)
+        })
+        .collect()
+}
+
+/// The digest of `region` (`None`: outside the array) of `job`'s array: its corner and shape, and
+/// each source chunk it covers with that chunk's version.
+fn region_digest(layout: &ArrayLayout, versions: &ChunkVersions, region: Option<Region>) -> u64 {
+    let mut bytes: Vec<u8> = Vec::new();
+    let Some(region) = region else {
+        return stable_hash(&bytes);
+    };
+    for n in region.start.iter().chain(&region.shape) {
+        bytes.extend_from_slice(&n.to_le_bytes());
+    }
+    for coord in layout.source_chunks_overlapping(&region) {
+        for c in &coord {
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        // Not stored: a marker no version's hash is likely to equal.
+        let version = versions.of(&coord).unwrap_or(u64::MAX);
+        bytes.extend_from_slice(&version.to_le_bytes());
+    }
+    stable_hash(&bytes)
+}
+
+/// Inner chunks' digests as a record field holds them: their little-endian bytes in URL-safe
+/// base64 without padding (no tab, no newline; 11 characters a chunk).
+pub(crate) fn encode_inner(digests: &[u64]) -> String {
+    let bytes: Vec<u8> = digests.iter().flat_map(|d| d.to_le_bytes()).collect();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The inner chunks' digests of a record field (see [`encode_inner`]); `None` when it is damaged.
+pub(crate) fn decode_inner(text: &str) -> Option<Vec<u64>> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()?;
+    if bytes.len() % 8 != 0 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .collect(),
+    )
 }
 
 /// The digests being made on a thread of their own (a listing of the source, a round trip or more
 /// on an object store) while the run claims and surveys the destination.
 pub(crate) struct Pending {
-    listing: Mutex<Option<JoinHandle<Result<Digests>>>>,
-    digests: OnceLock<Digests>,
+    listing: Mutex<Option<JoinHandle<Result<Listed>>>>,
+    listed: OnceLock<Listed>,
     failed: Mutex<Option<Error>>,
 }
 
@@ -74,16 +150,19 @@ impl Pending {
     pub(crate) fn start(jobs: Vec<ArrayJob>) -> Pending {
         let pending = Pending {
             listing: Mutex::new(None),
-            digests: OnceLock::new(),
+            listed: OnceLock::new(),
             failed: Mutex::new(None),
         };
         if !tracked(&jobs) {
-            let _ = pending.digests.set(Digests::new(vec![None; jobs.len()]));
+            let _ = pending.listed.set(Listed {
+                digests: Digests::new(vec![None; jobs.len()]),
+                versions: vec![None; jobs.len()],
+            });
             return pending;
         }
         let listing = std::thread::Builder::new()
             .name("zshard-source-listing".to_string())
-            .spawn(move || of(&jobs));
+            .spawn(move || listed(&jobs));
         match listing {
             Ok(handle) => {
                 if let Ok(mut slot) = pending.listing.lock() {
@@ -104,15 +183,20 @@ impl Pending {
 
     /// The digests, once the listing is done; `None` when it failed (see [`Pending::wait`]).
     pub(crate) fn get(&self) -> Option<&Digests> {
-        if let Some(digests) = self.digests.get() {
-            return Some(digests);
+        self.get_listed().map(|listed| &listed.digests)
+    }
+
+    /// What the listing said, once it is done; `None` when it failed.
+    fn get_listed(&self) -> Option<&Listed> {
+        if let Some(listed) = self.listed.get() {
+            return Some(listed);
         }
         let handle = self.listing.lock().ok()?.take()?;
         let listed = handle.join().unwrap_or(Err(Error::Poisoned {
             what: "the source listing",
         }));
         match listed {
-            Ok(digests) => Some(self.digests.get_or_init(|| digests)),
+            Ok(listed) => Some(self.listed.get_or_init(|| listed)),
             Err(e) => {
                 if let Ok(mut slot) = self.failed.lock() {
                     *slot = Some(e);
@@ -122,10 +206,10 @@ impl Pending {
         }
     }
 
-    /// The digests, or why the listing failed.
-    pub(crate) fn wait(&self) -> Result<&Digests> {
-        if let Some(digests) = self.get() {
-            return Ok(digests);
+    /// What the listing said, or why it failed.
+    pub(crate) fn wait(&self) -> Result<&Listed> {
+        if let Some(listed) = self.get_listed() {
+            return Ok(listed);
         }
         let failed = self.failed.lock().ok().and_then(|mut slot| slot.take());
         Err(failed.unwrap_or(Error::Poisoned {

@@ -7,13 +7,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use zshard_core::linear_index;
-use zshard_pipeline::ShardOutcome;
-use zshard_state::{ChunkHashes, Digests, Entry, Observer, ShardLog};
+use zshard_pipeline::{ArrayLayout, ShardOutcome};
+use zshard_state::{ChunkHashes, Entry, Observer, ShardLog};
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::run::conversion::Conversion;
+use crate::run::digests::{encode_inner, inner_digests, Listed};
 use crate::run::report::ReportBuilder;
 
 /// Record files to write: key and contents.
@@ -32,7 +33,9 @@ pub(crate) struct Recorder<'a> {
     /// The first failure to record.
     error: Mutex<Option<Error>>,
     /// What each shard is made from (its record says so, see `digests.rs`).
-    digests: &'a Digests,
+    listed: &'a Listed,
+    /// Each array's layout, for its inner chunks' digests.
+    layouts: Vec<ArrayLayout>,
 }
 
 impl<'a> Recorder<'a> {
@@ -45,7 +48,7 @@ impl<'a> Recorder<'a> {
         observer: &'a dyn Observer,
         builder: &'a Mutex<ReportBuilder>,
         untrusted: &'a HashMap<(usize, u64), String>,
-        digests: &'a Digests,
+        listed: &'a Listed,
     ) -> Self {
         let (limits, interval) = conversion.record_log();
         // Written shards are recorded with their size, so that a resumed run can prove them ours.
@@ -60,7 +63,8 @@ impl<'a> Recorder<'a> {
             logs: Mutex::new((written, empty)),
             untrusted,
             error: Mutex::new(None),
-            digests,
+            listed,
+            layouts: plan.arrays.iter().map(|a| a.layout()).collect(),
         }
     }
 
@@ -83,7 +87,17 @@ impl<'a> Recorder<'a> {
             .map_err(|_| Error::Poisoned { what: "the record" })?;
         let (written, empty) = &mut *logs;
         let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
-        let digest = self.digests.get(outcome.task.array, index);
+        let digest = self.listed.digests.get(outcome.task.array, index);
+        // What each inner chunk is made from, for an update to copy those that stay the same.
+        let inner = match (digest, self.listed.versions.get(outcome.task.array)) {
+            (Some(_), Some(Some(versions))) => Some(encode_inner(&inner_digests(
+                &self.layouts[outcome.task.array],
+                versions,
+                &outcome.task.shard,
+            ))),
+            _ => None,
+        };
+        let digests = (digest, inner.as_deref());
         if outcome.written {
             let entry = Entry {
                 size: outcome.bytes_written,
@@ -102,7 +116,7 @@ impl<'a> Recorder<'a> {
                     &outcome.task.shard,
                     Some(&entry),
                     outcome.version.as_deref(),
-                    digest,
+                    digests,
                 )
                 .map_err(Error::from);
         }
@@ -111,7 +125,7 @@ impl<'a> Recorder<'a> {
             self.destination.delete(key)?;
         }
         empty
-            .record(&array.path, &outcome.task.shard, None, None, digest)
+            .record(&array.path, &outcome.task.shard, None, None, digests)
             .map_err(Error::from)
     }
 

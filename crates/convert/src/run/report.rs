@@ -321,6 +321,9 @@ pub struct Update {
     /// Shards it had beyond the array's extent now (the array shrank), removed (by `finalize` after
     /// workers, whose own reports count none).
     pub shards_removed: u64,
+    /// Inner chunks of the rewritten shards copied, encoded, from the shards as they stood (their
+    /// source chunks did not change), not converted again.
+    pub inner_chunks_copied: u64,
 }
 
 /// A report being filled in while a run goes: the options and start from the beginning, the arrays
@@ -393,6 +396,9 @@ impl ReportBuilder {
     pub(crate) fn add(&mut self, outcome: &ShardOutcome) {
         if let Some(a) = self.arrays.get_mut(outcome.task.array) {
             a.counts.stats += outcome;
+        }
+        if let Some(update) = &mut self.update {
+            update.inner_chunks_copied += outcome.inner_chunks_copied;
         }
     }
 

@@ -659,6 +659,7 @@ fn compare_array(
     Ok(Compared::Job(Box::new(ArrayJob {
         name,
         derived: None,
+        previous: None,
         source_chain,
         reader: src.reader(&path, &meta),
         sink: Arc::new(VerifySink {

@@ -164,6 +164,9 @@ fn assemble(
     let first_inner = range.start;
     let inner = range
         .map(|i| {
+            if decoded.part.task.reuses(i) {
+                return None;
+            }
             let region = geometry.inner_region(&decoded.part.task.shard, i);
             let covered = region.intersect(&array_region)?;
             if same_grid && covered == region {
@@ -243,6 +246,7 @@ fn assemble(
         part: decoded.part,
         first_inner,
         inner,
+        copied: decoded.copied,
         strings: decoded.strings,
         read: decoded.read,
     };
@@ -273,6 +277,7 @@ fn place_encoded(array: &RunArray<'_>, range: std::ops::Range<u64>, decoded: Dec
         part: decoded.part,
         first_inner: range.start,
         inner,
+        copied: decoded.copied,
         strings: decoded.strings,
         read: decoded.read,
     }

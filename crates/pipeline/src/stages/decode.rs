@@ -68,6 +68,7 @@ pub(super) fn decode(array: &RunArray<'_>, fetched: Fetched, cancel: &Cancel) ->
     Ok(Decoded {
         part: fetched.part,
         chunks,
+        copied: fetched.copied,
         strings,
         read: fetched.read,
     })

@@ -52,6 +52,7 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
+    let inner = place_copied(array, assembled.first_inner, inner, assembled.copied, shard)?;
     let (inner, hashes) = inner
         .into_iter()
         .map(|chunk| match chunk {
@@ -65,4 +66,54 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
         hashes,
         read: assembled.read,
     })
+}
+
+/// An encoded inner chunk with the hash the manifest records for it (see `Encoded::hashes`).
+type Hashed = Option<(Bytes, u32)>;
+
+/// Puts the inner chunks copied from the previous output (see `ShardTask::reuse`) in their places
+/// among `inner` (those of the part from `first_inner`). Each is hashed as a converted one is: its
+/// decoded values, or its stored bytes when the array is copied through.
+fn place_copied(
+    array: &RunArray<'_>,
+    first_inner: u64,
+    mut inner: Vec<Hashed>,
+    copied: super::message::Copied,
+    shard: &[u64],
+) -> Result<Vec<Hashed>> {
+    let job = array.job;
+    let hashed = copied
+        .into_par_iter()
+        .map(|(i, bytes)| {
+            let Some(bytes) = bytes else {
+                return Ok((i, None));
+            };
+            let hash = match &job.inner_chain {
+                Some(chain) if !job.layout.passthrough => {
+                    let raw = chain
+                        .decode(&bytes, &job.layout.inner_repr)
+                        .map_err(|source| Error::Decode {
+                            array: job.name.clone(),
+                            key: format!(
+                                "{} (inner chunk {i}, as it stood)",
+                                job.sink.shard_key(shard)
+                            ),
+                            source: Box::new(source),
+                        })?;
+                    crc32c::crc32c(&raw)
+                }
+                _ => crc32c::crc32c(&bytes),
+            };
+            Ok((i, Some((bytes, hash))))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (i, chunk) in hashed {
+        if let Some(slot) = i
+            .checked_sub(first_inner)
+            .and_then(|at| inner.get_mut(at as usize))
+        {
+            *slot = chunk;
+        }
+    }
+    Ok(inner)
 }

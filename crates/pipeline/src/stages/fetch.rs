@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use crossbeam_channel::Sender;
 use zshard_core::{ChunkReader, PlannedReads};
 
-use super::message::{Fetched, Msg, ReadCounts, ShardPart};
+use super::message::{Copied, Fetched, Msg, ReadCounts, ShardPart};
 use super::{RunArray, RunContext};
 use crate::error::Error;
 
@@ -88,6 +88,9 @@ fn take_batch<I: Iterator<Item = ShardPart>>(
 /// that shard did not need.
 fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
     let job = array.job;
+    if !part.task.reuse.is_empty() {
+        return chunks_converted(array, part);
+    }
     let region = array
         .split
         .region(&job.layout.geometry, &part.task.shard, part.index)
@@ -107,6 +110,93 @@ fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
         });
     }
     coords
+}
+
+/// The source chunks of the inner chunks of `part` that its shard converts (those it does not copy,
+/// see `ShardTask::reuse`), each once, in the order first needed. Every part reads its own: a shard
+/// that copies keeps no source chunks between parts (those it keeps are read again, never missed).
+fn chunks_converted(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
+    let geometry = &array.job.layout.geometry;
+    let inside = geometry.array_region();
+    let mut seen = std::collections::HashSet::new();
+    let mut coords = Vec::new();
+    for inner in array.split.inner_range(part.index) {
+        if part.task.reuses(inner) {
+            continue;
+        }
+        let Some(region) = geometry
+            .inner_region(&part.task.shard, inner)
+            .intersect(&inside)
+        else {
+            continue;
+        };
+        for coord in array.job.layout.source_chunks_overlapping(&region) {
+            if seen.insert(coord.clone()) {
+                coords.push(coord);
+            }
+        }
+    }
+    coords
+}
+
+/// Reads the inner chunks of `part` that its shard copies from the previous output (see
+/// `ShardTask::reuse`), encoded, adding their bytes to `read`.
+fn copy_previous(
+    array: &RunArray<'_>,
+    part: &ShardPart,
+    read: &mut ReadCounts,
+) -> Result<Copied, Error> {
+    let job = array.job;
+    let range = array.split.inner_range(part.index);
+    let inner: Vec<u64> = part
+        .task
+        .reuse
+        .iter()
+        .copied()
+        .filter(|i| range.contains(i))
+        .collect();
+    if inner.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(previous) = &job.previous else {
+        return Err(Error::Read {
+            array: job.name.clone(),
+            key: job.sink.shard_key(&part.task.shard),
+            source: Box::new(zshard_core::Error::Read {
+                key: job.sink.shard_key(&part.task.shard),
+                source: "inner chunks to copy, but no previous output to copy them from".into(),
+            }),
+        });
+    };
+    let geometry = &job.layout.geometry;
+    let per_shard = geometry.chunks_per_shard();
+    let coords: Vec<Vec<u64>> = inner
+        .iter()
+        .map(|&i| {
+            zshard_core::unravel_index(i, &per_shard)
+                .iter()
+                .zip(&part.task.shard)
+                .zip(&per_shard)
+                .map(|((local, shard), n)| shard * n + local)
+                .collect()
+        })
+        .collect();
+    let mut copied = Vec::with_capacity(inner.len());
+    for ((i, coord), result) in inner
+        .into_iter()
+        .zip(&coords)
+        .zip(previous.read_chunks(&coords, array.max_inner_len))
+    {
+        let bytes = result.map_err(|source| Error::Read {
+            array: job.name.clone(),
+            key: previous.chunk_key(coord),
+            source: Box::new(source),
+        })?;
+        read.copied += 1;
+        read.bytes += bytes.as_ref().map_or(0, |b| b.len() as u64);
+        copied.push((i, bytes));
+    }
+    Ok(copied)
 }
 
 /// The chunks of every part of `batch`, each once, and for each part the positions of its chunks
@@ -184,7 +274,13 @@ fn fetch(array: &RunArray<'_>, batch: Vec<ShardPart>) -> Vec<Msg<Fetched>> {
                 }
                 chunks.push((coord.clone(), bytes));
             }
-            Ok(Fetched { part, chunks, read })
+            let copied = copy_previous(array, &part, &mut read)?;
+            Ok(Fetched {
+                part,
+                chunks,
+                copied,
+                read,
+            })
         })
         .collect()
 }

@@ -52,6 +52,8 @@ pub(super) struct ReadCounts {
     pub(super) bytes: u64,
     pub(super) chunks: u64,
     pub(super) missing: u64,
+    /// Inner chunks copied from the previous output (see `ShardTask::reuse`).
+    pub(super) copied: u64,
 }
 
 impl std::ops::AddAssign for ReadCounts {
@@ -59,13 +61,19 @@ impl std::ops::AddAssign for ReadCounts {
         self.bytes += other.bytes;
         self.chunks += other.chunks;
         self.missing += other.missing;
+        self.copied += other.copied;
     }
 }
+
+/// Inner chunks of one shard part copied encoded from the previous output (see
+/// `ShardTask::reuse`): C-order index within the shard, and the stored bytes (`None` = empty).
+pub(super) type Copied = Vec<(u64, Option<Bytes>)>;
 
 /// Encoded source chunks of one shard part, as read (`None` = missing chunk).
 pub(super) struct Fetched {
     pub(super) part: ShardPart,
     pub(super) chunks: Vec<(Vec<u64>, Option<Bytes>)>,
+    pub(super) copied: Copied,
     pub(super) read: ReadCounts,
 }
 
@@ -73,6 +81,7 @@ pub(super) struct Fetched {
 pub(super) struct Decoded {
     pub(super) part: ShardPart,
     pub(super) chunks: Vec<(Vec<u64>, Option<Vec<u8>>)>,
+    pub(super) copied: Copied,
     pub(super) strings: StringTable,
     pub(super) read: ReadCounts,
 }
@@ -84,6 +93,8 @@ pub(super) struct Assembled {
     /// The C-order index within the shard of `inner[0]`.
     pub(super) first_inner: u64,
     pub(super) inner: Vec<Option<Vec<u8>>>,
+    /// The part's inner chunks copied encoded (their place in `inner` is `None`).
+    pub(super) copied: Copied,
     pub(super) strings: StringTable,
     pub(super) read: ReadCounts,
 }

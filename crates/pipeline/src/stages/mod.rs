@@ -141,9 +141,12 @@ fn parts_of<'c>(
     std::iter::from_fn(move || {
         let task = tasks.next()?;
         let handoff = ctx.array(task.array).handoff;
+        // A shard that copies inner chunks reads only the source chunks of the others: it neither
+        // hands source chunks over nor takes them.
         let neighbour = |other: Option<&ShardTask>| {
             other
                 .filter(|other| handoff && other.array == task.array)
+                .filter(|other| other.reuse.is_empty() && task.reuse.is_empty())
                 .map(|other| other.shard.clone())
         };
         let (before, after) = (neighbour(prev.as_ref()), neighbour(tasks.peek()));
@@ -178,10 +181,8 @@ pub fn planned_reads(
         .map(|(array, job)| {
             job.reader.planned_reads(&[], u64::MAX)?;
             let grid = job.layout.geometry.shard_grid();
-            let tasks = (0..zshard_core::product(&grid)).map(|i| ShardTask {
-                array,
-                shard: zshard_core::unravel_index(i, &grid),
-            });
+            let tasks = (0..zshard_core::product(&grid))
+                .map(|i| ShardTask::new(array, zshard_core::unravel_index(i, &grid)));
             fetch::planned(
                 context.array(array),
                 parts_of(&context, tasks),
@@ -326,6 +327,9 @@ struct RunArray<'a> {
     /// `source_repr`, the largest chunk on a rectilinear grid, with room for bytes its codecs skip;
     /// see `CodecChain::max_stored_len`): the one bound every reader gets.
     max_chunk_len: u64,
+    /// Likewise for an inner chunk of the output, which an update may copy from the previous
+    /// output (see `ShardTask::reuse`).
+    max_inner_len: u64,
 }
 
 impl<'a> RunArray<'a> {
@@ -343,6 +347,11 @@ impl<'a> RunArray<'a> {
             .source_chain
             .max_stored_len(&job.layout.source_repr)
             .unwrap_or(u64::MAX);
+        let max_inner_len = job
+            .inner_chain
+            .as_ref()
+            .and_then(|chain| chain.max_stored_len(&job.layout.inner_repr).ok())
+            .unwrap_or(u64::MAX);
         RunArray {
             job,
             split,
@@ -350,6 +359,7 @@ impl<'a> RunArray<'a> {
             handoff,
             inner_chunk_bytes,
             max_chunk_len,
+            max_inner_len,
         }
     }
 

@@ -176,10 +176,7 @@ impl Pyramid {
             let tail = inner.split_off(range.start as usize);
             cut.push(Assembled {
                 part: ShardPart {
-                    task: ShardTask {
-                        array,
-                        shard: shard.clone(),
-                    },
+                    task: ShardTask::new(array, shard.clone()),
                     index,
                     count: parts,
                     // Made from the level above, not from source chunks: nothing to hand over.
@@ -189,6 +186,7 @@ impl Pyramid {
                 },
                 first_inner: range.start,
                 inner: tail,
+                copied: Vec::new(),
                 strings: StringTable::default(),
                 read: ReadCounts::default(),
             });

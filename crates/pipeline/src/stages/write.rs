@@ -133,6 +133,7 @@ fn outcome(
         bytes_read: read.bytes,
         chunks_read: read.chunks,
         chunks_missing: read.missing,
+        inner_chunks_copied: read.copied,
         bytes_written: stored.bytes,
         written,
         crc32c: stored.crc32c,

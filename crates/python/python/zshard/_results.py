@@ -89,11 +89,15 @@ class Update:
     shards_removed : int
         Shards it had beyond the array's extent now (the array shrank), removed (by ``finalize``
         after workers, whose own reports count none).
+    inner_chunks_copied : int
+        Inner chunks of the rewritten shards copied, encoded, from the shards as they stood (their
+        source chunks did not change), not converted again.
     """
 
     shards_rewritten: int = 0
     shards_added: int = 0
     shards_removed: int = 0
+    inner_chunks_copied: int = 0
 
     @classmethod
     def _from_dict(cls, doc: dict[str, Any]) -> Update:

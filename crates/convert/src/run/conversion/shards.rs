@@ -95,10 +95,7 @@ pub(super) fn with_made(
                 .all(|s| made[derived.from].contains(&linear_index(s, &above_grid)));
             if fed {
                 made[index].insert(linear);
-                all.push(ShardTask {
-                    array: index,
-                    shard,
-                });
+                all.push(ShardTask::new(index, shard));
             }
         }
     }
