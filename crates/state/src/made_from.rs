@@ -129,6 +129,27 @@ pub fn reusable_inner_digests(
     plan: &Outputs,
     digests: &Digests,
 ) -> Vec<HashMap<u64, String>> {
+    inner_digests_kept(survey, plan, digests, true)
+}
+
+/// [`reusable_inner_digests`] for a survey that did not list the shards
+/// ([`survey_finished`]): every shard is taken to stand as recorded, for `zshard plan`'s estimate.
+pub fn recorded_inner_digests(
+    survey: &Survey,
+    plan: &Outputs,
+    digests: &Digests,
+) -> Vec<HashMap<u64, String>> {
+    inner_digests_kept(survey, plan, digests, false)
+}
+
+/// The kept inner chunks' digests of the shards to rewrite, of those that stand as recorded when
+/// `listed` (else of all).
+fn inner_digests_kept(
+    survey: &Survey,
+    plan: &Outputs,
+    digests: &Digests,
+    listed_only: bool,
+) -> Vec<HashMap<u64, String>> {
     plan.arrays
         .iter()
         .enumerate()
@@ -170,7 +191,7 @@ pub fn reusable_inner_digests(
                     (Some(_), None) => false,
                     (None, listed) => listed.is_none(),
                 };
-                if stands {
+                if stands || !listed_only {
                     reusable.insert(index, inner.to_string());
                 }
             }
@@ -555,6 +576,13 @@ mod tests {
         assert_eq!(digest, Some(255));
         let (fields, digest) = split_digest("a\t0,1");
         assert_eq!((fields.len(), digest), (2, None));
+        // The inner chunks' digests are not a positional field either.
+        let line = "a\t0,1\t12\t0000abcd\tv1\ts:00000000000000ff\ti:AAAAAAAAAAA";
+        let (fields, digest) = split_digest(line);
+        assert_eq!(fields, vec!["a", "0,1", "12", "0000abcd", "v1"]);
+        assert_eq!(digest, Some(255));
+        assert_eq!(inner_digests_of(line), Some("AAAAAAAAAAA"));
+        assert_eq!(inner_digests_of("a\t0,1\t12"), None);
     }
 
     #[test]

@@ -343,6 +343,13 @@ fn update_plan(out: &mut String, update: &zshard_convert::UpdatePlan) -> std::fm
         if a.attributes_changed {
             why.push("new attributes".to_string());
         }
+        if a.inner_chunks_to_convert + a.inner_chunks_to_copy > 0 {
+            why.push(format!(
+                "{} inner chunk(s) to convert (made from changed, new or deleted source chunks), \
+                 {} to copy as they stand",
+                a.inner_chunks_to_convert, a.inner_chunks_to_copy
+            ));
+        }
         if !why.is_empty() {
             let name = if a.path.is_empty() { "/" } else { &a.path };
             writeln!(out, "update: {name}: {}", why.join("; "))?;

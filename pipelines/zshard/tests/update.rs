@@ -420,8 +420,10 @@ fn plan_on_a_finished_destination_says_what_an_update_would_do() {
     assert_eq!(array["shards_to_rewrite"], 1, "{changed}");
     assert_eq!(array["shards_to_add"], 0);
     assert_eq!(array["shape_changed"], false);
-    // The shard's 16 source chunks.
-    assert_eq!(changed["update"]["cost"]["get_requests"], 16);
+    // The changed source chunk, and the shard's index and its 15 other inner chunks (coalesced).
+    assert_eq!(array["inner_chunks_to_convert"], 1, "{changed}");
+    assert_eq!(array["inner_chunks_to_copy"], 15);
+    assert_eq!(changed["update"]["cost"]["get_requests"], 1 + 2);
     assert_eq!(
         changed_files(&before, &identities(&dst)),
         Vec::<String>::new(),

@@ -61,28 +61,53 @@ pub struct ArrayUpdate {
     pub shape_changed: bool,
     /// The attributes differ from the destination's.
     pub attributes_changed: bool,
+    /// Inner chunks of the shards to rewrite and add that are converted from the source: those
+    /// made from source chunks that changed, appeared or disappeared, or whose extent changed.
+    pub inner_chunks_to_convert: u64,
+    /// Inner chunks of the shards to rewrite copied, encoded, from the shards as they stand (their
+    /// source chunks did not change).
+    pub inner_chunks_to_copy: u64,
 }
 
 impl UpdatePlan {
     /// The update of `plan` that `changes` (per array, from the destination's kept records) call
-    /// for, and its cost: one GET per source chunk of each shard to write, one PUT per shard, per
-    /// metadata document and per array's kept records.
+    /// for, and its cost: one GET per source chunk of the inner chunks each shard to write converts,
+    /// two for a shard that copies some (its index, then their bytes in ranges coalesced), one PUT
+    /// per shard, per metadata document and per array's kept records. `copies` names the inner
+    /// chunks a shard copies (array, shard coordinate).
     pub(crate) fn of(
         plan: &Plan,
         jobs: &[zshard_pipeline::ArrayJob],
         changes: &[zshard_state::ArrayChanges],
+        copies: &dyn Fn(usize, &[u64]) -> Vec<u64>,
     ) -> UpdatePlan {
         let mut update = UpdatePlan::default();
-        for ((array, job), change) in plan.arrays.iter().zip(jobs).zip(changes) {
+        for (i, ((array, job), change)) in plan.arrays.iter().zip(jobs).zip(changes).enumerate() {
             let grid = array.geometry.shard_grid();
             let shard_raw =
                 product(&array.output.shard_shape) * array.output.data_type.size() as u64;
+            let inside = array.geometry.array_region();
+            let (mut convert, mut copy) = (0, 0);
             for &index in change.rewrite.iter().chain(&change.add) {
                 let shard = zshard_core::unravel_index(index, &grid);
-                let region = array.geometry.shard_region(&shard);
-                if let Some(region) = region.intersect(&array.geometry.array_region()) {
-                    update.cost.get_requests +=
-                        job.layout.source_chunks_overlapping(&region).len() as u64;
+                let copied = copies(i, &shard);
+                let mut sources = std::collections::HashSet::new();
+                for inner in 0..array.geometry.chunks_per_shard().iter().product::<u64>() {
+                    let region = array
+                        .geometry
+                        .inner_region(&shard, inner)
+                        .intersect(&inside);
+                    let Some(region) = region else { continue };
+                    if copied.binary_search(&inner).is_ok() {
+                        continue;
+                    }
+                    convert += 1;
+                    sources.extend(job.layout.source_chunks_overlapping(&region));
+                }
+                copy += copied.len() as u64;
+                update.cost.get_requests += sources.len() as u64;
+                if !copied.is_empty() {
+                    update.cost.get_requests += 2;
                 }
                 update.cost.get_bytes += shard_raw;
                 update.cost.put_requests += 1;
@@ -95,6 +120,8 @@ impl UpdatePlan {
                 shards_to_remove: change.remove,
                 shape_changed: change.shape_changed,
                 attributes_changed: change.attributes_changed,
+                inner_chunks_to_convert: convert,
+                inner_chunks_to_copy: copy,
             });
         }
         if !update.is_empty() {

@@ -427,7 +427,7 @@ impl Conversion {
             .kept_shards_elsewhere
             .load(std::sync::atomic::Ordering::SeqCst);
         let zarr_destination = (!elsewhere).then_some(destination);
-        let reuse = Reuse::plan(&mut jobs, plan, zarr_destination, &survey, listed);
+        let reuse = Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed);
         let jobs = jobs;
         let tasks = || to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
         let work = crate::run::progress::work_of(&jobs, with_made(&jobs, tasks()).into_iter());

@@ -38,7 +38,7 @@ pub(crate) struct Listed {
 }
 
 /// [`of`], keeping the versions.
-fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
     let versions = jobs
         .iter()
         .map(|job| {
@@ -215,5 +215,22 @@ impl Pending {
         Err(failed.unwrap_or(Error::Poisoned {
             what: "the source listing",
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inner_digests_read_back_as_written_and_damage_reads_as_none() {
+        let digests = [0u64, 1, u64::MAX, 0x0123_4567_89ab_cdef];
+        let text = encode_inner(&digests);
+        assert!(!text.contains(['\t', '\n', '\r', '=']), "{text}");
+        assert_eq!(text.len(), 43, "11 characters a digest, less the padding");
+        assert_eq!(decode_inner(&text), Some(digests.to_vec()));
+        assert_eq!(decode_inner(&text[..text.len() - 1]), None);
+        assert_eq!(decode_inner("not base64!"), None);
+        assert_eq!(decode_inner(""), Some(Vec::new()));
     }
 }

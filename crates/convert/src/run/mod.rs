@@ -16,5 +16,5 @@ pub(crate) mod progress;
 mod recorded;
 mod recorder;
 pub(crate) mod report;
-mod reuse;
+pub(crate) mod reuse;
 pub mod status;

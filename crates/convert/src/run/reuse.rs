@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use zshard_core::{linear_index, ChunkVersions, NodeKind};
+use zshard_core::{linear_index, ArrayMeta, ChunkVersions, NodeKind};
 use zshard_pipeline::{ArrayJob, ShardTask};
 use zshard_state::Survey;
 use zshard_store::Store;
@@ -38,36 +38,72 @@ impl Reuse {
     /// For a run into `destination` (a Zarr hierarchy; `None` for one that keeps its shards
     /// elsewhere, which copies nothing): gives each array of `jobs` whose shards can be copied from
     /// the reader of its output as it stands ([`ArrayJob::previous`]).
-    pub(crate) fn plan(
+    pub(crate) fn for_run(
         jobs: &mut [ArrayJob],
         plan: &Plan,
         destination: Option<&Store>,
         survey: &Survey,
         listed: &Listed,
     ) -> Reuse {
-        let none = || Reuse {
-            arrays: jobs.iter().map(|_| None).collect(),
-        };
         let Some(destination) = destination else {
-            return none();
+            return Reuse {
+                arrays: jobs.iter().map(|_| None).collect(),
+            };
         };
-        if jobs.iter().any(|job| job.derived.is_some()) {
-            return none();
-        }
         let recorded =
             zshard_state::reusable_inner_digests(survey, &plan.outputs(), &listed.digests);
+        let mut reuse = Reuse::of(jobs, listed, recorded);
+        for ((job, array), reused) in jobs.iter_mut().zip(&plan.arrays).zip(&mut reuse.arrays) {
+            let meta = reused
+                .as_ref()
+                .and_then(|_| previous_meta(survey, &array.path, job));
+            match meta {
+                Some(meta) => {
+                    job.previous = Some(zshard_zarr::array_chunk_reader(
+                        destination,
+                        &array.path,
+                        &meta,
+                    ))
+                }
+                None => *reused = None,
+            }
+        }
+        reuse
+    }
+
+    /// What an update planned on a finished destination would copy (`zshard plan`): its survey
+    /// lists no shards, so each is taken to stand as recorded.
+    pub(crate) fn for_plan(
+        jobs: &[ArrayJob],
+        plan: &Plan,
+        survey: &Survey,
+        listed: &Listed,
+    ) -> Reuse {
+        let recorded =
+            zshard_state::recorded_inner_digests(survey, &plan.outputs(), &listed.digests);
+        let mut reuse = Reuse::of(jobs, listed, recorded);
+        for ((job, array), reused) in jobs.iter().zip(&plan.arrays).zip(&mut reuse.arrays) {
+            if previous_meta(survey, &array.path, job).is_none() {
+                *reused = None;
+            }
+        }
+        reuse
+    }
+
+    /// The arrays whose shards may copy inner chunks: `recorded` (per array, the kept inner
+    /// digests of its shards to rewrite), decoded, where the conversion can copy at all.
+    fn of(jobs: &[ArrayJob], listed: &Listed, recorded: Vec<HashMap<u64, String>>) -> Reuse {
+        // A pyramid's lower levels are made from level 0's assembled inner chunks.
+        let pyramid = jobs.iter().any(|job| job.derived.is_some());
         let arrays = jobs
-            .iter_mut()
-            .zip(&plan.arrays)
+            .iter()
             .zip(recorded)
             .zip(&listed.versions)
-            .map(|(((job, array), recorded), versions)| {
+            .map(|((job, recorded), versions)| {
                 let versions = versions.as_ref()?;
-                if recorded.is_empty() || job.layout.inner_repr.data_type.is_variable() {
+                if pyramid || recorded.is_empty() || job.layout.inner_repr.data_type.is_variable() {
                     return None;
                 }
-                let document = survey.zarr_json(&array.path)?;
-                job.previous = Some(previous_output(destination, &array.path, document, job)?);
                 let recorded = recorded
                     .into_iter()
                     .filter_map(|(index, text)| Some((index, decode_inner(&text)?)))
@@ -83,44 +119,47 @@ impl Reuse {
 
     /// `task` with the inner chunks its shard copies: those whose digest now is the recorded one.
     pub(crate) fn task(&self, jobs: &[ArrayJob], mut task: ShardTask) -> ShardTask {
-        let Some(Some(array)) = self.arrays.get(task.array) else {
-            return task;
+        task.reuse = self.inner_to_copy(jobs, task.array, &task.shard);
+        task
+    }
+
+    /// The inner chunks (C-order indices within the shard) that shard `shard` of array `array`
+    /// copies; none for a shard converted whole.
+    pub(crate) fn inner_to_copy(&self, jobs: &[ArrayJob], array: usize, shard: &[u64]) -> Vec<u64> {
+        let Some(Some(reuse)) = self.arrays.get(array) else {
+            return Vec::new();
         };
-        let layout = &jobs[task.array].layout;
-        let index = linear_index(&task.shard, &layout.geometry.shard_grid());
-        let Some(recorded) = array.recorded.get(&index) else {
-            return task;
+        let layout = &jobs[array].layout;
+        let index = linear_index(shard, &layout.geometry.shard_grid());
+        let Some(recorded) = reuse.recorded.get(&index) else {
+            return Vec::new();
         };
-        let now = inner_digests(layout, &array.versions, &task.shard);
+        let now = inner_digests(layout, &reuse.versions, shard);
         if now.len() != recorded.len() {
-            return task;
+            return Vec::new();
         }
         // Inner chunks past the array's end hold nothing to copy.
         let geometry = &layout.geometry;
         let inside = geometry.array_region();
         let in_array = |inner: u64| {
             geometry
-                .inner_region(&task.shard, inner)
+                .inner_region(shard, inner)
                 .intersect(&inside)
                 .is_some()
         };
-        task.reuse = (0u64..)
+        (0u64..)
             .zip(now.iter().zip(recorded))
             .filter(|(inner, (now, recorded))| now == recorded && in_array(*inner))
             .map(|(inner, _)| inner)
-            .collect();
-        task
+            .collect()
     }
 }
 
-/// The reader of the inner chunks of the array at `path` of `destination` as its `zarr.json`
-/// (`document`) describes them, when they are laid out and encoded as `job` makes them.
-fn previous_output(
-    destination: &Store,
-    path: &str,
-    document: &[u8],
-    job: &ArrayJob,
-) -> Option<Arc<dyn zshard_core::ChunkReader>> {
+/// The metadata of the array at `path` as the finished conversion's `zarr.json` (in `survey`)
+/// describes it, read by inner chunk, when its inner chunks are laid out and typed as `job` makes
+/// them (the conversion's identity, which an update shares, fixes the codecs).
+fn previous_meta(survey: &Survey, path: &str, job: &ArrayJob) -> Option<ArrayMeta> {
+    let document = survey.zarr_json(path)?;
     let parsed = zshard_zarr::parse_v3_node(path, document).ok()?;
     let NodeKind::Array(meta) = parsed.kind else {
         return None;
@@ -132,5 +171,5 @@ fn previous_output(
         && shards.shard_shape == geometry.shard_shape()
         && shards.rectilinear.is_none()
         && meta.data_type == job.layout.inner_repr.data_type;
-    same.then(|| zshard_zarr::array_chunk_reader(destination, path, &meta))
+    same.then_some(meta)
 }

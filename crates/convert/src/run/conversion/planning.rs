@@ -103,12 +103,14 @@ impl Conversion {
         if !zshard_state::has_kept_records(&survey, &outputs) {
             return Ok(None);
         }
-        let digests = crate::run::digests::of(jobs)?;
-        let changes = zshard_state::shards_to_update(&survey, &outputs, &digests);
+        let listed = crate::run::digests::listed(jobs)?;
+        let changes = zshard_state::shards_to_update(&survey, &outputs, &listed.digests);
+        let reuse = crate::run::reuse::Reuse::for_plan(jobs, &opened.plan, &survey, &listed);
         Ok(Some(crate::plan::plan_report::UpdatePlan::of(
             &opened.plan,
             jobs,
             &changes,
+            &|array, shard| reuse.inner_to_copy(jobs, array, shard),
         )))
     }
 }
