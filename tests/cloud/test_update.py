@@ -55,7 +55,9 @@ def test_one_changed_chunk_on_s3_rewrites_exactly_its_shard(tmp_path, s3, moto):
     s3.upload_file(str(local / "2.2"), "usrc", "in.zarr/2.2")
     run_zshard(*args, env=S3_ENV)
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}, report
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 3}, report
+    # The shard's three unchanged inner chunks were read from the shard on S3 as it stood, not converted.
+    assert report["totals"]["chunks_read"] == 1, report
     assert shards(changed(before, etags_s3(s3, "udst", "out.zarr"))) == {"c/1/1"}
     download_prefix(s3, "udst", "out.zarr", tmp_path / "out.zarr")
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], a[:])
@@ -78,7 +80,7 @@ def test_appended_rows_into_azure_add_only_new_shards(tmp_path, azurite):
     a[300:400, :] = 7.0
     run_zshard(*args, env=azure_env(azurite))
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0}, report
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0, "inner_chunks_copied": 0}, report
     assert shards(changed(before, etags())) == {"c/3/0", "c/3/1", "c/3/2"}
     out = tmp_path / "out"
     download_blobs(container, "sharded.zarr", out)
@@ -118,7 +120,7 @@ def test_an_update_into_an_icechunk_repository_on_s3_is_one_commit(tmp_path, s3,
     s3.upload_file(str(local / "2.2"), "usrc2", "in.zarr/2.2")
     run_zshard(*args, env=S3_ENV)
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}, report
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}, report
     assert len(list(repository().ancestry(branch="main"))) == len(first) + 1
     chunks_after = {k for k in etags_s3(s3, "icupd", "repo") if k.startswith("chunks/")}
     assert len(chunks_after - chunks_before) == 1

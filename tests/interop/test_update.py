@@ -79,7 +79,11 @@ def test_zarr_sources_one_changed_chunk_growth_and_attributes(zshard_bin, tmp_pa
     data[44, 35] = -1
     report = _convert(zshard_bin, src, dst)
     assert report["status"] == "ok"
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}
+    # The shard's other inner chunks are copied as they stood; from a sharded source, the chunks
+    # of the changed source shard (4 of them, one version) are all converted again.
+    copied = 12 if fmt == "sharded-v3" else 15
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": copied}
+    assert report["totals"]["chunks_read"] == 16 - copied
     after = _files(dst)
     assert _shards(_changed(before, after)) == {"c/1/1"}
     _same(dst, data)
@@ -90,7 +94,7 @@ def test_zarr_sources_one_changed_chunk_growth_and_attributes(zshard_bin, tmp_pa
     a.attrs["units"] = "degC"
     data = np.concatenate([data, np.full((30, 80), 7, dtype="i4")])
     report = _convert(zshard_bin, src, dst)
-    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0, "inner_chunks_copied": 0}
     assert _shards(_changed(after, _files(dst))) == {"c/3/0", "c/3/1", "c/3/2"}
     _same(dst, data)
     assert zarr.open_array(str(dst), mode="r").attrs["units"] == "degC"
@@ -107,7 +111,7 @@ def test_a_group_where_one_array_changed(zshard_bin, tmp_path):
     before = _files(dst)
     t[0, 0] = -5
     report = _convert(zshard_bin, src, dst)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
     assert _shards(_changed(before, _files(dst))) == {"t/c/0/0"}
     out = zarr.open_group(str(dst), mode="r")
     np.testing.assert_array_equal(out["t"][...], t[...])
@@ -133,7 +137,7 @@ def test_zarr_2_18_writes_the_change(zshard_bin, tmp_path):
     before = _files(dst)
     subprocess.run([python, "-c", change, str(src)], check=True)
     report = _convert(zshard_bin, src, dst)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
     assert _shards(_changed(before, _files(dst))) == {"c/1/1"}
     _same(dst, zarr.open_array(str(src), mode="r")[...])
 
@@ -177,7 +181,7 @@ def test_kerchunk_references_grown_hdf5(zshard_bin, tmp_path, layout):
     assert report["status"] == "ok", report
     # The file itself was written (its version changed), so the shards made from it are converted
     # again too: a file rewritten in place with the same ranges would look the same otherwise.
-    assert report["update"] == {"shards_rewritten": 4, "shards_added": 2, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 4, "shards_added": 2, "shards_removed": 0, "inner_chunks_copied": 0}
     assert {"v/c/2/0", "v/c/2/1"} <= _shards(_changed(before, _files(dst)))
     with h5py.File(h5, "r") as f:
         _same(dst, f["v"][...], "v")
@@ -233,7 +237,7 @@ def test_icechunk_new_snapshot(zshard_bin, tmp_path, spec):
     zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
     session.commit("one chunk")
     report = _convert(zshard_bin, repo_dir, dst)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
     assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
     session = repo.readonly_session(branch="main")
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
@@ -301,7 +305,7 @@ def test_icechunk_destination_one_commit_per_update(zshard_bin, tmp_path, spec):
     a[44, 35] = -1
     data[44, 35] = -1
     report = _convert(zshard_bin, src, repo_dir)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}
     assert len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
     assert len(chunk_files() - stored) == 1
     got = read()
@@ -313,7 +317,7 @@ def test_icechunk_destination_one_commit_per_update(zshard_bin, tmp_path, spec):
     a.attrs["units"] = "degC"
     data = np.concatenate([data, np.full((24, 80), 5, dtype="i4")])
     report = _convert(zshard_bin, src, repo_dir)
-    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0}
+    assert report["update"] == {"shards_rewritten": 0, "shards_added": 3, "shards_removed": 0, "inner_chunks_copied": 0}
     got = read()
     assert got.shape == (120, 80) and got.attrs["units"] == "degC"
     np.testing.assert_array_equal(got[...], data)
