@@ -123,7 +123,8 @@ fn inner_digests_of(line: &str) -> Option<&str> {
 /// may copy their unchanged inner chunks from the destination rather than convert them again.
 /// Only shards whose bytes stand as recorded: a written shard listed now with its recorded size and
 /// version (when the record names one), or an all-fill shard with no object at its key (each of its
-/// inner chunks then reads as empty). A shard replaced since is converted whole.
+/// inner chunks then reads as empty; zshard-convert names no inner digests for those today). A
+/// shard replaced since is converted whole.
 pub fn reusable_inner_digests(
     survey: &Survey,
     plan: &Outputs,

@@ -114,6 +114,25 @@ fn region_digest(layout: &ArrayLayout, versions: &ChunkVersions, region: Option<
     stable_hash(&bytes)
 }
 
+/// Inner chunks a shard has at most for its record to name their digests: a line of 11 characters
+/// an inner chunk stays under 180 KB.
+const MAX_INNER_DIGESTS: u64 = 1 << 14;
+
+/// Raw bytes an inner chunk has at least for records to name its digest (11 characters): smaller
+/// ones (one-element chunks) are converted whole, as before, rather than recorded one by one.
+const MIN_INNER_CHUNK_BYTES: u64 = 32;
+
+/// Whether the records of `layout`'s shards name their inner chunks' digests (see
+/// [`inner_digests`]): not for shards of very many, or very small, inner chunks, whose records
+/// would outgrow what a copy saves.
+pub(crate) fn names_inner_digests(layout: &ArrayLayout) -> bool {
+    let geometry = &layout.geometry;
+    let inner_bytes = zshard_core::product(geometry.inner_shape())
+        .saturating_mul(layout.inner_repr.data_type.size() as u64);
+    zshard_core::product(&geometry.chunks_per_shard()) <= MAX_INNER_DIGESTS
+        && inner_bytes >= MIN_INNER_CHUNK_BYTES
+}
+
 /// Inner chunks' digests as a record field holds them: their little-endian bytes in URL-safe
 /// base64 without padding (no tab, no newline; 11 characters a chunk).
 pub(crate) fn encode_inner(digests: &[u64]) -> String {

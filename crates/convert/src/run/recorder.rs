@@ -14,7 +14,7 @@ use zshard_store::Store;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::run::conversion::Conversion;
-use crate::run::digests::{encode_inner, inner_digests, Listed};
+use crate::run::digests::{encode_inner, inner_digests, names_inner_digests, Listed};
 use crate::run::report::ReportBuilder;
 
 /// Record files to write: key and contents.
@@ -36,6 +36,8 @@ pub(crate) struct Recorder<'a> {
     listed: &'a Listed,
     /// Each array's layout, for its inner chunks' digests.
     layouts: Vec<ArrayLayout>,
+    /// Per array, whether its records name its inner chunks' digests (see `names_inner_digests`).
+    names_inner: Vec<bool>,
 }
 
 impl<'a> Recorder<'a> {
@@ -55,6 +57,7 @@ impl<'a> Recorder<'a> {
         let partition = conversion.partition;
         let written = ShardLog::written(destination.clone(), partition, limits, interval);
         let empty = ShardLog::empty(destination.clone(), partition, limits, interval);
+        let layouts: Vec<ArrayLayout> = plan.arrays.iter().map(|a| a.layout()).collect();
         Recorder {
             destination,
             plan,
@@ -64,7 +67,8 @@ impl<'a> Recorder<'a> {
             untrusted,
             error: Mutex::new(None),
             listed,
-            layouts: plan.arrays.iter().map(|a| a.layout()).collect(),
+            names_inner: layouts.iter().map(names_inner_digests).collect(),
+            layouts,
         }
     }
 
@@ -88,13 +92,18 @@ impl<'a> Recorder<'a> {
         let (written, empty) = &mut *logs;
         let index = linear_index(&outcome.task.shard, &array.geometry.shard_grid());
         let digest = self.listed.digests.get(outcome.task.array, index);
-        // What each inner chunk is made from, for an update to copy those that stay the same.
+        // What each inner chunk is made from, for an update to copy those that stay the same (an
+        // all-fill shard has nothing to copy: its record stays short, however sparse the array).
         let inner = match (digest, self.listed.versions.get(outcome.task.array)) {
-            (Some(_), Some(Some(versions))) => Some(encode_inner(&inner_digests(
-                &self.layouts[outcome.task.array],
-                versions,
-                &outcome.task.shard,
-            ))),
+            (Some(_), Some(Some(versions)))
+                if outcome.written && self.names_inner[outcome.task.array] =>
+            {
+                Some(encode_inner(&inner_digests(
+                    &self.layouts[outcome.task.array],
+                    versions,
+                    &outcome.task.shard,
+                )))
+            }
             _ => None,
         };
         let digests = (digest, inner.as_deref());
