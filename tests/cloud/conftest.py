@@ -119,9 +119,12 @@ def gcs():
     finally:
         if front is not None:
             front.close()
-        # Its objects are in memory, nothing to save; it outlived a SIGTERM by the 5 s the wait allowed.
-        proc.kill()
-        proc.wait()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class GcsServer:

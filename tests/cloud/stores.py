@@ -1,6 +1,8 @@
 """A bucket (or container) on one of the test servers as a test's source or destination, the same
 methods on each store (S3 on moto, Azure on Azurite, GCS on fake-gcs-server behind gcs_xml.py), so that
 one test runs on several of them (`destination`)."""
+from urllib.parse import quote
+
 import zarr
 
 from conftest import AZURE_ACCOUNT, S3_ENV, azure_client, azure_env, download_blobs, download_prefix, gcs_env, \
@@ -60,6 +62,9 @@ class S3Destination:
 
     def put(self, key, data):
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def delete(self, key):
+        self.s3.delete_object(Bucket=self.bucket, Key=key)
 
     def get(self, key):
         return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
@@ -162,6 +167,9 @@ class GcsDestination:
 
     def put(self, key, data):
         self.gcs.put(self.bucket, key, data)
+
+    def delete(self, key):
+        self.gcs.json("DELETE", f"/storage/v1/b/{self.bucket}/o/{quote(key, safe='')}")
 
     def get(self, key):
         return self.gcs.get(self.bucket, key)

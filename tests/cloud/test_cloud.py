@@ -374,27 +374,29 @@ def test_a_parquet_reference_set_on_s3_is_detected_from_the_root_documents(tmp_p
     assert got.dtype == data.dtype and np.array_equal(got, data)
 
 
+@pytest.mark.parametrize("store", MULTIPART_STORES)
 @pytest.mark.parametrize("index", ["end", "start"])
-def test_a_shard_converted_in_parts_streams_to_s3(index, tmp_path, s3, moto, fault_proxy):
+def test_a_shard_converted_in_parts_streams_to_an_object_store(index, store, request, tmp_path, fault_proxy):
     """Under a memory limit the 16 MiB shard is converted in 1 MiB parts: with the index at the end the
     parts stream into a multipart upload as they are encoded; with the index at the start they are
     spooled locally and uploaded after the index. Either way the object equals the one written whole."""
     data = big_array(tmp_path / "big.zarr")
-    bucket = f"parts-{index}"
-    create_buckets(s3, bucket)
+    dst = destination(request, store, f"parts-{index}-{store}")
     opts = [*BIG_OPTS, "--index-location", index, "--threads", "2"]
+    flags, env = dst.options(dst.upstream)
     # plan checks the destination as convert finds it (issue 44): it is given the endpoint too.
-    plan = run_zshard("plan", tmp_path / "big.zarr", f"s3://{bucket}/parts.zarr", "--json", *opts,
-                      "--memory-limit", "100MiB", "--s3-endpoint", moto, "--s3-path-style", env=S3_ENV)
+    plan = run_zshard("plan", tmp_path / "big.zarr", dst.url("parts.zarr"), "--json", *opts,
+                      "--memory-limit", "100MiB", *flags, env=env)
     assert json.loads(plan.stdout)["arrays"][0]["parts_per_shard"] == 16, plan.stdout
-    proxy = fault_proxy()
-    run_zshard("convert", tmp_path / "big.zarr", f"s3://{bucket}/parts.zarr", "--s3-endpoint", proxy.endpoint,
-               "--s3-path-style", "--quiet", *opts, "--memory-limit", "100MiB", env=S3_ENV)
+    proxy = fault_proxy(upstream=dst.upstream)
+    flags, env = dst.options(proxy.endpoint)
+    run_zshard("convert", tmp_path / "big.zarr", dst.url("parts.zarr"), *flags, "--quiet", *opts,
+               "--memory-limit", "100MiB", env=env)
     run_zshard("convert", tmp_path / "big.zarr", tmp_path / "whole.zarr", "--quiet", *opts)
-    shard = f"/{bucket}/parts.zarr/c/0/0"
+    shard = dst.request_path("parts.zarr/c/0/0")
     parts = [e for e in proxy.log if e[0] == "PUT" and e[1].startswith(shard + "?") and "partNumber=" in e[1]]
     assert len(parts) == 4, proxy.log
-    download_prefix(s3, bucket, "parts.zarr", tmp_path / "parts.zarr")
+    dst.download("parts.zarr", tmp_path / "parts.zarr")
     assert (tmp_path / "parts.zarr/c/0/0").read_bytes() == (tmp_path / "whole.zarr/c/0/0").read_bytes()
     assert np.array_equal(zarr.open_array(str(tmp_path / "parts.zarr"), mode="r")[:], data)
 
@@ -570,19 +572,22 @@ def test_a_zip_missing_on_s3_is_named_as_missing(tmp_path, s3, moto):
     assert not (tmp_path / "out.zarr").exists()
 
 
-def test_a_shard_streamed_in_parts_but_within_one_upload_part_is_one_put(tmp_path, s3, fault_proxy):
+@pytest.mark.parametrize("store", MULTIPART_STORES)
+def test_a_shard_streamed_in_parts_but_within_one_upload_part_is_one_put(store, request, tmp_path, fault_proxy):
     """Under a memory limit the 16 MiB shard is converted in 1 MiB parts (16), but it fits one upload part
     (32 MiB by default): it goes up in one PUT, without a multipart upload (create, record of its id,
     part, complete, removal of the record: five requests, four of them round trips in series)."""
     data = big_array(tmp_path / "big.zarr")
-    create_buckets(s3, "onepart")
-    proxy = fault_proxy()
-    run_zshard("convert", tmp_path / "big.zarr", "s3://onepart/big.zarr", "--s3-endpoint", proxy.endpoint,
-               "--s3-path-style", "--quiet", *BIG_OPTS[:-2], "--memory-limit", "210MiB", env=S3_ENV)
+    dst = destination(request, store, f"onepart-{store}")
+    proxy = fault_proxy(upstream=dst.upstream)
+    flags, env = dst.options(proxy.endpoint)
+    run_zshard("convert", tmp_path / "big.zarr", dst.url("big.zarr"), *flags, "--quiet", *BIG_OPTS[:-2],
+               "--memory-limit", "210MiB", env=env)
     assert [r.path for r in proxy.requests if r.kind == "multipart"] == []
-    shard_puts = [(r.path, r.bytes_in) for r in proxy.requests if r.method == "PUT" and "/c/" in r.path]
-    assert shard_puts == [("/onepart/big.zarr/c/0/0", 16 * 2**20 + 16 * 16 + 4)], shard_puts
-    download_prefix(s3, "onepart", "big.zarr", tmp_path / "out.zarr")
+    shards = dst.request_path("big.zarr/c/")
+    shard_puts = [(r.path, r.bytes_in) for r in proxy.requests if r.method == "PUT" and r.path.startswith(shards)]
+    assert shard_puts == [(dst.request_path("big.zarr/c/0/0"), 16 * 2**20 + 16 * 16 + 4)], shard_puts
+    dst.download("big.zarr", tmp_path / "out.zarr")
     assert np.array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], data)
 
 
@@ -945,30 +950,30 @@ def test_a_resume_of_ten_thousand_shards_on_s3_costs_listing_pages_not_requests_
     assert got.dtype == values.dtype and np.array_equal(got, values)
 
 
-def test_status_on_s3_with_two_stale_workers_and_a_live_one(tmp_path, s3, moto):
-    """`zshard status` of a partitioned conversion into S3 (moto), from the bucket alone: the shards
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_status_with_two_stale_workers_and_a_live_one(store, request, tmp_path):
+    """`zshard status` of a partitioned conversion into S3 (moto) or GCS, from the bucket alone: the shards
     done per array and worker against the objects there, two workers whose leases are stale and one
     whose lease is live; `status JOB.toml` shows the same; after the last workers the status is
     finished and `--watch` returns at once."""
     expected = make_group(tmp_path / "in.zarr")
-    create_buckets(s3, "statussrc", "statusdst")
-    upload_dir(s3, tmp_path / "in.zarr", "statussrc", "in.zarr")
-    src, dst = "s3://statussrc/in.zarr", "s3://statusdst/out.zarr"
-    flags = ["--s3-endpoint", moto, "--s3-path-style"]
+    source = destination(request, store, f"statussrc-{store}")
+    target = destination(request, store, f"statusdst-{store}")
+    source.upload_dir(tmp_path / "in.zarr", "in.zarr")
+    src, dst = source.url("in.zarr"), target.url("out.zarr")
+    flags, env = target.options(target.upstream)
     layout = [*S3_OPTS, "--include", "temperature"]
-    run_zshard("convert", src, dst, *layout, "--worker", "0/3", "--quiet", *flags, env=S3_ENV)
+    run_zshard("convert", src, dst, *layout, "--worker", "0/3", "--quiet", *flags, env=env)
     now_ms = int(time.time() * 1000)
     for worker, renewed_ms in (("w0of3", now_ms - 3_600_000), ("w1of3", now_ms - 600_000), ("w2of3", now_ms)):
         lease = {"host": "node7", "pid": 99, "worker": worker, "started": "2026-11-27T00:00:00Z",
                  "renewed_ms": renewed_ms, "stale_after_ms": 60000}
-        s3.put_object(Bucket="statusdst", Key=f"out.zarr/.zshard/leases/{worker}-node7-99-1.json",
-                      Body=json.dumps(lease).encode())
+        target.put(f"out.zarr/.zshard/leases/{worker}-node7-99-1.json", json.dumps(lease).encode())
 
     def shard_objects():
-        listed = s3.list_objects_v2(Bucket="statusdst", Prefix="out.zarr/").get("Contents", [])
-        return {o["Key"]: o["Size"] for o in listed if "/c/" in o["Key"] and "/.zshard/" not in o["Key"]}
+        return {k: size for k, (size, _) in target.listed("out.zarr").items() if "/c/" in k and "/.zshard/" not in k}
 
-    status = json.loads(run_zshard("status", dst, "--json", *flags, env=S3_ENV).stdout)
+    status = json.loads(run_zshard("status", dst, "--json", *flags, env=env).stdout)
     written = shard_objects()
     assert status["phase"] == "in_progress" and not status["finished"]
     # temperature: 300x200 in 100x80 shards, 3x3; worker 0 owns shards 0, 3 and 6 (none only fill).
@@ -981,31 +986,33 @@ def test_status_on_s3_with_two_stale_workers_and_a_live_one(tmp_path, s3, moto):
     assert status["workers"][0]["shards_done"] == status["workers"][0]["shards_planned"]
     assert status["totals"]["shards_done"] == status["workers"][0]["shards_done"]
     assert status["finalize_waits_for"] == ["w1of3", "w2of3"]
-    table = run_zshard("status", dst, *flags, env=S3_ENV).stdout
+    table = run_zshard("status", dst, *flags, env=env).stdout
     assert "finalize waits for worker(s): 1/3, 2/3" in table, table
     assert [line.split()[3] for line in table.splitlines() if line.split()[:1] in (["0/3"], ["1/3"], ["2/3"])] == [
         "done", "stale", "live"], table
 
     job = tmp_path / "job.toml"
-    job.write_text(f'shard_shape = [100, 80]\nchunk_shape = [50, 40]\ninclude = ["temperature"]\n[storage]\ns3_endpoint = "{moto}"\n'
-                   f's3_path_style = true\n[[conversions]]\nsource = "{src}"\ndestination = "{dst}"\n')
-    from_job = json.loads(run_zshard("status", job, "--json", env=S3_ENV).stdout)
+    storage = f'[storage]\ns3_endpoint = "{target.upstream}"\ns3_path_style = true\n' if store == "s3" else ""
+    job.write_text(f'shard_shape = [100, 80]\nchunk_shape = [50, 40]\ninclude = ["temperature"]\n{storage}'
+                   f'[[conversions]]\nsource = "{src}"\ndestination = "{dst}"\n')
+    from_job = json.loads(run_zshard("status", job, "--json", env=env).stdout)
     assert len(from_job) == 1
     assert from_job[0]["totals"] == status["totals"] and from_job[0]["destination"] == status["destination"]
 
-    s3.delete_object(Bucket="statusdst", Key="out.zarr/.zshard/leases/w2of3-node7-99-1.json")
+    target.delete("out.zarr/.zshard/leases/w2of3-node7-99-1.json")
     for worker in ("1/3", "2/3"):
-        run_zshard("convert", src, dst, *layout, "--worker", worker, "--quiet", *flags, env=S3_ENV)
+        run_zshard("convert", src, dst, *layout, "--worker", worker, "--quiet", *flags, env=env)
     started = time.monotonic()
-    watched = run_zshard("status", dst, "--json", "--watch", "30", *flags, env=S3_ENV, timeout=25).stdout
+    watched = run_zshard("status", dst, "--json", "--watch", "30", *flags, env=env, timeout=25).stdout
     assert time.monotonic() - started < 20
     last = json.loads(watched.splitlines()[-1])
     assert last["finished"] and last["finalize_waits_for"] == []
     assert last["totals"]["shards_done"] == last["totals"]["shards_planned"]
     assert last["totals"]["bytes_written"] == sum(shard_objects().values())
-    run_zshard("finalize", src, dst, *layout, "--quiet", *flags, env=S3_ENV)
-    download_prefix(s3, "statusdst", "out.zarr", tmp_path / "out.zarr")
+    run_zshard("finalize", src, dst, *layout, "--quiet", *flags, env=env)
+    target.download("out.zarr", tmp_path / "out.zarr")
     assert_same(tmp_path / "out.zarr", {"temperature": expected["temperature"]})
+
 
 
 @pytest.mark.parametrize("form", ["json", "parquet"])
