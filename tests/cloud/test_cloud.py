@@ -82,20 +82,22 @@ def test_zarr_v2_on_gcs_to_sharded_v3_on_gcs(tmp_path, gcs):
     run_zshard("verify", "gs://gsrc1/data/in.zarr", "gs://gdst1/out.zarr", "--quiet", env=gcs_env(gcs.endpoint))
 
 
-def test_faults_are_retried_and_the_output_is_exact(tmp_path, s3, fault_proxy):
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_faults_are_retried_and_the_output_is_exact(store, request, tmp_path, fault_proxy):
     expected = make_group(tmp_path / "in.zarr")
-    create_buckets(s3, "src2", "dst2")
-    upload_dir(s3, tmp_path / "in.zarr", "src2", "in.zarr")
-    proxy = fault_proxy(fail_rate=0.10, drop_rate=0.05)
+    src = destination(request, store, f"src2-{store}")
+    dst = destination(request, store, f"dst2-{store}")
+    src.upload_dir(tmp_path / "in.zarr", "in.zarr")
+    proxy = fault_proxy(upstream=dst.upstream, fail_rate=0.10, drop_rate=0.05)
+    flags, env = dst.options(proxy.endpoint)
     report = tmp_path / "report.json"
-    run_zshard("convert", "s3://src2/in.zarr", "s3://dst2/out.zarr", "--s3-endpoint", proxy.endpoint,
-               "--s3-path-style", "--quiet", "--report", report, env=S3_ENV)
+    run_zshard("convert", src.url("in.zarr"), dst.url("out.zarr"), *flags, "--quiet", "--report", report, env=env)
     outcomes = [o for (_, _, _, o) in proxy.log]
     assert outcomes.count("503") >= 3 and outcomes.count("dropped") >= 1, outcomes
     # Which dropped answers reach zshard's own retry layer (the report's `retries`) depends on which requests
     # the seeded rolls hit: object_store retries a GET whose body breaks off by itself, unseen by that counter
     # (the counter is checked by store::retry's unit tests). What holds for every roll: the output is exact.
-    download_prefix(s3, "dst2", "out.zarr", tmp_path / "out.zarr")
+    dst.download("out.zarr", tmp_path / "out.zarr")
     assert_same(tmp_path / "out.zarr", expected)
 
 
@@ -235,14 +237,19 @@ def test_a_worker_aborts_only_its_own_orphaned_uploads(store, request, tmp_path,
     assert keys == ["out.zarr/.zshard-records", "out.zarr/c/0/0", "out.zarr/c/1/0", "out.zarr/zarr.json"], keys
 
 
-def test_missing_bucket_fails_fast_with_the_url(tmp_path, moto):
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_missing_bucket_fails_fast_with_the_url(store, request, tmp_path):
     make_group(tmp_path / "in.zarr")
+    if store == "s3":
+        url, flags, env = "s3://no-such-bucket/out.zarr", ["--s3-endpoint", request.getfixturevalue("moto"),
+                                                         "--s3-path-style"], S3_ENV
+    else:
+        url, flags, env = "gs://no-such-bucket/out.zarr", [], gcs_env(request.getfixturevalue("gcs").endpoint)
     started = time.time()
-    out = run_zshard("convert", tmp_path / "in.zarr", "s3://no-such-bucket/out.zarr", "--s3-endpoint", moto,
-                     "--s3-path-style", "--quiet", env=S3_ENV, check=False)
+    out = run_zshard("convert", tmp_path / "in.zarr", url, *flags, "--quiet", env=env, check=False)
     assert out.returncode != 0
     assert time.time() - started < 20
-    assert "s3://no-such-bucket/out.zarr" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert url in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_bad_credentials_fail_fast_with_the_url(tmp_path, azurite):
