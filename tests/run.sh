@@ -107,10 +107,10 @@ tests/interop/run.sh
 step "Python package (tests/python: pip install ./crates/python, then the zshard module and command)"
 tests/python/run.sh
 
-# On this stack only what exists only here: Icechunk 1.x repositories on S3 and Azure. Everything else of the
+# On this stack only what exists only here: Icechunk 1.x repositories on S3, GCS and Azure. Everything else of the
 # cloud suite reads back with zarr-python, whose current version runs in today's stack below.
-step "cloud storage, Icechunk 1.x (tests/cloud: moto S3, Azurite)"
-tests/cloud/run.sh test_icechunk_s3.py test_icechunk_azure.py
+step "cloud storage, Icechunk 1.x (tests/cloud: moto S3, fake-gcs-server, Azurite)"
+tests/cloud/run.sh test_icechunk_objects.py test_icechunk_azure.py
 
 # Today's stack (issue 33): the same interop, Python-package and cloud suites under Python 3.13 with
 # zarr-python 3.4, icechunk 2.3, VirtualiZarr, numcodecs 0.17 (tests/interop/requirements-current.txt). The

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import quote
 
@@ -161,6 +162,24 @@ class GcsServer:
             token = page.get("nextPageToken")
             if not token:
                 return found
+
+    def xml(self, method, path):
+        """A request to the XML front (GCS's XML API), its parsed reply."""
+        request = urllib.request.Request(self.endpoint + path, data=b"" if method == "POST" else None, method=method)
+        with urllib.request.urlopen(request) as resp:
+            return ET.fromstring(resp.read())
+
+    def create_upload(self, bucket, key):
+        """Opens an XML multipart upload of `key` (as a client other than zshard would); its upload id."""
+        doc = self.xml("POST", f"/{bucket}/{quote(key, safe='')}?uploads")
+        return next(e.text for e in doc.iter() if e.tag.endswith("UploadId"))
+
+    def open_uploads(self, bucket):
+        """(key, upload id) of every multipart upload open in `bucket`, sorted."""
+        doc = self.xml("GET", f"/{bucket}?uploads")
+        uploads = [e for e in doc.iter() if e.tag.endswith("Upload")]
+        return sorted((next(c.text for c in u if c.tag.endswith("Key")),
+                       next(c.text for c in u if c.tag.endswith("UploadId"))) for u in uploads)
 
     def upload_dir(self, local: Path, bucket, prefix):
         for path in local.rglob("*"):

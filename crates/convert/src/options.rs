@@ -282,12 +282,14 @@ impl StatusOptions {
 
     /// The status these options ask for (the destination, reached with the storage options).
     pub fn status(&self) -> Result<crate::status::Status> {
+        self.storage.check()?;
         crate::status::status_of(&self.destination, &self.storage.store_options())
     }
 
     /// [`StatusOptions::status`] for a destination that a job names: one that does not exist yet
     /// is a conversion not started (a job's later conversions), not an error as a mistyped DST is.
     pub fn status_in_job(&self) -> Result<crate::status::Status> {
+        self.storage.check()?;
         crate::status::status_in_job(&self.destination, &self.storage.store_options())
     }
 
@@ -431,6 +433,13 @@ impl StorageOptions {
             part_size: or(&self.part_size, &base.part_size),
             io_threads: or(&self.io_threads, &base.io_threads),
         }
+    }
+
+    /// Refuses counts of 0 (`io_threads`, `max_requests`), as Python does, with the same words:
+    /// before, `--max-requests 0` was silently taken for 1.
+    pub fn check(&self) -> Result<()> {
+        check_threads(Setting::IoThreads, self.io_threads)?;
+        check_threads(Setting::MaxRequests, self.max_requests)
     }
 
     /// How stores are reached, with [`StoreOptions::default`]'s values where nothing is given.
@@ -607,7 +616,7 @@ impl Conversion {
         let default = Conversion::new("", "");
         let run = &options.run;
         check_threads(Setting::Threads, run.threads)?;
-        check_threads(Setting::IoThreads, options.storage.io_threads)?;
+        options.storage.check()?;
         self.threads = run.threads.unwrap_or(default.threads);
         self.memory_limit = run.memory_limit.map(|s| s.0);
         self.overwrite = run.overwrite.unwrap_or(default.overwrite);
@@ -680,7 +689,7 @@ impl VerifyOptions {
                 ),
             });
         }
-        check_threads(Setting::IoThreads, self.storage.io_threads)?;
+        self.storage.check()?;
         let mut verification = ManifestVerification::new(output.as_str());
         verification.store_options = self.storage.store_options();
         verification.io_threads = self.storage.io_threads;

@@ -41,13 +41,64 @@ pub fn capped_threads(threads: usize) -> (usize, Option<String>) {
     (max, Some(warning))
 }
 
-/// Refuses a count of threads of 0 (`threads`, `io_threads`): a stage without a thread never
-/// ends. Python refuses it as it lowers its arguments, with the same words.
+/// Fetch threads (and as many write threads) allowed for each core. They wait on storage, not on a
+/// core, so more than worker threads; but each is a thread of its own with its stack and the
+/// shards it holds, and `--io-threads 100000` failed ("cannot start a pipeline thread").
+pub const IO_THREADS_PER_CPU: usize = 32;
+
+/// Fetch threads allowed on any machine, however few cores it has: twice the most a remote run
+/// takes by default (32).
+pub const MIN_IO_THREADS_CAP: usize = 64;
+
+/// The most fetch threads (and write threads) a run uses: [`IO_THREADS_PER_CPU`] for each core,
+/// at least [`MIN_IO_THREADS_CAP`] and at most [`MAX_THREADS`]. More are capped to it, with a
+/// warning (see [`capped_io_threads`]).
+pub fn max_io_threads() -> usize {
+    IO_THREADS_PER_CPU
+        .saturating_mul(default_threads())
+        .clamp(MIN_IO_THREADS_CAP, MAX_THREADS)
+}
+
+/// `io_threads` capped at [`max_io_threads`], and the warning that says so when it was.
+pub fn capped_io_threads(io_threads: usize) -> (usize, Option<String>) {
+    let max = max_io_threads();
+    if io_threads <= max {
+        return (io_threads, None);
+    }
+    let warning = format!(
+        "{} is more than {IO_THREADS_PER_CPU} per CPU ({} CPUs; at least {MIN_IO_THREADS_CAP}): \
+         {max} threads fetch and {max} write",
+        Setting::IoThreads.given(io_threads),
+        default_threads()
+    );
+    (max, Some(warning))
+}
+
+/// Refuses a count of 0 (`threads`, `io_threads`, `max_requests`): a stage without a thread, or a
+/// batch without a request in flight, never ends. Python refuses it as it lowers its arguments,
+/// with the same words.
 pub(crate) fn check_threads(setting: Setting, value: Option<usize>) -> Result<()> {
     match value {
         Some(0) => Err(Error::Options {
             reason: format!("{setting} must be at least 1, got 0"),
         }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_threads_beyond_the_cap_are_capped_with_a_warning() {
+        let max = max_io_threads();
+        assert!((MIN_IO_THREADS_CAP..=MAX_THREADS).contains(&max));
+        assert_eq!(capped_io_threads(max), (max, None));
+        let (capped, warning) = capped_io_threads(100_000);
+        assert_eq!(capped, max);
+        assert!(
+            warning.is_some_and(|w| w.ends_with(&format!("{max} threads fetch and {max} write"))),
+        );
     }
 }

@@ -543,11 +543,13 @@ settings! {
         help: "Threads fetching chunks and threads writing shards, each, at least 1 (default: 2 \
               for local paths, 8 when the source or destination is a remote store; a conversion \
               of small shards gets up to 32, as many as keep twice that many shards within 64 \
-              MiB and the memory limit).",
+              MiB and the memory limit; more than 32 per core, at least 64, or than 1024, are \
+              capped to that, with a warning).",
         doc: "Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 \
              for local paths, 8 when the source or destination is remote; a conversion of small \
              shards gets up to 32, as many as keep twice that many shards within 64 MiB and the \
-             memory limit.",
+             memory limit. More than 32 per core (at least 64) or 1024 are capped to that, with a \
+             warning.",
     },
     /// The output's kind (Zarr or Icechunk).
     OutputFormat {

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use icechunk::format::format_constants::SpecVersionBin;
 use icechunk::format::IcechunkFormatErrorKind;
 use icechunk::repository::{RepositoryError, RepositoryErrorKind, VersionInfo};
-use icechunk::storage::{AzureCredentials, GcsCredentials, S3Credentials, S3Options};
+use icechunk::storage::{
+    AzureCredentials, GcsBearerCredential, GcsCredentials, GcsStaticCredentials, S3Credentials,
+    S3Options,
+};
 use icechunk::{Repository, Storage};
 use zshard_store::{IoRuntime, Location};
 
@@ -164,12 +167,22 @@ fn gcs_settings(
         config.insert("google_base_url".to_string(), base);
         anonymous = true;
     }
-    let credentials = if anonymous {
-        GcsCredentials::Anonymous
-    } else {
-        GcsCredentials::FromEnv
+    if !anonymous {
+        return (GcsCredentials::FromEnv, config);
+    }
+    // As zshard's own GCS client (zshard_store): object_store leaves unsigned reads unsigned, but a
+    // write (PUT, multipart upload, DELETE) still asks for a bearer token, from the metadata server
+    // when no credential is named: against an emulator that failed every repository write ("Error
+    // performing token request"). Unsigned, with a fixed token it never has to fetch.
+    config.insert("google_skip_signature".to_string(), "true".to_string());
+    let token = GcsBearerCredential {
+        bearer: "unsigned".to_string(),
+        expires_after: None,
     };
-    (credentials, config)
+    (
+        GcsCredentials::Static(GcsStaticCredentials::BearerToken(token)),
+        config,
+    )
 }
 
 /// Icechunk's S3 settings from zshard's options, falling back to the variables the AWS tools read.
@@ -351,7 +364,7 @@ mod tests {
     fn gcs_storage_emulator_host_is_the_base_url_unsigned() {
         let emulator = env_of(&[("STORAGE_EMULATOR_HOST", "127.0.0.1:4443")]);
         let (credentials, config) = gcs_settings(&Default::default(), &emulator);
-        assert!(matches!(credentials, GcsCredentials::Anonymous));
+        assert!(unsigned_with_a_fixed_token(&credentials), "{credentials:?}");
         assert_eq!(
             config,
             HashMap::from([
@@ -360,6 +373,7 @@ mod tests {
                     "http://127.0.0.1:4443".to_string()
                 ),
                 ("allow_http".to_string(), "true".to_string()),
+                ("google_skip_signature".to_string(), "true".to_string()),
             ])
         );
         // GOOGLE_BASE_URL, object_store's own name (read by icechunk's client), wins.
@@ -371,8 +385,19 @@ mod tests {
         assert!(matches!(credentials, GcsCredentials::FromEnv));
         assert!(config.is_empty());
         let (credentials, config) = gcs_settings(&anonymous(), &env_of(&[]));
-        assert!(matches!(credentials, GcsCredentials::Anonymous));
-        assert!(config.is_empty());
+        assert!(unsigned_with_a_fixed_token(&credentials), "{credentials:?}");
+        assert_eq!(
+            config,
+            HashMap::from([("google_skip_signature".to_string(), "true".to_string())])
+        );
+    }
+
+    /// Whether `credentials` are the fixed token of an unsigned client (no token request).
+    fn unsigned_with_a_fixed_token(credentials: &GcsCredentials) -> bool {
+        matches!(
+            credentials,
+            GcsCredentials::Static(GcsStaticCredentials::BearerToken(t)) if t.bearer == "unsigned"
+        )
     }
 
     #[test]

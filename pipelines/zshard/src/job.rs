@@ -308,10 +308,13 @@ pub fn conversions(
 /// `zshard verify JOB.toml`: the verification of each conversion of the job, reading its source as
 /// the conversion did and comparing as it wrote ([`Options::verification`]).
 pub fn verifications(path: &str, storage: &StorageOptions) -> anyhow::Result<Vec<VerifyOptions>> {
-    Ok(load(Path::new(path), storage, None)?
+    load(Path::new(path), storage, None)?
         .iter()
-        .map(Options::verification)
-        .collect())
+        .map(|o| {
+            crate::in_job(Some(path), &o.source, &o.destination, o.storage.check())?;
+            Ok(o.verification())
+        })
+        .collect()
 }
 
 #[cfg(test)]

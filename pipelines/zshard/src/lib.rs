@@ -232,7 +232,7 @@ enum Command {
 
 /// An error of one conversion of a job file names the job and the conversion; with SRC DST it
 /// stands as it is.
-fn in_job<T>(
+pub(crate) fn in_job<T>(
     job: Option<&str>,
     source: &str,
     destination: &str,
@@ -831,11 +831,13 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
         } => {
             let mut first = First::default();
             let options = lower::source(&source, &mut first);
+            let storage = lower::storage(&storage);
+            first.take(storage.check());
             first.result().map_err(RequestError::Options)?;
             let list = List {
                 source: src,
                 options: options.resolve(),
-                store_options: lower::storage(&storage).store_options(),
+                store_options: storage.store_options(),
             };
             request(Request::List(Box::new(list)), false, json)
         }

@@ -168,11 +168,13 @@ pub(crate) fn verification(
     storage_args: &StorageArgs,
     first: &mut First,
 ) -> VerifyOptions {
+    let storage = storage(storage_args);
+    first.take(storage.check());
     VerifyOptions {
         source: src.to_string(),
         destination: dst.to_string(),
         input: source(source_args, first),
-        storage: storage(storage_args),
+        storage,
         ..VerifyOptions::default()
     }
 }

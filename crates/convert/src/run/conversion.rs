@@ -229,7 +229,7 @@ impl Conversion {
             )
         };
         if let Some(explicit) = self.io_threads {
-            return budget_with(explicit.max(1));
+            return budget_with(crate::threads::capped_io_threads(explicit.max(1)).0);
         }
         let usual = budget_with(default_io_threads(remote, u64::MAX))?;
         if !remote {

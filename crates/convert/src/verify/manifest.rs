@@ -161,9 +161,9 @@ impl ManifestVerification {
         }
         // Checksums are streamed (a check holds no shard whole); only a shard whose bytes differ
         // is read whole, one at a time, to say which inner chunks do.
-        let store = dst
-            .clone()
-            .with_concurrency(self.io_threads.unwrap_or(8).max(1));
+        let store = dst.clone().with_concurrency(
+            crate::threads::capped_io_threads(self.io_threads.unwrap_or(8).max(1)).0,
+        );
         for (key, read) in to_read.iter().zip(store.checksums(&to_read)) {
             checked += 1;
             let (path, _, entry) = by_key[key.as_str()];

@@ -518,7 +518,7 @@ fn lock(mismatches: &Mutex<Mismatches>) -> Result<std::sync::MutexGuard<'_, Mism
 /// output, compare every array's metadata (making the jobs that compare its elements), the groups'
 /// attributes and the objects besides them, then the elements.
 fn verify(v: &Verification) -> Result<Verified> {
-    let (threads, threads_warning) = checked_threads(v)?;
+    let (threads, threads_warnings) = checked_threads(v)?;
     let (source_location, destination_location) = (
         Location::parse(&v.source)?,
         Location::parse(&v.destination)?,
@@ -547,7 +547,7 @@ fn verify(v: &Verification) -> Result<Verified> {
         &skipped_arrays,
         &mismatches,
     )?;
-    warnings.extend(threads_warning);
+    warnings.extend(threads_warnings);
     let stats = compare_elements(
         v,
         &jobs,
@@ -567,8 +567,8 @@ fn verify(v: &Verification) -> Result<Verified> {
 }
 
 /// The sample fraction and thread counts checked; the worker threads as capped, with a warning
-/// when they were.
-fn checked_threads(v: &Verification) -> Result<(usize, Option<String>)> {
+/// when they or the I/O threads were.
+fn checked_threads(v: &Verification) -> Result<(usize, Vec<String>)> {
     let sample = v.sample;
     if !(sample > 0.0 && sample <= 1.0) {
         return Err(Error::Options {
@@ -580,7 +580,11 @@ fn checked_threads(v: &Verification) -> Result<(usize, Option<String>)> {
     }
     crate::threads::check_threads(zshard_core::Setting::Threads, Some(v.threads))?;
     crate::threads::check_threads(zshard_core::Setting::IoThreads, v.io_threads)?;
-    Ok(crate::threads::capped_threads(v.threads))
+    let (threads, warning) = crate::threads::capped_threads(v.threads);
+    let io_warning = v
+        .io_threads
+        .and_then(|n| crate::threads::capped_io_threads(n).1);
+    Ok((threads, warning.into_iter().chain(io_warning).collect()))
 }
 
 /// The source's nodes as the conversion wrote them: OME-Zarr 0.4 attributes in their 0.5 form.

@@ -182,7 +182,8 @@ def convert(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
     output_format : {'zarr', 'icechunk'}, optional
         Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
         of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
@@ -442,7 +443,8 @@ def plan(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
     output_format : {'zarr', 'icechunk'}, optional
         Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
         of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
@@ -666,7 +668,8 @@ def finalize(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
     output_format : {'zarr', 'icechunk'}, optional
         Output kind: ``'zarr'`` (plain sharded Zarr v3) or ``'icechunk'``: commit the shards to a branch
         of the Icechunk repository ``dst`` (created when missing) in one commit. Default: ``'icechunk'``
@@ -840,7 +843,8 @@ def verify(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
     threads : int, optional
         Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
         (or 1024) are capped to that, with a warning.
@@ -948,7 +952,8 @@ def status(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
     watch : float, optional
         Read the status again every this many seconds until the conversion is finished (complete, or
         every shard done and no worker live), returning the last reading; Ctrl-C (``KeyboardInterrupt``)
@@ -1068,7 +1073,8 @@ def ls(
     io_threads : int, optional
         Threads fetching chunks and threads writing shards, each (at least 1). Default: 2 for local
         paths, 8 when the source or destination is remote; a conversion of small shards gets up to 32,
-        as many as keep twice that many shards within 64 MiB and the memory limit.
+        as many as keep twice that many shards within 64 MiB and the memory limit. More than 32 per core
+        (at least 64) or 1024 are capped to that, with a warning.
 
     Returns
     -------

@@ -8,9 +8,11 @@ pub(crate) fn io_threads(explicit: Option<usize>, locations: &[&Location]) -> us
     io_threads_for(explicit, locations.iter().any(|l| l.is_remote()))
 }
 
-/// Threads fetching and threads writing: `explicit`, else 2 for local I/O and 8 for remote.
+/// Threads fetching and threads writing: `explicit` (capped, see
+/// [`capped_io_threads`](crate::threads::capped_io_threads)), else 2 for local I/O and 8 for remote.
 pub(super) fn io_threads_for(explicit: Option<usize>, remote: bool) -> usize {
     explicit
+        .map(|n| crate::threads::capped_io_threads(n).0)
         .unwrap_or_else(|| default_io_threads(remote, u64::MAX))
         .max(1)
 }

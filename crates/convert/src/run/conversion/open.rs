@@ -98,13 +98,16 @@ impl Conversion {
         Ok(opened)
     }
 
-    /// What the run does otherwise than its settings say: threads beyond the cap
-    /// ([`capped_threads`](crate::threads::capped_threads)), a part size below what object stores
-    /// take (raised to [`memory::MIN_PART_SIZE`] by the store).
+    /// What the run does otherwise than its settings say: threads and I/O threads beyond their caps
+    /// ([`capped_threads`](crate::threads::capped_threads),
+    /// [`capped_io_threads`](crate::threads::capped_io_threads)), a part size below what object
+    /// stores take (raised to [`memory::MIN_PART_SIZE`] by the store).
     pub(super) fn settings_warnings(&self, destination: &Location) -> Vec<String> {
+        let io_threads = self.io_threads.map(crate::threads::capped_io_threads);
         let mut warnings: Vec<String> = crate::threads::capped_threads(self.threads)
             .1
             .into_iter()
+            .chain(io_threads.and_then(|(_, warning)| warning))
             .collect();
         let part_size = self.store_options.part_size;
         if destination.is_remote() && part_size < memory::MIN_PART_SIZE {

@@ -1,23 +1,26 @@
-"""Icechunk repositories on S3 (moto), as zshard's source and destination (issue 20).
+"""Icechunk repositories on S3 (moto) and GCS (fake-gcs-server behind gcs_xml.py), as zshard's source and
+destination (issue 20; GCS since issue 45).
 
 The source repository is written with the real `icechunk` Python package (1.1.x: spec version 1; 2.x:
-spec version 2) through its
-`s3_storage` (endpoint, http, static credentials, path style), with native chunks and inline chunks
-(smaller than the repository's inline threshold) written by zarr-python. zshard converts it into a
-second repository on S3 and into plain sharded Zarr on S3; both are read back (the repository
-through icechunk) and compared element by element with what icechunk + zarr-python read from the
-source. A second repository's virtual chunks point into an HDF5 file (written by h5py) on the same S3
-server, through the repository's virtual chunk container for that bucket.
+spec version 2) through its `s3_storage` (endpoint, http, static credentials, path style) or `gcs_storage`
+(the front's URL as `google_base_url`), with native chunks and inline chunks (smaller than the
+repository's inline threshold) written by zarr-python. zshard converts it into a second repository and
+into plain sharded Zarr on the same store; both are read back (the repository through icechunk) and
+compared element by element with what icechunk + zarr-python read from the source. A second repository's
+virtual chunks point into an HDF5 file (written by h5py) on the same S3 server, through the repository's
+virtual chunk container for that bucket.
 """
 import h5py
 import icechunk as ic
 import numpy as np
+import pytest
 import zarr
 
-from conftest import S3_ENV, download_prefix, run_zshard
+from conftest import S3_ENV, run_zshard
+from stores import destination
 
 
-def storage(moto, bucket, prefix):
+def s3_storage(moto, bucket, prefix):
     return ic.s3_storage(bucket=bucket, prefix=prefix, region="us-east-1", endpoint_url=moto, allow_http=True,
                          access_key_id="testing", secret_access_key="testing", force_path_style=True)
 
@@ -27,13 +30,14 @@ def arrays(group):
             if isinstance(node, zarr.Array)}
 
 
-def read_repo(moto, bucket, prefix, branch="main"):
-    repo = ic.Repository.open(storage(moto, bucket, prefix))
+def read_repo(dst, prefix, branch="main"):
+    """The arrays of the repository at `prefix` of `dst` (a stores.py destination) as icechunk reads them."""
+    repo = ic.Repository.open(dst.icechunk_storage(prefix))
     return arrays(zarr.open_group(repo.readonly_session(branch=branch).store, mode="r"))
 
 
-def commits(moto, bucket, prefix, branch="main"):
-    repo = ic.Repository.open(storage(moto, bucket, prefix))
+def commits(dst, prefix, branch="main"):
+    repo = ic.Repository.open(dst.icechunk_storage(prefix))
     return [snapshot.message for snapshot in repo.ancestry(branch=branch)]
 
 
@@ -44,88 +48,96 @@ def assert_same(got, want):
         np.testing.assert_array_equal(got[name], w, err_msg=name)
 
 
-def make_source(moto, bucket, prefix):
+def make_source(dst, prefix):
     """Native float32 chunks and inline int16 chunks, in one commit on main."""
-    repo = ic.Repository.create(storage(moto, bucket, prefix))
+    repo = ic.Repository.create(dst.icechunk_storage(prefix))
     session = repo.writable_session("main")
-    root = zarr.group(session.store, attributes={"title": "icechunk on s3"})
+    root = zarr.group(session.store, attributes={"title": "icechunk on an object store"})
     native = np.random.default_rng(7).normal(size=(40, 60)).astype("f4")
     root.create_array("native", shape=native.shape, chunks=(10, 15), dtype="f4")[:] = native
     inline = np.arange(24, dtype="i2") - 5
     root.create_group("grp").create_array("inline", shape=(24,), chunks=(6,), dtype="i2", fill_value=-1)[:] = inline
-    session.commit("source on s3")
-    return read_repo(moto, bucket, prefix)
+    session.commit("source")
+    return read_repo(dst, prefix)
 
 
 S3_FLAGS = ["--s3-path-style", "--quiet", "--threads", "2"]
+FLAGS = ["--quiet", "--threads", "2"]
 # Flags of conversions into repositories zshard makes: spec 2 by default, which icechunk 1.x cannot read.
 NEW = [] if int(ic.__version__.split(".")[0]) >= 2 else ["--icechunk-spec", "1"]
+# The object stores icechunk and zshard both reach: S3 (moto) and GCS (fake-gcs-server behind the XML front,
+# icechunk's GCS client at its `google_base_url`, as zshard's is with STORAGE_EMULATOR_HOST).
+STORES = ["s3", "gcs"]
 
 
-def test_icechunk_on_s3_to_a_second_repository_and_to_plain_zarr(s3, moto, tmp_path):
-    for bucket in ("icesrc", "icedst"):
-        s3.create_bucket(Bucket=bucket)
-    values = make_source(moto, "icesrc", "repo")
+@pytest.mark.parametrize("store", STORES)
+def test_icechunk_to_a_second_repository_and_to_plain_zarr(store, request, tmp_path):
+    src = destination(request, store, f"icesrc-{store}")
+    dst = destination(request, store, f"icedst-{store}")
+    values = make_source(src, "repo")
     assert values["native"].shape == (40, 60) and values["grp/inline"][0] == -5
+    flags, env = dst.options(dst.upstream)
 
-    # Into a second repository on S3: exactly one commit after the repository's initial one.
-    run_zshard("convert", "s3://icesrc/repo", "s3://icedst/repo", "--source-format", "icechunk",
-               "--output-format", "icechunk", "--message", "zshard on s3", "--s3-endpoint", moto, *S3_FLAGS,
-               *NEW, env=S3_ENV)
-    assert commits(moto, "icedst", "repo") == ["zshard on s3", "Repository initialized"]
-    assert_same(read_repo(moto, "icedst", "repo"), values)
+    # Into a second repository: exactly one commit after the repository's initial one.
+    run_zshard("convert", src.url("repo"), dst.url("repo"), "--source-format", "icechunk",
+               "--output-format", "icechunk", "--message", "zshard", *flags, *FLAGS, *NEW, env=env)
+    assert commits(dst, "repo") == ["zshard", "Repository initialized"]
+    assert_same(read_repo(dst, "repo"), values)
     # Without --source-format the repository is not taken for a broken Zarr: the error says what to pass.
-    refused = run_zshard("convert", "s3://icesrc/repo", "s3://icedst/other.zarr", "--s3-endpoint", moto,
-                         *S3_FLAGS, env=S3_ENV, check=False)
+    refused = run_zshard("convert", src.url("repo"), dst.url("other.zarr"), *flags, *FLAGS, env=env,
+                         check=False)
     assert refused.returncode != 0 and "--source-format icechunk" in refused.stderr, refused.stderr
     assert "Icechunk repository" in refused.stderr, refused.stderr
-    session = ic.Repository.open(storage(moto, "icedst", "repo")).readonly_session(branch="main")
+    session = ic.Repository.open(dst.icechunk_storage("repo")).readonly_session(branch="main")
     native = zarr.open_array(session.store, path="native", mode="r")
     assert type(native.metadata.codecs[0]).__name__ == "ShardingCodec"
     # Nothing of the staging is left beside the repository's objects but what the commit keeps for
     # a later update (issue 40): the documents and kept records, no shard.
-    left = [o["Key"] for o in s3.list_objects_v2(Bucket="icedst", Prefix="repo/").get("Contents", [])]
+    left = list(dst.listed("repo"))
     kept = ("zarr.json", ".zshard-records", ".zshard-kept-after-commit")
     assert left and not [k for k in left if ".zshard" in k and not k.endswith(kept)], left
 
-    # Into plain sharded Zarr on S3, the endpoint from the environment this time.
-    run_zshard("convert", "s3://icesrc/repo", "s3://icedst/plain.zarr", "--source-format", "icechunk",
-               *S3_FLAGS, env={**S3_ENV, "AWS_ENDPOINT_URL": moto, "AWS_ALLOW_HTTP": "true"})
-    keys = download_prefix(s3, "icedst", "plain.zarr", tmp_path / "plain.zarr")
+    # Into plain sharded Zarr; on S3 the endpoint from the environment this time.
+    if store == "s3":
+        flags, env = ["--s3-path-style"], {**S3_ENV, "AWS_ENDPOINT_URL": dst.upstream, "AWS_ALLOW_HTTP": "true"}
+    run_zshard("convert", src.url("repo"), dst.url("plain.zarr"), "--source-format", "icechunk", *flags, *FLAGS,
+               env=env)
+    keys = dst.download("plain.zarr", tmp_path / "plain.zarr")
     assert "zarr.json" in keys and not any(k.startswith(".zshard") for k in keys)
     plain = zarr.open_group(str(tmp_path / "plain.zarr"), mode="r")
-    assert plain.attrs["title"] == "icechunk on s3"
+    assert plain.attrs["title"] == "icechunk on an object store"
     assert_same(arrays(plain), values)
     # The source is unchanged: still its one commit.
-    assert commits(moto, "icesrc", "repo") == ["source on s3", "Repository initialized"]
+    assert commits(src, "repo") == ["source", "Repository initialized"]
 
 
-def chunk_objects(s3, bucket, prefix):
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/chunks/").get("Contents", [])
-    return sorted(o["Key"] for o in listed)
-
-
-def test_two_workers_store_their_shards_on_s3_and_finalize_commits_once(s3, moto):
+@pytest.mark.parametrize("store", STORES)
+def test_two_workers_store_their_shards_and_finalize_commits_once(store, request):
     """Each worker copies its staged shards into the repository's chunk storage on the server
-    (CopyObject); finalize stores nothing itself and commits once."""
-    for bucket in ("icewsrc", "icewdst"):
-        s3.create_bucket(Bucket=bucket)
-    values = make_source(moto, "icewsrc", "repo")
-    common = ["s3://icewsrc/repo", "s3://icewdst/repo", "--source-format", "icechunk", "--output-format",
-              "icechunk", "--message", "two workers", "--s3-endpoint", moto, "--s3-path-style", *NEW]
+    (S3's CopyObject, GCS's copy); finalize stores nothing itself and commits once."""
+    src = destination(request, store, f"icewsrc-{store}")
+    dst = destination(request, store, f"icewdst-{store}")
+    values = make_source(src, "repo")
+    flags, env = dst.options(dst.upstream)
+    common = [src.url("repo"), dst.url("repo"), "--source-format", "icechunk", "--output-format",
+              "icechunk", "--message", "two workers", *flags, *NEW]
+
+    def chunk_objects():
+        return sorted(dst.listed("repo/chunks"))
+
     stored = 0
     for worker in ("0/2", "1/2"):
-        run = run_zshard("convert", *common, "--worker", worker, env=S3_ENV)
+        run = run_zshard("convert", *common, "--worker", worker, env=env)
         stored += int(run.stderr.split("stored ")[1].split(" shard(s)")[0])
-        assert len(chunk_objects(s3, "icewdst", "repo")) == stored
+        assert len(chunk_objects()) == stored
     assert stored == 2  # one shard per array, one array per worker
-    before = chunk_objects(s3, "icewdst", "repo")
-    done = run_zshard("finalize", *common, env=S3_ENV)
+    before = chunk_objects()
+    done = run_zshard("finalize", *common, env=env)
     assert "2 chunk(s), 2 of them stored by the workers" in done.stderr, done.stderr
-    assert chunk_objects(s3, "icewdst", "repo") == before
-    assert commits(moto, "icewdst", "repo") == ["two workers", "Repository initialized"]
-    assert_same(read_repo(moto, "icewdst", "repo"), values)
-    left = [o["Key"] for o in s3.list_objects_v2(Bucket="icewdst", Prefix="repo/").get("Contents", [])]
+    assert chunk_objects() == before
+    assert commits(dst, "repo") == ["two workers", "Repository initialized"]
+    assert_same(read_repo(dst, "repo"), values)
+    left = list(dst.listed("repo"))
     # Only what the commit keeps for a later update (issue 40) stays staged: no shard.
     kept = ("zarr.json", ".zshard-records", ".zshard-kept-after-commit")
     assert not [k for k in left if ".zshard" in k and not k.endswith(kept)], left
@@ -158,7 +170,7 @@ def make_virtual_source(moto, bucket, prefix, container):
         container, ic.s3_store(region="us-east-1", endpoint_url=moto, allow_http=True, force_path_style=True)))
     credentials = ic.containers_credentials(
         {container: ic.s3_credentials(access_key_id="testing", secret_access_key="testing")})
-    repo = ic.Repository.create(storage(moto, bucket, prefix), config=config,
+    repo = ic.Repository.create(s3_storage(moto, bucket, prefix), config=config,
                                 authorize_virtual_chunk_access=credentials)
     return repo, credentials
 
@@ -188,7 +200,7 @@ def test_virtual_chunks_in_an_hdf5_file_on_s3(s3, moto, fault_proxy, tmp_path):
     repo, credentials = make_virtual_source(moto, "icevirt", "escaping", "s3://h5files/data/")
     reference_h5(repo, "virtual", h5, "s3://h5files/secret/data.h5", validate=False)
     # Icechunk itself reads the references as h5py reads the file.
-    reopened = ic.Repository.open(storage(moto, "icevirt", "repo"), authorize_virtual_chunk_access=credentials)
+    reopened = ic.Repository.open(s3_storage(moto, "icevirt", "repo"), authorize_virtual_chunk_access=credentials)
     np.testing.assert_array_equal(
         zarr.open_array(reopened.readonly_session(branch="main").store, path="virtual", mode="r")[:], want)
     proxy = fault_proxy()
