@@ -7,6 +7,7 @@
 use serde_json::Value;
 use zshard_core::downsample::Reduction;
 use zshard_core::{Node, NodeKind};
+use zshard_zarr::ome::OmeMetadata;
 
 use crate::plan::pyramid::{make, Made, PyramidLevels, PyramidOptions};
 use crate::plan::Layouts;
@@ -76,6 +77,19 @@ pub(super) fn as_made(
                 });
                 if let Some(m) = multiscale_metadata {
                     m.insert("version".into(), version.clone());
+                }
+            }
+            // A pyramid written as OME-Zarr 0.6 (`--ome 0.6`) is compared as one.
+            let version = output_nodes.iter().find_map(|n| match &n.kind {
+                NodeKind::Group { attributes } if n.path.is_empty() => {
+                    attributes.get("ome")?.get("version")?.as_str()
+                }
+                _ => None,
+            });
+            if version == Some("0.6") {
+                if let Err(e) = zshard_zarr::ome::finish(&mut nodes, OmeMetadata::V06) {
+                    let e = crate::Error::from(e);
+                    return (source_nodes, None, Some(crate::error::one_line(&e)));
                 }
             }
             (nodes, Some(made), None)

@@ -565,8 +565,9 @@ fn verify(v: &Verification) -> Result<Verified> {
     let output_nodes = open_hierarchy(&dst)?;
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
     // A pyramid made while converting is compared with the pyramid this source makes.
-    let (source_nodes, made, unmade) =
+    let (mut source_nodes, made, unmade) =
         super::pyramid::as_made(source_nodes, &output_nodes, &src.url());
+    zshard_zarr::ome::finish(&mut source_nodes, v.ome)?;
     if let Some(unmade) = unmade {
         lock(&mismatches)?.push(unmade);
     }
