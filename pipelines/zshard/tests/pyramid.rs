@@ -524,6 +524,7 @@ fn a_finished_pyramid_made_otherwise_is_refused_and_the_same_is_complete() {
     for other in [
         &["--pyramid", "2"][..],
         &["--pyramid", "3", "--downsample", "max"],
+        &["--pyramid", "3", "--ome", "0.6"],
     ] {
         let out = run(other);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -549,10 +549,11 @@ pub(crate) fn check_finished(
     match held {
         Some(held) if Some(&held) != planned.as_ref() => Err(Error::Destination {
             reason: format!(
-                "{} holds a multiscale image made with other levels or another {}; use {} to \
-                 replace it",
+                "{} holds a multiscale image made with other levels, another {} or another {}; \
+                 use {} to replace it",
                 destination.url(""),
                 Setting::Downsample,
+                Setting::Ome,
                 Setting::Overwrite
             ),
         }),
