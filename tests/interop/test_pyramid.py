@@ -21,7 +21,6 @@ from ome_zarr.io import parse_url
 from ome_zarr.reader import Reader
 from ome_zarr_models.exceptions import ValidationWarning
 from ome_zarr_models.v05.image import Image
-from ome_zarr_models.v06.image import Image as Image06
 
 from conftest import load_json, run_zshard
 
@@ -71,7 +70,7 @@ def _validated_and_read(dst: Path, levels: list[np.ndarray], version: str = "0.5
     assert load_json(dst / "zarr.json")["attributes"]["ome"]["version"] == version
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValidationWarning)
-        model = {"0.5": Image, "0.6": Image06}[version]
+        model = Image if version == "0.5" else _image_06()
         model.from_zarr(zarr.open_group(str(dst), mode="r"))
     node = next(iter(Reader(parse_url(str(dst)))()))
     assert len(node.data) == len(levels)
@@ -190,6 +189,11 @@ def test_an_ome_zarr_0_4_image_of_one_level_gets_levels(zshard_bin, tmp_path):
     assert translation["translation"] == [0.0, 3.0, 0.75, 0.75]
 
 
+def _image_06():
+    """ome-zarr-models' 0.6 image model (1.8 on today's stack; last year's 1.7 has none: skipped)."""
+    return pytest.importorskip("ome_zarr_models.v06.image", reason="ome-zarr-models without 0.6 models").Image
+
+
 def _verify(zshard_bin: Path, src: Path, dst: Path) -> None:
     r = run_zshard(zshard_bin, ["verify", src, dst])
     assert r.returncode == 0, r.describe()
@@ -212,6 +216,7 @@ def _v06_transform(dataset: dict) -> tuple[list[float], list[float]]:
 @pytest.mark.parametrize("dims,shape,chunks", [(["y", "x"], (301, 250), (64, 64)),
                                                (["c", "z", "y", "x"], (2, 9, 70, 40), (1, 4, 16, 16))])
 def test_ome_0_6_pyramid_validates_reads_and_verifies(zshard_bin, tmp_path, dims, shape, chunks):
+    _image_06()
     data = np.random.default_rng(6).integers(1, 60000, size=shape, dtype=np.uint16)
     src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
     _source(src, data, dims, chunks)
@@ -257,6 +262,7 @@ def test_an_ome_zarr_0_4_pyramid_is_written_as_0_6(zshard_bin, tmp_path):
     """An OME-Zarr 0.4 image of several levels, as ome-zarr-py writes it, converted level by level
     with `--ome 0.6`: its axes (with units) become its coordinate system, each level's scale one
     transformation into it."""
+    _image_06()
     from ome_zarr.format import FormatV04
     from ome_zarr.io import parse_url as url
     from ome_zarr.writer import write_image
@@ -284,6 +290,7 @@ def test_an_ome_zarr_0_4_pyramid_is_written_as_0_6(zshard_bin, tmp_path):
 def test_an_ome_zarr_0_4_image_of_one_level_gets_0_6_levels(zshard_bin, tmp_path):
     """A one-level 0.4 image with units and a scale, made a pyramid written as 0.6: the units stay,
     the level's scale is the base of every level's."""
+    _image_06()
     data = np.random.default_rng(9).integers(0, 4000, size=(3, 70, 50), dtype=np.uint16)
     src, dst = tmp_path / "image.ome.zarr", tmp_path / "dst.ome.zarr"
     root = zarr.open_group(str(src), mode="w", zarr_format=2)
