@@ -91,7 +91,7 @@ out = ['"""The public functions of ``zshard``, one explicit keyword per setting,
  "from ._results import Finalized, Listing, Plan, Report, Status, VerifyResult", "from ._progress import ProgressCallback, progress_callback", "", ""]
 
 def doc_param(name, ann, doc):
-    ann = {"Strings": "str | Sequence[str]", "IndexLocation": "{'start', 'end'}", "OmeMetadata": "{'upgrade', 'keep'}", "Pyramid": "int | 'auto'",
+    ann = {"Strings": "str | Sequence[str]", "IndexLocation": "{'start', 'end'}", "OmeMetadata": "{'upgrade', 'keep', '0.6'}", "Pyramid": "int | 'auto'",
            "Downsample": "{'mean', 'mode', 'nearest', 'min', 'max'}",
            "SourceFormat": "{'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}",
            "OnUnsupported": "{'refuse', 'skip'}", "OutputFormat": "{'zarr', 'icechunk'}", "IcechunkSpec": "{1, 2}", "Location": "str | os.PathLike[str]",

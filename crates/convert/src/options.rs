@@ -886,6 +886,20 @@ mod tests {
         let c = Conversion::from_options(&options).expect("holds");
         let of = Verification::of(&c);
         assert_eq!(v.ome, OmeMetadata::Keep);
+        // OME-Zarr 0.6 is written (and compared) as `ome = "0.6"` asks, and said back the same way.
+        let v06: Options = serde_json::from_value(
+            serde_json::json!({"source": "in", "destination": "out", "ome": "0.6"}),
+        )
+        .expect("valid");
+        assert_eq!(v06.ome, Some(OmeMetadata::V06));
+        assert_eq!(
+            serde_json::to_value(&v06).expect("serializes")["ome"],
+            serde_json::json!("0.6")
+        );
+        assert_eq!(
+            Verification::from_options(&v06.verification()).ome,
+            OmeMetadata::V06
+        );
         assert_eq!(
             (v.ome, v.threads, v.io_threads),
             (of.ome, of.threads, of.io_threads)

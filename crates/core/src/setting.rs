@@ -250,17 +250,18 @@ settings! {
         commands: "convert plan finalize",
         value: "N|auto",
         python: "Pyramid",
-        short: "make an OME-Zarr 0.5 pyramid of N levels (auto: until one inner chunk)",
-        help: "Make an OME-Zarr 0.5 multiscale image of N levels (level 0 is the source; each \
-              further level halves every spatial axis: dimensions named x, y or z, never channel or \
-              time), in the same pass over the source; auto: levels until the spatial extent fits \
-              one inner chunk. Every level is sharded (shapes from --level-shapes, else derived \
-              from level 0's). Not with --worker or an Icechunk output yet.",
-        doc: "Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; \
-             each further level halves every spatial axis: dimensions named x, y or z), in the \
-             same pass over the source; ``'auto'``: levels until the spatial extent fits one inner \
-             chunk. Every level is sharded (shapes from ``level_shapes``, else derived from level \
-             0's).",
+        short: "make an OME-Zarr pyramid of N levels (auto: until one inner chunk)",
+        help: "Make an OME-Zarr 0.5 (--ome 0.6: 0.6) multiscale image of N levels (level 0 is the \
+              source; each further level halves every spatial axis: dimensions named x, y or z, \
+              never channel or time), in the same pass over the source; auto: levels until the \
+              spatial extent fits one inner chunk. Every level is sharded (shapes from \
+              --level-shapes, else derived from level 0's). Not with --worker or an Icechunk \
+              output yet.",
+        doc: "Make an OME-Zarr 0.5 (``ome='0.6'``: 0.6) multiscale image of this many levels \
+             (level 0 is the source; each further level halves every spatial axis: dimensions \
+             named x, y or z), in the same pass over the source; ``'auto'``: levels until the \
+             spatial extent fits one inner chunk. Every level is sharded (shapes from \
+             ``level_shapes``, else derived from level 0's).",
     },
     /// How a pyramid level is reduced from the one above.
     Downsample {
@@ -283,19 +284,23 @@ settings! {
         key: "ome",
         group: Conversion,
         commands: "convert plan finalize verify",
-        value: "upgrade|keep",
+        value: "upgrade|keep|0.6",
         python: "OmeMetadata",
-        short: "OME-Zarr metadata: upgrade 0.4 to 0.5 (the default) or keep it as it is",
+        short: "OME-Zarr metadata: upgrade 0.4 to 0.5 (the default), keep it, or write 0.6",
         help: "OME-Zarr metadata: upgrade (the default) writes a 0.4 image, plate or \
               bioformats2raw hierarchy as OME-Zarr 0.5 (attributes under `ome`, axes as \
               dimension_names); 0.5 and other versions are copied as they are. keep copies every \
               OME attribute as it is (a v2 array's fill value still becomes its `_FillValue` \
-              attribute, as for every array, so that xarray masks it as before).",
+              attribute, as for every array, so that xarray masks it as before). 0.6 writes a \
+              0.4 or 0.5 hierarchy, and a --pyramid image, as OME-Zarr 0.6 (RFC-5: each image's \
+              axes in a coordinate system, each level's scale and translation one transformation \
+              into it).",
         doc: "OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or \
              bioformats2raw hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they \
              are); ``'keep'`` copies every OME attribute as it is (a v2 array's fill value still \
-             becomes its ``_FillValue`` attribute, as for every array, so that xarray masks it). \
-             :func:`verify` takes the value \
+             becomes its ``_FillValue`` attribute, as for every array, so that xarray masks it); \
+             ``'0.6'`` writes a 0.4 or 0.5 hierarchy, and a ``pyramid`` image, as OME-Zarr 0.6 \
+             (RFC-5 coordinate systems and transformations). :func:`verify` takes the value \
              the conversion was given.",
     },
     /// The source's kind.

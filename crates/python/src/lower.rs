@@ -63,7 +63,7 @@ fn kind(setting: Setting) -> Option<Kind> {
     Some(match setting {
         IndexLocation => Kind::Choice(&["start", "end"]),
         LevelShapes => Kind::LevelShapes,
-        Ome => Kind::Choice(&["upgrade", "keep"]),
+        Ome => Kind::Choice(&["upgrade", "keep", "0.6"]),
         Pyramid => Kind::Pyramid,
         Downsample => Kind::Choice(&["mean", "mode", "nearest", "min", "max"]),
         SourceFormat => Kind::Choice(&[

@@ -9,7 +9,7 @@
 //! arrays' `dimension_names`. The translation is pure: nodes in, nodes out.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use zshard_core::{Node, NodeKind};
 
 use crate::error::{Error, Result};
@@ -22,6 +22,10 @@ pub enum OmeMetadata {
     Upgrade,
     /// Copy the attributes as they are.
     Keep,
+    /// Write OME-Zarr 0.6: a 0.4 hierarchy is upgraded to 0.5 ([`apply`]), then every 0.5 group
+    /// becomes 0.6 ([`finish`]): each image's axes become its coordinate system and each level's
+    /// scale and translation one transformation from the level's array into it (RFC-5).
+    V06,
 }
 
 impl std::str::FromStr for OmeMetadata {
@@ -31,7 +35,8 @@ impl std::str::FromStr for OmeMetadata {
         match s {
             "upgrade" => Ok(OmeMetadata::Upgrade),
             "keep" => Ok(OmeMetadata::Keep),
-            _ => Err(format!("{s:?} is not upgrade or keep")),
+            "0.6" => Ok(OmeMetadata::V06),
+            _ => Err(format!("{s:?} is not upgrade, keep or 0.6")),
         }
     }
 }
@@ -73,12 +78,14 @@ pub const OME_XML_KEY: &str = "OME/METADATA.ome.xml";
 /// The attribute OME-Zarr 0.5 keeps everything under.
 const OME: &str = "ome";
 
-/// One multiscale image (an entry of `multiscales`), as 0.4 and 0.5 both write it.
+/// One multiscale image (an entry of `multiscales`), as 0.4 and 0.5 both write it (0.6 has no
+/// `axes`: its coordinate systems are among `other`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Multiscale {
     /// 0.4 only: the version of this object; 0.5 states it once, in `ome`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     version: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     axes: Vec<Axis>,
     datasets: Vec<Dataset>,
     #[serde(flatten)]
@@ -119,17 +126,22 @@ struct Transformation {
 }
 
 impl Dataset {
-    /// The level's scale per axis, when it is given inline as numbers.
+    /// The level's scale per axis, when it is given inline as numbers (in 0.6 possibly as the
+    /// first of a `sequence`).
     fn scale(&self) -> Option<Vec<f64>> {
-        self.transformations
+        let numbers = |scale: &[Value]| scale.iter().map(Value::as_f64).collect();
+        let transformations = self.transformations.iter().flatten();
+        if let Some(scale) = transformations.clone().find(|t| t.kind == "scale") {
+            return numbers(scale.scale.as_ref()?);
+        }
+        let sequence = transformations.clone().find(|t| t.kind == "sequence")?;
+        let scale = sequence
+            .other
+            .get("transformations")?
+            .as_array()?
             .iter()
-            .flatten()
-            .find(|t| t.kind == "scale")?
-            .scale
-            .as_ref()?
-            .iter()
-            .map(Value::as_f64)
-            .collect()
+            .find(|t| t.get("type").and_then(Value::as_str) == Some("scale"))?;
+        numbers(scale.get("scale")?.as_array()?)
     }
 }
 
@@ -225,11 +237,156 @@ pub fn apply(nodes: &mut [Node], mode: OmeMetadata) -> Result<Vec<String>> {
     }
     match ome_version(nodes) {
         OmeVersion::V04 => upgrade(nodes).map(|()| Vec::new()),
+        OmeVersion::Other(version) if mode == OmeMetadata::V06 && version == "0.6" => {
+            Ok(Vec::new())
+        }
         OmeVersion::Other(version) => Ok(vec![format!(
             "OME-Zarr metadata of version {version} is copied as it is: only 0.4 is upgraded to 0.5"
         )]),
         OmeVersion::None | OmeVersion::V05 => Ok(Vec::new()),
     }
+}
+
+/// The OME-Zarr 0.5 groups of `nodes` written as `mode` asks, once [`apply`] (and whatever the
+/// conversion makes from its result, such as a pyramid's levels) is done: with
+/// [`OmeMetadata::V06`], as 0.6. Other versions are left as they are.
+pub fn finish(nodes: &mut [Node], mode: OmeMetadata) -> Result<()> {
+    if mode != OmeMetadata::V06 {
+        return Ok(());
+    }
+    for node in nodes.iter_mut() {
+        if let NodeKind::Group { attributes } = &mut node.kind {
+            to_v06(&node.path, attributes)?;
+        }
+    }
+    Ok(())
+}
+
+/// The name of the coordinate system a 0.6 image's levels map into: the physical space its axes
+/// (with their units) describe.
+pub const V06_SYSTEM: &str = "physical";
+
+/// A 0.5 group's attributes as 0.6 writes them (nothing changes in a group of another version):
+/// `version: "0.6"` once, in `ome` (the `plate`, `well` and `image-label` objects no longer state
+/// their own), and every multiscale image in RFC-5's form: its `axes` become the coordinate
+/// system [`V06_SYSTEM`], and each level's `scale` (and `translation`) one transformation (a
+/// `sequence` of both) whose `input` is the level's array and whose `output` that system. A
+/// transformation of the whole image (0.5's `coordinateTransformations` beside `datasets`) is
+/// folded into every level's, which it follows.
+fn to_v06(path: &str, attributes: &mut Map<String, Value>) -> Result<()> {
+    let Some(ome) = attributes.get_mut(OME).and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    if ome.get("version").and_then(Value::as_str) != Some("0.5") {
+        return Ok(());
+    }
+    ome.insert("version".into(), "0.6".into());
+    for key in ["plate", "well", "image-label"] {
+        if let Some(object) = ome.get_mut(key).and_then(Value::as_object_mut) {
+            object.remove("version");
+        }
+    }
+    if let Some(all) = ome.get_mut("multiscales").and_then(Value::as_array_mut) {
+        for multiscale in all.iter_mut().filter_map(Value::as_object_mut) {
+            multiscale_to_v06(path, multiscale)?;
+        }
+    }
+    Ok(())
+}
+
+/// One 0.5 multiscale image in 0.6's form (see [`to_v06`]).
+fn multiscale_to_v06(path: &str, multiscale: &mut Map<String, Value>) -> Result<()> {
+    let refuse = |reason: String| Error::Ome {
+        node: format!("group {path:?}"),
+        reason: format!("multiscales, written as OME-Zarr 0.6: {reason}"),
+    };
+    let Some(axes) = multiscale.remove("axes") else {
+        return Err(refuse("the image has no axes".into()));
+    };
+    let rank = axes.as_array().map_or(0, Vec::len);
+    let (outer_scale, outer_translation) = match multiscale.remove("coordinateTransformations") {
+        Some(outer) => scale_and_translation(&outer, rank).ok_or_else(|| {
+            refuse(format!(
+                "its transformation {outer} is not a scale and a translation given inline"
+            ))
+        })?,
+        None => (vec![1.0; rank], vec![0.0; rank]),
+    };
+    let datasets = multiscale
+        .get_mut("datasets")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| refuse("the image has no datasets".into()))?;
+    for dataset in datasets.iter_mut().filter_map(Value::as_object_mut) {
+        let level = dataset
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let transformations = dataset
+            .remove("coordinateTransformations")
+            .unwrap_or(Value::Array(Vec::new()));
+        let (scale, translation) =
+            scale_and_translation(&transformations, rank).ok_or_else(|| {
+                refuse(format!(
+                    "level {level:?}: its transformations {transformations} are not a scale and a \
+                 translation given inline"
+                ))
+            })?;
+        // The image's transformation follows the level's: x -> s_o (s x + t) + t_o.
+        let scale: Vec<f64> = scale.iter().zip(&outer_scale).map(|(s, o)| s * o).collect();
+        let translation: Vec<f64> = (0..rank)
+            .map(|d| translation[d] * outer_scale[d] + outer_translation[d])
+            .collect();
+        let ends = json!({
+            "input": {"path": level},
+            "output": {"name": V06_SYSTEM},
+        });
+        let mut transform = match translation.iter().all(|t| *t == 0.0) {
+            true => json!({"type": "scale", "scale": scale}),
+            false => json!({
+                "type": "sequence",
+                "transformations": [
+                    {"type": "scale", "scale": scale},
+                    {"type": "translation", "translation": translation},
+                ],
+            }),
+        };
+        if let (Some(transform), Some(ends)) = (transform.as_object_mut(), ends.as_object()) {
+            transform.extend(ends.clone());
+        }
+        dataset.insert("coordinateTransformations".into(), json!([transform]));
+    }
+    multiscale.insert(
+        "coordinateSystems".into(),
+        json!([{"name": V06_SYSTEM, "axes": axes}]),
+    );
+    Ok(())
+}
+
+/// The scale and translation (1 and 0 where absent) of 0.5 transformations given inline, `rank`
+/// numbers each; `None` for any other transformation (a scale given by a path, say).
+fn scale_and_translation(transformations: &Value, rank: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+    let (mut scale, mut translation) = (vec![1.0; rank], vec![0.0; rank]);
+    for transformation in transformations.as_array()? {
+        let kind = transformation.get("type")?.as_str()?;
+        let into = match kind {
+            "scale" => &mut scale,
+            "translation" => &mut translation,
+            "identity" => continue,
+            _ => return None,
+        };
+        let values: Vec<f64> = transformation
+            .get(kind)?
+            .as_array()?
+            .iter()
+            .map(Value::as_f64)
+            .collect::<Option<_>>()?;
+        if values.len() != rank {
+            return None;
+        }
+        *into = values;
+    }
+    Some((scale, translation))
 }
 
 /// Translates an OME-Zarr 0.4 hierarchy into 0.5: every group's OME attributes under `ome`, and the
@@ -565,6 +722,73 @@ mod tests {
         );
         assert!(attributes(&nodes[0]).get("ome").is_none());
         assert_eq!(ome_version(&[group("", json!({"a": 1}))]), OmeVersion::None);
+    }
+
+    #[test]
+    fn a_0_4_image_and_plate_are_written_as_0_6() {
+        let mut nodes = image_04();
+        if let NodeKind::Group { attributes } = &mut nodes[0].kind {
+            if let Some(multiscale) = attributes
+                .get_mut("multiscales")
+                .and_then(|m| m.get_mut(0))
+                .and_then(Value::as_object_mut)
+            {
+                // A transformation of the whole image follows every level's.
+                multiscale.insert(
+                    "coordinateTransformations".into(),
+                    json!([{"type": "scale", "scale": [2.0, 2.0]}, {"type": "translation", "translation": [10.0, 0.0]}]),
+                );
+            }
+        }
+        nodes.push(group(
+            "plate",
+            json!({"plate": {"version": "0.4", "columns": [{"name": "1"}], "rows": [{"name": "A"}], "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}]}}),
+        ));
+        assert!(apply(&mut nodes, OmeMetadata::V06)
+            .expect("valid")
+            .is_empty());
+        finish(&mut nodes, OmeMetadata::V06).expect("valid");
+        let image = attributes(&nodes[0]);
+        assert_eq!(image["ome"]["version"], "0.6");
+        let multiscale = &image["ome"]["multiscales"][0];
+        assert!(multiscale.get("axes").is_none());
+        assert!(multiscale.get("coordinateTransformations").is_none());
+        assert_eq!(
+            multiscale["coordinateSystems"][0]["name"],
+            json!(V06_SYSTEM)
+        );
+        assert_eq!(
+            multiscale["coordinateSystems"][0]["axes"][0],
+            json!({"name": "y", "type": "space", "unit": "micrometer"})
+        );
+        assert_eq!(
+            multiscale["datasets"][1],
+            json!({"path": "1", "coordinateTransformations": [{
+                "type": "sequence",
+                "input": {"path": "1"},
+                "output": {"name": "physical"},
+                "transformations": [
+                    {"type": "scale", "scale": [4.0, 4.0]},
+                    {"type": "translation", "translation": [10.0, 0.0]},
+                ],
+            }]})
+        );
+        assert_eq!(
+            attributes(&nodes[4])["ome"]["image-label"],
+            json!({"colors": [{"label-value": 1, "rgba": [255, 0, 0, 255]}]})
+        );
+        assert_eq!(
+            attributes(&nodes[7])["ome"],
+            json!({"version": "0.6", "plate": {"columns": [{"name": "1"}], "rows": [{"name": "A"}], "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}]}})
+        );
+        // The levels are still found, their scale inside the sequence.
+        let levels = pyramids(&nodes).expect("valid");
+        assert_eq!(levels[0].levels[1].scale, Some(vec![4.0, 4.0]));
+        // Another mode writes no 0.6.
+        let mut nodes = image_04();
+        apply(&mut nodes, OmeMetadata::Upgrade).expect("valid");
+        finish(&mut nodes, OmeMetadata::Upgrade).expect("valid");
+        assert_eq!(attributes(&nodes[0])["ome"]["version"], "0.5");
     }
 
     #[test]

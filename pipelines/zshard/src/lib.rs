@@ -153,7 +153,8 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
         /// What the conversion was given: with upgrade (the default), an OME-Zarr 0.4 source is
-        /// compared in its 0.5 form. A job file says it itself (its `ome` key).
+        /// compared in its 0.5 form, with 0.6 in its 0.6 form (a pyramid zshard made is recognised
+        /// as 0.6 by itself). A job file says it itself (its `ome` key).
         #[arg(long)]
         ome: Option<zshard_convert::OmeMetadata>,
         /// No summary when everything matches.

@@ -524,6 +524,7 @@ fn a_finished_pyramid_made_otherwise_is_refused_and_the_same_is_complete() {
     for other in [
         &["--pyramid", "2"][..],
         &["--pyramid", "3", "--downsample", "max"],
+        &["--pyramid", "3", "--ome", "0.6"],
     ] {
         let out = run(other);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -605,5 +606,111 @@ fn an_ome_zarr_image_of_one_level_gets_its_levels() {
     assert_eq!(
         group["attributes"]["ome"]["omero"]["channels"][1]["label"],
         "GFP"
+    );
+    // The levels below are checked against their recomputation from the image's one level.
+    let (ok, stderr) = run(&[
+        "verify",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{stderr}");
+}
+
+/// Runs zshard with `args`, returning whether it succeeded and its stderr.
+fn run(args: &[&str]) -> (bool, String) {
+    let out = zshard(args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn verify_checks_every_level_against_a_recomputation_from_the_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_string();
+    let shape = [64, 64];
+    let values = ramp(&shape, |i| 1.0 + ((i * 7919) % 60000) as f64);
+    source(
+        &dir.path().join("src"),
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        &["y", "x"],
+        &values,
+    );
+    // The same image but for one element, which changes a block's mean at every level below.
+    let mut other = values.clone();
+    other[5 * 64 + 5] += 1000.0;
+    source(
+        &dir.path().join("other"),
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        &["y", "x"],
+        &other,
+    );
+    for (src, dst) in [("src", "dst"), ("other", "other-dst")] {
+        let (ok, stderr) = run(&[
+            "convert",
+            &path(src),
+            &path(dst),
+            "--pyramid",
+            "3",
+            "--shard-shape",
+            "32,32",
+            "--chunk-shape",
+            "8,8",
+            "--keep-manifest",
+        ]);
+        assert!(ok, "{stderr}");
+    }
+    let (ok, stderr) = run(&["verify", &path("src"), &path("dst")]);
+    assert!(ok, "a correct pyramid verifies: {stderr}");
+    let (ok, stderr) = run(&["verify", &path("other"), &path("other-dst")]);
+    assert!(ok, "{stderr}");
+    let (ok, stderr) = run(&["verify", "--manifest", &path("dst")]);
+    assert!(ok, "its manifest holds: {stderr}");
+
+    // Level 2's shard from the other image: right for that image, wrong for this one.
+    let shard = |dst: &str, level: &str| dir.path().join(dst).join(level).join("c/0/0");
+    std::fs::copy(shard("other-dst", "2"), shard("dst", "2")).expect("copy the shard");
+    let (ok, stderr) = run(&["verify", &path("src"), &path("dst")]);
+    assert!(!ok, "an altered level 2 shard verified: {stderr}");
+    let mismatches: Vec<&str> = stderr.lines().filter(|l| l.contains("mismatch:")).collect();
+    assert_eq!(mismatches.len(), 1, "{stderr}");
+    assert!(
+        mismatches[0].contains("level 2")
+            && mismatches[0].contains("dst/2/c/0/0")
+            && mismatches[0].contains("inner chunk 0:")
+            && mismatches[0].contains("1 element(s) differ"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run(&["verify", "--manifest", &path("dst")]);
+    assert!(!ok, "the manifest names the altered shard: {stderr}");
+    assert!(stderr.contains("2/c/0/0"), "{stderr}");
+
+    // Level 2 restored, level 1's first shard from the other image: only level 1 is wrong.
+    let (ok, stderr) = run(&[
+        "convert",
+        &path("src"),
+        &path("fresh"),
+        "--pyramid",
+        "3",
+        "--shard-shape",
+        "32,32",
+        "--chunk-shape",
+        "8,8",
+    ]);
+    assert!(ok, "{stderr}");
+    std::fs::copy(shard("fresh", "2"), shard("dst", "2")).expect("restore level 2");
+    std::fs::copy(shard("other-dst", "1"), shard("dst", "1")).expect("copy the shard");
+    let (ok, stderr) = run(&["verify", &path("src"), &path("dst")]);
+    assert!(!ok, "an altered level 1 shard verified: {stderr}");
+    let mismatches: Vec<&str> = stderr.lines().filter(|l| l.contains("mismatch:")).collect();
+    assert_eq!(mismatches.len(), 1, "{stderr}");
+    assert!(
+        mismatches[0].contains("level 1") && mismatches[0].contains("dst/1/c/0/0"),
+        "{stderr}"
     );
 }

@@ -359,6 +359,7 @@ pub(super) mod ome {
         match value {
             Some(OmeMetadata::Upgrade) => serializer.serialize_str("upgrade"),
             Some(OmeMetadata::Keep) => serializer.serialize_str("keep"),
+            Some(OmeMetadata::V06) => serializer.serialize_str("0.6"),
             None => serializer.serialize_none(),
         }
     }

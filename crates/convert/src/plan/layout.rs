@@ -409,7 +409,7 @@ impl Plan {
 /// never asked for a chunk; it names no versions, so a pyramid's records say nothing of what its
 /// shards were made from, and its reads cannot be planned.
 #[derive(Debug)]
-struct MadeFromAbove;
+pub(crate) struct MadeFromAbove;
 
 impl zshard_core::ChunkReader for MadeFromAbove {
     fn chunk_key(&self, coord: &[u64]) -> String {

@@ -549,10 +549,11 @@ pub(crate) fn check_finished(
     match held {
         Some(held) if Some(&held) != planned.as_ref() => Err(Error::Destination {
             reason: format!(
-                "{} holds a multiscale image made with other levels or another {}; use {} to \
-                 replace it",
+                "{} holds a multiscale image made with other levels, another {} or another {}; \
+                 use {} to replace it",
                 destination.url(""),
                 Setting::Downsample,
+                Setting::Ome,
                 Setting::Overwrite
             ),
         }),
@@ -570,18 +571,21 @@ pub(crate) fn pending_bytes(plan: &Plan) -> u64 {
     plan.arrays
         .iter()
         .filter(|a| made.levels[1..].contains(&a.path))
-        .map(|a| {
-            let grid = a.geometry.shard_grid();
-            let total = zshard_core::product(&grid);
-            let slab = match grid.iter().position(|&n| n > 1) {
-                Some(d) => zshard_core::product(&grid[d + 1..]).saturating_mul(2),
-                None => 1,
-            };
-            let shard = zshard_core::product(a.geometry.shard_shape())
-                .saturating_mul(a.output.data_type.size() as u64);
-            slab.min(total).saturating_mul(shard)
-        })
+        .map(|a| level_pending_bytes(&a.geometry, a.output.data_type.size() as u64))
         .fold(0, u64::saturating_add)
+}
+
+/// Bytes of the shards of one level below level 0 (`geometry`, elements of `element` bytes) that
+/// wait for blocks (see [`pending_bytes`]); `verify` holds the same while it recomputes them.
+pub(crate) fn level_pending_bytes(geometry: &zshard_core::ShardGeometry, element: u64) -> u64 {
+    let grid = geometry.shard_grid();
+    let total = zshard_core::product(&grid);
+    let slab = match grid.iter().position(|&n| n > 1) {
+        Some(d) => zshard_core::product(&grid[d + 1..]).saturating_mul(2),
+        None => 1,
+    };
+    let shard = zshard_core::product(geometry.shard_shape()).saturating_mul(element);
+    slab.min(total).saturating_mul(shard)
 }
 
 #[cfg(test)]

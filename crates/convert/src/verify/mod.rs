@@ -6,6 +6,7 @@
 
 mod extras;
 pub(crate) mod manifest;
+mod pyramid;
 mod verification;
 
 // `crate::verify::X` names the verification, as when this room was one file.

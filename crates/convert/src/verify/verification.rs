@@ -8,18 +8,20 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
+use zshard_core::downsample::Reduction;
 use zshard_core::{
     linear_index, unravel_index, ArrayMeta, ChunkKeyEncoding, ChunkRepr, CodecChain, IndexEncoding,
     IndexLocation, Node, NodeKind, ShardGeometry, ShardIndex, ShardReader, ShardSink,
 };
-use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, ShardTask};
+use zshard_pipeline::{ArrayJob, ArrayLayout, BudgetRequest, Derived, ShardTask};
 use zshard_store::{IoRuntime, Location, Store, StoreOptions, COALESCE_GAP, MAX_REQUEST};
 use zshard_zarr::open_hierarchy;
 
 use super::extras::{extra_objects, stale_consolidated_entries};
 use crate::error::{one_line, Error, Result};
 use crate::plan::input::{Input, OnUnsupported, ReadOptions, SkippedArray};
-use crate::plan::{array_name, inner_chain};
+use crate::plan::pyramid::Made;
+use crate::plan::{array_name, inner_chain, MadeFromAbove};
 use crate::Conversion;
 use zshard_state::join;
 
@@ -79,6 +81,9 @@ pub(crate) fn output_array(meta: ArrayMeta) -> Result<OutputArray> {
 /// Compares the source's raw inner chunks with the stored shard.
 #[derive(Debug)]
 struct VerifySink {
+    /// For a level of a pyramid made while converting: its number, and for a level below 0 how it
+    /// is recomputed from the one above.
+    level: Option<(usize, Option<Reduction>)>,
     store: Store,
     keys: ChunkKeyEncoding,
     geometry: ShardGeometry,
@@ -90,6 +95,23 @@ struct VerifySink {
 }
 
 impl VerifySink {
+    /// The level a message is about, when the output is a pyramid made while converting.
+    fn level(&self) -> String {
+        self.level
+            .map_or_else(String::new, |(level, _)| format!("level {level}: "))
+    }
+
+    /// What the output's elements are compared with.
+    fn expected(&self) -> String {
+        match self.level {
+            Some((level, Some(reduction))) => format!(
+                "their recomputation from the source ({reduction} of level {})",
+                level.saturating_sub(1)
+            ),
+            _ => "the source".into(),
+        }
+    }
+
     fn mismatch(&self, message: String) {
         if let Ok(mut m) = self.mismatches.lock() {
             m.push(message);
@@ -117,7 +139,10 @@ impl VerifySink {
             Some(bytes) => match self.inner_chain.decode(bytes, &self.inner_repr) {
                 Ok(decoded) => decoded,
                 Err(e) => {
-                    return self.mismatch(format!("{key}: inner chunk {i} does not decode: {e}"))
+                    return self.mismatch(format!(
+                        "{key}: {}inner chunk {i} does not decode: {e}",
+                        self.level()
+                    ))
                 }
             },
         };
@@ -138,7 +163,13 @@ impl VerifySink {
             .map(|(l, s)| l + s)
             .collect();
         self.mismatch(format!(
-            "{key}: inner chunk {i}: {differing} element(s) differ from the source, first at {at:?} (source bytes {:02x?}, output {:02x?})",
+            "{key}: {}inner chunk {i}: {differing} element(s) differ from {}, first at {at:?} ({} bytes {:02x?}, output {:02x?})",
+            self.level(),
+            self.expected(),
+            match self.level {
+                Some((_, Some(_))) => "recomputed",
+                _ => "source",
+            },
             &expected[first * size..(first + 1) * size],
             &actual[first * size..(first + 1) * size]
         ));
@@ -206,8 +237,10 @@ impl ShardSink for VerifySink {
         let Some(object) = object else {
             if expected.iter().any(Option::is_some) {
                 self.mismatch(format!(
-                    "{}: shard is missing but the source has data there",
-                    self.shard_key(shard)
+                    "{}: {}shard is missing but {} has data there",
+                    self.shard_key(shard),
+                    self.level(),
+                    self.expected()
                 ));
             }
             return Ok(zshard_core::Stored::NOTHING);
@@ -262,8 +295,10 @@ impl zshard_core::ShardStream for VerifyStream<'_> {
                 if !self.reported_missing && expected.iter().any(Option::is_some) {
                     self.reported_missing = true;
                     self.sink.mismatch(format!(
-                        "{}: shard is missing but the source has data there",
-                        self.sink.shard_key(&self.shard)
+                        "{}: {}shard is missing but {} has data there",
+                        self.sink.shard_key(&self.shard),
+                        self.sink.level(),
+                        self.sink.expected()
                     ));
                 }
                 return Ok(());
@@ -529,12 +564,36 @@ fn verify(v: &Verification) -> Result<Verified> {
     let dst = Store::open_location(&destination_location, runtime, false)?;
     let output_nodes = open_hierarchy(&dst)?;
     let mismatches = Arc::new(Mutex::new(Mismatches::default()));
+    // A pyramid made while converting is compared with the pyramid this source makes.
+    let (mut source_nodes, made, unmade) =
+        super::pyramid::as_made(source_nodes, &output_nodes, &src.url());
+    zshard_zarr::ome::finish(&mut source_nodes, v.ome)?;
+    if let Some(unmade) = unmade {
+        lock(&mismatches)?.push(unmade);
+    }
     let outputs = arrays(output_nodes.clone());
     let mut jobs = Vec::new();
+    // The path of each job's array, by job.
+    let mut compared: Vec<String> = Vec::new();
     for (path, meta) in arrays(source_nodes.clone()) {
-        let compared = compare_array(&src, &dst, &outputs, path, meta, &mismatches)?;
-        match compared {
-            Compared::Job(job) => jobs.push(*job),
+        let Some(origin) = origin(made.as_ref(), &path, &compared) else {
+            // The level above is not compared (its shape or type differs, reported): there is
+            // nothing to recompute this one from.
+            continue;
+        };
+        match compare_array(
+            &src,
+            &dst,
+            &outputs,
+            path.clone(),
+            meta,
+            origin,
+            &mismatches,
+        )? {
+            Compared::Job(job) => {
+                jobs.push(*job);
+                compared.push(path);
+            }
             Compared::Skipped(skipped) => skipped_arrays.push(skipped),
             Compared::Done => {}
         }
@@ -600,6 +659,41 @@ fn source_as_converted(v: &Verification, src: &Input) -> Result<(Vec<Node>, Vec<
     Ok((source_nodes, skipped_arrays))
 }
 
+/// Where the elements an output array is compared with come from.
+enum Origin {
+    /// The source array at this path.
+    Source(String),
+    /// Level 0 of a pyramid made while converting: the source array at this path.
+    Level0(String),
+    /// A lower level of that pyramid, recomputed from the level above as the conversion made it.
+    Below { level: usize, derived: Derived },
+}
+
+/// Where the elements of the array at `path` come from: the source, or, for a level of the pyramid
+/// `made` below level 0, the job of the level above (`None` when that level is not compared).
+fn origin(made: Option<&Made>, path: &str, compared: &[String]) -> Option<Origin> {
+    let Some(made) = made else {
+        return Some(Origin::Source(path.to_string()));
+    };
+    match made.levels.iter().position(|l| l == path) {
+        None => Some(Origin::Source(path.to_string())),
+        Some(0) => Some(Origin::Level0(made.source_path.clone())),
+        Some(level) => {
+            let above = made.levels.get(level - 1)?;
+            let from = compared.iter().position(|p| p == above)?;
+            Some(Origin::Below {
+                level,
+                derived: Derived {
+                    from,
+                    reduction: made.reduction,
+                    factors: made.factors.clone(),
+                    masked: made.masked.clone(),
+                },
+            })
+        }
+    }
+}
+
 /// What comparing one source array's metadata leaves to do.
 enum Compared {
     /// Compare its elements with this job.
@@ -611,13 +705,14 @@ enum Compared {
 }
 
 /// Compares the source array at `path` with its output among `outputs` (metadata differences go to
-/// `mismatches`), and makes the job that compares their elements.
+/// `mismatches`), and makes the job that compares their elements (read from `origin`).
 fn compare_array(
     src: &Input,
     dst: &Store,
     outputs: &[(String, ArrayMeta)],
     path: String,
     meta: ArrayMeta,
+    origin: Origin,
     mismatches: &Arc<Mutex<Mismatches>>,
 ) -> Result<Compared> {
     let name = array_name(&src.url(), &path);
@@ -660,13 +755,23 @@ fn compare_array(
         data_type: meta.data_type,
         fill_value: meta.fill_value.clone(),
     };
+    let (reader, derived, level): (Arc<dyn zshard_core::ChunkReader>, _, _) = match origin {
+        Origin::Source(read) => (src.reader(&read, &meta), None, None),
+        Origin::Level0(read) => (src.reader(&read, &meta), None, Some((0, None))),
+        Origin::Below { level, derived } => (
+            Arc::new(MadeFromAbove),
+            Some(derived.clone()),
+            Some((level, Some(derived.reduction))),
+        ),
+    };
     Ok(Compared::Job(Box::new(ArrayJob {
         name,
-        derived: None,
+        derived,
         previous: None,
         source_chain,
-        reader: src.reader(&path, &meta),
+        reader,
         sink: Arc::new(VerifySink {
+            level,
             store: dst.child(&path),
             keys: out.meta.chunk_key_encoding,
             geometry: geometry.clone(),
@@ -763,7 +868,13 @@ fn compare_elements(
     threads: usize,
     locations: &[&Location],
 ) -> Result<zshard_pipeline::Stats> {
+    // A level of a pyramid recomputed from the level above is never a task: the pipeline makes
+    // its shards from the sampled shards above (a shard whose blocks are not all sampled is not
+    // compared).
     let tasks = ShardTask::all(jobs).filter(|t| {
+        if jobs[t.array].derived.is_some() {
+            return false;
+        }
         let grid = jobs[t.array].layout.geometry.shard_grid();
         sampled(t.array, linear_index(&t.shard, &grid), v.sample)
     });
@@ -777,7 +888,15 @@ fn compare_elements(
                     .unwrap_or_else(crate::run::memory::default_limit),
             ),
             upload_buffers: 0,
-            resident: 0,
+            // The shards of recomputed pyramid levels that wait for their blocks.
+            resident: jobs
+                .iter()
+                .filter(|j| j.derived.is_some())
+                .map(|j| {
+                    let element = j.layout.inner_repr.data_type.size() as u64;
+                    crate::plan::pyramid::level_pending_bytes(&j.layout.geometry, element)
+                })
+                .fold(0, u64::saturating_add),
             io_threads: crate::run::conversion::io_threads(v.io_threads, locations),
         },
     )?;

@@ -115,21 +115,22 @@ def convert(
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
     pyramid : int | 'auto', optional
-        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
-        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
-        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
-        from ``level_shapes``, else derived from level 0's).
+        Make an OME-Zarr 0.5 (``ome='0.6'``: 0.6) multiscale image of this many levels (level 0 is the
+        source; each further level halves every spatial axis: dimensions named x, y or z), in the same
+        pass over the source; ``'auto'``: levels until the spatial extent fits one inner chunk. Every
+        level is sharded (shapes from ``level_shapes``, else derived from level 0's).
     downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
         With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
         ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
         ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
         max.
-    ome : {'upgrade', 'keep'}, optional
+    ome : {'upgrade', 'keep', '0.6'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
         every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
-        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
-        conversion was given.
+        attribute, as for every array, so that xarray masks it); ``'0.6'`` writes a 0.4 or 0.5
+        hierarchy, and a ``pyramid`` image, as OME-Zarr 0.6 (RFC-5 coordinate systems and
+        transformations). :func:`verify` takes the value the conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -376,21 +377,22 @@ def plan(
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
     pyramid : int | 'auto', optional
-        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
-        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
-        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
-        from ``level_shapes``, else derived from level 0's).
+        Make an OME-Zarr 0.5 (``ome='0.6'``: 0.6) multiscale image of this many levels (level 0 is the
+        source; each further level halves every spatial axis: dimensions named x, y or z), in the same
+        pass over the source; ``'auto'``: levels until the spatial extent fits one inner chunk. Every
+        level is sharded (shapes from ``level_shapes``, else derived from level 0's).
     downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
         With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
         ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
         ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
         max.
-    ome : {'upgrade', 'keep'}, optional
+    ome : {'upgrade', 'keep', '0.6'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
         every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
-        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
-        conversion was given.
+        attribute, as for every array, so that xarray masks it); ``'0.6'`` writes a 0.4 or 0.5
+        hierarchy, and a ``pyramid`` image, as OME-Zarr 0.6 (RFC-5 coordinate systems and
+        transformations). :func:`verify` takes the value the conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -601,21 +603,22 @@ def finalize(
         ``False`` does not consolidate the metadata of a hierarchy into its root ``zarr.json``. By
         default it is, as zarr-python's ``consolidate_metadata`` does.
     pyramid : int | 'auto', optional
-        Make an OME-Zarr 0.5 multiscale image of this many levels (level 0 is the source; each further
-        level halves every spatial axis: dimensions named x, y or z), in the same pass over the source;
-        ``'auto'``: levels until the spatial extent fits one inner chunk. Every level is sharded (shapes
-        from ``level_shapes``, else derived from level 0's).
+        Make an OME-Zarr 0.5 (``ome='0.6'``: 0.6) multiscale image of this many levels (level 0 is the
+        source; each further level halves every spatial axis: dimensions named x, y or z), in the same
+        pass over the source; ``'auto'``: levels until the spatial extent fits one inner chunk. Every
+        level is sharded (shapes from ``level_shapes``, else derived from level 0's).
     downsample : {'mean', 'mode', 'nearest', 'min', 'max'}, optional
         With ``pyramid``: how each 2x2 (2x2x2) block of a level becomes one element of the next:
         ``'mean'`` (the default; integers round to nearest), ``'mode'`` (the default for label images),
         ``'nearest'``, ``'min'`` or ``'max'``. NaN and the ``_FillValue`` do not count in mean, min and
         max.
-    ome : {'upgrade', 'keep'}, optional
+    ome : {'upgrade', 'keep', '0.6'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
         every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
-        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
-        conversion was given.
+        attribute, as for every array, so that xarray masks it); ``'0.6'`` writes a 0.4 or 0.5
+        hierarchy, and a ``pyramid`` image, as OME-Zarr 0.6 (RFC-5 coordinate systems and
+        transformations). :func:`verify` takes the value the conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:
@@ -785,12 +788,13 @@ def verify(
     dst : str | os.PathLike[str], optional
         The destination (a path, a ``pathlib.Path`` or a ``file://``, ``s3://``, ``gs://`` or ``az://`` URL);
         not given with ``manifest=True``, which checks ``src``, the output, alone.
-    ome : {'upgrade', 'keep'}, optional
+    ome : {'upgrade', 'keep', '0.6'}, optional
         OME-Zarr metadata: ``'upgrade'`` (the default) writes a 0.4 image, plate or bioformats2raw
         hierarchy as OME-Zarr 0.5 (0.5 and other versions are copied as they are); ``'keep'`` copies
         every OME attribute as it is (a v2 array's fill value still becomes its ``_FillValue``
-        attribute, as for every array, so that xarray masks it). :func:`verify` takes the value the
-        conversion was given.
+        attribute, as for every array, so that xarray masks it); ``'0.6'`` writes a 0.4 or 0.5
+        hierarchy, and a ``pyramid`` image, as OME-Zarr 0.6 (RFC-5 coordinate systems and
+        transformations). :func:`verify` takes the value the conversion was given.
     source_format : {'zarr', 'kerchunk-json', 'kerchunk-parquet', 'icechunk', 'n5'}, optional
         Input kind: ``'zarr'``, ``'kerchunk-json'`` (a kerchunk JSON reference file, optionally .zst/.gz
         compressed), ``'kerchunk-parquet'``, ``'icechunk'`` (a repository) or ``'n5'``. Default:

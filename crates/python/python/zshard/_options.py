@@ -37,7 +37,7 @@ Strings = Union[str, Sequence[str]]
 Worker = Union[tuple[int, int], str]
 
 IndexLocation = Literal["start", "end"]
-OmeMetadata = Literal["upgrade", "keep"]
+OmeMetadata = Literal["upgrade", "keep", "0.6"]
 #: A number of pyramid levels (level 0, the source, included), or ``"auto"``.
 Pyramid = Union[int, Literal["auto"]]
 Downsample = Literal["mean", "mode", "nearest", "min", "max"]

@@ -19,7 +19,7 @@ impl Conversion {
         let (mut nodes, skipped) = input.nodes_skipping(&source_options)?;
         let ome_warnings = zshard_zarr::ome::apply(&mut nodes, self.ome)?;
         let files = input.ome_files(&nodes)?;
-        let (nodes, made) = match &self.pyramid {
+        let (mut nodes, made) = match &self.pyramid {
             Some(pyramid) => {
                 self.refuse_with_pyramid()?;
                 let (nodes, made) =
@@ -28,6 +28,8 @@ impl Conversion {
             }
             None => (nodes, None),
         };
+        // The version asked for (`--ome 0.6`) is written once the pyramid's image is made in 0.5.
+        zshard_zarr::ome::finish(&mut nodes, self.ome)?;
         // Counted before any is planned: a plan of every array stays for the whole run. A small plan
         // costs little to make, and the budget's refusal (which names the limit needed) stands.
         let arrays = nodes
