@@ -20,6 +20,23 @@ pub(crate) fn tracked(jobs: &[ArrayJob]) -> bool {
     jobs.iter().all(|job| job.reader.names_versions())
 }
 
+/// As [`of`], with the versions of the arrays `listed` already (one per job; `None` for those to
+/// list here), so that a plan lists each source once.
+pub(crate) fn of_listed(jobs: &[ArrayJob], listed: Vec<Option<ChunkVersions>>) -> Result<Digests> {
+    let arrays = jobs
+        .iter()
+        .zip(listed.into_iter().chain(std::iter::repeat_with(|| None)))
+        .map(|(job, listed)| {
+            let versions = match listed {
+                Some(versions) => Some(versions),
+                None => job.reader.chunk_versions(&job.layout.source_chunk_grid())?,
+            };
+            Ok(versions.map(|versions| array_digests(job, &versions)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Digests::new(arrays))
+}
+
 /// The digests of every shard of `jobs` (one per array of the plan): one listing of each array's
 /// source chunks (or its references), no chunk read.
 pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {

@@ -13,13 +13,15 @@ impl Conversion {
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
-        let cost = crate::plan::plan_report::Cost::of(
+        let mut cost = crate::plan::plan_report::Cost::of(
             &opened.plan,
             &reads,
             self.store_options.part_size as u64,
             multipart,
         );
-        let update = self.plan_update(&opened, &jobs)?;
+        let listed = list_sources(&opened.plan, &jobs, &reads);
+        let estimate = self.count_requests(&opened, &jobs, &reads, &listed, &mut cost);
+        let update = self.plan_update(&opened, &jobs, listed)?;
         drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
@@ -31,6 +33,7 @@ impl Conversion {
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
         report.icechunk_chunks = opened.input.icechunk_chunks();
         report.cost = Some(cost);
+        report.estimate = Some(estimate);
         report.update = update;
         if let Some(output) = self.icechunk_output() {
             // Which repository the commit goes to, and in which spec version: read, never made.
@@ -76,6 +79,7 @@ impl Conversion {
         &self,
         opened: &Opened,
         jobs: &[zshard_pipeline::ArrayJob],
+        listed: Vec<Option<zshard_core::ChunkVersions>>,
     ) -> Result<Option<crate::UpdatePlan>> {
         if self.icechunk_output().is_some() {
             return Ok(None);
@@ -103,12 +107,126 @@ impl Conversion {
         if !zshard_state::has_kept_records(&survey, &outputs) {
             return Ok(None);
         }
-        let digests = crate::run::digests::of(jobs)?;
+        let digests = crate::run::digests::of_listed(jobs, listed)?;
         let changes = zshard_state::shards_to_update(&survey, &outputs, &digests);
         Ok(Some(crate::plan::plan_report::UpdatePlan::of(
             &opened.plan,
             jobs,
             &changes,
         )))
+    }
+}
+
+/// Each array's stored chunks, from one listing of them (for the stored bytes the job reads): of
+/// the arrays read from a source whose reader names their versions and cannot tell its reads
+/// without listing (references can: their byte ranges are `reads`). `None` for the others, and
+/// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown.
+fn list_sources(
+    plan: &crate::Plan,
+    jobs: &[zshard_pipeline::ArrayJob],
+    reads: &[Option<zshard_core::PlannedReads>],
+) -> Vec<Option<zshard_core::ChunkVersions>> {
+    plan.arrays
+        .iter()
+        .zip(jobs)
+        .enumerate()
+        .map(|(i, (array, job))| {
+            let read_planned = reads.get(i).copied().flatten().is_some();
+            if read_planned
+                || plan.made_from_above(&array.path).is_some()
+                || !job.reader.names_versions()
+            {
+                return None;
+            }
+            match job.reader.chunk_versions(&job.layout.source_chunk_grid()) {
+                Ok(versions) => versions,
+                Err(e) => {
+                    tracing::debug!(
+                        "cannot list the chunks of {}: {}",
+                        array.path,
+                        zshard_core::chain_text(&e)
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+impl Conversion {
+    /// Completes `cost` with the stored bytes (from `listed` and the references' `reads`) and every
+    /// request of the job by kind on each side, and estimates its time and price.
+    fn count_requests(
+        &self,
+        opened: &Opened,
+        jobs: &[zshard_pipeline::ArrayJob],
+        reads: &[Option<zshard_core::PlannedReads>],
+        listed: &[Option<zshard_core::ChunkVersions>],
+        cost: &mut crate::Cost,
+    ) -> crate::Estimate {
+        use crate::plan::estimate::{self, Requests, Side};
+        let plan = &opened.plan;
+        let mut stored = Some(0u64);
+        let mut source = Requests {
+            get: cost.get_requests,
+            ..Requests::default()
+        };
+        for (i, array) in plan.arrays.iter().enumerate() {
+            if plan.made_from_above(&array.path).is_some() {
+                continue;
+            }
+            let bytes = match (reads.get(i).copied().flatten(), listed.get(i)) {
+                (Some(reads), _) => Some(reads.bytes),
+                (None, Some(Some(versions))) => {
+                    source.list += estimate::listing_pages(versions.len() as u64);
+                    versions.stored_bytes()
+                }
+                _ => None,
+            };
+            stored = stored.zip(bytes).map(|(a, b)| a + b);
+        }
+        cost.stored_bytes_in = stored;
+        let destination = Requests {
+            put: cost.put_requests,
+            ..Requests::default()
+        };
+        let source_remote = Location::parse(&opened.input.url()).is_ok_and(|l| l.is_remote());
+        let destination_remote = Location::parse(&self.destination).is_ok_and(|l| l.is_remote());
+        // The output taken to compress as the source does; raw sizes when that is unknown.
+        let bytes_out = match stored {
+            Some(stored) if cost.raw_bytes_in > 0 => {
+                (cost.put_bytes as u128 * stored as u128 / cost.raw_bytes_in as u128) as u64
+            }
+            _ => cost.put_bytes,
+        };
+        let source_side = Side {
+            requests: source,
+            bytes: stored.unwrap_or(cost.raw_bytes_in),
+            remote: source_remote,
+        };
+        let mut destination_side = Side {
+            requests: destination,
+            bytes: bytes_out,
+            remote: destination_remote,
+        };
+        let workers = self.partition.count.max(1);
+        let in_flight = self.store_options.max_requests as u64;
+        // The state's records and lease renewals follow the run's length: from the data's.
+        let data_seconds = estimate::seconds(&source_side, &destination_side, workers, in_flight);
+        let job = estimate::Job {
+            workers,
+            shards: plan.arrays.iter().map(|a| a.geometry.shard_count()).sum(),
+            arrays: plan.arrays.len() as u64,
+            tracked: crate::run::digests::tracked(jobs),
+            keep_manifest: self.keep_manifest,
+            checkpoint_seconds: self.checkpoint_interval.as_secs_f64(),
+            renew_seconds: self.lease_stale_after.as_secs_f64() / 4.0,
+        };
+        let (by_file, state) = estimate::state_requests(&job, data_seconds);
+        destination_side.requests += state;
+        cost.source_requests = source_side.requests;
+        cost.destination_requests = destination_side.requests;
+        cost.state_requests = by_file;
+        estimate::estimate(&source_side, &destination_side, workers, in_flight)
     }
 }
