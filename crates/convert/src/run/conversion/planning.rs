@@ -4,7 +4,8 @@
 use super::*;
 
 impl Conversion {
-    /// What the conversion would do, from metadata alone: no chunk is listed or read, and nothing is
+    /// What the conversion would do, from metadata and one listing of each array's stored chunks
+    /// (for the stored bytes it reads, as a run lists them): no chunk is read, and nothing is
     /// written.
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
