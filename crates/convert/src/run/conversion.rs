@@ -419,10 +419,17 @@ impl Conversion {
                 job.sink = options.before(Arc::clone(&job.sink));
             }
         }
+        // This worker's whole share, so that progress starts from what earlier runs did (issue 44).
+        let none_done = vec![HashSet::new(); jobs.len()];
+        let whole = crate::run::progress::work_of(
+            &jobs,
+            with_made(&jobs, to_run(&jobs, partition, &none_done)).into_iter(),
+        );
         let work = crate::run::progress::work_of(
             &jobs,
             with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
-        );
+        )
+        .with_done_of(&whole);
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(

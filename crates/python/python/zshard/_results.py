@@ -8,15 +8,16 @@ from typing import Any, NamedTuple
 
 
 class Progress(NamedTuple):
-    """How far a conversion is, as handed to a ``progress=`` callback (figures of this run only:
-    shards done by an earlier run are not counted in ``shards_total``).
+    """How far a conversion is, as handed to a ``progress=`` callback. Shards count this worker's
+    whole share: a resumed run starts from the shards earlier runs did (as ``zshard.status`` counts
+    them); chunks and bytes are this run's.
 
     Attributes
     ----------
     shards_done : int
-        Shards converted so far by this run.
+        Shards done: by earlier runs, then by this one.
     shards_total : int
-        Shards this run converts.
+        Shards of this worker's share, done or not.
     chunks_read : int
         Source chunks read so far.
     bytes_read : int
