@@ -131,7 +131,7 @@ impl UpdatePlan {
 /// Beside those counts of data (issue 44): the bytes the source chunks are stored in (from one
 /// listing of each array's chunks, or its references' lengths) next to their raw upper bound, and
 /// every request of the job by kind on each side, the listings, HEADs and the state's files
-/// (claim, records, manifest: see [`crate::plan::estimate::state_requests`]) included. An update's
+/// (claim, records, manifest: see `plan/estimate.rs`) included. An update's
 /// cost ([`UpdatePlan::cost`]) counts its data alone: its other fields are 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -161,7 +161,8 @@ pub struct Cost {
     /// Every request the job makes of the destination, by kind: the shards' and documents' PUTs
     /// (as `put_requests`) and the state's (`state_requests`).
     pub destination_requests: crate::plan::estimate::Requests,
-    /// The state's requests by file (part of `destination_requests`).
+    /// The state's requests by file (part of `destination_requests`; none for an Icechunk output,
+    /// which keeps no zshard state, and whose commit is not counted).
     pub state_requests: crate::plan::estimate::StateRequests,
 }
 

@@ -223,7 +223,11 @@ impl Conversion {
             checkpoint_seconds: self.checkpoint_interval.as_secs_f64(),
             renew_seconds: self.lease_stale_after.as_secs_f64() / 4.0,
         };
-        let (by_file, state) = estimate::state_requests(&job, data_seconds);
+        // An Icechunk output keeps no zshard state: its commit's requests are not counted.
+        let (by_file, state) = match self.icechunk_output() {
+            Some(_) => Default::default(),
+            None => estimate::state_requests(&job, data_seconds),
+        };
         destination_side.requests += state;
         cost.source_requests = source_side.requests;
         cost.destination_requests = destination_side.requests;
