@@ -121,38 +121,65 @@ impl Conversion {
 /// Each array's stored chunks, from one listing of them (for the stored bytes the job reads): of
 /// the arrays read from a source whose reader names their versions and cannot tell its reads
 /// without listing (references can: their byte ranges are `reads`). `None` for the others, and
-/// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown.
+/// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown. Arrays
+/// are listed [`LISTINGS_IN_FLIGHT`] at a time: a hierarchy of thousands of arrays on an object
+/// store would otherwise wait for each listing's round trips in turn.
 fn list_sources(
     plan: &crate::Plan,
     jobs: &[zshard_pipeline::ArrayJob],
     reads: &[Option<zshard_core::PlannedReads>],
 ) -> Vec<Option<zshard_core::ChunkVersions>> {
-    plan.arrays
-        .iter()
-        .zip(jobs)
-        .enumerate()
-        .map(|(i, (array, job))| {
-            let read_planned = reads.get(i).copied().flatten().is_some();
-            if read_planned
-                || plan.made_from_above(&array.path).is_some()
-                || !job.reader.names_versions()
-            {
-                return None;
-            }
-            match job.reader.chunk_versions(&job.layout.source_chunk_grid()) {
-                Ok(versions) => versions,
-                Err(e) => {
-                    tracing::debug!(
-                        "cannot list the chunks of {}: {}",
-                        array.path,
-                        zshard_core::chain_text(&e)
-                    );
-                    None
-                }
-            }
+    let wanted: Vec<usize> = (0..plan.arrays.len().min(jobs.len()))
+        .filter(|&i| {
+            reads.get(i).copied().flatten().is_none()
+                && plan.made_from_above(&plan.arrays[i].path).is_none()
+                && jobs[i].reader.names_versions()
         })
-        .collect()
+        .collect();
+    let list = |i: usize| {
+        let job = &jobs[i];
+        match job.reader.chunk_versions(&job.layout.source_chunk_grid()) {
+            Ok(versions) => versions,
+            Err(e) => {
+                tracing::debug!(
+                    "cannot list the chunks of {}: {}",
+                    plan.arrays[i].path,
+                    zshard_core::chain_text(&e)
+                );
+                None
+            }
+        }
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let listed: Vec<(usize, Option<zshard_core::ChunkVersions>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..LISTINGS_IN_FLIGHT.min(wanted.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = wanted.get(n) else { break };
+                        mine.push((i, list(i)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            // A listing thread that panicked lists nothing: its arrays' stored bytes are unknown.
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    });
+    let mut out: Vec<Option<zshard_core::ChunkVersions>> = vec![None; jobs.len()];
+    for (i, versions) in listed {
+        out[i] = versions;
+    }
+    out
 }
+
+/// How many arrays' chunks `plan` lists side by side.
+const LISTINGS_IN_FLIGHT: usize = 8;
 
 impl Conversion {
     /// Completes `cost` with the stored bytes (from `listed` and the references' `reads`) and every
