@@ -20,7 +20,7 @@ impl Conversion {
             self.store_options.part_size as u64,
             multipart,
         );
-        let listed = list_sources(&opened.plan, &jobs, &reads);
+        let listed = list_sources(&opened.plan, &jobs, &reads, self.store_options.max_requests);
         let estimate = self.count_requests(&opened, &jobs, &reads, &listed, &mut cost);
         let update = self.plan_update(&opened, &jobs, listed)?;
         drop(jobs);
@@ -122,12 +122,13 @@ impl Conversion {
 /// the arrays read from a source whose reader names their versions and cannot tell its reads
 /// without listing (references can: their byte ranges are `reads`). `None` for the others, and
 /// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown. Arrays
-/// are listed [`LISTINGS_IN_FLIGHT`] at a time: a hierarchy of thousands of arrays on an object
-/// store would otherwise wait for each listing's round trips in turn.
+/// are listed `in_flight` at a time (`--max-requests`, at most [`MAX_LISTINGS_IN_FLIGHT`]): a
+/// hierarchy of many arrays on an object store would otherwise wait for each listing in turn.
 fn list_sources(
     plan: &crate::Plan,
     jobs: &[zshard_pipeline::ArrayJob],
     reads: &[Option<zshard_core::PlannedReads>],
+    in_flight: usize,
 ) -> Vec<Option<zshard_core::ChunkVersions>> {
     let wanted: Vec<usize> = (0..plan.arrays.len().min(jobs.len()))
         .filter(|&i| {
@@ -152,7 +153,8 @@ fn list_sources(
     };
     let next = std::sync::atomic::AtomicUsize::new(0);
     let listed: Vec<(usize, Option<zshard_core::ChunkVersions>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..LISTINGS_IN_FLIGHT.min(wanted.len()))
+        let threads = in_flight.clamp(1, MAX_LISTINGS_IN_FLIGHT).min(wanted.len());
+        let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
@@ -178,8 +180,8 @@ fn list_sources(
     out
 }
 
-/// How many arrays' chunks `plan` lists side by side.
-const LISTINGS_IN_FLIGHT: usize = 8;
+/// The most arrays whose chunks `plan` lists side by side (a thread each).
+const MAX_LISTINGS_IN_FLIGHT: usize = 64;
 
 impl Conversion {
     /// Completes `cost` with the stored bytes (from `listed` and the references' `reads`) and every
