@@ -1091,3 +1091,47 @@ def test_concurrent_runs_with_different_options_cannot_both_write_to_gcs(tmp_pat
     keys = gcs.download_prefix("gclaims", "out.zarr", tmp_path / "out.zarr")
     assert not any(k.startswith(".zshard/") for k in keys), keys
     assert_same(tmp_path / "out.zarr", expected)
+
+
+def test_plan_gives_the_stored_bytes_and_every_request_of_an_s3_migration(tmp_path, s3, moto, fault_proxy):
+    """Issue 44, point 6: `plan` of an S3-to-S3 migration lists the source's chunks (the proxy sees the
+    listing) for the bytes they are stored in, counts the listing among the source's requests, and prices
+    both sides' requests at S3 Standard's list prices; the run then takes the requests counted: its chunk
+    GETs, its shard PUTs, no more listings of the source than the plan counts."""
+    root = zarr.open_group(str(tmp_path / "in.zarr"), mode="w", zarr_format=2)
+    a = root.create_array("v", shape=(400, 300), chunks=(50, 50), dtype="uint16",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0)
+    a[:] = (np.arange(400 * 300) % 977).reshape(400, 300).astype("uint16")
+    create_buckets(s3, "src44", "dst44")
+    upload_dir(s3, tmp_path / "in.zarr", "src44", "in.zarr")
+    chunks = [o for o in s3.list_objects_v2(Bucket="src44", Prefix="in.zarr/v/")["Contents"]
+              if not o["Key"].rsplit("/", 1)[-1].startswith(".")]
+    assert len(chunks) == 8 * 6
+    proxy = fault_proxy()
+    flags = ["--s3-endpoint", proxy.endpoint, "--s3-path-style", "--shard-shape", "100,150"]
+    plan = json.loads(run_zshard("plan", "s3://src44/in.zarr", "s3://dst44/out.zarr", "--json", *flags,
+                                 env=S3_ENV).stdout)
+    cost, estimate = plan["cost"], plan["estimate"]
+    assert cost["stored_bytes_in"] == sum(o["Size"] for o in chunks), cost
+    assert cost["raw_bytes_in"] == 400 * 300 * 2
+    assert cost["source_requests"] == {"list": 1, "head": 0, "get": 48, "put": 0, "delete": 0}, cost
+    source_lists = [r for r in proxy.requests if r.path.startswith("/src44") and r.kind == "LIST"]
+    assert len(source_lists) >= 1, [(r.method, r.path) for r in proxy.requests]
+    # Both sides are on S3: every request priced, PUT/LIST at $0.005 and GET/HEAD at $0.0004 per 1,000.
+    both = [cost["source_requests"], cost["destination_requests"]]
+    expected = sum((r["put"] + r["list"]) * 0.005 + (r["get"] + r["head"]) * 0.0004 for r in both) / 1000
+    assert estimate["request_price_usd"] == pytest.approx(expected)
+    assert estimate["assumptions"]["prices"]["name"].startswith("S3 Standard")
+    # The shards (4 x 2), the array's and the root group's zarr.json, and the state's PUTs.
+    assert cost["put_requests"] == 8 + 2, cost
+    assert cost["destination_requests"]["put"] > cost["put_requests"] and cost["state_requests"]["claim"] > 0
+
+    proxy.reset()
+    run_zshard("convert", "s3://src44/in.zarr", "s3://dst44/out.zarr", "--quiet", *flags, env=S3_ENV)
+    source = [r for r in proxy.requests if r.path.startswith("/src44")]
+    chunk_gets = [r for r in source if r.method == "GET" and r.kind != "LIST"
+                  and r.path.split("?")[0].rsplit("/", 1)[-1][0].isdigit()]
+    assert len(chunk_gets) == cost["get_requests"] == 48
+    assert len([r for r in source if r.kind == "LIST"]) <= cost["source_requests"]["list"] + 1
+    shard_puts = [r for r in proxy.requests if r.path.startswith("/dst44/out.zarr/v/c/") and r.method == "PUT"]
+    assert len(shard_puts) == 8

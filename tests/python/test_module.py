@@ -270,10 +270,15 @@ def test_keyboard_interrupt_from_the_callback_stops_and_a_rerun_resumes_to_the_s
     assert not (dst / "zarr.json").exists()
     shards_before = {p.name for p in (dst / "c").rglob("*") if p.is_file()}
     assert 10 <= len(shards_before) < 256
-    resumed = zshard.convert(src, dst, **MANY_OPTIONS)
+    seen: list[zshard.Progress] = []
+    resumed = zshard.convert(src, dst, progress=seen.append, **MANY_OPTIONS)
     assert resumed.status == "ok"
     assert resumed.totals.shards_skipped >= 10
     assert resumed.totals.shards_skipped + resumed.totals.shards_written == 256
+    # Issue 44: the resumed run's progress counts the whole conversion from what was done, as status does.
+    assert all(p.shards_total == 256 for p in seen), seen
+    assert seen[0].shards_done >= resumed.totals.shards_skipped, (seen[0], resumed.totals)
+    assert seen[-1].shards_done == 256
     assert tree_bytes(dst) == many_converted
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
 

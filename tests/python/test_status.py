@@ -131,7 +131,30 @@ def test_plan_gives_the_cost_of_the_job(small, tmp_path):
     src, data = small
     plan = zshard.plan(src, tmp_path / "out.zarr", shard_shape=(20, 40))
     assert isinstance(plan.cost, zshard.PlanCost)
+    # The 72 chunks zarr-python stored (the last row of 8 holds only the fill value), as listed.
+    stored = sum(p.stat().st_size for p in src.iterdir() if not p.name.startswith("."))
+    assert len([p for p in src.iterdir() if not p.name.startswith(".")]) == 72
     # Zarr: one GET per source chunk (10x8), raw sizes; one PUT per shard (5x2) and the array's zarr.json.
+    # Issue 44: the stored bytes beside the raw ones, every request by kind with the state's (one short
+    # run: the claim 9, one batch of records 3, one manifest file 1; see the CLI's test of the same).
     assert plan.cost == zshard.PlanCost(
-        get_requests=80, get_bytes=data.nbytes, gets_from_references=False, put_requests=11, put_bytes=data.nbytes
+        get_requests=80,
+        get_bytes=data.nbytes,
+        gets_from_references=False,
+        put_requests=11,
+        put_bytes=data.nbytes,
+        raw_bytes_in=data.nbytes,
+        stored_bytes_in=stored,
+        source_requests=zshard.PlanRequests(list=1, head=0, get=80, put=0, delete=0),
+        destination_requests=zshard.PlanRequests(list=2, head=0, get=2, put=11 + 6, delete=3),
+        state_requests=zshard.PlanStateRequests(claim=9, records=3, manifest=1),
     )
+    assert plan.cost.destination_requests.total == 2 + 2 + 17 + 3
+    estimate = plan.estimate
+    assert isinstance(estimate, zshard.PlanEstimate)
+    assert estimate.seconds > 0 and estimate.request_price_usd is None  # neither side is an object store
+    assert estimate.assumptions.workers == 1
+    assert estimate.assumptions.object_store_bytes_per_second == 100_000_000
+    assert estimate.assumptions.prices.usd_per_1000_put_list == 0.005
+    assert estimate.assumptions.prices.usd_per_1000_get_head == 0.0004
+    assert "S3 Standard" in estimate.assumptions.prices.name and "an estimate" in estimate.note

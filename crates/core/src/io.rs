@@ -68,6 +68,9 @@ pub struct ChunkVersions {
     /// For a source stored in shards: the coordinate of the stored object (the shard) holding a
     /// chunk, `None` outside the shard grid; the chunk's own coordinate otherwise.
     object_of: Option<ObjectOf>,
+    /// The bytes the listed objects are stored in, when the listing says (see
+    /// [`ChunkVersions::add_stored_bytes`]): what reading them all takes, for `plan`'s cost.
+    stored_bytes: Option<u64>,
 }
 
 /// The stored object that holds a chunk (see [`ChunkVersions::stored_in`]).
@@ -78,6 +81,7 @@ impl Debug for ChunkVersions {
         f.debug_struct("ChunkVersions")
             .field("stored", &self.stored.len())
             .field("grouped", &self.object_of.is_some())
+            .field("stored_bytes", &self.stored_bytes)
             .finish()
     }
 }
@@ -110,6 +114,22 @@ impl ChunkVersions {
         match &self.object_of {
             Some(object_of) => self.stored.get(&object_of(coord)?).copied(),
             None => self.stored.get(coord).copied(),
+        }
+    }
+
+    /// Counts `bytes` more as stored by the listed objects (an object's size as its listing names
+    /// it, a reference's length): a listing that says no sizes leaves
+    /// [`ChunkVersions::stored_bytes`] unknown.
+    pub fn add_stored_bytes(&mut self, bytes: u64) {
+        self.stored_bytes = Some(self.stored_bytes.unwrap_or(0) + bytes);
+    }
+
+    /// The bytes the listed objects are stored in (compressed sizes, an already sharded source's
+    /// indexes included); `None` when the listing did not say. 0 for a listing of no objects.
+    pub fn stored_bytes(&self) -> Option<u64> {
+        match self.stored.is_empty() {
+            true => Some(self.stored_bytes.unwrap_or(0)),
+            false => self.stored_bytes,
         }
     }
 

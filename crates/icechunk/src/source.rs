@@ -395,6 +395,12 @@ impl ChunkReader for IcechunkReader {
             while let Some(item) = stream.next().await {
                 let info = item.map_err(|e| self.read_error(&[], e.kind.to_string()))?;
                 let coord: Vec<u64> = info.coord.0.iter().map(|&c| u64::from(c)).collect();
+                let stored = match &info.payload {
+                    ChunkPayload::Inline(bytes) => bytes.len() as u64,
+                    ChunkPayload::Ref(chunk) => chunk.length,
+                    ChunkPayload::Virtual(reference) => reference.length,
+                    _ => 0,
+                };
                 let version = match &info.payload {
                     ChunkPayload::Inline(bytes) => {
                         zshard_core::stable_hash(bytes) ^ 0x696e_6c69_6e65
@@ -416,6 +422,7 @@ impl ChunkReader for IcechunkReader {
                     _ => continue,
                 };
                 versions.insert_hashed(coord, version);
+                versions.add_stored_bytes(stored);
             }
             Ok(Some(versions))
         })

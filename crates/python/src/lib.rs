@@ -76,6 +76,13 @@ impl Observer for Counters {
         self.shards_total.store(pending_shards, Ordering::Relaxed);
     }
 
+    /// The whole share from the start: shards earlier runs did count as done (issue 44).
+    fn work(&self, work: &zshard_convert::Work) {
+        self.shards_total
+            .store(work.shards + work.done_shards, Ordering::Relaxed);
+        self.shards_done.store(work.done_shards, Ordering::Relaxed);
+    }
+
     fn shard_done(&self, outcome: &ShardOutcome) {
         self.chunks_read
             .fetch_add(outcome.chunks_read, Ordering::Relaxed);

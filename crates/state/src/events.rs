@@ -35,4 +35,25 @@ pub struct Work {
     pub inner_chunks: u64,
     /// Raw bytes of those inner chunks.
     pub raw_bytes: u64,
+    /// Shards of this worker's share that earlier runs did (not converted again): with
+    /// [`Work::shards`], the whole share, so that a resumed run's progress starts from what is done
+    /// (as `zshard status` counts it), not from 0 of what is left.
+    pub done_shards: u64,
+    /// Inner chunks of those shards.
+    pub done_inner_chunks: u64,
+    /// Raw bytes of those inner chunks.
+    pub done_raw_bytes: u64,
+}
+
+impl Work {
+    /// This work with `whole`'s (this worker's whole share, done or not) beyond it counted as done
+    /// by earlier runs.
+    pub fn with_done_of(self, whole: &Work) -> Work {
+        Work {
+            done_shards: whole.shards.saturating_sub(self.shards),
+            done_inner_chunks: whole.inner_chunks.saturating_sub(self.inner_chunks),
+            done_raw_bytes: whole.raw_bytes.saturating_sub(self.raw_bytes),
+            ..self
+        }
+    }
 }

@@ -128,6 +128,7 @@ fn listed_versions(
     for object in listed {
         if let Some(coord) = encoding.coordinates(&object.key, ndim) {
             versions.insert(coord, &object.version);
+            versions.add_stored_bytes(object.size);
         }
     }
     Ok(versions)

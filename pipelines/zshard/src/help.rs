@@ -18,6 +18,15 @@ Destination:
   records of a conversion with other options, metadata that differs, or shards without records. A
   local DST that does not exist yet passes (convert makes it).
 
+Cost:
+  plan lists the source's chunks once (as convert does) for the bytes they are stored in, next to
+  their raw upper bound, and counts every request by kind (LIST, HEAD, GET, PUT, DELETE) on each
+  side, the state's (claim, records, manifest) included. Its time and price are an estimate, not a
+  measurement, for one worker: 100 MB/s and 30 ms per request to an object store, 1 GB/s and
+  0.1 ms locally, storage I/O only (no codec CPU time), S3 Standard's us-east-1 request prices
+  (PUT/LIST $0.005, GET/HEAD $0.0004 per 1,000; no transfer or storage). --json gives the counts
+  and the assumptions, to redo the sums with other figures.
+
 Memory:
   Without --memory-limit the limit is half of the smallest of: the process's cgroup limit (v2
   memory.max or v1 memory.limit_in_bytes, its own cgroup from /proc/self/cgroup and its ancestors),

@@ -97,9 +97,11 @@ enum Command {
         quiet: bool,
     },
     /// Show what a conversion would do (per array: shapes, chunk and shard counts, codecs, sizes,
-    /// peak memory) without writing or reading any chunk; fails on everything convert would reject,
-    /// the destination included (it lists and reads DST: a missing bucket, missing credentials, a
-    /// claim of other options).
+    /// peak memory) and what it would cost (the source's stored bytes, from one listing of its
+    /// chunks; every request by kind, the state's included; an estimate of time and S3 request
+    /// price, with what it assumes) without writing or reading any chunk; fails on everything
+    /// convert would reject, the destination included (it lists and reads DST: a missing bucket,
+    /// missing credentials, a claim of other options).
     #[command(after_help = help::PLAN)]
     Plan {
         #[command(flatten)]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use anyhow::bail;
-use indicatif::HumanBytes;
+use indicatif::{DecimalBytes, HumanBytes, HumanDuration};
 use serde_json::Value;
 use zshard_convert::{
     Conversion, Finalized, Listing, PlanReport, ReadStats, Report, SkippedArray, Verified,
@@ -300,6 +300,7 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
             cost.put_requests,
             HumanBytes(cost.put_bytes)
         )?;
+        cost_text(out, cost, plan.estimate.as_ref())?;
     }
     if let Some(update) = &plan.update {
         update_plan(out, update)?;
@@ -312,6 +313,73 @@ fn plan_text(out: &mut String, plan: &PlanReport) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The rest of the plan's cost (issue 44): the source's stored bytes next to their raw upper
+/// bound, every request by kind on each side with the state's share, and the time and price
+/// estimate with what it assumes.
+fn cost_text(
+    out: &mut String,
+    cost: &zshard_convert::Cost,
+    estimate: Option<&zshard_convert::Estimate>,
+) -> std::fmt::Result {
+    let kinds = |r: &zshard_convert::Requests| {
+        format!(
+            "{} LIST, {} HEAD, {} GET, {} PUT, {} DELETE",
+            r.list, r.head, r.get, r.put, r.delete
+        )
+    };
+    match cost.stored_bytes_in {
+        Some(stored) => writeln!(
+            out,
+            "source reads: {} stored (listed), {} raw at most",
+            HumanBytes(stored),
+            HumanBytes(cost.raw_bytes_in)
+        )?,
+        None => writeln!(
+            out,
+            "source reads: {} raw at most (stored size unknown: the source cannot be listed)",
+            HumanBytes(cost.raw_bytes_in)
+        )?,
+    }
+    writeln!(out, "source requests: {}", kinds(&cost.source_requests))?;
+    writeln!(
+        out,
+        "destination requests: {} (of which the state: claim {}, records {}, manifest {})",
+        kinds(&cost.destination_requests),
+        cost.state_requests.claim,
+        cost.state_requests.records,
+        cost.state_requests.manifest
+    )?;
+    let Some(e) = estimate else { return Ok(()) };
+    let a = &e.assumptions;
+    let price = match e.request_price_usd {
+        Some(usd) => format!("request price about ${usd:.4} ({})", a.prices.name),
+        None => "no request price (neither side is an object store)".to_string(),
+    };
+    writeln!(
+        out,
+        "estimate: {} for {} worker(s), {}; {price}",
+        match e.seconds < 1.0 {
+            true => "under a second".to_string(),
+            false => format!(
+                "about {}",
+                HumanDuration(std::time::Duration::from_secs_f64(e.seconds))
+            ),
+        },
+        a.workers,
+        HumanBytes(e.bytes)
+    )?;
+    writeln!(
+        out,
+        "  assuming per worker {}/s and {} ms per request to object stores, {}/s and {} ms locally, {} request(s) in flight: {}",
+        DecimalBytes(a.object_store_bytes_per_second),
+        a.object_store_latency_ms,
+        DecimalBytes(a.local_bytes_per_second),
+        a.local_latency_ms,
+        a.requests_in_flight,
+        e.note
+    )
 }
 
 /// What rerunning a finished conversion would bring up to date: per array that changed, how many

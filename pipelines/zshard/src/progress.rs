@@ -82,6 +82,8 @@ struct Counts {
     chunks_total: AtomicU64,
     shards_done: AtomicU64,
     shards_total: AtomicU64,
+    /// Raw bytes earlier runs did (counted in `raw_done` from the start, not in the rate).
+    raw_before: AtomicU64,
     read: AtomicU64,
     written: AtomicU64,
     /// The array of the part written last.
@@ -99,11 +101,12 @@ impl Counts {
         self.start.get().map_or(Duration::ZERO, Instant::elapsed)
     }
 
-    /// Raw bytes per second since the start.
+    /// Raw bytes per second this run did since its start.
     fn rate(&self) -> f64 {
         let seconds = self.elapsed().as_secs_f64();
+        let this_run = Self::get(&self.raw_done).saturating_sub(Self::get(&self.raw_before));
         if seconds > 0.0 {
-            Self::get(&self.raw_done) as f64 / seconds
+            this_run as f64 / seconds
         } else {
             0.0
         }
@@ -280,20 +283,45 @@ impl Observer for Progress {
             .store(pending_shards, Ordering::Relaxed);
     }
 
+    /// The whole share from the start: what earlier runs did counts as done (issue 44), as
+    /// `zshard status` counts it; a log's first line says where the run starts.
     fn work(&self, work: &Work) {
         let counts = &self.counts;
-        counts.raw_total.store(work.raw_bytes, Ordering::Relaxed);
+        let raw_total = work.raw_bytes + work.done_raw_bytes;
+        counts.raw_total.store(raw_total, Ordering::Relaxed);
         counts
-            .chunks_total
-            .store(work.inner_chunks, Ordering::Relaxed);
-        counts.shards_total.store(work.shards, Ordering::Relaxed);
+            .raw_done
+            .store(work.done_raw_bytes, Ordering::Relaxed);
+        counts
+            .raw_before
+            .store(work.done_raw_bytes, Ordering::Relaxed);
+        counts.chunks_total.store(
+            work.inner_chunks + work.done_inner_chunks,
+            Ordering::Relaxed,
+        );
+        counts
+            .chunks_done
+            .store(work.done_inner_chunks, Ordering::Relaxed);
+        counts
+            .shards_total
+            .store(work.shards + work.done_shards, Ordering::Relaxed);
+        counts
+            .shards_done
+            .store(work.done_shards, Ordering::Relaxed);
         let _ = counts.start.set(Instant::now());
         match &self.display {
             Display::Bar(bar) => {
-                bar.set_length(work.raw_bytes);
+                bar.set_length(raw_total);
+                bar.set_position(work.done_raw_bytes);
+                // The rate and ETA from this run's progress, not the jump to what was done.
+                bar.reset_eta();
+                bar.set_message(counts.bar_message());
                 bar.enable_steady_tick(Duration::from_millis(200));
             }
-            Display::Log(every) => self.start_logging(*every),
+            Display::Log(every) => {
+                eprintln!("zshard: progress {}", counts.fields());
+                self.start_logging(*every)
+            }
             Display::Hidden => {}
         }
     }

@@ -265,6 +265,23 @@ fn coalescing_and_plan_reads() {
         .expect("run");
     assert!(out.status.success());
     assert_eq!(stats(&out), (0, 0), "plan reads no chunk");
+    // Issue 44: the stored bytes are the references' lengths (small.bin but its 16-byte header;
+    // uncompressed, as many as the raw 4000 x 2); no listing of the source (the references name
+    // every chunk).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zshard"))
+        .args(["plan", s(&src), s(&tmp.path().join("planned")), "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let cost = &plan["cost"];
+    assert_eq!(cost["stored_bytes_in"], blob.len() as u64 - 16, "{cost:#}");
+    assert_eq!(cost["raw_bytes_in"], 4000 * 2, "{cost:#}");
+    assert_eq!(cost["source_requests"]["list"], 0, "{cost:#}");
+    assert_eq!(
+        cost["source_requests"]["get"], cost["get_requests"],
+        "{cost:#}"
+    );
 
     // Reference options on a Zarr source are a mistake.
     let e = one_line_error(&convert(

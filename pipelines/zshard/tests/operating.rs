@@ -138,10 +138,16 @@ fn log_mode_prints_a_line_every_interval_with_growing_figures() {
         .lines()
         .filter_map(|l| fields(l, "zshard: progress "))
         .collect();
-    assert!(periodic.len() >= 2, "fewer than 2 progress lines:\n{text}");
+    assert!(
+        periodic.len() >= 3,
+        "fewer than 2 progress lines after the start:\n{text}"
+    );
     let total = 4096 * 6144 * 2;
     let mut previous = (0, 0, 0);
-    for line in &periodic {
+    // The first line is the start (issue 44: where a resumed run starts), before any array's part.
+    assert_eq!(periodic[0]["array"], "-", "{text}");
+    assert_eq!(periodic[0]["done"], "0.0%", "{text}");
+    for line in &periodic[1..] {
         assert_eq!(line["array"], s(&src), "{text}");
         let (done, all) = pair(line["bytes"], size);
         assert_eq!(all, total, "{text}");
@@ -686,4 +692,67 @@ fn plan_names_the_io_threads_which_follow_the_shard_size_on_remote_stores() {
         "{}",
         stdout(&text)
     );
+}
+
+/// Issue 44, point 5: a resumed run's progress starts from what earlier runs did, not from 0 % of
+/// what is left: its first log line counts the shards `zshard status` finds done of all 30, with
+/// their chunks and bytes, and the last 30/30. A first run stops midway (a damaged chunk of the last
+/// shard, converted on one thread, so that the shards before it are done and recorded).
+#[test]
+fn a_resumed_run_starts_its_progress_from_what_is_done() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = common::banded_source(tmp.path());
+    let dst = tmp.path().join("dst");
+    // The chunk at grid (11, 9): the last of the last 16x16 shard.
+    let last = src.join("11.9");
+    let good = std::fs::read(&last).expect("chunk 11.9");
+    std::fs::write(&last, b"damaged").expect("damage");
+    let mut convert = vec!["convert", s(&src), s(&dst), "--threads", "1"];
+    convert.extend(common::SHARDS_OF_16);
+    let mut first = convert.clone();
+    first.push("--quiet");
+    let failed = zshard(&first);
+    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    assert!(stderr(&failed).contains("11.9"), "{}", stderr(&failed));
+    let status = zshard(&["status", s(&dst), "--json"]);
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    let done = status["totals"]["shards_done"]
+        .as_u64()
+        .expect("shards_done");
+    assert!(done > 0 && done < 30, "{status:#}");
+
+    std::fs::write(&last, good).expect("mend");
+    let mut resume = convert.clone();
+    resume.extend(["--progress", "log", "--log-interval", "1h"]);
+    let out = zshard(&resume);
+    let text = stderr(&out);
+    assert!(out.status.success(), "{text}");
+    let start = text
+        .lines()
+        .find_map(|l| fields(l, "zshard: progress "))
+        .expect("a first progress line");
+    assert_eq!(pair(start["shards"], count), (done, 30), "{text}");
+    // 8x8 inner chunks of 2 bytes each: the done shards' chunks and bytes, of the whole array's.
+    let (chunks, all_chunks) = pair(start["chunks"], count);
+    assert_eq!(all_chunks, 12 * 10, "{text}");
+    assert!(chunks >= done && chunks < all_chunks, "{text}");
+    let (bytes, all_bytes) = pair(start["bytes"], size);
+    assert_eq!(all_bytes, 96 * 80 * 2, "{text}");
+    // Printed to 2 decimals of KiB.
+    assert!(
+        bytes.abs_diff(chunks * 8 * 8 * 2) <= 10,
+        "{bytes} {chunks}: {text}"
+    );
+    let percent: f64 = start["done"]
+        .strip_suffix('%')
+        .and_then(|p| p.parse().ok())
+        .expect("a percentage");
+    assert!(percent > 0.0 && percent < 100.0, "{text}");
+    let end = text
+        .lines()
+        .find_map(|l| fields(l, "zshard: finished "))
+        .expect("a final line");
+    assert_eq!(end["shards"], "30/30", "{text}");
+    assert_eq!(end["chunks"], "120/120", "{text}");
+    assert_eq!(end["done"], "100.0%", "{text}");
 }

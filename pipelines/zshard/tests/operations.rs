@@ -461,3 +461,123 @@ fn a_worker_skips_only_its_own_shards() {
         serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
     assert_eq!(read["totals"]["shards_skipped"], 15, "{read:#}");
 }
+
+/// Issue 44, point 6: the plan states its cost beyond a request count: the bytes the source's
+/// chunks are stored in (from a listing of them) next to their raw upper bound, every request by
+/// kind on each side with the state's (claim, records, manifest), and a time estimate with what it
+/// assumes; a price for the requests to an object store (S3 Standard's, so named). Both in
+/// `--json` and in the text.
+#[test]
+fn plan_states_stored_bytes_every_request_a_time_and_a_price() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = source(tmp.path());
+    // The chunk files the listing finds (`.zarray` and `.zattrs` are no chunks).
+    let stored: u64 = files(&src)
+        .iter()
+        .filter(|(key, _)| !key.starts_with('.') && !key.contains("/."))
+        .map(|(_, bytes)| bytes.len() as u64)
+        .sum();
+    let raw = 96 * 80 * 2;
+    assert!(stored > 0 && stored < raw, "{stored}");
+    let mut args = vec!["plan", s(&src), "placeholder", "--json"];
+    args.extend(SHAPES);
+    let dst = tmp.path().join("dst");
+    args[2] = s(&dst);
+    let out = zshard(&args);
+    ok(&out);
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let cost = &plan["cost"];
+    assert_eq!(cost["stored_bytes_in"], stored, "{cost:#}");
+    assert_eq!(cost["raw_bytes_in"], raw, "{cost:#}");
+    // The source: one listing of its 120 chunks and a GET each.
+    assert_eq!(
+        cost["source_requests"],
+        json!({"list": 1, "head": 0, "get": 120, "put": 0, "delete": 0}),
+        "{cost:#}"
+    );
+    // The destination: 30 shards and the array's zarr.json, and the state of one short run: the
+    // claim (GET; PUT of the claim, options record and lease; the lease's removal; a listing of
+    // the state at the start and at the end; its bulk removal and the claim's), one batch of
+    // records read at the end with the array's kept records written, one manifest file.
+    assert_eq!(
+        cost["state_requests"],
+        json!({"claim": 9, "records": 3, "manifest": 1}),
+        "{cost:#}"
+    );
+    assert_eq!(
+        cost["destination_requests"],
+        json!({"list": 2, "head": 0, "get": 2, "put": 31 + 3 + 2 + 1, "delete": 3}),
+        "{cost:#}"
+    );
+    let estimate = &plan["estimate"];
+    assert!(
+        estimate["seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{estimate:#}"
+    );
+    assert_eq!(
+        estimate["request_price_usd"],
+        Value::Null,
+        "local: {estimate:#}"
+    );
+    assert_eq!(estimate["assumptions"]["workers"], 1);
+    assert_eq!(
+        estimate["assumptions"]["object_store_bytes_per_second"],
+        100_000_000
+    );
+    assert_eq!(
+        estimate["assumptions"]["prices"]["usd_per_1000_put_list"],
+        0.005
+    );
+    assert!(
+        estimate["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("an estimate")),
+        "{estimate:#}"
+    );
+
+    // To an object store: priced at S3 Standard's request prices, the destination's requests only
+    // (the source is local).
+    let endpoint = common::empty_s3();
+    let plan_s3 = |json: bool| {
+        let mut command = std::process::Command::new(common::binary());
+        command
+            .args(["plan", s(&src), "s3://bucket/out.zarr", "--s3-endpoint"])
+            .args([endpoint.as_str(), "--s3-path-style", "--retries", "0"])
+            .args(SHAPES)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1");
+        if json {
+            command.arg("--json");
+        }
+        command.output().expect("run zshard")
+    };
+    let out = plan_s3(true);
+    ok(&out);
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let requests = &plan["cost"]["destination_requests"];
+    let n = |k: &str| requests[k].as_u64().expect("count") as f64;
+    let price = plan["estimate"]["request_price_usd"]
+        .as_f64()
+        .expect("a price");
+    let expected = ((n("put") + n("list")) * 0.005 + (n("get") + n("head")) * 0.0004) / 1000.0;
+    assert!((price - expected).abs() < 1e-12, "{price} {expected}");
+    assert!(price > 0.0, "{price}");
+    let text = plan_s3(false);
+    ok(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    for wanted in [
+        "source reads: ",
+        " stored (listed), ",
+        "source requests: 1 LIST, 0 HEAD, 120 GET",
+        "of which the state: claim ",
+        "estimate: ",
+        "for 1 worker(s)",
+        "request price about $",
+        "S3 Standard request prices",
+        "100.00 MB/s",
+        "not a measurement",
+    ] {
+        assert!(text.contains(wanted), "{wanted:?} in:\n{text}");
+    }
+}

@@ -660,7 +660,17 @@ fn resolved_shapes(
     layout: &Layout,
     auto_max_chunks: u64,
 ) -> Result<(Vec<u64>, Vec<u64>)> {
-    let inner_shape = inner_shape_of(layout.chunk_shape.as_ref(), meta)?;
+    let mut inner_shape = inner_shape_of(layout.chunk_shape.as_ref(), meta)?;
+    // The source's chunk is the default inner chunk only where it fits the shard given: an xarray
+    // dataset stores each 1-D coordinate as one chunk (a `time` of 8,760), which `time=48` would
+    // otherwise refuse (issue 44: the docs' example). Cut to the shard, it is rechunked.
+    let chunks_given = given_extents(Setting::ChunkShape, layout.chunk_shape.as_ref(), meta)?;
+    let shards_given = given_extents(Setting::ShardShape, layout.shard_shape.as_ref(), meta)?;
+    for ((inner, chunk), shard) in inner_shape.iter_mut().zip(&chunks_given).zip(&shards_given) {
+        if let (None, Some(shard)) = (chunk, shard) {
+            *inner = (*inner).min(*shard);
+        }
+    }
     let shard_shape = shard_shape_of(
         layout.shard_shape.as_ref(),
         meta,
@@ -836,6 +846,42 @@ mod tests {
         assert!(
             job.ends_with("e.g. shard_shape = { latitude = 73 }"),
             "{job}"
+        );
+    }
+
+    /// Issue 44: the docs' `time=48` on an xarray dataset, whose `time` coordinate is one chunk of
+    /// 96: its inner chunk is cut to the shard (it was refused: "inner chunk shape [96] does not
+    /// divide shard shape [48]"); a chunk shape given, or a source chunk that fits, stays.
+    #[test]
+    fn a_source_chunk_larger_than_the_shard_given_is_cut_to_it() {
+        let mut time = meta(&[96]);
+        time.chunk_shape = vec![96];
+        time.dimension_names = Some(vec![Some("time".into())]);
+        let time = time;
+        let layout = |shard: &str, chunk: Option<&str>| Layout {
+            shard_shape: Some(shard.parse().expect("shape")),
+            chunk_shape: chunk.map(|c| c.parse().expect("shape")),
+            ..Layout::default()
+        };
+        let resolve =
+            |meta: &ArrayMeta, l: &Layout| resolved_shapes(meta, l, u64::MAX).expect("shapes");
+        let shapes = |l: &Layout| resolve(&time, l);
+        assert_eq!(shapes(&layout("time=48", None)), (vec![48], vec![48]));
+        assert_eq!(shapes(&layout("48", None)), (vec![48], vec![48]));
+        assert_eq!(
+            shapes(&layout("time=48", Some("time=24"))),
+            (vec![48], vec![24])
+        );
+        // A chunk shape given is kept, and refused if it does not fit.
+        let given = layout("time=48", Some("time=96"));
+        let (shard, inner) = shapes(&given);
+        assert!(ShardGeometry::new(&time.shape, &shard, &inner).is_err());
+        // A source chunk that fits the shard stays.
+        let mut fits = time.clone();
+        fits.chunk_shape = vec![24];
+        assert_eq!(
+            resolve(&fits, &layout("time=48", None)),
+            (vec![48], vec![24])
         );
     }
 

@@ -4,6 +4,7 @@
 //! `partition.rs` (which shards this worker takes), `plan_report.rs` (what `plan` answers) and
 //! `listing.rs` (`zshard ls`).
 
+pub(crate) mod estimate;
 pub(crate) mod input;
 mod layout;
 pub(crate) mod listing;

@@ -28,6 +28,9 @@ pub struct PlanReport {
     pub icechunk_output: Option<(String, zshard_icechunk::DestinationSpec)>,
     /// What the whole job (every worker's shards) would request from storage.
     pub cost: Option<Cost>,
+    /// How long the job's storage traffic would take and what its requests would cost, with what
+    /// that assumes (none where no cost was counted).
+    pub estimate: Option<crate::plan::estimate::Estimate>,
     /// The destination holds a finished conversion that keeps what each shard was made from: what a
     /// run would bring up to date (none otherwise).
     pub update: Option<UpdatePlan>,
@@ -150,8 +153,13 @@ impl UpdatePlan {
 /// GET that finds nothing, compressed chunks fewer bytes). PUTs count one per shard (a shard of
 /// only fill is not written), its multipart parts (with the create and complete requests) on
 /// object stores when its raw size exceeds the part size, and one per metadata document; PUT
-/// bytes are raw sizes, an upper bound for compressing codecs. The state's small records are not
-/// counted.
+/// bytes are raw sizes, an upper bound for compressing codecs.
+///
+/// Beside those counts of data (issue 44): the bytes the source chunks are stored in (from one
+/// listing of each array's chunks, or its references' lengths) next to their raw upper bound, and
+/// every request of the job by kind on each side, the listings, HEADs and the state's files
+/// (claim, records, manifest: see `plan/estimate.rs`) included. An update's
+/// cost ([`UpdatePlan::cost`]) counts its data alone: its other fields are 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Cost {
@@ -166,6 +174,23 @@ pub struct Cost {
     pub put_requests: u64,
     /// Bytes those PUTs send (raw sizes: an upper bound).
     pub put_bytes: u64,
+    /// Raw (decoded) bytes of every source chunk the job reads: an upper bound on what it reads.
+    pub raw_bytes_in: u64,
+    /// Bytes the source chunks the job reads are stored in: from one listing of each array's
+    /// stored chunks (an already sharded source's shards, indexes included; an Icechunk
+    /// repository's manifests), or the byte ranges its references name, coalesced as the run
+    /// reads them. `None` when some array's cannot be told (a source that cannot be listed).
+    pub stored_bytes_in: Option<u64>,
+    /// Every request the job makes of the source, by kind: the chunks' GETs (as `get_requests`)
+    /// and the listings that tell what each chunk is (a run lists each array's chunks once when
+    /// its source names their versions).
+    pub source_requests: crate::plan::estimate::Requests,
+    /// Every request the job makes of the destination, by kind: the shards' and documents' PUTs
+    /// (as `put_requests`) and the state's (`state_requests`).
+    pub destination_requests: crate::plan::estimate::Requests,
+    /// The state's requests by file (part of `destination_requests`; none for an Icechunk output,
+    /// which keeps no zshard state, and whose commit is not counted).
+    pub state_requests: crate::plan::estimate::StateRequests,
 }
 
 impl Cost {
@@ -191,8 +216,10 @@ impl Cost {
                 Some(reads) => {
                     cost.get_requests += reads.requests;
                     cost.get_bytes += reads.bytes;
+                    cost.raw_bytes_in += raw;
                 }
                 None => {
+                    cost.raw_bytes_in += raw;
                     cost.gets_from_references = false;
                     cost.get_requests += product(&a.source.rectilinear.as_ref().map_or_else(
                         || grid_shape(&a.source.shape, &a.source.chunk_shape),
@@ -240,6 +267,7 @@ impl PlanReport {
             icechunk_chunks: None,
             icechunk_output: None,
             cost: None,
+            estimate: None,
             update: None,
         }
     }
@@ -333,6 +361,9 @@ impl PlanReport {
         });
         if let Some(cost) = &self.cost {
             doc["cost"] = json!(cost);
+        }
+        if let Some(estimate) = &self.estimate {
+            doc["estimate"] = json!(estimate);
         }
         if let Some(update) = &self.update {
             doc["update"] = json!(update);

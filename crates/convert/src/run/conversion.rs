@@ -430,7 +430,14 @@ impl Conversion {
         let reuse = Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed);
         let jobs = jobs;
         let tasks = || to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
-        let work = crate::run::progress::work_of(&jobs, with_made(&jobs, tasks()).into_iter());
+        // This worker's whole share, so that progress starts from what earlier runs did (issue 44).
+        let none_done = vec![HashSet::new(); jobs.len()];
+        let whole = crate::run::progress::work_of(
+            &jobs,
+            with_made(&jobs, to_run(&jobs, partition, &none_done)).into_iter(),
+        );
+        let work = crate::run::progress::work_of(&jobs, with_made(&jobs, tasks()).into_iter())
+            .with_done_of(&whole);
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(

@@ -38,11 +38,24 @@ pub(crate) struct Listed {
 }
 
 /// [`of`], keeping the versions.
-pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+    listed_with(jobs, Vec::new())
+}
+
+/// [`listed`], with the versions of the arrays `already` listed (one per job; `None` for those to
+/// list here), so that a plan lists each source once.
+pub(crate) fn listed_with(
+    jobs: &[ArrayJob],
+    already: Vec<Option<ChunkVersions>>,
+) -> Result<Listed> {
     let versions = jobs
         .iter()
-        .map(|job| {
-            let versions = job.reader.chunk_versions(&job.layout.source_chunk_grid())?;
+        .zip(already.into_iter().chain(std::iter::repeat_with(|| None)))
+        .map(|(job, already)| {
+            let versions = match already {
+                Some(versions) => Some(versions),
+                None => job.reader.chunk_versions(&job.layout.source_chunk_grid())?,
+            };
             Ok(versions.map(Arc::new))
         })
         .collect::<Result<Vec<_>>>()?;

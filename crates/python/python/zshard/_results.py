@@ -8,15 +8,16 @@ from typing import Any, NamedTuple
 
 
 class Progress(NamedTuple):
-    """How far a conversion is, as handed to a ``progress=`` callback (figures of this run only:
-    shards done by an earlier run are not counted in ``shards_total``).
+    """How far a conversion is, as handed to a ``progress=`` callback. Shards count this worker's
+    whole share: a resumed run starts from the shards earlier runs did (as ``zshard.status`` counts
+    them); chunks and bytes are this run's.
 
     Attributes
     ----------
     shards_done : int
-        Shards converted so far by this run.
+        Shards done: by earlier runs, then by this one.
     shards_total : int
-        Shards this run converts.
+        Shards of this worker's share, done or not.
     chunks_read : int
         Source chunks read so far.
     bytes_read : int
@@ -404,7 +405,11 @@ class Plan:
     icechunk_chunks : dict[str, int] | None
         An Icechunk source's chunks by kind (``native``, ``inline``, ``virtual``).
     cost : PlanCost | None
-        What the whole job would request from storage (GETs and PUTs, and their bytes).
+        What the whole job would request from storage: the source's stored bytes beside their raw
+        upper bound, and every request by kind on each side, the state's included.
+    estimate : PlanEstimate | None
+        How long the job's storage traffic would take and what its requests would cost, with the
+        assumptions the estimate is made from.
     document : dict[str, Any]
         The whole plan document.
     """
@@ -423,6 +428,7 @@ class Plan:
     totals: PlanTotals
     icechunk_chunks: dict[str, int] | None
     cost: PlanCost | None
+    estimate: PlanEstimate | None
     document: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -442,7 +448,8 @@ class Plan:
             skipped_arrays=_skipped(doc),
             totals=PlanTotals(**{name: totals.get(name, 0) for name in PlanTotals.__dataclass_fields__}),
             icechunk_chunks=doc.get("icechunk_chunks"),
-            cost=PlanCost(**doc["cost"]) if doc.get("cost") is not None else None,
+            cost=PlanCost._from_dict(doc["cost"]) if doc.get("cost") is not None else None,
+            estimate=PlanEstimate._from_dict(doc["estimate"]) if doc.get("estimate") is not None else None,
             document=doc,
         )
 
@@ -463,10 +470,21 @@ class PlanCost:
     gets_from_references : bool
         Whether every array's GETs were counted from its references' byte ranges.
     put_requests : int
-        PUT requests: one per shard (with its multipart requests on object stores), one per metadata
-        document; state records are not counted.
+        PUT requests of data: one per shard (with its multipart requests on object stores), one per
+        metadata document (the state's are in ``destination_requests``).
     put_bytes : int
         Bytes those PUTs send (raw sizes: an upper bound for compressing codecs).
+    raw_bytes_in : int
+        Raw (decoded) bytes of every source chunk the job reads: an upper bound.
+    stored_bytes_in : int | None
+        Bytes those chunks are stored in: from one listing of each array's chunks, or the byte
+        ranges its references name; ``None`` when the source cannot be listed.
+    source_requests : PlanRequests
+        Every request of the source by kind (the chunks' GETs, the listings of its chunks).
+    destination_requests : PlanRequests
+        Every request of the destination by kind (shards, documents and the state's files).
+    state_requests : PlanStateRequests
+        The state's share of ``destination_requests``, by file.
     """
 
     get_requests: int
@@ -474,6 +492,173 @@ class PlanCost:
     gets_from_references: bool
     put_requests: int
     put_bytes: int
+    raw_bytes_in: int
+    stored_bytes_in: int | None
+    source_requests: PlanRequests
+    destination_requests: PlanRequests
+    state_requests: PlanStateRequests
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> PlanCost:
+        return cls(
+            get_requests=doc["get_requests"],
+            get_bytes=doc["get_bytes"],
+            gets_from_references=doc["gets_from_references"],
+            put_requests=doc["put_requests"],
+            put_bytes=doc["put_bytes"],
+            raw_bytes_in=doc["raw_bytes_in"],
+            stored_bytes_in=doc.get("stored_bytes_in"),
+            source_requests=PlanRequests(**doc["source_requests"]),
+            destination_requests=PlanRequests(**doc["destination_requests"]),
+            state_requests=PlanStateRequests(**doc["state_requests"]),
+        )
+
+
+@dataclass(frozen=True)
+class PlanRequests:
+    """Requests by kind, as object stores bill them (on a local filesystem: the same file
+    operations).
+
+    Attributes
+    ----------
+    list : int
+        Listing requests (one per page of up to 1,000 keys).
+    head : int
+        HEAD requests.
+    get : int
+        GET requests.
+    put : int
+        PUT requests (multipart requests included).
+    delete : int
+        DELETE requests (a bulk delete of up to 1,000 keys counts one).
+    """
+
+    list: int
+    head: int
+    get: int
+    put: int
+    delete: int
+
+    @property
+    def total(self) -> int:
+        """Every request."""
+        return self.list + self.head + self.get + self.put + self.delete
+
+
+@dataclass(frozen=True)
+class PlanStateRequests:
+    """The requests of the destination's state, by file (each a total of all kinds).
+
+    Attributes
+    ----------
+    claim : int
+        The claim, each worker's options record and lease (with renewals), the listings that check
+        the destination, and their removal.
+    records : int
+        The records of done shards (a file per batch, their compaction), what a finished conversion
+        keeps per array, and their reading and removal at the end.
+    manifest : int
+        The manifest records beside each record file, and the manifest kept with
+        ``keep_manifest=True``.
+    """
+
+    claim: int
+    records: int
+    manifest: int
+
+
+@dataclass(frozen=True)
+class PlanPrices:
+    """Request prices an estimate is made with, in US dollars per 1,000 requests.
+
+    Attributes
+    ----------
+    name : str
+        Where the prices come from (S3 Standard's published prices in us-east-1).
+    usd_per_1000_put_list : float
+        PUT, COPY, POST and LIST requests.
+    usd_per_1000_get_head : float
+        GET, HEAD and other reads.
+    usd_per_1000_delete : float
+        DELETE requests.
+    """
+
+    name: str
+    usd_per_1000_put_list: float
+    usd_per_1000_get_head: float
+    usd_per_1000_delete: float
+
+
+@dataclass(frozen=True)
+class PlanAssumptions:
+    """What a :class:`PlanEstimate` assumes.
+
+    Attributes
+    ----------
+    workers : int
+        Workers sharing the job side by side.
+    object_store_bytes_per_second : int
+        Bytes per second one worker moves to or from an object store.
+    object_store_latency_ms : float
+        One request's round trip to an object store, in milliseconds.
+    local_bytes_per_second : int
+        Bytes per second one worker reads or writes on a local filesystem.
+    local_latency_ms : float
+        One file operation's latency on a local filesystem, in milliseconds.
+    requests_in_flight : int
+        Requests a worker has in flight at once (``max_requests``).
+    prices : PlanPrices
+        The request prices the price is made with.
+    """
+
+    workers: int
+    object_store_bytes_per_second: int
+    object_store_latency_ms: float
+    local_bytes_per_second: int
+    local_latency_ms: float
+    requests_in_flight: int
+    prices: PlanPrices
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """How long a job's storage traffic would take and what its requests would cost: an estimate
+    from the stated :class:`PlanAssumptions`, not a measurement (``zshard plan --json``'s
+    ``estimate``).
+
+    Attributes
+    ----------
+    seconds : float
+        Seconds of storage I/O with the workers side by side (CPU time for codecs not counted).
+    bytes : int
+        Bytes moved: the source's stored bytes and the output's, taken to compress as the source
+        does (raw sizes where unknown).
+    request_price_usd : float | None
+        The request price of the sides on an object store, in US dollars; ``None`` when neither
+        side is one. Transfer and storage are not counted.
+    assumptions : PlanAssumptions
+        What the estimate assumes.
+    note : str
+        What the estimate is, in one sentence.
+    """
+
+    seconds: float
+    bytes: int
+    request_price_usd: float | None
+    assumptions: PlanAssumptions
+    note: str
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> PlanEstimate:
+        assumptions = dict(doc["assumptions"])
+        assumptions["prices"] = PlanPrices(**assumptions["prices"])
+        return cls(
+            seconds=doc["seconds"],
+            bytes=doc["bytes"],
+            request_price_usd=doc.get("request_price_usd"),
+            assumptions=PlanAssumptions(**assumptions),
+            note=doc["note"],
+        )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 use super::*;
 
 impl Conversion {
-    /// What the conversion would do, from metadata alone: no chunk is listed or read, and nothing is
+    /// What the conversion would do, from metadata and one listing of each array's stored chunks
+    /// (for the stored bytes it reads, as a run lists them): no chunk is read, and nothing is
     /// written.
     pub fn plan(&self) -> Result<crate::PlanReport> {
         let opened = self.open()?;
@@ -13,13 +14,15 @@ impl Conversion {
         let jobs = opened.plan.read_jobs(&opened.input);
         let reads = zshard_pipeline::planned_reads(&jobs, &budget.options());
         let multipart = Location::parse(&self.destination)?.is_remote();
-        let cost = crate::plan::plan_report::Cost::of(
+        let mut cost = crate::plan::plan_report::Cost::of(
             &opened.plan,
             &reads,
             self.store_options.part_size as u64,
             multipart,
         );
-        let update = self.plan_update(&opened, &jobs)?;
+        let listed = list_sources(&opened.plan, &jobs, &reads, self.store_options.max_requests);
+        let estimate = self.count_requests(&opened, &jobs, &reads, &listed, &mut cost);
+        let update = self.plan_update(&opened, &jobs, listed)?;
         drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
@@ -31,6 +34,7 @@ impl Conversion {
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
         report.icechunk_chunks = opened.input.icechunk_chunks();
         report.cost = Some(cost);
+        report.estimate = Some(estimate);
         report.update = update;
         if let Some(output) = self.icechunk_output() {
             // Which repository the commit goes to, and in which spec version: read, never made.
@@ -76,6 +80,7 @@ impl Conversion {
         &self,
         opened: &Opened,
         jobs: &[zshard_pipeline::ArrayJob],
+        listed: Vec<Option<zshard_core::ChunkVersions>>,
     ) -> Result<Option<crate::UpdatePlan>> {
         if self.icechunk_output().is_some() {
             return Ok(None);
@@ -103,7 +108,7 @@ impl Conversion {
         if !zshard_state::has_kept_records(&survey, &outputs) {
             return Ok(None);
         }
-        let listed = crate::run::digests::listed(jobs)?;
+        let listed = crate::run::digests::listed_with(jobs, listed)?;
         let changes = zshard_state::shards_to_update(&survey, &outputs, &listed.digests);
         let reuse = crate::run::reuse::Reuse::for_plan(jobs, &opened.plan, &survey, &listed);
         Ok(Some(crate::plan::plan_report::UpdatePlan::of(
@@ -112,5 +117,152 @@ impl Conversion {
             &changes,
             &|array, shard| reuse.inner_to_copy(jobs, array, shard),
         )))
+    }
+}
+
+/// Each array's stored chunks, from one listing of them (for the stored bytes the job reads): of
+/// the arrays read from a source whose reader names their versions and cannot tell its reads
+/// without listing (references can: their byte ranges are `reads`). `None` for the others, and
+/// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown. Arrays
+/// are listed `in_flight` at a time (`--max-requests`, at most [`MAX_LISTINGS_IN_FLIGHT`]): a
+/// hierarchy of many arrays on an object store would otherwise wait for each listing in turn.
+fn list_sources(
+    plan: &crate::Plan,
+    jobs: &[zshard_pipeline::ArrayJob],
+    reads: &[Option<zshard_core::PlannedReads>],
+    in_flight: usize,
+) -> Vec<Option<zshard_core::ChunkVersions>> {
+    let wanted: Vec<usize> = (0..plan.arrays.len().min(jobs.len()))
+        .filter(|&i| {
+            reads.get(i).copied().flatten().is_none()
+                && plan.made_from_above(&plan.arrays[i].path).is_none()
+                && jobs[i].reader.names_versions()
+        })
+        .collect();
+    let list = |i: usize| {
+        let job = &jobs[i];
+        match job.reader.chunk_versions(&job.layout.source_chunk_grid()) {
+            Ok(versions) => versions,
+            Err(e) => {
+                tracing::debug!(
+                    "cannot list the chunks of {}: {}",
+                    plan.arrays[i].path,
+                    zshard_core::chain_text(&e)
+                );
+                None
+            }
+        }
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let listed: Vec<(usize, Option<zshard_core::ChunkVersions>)> = std::thread::scope(|scope| {
+        let threads = in_flight.clamp(1, MAX_LISTINGS_IN_FLIGHT).min(wanted.len());
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = wanted.get(n) else { break };
+                        mine.push((i, list(i)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            // A listing thread that panicked lists nothing: its arrays' stored bytes are unknown.
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    });
+    let mut out: Vec<Option<zshard_core::ChunkVersions>> = vec![None; jobs.len()];
+    for (i, versions) in listed {
+        out[i] = versions;
+    }
+    out
+}
+
+/// The most arrays whose chunks `plan` lists side by side (a thread each).
+const MAX_LISTINGS_IN_FLIGHT: usize = 64;
+
+impl Conversion {
+    /// Completes `cost` with the stored bytes (from `listed` and the references' `reads`) and every
+    /// request of the job by kind on each side, and estimates its time and price.
+    fn count_requests(
+        &self,
+        opened: &Opened,
+        jobs: &[zshard_pipeline::ArrayJob],
+        reads: &[Option<zshard_core::PlannedReads>],
+        listed: &[Option<zshard_core::ChunkVersions>],
+        cost: &mut crate::Cost,
+    ) -> crate::Estimate {
+        use crate::plan::estimate::{self, Requests, Side};
+        let plan = &opened.plan;
+        let mut stored = Some(0u64);
+        let mut source = Requests {
+            get: cost.get_requests,
+            ..Requests::default()
+        };
+        for (i, array) in plan.arrays.iter().enumerate() {
+            if plan.made_from_above(&array.path).is_some() {
+                continue;
+            }
+            let bytes = match (reads.get(i).copied().flatten(), listed.get(i)) {
+                (Some(reads), _) => Some(reads.bytes),
+                (None, Some(Some(versions))) => {
+                    source.list += estimate::listing_pages(versions.len() as u64);
+                    versions.stored_bytes()
+                }
+                _ => None,
+            };
+            stored = stored.zip(bytes).map(|(a, b)| a + b);
+        }
+        cost.stored_bytes_in = stored;
+        let destination = Requests {
+            put: cost.put_requests,
+            ..Requests::default()
+        };
+        let source_remote = Location::parse(&opened.input.url()).is_ok_and(|l| l.is_remote());
+        let destination_remote = Location::parse(&self.destination).is_ok_and(|l| l.is_remote());
+        // The output taken to compress as the source does; raw sizes when that is unknown.
+        let bytes_out = match stored {
+            Some(stored) if cost.raw_bytes_in > 0 => {
+                (cost.put_bytes as u128 * stored as u128 / cost.raw_bytes_in as u128) as u64
+            }
+            _ => cost.put_bytes,
+        };
+        let source_side = Side {
+            requests: source,
+            bytes: stored.unwrap_or(cost.raw_bytes_in),
+            remote: source_remote,
+        };
+        let mut destination_side = Side {
+            requests: destination,
+            bytes: bytes_out,
+            remote: destination_remote,
+        };
+        let workers = self.partition.count.max(1);
+        let in_flight = self.store_options.max_requests as u64;
+        // The state's records and lease renewals follow the run's length: from the data's.
+        let data_seconds = estimate::seconds(&source_side, &destination_side, workers, in_flight);
+        let job = estimate::Job {
+            workers,
+            shards: plan.arrays.iter().map(|a| a.geometry.shard_count()).sum(),
+            arrays: plan.arrays.len() as u64,
+            tracked: crate::run::digests::tracked(jobs),
+            keep_manifest: self.keep_manifest,
+            checkpoint_seconds: self.checkpoint_interval.as_secs_f64(),
+            renew_seconds: self.lease_stale_after.as_secs_f64() / 4.0,
+        };
+        // An Icechunk output keeps no zshard state: its commit's requests are not counted.
+        let (by_file, state) = match self.icechunk_output() {
+            Some(_) => Default::default(),
+            None => estimate::state_requests(&job, data_seconds),
+        };
+        destination_side.requests += state;
+        cost.source_requests = source_side.requests;
+        cost.destination_requests = destination_side.requests;
+        cost.state_requests = by_file;
+        estimate::estimate(&source_side, &destination_side, workers, in_flight)
     }
 }
