@@ -158,3 +158,13 @@ def test_plan_gives_the_cost_of_the_job(small, tmp_path):
     assert estimate.assumptions.prices.usd_per_1000_put_list == 0.005
     assert estimate.assumptions.prices.usd_per_1000_get_head == 0.0004
     assert "S3 Standard" in estimate.assumptions.prices.name and "an estimate" in estimate.note
+    # Issue 44, point 6: the figures can be given.
+    given = zshard.plan(src, tmp_path / "out.zarr", shard_shape=(20, 40),
+                        estimate_with="bandwidth=1GB,latency=5ms,workers=3,get=0.01").estimate
+    assert given.assumptions.workers == 3
+    assert given.assumptions.object_store_bytes_per_second == 1_000_000_000
+    assert given.assumptions.object_store_latency_ms == 5.0
+    assert given.assumptions.prices.usd_per_1000_get_head == 0.01
+    assert given.assumptions.prices.name.startswith("given")
+    with pytest.raises(zshard.OptionsError, match="estimate_with"):
+        zshard.plan(src, tmp_path / "out.zarr", shard_shape=(20, 40), estimate_with="workers=0")

@@ -259,7 +259,7 @@ def test_the_extension_stub_matches_the_extension():
         ({"io_threads": 0}, ValueError, "io_threads must be at least 1, got 0"),
         ({"retries": -2}, ValueError, "retries must be at least 0, got -2"),
         ({"index_location": "middle"}, ValueError, "index_location is one of 'start', 'end', got 'middle'"),
-        ({"ome": 1}, TypeError, "ome: one of 'upgrade', 'keep', got int 1"),
+        ({"ome": 1}, TypeError, "ome: one of 'upgrade', 'keep', '0.6', got int 1"),
         ({"overwrite": 1}, TypeError, "overwrite: a bool, got int 1"),
         ({"include": ["a", 3]}, TypeError, "include: items are str, got int 3"),
         ({"worker": (2, 2)}, ValueError, "worker: index 2 is not in 0..2"),

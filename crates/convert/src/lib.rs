@@ -52,7 +52,7 @@ mod verify;
 
 pub use compressor::Compressor;
 pub use error::{one_line, Error, Result};
-pub use plan::estimate::{Assumptions, Estimate, Prices, Requests, StateRequests};
+pub use plan::estimate::{Assumptions, Estimate, Prices, Requests, StateRequests, Stated};
 pub use plan::input::{OnUnsupported, ReadOptions, SkippedArray, SourceFormat, DEFAULT_SOURCE_REF};
 pub use plan::listing::{list, ListedArray, Listing};
 pub use plan::plan_report::{ArrayUpdate, Cost, PlanReport, UpdatePlan};

@@ -178,6 +178,9 @@ pub struct RunOptions {
     /// The number of workers when the index comes from `JOB_COMPLETION_INDEX`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<u64>,
+    /// What `plan`'s estimate assumes in place of its defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate_with: Option<crate::Stated>,
 }
 
 /// One conversion as a front end gives it: everything `convert`, `plan` and `finalize` take. The
@@ -527,6 +530,7 @@ impl RunOptions {
             report: or(&self.report, &base.report),
             worker: or(&self.worker, &base.worker),
             workers: or(&self.workers, &base.workers),
+            estimate_with: or(&self.estimate_with, &base.estimate_with),
         }
     }
 }
@@ -621,6 +625,7 @@ impl Conversion {
         self.memory_limit = run.memory_limit.map(|s| s.0);
         self.overwrite = run.overwrite.unwrap_or(default.overwrite);
         self.keep_manifest = run.keep_manifest.unwrap_or(default.keep_manifest);
+        self.estimate_with = run.estimate_with.clone().unwrap_or_default();
         self.checkpoint_interval = run
             .checkpoint_interval
             .map_or(default.checkpoint_interval, CheckpointInterval::duration);

@@ -653,6 +653,27 @@ settings! {
              verify --manifest`` to check the output without reading the source. By default it \
              is removed with the rest of the state.",
     },
+    /// What `plan`'s time and price estimate assumes in place of its defaults.
+    EstimateWith {
+        key: "estimate_with",
+        group: Run,
+        commands: "plan",
+        value: "FIGURES",
+        python: "str",
+        short: "The estimate's figures, e.g. bandwidth=1GB,latency=10ms,workers=16,put=0.005,get=0.0004",
+        help: "What the time and price estimate assumes in place of its defaults (one worker per \
+              --worker count, 100MB a second and 30 ms a request to object stores, S3 Standard's \
+              us-east-1 request prices): comma-separated bandwidth=SIZE (bytes a second one worker \
+              moves to or from an object store), latency=MS (20, 20ms or 0.02s), workers=N, and \
+              put=USD, get=USD, delete=USD (per 1,000 PUT/LIST, GET/HEAD and DELETE requests; \
+              prices not given stay S3 Standard's). The plan states every figure it used.",
+        doc: "What the plan's time and price estimate assumes in place of its defaults: \
+             comma-separated ``bandwidth=SIZE`` (bytes a second one worker moves to or from an \
+             object store), ``latency=MS``, ``workers=N``, and ``put=USD``, ``get=USD``, \
+             ``delete=USD`` (per 1,000 PUT/LIST, GET/HEAD and DELETE requests; those not given \
+             stay S3 Standard's us-east-1 prices), e.g. ``'bandwidth=1GB,latency=10ms,workers=16'``. \
+             Default: 100 MB/s, 30 ms, the worker count, S3 Standard.",
+    },
     /// How often the shards written are recorded and (on local disk) made durable by a checkpoint.
     CheckpointInterval {
         key: "checkpoint_interval",

@@ -116,6 +116,9 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        // Described by its setting (`Setting::EstimateWith`).
+        #[arg(long)]
+        estimate_with: Option<zshard_convert::Stated>,
     },
     /// After a partitioned conversion: check that every shard is done, then write the metadata
     /// (`finalize DST` alone: the source and options recorded in DST's claim).
@@ -375,7 +378,8 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             threads,
             memory_limit,
             json,
-        } => plan(&layout, threads, memory_limit, json),
+            estimate_with,
+        } => plan(&layout, (threads, memory_limit, estimate_with), json),
         Command::Verify {
             src,
             dst,
@@ -455,8 +459,11 @@ fn finalize(layout: &LayoutArgs, keep_manifest: bool, quiet: bool) -> anyhow::Re
 /// `zshard plan`: what each conversion (of a job file, or SRC DST) would do.
 fn plan(
     layout: &LayoutArgs,
-    threads: Option<usize>,
-    memory_limit: Option<u64>,
+    (threads, memory_limit, estimate_with): (
+        Option<usize>,
+        Option<u64>,
+        Option<zshard_convert::Stated>,
+    ),
     json: bool,
 ) -> anyhow::Result<()> {
     signals::exit_on_signals()?;
@@ -466,6 +473,7 @@ fn plan(
         // The flags win over the job file's settings.
         options.run.threads = threads.or(options.run.threads);
         options.run.memory_limit = memory_limit.map(Size).or(options.run.memory_limit);
+        options.run.estimate_with = estimate_with.clone().or(options.run.estimate_with);
         let (conversion, configured) = Conversion::configured(&options);
         let plan = configured.and_then(|()| conversion.plan());
         let (source, destination) = (&conversion.source, &conversion.destination);
@@ -769,10 +777,12 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
             threads,
             memory_limit,
             json,
+            estimate_with,
         } if layout.dst.is_some() => {
             let run = RunOptions {
                 threads,
                 memory_limit: memory_limit.map(Size),
+                estimate_with,
                 ..RunOptions::default()
             };
             let conversion = one_conversion(&layout, run)?;

@@ -6,7 +6,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{banded_source as source, expected, files, read_v3, zshard, SHARDS_OF_16 as SHAPES};
+use common::{
+    banded_source as source, expected, files, read_v3, write_v2, zshard, SHARDS_OF_16 as SHAPES,
+};
 use serde_json::{json, Value};
 use zshard_core::DataType;
 
@@ -580,4 +582,72 @@ fn plan_states_stored_bytes_every_request_a_time_and_a_price() {
     ] {
         assert!(text.contains(wanted), "{wanted:?} in:\n{text}");
     }
+}
+
+/// Issue 44, point 6: the estimate's figures (bandwidth, latency, workers, request prices) can be
+/// given; the plan states the ones it used, and a figure that does not read is refused by name.
+#[test]
+fn plan_estimates_with_the_figures_given() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt16, &[64, 64], 0);
+    write_v2(
+        &src,
+        DataType::UInt16,
+        &[64, 64],
+        &[8, 8],
+        json!(null),
+        &data,
+    );
+    let endpoint = common::empty_s3();
+    let plan = |extra: &[&str]| {
+        std::process::Command::new(common::binary())
+            .args(["plan", s(&src), "s3://bucket/out.zarr", "--s3-endpoint"])
+            .args([endpoint.as_str(), "--s3-path-style", "--retries", "0"])
+            .args(["--shard-shape", "32,32", "--json"])
+            .args(extra)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("run zshard")
+    };
+    let read = |out: std::process::Output| -> Value {
+        ok(&out);
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let default = read(plan(&[]));
+    let given = read(plan(&[
+        "--estimate-with",
+        "bandwidth=1GB,latency=300ms,workers=4,put=1,get=0.5",
+    ]));
+    let assumed = &given["estimate"]["assumptions"];
+    assert_eq!(assumed["workers"], 4, "{given:#}");
+    assert_eq!(assumed["object_store_bytes_per_second"], 1_000_000_000);
+    assert_eq!(assumed["object_store_latency_ms"], 300.0);
+    assert_eq!(assumed["prices"]["usd_per_1000_put_list"], 1.0);
+    assert_eq!(
+        assumed["prices"]["usd_per_1000_delete"], 0.0,
+        "not given: S3 Standard's"
+    );
+    let requests = &given["cost"]["destination_requests"];
+    let n = |k: &str| requests[k].as_u64().expect("count") as f64;
+    let price = given["estimate"]["request_price_usd"]
+        .as_f64()
+        .expect("price");
+    let expected = ((n("put") + n("list")) * 1.0 + (n("get") + n("head")) * 0.5) / 1000.0;
+    assert!((price - expected).abs() < 1e-12, "{price} {expected}");
+    // Ten times the latency, four workers: requests dominate this small job.
+    let seconds = |p: &Value| p["estimate"]["seconds"].as_f64().expect("seconds");
+    assert!(
+        seconds(&given) > 2.0 * seconds(&default),
+        "{given:#} {default:#}"
+    );
+    let refused = plan(&["--estimate-with", "speed=1"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--estimate-with") && stderr.contains("speed"),
+        "{stderr}"
+    );
 }

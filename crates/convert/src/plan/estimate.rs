@@ -94,6 +94,132 @@ impl Prices {
     }
 }
 
+/// What a user states for the estimate in place of its defaults (`estimate_with`): text of
+/// comma-separated `key=value` pairs, `bandwidth=SIZE` (bytes a second one worker moves to or
+/// from an object store), `latency=MS` (one request's round trip, `20`, `20ms` or `0.02s`),
+/// `workers=N`, and `put=USD`, `get=USD`, `delete=USD` (request prices per 1,000 PUT/LIST,
+/// GET/HEAD and DELETE requests; those not given keep S3 Standard's).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Stated {
+    /// `bandwidth=`.
+    pub object_store_bytes_per_second: Option<u64>,
+    /// `latency=`, in milliseconds.
+    pub object_store_latency_ms: Option<f64>,
+    /// `workers=`.
+    pub workers: Option<u64>,
+    /// `put=`, `get=`, `delete=`, in that order.
+    pub usd_per_1000: [Option<f64>; 3],
+    /// The text it was read from, as given.
+    text: String,
+}
+
+impl std::str::FromStr for Stated {
+    type Err = crate::Error;
+
+    fn from_str(text: &str) -> crate::Result<Stated> {
+        let invalid = |why: String| crate::Error::Options {
+            reason: format!(
+                "{} {text:?}: {why} (expected comma-separated bandwidth=SIZE, latency=MS, \
+                 workers=N, put=USD, get=USD, delete=USD)",
+                zshard_core::Setting::EstimateWith
+            ),
+        };
+        let mut stated = Stated {
+            text: text.trim().to_string(),
+            ..Stated::default()
+        };
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("{pair:?} is not key=value")))?;
+            let (key, value) = (key.trim(), value.trim());
+            let number = |v: &str| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite() && *n >= 0.0)
+                    .ok_or_else(|| invalid(format!("{key}={v:?} is not a number of at least 0")))
+            };
+            match key {
+                "bandwidth" => {
+                    let bytes = crate::parse_size(value)
+                        .map_err(|e| invalid(format!("bandwidth: {}", crate::one_line(&e))))?;
+                    if bytes == 0 {
+                        return Err(invalid("bandwidth=0 moves nothing".to_string()));
+                    }
+                    stated.object_store_bytes_per_second = Some(bytes);
+                }
+                "latency" => {
+                    let ms = match (value.strip_suffix("ms"), value.strip_suffix('s')) {
+                        (Some(ms), _) => number(ms.trim())?,
+                        (None, Some(s)) => number(s.trim())? * 1000.0,
+                        (None, None) => number(value)?,
+                    };
+                    stated.object_store_latency_ms = Some(ms);
+                }
+                "workers" => {
+                    let n = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| {
+                            invalid(format!("workers={value:?} is not a count of 1 or more"))
+                        })?;
+                    stated.workers = Some(n);
+                }
+                "put" => stated.usd_per_1000[0] = Some(number(value)?),
+                "get" => stated.usd_per_1000[1] = Some(number(value)?),
+                "delete" => stated.usd_per_1000[2] = Some(number(value)?),
+                other => return Err(invalid(format!("unknown key {other:?}"))),
+            }
+        }
+        Ok(stated)
+    }
+}
+
+impl std::fmt::Display for Stated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for Stated {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Stated {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Stated, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse()
+            .map_err(|e| serde::de::Error::custom(crate::one_line(&e)))
+    }
+}
+
+impl Stated {
+    /// The request prices: those given, the rest S3 Standard's.
+    fn prices(&self) -> Prices {
+        let [put, get, delete] = self.usd_per_1000;
+        if put.is_none() && get.is_none() && delete.is_none() {
+            return Prices::s3_standard();
+        }
+        let standard = Prices::s3_standard();
+        let put = put.unwrap_or(standard.usd_per_1000_put_list);
+        let get = get.unwrap_or(standard.usd_per_1000_get_head);
+        let delete = delete.unwrap_or(standard.usd_per_1000_delete);
+        Prices {
+            name: format!(
+                "given: ${put} per 1,000 PUT/LIST, ${get} per 1,000 GET/HEAD, ${delete} per 1,000 \
+                 DELETE requests"
+            ),
+            usd_per_1000_put_list: put,
+            usd_per_1000_get_head: get,
+            usd_per_1000_delete: delete,
+        }
+    }
+}
+
 /// What the time and price estimates assume: stated with them, so that a reader can redo them
 /// with their own figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -245,9 +371,16 @@ pub(crate) struct Side {
 }
 
 impl Side {
-    fn seconds(&self, workers: u64) -> (f64, f64) {
+    fn seconds(&self, workers: u64, stated: &Stated) -> (f64, f64) {
         let (rate, latency) = match self.remote {
-            true => (OBJECT_STORE_BYTES_PER_SECOND, OBJECT_STORE_LATENCY_MS),
+            true => (
+                stated
+                    .object_store_bytes_per_second
+                    .unwrap_or(OBJECT_STORE_BYTES_PER_SECOND),
+                stated
+                    .object_store_latency_ms
+                    .unwrap_or(OBJECT_STORE_LATENCY_MS),
+            ),
             false => (LOCAL_BYTES_PER_SECOND, LOCAL_LATENCY_MS),
         };
         let workers = workers.max(1) as f64;
@@ -260,21 +393,28 @@ impl Side {
 
 /// The seconds the transfers and requests of `source` and `destination` take with `workers` side
 /// by side, each with `in_flight` requests at once.
-pub(crate) fn seconds(source: &Side, destination: &Side, workers: u64, in_flight: u64) -> f64 {
-    let (read, read_trips) = source.seconds(workers);
-    let (write, write_trips) = destination.seconds(workers);
+pub(crate) fn seconds(
+    source: &Side,
+    destination: &Side,
+    (workers, in_flight): (u64, u64),
+    stated: &Stated,
+) -> f64 {
+    let (read, read_trips) = source.seconds(workers, stated);
+    let (write, write_trips) = destination.seconds(workers, stated);
     // One worker's link carries both sides' bytes; its requests overlap `in_flight` at a time.
     (read + write).max((read_trips + write_trips) / in_flight.max(1) as f64)
 }
 
-/// The estimate of a job whose sides are `source` and `destination`.
+/// The estimate of a job whose sides are `source` and `destination`, with the figures `stated` in
+/// place of the defaults (its `workers` over `workers`).
 pub(crate) fn estimate(
     source: &Side,
     destination: &Side,
-    workers: u64,
-    in_flight: u64,
+    (workers, in_flight): (u64, u64),
+    stated: &Stated,
 ) -> Estimate {
-    let prices = Prices::s3_standard();
+    let workers = stated.workers.unwrap_or(workers);
+    let prices = stated.prices();
     let price = match (source.remote, destination.remote) {
         (false, false) => None,
         (s, d) => Some(
@@ -287,13 +427,17 @@ pub(crate) fn estimate(
         ),
     };
     Estimate {
-        seconds: seconds(source, destination, workers, in_flight),
+        seconds: seconds(source, destination, (workers, in_flight), stated),
         bytes: source.bytes + destination.bytes,
         request_price_usd: price,
         assumptions: Assumptions {
             workers: workers.max(1),
-            object_store_bytes_per_second: OBJECT_STORE_BYTES_PER_SECOND,
-            object_store_latency_ms: OBJECT_STORE_LATENCY_MS,
+            object_store_bytes_per_second: stated
+                .object_store_bytes_per_second
+                .unwrap_or(OBJECT_STORE_BYTES_PER_SECOND),
+            object_store_latency_ms: stated
+                .object_store_latency_ms
+                .unwrap_or(OBJECT_STORE_LATENCY_MS),
             local_bytes_per_second: LOCAL_BYTES_PER_SECOND,
             local_latency_ms: LOCAL_LATENCY_MS,
             requests_in_flight: in_flight.max(1),
@@ -381,14 +525,60 @@ mod tests {
             remote: false,
         };
         // 10 GB at 100 MB/s: 100 s; 1,000 GETs at 30 ms, 10 in flight: 3 s.
-        let s = seconds(&remote(10_000_000_000, 1000), &local, 1, 10);
+        let defaults = Stated::default();
+        let s = seconds(&remote(10_000_000_000, 1000), &local, (1, 10), &defaults);
         assert!((s - 100.0).abs() < 1e-9, "{s}");
         // 100,000 GETs of nothing: 300 s of round trips; two workers halve it.
-        let s = seconds(&remote(0, 100_000), &local, 2, 10);
+        let s = seconds(&remote(0, 100_000), &local, (2, 10), &defaults);
         assert!((s - 150.0).abs() < 1e-9, "{s}");
-        let e = estimate(&remote(0, 1_000_000), &local, 1, 8);
+        let e = estimate(&remote(0, 1_000_000), &local, (1, 8), &defaults);
         let price = e.request_price_usd.unwrap_or(0.0);
         assert!((price - 0.4).abs() < 1e-9, "{price}");
-        assert_eq!(estimate(&local, &local, 1, 8).request_price_usd, None);
+        assert_eq!(
+            estimate(&local, &local, (1, 8), &defaults).request_price_usd,
+            None
+        );
+    }
+
+    #[test]
+    fn stated_figures_replace_the_defaults() {
+        let local = Side {
+            requests: Requests::default(),
+            bytes: 0,
+            remote: false,
+        };
+        let mut requests = Requests::default();
+        requests.get = 1_000_000;
+        let remote = Side {
+            requests,
+            bytes: 10_000_000_000,
+            remote: true,
+        };
+        let stated: Stated = "bandwidth=1GB, latency=10ms, workers=4, get=0.001"
+            .parse()
+            .expect("valid");
+        let e = estimate(&remote, &local, (1, 8), &stated);
+        // 10 GB at 1 GB/s over 4 workers: 2.5 s; 10^6 GETs at 10 ms, 8 in flight, 4 workers:
+        // 312.5 s.
+        assert!((e.seconds - 312.5).abs() < 1e-6, "{}", e.seconds);
+        assert_eq!(e.assumptions.workers, 4);
+        assert_eq!(e.assumptions.object_store_bytes_per_second, 1_000_000_000);
+        assert!((e.request_price_usd.unwrap_or(0.0) - 1.0).abs() < 1e-9);
+        // The PUT price not given stays S3 Standard's.
+        assert!((e.assumptions.prices.usd_per_1000_put_list - 0.005).abs() < 1e-12);
+        assert!(e.assumptions.prices.name.starts_with("given"));
+        let latency: Stated = "latency=0.02s".parse().expect("seconds");
+        assert_eq!(latency.object_store_latency_ms, Some(20.0));
+        for bad in [
+            "bandwidth",
+            "speed=1",
+            "workers=0",
+            "put=-1",
+            "bandwidth=0",
+            "latency=x",
+        ] {
+            let e = bad.parse::<Stated>().expect_err(bad);
+            assert!(e.to_string().contains("estimate_with"), "{bad}: {e}");
+        }
     }
 }

@@ -93,6 +93,9 @@ pub struct Conversion {
     /// conversion finishes, for `zshard verify --manifest` (see `manifest.rs`); otherwise it is
     /// removed with the rest of the state.
     pub keep_manifest: bool,
+    /// What `plan`'s time and price estimate assumes in place of its defaults (see
+    /// [`Stated`](crate::Stated)).
+    pub estimate_with: crate::Stated,
     /// When records are flushed and compacted (tests make them small).
     pub(crate) record_limits: zshard_state::RecordLimits,
     /// How often the shards written are recorded as done, on local disk each time after a
@@ -137,6 +140,7 @@ impl Conversion {
             checkpoint_interval: crate::DEFAULT_CHECKPOINT_INTERVAL,
             icechunk: None,
             keep_manifest: false,
+            estimate_with: crate::Stated::default(),
             record_limits: zshard_state::RecordLimits::default(),
             kept_shards_elsewhere: Arc::default(),
         }

@@ -334,6 +334,7 @@ def plan(
     message: str | None = None,
     icechunk_spec: IcechunkSpec | None = None,
     threads: int | None = None,
+    estimate_with: str | None = None,
     memory_limit: Size | None = None,
 ) -> Plan:
     """What converting ``src`` into ``dst`` would do, from metadata alone (``zshard plan --json``).
@@ -463,6 +464,13 @@ def plan(
     threads : int, optional
         Worker threads per CPU stage (at least 1). Default: the number of cores. More than 4 per core
         (or 1024) are capped to that, with a warning.
+    estimate_with : str, optional
+        What the plan's time and price estimate assumes in place of its defaults: comma-separated
+        ``bandwidth=SIZE`` (bytes a second one worker moves to or from an object store), ``latency=MS``,
+        ``workers=N``, and ``put=USD``, ``get=USD``, ``delete=USD`` (per 1,000 PUT/LIST, GET/HEAD and
+        DELETE requests; those not given stay S3 Standard's us-east-1 prices), e.g.
+        ``'bandwidth=1GB,latency=10ms,workers=16'``. Default: 100 MB/s, 30 ms, the worker count, S3
+        Standard.
     memory_limit : int | str, optional
         Peak memory not to exceed, in bytes or as ``'512MiB'``, ``'4G'`` (G and GiB: 2**30 bytes, GB:
         10**9). Shards bigger than fits are processed in parts; a conversion that cannot fit is refused
@@ -518,6 +526,7 @@ def plan(
             "message": message,
             "icechunk_spec": icechunk_spec,
             "threads": threads,
+            "estimate_with": estimate_with,
             "memory_limit": memory_limit,
         }
     )

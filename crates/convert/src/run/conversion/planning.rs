@@ -241,10 +241,17 @@ impl Conversion {
             bytes: bytes_out,
             remote: destination_remote,
         };
-        let workers = self.partition.count.max(1);
+        // Workers stated for the estimate count as the job's (`plan` itself runs as one).
+        let stated = &self.estimate_with;
+        let workers = stated.workers.unwrap_or(self.partition.count).max(1);
         let in_flight = self.store_options.max_requests as u64;
         // The state's records and lease renewals follow the run's length: from the data's.
-        let data_seconds = estimate::seconds(&source_side, &destination_side, workers, in_flight);
+        let data_seconds = estimate::seconds(
+            &source_side,
+            &destination_side,
+            (workers, in_flight),
+            stated,
+        );
         let job = estimate::Job {
             workers,
             shards: plan.arrays.iter().map(|a| a.geometry.shard_count()).sum(),
@@ -263,6 +270,11 @@ impl Conversion {
         cost.source_requests = source_side.requests;
         cost.destination_requests = destination_side.requests;
         cost.state_requests = by_file;
-        estimate::estimate(&source_side, &destination_side, workers, in_flight)
+        estimate::estimate(
+            &source_side,
+            &destination_side,
+            (workers, in_flight),
+            stated,
+        )
     }
 }
