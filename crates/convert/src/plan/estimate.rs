@@ -547,10 +547,11 @@ mod tests {
             bytes: 0,
             remote: false,
         };
-        let mut requests = Requests::default();
-        requests.get = 1_000_000;
         let remote = Side {
-            requests,
+            requests: Requests {
+                get: 1_000_000,
+                ..Requests::default()
+            },
             bytes: 10_000_000_000,
             remote: true,
         };
