@@ -431,7 +431,8 @@ mod tests {
             assert_ne!(from_flags, Options::new("/a", "/b"), "{setting:?} is given");
         }
         // The settings that are no key of a conversion here: SRC and DST, the run's settings of
-        // `convert` (covered by the job's own tests), and verify's.
+        // `convert` (covered by the job's own tests), plan's estimate (covered by operations.rs)
+        // and verify's.
         let elsewhere = [
             Setting::Source,
             Setting::Destination,
@@ -439,6 +440,7 @@ mod tests {
             Setting::MemoryLimit,
             Setting::Overwrite,
             Setting::KeepManifest,
+            Setting::EstimateWith,
             Setting::CheckpointInterval,
             Setting::Report,
             Setting::Worker,
