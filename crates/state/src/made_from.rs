@@ -122,7 +122,7 @@ fn inner_digests_of(line: &str) -> Option<&str> {
 /// and names its inner chunks' digests, with that field's text (see [`INNER_FIELD`]): an update
 /// may copy their unchanged inner chunks from the destination rather than convert them again.
 /// Only shards whose bytes stand as recorded: a written shard listed now with its recorded size and
-/// version (when the record names one), or an all-fill shard with no object at its key (each of its
+/// version (a record without a version copies nothing), or an all-fill shard with no object at its key (each of its
 /// inner chunks then reads as empty; zshard-convert names no inner digests for those today). A
 /// shard replaced since is converted whole.
 pub fn reusable_inner_digests(
@@ -187,7 +187,9 @@ fn inner_digests_kept(
                 let recorded_version = fields.get(4).map(|v| version_id(v));
                 let stands = match (recorded_size, listed.get(&index)) {
                     (Some(size), Some(&(listed_size, listed_version))) => {
-                        size == listed_size && recorded_version.is_none_or(|v| v == listed_version)
+                        // Without a recorded version a shard rewritten since at the same size
+                        // would look the same: nothing is copied from it.
+                        size == listed_size && recorded_version == Some(listed_version)
                     }
                     (Some(_), None) => false,
                     (None, listed) => listed.is_none(),

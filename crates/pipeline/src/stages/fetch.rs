@@ -181,12 +181,25 @@ fn copy_previous(
                 .collect()
         })
         .collect();
+    let results = previous.read_chunks(&coords, array.max_inner_len);
+    if results.len() != coords.len() {
+        // A reader that answers for fewer chunks than asked: those would be written as empty.
+        return Err(Error::Read {
+            array: job.name.clone(),
+            key: job.sink.shard_key(&part.task.shard),
+            source: Box::new(zshard_core::Error::Read {
+                key: job.sink.shard_key(&part.task.shard),
+                source: format!(
+                    "the previous output answered for {} of {} inner chunks to copy",
+                    results.len(),
+                    coords.len()
+                )
+                .into(),
+            }),
+        });
+    }
     let mut copied = Vec::with_capacity(inner.len());
-    for ((i, coord), result) in inner
-        .into_iter()
-        .zip(&coords)
-        .zip(previous.read_chunks(&coords, array.max_inner_len))
-    {
+    for ((i, coord), result) in inner.into_iter().zip(&coords).zip(results) {
         let bytes = result.map_err(|source| Error::Read {
             array: job.name.clone(),
             key: previous.chunk_key(coord),
