@@ -433,15 +433,20 @@ impl Conversion {
         let zarr_destination = (!elsewhere).then_some(destination);
         let reuse = Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed);
         let jobs = jobs;
-        let tasks = || to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
+        // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
+        // work ahead counts whole shards.
+        let tasks = to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
         // This worker's whole share, so that progress starts from what earlier runs did (issue 44).
         let none_done = vec![HashSet::new(); jobs.len()];
         let whole = crate::run::progress::work_of(
             &jobs,
             with_made(&jobs, to_run(&jobs, partition, &none_done)).into_iter(),
         );
-        let work = crate::run::progress::work_of(&jobs, with_made(&jobs, tasks()).into_iter())
-            .with_done_of(&whole);
+        let work = crate::run::progress::work_of(
+            &jobs,
+            with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
+        )
+        .with_done_of(&whole);
         observer.started(work.shards);
         observer.work(&work);
         let recorder = Recorder::new(
@@ -458,7 +463,7 @@ impl Conversion {
         let result = self.with_writeback(destination, || {
             zshard_pipeline::run_observed(
                 &jobs,
-                tasks(),
+                tasks,
                 &zshard_pipeline::Options {
                     cancel: self.cancel.clone(),
                     ..budget.options()
