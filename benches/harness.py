@@ -624,6 +624,15 @@ def tools_for(wl, src, args, outdir):
             o = out("zshard --no-passthrough")
             tools.append(Tool("zshard --no-passthrough", "zshard", cmd[:2] + [src.path, o] + cmd[4:] +
                               ["--no-passthrough"], o, expect_passthrough=False))
+    if args.zshard_before:
+        # The same commands with an earlier build, run alternately with the current one (a refactor's
+        # "behaviour and speed unchanged" is judged within one run, in the same conditions).
+        tools += [Tool(f"{t.name} (before)", "zshard-before", [args.zshard_before] + t.cmd[1:3] +
+                       [t.out + "-before"] + t.cmd[4:], t.out + "-before", array=sub(t.out + "-before"),
+                       location=t.location, verify=t.verify)
+                  for t in list(tools) if t.kind == "zshard"]
+    if args.zshard_only:
+        return tools
     for peer in wl.peers:
         o = out(peer)
         if peer == "tensorstore":
@@ -1054,6 +1063,9 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--workdir", default=os.path.join(REPO, "target", "bench"))
     p.add_argument("--zshard", default=os.path.join(REPO, "target", "release", "zshard"))
+    p.add_argument("--zshard-before", default=None, metavar="BIN",
+                   help="an earlier zshard build, run beside --zshard on the same workloads (before/after)")
+    p.add_argument("--zshard-only", action="store_true", help="run no peers and no copy floor")
     p.add_argument("--zarrs", default=None, help="zarrs_reencode binary (default: target/peers/bin, then PATH)")
     p.add_argument("--verify", choices=["every", "first"], default="every",
                    help="verify the output of every run, or only of each tool's first run")

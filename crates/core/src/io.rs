@@ -1,7 +1,6 @@
 //! The two seams of the pipeline: where encoded chunks come from and where shards go. Readers and
 //! writers implement them; the stages see nothing else of the outside world.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -61,15 +60,34 @@ pub trait ChunkReader: Send + Sync + Debug {
 /// What the stored chunks of an array are (see [`ChunkReader::chunk_versions`]): by the coordinate
 /// of the object that stores them, a stable 64-bit hash of its version (a local file's inode,
 /// modification time and size; an ETag; a reference's target, offset and length). A chunk with no
-/// entry is not stored (it reads as the fill value).
+/// entry is not stored (it reads as the fill value). Made by a [`ChunkVersionsBuilder`].
+///
+/// Held for the whole run, so kept small: 16 bytes per stored object (its C-order index in the
+/// chunk grid and its version hash, sorted by index), see [`ChunkVersions::memory_bytes`].
+///
+/// ```
+/// use zshard_core::ChunkVersions;
+///
+/// let mut listed = ChunkVersions::builder(&[2, 3]);
+/// listed.insert(vec![1, 2], "\"etag-a\"");
+/// listed.insert(vec![0, 1], "etag-b");
+/// listed.insert(vec![5, 0], "beyond the grid: no chunk of the array");
+/// let versions = listed.build();
+/// assert_eq!(versions.len(), 2);
+/// assert_eq!(versions.of(&[1, 2]), Some(zshard_core::version_hash("etag-a")));
+/// assert_eq!(versions.of(&[0, 0]), None);
+/// ```
 #[derive(Clone, Default)]
 pub struct ChunkVersions {
-    stored: HashMap<Vec<u64>, u64>,
+    /// (C-order index of the object's coordinate in the grid, version hash), sorted by index.
+    stored: Vec<(u64, u64)>,
+    /// The chunk grid the coordinates are indexes in.
+    grid: Vec<u64>,
     /// For a source stored in shards: the coordinate of the stored object (the shard) holding a
     /// chunk, `None` outside the shard grid; the chunk's own coordinate otherwise.
     object_of: Option<ObjectOf>,
     /// The bytes the listed objects are stored in, when the listing says (see
-    /// [`ChunkVersions::add_stored_bytes`]): what reading them all takes, for `plan`'s cost.
+    /// [`ChunkVersionsBuilder::add_stored_bytes`]): what reading them all takes, for `plan`'s cost.
     stored_bytes: Option<u64>,
 }
 
@@ -86,17 +104,74 @@ impl Debug for ChunkVersions {
     }
 }
 
-impl ChunkVersions {
+/// A listing's objects as they come (in the store's key order), made into [`ChunkVersions`] by
+/// [`ChunkVersionsBuilder::build`].
+#[derive(Debug, Default)]
+pub struct ChunkVersionsBuilder {
+    versions: ChunkVersions,
+}
+
+impl ChunkVersionsBuilder {
     /// Records the object at `coord` with the version `version` as its store names it. The quotes
     /// and weak marker some stores add in one place and not another (Azure lists ETags bare and
     /// sends them quoted) are left out.
     pub fn insert(&mut self, coord: Vec<u64>, version: &str) {
-        self.stored.insert(coord, version_hash(version));
+        self.insert_hashed(coord, version_hash(version));
     }
 
-    /// Records the object at `coord` with an already hashed version (see [`stable_hash`]).
+    /// Records the object at `coord` with an already hashed version (see [`stable_hash`]). An
+    /// object outside the grid (a chunk left beyond a shrunk array's end) holds no chunk of the
+    /// array and is left out.
     pub fn insert_hashed(&mut self, coord: Vec<u64>, version: u64) {
-        self.stored.insert(coord, version);
+        if let Some(index) = index_in(&coord, &self.versions.grid) {
+            self.versions.stored.push((index, version));
+        }
+    }
+
+    /// Counts `bytes` more as stored by the listed objects (an object's size as its listing names
+    /// it, a reference's length): a listing that says no sizes leaves
+    /// [`ChunkVersions::stored_bytes`] unknown.
+    pub fn add_stored_bytes(&mut self, bytes: u64) {
+        let versions = &mut self.versions;
+        versions.stored_bytes = Some(versions.stored_bytes.unwrap_or(0) + bytes);
+    }
+
+    /// The versions, in index order (an object listed twice keeps its last version).
+    pub fn build(mut self) -> ChunkVersions {
+        let stored = &mut self.versions.stored;
+        // Stable, so that of two entries for one index the later stays last, and is kept.
+        stored.sort_by_key(|&(index, _)| index);
+        stored.reverse();
+        stored.dedup_by_key(|&mut (index, _)| index);
+        stored.reverse();
+        stored.shrink_to_fit();
+        self.versions
+    }
+}
+
+/// The C-order index of `coord` in `grid`; `None` outside it (or for a grid of more than 2^64
+/// chunks, which no store holds).
+fn index_in(coord: &[u64], grid: &[u64]) -> Option<u64> {
+    if coord.len() != grid.len() {
+        return None;
+    }
+    coord.iter().zip(grid).try_fold(0u64, |index, (&c, &n)| {
+        (c < n).then_some(())?;
+        index.checked_mul(n)?.checked_add(c)
+    })
+}
+
+impl ChunkVersions {
+    /// A listing of the objects of a grid of `grid` objects along each dimension. For a source
+    /// stored in shards, the chunk grid is given too: a shard's coordinate is never past its
+    /// first chunk's, so it has an index in the chunk grid (see [`ChunkVersions::stored_in`]).
+    pub fn builder(grid: &[u64]) -> ChunkVersionsBuilder {
+        ChunkVersionsBuilder {
+            versions: ChunkVersions {
+                grid: grid.to_vec(),
+                ..ChunkVersions::default()
+            },
+        }
     }
 
     /// Chunks are stored several to an object (a source stored in shards): `object_of` names the
@@ -111,17 +186,15 @@ impl ChunkVersions {
 
     /// The version of the object holding chunk `coord`; `None` when it is not stored.
     pub fn of(&self, coord: &[u64]) -> Option<u64> {
-        match &self.object_of {
-            Some(object_of) => self.stored.get(&object_of(coord)?).copied(),
-            None => self.stored.get(coord).copied(),
-        }
-    }
-
-    /// Counts `bytes` more as stored by the listed objects (an object's size as its listing names
-    /// it, a reference's length): a listing that says no sizes leaves
-    /// [`ChunkVersions::stored_bytes`] unknown.
-    pub fn add_stored_bytes(&mut self, bytes: u64) {
-        self.stored_bytes = Some(self.stored_bytes.unwrap_or(0) + bytes);
+        let index = match &self.object_of {
+            Some(object_of) => index_in(&object_of(coord)?, &self.grid)?,
+            None => index_in(coord, &self.grid)?,
+        };
+        let at = self
+            .stored
+            .binary_search_by_key(&index, |&(index, _)| index)
+            .ok()?;
+        Some(self.stored[at].1)
     }
 
     /// The bytes the listed objects are stored in (compressed sizes, an already sharded source's
@@ -141,6 +214,13 @@ impl ChunkVersions {
     /// Whether no object is stored.
     pub fn is_empty(&self) -> bool {
         self.stored.is_empty()
+    }
+
+    /// The bytes these versions hold in memory (for the run's memory budget: they are kept until
+    /// the last shard is recorded).
+    pub fn memory_bytes(&self) -> u64 {
+        let entry = std::mem::size_of::<(u64, u64)>() as u64;
+        (self.stored.capacity() as u64).saturating_mul(entry)
     }
 }
 
@@ -259,5 +339,41 @@ impl<S: ShardSink + ?Sized> ShardStream for CollectedShard<'_, S> {
 
     fn finish(self: Box<Self>) -> Result<Stored> {
         self.sink.write_shard(&self.shard, &self.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_listed_out_of_order_are_found_and_the_last_listed_wins() {
+        let mut listed = ChunkVersions::builder(&[4, 5]);
+        for (i, coord) in [[3, 4], [0, 0], [2, 1], [0, 0], [1, 3]].iter().enumerate() {
+            listed.insert_hashed(coord.to_vec(), i as u64);
+        }
+        listed.insert_hashed(vec![4, 0], 99); // past the grid
+        listed.insert_hashed(vec![1], 99); // another rank
+        let versions = listed.build();
+        assert_eq!(versions.len(), 4);
+        assert_eq!(versions.of(&[0, 0]), Some(3));
+        assert_eq!(versions.of(&[3, 4]), Some(0));
+        assert_eq!(versions.of(&[2, 1]), Some(2));
+        assert_eq!(versions.of(&[1, 3]), Some(4));
+        assert_eq!(versions.of(&[1, 4]), None);
+        assert_eq!(versions.of(&[4, 0]), None);
+        assert_eq!(versions.memory_bytes(), 4 * 16);
+    }
+
+    #[test]
+    fn a_chunk_has_the_version_of_the_shard_holding_it() {
+        let mut listed = ChunkVersions::builder(&[4, 4]);
+        listed.insert_hashed(vec![1, 0], 7);
+        let versions = listed
+            .build()
+            .stored_in(|c: &[u64]| Some(c.iter().map(|c| c / 2).collect()));
+        assert_eq!(versions.of(&[2, 1]), Some(7));
+        assert_eq!(versions.of(&[3, 0]), Some(7));
+        assert_eq!(versions.of(&[1, 1]), None);
     }
 }

@@ -386,10 +386,10 @@ impl ChunkReader for IcechunkReader {
     /// From the snapshot's manifests (no chunk is read): a native chunk by its object's id and
     /// range (a chunk written again gets a new id), a virtual one by its target, range and
     /// checksum, an inline one by its bytes.
-    fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
+    fn chunk_versions(&self, grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
         let path = self.array_path().map_err(|e| self.read_error(&[], e))?;
         self.runtime.block_on(async {
-            let mut versions = ChunkVersions::default();
+            let mut versions = ChunkVersions::builder(grid);
             let stream = self.session.array_chunk_iterator(&path).await;
             let mut stream = std::pin::pin!(stream);
             while let Some(item) = stream.next().await {
@@ -424,7 +424,7 @@ impl ChunkReader for IcechunkReader {
                 versions.insert_hashed(coord, version);
                 versions.add_stored_bytes(stored);
             }
-            Ok(Some(versions))
+            Ok(Some(versions.build()))
         })
     }
 

@@ -72,6 +72,12 @@ impl Digests {
         Digests { arrays }
     }
 
+    /// The bytes these digests hold in memory: 8 per shard.
+    pub fn memory_bytes(&self) -> u64 {
+        let shards: usize = self.arrays.iter().flatten().map(Vec::capacity).sum();
+        (shards * std::mem::size_of::<u64>()) as u64
+    }
+
     /// The digest of shard `index` of array `array` now, when its source names versions.
     pub fn get(&self, array: usize, index: u64) -> Option<u64> {
         let digests = self.arrays.get(array)?.as_ref()?;

@@ -23,6 +23,27 @@ pub struct Survey {
     pub(super) records: HashMap<String, Bytes>,
 }
 
+impl Survey {
+    /// The bytes this survey holds in memory, about (for the run's memory budget: it is kept until
+    /// the last shard is recorded). Mostly the record files read, whose size follows the shard count
+    /// (and, with the inner chunks' digests, the inner chunk count) and the listed shards.
+    pub fn memory_bytes(&self) -> u64 {
+        let records: usize = self.records.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let documents: usize = self
+            .documents
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len))
+            .sum();
+        let shards: usize = self
+            .shards
+            .iter()
+            .map(|s| s.capacity() * std::mem::size_of::<ListedShard>())
+            .sum();
+        let state: usize = self.state.iter().map(String::len).sum();
+        (records + documents + shards + state) as u64
+    }
+}
+
 /// What a finished conversion left for the next run to compare with: the metadata documents and
 /// the kept records only (one round of reads: no listing of the state or of the shards), for
 /// `zshard plan` to say what an update would do (see [`survey`] for the rest).

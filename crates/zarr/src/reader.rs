@@ -76,7 +76,7 @@ impl ChunkReader for ZarrChunkReader {
             true => listing_splits(self.encoding, grid),
             false => Vec::new(),
         };
-        listed_versions(&self.store, self.encoding, grid.len(), &splits).map(Some)
+        listed_versions(&self.store, self.encoding, grid, &splits).map(Some)
     }
 
     fn names_versions(&self) -> bool {
@@ -114,7 +114,7 @@ const MAX_LISTING_SEGMENTS: u64 = 1024;
 fn listed_versions(
     store: &Store,
     encoding: ChunkKeyEncoding,
-    ndim: usize,
+    grid: &[u64],
     splits: &[String],
 ) -> Result<ChunkVersions> {
     let folder = encoding.chunk_folder();
@@ -124,14 +124,14 @@ fn listed_versions(
             key: store.url(folder),
             source: Box::new(e),
         })?;
-    let mut versions = ChunkVersions::default();
+    let mut versions = ChunkVersions::builder(grid);
     for object in listed {
-        if let Some(coord) = encoding.coordinates(&object.key, ndim) {
+        if let Some(coord) = encoding.coordinates(&object.key, grid.len()) {
             versions.insert(coord, &object.version);
             versions.add_stored_bytes(object.size);
         }
     }
-    Ok(versions)
+    Ok(versions.build())
 }
 
 /// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index
@@ -344,7 +344,8 @@ impl ChunkReader for ShardedChunkReader {
     /// By shard: an inner chunk has the version of the shard holding it, so a shard written again
     /// upstream changes every chunk in it.
     fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
-        let versions = listed_versions(&self.store, self.encoding, grid.len(), &[])?;
+        // A shard's coordinate is never past its first chunk's: the chunk grid indexes the shards too.
+        let versions = listed_versions(&self.store, self.encoding, grid, &[])?;
         let (shards, inner_shape) = (self.shards.clone(), self.inner_shape.clone());
         Ok(Some(versions.stored_in(move |coord| {
             shards

@@ -482,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn batches_follow_the_shard_count_and_the_checkpoint_interval() {
+    fn batches_follow_the_shard_count_and_the_recording_interval() {
         // A million shards by four workers in a minute: 25 batches each by count (6 by time).
         let (by_file, _) = state_requests(&job(1_000_000, 4), 60.0);
         let compacted = 25 / 3;

@@ -2,7 +2,7 @@
 //! metadata documents once everything is done (`convert`, or `finalize` after a partitioned run).
 //! The steps live here; their parts in `conversion/`: opening and planning the source (`open.rs`),
 //! `plan` (`planning.rs`), the shards a run converts (`shards.rs`), the end of a run (`finish.rs`),
-//! `finalize` (`finalize.rs`) and the I/O threads (`io_threads.rs`).
+//! `finalize` (`finalize.rs`) and the run's budget: memory and I/O threads (`budget.rs`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -23,16 +23,15 @@ use crate::run::reuse::Reuse;
 use zshard_pipeline::{Budget, Cancel};
 use zshard_state::{Lease, Observer, Partition, Prepared};
 
+mod budget;
 mod finalize;
 mod finish;
-mod io_threads;
 mod open;
 mod planning;
 mod shards;
 
+pub(crate) use budget::io_threads;
 use finish::{clear_state, finish, MadeFrom};
-pub(crate) use io_threads::io_threads;
-use io_threads::*;
 use shards::*;
 
 /// One conversion of a source into sharded Zarr v3: where from, where to, and how. Make one with
@@ -205,61 +204,6 @@ impl Conversion {
         self.open().map(|_| ())
     }
 
-    fn budget(&self, opened: &Opened) -> Result<Budget> {
-        let outside = memory::Outside {
-            upload_buffers: memory::upload_buffers(
-                &opened.destination,
-                self.store_options.part_size,
-                &opened.plan.layouts(),
-            ),
-            // The plan, held for the whole run, and what the source holds.
-            // With a pyramid, also the shards of its lower levels that wait for their blocks.
-            resident: opened
-                .input
-                .memory_bytes()
-                .saturating_add(memory::plan_bytes(opened.plan.arrays.len()))
-                .saturating_add(crate::plan::pyramid::pending_bytes(&opened.plan)),
-        };
-        // A local reference file whose targets are remote reads over the network too.
-        let remote = opened.input.reads_remote() || opened.destination.is_remote();
-        let budget_with = |io_threads| {
-            memory::budget(
-                &opened.plan,
-                &opened.input.url(),
-                crate::threads::capped_threads(self.threads).0,
-                self.memory_limit,
-                outside,
-                io_threads,
-            )
-        };
-        if let Some(explicit) = self.io_threads {
-            return budget_with(crate::threads::capped_io_threads(explicit.max(1)).0);
-        }
-        let usual = budget_with(default_io_threads(remote, u64::MAX))?;
-        if !remote {
-            return Ok(usual);
-        }
-        let largest_shard = opened
-            .plan
-            .layouts()
-            .iter()
-            .map(ArrayLayout::shard_bytes)
-            .max()
-            .unwrap_or(0);
-        let wanted = default_io_threads(remote, largest_shard);
-        if wanted <= usual.io_threads {
-            return Ok(usual);
-        }
-        // More I/O threads only where the memory limit lets them in without taking CPU threads or part
-        // size from the run (or refusing it).
-        Ok(match budget_with(wanted) {
-            Ok(more) if more.threads >= usual.threads && more.part_bytes >= usual.part_bytes => {
-                more
-            }
-            _ => usual,
-        })
-    }
-
     /// Converts this worker's shards that are not done yet, then (in an unpartitioned run) writes
     /// the metadata. Resumes an interrupted run with the same options; refuses a destination that
     /// holds another conversion unless [`Conversion::overwrite`] is set. Stops early with
@@ -321,7 +265,8 @@ impl Conversion {
     ) -> Result<(Status, Option<zshard_kerchunk::ReadStats>)> {
         let (opened, destination, lease) = self.open_leased()?;
         crate::plan::pyramid::check_finished(&opened.plan, &destination, self.overwrite)?;
-        let budget = self.budget(&opened)?;
+        // Refused before the destination is claimed when the limit is too small for the plan alone.
+        self.budget(&opened)?;
         self.stop_if_cancelled()?;
         let destination = &destination;
         let Opened { input, plan, .. } = &opened;
@@ -364,6 +309,12 @@ impl Conversion {
             return Ok((Status::Complete, input.reference_reads()));
         };
         let listed = listing.wait()?;
+        // Sized again with what the survey and the listing hold (a few bytes per shard and per
+        // source chunk: at 10^8 source chunks, 1.6 GB), now that their sizes are known.
+        let budget = self.budget_holding(
+            &opened,
+            survey.memory_bytes().saturating_add(listed.memory_bytes()),
+        )?;
         let digests = &listed.digests;
         let destination = &zshard_state::recording_uploads(destination, partition, &survey)?;
         let mut resume = zshard_state::done_shards(
@@ -782,26 +733,4 @@ fn refuse_overlap(source: &Location, destination: &Location) -> Result<()> {
         }
     };
     Err(Error::Overlap { reason })
-}
-
-#[cfg(test)]
-mod io_thread_tests {
-    use super::*;
-
-    #[test]
-    fn remote_runs_of_small_shards_get_more_io_threads_and_big_ones_keep_eight() {
-        assert_eq!(default_io_threads(false, 1), 2);
-        assert_eq!(default_io_threads(false, 1 << 30), 2);
-        // W10: one-element shards; a 64 KiB shard of a tile pyramid.
-        assert_eq!(default_io_threads(true, 1), 32);
-        assert_eq!(default_io_threads(true, 64 << 10), 32);
-        assert_eq!(default_io_threads(true, 2 << 20), 16);
-        // W8 (1024² f4) and W7 (2048² u2): 4 and 8 MiB shards keep the 8 they were measured with.
-        assert_eq!(default_io_threads(true, 4 << 20), 8);
-        assert_eq!(default_io_threads(true, 8 << 20), 8);
-        assert_eq!(default_io_threads(true, u64::MAX), 8);
-        assert_eq!(io_threads_for(Some(3), true), 3);
-        assert_eq!(io_threads_for(Some(0), false), 1);
-        assert_eq!(io_threads_for(None, true), 8);
-    }
 }

@@ -218,3 +218,20 @@ fn a_workers_records_are_compacted_and_a_rerun_trusts_them() {
     assert_eq!(verified.shards_checked, 40);
     assert_eq!(verified.mismatches.count, 0, "{:?}", verified.mismatches);
 }
+
+#[test]
+fn what_the_listing_and_the_survey_hold_is_part_of_the_memory_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conversion = conversion(dir.path());
+    conversion.memory_limit = Some(256 << 20);
+    let opened = conversion.open().expect("open");
+    let alone = conversion.budget_holding(&opened, 0).expect("budget");
+    let held = 64 << 20;
+    let holding = conversion.budget_holding(&opened, held).expect("budget");
+    assert_eq!(holding.estimated_peak, alone.estimated_peak + held);
+    // Held beyond the limit: refused, naming the limit, rather than killed past it.
+    let e = conversion
+        .budget_holding(&opened, 300 << 20)
+        .expect_err("over the limit");
+    assert!(e.to_string().contains("memory"), "{e}");
+}

@@ -37,6 +37,20 @@ pub(crate) struct Listed {
     pub(crate) versions: Vec<Option<Arc<ChunkVersions>>>,
 }
 
+impl Listed {
+    /// The bytes this listing holds in memory (for the run's memory budget: it is kept until the
+    /// last shard is recorded): the versions, 16 bytes per source chunk, and 8 per shard.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let versions: u64 = self
+            .versions
+            .iter()
+            .flatten()
+            .map(|v| v.memory_bytes())
+            .sum();
+        versions.saturating_add(self.digests.memory_bytes())
+    }
+}
+
 /// [`of`], keeping the versions.
 fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
     listed_with(jobs, Vec::new())

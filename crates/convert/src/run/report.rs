@@ -170,7 +170,7 @@ impl ReportedOptions {
             io_threads: conversion.io_threads,
             partition: conversion.partition.into(),
             overwrite: conversion.overwrite,
-            checkpoint_interval_seconds: conversion.checkpoint_interval.as_secs_f64(),
+            checkpoint_interval_seconds: conversion.record_log().1.as_secs_f64(),
         }
     }
 }

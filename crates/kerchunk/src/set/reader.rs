@@ -81,7 +81,7 @@ impl ArrayCommon {
     fn versions(&self, wants: impl Fn(&[Vec<u64>]) -> Vec<Want>) -> Option<ChunkVersions> {
         const BATCH: u64 = 4096;
         let total = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS)?;
-        let mut versions = ChunkVersions::default();
+        let mut versions = ChunkVersions::builder(&self.grid);
         let mut targets = std::collections::HashMap::new();
         let mut start = 0;
         while start < total {
@@ -97,7 +97,7 @@ impl ArrayCommon {
             }
             start = end;
         }
-        Some(versions)
+        Some(versions.build())
     }
 
     fn position(&self, coord: &[u64]) -> Option<u64> {

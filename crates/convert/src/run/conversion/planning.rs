@@ -258,7 +258,7 @@ impl Conversion {
             arrays: plan.arrays.len() as u64,
             tracked: crate::run::digests::tracked(jobs),
             keep_manifest: self.keep_manifest,
-            checkpoint_seconds: self.checkpoint_interval.as_secs_f64(),
+            checkpoint_seconds: self.record_log().1.as_secs_f64(),
             renew_seconds: self.lease_stale_after.as_secs_f64() / 4.0,
         };
         // An Icechunk output keeps no zshard state: its commit's requests are not counted.
