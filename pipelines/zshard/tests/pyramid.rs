@@ -714,3 +714,83 @@ fn verify_checks_every_level_against_a_recomputation_from_the_source() {
         "{stderr}"
     );
 }
+
+/// A rerun after the source changed (issue 40) brings every level up to date, as it does a single
+/// array: a changed chunk rewrites the shards of each level made from it; a row appended to an odd
+/// extent also changes the last row of each lower level (its last element then stands for one more
+/// row of level 0), even where no stored chunk and no lower level's shape changed.
+#[test]
+fn a_rerun_after_the_source_changed_brings_every_level_up_to_date() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+    let report = dir.path().join("report.json");
+    let (shape, chunks) = ([39u64, 36], [8u64, 8]);
+    let mut values = ramp(&shape, |i| 1.0 + (i % 200) as f64);
+    source(&src, DataType::UInt16, &shape, &chunks, &["y", "x"], &values);
+    // By mode: the mean leaves out the fill value (0), which the rows appended below hold.
+    let args = [
+        "--pyramid",
+        "3",
+        "--downsample",
+        "mode",
+        "--shard-shape",
+        "16,16",
+        "--report",
+        report.to_str().expect("utf-8"),
+    ];
+    let convert = |values: &[f64], shape: &[u64]| -> Value {
+        check_pyramid(&src, &dst, &args, &[2, 2], "mode", None, true);
+        assert_eq!(level(&dst.join("0")), (values.to_vec(), shape.to_vec()));
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json")
+    };
+    let update_source = |values: &[f64], shape: &[u64]| {
+        let data: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| (v as u16).to_le_bytes())
+            .collect();
+        let compressor = json!({"id": "zstd", "level": 1});
+        common::update_v2(&src, DataType::UInt16, shape, &chunks, compressor, &data)
+    };
+    convert(&values, &shape);
+
+    // One element of chunk (0, 0): level 0's shard (0, 0) and the shard of each level below it.
+    values[3 * 36 + 5] = 7777.0;
+    assert_eq!(update_source(&values, &shape), ["0.0"]);
+    let report = convert(&values, &shape);
+    assert_eq!(report["status"], "ok");
+    assert_eq!(report["update"]["shards_rewritten"], 3, "{report}");
+    assert_eq!(report["update"]["shards_added"], 0, "{report}");
+
+    // One row more, of zeros: chunk row 4 (rows 32..40, stored padded with zeros) keeps its bytes
+    // and every level but 0 keeps its shape, yet level 1's last row now stands for rows 38 and 39 of
+    // level 0, not 38 alone (its mode becomes 0), and level 2's for level 1's rows 18 and 19.
+    let grown = [40u64, 36];
+    values.extend([0.0; 36]);
+    assert_eq!(update_source(&values, &grown), Vec::<String>::new());
+    let report = convert(&values, &grown);
+    assert_eq!(report["status"], "ok");
+    // The last row of shards of each level: 3 of level 0 (16 x 16), 3 of level 1 (20 x 18 in
+    // 8 x 8) and 2 of level 2 (10 x 9).
+    assert_eq!(report["update"]["shards_rewritten"], 8, "{report}");
+    assert_eq!(report["update"]["shards_added"], 0, "{report}");
+
+    // Nothing changed: complete, nothing written.
+    let before = common::files(&dst);
+    let out = zshard(&[
+        "convert",
+        src.to_str().expect("utf-8"),
+        dst.to_str().expect("utf-8"),
+        "--pyramid",
+        "3",
+        "--downsample",
+        "mode",
+        "--shard-shape",
+        "16,16",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already complete"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(common::files(&dst) == before);
+}

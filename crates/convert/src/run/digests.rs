@@ -16,9 +16,30 @@ use zshard_state::Digests;
 use crate::error::{Error, Result};
 
 /// Whether every array's source names its chunks' versions: a conversion's records then say what
-/// each shard was made from, and a finished one is brought up to date by a rerun.
+/// each shard was made from, and a finished one is brought up to date by a rerun. A pyramid's lower
+/// level is made from level 0, and follows the versions of level 0's source (see [`below`]).
 pub(crate) fn tracked(jobs: &[ArrayJob]) -> bool {
-    jobs.iter().all(|job| job.reader.names_versions())
+    jobs.iter()
+        .all(|job| job.derived.is_some() || job.reader.names_versions())
+}
+
+/// For a pyramid's lower level `job`: the level-0 job (its index in `jobs`) it is made from, and
+/// per dimension how many of level 0's elements one of its elements stands for.
+fn below(jobs: &[ArrayJob], job: &ArrayJob) -> Option<(usize, Vec<u64>)> {
+    let mut factors = vec![1u64; job.layout.geometry.array_shape().len()];
+    let (mut current, mut root) = (job, None);
+    // At most one step per level: a cycle (none is planned) ends the walk rather than loops.
+    for _ in 0..=jobs.len() {
+        let Some(derived) = &current.derived else {
+            return root.map(|root| (root, factors));
+        };
+        for (f, d) in factors.iter_mut().zip(&derived.factors) {
+            *f = f.saturating_mul(*d);
+        }
+        root = Some(derived.from);
+        current = jobs.get(derived.from)?;
+    }
+    None
 }
 
 /// The digests of every shard of `jobs` (one per array of the plan): one listing of each array's
@@ -76,7 +97,18 @@ pub(crate) fn listed_with(
     let digests = jobs
         .iter()
         .zip(&versions)
-        .map(|(job, versions)| versions.as_ref().map(|v| array_digests(job, v)))
+        .map(|(job, own)| match (own, below(jobs, job)) {
+            (Some(own), _) => Some(array_digests(job, own, None)),
+            (None, Some((root, factors))) => {
+                let level0 = versions_of(&versions, root)?;
+                Some(array_digests(
+                    job,
+                    level0,
+                    Some((jobs.get(root)?, &factors)),
+                ))
+            }
+            (None, None) => None,
+        })
         .collect();
     Ok(Listed {
         digests: Digests::new(digests),
@@ -84,19 +116,42 @@ pub(crate) fn listed_with(
     })
 }
 
-/// The digest of every shard of `job`'s array, in C order.
-fn array_digests(job: &ArrayJob, versions: &ChunkVersions) -> Vec<u64> {
+/// The versions listed for job `index` of `versions`, when they were.
+fn versions_of(versions: &[Option<Arc<ChunkVersions>>], index: usize) -> Option<&ChunkVersions> {
+    versions.get(index)?.as_deref()
+}
+
+/// The digest of every shard of `job`'s array, in C order. For a pyramid's lower level, `below`
+/// names the level-0 job and the factors (see [`below`]): a shard's digest is then made of its own
+/// region and of the versions of level 0's source chunks under it.
+fn array_digests(
+    job: &ArrayJob,
+    versions: &ChunkVersions,
+    below: Option<(&ArrayJob, &[u64])>,
+) -> Vec<u64> {
     let geometry = &job.layout.geometry;
     let grid = geometry.shard_grid();
     let array = geometry.array_region();
     (0..zshard_core::product(&grid))
         .map(|index| {
             let shard = zshard_core::unravel_index(index, &grid);
-            region_digest(
-                &job.layout,
-                versions,
-                geometry.shard_region(&shard).intersect(&array),
-            )
+            let region = geometry.shard_region(&shard).intersect(&array);
+            match below {
+                None => region_digest(&job.layout, versions, region),
+                Some((root, factors)) => {
+                    let root_array = root.layout.geometry.array_region();
+                    let under = region.as_ref().and_then(|r| {
+                        let scaled =
+                            |v: &[u64]| v.iter().zip(factors).map(|(v, f)| v * f).collect();
+                        Region {
+                            start: scaled(&r.start),
+                            shape: scaled(&r.shape),
+                        }
+                        .intersect(&root_array)
+                    });
+                    covered_digest(region.as_ref(), &root.layout, versions, under.as_ref())
+                }
+            }
         })
         .collect()
 }
@@ -123,14 +178,33 @@ pub(crate) fn inner_digests(
 /// The digest of `region` (`None`: outside the array) of `job`'s array: its corner and shape, and
 /// each source chunk it covers with that chunk's version.
 fn region_digest(layout: &ArrayLayout, versions: &ChunkVersions, region: Option<Region>) -> u64 {
+    covered_digest(region.as_ref(), layout, versions, region.as_ref())
+}
+
+/// The digest of `region` (`None`: outside the array), made from the source chunks of `layout`
+/// that `covered` overlaps (the region itself, or for a pyramid's lower level the region of level 0
+/// under it), each with its version.
+fn covered_digest(
+    region: Option<&Region>,
+    layout: &ArrayLayout,
+    versions: &ChunkVersions,
+    covered: Option<&Region>,
+) -> u64 {
     let mut bytes: Vec<u8> = Vec::new();
-    let Some(region) = region else {
+    let (Some(region), Some(covered)) = (region, covered) else {
         return stable_hash(&bytes);
     };
     for n in region.start.iter().chain(&region.shape) {
         bytes.extend_from_slice(&n.to_le_bytes());
     }
-    for coord in layout.source_chunks_overlapping(&region) {
+    // Level 0's region under a lower level's: it grows at the array's end when level 0 grows by
+    // an odd extent (the last element then stands for one more), while the level's region stays.
+    if covered != region {
+        for n in covered.start.iter().chain(&covered.shape) {
+            bytes.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+    for coord in layout.source_chunks_overlapping(covered) {
         for c in &coord {
             bytes.extend_from_slice(&c.to_le_bytes());
         }
