@@ -38,7 +38,7 @@ pub struct PlanReport {
 
 /// What rerunning a finished conversion would bring up to date, from one listing of the source and
 /// the destination's kept records (no chunk read).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct UpdatePlan {
     /// Per array, in hierarchy order.
@@ -49,7 +49,7 @@ pub struct UpdatePlan {
 }
 
 /// What an update would do to one array, and why.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ArrayUpdate {
     /// The array's path in the hierarchy.
@@ -160,7 +160,7 @@ impl UpdatePlan {
 /// every request of the job by kind on each side, the listings, HEADs and the state's files
 /// (claim, records, manifest: see `plan/estimate.rs`) included. An update's
 /// cost ([`UpdatePlan::cost`]) counts its data alone: its other fields are 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Cost {
     /// GET requests for source chunks.
