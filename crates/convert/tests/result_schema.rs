@@ -23,8 +23,7 @@ fn schema() -> Value {
     generator.subschema_for::<zshard_convert::Report>();
     generator.subschema_for::<zshard_convert::status::Status>();
     generator.subschema_for::<zshard_convert::Listing>();
-    generator.subschema_for::<zshard_convert::Cost>();
-    generator.subschema_for::<zshard_convert::Estimate>();
+    generator.subschema_for::<zshard_convert::PlanDocument>();
     let mut definitions: Vec<(String, Value)> =
         generator.take_definitions(true).into_iter().collect();
     // By name, so that the kept file's order does not follow the order types are first met in.
