@@ -175,6 +175,18 @@ def test_the_functions_are_what_generate_api_makes():
     assert run.returncode == 0, run.stderr
 
 
+def test_the_result_classes_are_what_generate_results_makes():
+    """``_results.py`` is what ``generate_results.py`` makes of the Rust result types' schema (which
+    ``crates/convert/tests/result_schema.rs`` keeps equal to the types)."""
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES.parent / "generate_results.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+
+
 def test_one_keyword_per_setting_no_negated_twin(small, tmp_path):
     """``passthrough=False`` and ``consolidate=False`` are the flags ``--no-passthrough`` and
     ``--no-consolidate``; there is no ``no_passthrough`` or ``no_consolidate`` keyword."""

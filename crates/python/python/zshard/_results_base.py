@@ -1,0 +1,127 @@
+"""The hand-written part of the result classes: what the library's documents do not define. The
+generated ``_results.py`` (``crates/python/generate_results.py``, from the Rust types' schema)
+subclasses the conveniences here and re-exports the rest: the progress tuple handed to callbacks, and
+the results of ``finalize`` and ``verify``, which the extension builds field by field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+class Progress(NamedTuple):
+    """How far a conversion is, as handed to a ``progress=`` callback. Shards count this worker's
+    whole share: a resumed run starts from the shards earlier runs did (as ``zshard.status`` counts
+    them); chunks and bytes are this run's.
+
+    Attributes
+    ----------
+    shards_done : int
+        Shards done: by earlier runs, then by this one.
+    shards_total : int
+        Shards of this worker's share, done or not.
+    chunks_read : int
+        Source chunks read so far.
+    bytes_read : int
+        Bytes read from the source so far.
+    bytes_written : int
+        Bytes written to the destination so far.
+    """
+
+    shards_done: int
+    shards_total: int
+    chunks_read: int
+    bytes_read: int
+    bytes_written: int
+
+
+def _skipped(docs: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
+    """``(array, reason)`` of each skipped array of a document's ``skipped_arrays``."""
+    return [(s["path"], s["reason"]) for s in docs or []]
+
+
+class _PlanRequests:
+    """What :class:`PlanRequests` adds to its document."""
+
+    list: int
+    head: int
+    get: int
+    put: int
+    delete: int
+
+    @property
+    def total(self) -> int:
+        """Every request."""
+        return self.list + self.head + self.get + self.put + self.delete
+
+
+class _WorkerStatus:
+    """What :class:`WorkerStatus` adds to its document."""
+
+    leases: list[Any]
+    live: bool
+
+    @property
+    def stale(self) -> bool:
+        """It holds leases, none of them live: its run was killed or hangs."""
+        return bool(self.leases) and not self.live
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What :func:`zshard.verify` found.
+
+    Attributes
+    ----------
+    destination : str
+        The output compared.
+    shards_checked : int
+        Shards compared element by element (all, or the ``sample``).
+    arrays : int
+        Arrays compared.
+    mismatch_count : int
+        Differences found (elements, shard indexes, stray objects, metadata).
+    mismatches : list[str]
+        The first differences, one message each.
+    """
+
+    destination: str
+    shards_checked: int
+    arrays: int
+    mismatch_count: int
+    mismatches: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """No mismatch: every element equals the source and every shard index is valid."""
+        return self.mismatch_count == 0
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> VerifyResult:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """What :func:`zshard.finalize` wrote.
+
+    Attributes
+    ----------
+    destination : str
+        The output finalized.
+    arrays : int
+        Arrays whose metadata was written.
+    groups : int
+        Groups whose metadata was written.
+    already_finalized : bool
+        The metadata was already there: nothing was written.
+    """
+
+    destination: str
+    arrays: int
+    groups: int
+    already_finalized: bool
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> Finalized:
+        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
