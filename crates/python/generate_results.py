@@ -14,8 +14,8 @@ below: tests/python/test_typed.py fails on a document key that is no field).
 ``CLASSES`` below says which Rust type each class is made from, and what Python shows differently: the
 fields it leaves out or adds, the few it types its own way (a ``(index, count)`` tuple for the worker,
 arrays by path), defaults and order where the class had them before the schema. What the documents do
-not define (``Progress``, ``Finalized``, ``VerifyResult``, the ``total`` and ``stale`` properties) is
-hand-written in ``_results_base.py``.
+not define (``Progress``, the ``ok``, ``total`` and ``stale`` properties) is hand-written in
+``_results_base.py``.
 """
 
 import json
@@ -62,6 +62,9 @@ CLASSES = [
             "skipped_arrays": SKIPPED,
         },
         extra=[("document", "dict[str, Any]", "doc", "The whole report document (options, version, host, times, throughput, ...).", "repr=False")]),
+    cls("VerifyResult", "Verified", "What :func:`zshard.verify` found.", base="_VerifyResult",
+        types={"skipped_arrays": SKIPPED}, defaults={"skipped_arrays": list, "warnings": list}),
+    cls("Finalized", "Finalized", "What :func:`zshard.finalize` wrote."),
     cls("PyramidLevel", "PyramidPlace"),
     cls("PlannedArray", "ArrayPlan", "One array of a :class:`Plan`.",
         order=["path", "name", "shape", "data_type", "fill_value", "source_chunk_shape", "source_chunk_grid", "source_shard_shape",
@@ -109,7 +112,7 @@ CLASSES = [
 ]
 
 #: Helpers of _results_base.py the generated module uses or re-exports.
-BASE = ["Finalized", "Progress", "VerifyResult", "_PlanRequests", "_WorkerStatus", "_skipped"]
+BASE = ["Progress", "_PlanRequests", "_VerifyResult", "_WorkerStatus", "_skipped"]
 
 
 def rst(text):
@@ -212,7 +215,8 @@ class Generator:
             else:
                 ann, expr = self.annotation(node), self.parse(node, value)
                 doc += self.values(node)
-            args = f"default={c['defaults'][name]!r}" if name in c["defaults"] else ""
+            default = c["defaults"].get(name, ...)
+            args = "" if default is ... else "default_factory=list" if default is list else f"default={default!r}"
             out.append((name, ann, expr, doc, args))
         return out + c["extra"]
 

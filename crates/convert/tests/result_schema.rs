@@ -24,6 +24,8 @@ fn schema() -> Value {
     generator.subschema_for::<zshard_convert::status::Status>();
     generator.subschema_for::<zshard_convert::Listing>();
     generator.subschema_for::<zshard_convert::PlanDocument>();
+    generator.subschema_for::<zshard_convert::Finalized>();
+    generator.subschema_for::<zshard_convert::Verified>();
     let mut definitions: Vec<(String, Value)> =
         generator.take_definitions(true).into_iter().collect();
     // By name, so that the kept file's order does not follow the order types are first met in.

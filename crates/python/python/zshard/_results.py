@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ._results_base import (
-    Finalized as Finalized,
     Progress as Progress,
-    VerifyResult as VerifyResult,
     _PlanRequests,
+    _VerifyResult,
     _WorkerStatus,
     _skipped,
 )
@@ -161,6 +160,82 @@ class Report:
             skipped_arrays=_skipped(doc.get("skipped_arrays")),
             update=_optional(Update._from_dict, doc.get("update")),
             document=doc,
+        )
+
+
+@dataclass(frozen=True)
+class VerifyResult(_VerifyResult):
+    """What :func:`zshard.verify` found.
+
+    Attributes
+    ----------
+    destination : str
+        The output compared.
+    shards_checked : int
+        Shards compared element by element (all, or the sample).
+    arrays : int
+        Arrays compared.
+    mismatch_count : int
+        Differences found (elements, shard indexes, stray objects, metadata).
+    mismatches : list[str]
+        The first differences, one message each, naming the shard key and inner chunk.
+    skipped_arrays : list[tuple[str, str]]
+        Source arrays zshard does not read, which a conversion skips (``--on-unsupported skip``) or
+        refuses: not compared, and not a mismatch.
+    warnings : list[str]
+        Files in the output that are not part of its Zarr hierarchy (a ``readme.txt`` beside an
+        array's metadata), by location: not a mismatch, since no reader sees them.
+    """
+
+    destination: str
+    shards_checked: int
+    arrays: int
+    mismatch_count: int
+    mismatches: list[str]
+    skipped_arrays: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> VerifyResult:
+        return cls(
+            destination=doc["destination"],
+            shards_checked=doc["shards_checked"],
+            arrays=doc["arrays"],
+            mismatch_count=doc["mismatch_count"],
+            mismatches=doc["mismatches"],
+            skipped_arrays=_skipped(doc.get("skipped_arrays")),
+            warnings=doc["warnings"],
+        )
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """What :func:`zshard.finalize` wrote.
+
+    Attributes
+    ----------
+    destination : str
+        The destination's location.
+    arrays : int
+        Arrays whose metadata it holds.
+    groups : int
+        Groups whose metadata it holds.
+    already_finalized : bool
+        It was finalized before with the same options; nothing was written.
+    """
+
+    destination: str
+    arrays: int
+    groups: int
+    already_finalized: bool
+
+    @classmethod
+    def _from_dict(cls, doc: dict[str, Any]) -> Finalized:
+        return cls(
+            destination=doc["destination"],
+            arrays=doc["arrays"],
+            groups=doc["groups"],
+            already_finalized=doc["already_finalized"],
         )
 
 

@@ -1,11 +1,9 @@
 """The hand-written part of the result classes: what the library's documents do not define. The
 generated ``_results.py`` (``crates/python/generate_results.py``, from the Rust types' schema)
-subclasses the conveniences here and re-exports the rest: the progress tuple handed to callbacks, and
-the results of ``finalize`` and ``verify``, which the extension builds field by field."""
+subclasses the properties here and re-exports the progress tuple handed to callbacks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 
@@ -67,61 +65,12 @@ class _WorkerStatus:
         return bool(self.leases) and not self.live
 
 
-@dataclass(frozen=True)
-class VerifyResult:
-    """What :func:`zshard.verify` found.
+class _VerifyResult:
+    """What :class:`VerifyResult` adds to its document."""
 
-    Attributes
-    ----------
-    destination : str
-        The output compared.
-    shards_checked : int
-        Shards compared element by element (all, or the ``sample``).
-    arrays : int
-        Arrays compared.
-    mismatch_count : int
-        Differences found (elements, shard indexes, stray objects, metadata).
-    mismatches : list[str]
-        The first differences, one message each.
-    """
-
-    destination: str
-    shards_checked: int
-    arrays: int
     mismatch_count: int
-    mismatches: list[str]
 
     @property
     def ok(self) -> bool:
         """No mismatch: every element equals the source and every shard index is valid."""
         return self.mismatch_count == 0
-
-    @classmethod
-    def _from_dict(cls, doc: dict[str, Any]) -> VerifyResult:
-        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class Finalized:
-    """What :func:`zshard.finalize` wrote.
-
-    Attributes
-    ----------
-    destination : str
-        The output finalized.
-    arrays : int
-        Arrays whose metadata was written.
-    groups : int
-        Groups whose metadata was written.
-    already_finalized : bool
-        The metadata was already there: nothing was written.
-    """
-
-    destination: str
-    arrays: int
-    groups: int
-    already_finalized: bool
-
-    @classmethod
-    def _from_dict(cls, doc: dict[str, Any]) -> Finalized:
-        return cls(**{name: doc[name] for name in cls.__dataclass_fields__})
