@@ -33,24 +33,22 @@ def cls(py, rust, doc=None, *, only=None, omit=(), order=None, types=None, extra
     """A class ``py`` made from the Rust type ``rust``: its fields are the type's (``only`` those, less
     ``omit``, in ``order`` when given), ``types`` gives some their own ``(annotation, expression of
     doc)``, ``extra`` adds ``(name, annotation, expression, description, field arguments)``,
-    ``defaults`` gives fields a default, ``base`` is a hand-written class of ``_results_base.py``
+    ``defaults`` gives fields a default (a number: every field, those the type gains too), ``base`` is a hand-written class of ``_results_base.py``
     it subclasses; ``doc`` replaces the Rust type's description (which names Rust and the command, not
     the Python function)."""
     return dict(py=py, rust=rust, doc=doc, only=only, omit=set(omit), order=order, types=types or {},
-                extra=list(extra), defaults=defaults or {}, base=base)
+                extra=list(extra), defaults={} if defaults is None else defaults, base=base)
 
 
 SKIPPED = ("list[tuple[str, str]]", '_skipped(doc.get("skipped_arrays"))')
 DATA_TYPE = ("str | dict[str, Any]", 'doc["data_type"]')
 DOCUMENT = ("document", "dict[str, Any]", "doc", "The whole document.", "repr=False")
-COUNTS = ["shards_total", "shards_skipped", "shards_written", "shards_empty", "chunks_read", "chunks_missing", "bytes_read", "bytes_written"]
 
 CLASSES = [
-    cls("Counts", "Counts", "Shard, chunk and byte counts of one array or of all of them.",
-        defaults={name: 0 for name in COUNTS}),
+    cls("Counts", "Counts", "Shard, chunk and byte counts of one array or of all of them.", defaults=0),
     cls("Update", "Update", """What a run over a finished conversion brought up to date (``Report.update``): the source
         changed since, and only the shards made from what changed were written again.""",
-        defaults={name: 0 for name in ("shards_rewritten", "shards_added", "shards_removed", "inner_chunks_copied")}),
+        defaults=0),
     cls("Report", "Report", "What :func:`zshard.convert` did: the same document as the command's ``--report`` (in ``document``).",
         # The run's other details (options, version, host, times, throughput) are in `document`.
         only=["status", "source", "destination", "worker", "duration_seconds", "totals", "arrays", "skipped_arrays", "update"],
@@ -215,10 +213,19 @@ class Generator:
             else:
                 ann, expr = self.annotation(node), self.parse(node, value)
                 doc += self.values(node)
-            default = c["defaults"].get(name, ...)
+            default = c["defaults"] if isinstance(c["defaults"], int) else c["defaults"].get(name, ...)
             args = "" if default is ... else "default_factory=list" if default is list else f"default={default!r}"
             out.append((name, ann, expr, doc, args))
-        return out + c["extra"]
+        out += c["extra"]
+        # A dataclass field without a default cannot follow one with a default (a field the Rust type
+        # gains after those of a class with defaults): say so rather than write a class that fails.
+        defaulted = None
+        for name, *_, args in out:
+            if args.startswith("default"):
+                defaulted = defaulted or name
+            elif defaulted:
+                sys.exit(f"{c['py']}: {name} has no default but follows {defaulted}, which has one: give it one in CLASSES")
+        return out
 
     def klass(self, c):
         fields = self.fields(c)
