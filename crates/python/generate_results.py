@@ -29,14 +29,14 @@ SCHEMA = HERE / "results.schema.json"
 TARGET = HERE / "python" / "zshard" / "_results.py"
 
 
-def cls(py, rust, doc=None, *, only=None, omit=(), order=None, types=None, extra=(), defaults=None, base=None):
+def cls(py, rust, doc=None, *, only=None, omit=(), order=None, types=None, docs=None, extra=(), defaults=None, base=None):
     """A class ``py`` made from the Rust type ``rust``: its fields are the type's (``only`` those, less
     ``omit``, in ``order`` when given), ``types`` gives some their own ``(annotation, expression of
     doc)``, ``extra`` adds ``(name, annotation, expression, description, field arguments)``,
-    ``defaults`` gives fields a default (a number: every field, those the type gains too), ``base`` is a hand-written class of ``_results_base.py``
+    ``docs`` gives some their own description, ``defaults`` gives fields a default (a number: every field, those the type gains too), ``base`` is a hand-written class of ``_results_base.py``
     it subclasses; ``doc`` replaces the Rust type's description (which names Rust and the command, not
     the Python function)."""
-    return dict(py=py, rust=rust, doc=doc, only=only, omit=set(omit), order=order, types=types or {},
+    return dict(py=py, rust=rust, doc=doc, only=only, omit=set(omit), order=order, types=types or {}, docs=docs or {},
                 extra=list(extra), defaults={} if defaults is None else defaults, base=base)
 
 
@@ -106,7 +106,9 @@ CLASSES = [
     cls("Status", "Status", """How far a conversion into a destination has come, from the destination alone (``zshard status
         --json``).""",
         # Said of a destination that holds no conversion; the command prints it.
-        omit=["note"], defaults={"update": None}),
+        omit=["note"], defaults={"update": None},
+        docs={"finished": """Nothing moves on by itself: complete (or never started), or every shard recorded done and no
+              worker live (what is left is :func:`zshard.finalize`)."""}),
 ]
 
 #: Helpers of _results_base.py the generated module uses or re-exports.
@@ -120,6 +122,11 @@ def rst(text):
     text = re.sub(r"\[`([^`]+)`\]", r"`\1`", text)
     text = re.sub(r"(?<!`)`([^`]+)`(?!`)", r"``\1``", text)
     text = text.replace("``null``", "``None``")
+    # A Rust item the reader of Python cannot follow.
+    text = re.sub(r" \(see ``\w+::\w+``\)", "", text)
+    # A flag of the command as the Python keyword it is.
+    text = re.sub(r"``--([a-z-]+) ([^`]+)``", lambda m: f'``{m[1].replace("-", "_")}="{m[2]}"``', text)
+    text = re.sub(r"``--([a-z-]+)``", lambda m: f'``{m[1].replace("-", "_")}=``', text)
     return " ".join(text.split())
 
 
@@ -213,6 +220,7 @@ class Generator:
             else:
                 ann, expr = self.annotation(node), self.parse(node, value)
                 doc += self.values(node)
+            doc = " ".join(c["docs"].get(name, doc).split())
             default = c["defaults"] if isinstance(c["defaults"], int) else c["defaults"].get(name, ...)
             args = "" if default is ... else "default_factory=list" if default is list else f"default={default!r}"
             out.append((name, ann, expr, doc, args))

@@ -40,7 +40,7 @@ class Counts:
     shards_empty : int
         Shards of only the fill value: recorded, not written.
     chunks_read : int
-        Source chunk reads, missing chunks included (see ``ShardOutcome::chunks_read``).
+        Source chunk reads, missing chunks included.
     chunks_missing : int
         Source chunks that did not exist and read as the fill value.
     bytes_read : int
@@ -128,7 +128,7 @@ class Report:
     arrays : dict[str, Counts]
         Counts per array, by path in the hierarchy.
     skipped_arrays : list[tuple[str, str]]
-        Arrays left out because zshard does not read them (``--on-unsupported skip``), with why.
+        Arrays left out because zshard does not read them (``on_unsupported="skip"``), with why.
     update : Update | None
         What a run over a finished conversion brought up to date (``None`` for a first conversion,
         and for a destination already up to date).
@@ -180,7 +180,7 @@ class VerifyResult(_VerifyResult):
     mismatches : list[str]
         The first differences, one message each, naming the shard key and inner chunk.
     skipped_arrays : list[tuple[str, str]]
-        Source arrays zshard does not read, which a conversion skips (``--on-unsupported skip``) or
+        Source arrays zshard does not read, which a conversion skips (``on_unsupported="skip"``) or
         refuses: not compared, and not a mismatch.
     warnings : list[str]
         Files in the output that are not part of its Zarr hierarchy (a ``readme.txt`` beside an
@@ -296,7 +296,7 @@ class PlannedArray:
     pyramid : PyramidLevel | None
         Its place in a multiscale (OME-Zarr) pyramid, whose levels' shapes follow the first's.
     made_from : dict[str, str] | None
-        For a level of a pyramid the conversion makes (``--pyramid``): the level above it is made
+        For a level of a pyramid the conversion makes (``pyramid=``): the level above it is made
         from and the reduction; it reads no source chunk. ``None`` for an array read from its
         source.
     inner_chunk_shape : list[int]
@@ -314,7 +314,7 @@ class PlannedArray:
     passthrough : bool
         Source chunks are copied into the shards without decoding.
     compressor_fallback : str | None
-        Why ``--compressor source`` could not keep the source's codecs (the default was used).
+        Why ``compressor="source"`` could not keep the source's codecs (the default was used).
     estimated_bytes_in : int
         Raw (uncompressed) size: an upper bound on the data read (compressed sizes depend on the
         data, which plan never reads).
@@ -459,7 +459,7 @@ class Plan:
     warnings : list[str]
         What readers will see differently in the output than in the source.
     skipped_arrays : list[tuple[str, str]]
-        Arrays left out (``--on-unsupported skip``): path and reason.
+        Arrays left out (``on_unsupported="skip"``): path and reason.
     totals : PlanTotals
         Sums over the arrays.
     icechunk_chunks : dict[str, int] | None
@@ -629,7 +629,7 @@ class PlanStateRequests:
         their reading and removal at the end.
     manifest : int
         The manifest records written beside each record file, and the manifest kept with
-        ``--keep-manifest``.
+        ``keep_manifest=``.
     """
 
     claim: int
@@ -683,7 +683,7 @@ class PlanAssumptions:
     Attributes
     ----------
     workers : int
-        Workers sharing the job side by side (``--worker i/N``'s N), each with the bandwidth below.
+        Workers sharing the job side by side (``worker="i/N"``'s N), each with the bandwidth below.
     object_store_bytes_per_second : int
         Bytes per second one worker moves to or from an object store.
     object_store_latency_ms : float
@@ -693,7 +693,7 @@ class PlanAssumptions:
     local_latency_ms : float
         One file operation's latency on a local filesystem, in milliseconds.
     requests_in_flight : int
-        Requests a worker has in flight at once (``--max-requests``).
+        Requests a worker has in flight at once (``max_requests=``).
     prices : PlanPrices
         The request prices the price is made with.
     """
@@ -813,7 +813,7 @@ class Listing:
     groups : list[str]
         Group paths in hierarchy order (the root is ``""``).
     skipped_arrays : list[tuple[str, str]]
-        Arrays zshard does not read, with why (with ``--on-unsupported skip``; otherwise they fail).
+        Arrays zshard does not read, with why (with ``on_unsupported="skip"``; otherwise they fail).
     """
 
     source: str
@@ -1081,7 +1081,8 @@ class Status:
         The pace of the last ``RATE_WINDOW_MS`` and the time left at it (while in progress, with a
         recorded plan).
     finished : bool
-        Nothing moves on by itself (``Status::is_finished`` when it was read).
+        Nothing moves on by itself: complete (or never started), or every shard recorded done and no
+        worker live (what is left is :func:`zshard.finalize`).
     update : UpdateStatus | None
         While an update is in progress: how far it has come (the totals count every shard of the
         arrays, most of them done before it started).
