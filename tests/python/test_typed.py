@@ -175,6 +175,18 @@ def test_the_functions_are_what_generate_api_makes():
     assert run.returncode == 0, run.stderr
 
 
+def test_the_result_classes_are_what_generate_results_makes():
+    """``_results.py`` is what ``generate_results.py`` makes of the Rust result types' schema (which
+    ``crates/convert/tests/result_schema.rs`` keeps equal to the types)."""
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES.parent / "generate_results.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+
+
 def test_one_keyword_per_setting_no_negated_twin(small, tmp_path):
     """``passthrough=False`` and ``consolidate=False`` are the flags ``--no-passthrough`` and
     ``--no-consolidate``; there is no ``no_passthrough`` or ``no_consolidate`` keyword."""
@@ -448,7 +460,9 @@ def test_the_result_classes_are_the_documents_the_library_returns(small, tmp_pat
     """Every field of a result dataclass is a key of the document the library returns for it (the
     Rust types, serialized), and every key of the document is a field, so that neither drifts: a
     field the document lost would read as ``None``. A :class:`Report` keeps the run's details in
-    ``document`` only; ``Plan.icechunk_chunks`` is given for an Icechunk output alone."""
+    ``document`` only; ``Plan.icechunk_chunks`` is given for an Icechunk output alone. (The classes
+    are generated from the types' schema, ``generate_results.py``: this checks the documents the
+    extension hands over, and a class left out of ``omit`` or ``only`` in the generator.)"""
     from zshard import _results
 
     src, _ = small
@@ -473,6 +487,7 @@ def test_the_result_classes_are_the_documents_the_library_returns(small, tmp_pat
         (_results.ArrayStatus, status["arrays"][0], set(), False),
         (_results.StatusTotals, status["totals"], set(), False),
         (_results.VerifyResult, _zshard.verify(src, dst, {}), set(), False),
+        (_results.Finalized, _zshard.finalize(src, dst, {"shard_shape": [20, 40]}), set(), False),
     ]
     for cls, document, own, partial in documents:
         fields = set(cls.__dataclass_fields__)

@@ -55,7 +55,10 @@ pub use error::{one_line, Error, Result};
 pub use plan::estimate::{Assumptions, Estimate, Prices, Requests, StateRequests, Stated};
 pub use plan::input::{OnUnsupported, ReadOptions, SkippedArray, SourceFormat, DEFAULT_SOURCE_REF};
 pub use plan::listing::{list, ListedArray, Listing};
-pub use plan::plan_report::{ArrayUpdate, Cost, PlanReport, UpdatePlan};
+pub use plan::plan_report::{
+    ArrayPlan, ArrayUpdate, Cost, IcechunkChunks, IcechunkOutputPlan, MadeFrom, PlanDocument,
+    PlanReport, PlanTotals, PyramidPlace, RectilinearGrid, UpdatePlan,
+};
 pub use plan::pyramid::{PyramidLevels, PyramidOptions};
 pub use plan::selection::Selection;
 pub use plan::shape::ShapeSpec;

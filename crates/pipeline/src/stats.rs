@@ -6,7 +6,7 @@ use std::ops::AddAssign;
 use crate::job::ShardOutcome;
 
 /// Totals of a run (or of any set of shards). Serializes as its six counts, in this order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Stats {
     /// Shards stored in the output.
     pub shards_written: u64,

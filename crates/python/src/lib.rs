@@ -244,19 +244,14 @@ fn finalize<'py>(
     src: &Bound<'py, PyAny>,
     dst: &Bound<'py, PyAny>,
     options: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<Bound<'py, PyAny>> {
     // Messages name settings as this module's keyword arguments (`memory_limit=`).
     keywords(|| {
         let conversion = configured(py, Action::Finalize, src, dst, options)?;
         let finalized = py
             .detach(|| conversion.finalize())
             .map_err(|e| conversion_error(py, &e))?;
-        let dict = PyDict::new(py);
-        dict.set_item("destination", finalized.destination)?;
-        dict.set_item("arrays", finalized.arrays)?;
-        dict.set_item("groups", finalized.groups)?;
-        dict.set_item("already_finalized", finalized.already_finalized)?;
-        Ok(dict)
+        Ok(pythonize::pythonize(py, &finalized)?)
     })
 }
 
@@ -269,7 +264,7 @@ fn verify<'py>(
     src: &Bound<'py, PyAny>,
     dst: Option<&Bound<'py, PyAny>>,
     options: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<Bound<'py, PyAny>> {
     // Messages name settings as this module's keyword arguments (`memory_limit=`).
     keywords(|| {
         let options: VerifyOptions = lower::model(py, Action::Verify, src, dst, options)?;
@@ -292,13 +287,7 @@ fn verify<'py>(
             }
         }
         .map_err(|e| conversion_error(py, &e))?;
-        let dict = PyDict::new(py);
-        dict.set_item("destination", verified.destination)?;
-        dict.set_item("shards_checked", verified.shards_checked)?;
-        dict.set_item("arrays", verified.arrays)?;
-        dict.set_item("mismatch_count", verified.mismatches.count)?;
-        dict.set_item("mismatches", PyList::new(py, verified.mismatches.first)?)?;
-        Ok(dict)
+        Ok(pythonize::pythonize(py, &verified)?)
     })
 }
 

@@ -18,7 +18,7 @@ use crate::partition::Partition;
 use crate::{in_dir, CLAIM, DONE_DIR, EMPTY_DIR, MANIFEST, OPTIONS_DIR, STATE_DIR, UPDATE_DIR};
 
 /// Where a conversion stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Phase {
@@ -31,7 +31,7 @@ pub enum Phase {
 }
 
 /// One array of the recorded plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ArrayStatus {
     /// Its path in the hierarchy (empty at the root).
@@ -49,7 +49,7 @@ pub struct ArrayStatus {
 }
 
 /// The totals over every array.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Totals {
     /// Shards of every array.
@@ -62,7 +62,7 @@ pub struct Totals {
 
 /// The progress of an update: a run over a finished conversion whose source changed, writing only
 /// the shards made from what changed (see `made_from.rs`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct UpdateStatus {
     /// Shards the update set out to write (over every worker that started it).
@@ -72,7 +72,7 @@ pub struct UpdateStatus {
 }
 
 /// A worker's lease (see `lease.rs`): held while a run converts or finalizes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct LeaseStatus {
     /// The lease object's key.
@@ -98,7 +98,7 @@ pub struct LeaseStatus {
 }
 
 /// One worker (`--worker I/N`; `w0of1` is an unpartitioned run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WorkerStatus {
     /// Its tag in the state's keys, `w<I>of<N>`.
@@ -122,7 +122,7 @@ pub struct WorkerStatus {
 /// How fast shards were recorded done lately (from the modification times of the record batches,
 /// which workers store every 10 s, or the times a compacted record file names for each batch it
 /// holds), and when the rest would be done at that pace.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Rate {
     /// The window the rate is measured over, in seconds, ending now.
@@ -171,7 +171,7 @@ fn rate(batches: &[Batch], now_ms: u64, window_ms: u64, remaining: u64) -> Rate 
 }
 
 /// What a destination shows of a conversion into it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Status {
     /// The destination.

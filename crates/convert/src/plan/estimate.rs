@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// Requests by kind, as object stores bill them. On a local filesystem the same operations are
 /// file reads, writes, listings and removals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Requests {
     /// Listing requests (one per page of up to 1,000 keys).
@@ -42,7 +42,7 @@ impl std::ops::AddAssign for Requests {
 
 /// The requests of the destination's state (see `zshard_state`), by file; each is a total of all
 /// request kinds, and is part of the destination's [`Requests`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct StateRequests {
     /// The claim, each worker's options record and lease (with its renewals), the listings that
@@ -58,7 +58,7 @@ pub struct StateRequests {
 }
 
 /// Prices of requests, in US dollars per 1,000.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Prices {
     /// Where the prices come from.
@@ -222,7 +222,7 @@ impl Stated {
 
 /// What the time and price estimates assume: stated with them, so that a reader can redo them
 /// with their own figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Assumptions {
     /// Workers sharing the job side by side (`--worker i/N`'s N), each with the bandwidth below.
@@ -243,7 +243,7 @@ pub struct Assumptions {
 
 /// How long the job's storage traffic would take and what its requests would cost: an estimate
 /// from [`Assumptions`], not a measurement.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Estimate {
     /// Seconds the job's transfers and requests take with its workers side by side: per worker

@@ -89,7 +89,7 @@ impl OnUnsupported {
 }
 
 /// An array left out of a conversion (`--on-unsupported skip`), and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SkippedArray {
     /// The array's path in the hierarchy.
     pub path: String,

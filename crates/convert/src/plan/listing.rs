@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::plan::input::{Input, ReadOptions, SkippedArray};
 
 /// One array of a source.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ListedArray {
     /// Path in the hierarchy (empty when the source is a single array).
@@ -25,11 +25,12 @@ pub struct ListedArray {
     pub shard_shape: Option<Vec<u64>>,
     /// The chunks' codec chain as v3 codecs (v2 compressors, filters and byte order translated; the
     /// inner chunks' chain of an already sharded source).
+    #[schemars(with = "Vec<Value>")]
     pub codecs: Vec<CodecSpec>,
 }
 
 /// The arrays and groups of a source.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Listing {
     /// The source's location.

@@ -38,7 +38,7 @@ pub struct PlanReport {
 
 /// What rerunning a finished conversion would bring up to date, from one listing of the source and
 /// the destination's kept records (no chunk read).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct UpdatePlan {
     /// Per array, in hierarchy order.
@@ -49,7 +49,7 @@ pub struct UpdatePlan {
 }
 
 /// What an update would do to one array, and why.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ArrayUpdate {
     /// The array's path in the hierarchy.
@@ -160,7 +160,7 @@ impl UpdatePlan {
 /// every request of the job by kind on each side, the listings, HEADs and the state's files
 /// (claim, records, manifest: see `plan/estimate.rs`) included. An update's
 /// cost ([`UpdatePlan::cost`]) counts its data alone: its other fields are 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Cost {
     /// GET requests for source chunks.
@@ -313,6 +313,11 @@ impl PlanReport {
     /// Each array of the plan as its JSON document in [`PlanReport::to_json`]'s `arrays`, made one
     /// at a time (a plan of 30,000 arrays as one JSON value took hundreds of MB; issue 31).
     pub fn array_docs(&self) -> impl Iterator<Item = Value> + '_ {
+        self.array_plans().map(|a| json!(a))
+    }
+
+    /// Each array of the plan as its document, made one at a time.
+    fn array_plans(&self) -> impl Iterator<Item = ArrayPlan> + '_ {
         self.plan.arrays.iter().map(|a| {
             describe(
                 a,
@@ -325,114 +330,308 @@ impl PlanReport {
 
     /// The `totals` of [`PlanReport::to_json`], summed array by array.
     pub fn totals(&self) -> Value {
-        let (mut arrays, mut shards, mut chunks, mut bytes_in, mut bytes_out, mut peak) =
-            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-        for a in self.array_docs() {
-            let u = |k: &str| a[k].as_u64().unwrap_or(0);
-            arrays += 1;
-            shards += u("shards");
-            chunks += u("source_chunks");
-            bytes_in += u("estimated_bytes_in");
-            bytes_out += u("estimated_bytes_out");
-            peak = peak.max(u("estimated_peak_memory_per_worker"));
+        json!(self.plan_totals())
+    }
+
+    fn plan_totals(&self) -> PlanTotals {
+        let mut totals = PlanTotals::default();
+        for a in self.array_plans() {
+            totals.arrays += 1;
+            totals.shards += a.shards;
+            totals.source_chunks += a.source_chunks;
+            totals.estimated_bytes_in += a.estimated_bytes_in;
+            totals.estimated_bytes_out += a.estimated_bytes_out;
+            totals.estimated_peak_memory_per_worker = totals
+                .estimated_peak_memory_per_worker
+                .max(a.estimated_peak_memory_per_worker);
         }
-        json!({"arrays": arrays, "shards": shards, "source_chunks": chunks,
-               "estimated_bytes_in": bytes_in, "estimated_bytes_out": bytes_out,
-               "estimated_peak_memory_per_worker": peak})
+        totals
+    }
+
+    /// The plan as its document (what `zshard plan --json` prints, [`PlanReport::to_json`]).
+    pub fn document(&self) -> PlanDocument {
+        PlanDocument {
+            source: self.source.clone(),
+            destination: self.destination.clone(),
+            threads: self.budget.threads,
+            io_threads: self.budget.io_threads,
+            memory_limit: self.budget.limit,
+            memory_limit_source: self.memory_limit_source.clone(),
+            part_bytes: self.budget.part_bytes,
+            arrays: self.array_plans().collect(),
+            groups: self.plan.groups.iter().map(|(p, _)| p.clone()).collect(),
+            warnings: self.warnings(),
+            skipped_arrays: self.plan.skipped.clone(),
+            totals: self.plan_totals(),
+            cost: self.cost,
+            estimate: self.estimate.clone(),
+            update: self.update.clone(),
+            icechunk_chunks: self.icechunk_chunks.map(|c| IcechunkChunks {
+                native: c.native,
+                inline: c.inline,
+                virtual_: c.virtual_,
+            }),
+            icechunk_output: self.icechunk_output.as_ref().map(|(branch, spec)| {
+                IcechunkOutputPlan {
+                    branch: branch.clone(),
+                    spec_version: spec.version.number(),
+                    repository_exists: spec.exists,
+                }
+            }),
+        }
     }
 
     /// The plan as a JSON document (what `zshard plan --json` prints).
     pub fn to_json(&self) -> Value {
-        let arrays: Vec<Value> = self.array_docs().collect();
-        let mut doc = json!({
-            "source": self.source,
-            "destination": self.destination,
-            "threads": self.budget.threads,
-            "io_threads": self.budget.io_threads,
-            "memory_limit": self.budget.limit,
-            "memory_limit_source": self.memory_limit_source,
-            "part_bytes": self.budget.part_bytes,
-            "arrays": arrays,
-            "groups": self.plan.groups.iter().map(|(p, _)| p).collect::<Vec<_>>(),
-            "warnings": self.warnings(),
-            // Arrays left out (`--on-unsupported skip`): path and reason.
-            "skipped_arrays": self.plan.skipped,
-            "totals": self.totals(),
-        });
-        if let Some(cost) = &self.cost {
-            doc["cost"] = json!(cost);
-        }
-        if let Some(estimate) = &self.estimate {
-            doc["estimate"] = json!(estimate);
-        }
-        if let Some(update) = &self.update {
-            doc["update"] = json!(update);
-        }
-        if let Some(c) = self.icechunk_chunks {
-            doc["icechunk_chunks"] =
-                json!({"native": c.native, "inline": c.inline, "virtual": c.virtual_});
-        }
-        if let Some((branch, spec)) = &self.icechunk_output {
-            doc["icechunk_output"] = json!({"branch": branch, "spec_version": spec.version.number(),
-                                            "repository_exists": spec.exists});
-        }
-        doc
+        json!(self.document())
     }
 }
 
-fn describe(a: &PlannedArray, name: &str, budget: &Budget, plan: &Plan) -> Value {
+/// The plan document: what `zshard plan --json` prints and Python's `zshard.plan` reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct PlanDocument {
+    /// The source's location.
+    pub source: String,
+    /// The destination's location.
+    pub destination: String,
+    /// Worker threads per CPU stage the conversion would use.
+    pub threads: usize,
+    /// Threads fetching chunks and threads writing shards, each.
+    pub io_threads: usize,
+    /// The memory limit the plan was made for, in bytes.
+    pub memory_limit: Option<u64>,
+    /// Where the memory limit came from (given, or which of the machine's limits the default is
+    /// half of).
+    pub memory_limit_source: String,
+    /// The size of the parts shards are written in.
+    pub part_bytes: u64,
+    /// Every array converted, in hierarchy order.
+    pub arrays: Vec<ArrayPlan>,
+    /// Group paths written (the root is `""`).
+    pub groups: Vec<String>,
+    /// What readers will see differently in the output than in the source.
+    pub warnings: Vec<String>,
+    /// Arrays left out (`--on-unsupported skip`): path and reason.
+    pub skipped_arrays: Vec<crate::SkippedArray>,
+    /// Sums over the arrays.
+    pub totals: PlanTotals,
+    /// What the whole job would request from storage: the source's stored bytes beside their raw
+    /// upper bound, and every request by kind on each side, the state's included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+    /// How long the job's storage traffic would take and what its requests would cost, with the
+    /// assumptions the estimate is made from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::plan::estimate::Estimate>,
+    /// What rerunning a finished conversion that keeps what each shard was made from would bring
+    /// up to date.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub update: Option<UpdatePlan>,
+    /// An Icechunk source's chunks by kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icechunk_chunks: Option<IcechunkChunks>,
+    /// An Icechunk output: the branch committed to and the repository's spec version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icechunk_output: Option<IcechunkOutputPlan>,
+}
+
+/// The sums of a plan over its arrays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct PlanTotals {
+    /// Arrays converted.
+    pub arrays: u64,
+    /// Shards written.
+    pub shards: u64,
+    /// Source chunks read.
+    pub source_chunks: u64,
+    /// Raw size read (upper bound).
+    pub estimated_bytes_in: u64,
+    /// Raw size written (upper bound for compressing codecs).
+    pub estimated_bytes_out: u64,
+    /// The largest array's peak memory per worker.
+    pub estimated_peak_memory_per_worker: u64,
+}
+
+/// An Icechunk source's chunks by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct IcechunkChunks {
+    /// Chunks stored in the repository.
+    pub native: u64,
+    /// Chunks stored inside the manifests.
+    pub inline: u64,
+    /// References into other files.
+    #[serde(rename = "virtual")]
+    pub virtual_: u64,
+}
+
+/// Where a conversion into an Icechunk repository would commit.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct IcechunkOutputPlan {
+    /// The branch committed to.
+    pub branch: String,
+    /// The repository's spec version.
+    pub spec_version: u8,
+    /// Whether the repository exists already.
+    pub repository_exists: bool,
+}
+
+/// One array of a plan document.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ArrayPlan {
+    /// For a level of a pyramid the conversion makes (`--pyramid`): the level above it is made
+    /// from and the reduction; it reads no source chunk. `null` for an array read from its source.
+    pub made_from: Option<MadeFrom>,
+    /// Path in the hierarchy (empty for a single array).
+    pub path: String,
+    /// The array as messages name it (source and path).
+    pub name: String,
+    /// Extent per dimension.
+    pub shape: Vec<u64>,
+    /// The Zarr v3 `data_type` (a name, or an object for parametrised types).
+    pub data_type: Value,
+    /// The Zarr v3 fill value.
+    pub fill_value: Value,
+    /// The chunks the source is read by (an already sharded source's inner chunks; on a
+    /// rectilinear grid, its largest chunk, which memory is sized by).
+    pub source_chunk_shape: Vec<u64>,
+    /// A rectilinear source grid: `chunks` per dimension, `smallest_chunk` and `largest_chunk`
+    /// (`null` for a regular grid).
+    pub source_chunk_grid: Option<RectilinearGrid>,
+    /// An already sharded source's shard shape.
+    pub source_shard_shape: Option<Vec<u64>>,
+    /// Chunks in the source's grid (0 for a pyramid level made from the level above).
+    pub source_chunks: u64,
+    /// The source's codec chain as Zarr v3 codecs.
+    #[schemars(with = "Vec<Value>")]
+    pub source_codecs: Vec<zshard_core::CodecSpec>,
+    /// Names of the dimensions (`null` when the source gives none), which shapes by name refer to.
+    pub dimension_names: Option<Vec<Option<String>>>,
+    /// Its place in a multiscale (OME-Zarr) pyramid, whose levels' shapes follow the first's.
+    pub pyramid: Option<PyramidPlace>,
+    /// The output's inner chunk shape.
+    pub inner_chunk_shape: Vec<u64>,
+    /// The output's shard shape.
+    pub shard_shape: Vec<u64>,
+    /// Shards in the output's grid.
+    pub shards: u64,
+    /// Inner chunks in one shard.
+    pub inner_chunks_per_shard: u64,
+    /// `start` or `end`.
+    pub index_location: &'static str,
+    /// The inner chunks' codec chain.
+    #[schemars(with = "Vec<Value>")]
+    pub output_codecs: Vec<zshard_core::CodecSpec>,
+    /// Source chunks are copied into the shards without decoding.
+    pub passthrough: bool,
+    /// Why `--compressor source` could not keep the source's codecs (the default was used).
+    pub compressor_fallback: Option<String>,
+    /// Raw (uncompressed) size: an upper bound on the data read (compressed sizes depend on the
+    /// data, which plan never reads).
+    pub estimated_bytes_in: u64,
+    /// Raw size: an upper bound on the data written by compressing codecs.
+    pub estimated_bytes_out: u64,
+    /// Parts a shard is processed and written in under the memory limit.
+    pub parts_per_shard: u64,
+    /// A source chunk under several parts of a shard is read once (kept between them).
+    pub source_chunks_kept_between_parts: bool,
+    /// Bytes a worker needs at most for this array.
+    pub estimated_peak_memory_per_worker: u64,
+    /// What readers will see differently.
+    pub warnings: Vec<String>,
+}
+
+/// The level of a pyramid a level is made from, and how.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct MadeFrom {
+    /// The level above.
+    pub path: String,
+    /// The reduction (`mean`, `mode`, ...).
+    pub downsample: &'static str,
+}
+
+/// A rectilinear source grid, by its chunks per dimension and the smallest and largest edge of each.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct RectilinearGrid {
+    /// `rectilinear`.
+    pub name: &'static str,
+    /// Chunks per dimension.
+    pub chunks: Vec<u64>,
+    /// The smallest chunk edge per dimension.
+    pub smallest_chunk: Vec<u64>,
+    /// The largest chunk edge per dimension.
+    pub largest_chunk: Vec<u64>,
+}
+
+/// An array's place in a multiscale (OME-Zarr) pyramid.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct PyramidPlace {
+    /// The multiscale group's path.
+    pub group: String,
+    /// The level (0 is the full resolution).
+    pub level: usize,
+}
+
+fn describe(a: &PlannedArray, name: &str, budget: &Budget, plan: &Plan) -> ArrayPlan {
     let size = a.output.data_type.size() as u64;
     let raw = product(&a.source.shape) * size;
     let layout = a.layout();
     let made = plan.made_from_above(&a.path);
-    json!({
-        // A level of a pyramid this conversion makes (`--pyramid`) from the level above, read from
-        // no source chunk; `null` for an array read from its source.
-        "made_from": made.map(|(above, reduction)| json!({"path": above, "downsample": reduction.name()})),
-        "path": a.path,
-        "name": name,
-        "shape": a.source.shape,
-        "data_type": a.output.data_type.to_v3_json(),
-        "fill_value": a.output.fill_value.to_v3_json(a.output.data_type),
-        // On a rectilinear grid: its largest chunk (which memory is sized by); the grid is
-        // `source_chunk_grid`.
-        "source_chunk_shape": a.source.chunk_shape,
-        // `null` for a regular grid; a rectilinear one by its chunks per dimension and the smallest
-        // and largest edge of each.
-        "source_chunk_grid": a.source.rectilinear.as_ref().map(|grid| json!({
-            "name": "rectilinear",
-            "chunks": grid.grid_shape(),
-            "smallest_chunk": grid.smallest_chunk(),
-            "largest_chunk": grid.largest_chunk(),
-        })),
-        // An already sharded source is read by inner chunk: these are its inner chunks.
-        "source_shard_shape": a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
-        "source_chunks": if made.is_some() { 0 } else { product(&a.source.rectilinear.as_ref().map_or_else(
-            || grid_shape(&a.source.shape, &a.source.chunk_shape),
-            |grid| grid.grid_shape()
-        )) },
-        "source_codecs": a.source.codecs,
-        // Names of the dimensions (null when the source gives none), which shapes by name refer to.
-        "dimension_names": a.output.dimension_names,
-        // Its place in a multiscale (OME-Zarr) pyramid, whose levels' shapes follow the first's.
-        "pyramid": a.level.as_ref().map(|l| json!({"group": l.group, "level": l.level})),
-        "inner_chunk_shape": a.output.inner_shape,
-        "shard_shape": a.output.shard_shape,
-        "shards": a.geometry.shard_count(),
-        "inner_chunks_per_shard": product(&a.geometry.chunks_per_shard()),
-        "index_location": a.output.index_location.as_str(),
-        "output_codecs": a.output.inner_codecs,
-        "passthrough": a.passthrough,
-        // `--compressor source` could not keep the source's codecs: why (the default was used).
-        "compressor_fallback": a.compressor_fallback,
+    ArrayPlan {
+        made_from: made.map(|(above, reduction)| MadeFrom {
+            path: above.to_string(),
+            downsample: reduction.name(),
+        }),
+        path: a.path.clone(),
+        name: name.to_string(),
+        shape: a.source.shape.clone(),
+        data_type: a.output.data_type.to_v3_json(),
+        fill_value: a.output.fill_value.to_v3_json(a.output.data_type),
+        source_chunk_shape: a.source.chunk_shape.clone(),
+        source_chunk_grid: a.source.rectilinear.as_ref().map(|grid| RectilinearGrid {
+            name: "rectilinear",
+            chunks: grid.grid_shape(),
+            smallest_chunk: grid.smallest_chunk(),
+            largest_chunk: grid.largest_chunk(),
+        }),
+        source_shard_shape: a.source.sharded.as_ref().map(|s| s.shard_shape.clone()),
+        // A pyramid level made from the level above reads no source chunk.
+        source_chunks: if made.is_some() {
+            0
+        } else {
+            product(&a.source.rectilinear.as_ref().map_or_else(
+                || grid_shape(&a.source.shape, &a.source.chunk_shape),
+                |grid| grid.grid_shape(),
+            ))
+        },
+        source_codecs: a.source.codecs.clone(),
+        dimension_names: a.output.dimension_names.clone(),
+        pyramid: a.level.as_ref().map(|l| PyramidPlace {
+            group: l.group.clone(),
+            level: l.level,
+        }),
+        inner_chunk_shape: a.output.inner_shape.clone(),
+        shard_shape: a.output.shard_shape.clone(),
+        shards: a.geometry.shard_count(),
+        inner_chunks_per_shard: product(&a.geometry.chunks_per_shard()),
+        index_location: a.output.index_location.as_str(),
+        output_codecs: a.output.inner_codecs.clone(),
+        passthrough: a.passthrough,
+        compressor_fallback: a.compressor_fallback.clone(),
         // Compressed sizes depend on the data, which plan never reads: these are raw sizes, an upper
         // bound on the data read and, for compressing codecs, on the data written.
-        "estimated_bytes_in": if made.is_some() { 0 } else { raw },
-        "estimated_bytes_out": raw,
-        "parts_per_shard": budget.parts_per_shard(&layout),
-        // Whether a source chunk under several parts of a shard is read once (kept between them).
-        "source_chunks_kept_between_parts": budget.keeps_source_chunks(&layout),
-        "estimated_peak_memory_per_worker": budget.array_peak(&layout),
-        "warnings": a.source.warnings,
-    })
+        estimated_bytes_in: if made.is_some() { 0 } else { raw },
+        estimated_bytes_out: raw,
+        parts_per_shard: budget.parts_per_shard(&layout),
+        source_chunks_kept_between_parts: budget.keeps_source_chunks(&layout),
+        estimated_peak_memory_per_worker: budget.array_peak(&layout),
+        warnings: a.source.warnings.clone(),
+    }
 }

@@ -602,8 +602,8 @@ impl Conversion {
     }
 }
 
-/// What `finalize` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `finalize` did (as a document: what Python's `zshard.finalize` reads).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Finalized {
     /// The destination's location.
@@ -614,7 +614,8 @@ pub struct Finalized {
     pub groups: usize,
     /// It was finalized before with the same options; nothing was written.
     pub already_finalized: bool,
-    /// The commit made into an Icechunk repository.
+    /// The commit made into an Icechunk repository (logged, not in the document).
+    #[serde(skip)]
     pub published: Option<crate::Published>,
 }
 

@@ -24,7 +24,7 @@ use zshard_state::Partition;
 pub const GIT_COMMIT: Option<&str> = option_env!("ZSHARD_GIT_COMMIT");
 
 /// Shard counts of one array, or of all of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Counts {
     /// Shards of the array (all workers together).
     pub shards_total: u64,
@@ -44,7 +44,7 @@ impl std::ops::AddAssign<&Counts> for Counts {
 }
 
 /// Counts for one array.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ArrayReport {
     /// The array's path in the hierarchy (empty for a single array).
     pub path: String,
@@ -54,7 +54,7 @@ pub struct ArrayReport {
 }
 
 /// Where a worker stands in a partitioned run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Worker {
     /// This worker, from 0.
     pub index: u64,
@@ -72,8 +72,10 @@ impl From<Partition> for Worker {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+// Named apart from the status document's `Status` (zshard-state) in the result schema.
+#[schemars(rename = "RunStatus")]
 #[non_exhaustive]
 pub enum Status {
     /// It converted every shard it was given (and wrote the metadata, unless partitioned).
@@ -110,7 +112,7 @@ impl Status {
 }
 
 /// Why a run did not finish.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Failure {
     /// What kind of failure it is ([`Error::kind`]): `options`, `source`, `destination`, `read`, ...
     pub kind: &'static str,
@@ -128,7 +130,7 @@ impl Failure {
 }
 
 /// The options a run was started with.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ReportedOptions {
     /// The source as given.
     pub source: String,
@@ -195,7 +197,7 @@ fn layout_json(layout: &Layout) -> Value {
 }
 
 /// A run's report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// How the run ended.
     pub status: Status,
@@ -311,7 +313,7 @@ pub(crate) fn expand_path(
 
 /// What a run over a finished conversion brought up to date: the shards whose source chunks
 /// changed (or whose extent did, as the array grew or shrank), and those new to the output.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Update {
     /// Shards written again (or found all fill now, and removed): their source chunks changed.

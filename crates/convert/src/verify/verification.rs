@@ -29,11 +29,13 @@ const KEPT: usize = 50;
 
 /// Mismatches found: how many, and the first 50 in full, so that a thoroughly broken output
 /// cannot exhaust memory.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Mismatches {
-    /// How many mismatches were found.
+    /// Differences found (elements, shard indexes, stray objects, metadata).
+    #[serde(rename = "mismatch_count")]
     pub count: usize,
-    /// The first ones, each naming the shard key and inner chunk.
+    /// The first differences, one message each, naming the shard key and inner chunk.
+    #[serde(rename = "mismatches")]
     pub first: Vec<String>,
 }
 
@@ -211,19 +213,21 @@ pub struct Verification {
     pub memory_limit: Option<u64>,
 }
 
-/// What a verification found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a verification found (as a document: what Python's `zshard.verify` reads).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Verified {
-    /// The output's location.
+    /// The output compared.
     pub destination: String,
-    /// Shards compared.
+    /// Shards compared element by element (all, or the sample).
     pub shards_checked: u64,
     /// Arrays compared.
     pub arrays: usize,
-    /// Differences: an empty list means every element equals the source and every index is valid.
+    /// Differences: none means every element equals the source and every index is valid.
+    #[serde(flatten)]
     pub mismatches: Mismatches,
-    /// Requests made for a kerchunk reference set (none for other inputs).
+    /// Requests made for a kerchunk reference set (none for other inputs): logged, not a result.
+    #[serde(skip)]
     pub reference_reads: Option<zshard_kerchunk::ReadStats>,
     /// Source arrays zshard does not read, which a conversion skips (`--on-unsupported skip`) or
     /// refuses: not compared, and not a mismatch.
