@@ -33,6 +33,11 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.json2", crate::object_codecs::build_json2),
     ("numcodecs.msgpack2", crate::object_codecs::build_msgpack2),
     ("transpose", crate::transpose::build),
+    // zarr-extensions registered codecs.
+    ("bitround", crate::bitround::build_registered),
+    ("reshape", crate::reshape::build),
+    ("conditional", crate::conditional::build),
+    ("n5_default", crate::n5_default::build),
     // zarr-extensions array→array codecs (zarr-python 3.2+).
     ("scale_offset", crate::scale_offset::build),
     ("cast_value", crate::cast_value::build),
@@ -69,11 +74,22 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.zfpy", crate::zfp::build),
 ];
 
+/// Codecs of the zarr-extensions registry zshard knows and does not read, with why.
+const REFUSED: &[(&str, &str)] = &[(
+    "zfp",
+    "its streams have no zfp header (the mode is in the configuration), which zshard's zfp decoder \
+     (written for numcodecs.zfpy's self-describing streams) does not take, and zshard links no zfp \
+     C library; numcodecs.zfpy arrays are read",
+)];
+
 /// Codecs that lay out fixed-size elements, which string arrays do not have.
 const FIXED_SIZE_ONLY: &[&str] = &[
     "bytes",
     "packbits",
     "transpose",
+    "bitround",
+    "reshape",
+    "n5_default",
     "sharding_indexed",
     "numcodecs.pcodec",
     "numcodecs.zfpy",
@@ -86,6 +102,12 @@ pub fn supported_codecs() -> Vec<&'static str> {
 
 /// Builds one codec for chunks of representation `repr` (the representation it receives when encoding).
 pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
+    if let Some((_, reason)) = REFUSED.iter().find(|(name, _)| *name == spec.name) {
+        return Err(Error::NotSupported {
+            codec: spec.name.clone(),
+            reason: (*reason).to_string(),
+        });
+    }
     let build = REGISTRY
         .iter()
         .find(|(name, _)| *name == spec.name)
@@ -152,4 +174,58 @@ pub fn build_chain(specs: &[CodecSpec], repr: &ChunkRepr) -> Result<CodecChain> 
         array_to_bytes,
         bytes_to_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use zshard_core::{DataType, FillValue};
+
+    /// The registry's codecs are known by their registered names; zfp is refused naming itself and
+    /// the registry (not as an unknown name).
+    #[test]
+    fn registered_codecs_are_known_and_zfp_refused_by_name() {
+        for name in [
+            "bitround",
+            "reshape",
+            "conditional",
+            "n5_default",
+            "packbits",
+        ] {
+            assert!(supported_codecs().contains(&name), "{name}");
+        }
+        let repr = ChunkRepr {
+            shape: vec![4],
+            data_type: DataType::Float32,
+            fill_value: FillValue::zero(DataType::Float32),
+        };
+        let spec = CodecSpec::new("zfp", json!({"mode": "reversible"}));
+        let err = build_codec(&spec, &repr).expect_err("zfp").to_string();
+        assert!(
+            err.starts_with("codec zfp (zarr-extensions registry) is not supported"),
+            "{err}"
+        );
+        // A chain of the registered codecs builds in their places.
+        let chain = build_chain(
+            &[
+                CodecSpec::new("bitround", json!({"keepbits": 3})),
+                CodecSpec::new("reshape", json!({"shape": [2, 2]})),
+                CodecSpec::new("bytes", json!({"endian": "little"})),
+                CodecSpec::new(
+                    "conditional",
+                    json!({"codecs": [{"name": "zstd", "configuration": {"level": 1}}]}),
+                ),
+            ],
+            &repr,
+        )
+        .expect("chain");
+        let data: Vec<u8> = [1.2f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let encoded = chain.encode(data, &repr).expect("encode");
+        let decoded = chain.decode(&encoded, &repr).expect("decode");
+        assert_eq!(decoded[..4], 1.25f32.to_le_bytes());
+    }
 }
