@@ -1,5 +1,6 @@
 """The codecs of the zarr-extensions registry under their registered names (issue 42): `bitround`,
-`reshape`, `conditional`, `n5_default`, and `zfp` refused naming itself and the registry.
+`reshape`, `conditional`, `n5_default` and `zfp` (read; its types zshard does not read refused naming
+the codec and the registry).
 
 Producers, a real one where one writes the codec:
 - bitround: zarrs, the registry's sample data (`data/bitround/`, copied from zarr-extensions
@@ -7,6 +8,8 @@ Producers, a real one where one writes the codec:
   the registry says `bitround` matches for floats.
 - n5_default: tensorstore 0.1.86's N5 driver writes the blocks; the `zarr.json` beside them is the
   registry's (its "N5 Default Store": the same array described as Zarr v3).
+- zfp: zfpy 1.0.1 writes the headerless zfp blocks (`write_header=False`, what zarrs stores through
+  libzfp); the `zarr.json` is the registry's.
 - reshape and conditional: no producer in the test stack writes them; the sources are built here from
   the registry's text (`reshape_source`, `conditional_source`), with numcodecs' zstd and shuffle for
   the bytes the nested codecs make.
@@ -283,14 +286,63 @@ def test_n5_default_over_tensorstore_blocks(dtype, compression, tmp_path, zshard
 
 
 # --------------------------------------------------------------------------------------------------
-# zfp: refused, naming the codec and the registry
+# zfp (zfpy writes the headerless blocks; read only)
 
-def test_registered_zfp_is_refused_naming_it_and_the_registry(tmp_path, zshard_bin):
+ZFP_MODES = [
+    ("fixed_rate", {"mode": "fixed_rate", "rate": 8}, {"rate": 8}),
+    ("fixed_precision", {"mode": "fixed_precision", "precision": 14}, {"precision": 14}),
+    ("fixed_accuracy", {"mode": "fixed_accuracy", "tolerance": 0.01}, {"tolerance": 0.01}),
+    ("reversible", {"mode": "reversible"}, {}),
+]
+Z_SHAPE, Z_CHUNKS = (10, 9, 7), (4, 4, 4)
+
+
+# fixed_accuracy is for floats only (zarrs refuses it for integers, and so does zshard).
+ZFP_CASES = [(m, t) for m in range(len(ZFP_MODES)) for t in ["float32", "float64", "int32", "int64"]
+             if not (ZFP_MODES[m][0] == "fixed_accuracy" and t.startswith("int"))]
+
+
+@pytest.mark.parametrize("mode,dtype", ZFP_CASES, ids=[f"{ZFP_MODES[m][0]}-{t}" for m, t in ZFP_CASES])
+def test_zfp_chunks_written_by_zfpy_without_header(mode, dtype, tmp_path, zshard_bin):
+    """The registry's zfp: zfp blocks without zfp's header, the mode in the configuration. zfpy 1.0.1
+    writes such streams (`write_header=False`, as zarrs through libzfp; its rate is set for 3
+    dimensions as zarrs sets it, so the chunks are 3-D); the truth is zfpy's decoding of the same
+    chunk written with its header."""
+    import zfpy
+
+    name, config, kwargs = ZFP_MODES[mode]
+    rng = np.random.default_rng(mode)
+    grid = np.indices(Z_SHAPE).sum(axis=0)
+    values = (np.sin(grid / 3.0) * 100 + rng.normal(0, 1, Z_SHAPE))
+    values = (values * 1000).astype(dtype) if dtype.startswith("int") else values.astype(dtype)
     src = tmp_path / "zfp.zarr"
-    v3_array(src, (4, 4), (4, 4), "float32", [{"name": "zfp", "configuration": {"mode": "reversible"}}])
+    v3_array(src, Z_SHAPE, Z_CHUNKS, dtype, [{"name": "zfp", "configuration": config}])
+    truth = np.zeros([-(-s // c) * c for s, c in zip(Z_SHAPE, Z_CHUNKS)], dtype=dtype)
+    for key, block in chunks_of(values, Z_CHUNKS):
+        (src / key).parent.mkdir(parents=True, exist_ok=True)
+        (src / key).write_bytes(zfpy.compress_numpy(block, write_header=False, **kwargs))
+        idx = [int(i) for i in key.split("/")[1:]]
+        at = tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, Z_CHUNKS))
+        truth[at] = zfpy.decompress_numpy(zfpy.compress_numpy(block, write_header=True, **kwargs))
+    truth = truth[tuple(slice(0, s) for s in Z_SHAPE)]
+    out = tmp_path / "out.zarr"
+    convert(zshard_bin, src, out)
+    got = read(out)
+    assert got.tobytes() == truth.tobytes(), f"{name} {dtype}"
+    # zshard reads zfp and does not write it: --compressor source writes the default, said so.
+    done = run(zshard_bin, "convert", src, tmp_path / "kept.zarr", "--compressor", "source")
+    assert done.returncode == 0, done.stderr
+    assert "zfp is read but not written by zshard" in done.stderr, done.stderr
+    assert read(tmp_path / "kept.zarr").tobytes() == truth.tobytes()
+
+
+def test_zfp_of_a_type_zshard_does_not_read_is_refused_naming_the_registry(tmp_path, zshard_bin):
+    src = tmp_path / "zfp.zarr"
+    v3_array(src, (4, 4), (4, 4), "uint16", [{"name": "zfp", "configuration": {"mode": "reversible"}}])
     (src / "c" / "0").mkdir(parents=True)
     (src / "c" / "0" / "0").write_bytes(b"\0" * 16)
     done = run(zshard_bin, "convert", src, tmp_path / "out.zarr", "--quiet")
     assert done.returncode != 0
     assert "codec zfp (zarr-extensions registry) is not supported" in done.stderr, done.stderr
+    assert "not uint16" in done.stderr, done.stderr
     assert not (tmp_path / "out.zarr" / "zarr.json").exists()

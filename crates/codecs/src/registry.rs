@@ -38,6 +38,7 @@ const REGISTRY: &[(&str, Build)] = &[
     ("reshape", crate::reshape::build),
     ("conditional", crate::conditional::build),
     ("n5_default", crate::n5_default::build),
+    ("zfp", crate::zfp::build_registered),
     // zarr-extensions array→array codecs (zarr-python 3.2+).
     ("scale_offset", crate::scale_offset::build),
     ("cast_value", crate::cast_value::build),
@@ -74,14 +75,6 @@ const REGISTRY: &[(&str, Build)] = &[
     ("numcodecs.zfpy", crate::zfp::build),
 ];
 
-/// Codecs of the zarr-extensions registry zshard knows and does not read, with why.
-const REFUSED: &[(&str, &str)] = &[(
-    "zfp",
-    "its streams have no zfp header (the mode is in the configuration), which zshard's zfp decoder \
-     (written for numcodecs.zfpy's self-describing streams) does not take, and zshard links no zfp \
-     C library; numcodecs.zfpy arrays are read",
-)];
-
 /// Codecs that lay out fixed-size elements, which string arrays do not have.
 const FIXED_SIZE_ONLY: &[&str] = &[
     "bytes",
@@ -90,6 +83,7 @@ const FIXED_SIZE_ONLY: &[&str] = &[
     "bitround",
     "reshape",
     "n5_default",
+    "zfp",
     "sharding_indexed",
     "numcodecs.pcodec",
     "numcodecs.zfpy",
@@ -102,12 +96,6 @@ pub fn supported_codecs() -> Vec<&'static str> {
 
 /// Builds one codec for chunks of representation `repr` (the representation it receives when encoding).
 pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
-    if let Some((_, reason)) = REFUSED.iter().find(|(name, _)| *name == spec.name) {
-        return Err(Error::NotSupported {
-            codec: spec.name.clone(),
-            reason: (*reason).to_string(),
-        });
-    }
     let build = REGISTRY
         .iter()
         .find(|(name, _)| *name == spec.name)
@@ -182,8 +170,8 @@ mod tests {
     use serde_json::json;
     use zshard_core::{DataType, FillValue};
 
-    /// The registry's codecs are known by their registered names; zfp is refused naming itself and
-    /// the registry (not as an unknown name).
+    /// The registry's codecs are known by their registered names; a zfp chunk type zshard does not
+    /// read is refused naming the codec and the registry (not as an unknown name).
     #[test]
     fn registered_codecs_are_known_and_zfp_refused_by_name() {
         for name in [
@@ -200,8 +188,13 @@ mod tests {
             data_type: DataType::Float32,
             fill_value: FillValue::zero(DataType::Float32),
         };
+        let uint8 = ChunkRepr {
+            data_type: DataType::UInt8,
+            fill_value: FillValue::zero(DataType::UInt8),
+            ..repr.clone()
+        };
         let spec = CodecSpec::new("zfp", json!({"mode": "reversible"}));
-        let err = build_codec(&spec, &repr).expect_err("zfp").to_string();
+        let err = build_codec(&spec, &uint8).expect_err("zfp").to_string();
         assert!(
             err.starts_with("codec zfp (zarr-extensions registry) is not supported"),
             "{err}"
