@@ -188,13 +188,13 @@ mod tests {
             data_type: DataType::Float32,
             fill_value: FillValue::zero(DataType::Float32),
         };
-        let uint8 = ChunkRepr {
-            data_type: DataType::UInt8,
-            fill_value: FillValue::zero(DataType::UInt8),
+        let bool_type = ChunkRepr {
+            data_type: DataType::Bool,
+            fill_value: FillValue::zero(DataType::Bool),
             ..repr.clone()
         };
         let spec = CodecSpec::new("zfp", json!({"mode": "reversible"}));
-        let err = build_codec(&spec, &uint8).expect_err("zfp").to_string();
+        let err = build_codec(&spec, &bool_type).expect_err("zfp").to_string();
         assert!(
             err.starts_with("codec zfp (zarr-extensions registry) is not supported"),
             "{err}"

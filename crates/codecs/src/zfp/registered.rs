@@ -9,8 +9,11 @@
 //! - `fixed_precision`, `fixed_accuracy` (floats only, as zarrs), `reversible`: zfp's own settings;
 //! - `expert`: `minbits`, `maxbits`, `maxprec`, `minexp` as given.
 //!
-//! Read only, for int32, int64, float32 and float64 chunks of 1 to 4 dimensions: the types the
-//! registry promotes (int8/16, uint8–64) and more dimensions are refused naming the registry.
+//! Read only, chunks of 1 to 4 dimensions (more are refused naming the registry). int32, int64,
+//! float32 and float64 are zfp's own types; the others are demoted from zfp's integers as the
+//! registry and zarrs do it: int8/int16 `clamp(v >> (31 - N))`, uint8/uint16
+//! `clamp((v >> (31 - N)) + 2^(N-1))`, and uint32/uint64, which zarrs stores as int32/int64
+//! (values above their largest clamped), `max(v, 0)`.
 
 use std::sync::Arc;
 
@@ -29,6 +32,54 @@ pub(crate) struct ZfpCodec {
     spec: CodecSpec,
     scalar: ScalarType,
     params: Params,
+    /// The array's type when zfp holds it as a wider integer.
+    demote: Option<Demote>,
+}
+
+/// How an array type zfp does not have comes back from zfp's int32 or int64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Demote {
+    Int8,
+    UInt8,
+    Int16,
+    UInt16,
+    UInt32,
+    UInt64,
+}
+
+impl Demote {
+    /// Little-endian bytes of the array's values from zfp's little-endian int32 (int64) values.
+    fn apply(self, decoded: &[u8]) -> Vec<u8> {
+        let int32 = || {
+            decoded
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        match self {
+            Demote::Int8 => int32()
+                .map(|v| (v >> 23).clamp(-0x80, 0x7f) as i8 as u8)
+                .collect(),
+            Demote::UInt8 => int32()
+                .map(|v| ((v >> 23) + 0x80).clamp(0, 0xff) as u8)
+                .collect(),
+            Demote::Int16 => int32()
+                .flat_map(|v| ((v >> 15).clamp(-0x8000, 0x7fff) as i16).to_le_bytes())
+                .collect(),
+            Demote::UInt16 => int32()
+                .flat_map(|v| (((v >> 15) + 0x8000).clamp(0, 0xffff) as u16).to_le_bytes())
+                .collect(),
+            Demote::UInt32 => int32()
+                .flat_map(|v| (v.max(0) as u32).to_le_bytes())
+                .collect(),
+            Demote::UInt64 => decoded
+                .chunks_exact(8)
+                .flat_map(|b| {
+                    let v = i64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    (v.max(0) as u64).to_le_bytes()
+                })
+                .collect(),
+        }
+    }
 }
 
 fn not_supported(reason: String) -> crate::Error {
@@ -39,15 +90,21 @@ fn not_supported(reason: String) -> crate::Error {
 }
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
-    let scalar = match repr.data_type {
-        DataType::Int32 => ScalarType::Int32,
-        DataType::Int64 => ScalarType::Int64,
-        DataType::Float32 => ScalarType::Float32,
-        DataType::Float64 => ScalarType::Float64,
+    let (scalar, demote) = match repr.data_type {
+        DataType::Int32 => (ScalarType::Int32, None),
+        DataType::Int64 => (ScalarType::Int64, None),
+        DataType::Float32 => (ScalarType::Float32, None),
+        DataType::Float64 => (ScalarType::Float64, None),
+        DataType::Int8 => (ScalarType::Int32, Some(Demote::Int8)),
+        DataType::UInt8 => (ScalarType::Int32, Some(Demote::UInt8)),
+        DataType::Int16 => (ScalarType::Int32, Some(Demote::Int16)),
+        DataType::UInt16 => (ScalarType::Int32, Some(Demote::UInt16)),
+        DataType::UInt32 => (ScalarType::Int32, Some(Demote::UInt32)),
+        DataType::UInt64 => (ScalarType::Int64, Some(Demote::UInt64)),
         other => {
             return Err(not_supported(format!(
-                "zshard reads zfp chunks of int32, int64, float32 and float64, not {other} (the \
-                 registry's promotions of smaller and unsigned types are not read)"
+                "zshard reads zfp chunks of integers of 8 to 64 bits, float32 and float64, not \
+                 {other} (zarrs' float16 and bfloat16 promotions are not read)"
             )))
         }
     };
@@ -63,6 +120,7 @@ pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> 
         spec: spec.clone(),
         scalar,
         params,
+        demote,
     })))
 }
 
@@ -216,7 +274,11 @@ impl ArrayToBytesCodec for ZfpCodec {
             sizes,
             params: self.params,
         };
-        decode_values(&mut BitReader::new(&encoded), &header, count, NAME)
+        let decoded = decode_values(&mut BitReader::new(&encoded), &header, count, NAME)?;
+        Ok(match self.demote {
+            Some(demote) => demote.apply(&decoded),
+            None => decoded,
+        })
     }
 
     fn max_encoded_len(&self, repr: &ChunkRepr) -> usize {
@@ -301,10 +363,10 @@ mod tests {
             fill_value: zshard_core::FillValue::zero(data_type),
         };
         let reversible = CodecSpec::new(NAME, json!({"mode": "reversible"}));
-        let err = build(&reversible, &repr(DataType::UInt16, &[4])).expect_err("uint16");
+        let err = build(&reversible, &repr(DataType::Float16, &[4])).expect_err("float16");
         assert!(
             err.to_string()
-                .starts_with("codec zfp (zarr-extensions registry) is not supported: zshard reads zfp chunks of int32"),
+                .starts_with("codec zfp (zarr-extensions registry) is not supported: zshard reads zfp chunks of integers"),
             "{err}"
         );
         let err = build(&reversible, &repr(DataType::Float32, &[1, 2, 2, 2, 2])).expect_err("5-d");
@@ -347,5 +409,46 @@ mod tests {
         };
         assert!(c.decode(Vec::new(), &repr(DataType::Float32, &[])).is_err());
         assert!(c.encode(vec![0; 4], &repr(DataType::Float32, &[])).is_err());
+    }
+
+    /// The registry's demotions (and zarrs' for uint32/uint64) at their edges.
+    #[test]
+    fn smaller_and_unsigned_types_are_demoted_as_the_registry_says() {
+        let int32 =
+            |values: &[i32]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        // int8 -128, -1, 0, 127 promoted (v << 23), and a value past the top that clamps.
+        let promoted = int32(&[-128 << 23, -1 << 23, 0, 127 << 23, i32::MAX]);
+        assert_eq!(Demote::Int8.apply(&promoted), [0x80, 0xff, 0, 0x7f, 0x7f]);
+        // uint8 0, 128, 255 promoted ((u - 128) << 23).
+        let promoted = int32(&[-128 << 23, 0, 127 << 23, i32::MIN]);
+        assert_eq!(Demote::UInt8.apply(&promoted), [0, 128, 255, 0]);
+        let promoted = int32(&[-0x8000 << 15, 5 << 15, 0x7fff << 15]);
+        let got: Vec<i16> = Demote::Int16
+            .apply(&promoted)
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, [-0x8000, 5, 0x7fff]);
+        let promoted = int32(&[-0x8000 << 15, 0, 0x7fff << 15]);
+        let got: Vec<u16> = Demote::UInt16
+            .apply(&promoted)
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, [0, 0x8000, 0xffff]);
+        assert_eq!(
+            Demote::UInt32.apply(&int32(&[-3, 7])),
+            [0, 0, 0, 0, 7, 0, 0, 0]
+        );
+        let int64: Vec<u8> = [-3i64, 1 << 40]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let got: Vec<u64> = Demote::UInt64
+            .apply(&int64)
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+            .collect();
+        assert_eq!(got, [0, 1 << 40]);
     }
 }
