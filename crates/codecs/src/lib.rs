@@ -13,7 +13,8 @@
 //! (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`) before `bytes`;
 //! they are read there too, as array→array codecs. The zarr-extensions registry's codecs are read
 //! under their registered names: `packbits`, `bitround`, `reshape`, `conditional`, `n5_default`
-//! (decode only), `scale_offset` and `cast_value`; its `zfp` is refused naming the registry. Variable-length strings use `vlen-utf8`. Filters
+//! (decode only), `zfp` (decode only: zfp's blocks without header, through the same decoder as
+//! `zfpy`), `scale_offset` and `cast_value`. Variable-length strings use `vlen-utf8`. Filters
 //! are bytes→bytes codecs over the flattened elements in the element types their configuration
 //! names (for example `"<i4"`), so a v2 array is the chain
 //! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
