@@ -31,10 +31,12 @@ const ARRAY_TO_BYTES: &[&str] = &[
     "sharding_indexed",
     "numcodecs.pcodec",
     "numcodecs.zfpy",
+    "n5_default",
+    "zfp",
 ];
 
 /// Codecs zshard decodes but does not encode: a chain holding one cannot be written.
-const DECODE_ONLY: &[&str] = &["numcodecs.zfpy"];
+const DECODE_ONLY: &[&str] = &["numcodecs.zfpy", "n5_default", "zfp"];
 
 /// Codecs zshard reads from Zarr v2 that no Zarr v3 reader (zarr-python 3.1) takes.
 const NO_V3_CODEC: &[&str] = &[

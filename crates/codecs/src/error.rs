@@ -11,6 +11,15 @@ pub enum Error {
         supported: String,
     },
 
+    /// A codec of the zarr-extensions registry that zshard knows of and does not read.
+    #[error("codec {codec} (zarr-extensions registry) is not supported: {reason}")]
+    NotSupported {
+        /// The codec's registered name.
+        codec: String,
+        /// Why, and what zshard reads instead.
+        reason: String,
+    },
+
     /// A known codec with a configuration it cannot work with (a missing or out-of-range member).
     #[error("codec {codec}: invalid configuration: {reason}")]
     InvalidConfiguration {

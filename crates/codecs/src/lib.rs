@@ -11,7 +11,10 @@
 //! `adler32`, `crc32c`, `fletcher32` and `jenkins_lookup3`, `categorize` (strings), and `pcodec` and
 //! `zfpy` (decode only, a pure-Rust zfp decoder), array→bytes codecs in place of `bytes`. zarr-python 3 places the filters that compute on elements
 //! (`delta`, `fixedscaleoffset`, `quantize`, `astype`, `packbits`, `bitround`) before `bytes`;
-//! they are read there too, as array→array codecs. Variable-length strings use `vlen-utf8`. Filters
+//! they are read there too, as array→array codecs. The zarr-extensions registry's codecs are read
+//! under their registered names: `packbits`, `bitround`, `reshape`, `conditional`, `n5_default`
+//! (decode only), `zfp` (decode only: zfp's blocks without header, through the same decoder as
+//! `zfpy`), `scale_offset` and `cast_value`. Variable-length strings use `vlen-utf8`. Filters
 //! are bytes→bytes codecs over the flattened elements in the element types their configuration
 //! names (for example `"<i4"`), so a v2 array is the chain
 //! `[transpose] bytes <filters in list order> <compressor>`; their arithmetic follows numpy's, so
@@ -42,6 +45,7 @@ mod cast;
 mod cast_value;
 mod categorize;
 mod checksum32;
+mod conditional;
 mod config;
 mod crc32c_codec;
 mod deflate;
@@ -50,12 +54,14 @@ mod error;
 mod fixedscaleoffset;
 mod lz4_codec;
 mod lzma_codec;
+mod n5_default;
 mod numeric;
 mod object_codecs;
 mod packbits;
 mod packbits_ext;
 mod pcodec_codec;
 mod registry;
+mod reshape;
 mod scale_offset;
 mod sharding;
 mod shuffle;

@@ -884,3 +884,63 @@ fn the_checkpoint_interval_sets_how_often_shards_are_recorded_after_a_syncfs() {
         assert!(!dst.exists(), "{bad}");
     }
 }
+
+/// Issue 42, point 4: a passthrough edge chunk whose stored padding (past the array's end) is not the
+/// fill value verifies clean: the spec leaves those values undefined, and the output holds the
+/// source's bytes. A value inside the array that differs is still a mismatch, reported where it is.
+#[test]
+fn verify_compares_edge_chunks_only_within_the_array() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("c")).expect("mkdir");
+    let meta = json!({"zarr_format": 3, "node_type": "array", "shape": [6, 3], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}});
+    std::fs::write(src.join("zarr.json"), meta.to_string()).expect("zarr.json");
+    // Chunk (1, 1) covers rows 4..6 and column 2 of the array: 2 of its 8 elements; the rest is
+    // padding of 7s and 9s, as a writer that does not clear its buffer leaves it.
+    for (key, chunk) in [
+        ("0/0", [1u8, 2, 3, 4, 5, 6, 7, 8]),
+        ("0/1", [9, 7, 10, 7, 11, 7, 12, 7]),
+        ("1/0", [13, 14, 15, 16, 9, 9, 9, 9]),
+        ("1/1", [17, 7, 18, 7, 9, 9, 9, 9]),
+    ] {
+        std::fs::create_dir_all(src.join("c").join(&key[..1])).expect("mkdir");
+        std::fs::write(src.join("c").join(key), chunk).expect("chunk");
+    }
+    let dst = tmp.path().join("out");
+    let convert = |dst: &Path| {
+        run(&[
+            "convert".into(),
+            text(&src).into(),
+            text(dst).into(),
+            "--compressor".into(),
+            "source".into(),
+            "--shard-shape".into(),
+            "8,4".into(),
+            "--quiet".into(),
+        ])
+    };
+    assert_success(&convert(&dst), "convert");
+    assert_success(
+        &verify(&src, &dst),
+        "verify of padding that is not the fill value",
+    );
+    // A value inside the array (row 5, column 2: the second 18) differs: still reported.
+    let out = tmp.path().join("changed");
+    assert_success(&convert(&out), "convert");
+    let shard = out.join("c/0/0");
+    let mut bytes = std::fs::read(&shard).expect("shard");
+    let at = bytes
+        .windows(8)
+        .position(|w| w == [17, 7, 18, 7, 9, 9, 9, 9])
+        .expect("chunk (1, 1) stored as it is");
+    bytes[at + 2] = 99;
+    std::fs::write(&shard, &bytes).expect("write");
+    let o = out.display();
+    assert_mismatches(
+        &verify(&src, &out),
+        &[format!("{o}/c/0/0: inner chunk 3: 1 element(s) differ from the source, first at [5, 2] (source bytes [12], output [63])")],
+    );
+}

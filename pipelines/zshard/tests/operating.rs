@@ -596,6 +596,16 @@ fn version_names_the_commit_of_head() {
             && text.contains(", packbits, "),
         "{text}"
     );
+    // The registered codecs of issue 42, under their registered names.
+    for codec in [
+        ", bitround, ",
+        ", reshape, ",
+        ", conditional, ",
+        ", n5_default, ",
+        ", zfp, ",
+    ] {
+        assert!(text.contains(codec), "{codec} not in {text}");
+    }
 }
 
 /// Every command's --help shows examples.

@@ -11,6 +11,7 @@
 //! count and data type before anything is allocated, and a stream that ends early is refused.
 
 mod block;
+mod registered;
 mod stream;
 
 use std::sync::Arc;
@@ -20,7 +21,9 @@ use zshard_core::{ArrayToBytesCodec, ChunkRepr, CodecSpec, DataType, Error, Resu
 use crate::error::invalid;
 use crate::registry::Codec;
 use block::{decode_ints, permutation, Coefficient, Limits};
-use stream::{read_header, BitReader, Header, ScalarType};
+use stream::{read_header, BitReader, Header, Params, ScalarType};
+
+pub(crate) use registered::build as build_registered;
 
 const NAME: &str = "numcodecs.zfpy";
 
@@ -97,18 +100,35 @@ fn decode(encoded: &[u8], scalar: ScalarType, count: usize) -> Result<Vec<u8>> {
     let mut reader = BitReader::new(encoded);
     let header = read_header(&mut reader).map_err(error)?;
     check_header(&header, scalar, count)?;
+    decode_values(&mut reader, &header, count, NAME)
+}
+
+/// Decodes the blocks after the header (or from the start of a headerless stream) of the field
+/// `header` describes, `count` values of its type, into little-endian C-order bytes; `name` is
+/// the codec errors name.
+fn decode_values(
+    reader: &mut BitReader<'_>,
+    header: &Header,
+    count: usize,
+    name: &'static str,
+) -> Result<Vec<u8>> {
+    let scalar = header.scalar;
+    let with = |e: Error| match e {
+        Error::Codec { reason, .. } => Error::codec(name, reason),
+        other => other,
+    };
     match scalar {
-        ScalarType::Int32 => decode_field::<i32>(&mut reader, &header, count, 4, |b, out| {
+        ScalarType::Int32 => decode_field::<i32>(reader, header, count, 4, |b, out| {
             for (o, v) in out.iter_mut().zip(b.values) {
                 o[..4].copy_from_slice(&v.to_le_bytes());
             }
         }),
-        ScalarType::Int64 => decode_field::<i64>(&mut reader, &header, count, 8, |b, out| {
+        ScalarType::Int64 => decode_field::<i64>(reader, header, count, 8, |b, out| {
             for (o, v) in out.iter_mut().zip(b.values) {
                 *o = v.to_le_bytes();
             }
         }),
-        ScalarType::Float32 => decode_field::<i32>(&mut reader, &header, count, 4, |b, out| {
+        ScalarType::Float32 => decode_field::<i32>(reader, header, count, 4, |b, out| {
             let values = b.values.iter();
             match b.kind {
                 BlockKind::Scaled(emax) => {
@@ -127,7 +147,7 @@ fn decode(encoded: &[u8], scalar: ScalarType, count: usize) -> Result<Vec<u8>> {
                 BlockKind::Zero => out.iter_mut().for_each(|o| *o = [0; 8]),
             }
         }),
-        ScalarType::Float64 => decode_field::<i64>(&mut reader, &header, count, 8, |b, out| {
+        ScalarType::Float64 => decode_field::<i64>(reader, header, count, 8, |b, out| {
             let values = b.values.iter();
             match b.kind {
                 BlockKind::Scaled(emax) => {
@@ -145,6 +165,7 @@ fn decode(encoded: &[u8], scalar: ScalarType, count: usize) -> Result<Vec<u8>> {
             }
         }),
     }
+    .map_err(with)
 }
 
 /// The header must describe the chunk: same scalar type, same element count (numcodecs reshapes

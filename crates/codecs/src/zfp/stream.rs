@@ -128,11 +128,11 @@ impl ScalarType {
 }
 
 /// zfp's smallest exponent (`ZFP_MIN_EXP`): fixed-accuracy mode below it means reversible.
-const MIN_EXP: i32 = -1074;
+pub(super) const MIN_EXP: i32 = -1074;
 /// zfp's largest block size in bits (`ZFP_MAX_BITS`).
-const MAX_BITS: u32 = 16658;
+pub(super) const MAX_BITS: u32 = 16658;
 /// zfp's largest precision (`ZFP_MAX_PREC`).
-const MAX_PREC: u32 = 64;
+pub(super) const MAX_PREC: u32 = 64;
 /// The largest 12-bit mode code; larger codes mean a 64-bit mode word follows.
 const MODE_SHORT_MAX: u64 = (1 << 12) - 2;
 /// The codec version zfp 1.0 (and 0.5.x) write after the magic `zfp`.

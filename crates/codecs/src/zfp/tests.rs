@@ -8,7 +8,7 @@ use zshard_core::{ArrayToBytesCodec, ChunkRepr, CodecSpec, DataType, FillValue};
 
 use super::*;
 
-fn fixtures() -> PathBuf {
+pub(super) fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zfp")
 }
 
@@ -37,7 +37,7 @@ fn codec(repr: &ChunkRepr) -> Arc<dyn ArrayToBytesCodec> {
     }
 }
 
-fn cases() -> Vec<(String, ChunkRepr)> {
+pub(super) fn cases() -> Vec<(String, ChunkRepr)> {
     let manifest: Value = serde_json::from_slice(&read("manifest.json")).expect("manifest");
     let cases: Vec<(String, ChunkRepr)> = manifest
         .as_array()

@@ -696,8 +696,23 @@ fn plan_array(
             which: "source",
             source,
         })?;
-    let (inner_codecs, compressor_fallback) = layout.compressor.for_array(meta);
-    let inner_chain = inner_chain(meta, &inner_shape, &inner_codecs, "output")?;
+    let (inner_codecs, mut compressor_fallback) = layout.compressor.for_array(meta);
+    let inner_chain = match inner_chain(meta, &inner_shape, &inner_codecs, "output") {
+        // The source's own chain may not fit other inner chunks (a `reshape` to fixed sizes):
+        // `--compressor source` then writes the default, as for any chain it cannot keep.
+        Err(problem)
+            if layout.compressor == Compressor::Source && compressor_fallback.is_none() =>
+        {
+            let default = Compressor::DEFAULT.inner_codecs(meta.data_type);
+            compressor_fallback = Some(format!(
+                "the source's codecs do not fit inner chunks of shape {inner_shape:?} ({}); written with the default {} instead",
+                one_line(&problem),
+                Compressor::DEFAULT
+            ));
+            inner_chain(meta, &inner_shape, &default, "output")?
+        }
+        other => other?,
+    };
     let passthrough =
         layout.passthrough && passthrough_applies(meta, &inner_shape, &source_chain, &inner_chain);
     tracing::debug!(
