@@ -726,7 +726,14 @@ fn a_rerun_after_the_source_changed_brings_every_level_up_to_date() {
     let report = dir.path().join("report.json");
     let (shape, chunks) = ([39u64, 36], [8u64, 8]);
     let mut values = ramp(&shape, |i| 1.0 + (i % 200) as f64);
-    source(&src, DataType::UInt16, &shape, &chunks, &["y", "x"], &values);
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &chunks,
+        &["y", "x"],
+        &values,
+    );
     // By mode: the mean leaves out the fill value (0), which the rows appended below hold.
     let args = [
         "--pyramid",
