@@ -373,7 +373,6 @@ fn what_a_pyramid_cannot_be_made_with_is_refused() {
         &ramp(&[20, 20], |i| i as f64),
     );
     let cases: &[(&Path, &[&str], &str)] = &[
-        (&src, &["--pyramid", "3", "--worker", "0/2"], "--worker"),
         (&src, &["--downsample", "max"], "--pyramid"),
         (&src, &["--pyramid", "0"], "at least 1"),
         (&unnamed, &["--pyramid", "2"], "x, y or z"),
@@ -713,4 +712,221 @@ fn verify_checks_every_level_against_a_recomputation_from_the_source() {
         mismatches[0].contains("level 1") && mismatches[0].contains("dst/1/c/0/0"),
         "{stderr}"
     );
+}
+
+/// The files of `dst` that differ from `reference`'s (missing, extra, other bytes), a few of each.
+fn differences(
+    reference: &std::collections::BTreeMap<String, Vec<u8>>,
+    dst: &Path,
+) -> Vec<String> {
+    let made = common::files(dst);
+    let mut differ: Vec<String> = reference
+        .iter()
+        .filter(|(k, v)| made.get(*k) != Some(*v))
+        .map(|(k, _)| format!("{k} (missing or other bytes)"))
+        .collect();
+    differ.extend(
+        made.keys()
+            .filter(|k| !reference.contains_key(*k))
+            .map(|k| format!("{k} (extra)")),
+    );
+    differ.truncate(8);
+    differ
+}
+
+/// Converts `src` into `dst` as `workers` workers (each with `args`), then finalizes.
+fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32) {
+    for index in 0..workers {
+        let worker = format!("{index}/{workers}");
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--worker",
+            &worker,
+            "--quiet",
+        ];
+        all.extend_from_slice(args);
+        let (ok, stderr) = run(&all);
+        assert!(ok, "worker {worker}: {stderr}");
+        assert!(!dst.join("zarr.json").exists(), "a worker wrote metadata");
+    }
+    let (ok, stderr) = run(&["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
+    assert!(ok, "finalize: {stderr}");
+}
+
+/// Issue 41: `--worker I/N` + `finalize` make the same pyramid as one run, file for file: each
+/// worker makes its level-0 shards and the lower shards they alone feed, and `finalize` the small
+/// levels whose shards several workers' regions feed (here levels 3 and 4 of `auto`, whose shards
+/// of one inner chunk cover 2 x 2 level-0 shards, and the last levels of an odd-sized image).
+#[test]
+fn workers_and_finalize_make_the_pyramid_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: &[(&[u64], &[u64], &[&str], &[&str], u32)] = &[
+        (
+            &[256, 256],
+            &[16, 16],
+            &["y", "x"],
+            &["--pyramid", "auto", "--shard-shape", "64,64", "--chunk-shape", "16,16"],
+            2,
+        ),
+        (
+            &[200, 300],
+            &[16, 16],
+            &["y", "x"],
+            &["--pyramid", "5", "--shard-shape", "64,64", "--chunk-shape", "16,16"],
+            3,
+        ),
+        (
+            &[2, 64, 96, 80],
+            &[1, 16, 16, 16],
+            &["c", "z", "y", "x"],
+            &["--pyramid", "4", "--shard-shape", "1,32,32,32", "--chunk-shape", "1,8,8,8"],
+            3,
+        ),
+    ];
+    for (i, (shape, chunks, names, args, workers)) in cases.iter().enumerate() {
+        let src = dir.path().join(format!("src{i}"));
+        let values = ramp(shape, |e| 1.0 + ((e * 7919) % 60000) as f64);
+        source(&src, DataType::UInt16, shape, chunks, names, &values);
+        let one = dir.path().join(format!("one{i}"));
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            one.to_str().expect("utf-8"),
+            "--quiet",
+        ];
+        all.extend_from_slice(args);
+        let (ok, stderr) = run(&all);
+        assert!(ok, "case {i}: {stderr}");
+        let reference = common::files(&one);
+        let shared = dir.path().join(format!("shared{i}"));
+        by_workers(&src, &shared, args, *workers);
+        let differ = differences(&reference, &shared);
+        assert!(differ.is_empty(), "case {i}: {differ:?}");
+        let (ok, stderr) = run(&[
+            "verify",
+            src.to_str().expect("utf-8"),
+            shared.to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "case {i}: verify: {stderr}");
+        assert!(
+            !shared.join(".zshard").exists(),
+            "case {i}: finalize left its state"
+        );
+    }
+}
+
+/// A worker of a pyramid killed with `kill -9` and run again, then `finalize` killed and run
+/// again: the same files as one uninterrupted run. `status` between the workers and `finalize`
+/// says every worker is done and `finalize` waits for none.
+#[test]
+fn a_killed_pyramid_worker_and_finalize_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    let shape = [1024, 1024];
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[32, 32],
+        &["y", "x"],
+        &ramp(&shape, |i| 1.0 + (i % 65000) as f64),
+    );
+    let args = [
+        "--pyramid",
+        "auto",
+        "--shard-shape",
+        "128,128",
+        "--chunk-shape",
+        "16,16",
+        "--compressor",
+        "gzip:9",
+        "--threads",
+        "1",
+        "--checkpoint-interval",
+        "10ms",
+        "--quiet",
+    ];
+    let command = |dst: &Path, worker: Option<&str>| {
+        let mut c = std::process::Command::new(common::binary());
+        match worker {
+            Some(worker) => {
+                c.args([
+                    "convert",
+                    src.to_str().expect("utf-8"),
+                    dst.to_str().expect("utf-8"),
+                    "--worker",
+                    worker,
+                ])
+                .args(args);
+            }
+            None => {
+                c.args(["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
+            }
+        }
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let one = dir.path().join("one");
+    let mut all = vec![
+        "convert",
+        src.to_str().expect("utf-8"),
+        one.to_str().expect("utf-8"),
+    ];
+    all.extend_from_slice(&args);
+    let (ok, stderr) = run(&all);
+    assert!(ok, "{stderr}");
+    let reference = common::files(&one);
+    // How long worker 1 takes uninterrupted, to kill it midway.
+    let timed = dir.path().join("timed");
+    let started = std::time::Instant::now();
+    let out = command(&timed, Some("1/2")).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let duration = started.elapsed();
+    for point in 0..3u32 {
+        let dst = dir.path().join(format!("run{point}"));
+        let out = command(&dst, Some("0/2")).output().expect("worker 0");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut child = command(&dst, Some("1/2")).spawn().expect("spawn");
+        std::thread::sleep(duration.mul_f64(0.2 + 0.25 * f64::from(point)));
+        child.kill().ok(); // SIGKILL
+        child.wait().expect("reap");
+        let out = command(&dst, Some("1/2")).output().expect("rerun");
+        assert!(
+            out.status.success(),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = zshard(&["status", dst.to_str().expect("utf-8"), "--json"]);
+        let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        assert_eq!(
+            status["finalize_waits_for"],
+            json!([]),
+            "point {point}: {status}"
+        );
+        for worker in status["workers"].as_array().expect("workers") {
+            assert_eq!(
+                worker["shards_done"], worker["shards_planned"],
+                "point {point}: {status}"
+            );
+            assert!(worker["shards_planned"].as_u64() > Some(0), "{status}");
+        }
+        // finalize killed once on its way, then run again.
+        if point == 1 {
+            let mut child = command(&dst, None).spawn().expect("spawn finalize");
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            child.kill().ok();
+            child.wait().expect("reap");
+        }
+        let out = command(&dst, None).output().expect("finalize");
+        assert!(
+            out.status.success(),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let differ = differences(&reference, &dst);
+        assert!(differ.is_empty(), "point {point}: {differ:?}");
+    }
 }
