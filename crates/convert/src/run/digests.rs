@@ -21,12 +21,6 @@ pub(crate) fn tracked(jobs: &[ArrayJob]) -> bool {
     jobs.iter().all(|job| job.reader.names_versions())
 }
 
-/// The digests of every shard of `jobs` (one per array of the plan): one listing of each array's
-/// source chunks (or its references), no chunk read.
-pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
-    listed(jobs).map(|listed| listed.digests)
-}
-
 /// What one listing of the sources of a plan's arrays says: each shard's digest, and the versions
 /// themselves, from which the digests of a shard's inner chunks are made as it is recorded (see
 /// [`inner_digests`]).
@@ -37,8 +31,9 @@ pub(crate) struct Listed {
     pub(crate) versions: Vec<Option<Arc<ChunkVersions>>>,
 }
 
-/// [`of`], keeping the versions.
-fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+/// The digests of every shard of `jobs` (one per array of the plan), with the versions: one
+/// listing of each array's source chunks (or its references), no chunk read.
+pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
     listed_with(jobs, Vec::new())
 }
 
