@@ -187,6 +187,10 @@ pub struct Status {
     pub workers: Vec<WorkerStatus>,
     /// The workers whose shards are not all done, which `finalize` waits for (their tags).
     pub finalize_waits_for: Vec<String>,
+    /// Shards of the pyramid levels that no worker makes and `finalize` does (issue 41; counted in
+    /// the totals planned).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub finalize_makes: u64,
     /// Lines of record files that could not be read, each naming its key and line (not counted).
     pub unreadable: Vec<String>,
     /// The pace of the last [`RATE_WINDOW_MS`] and the time left at it (while in progress, with a
@@ -213,6 +217,7 @@ impl Status {
             totals: Totals::default(),
             workers: Vec::new(),
             finalize_waits_for: Vec::new(),
+            finalize_makes: 0,
             unreadable: Vec::new(),
             rate: None,
             finished: false,
@@ -229,12 +234,27 @@ impl Status {
             Phase::InProgress => {
                 self.rate.is_some()
                     && self.finalize_waits_for.is_empty()
-                    && self.totals.shards_done >= self.totals.shards_planned
+                    && self.totals.shards_done.saturating_add(self.finalize_left())
+                        >= self.totals.shards_planned
                     && !self.workers.iter().any(|w| w.live)
             }
             _ => true,
         }
     }
+
+    /// The shards left to `finalize` of a partitioned run ([`Status::finalize_makes`]); none
+    /// for an unpartitioned one, which makes them itself.
+    fn finalize_left(&self) -> u64 {
+        match self.workers.iter().any(|w| w.count > 1) {
+            true => self.finalize_makes,
+            false => 0,
+        }
+    }
+}
+
+/// Whether a count is zero (left out of the JSON).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The status of the conversion into `dst` (see the module's documentation).
@@ -397,6 +417,11 @@ pub fn read_status(dst: &Store) -> Result<Status> {
     let now_ms = crate::lease::now_millis();
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
+    status.finalize_makes = plan
+        .iter()
+        .filter(|p| p.owner == crate::Owner::Finalize)
+        .map(Planned::shards)
+        .sum();
     // An unpartitioned run writes the metadata itself: finalize waits for none of it.
     status.finalize_waits_for = status
         .workers

@@ -731,8 +731,10 @@ fn differences(reference: &std::collections::BTreeMap<String, Vec<u8>>, dst: &Pa
     differ
 }
 
-/// Converts `src` into `dst` as `workers` workers (each with `args`), then finalizes.
-fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32) {
+/// Converts `src` into `dst` as `workers` workers (each with `args`), then finalizes; the workers
+/// write no shard of the level `finalize_makes` (`finalize` does), and `status` then says only
+/// `finalize` is left.
+fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_makes: &str) {
     for index in 0..workers {
         let worker = format!("{index}/{workers}");
         let mut all = vec![
@@ -748,6 +750,21 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32) {
         assert!(ok, "worker {worker}: {stderr}");
         assert!(!dst.join("zarr.json").exists(), "a worker wrote metadata");
     }
+    let above: u32 = finalize_makes.parse().expect("a level number");
+    assert!(
+        dst.join((above - 1).to_string()).join("c").exists(),
+        "the workers made level {}",
+        above - 1
+    );
+    assert!(
+        !dst.join(finalize_makes).exists(),
+        "a worker wrote level {finalize_makes}"
+    );
+    let out = zshard(&["status", dst.to_str().expect("utf-8"), "--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(status["finalize_waits_for"], json!([]), "{status}");
+    assert_eq!(status["finished"], true, "only finalize is left: {status}");
+    assert!(status["finalize_makes"].as_u64() > Some(0), "{status}");
     let (ok, stderr) = run(&["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
     assert!(ok, "finalize: {stderr}");
 }
@@ -759,7 +776,8 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32) {
 #[test]
 fn workers_and_finalize_make_the_pyramid_of_one_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: &[(&[u64], &[u64], &[&str], &[&str], u32)] = &[
+    // (shape, source chunks, dimensions, options, workers, the first level finalize makes)
+    let cases: &[(&[u64], &[u64], &[&str], &[&str], u32, &str)] = &[
         (
             &[256, 256],
             &[16, 16],
@@ -773,6 +791,7 @@ fn workers_and_finalize_make_the_pyramid_of_one_run() {
                 "16,16",
             ],
             2,
+            "3",
         ),
         (
             &[200, 300],
@@ -785,8 +804,10 @@ fn workers_and_finalize_make_the_pyramid_of_one_run() {
                 "64,64",
                 "--chunk-shape",
                 "16,16",
+                "--keep-manifest",
             ],
             3,
+            "3",
         ),
         (
             &[2, 64, 96, 80],
@@ -801,9 +822,10 @@ fn workers_and_finalize_make_the_pyramid_of_one_run() {
                 "1,8,8,8",
             ],
             3,
+            "3",
         ),
     ];
-    for (i, (shape, chunks, names, args, workers)) in cases.iter().enumerate() {
+    for (i, (shape, chunks, names, args, workers, finalize_makes)) in cases.iter().enumerate() {
         let src = dir.path().join(format!("src{i}"));
         let values = ramp(shape, |e| 1.0 + ((e * 7919) % 60000) as f64);
         source(&src, DataType::UInt16, shape, chunks, names, &values);
@@ -819,7 +841,7 @@ fn workers_and_finalize_make_the_pyramid_of_one_run() {
         assert!(ok, "case {i}: {stderr}");
         let reference = common::files(&one);
         let shared = dir.path().join(format!("shared{i}"));
-        by_workers(&src, &shared, args, *workers);
+        by_workers(&src, &shared, args, *workers, finalize_makes);
         let differ = differences(&reference, &shared);
         assert!(differ.is_empty(), "case {i}: {differ:?}");
         let (ok, stderr) = run(&[
@@ -828,10 +850,15 @@ fn workers_and_finalize_make_the_pyramid_of_one_run() {
             shared.to_str().expect("utf-8"),
         ]);
         assert!(ok, "case {i}: verify: {stderr}");
-        assert!(
-            !shared.join(".zshard").exists(),
-            "case {i}: finalize left its state"
-        );
+        // The kept manifest names every level's shards, as one run's does.
+        let manifest = |dst: &Path| std::fs::read(dst.join(".zshard/manifest.tsv")).ok();
+        assert_eq!(manifest(&shared), manifest(&one), "case {i}: the manifests");
+        if !args.contains(&"--keep-manifest") {
+            assert!(
+                !shared.join(".zshard").exists(),
+                "case {i}: finalize left its state"
+            );
+        }
     }
 }
 
@@ -907,6 +934,20 @@ fn a_killed_pyramid_worker_and_finalize_resume() {
         String::from_utf8_lossy(&out.stderr)
     );
     let duration = started.elapsed();
+    let out = command(&timed, Some("0/2")).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = std::time::Instant::now();
+    let out = command(&timed, None).output().expect("finalize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let finalizing = started.elapsed();
     for point in 0..3u32 {
         let dst = dir.path().join(format!("run{point}"));
         let out = command(&dst, Some("0/2")).output().expect("worker 0");
@@ -943,19 +984,22 @@ fn a_killed_pyramid_worker_and_finalize_resume() {
             "point {point}: {status}"
         );
         assert_eq!(status["totals"]["shards_planned"], 277, "{status}");
-        // finalize killed once on its way, then run again.
+        assert_eq!(status["finalize_makes"], 21, "{status}");
+        // finalize killed once on its way, then run again (unless it had finished).
         if point == 1 {
             let mut child = command(&dst, None).spawn().expect("spawn finalize");
-            std::thread::sleep(std::time::Duration::from_millis(30));
+            std::thread::sleep(finalizing.mul_f64(0.6));
             child.kill().ok();
             child.wait().expect("reap");
         }
-        let out = command(&dst, None).output().expect("finalize");
-        assert!(
-            out.status.success(),
-            "point {point}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if dst.join(".zshard/claim.json").exists() {
+            let out = command(&dst, None).output().expect("finalize");
+            assert!(
+                out.status.success(),
+                "point {point}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let differ = differences(&reference, &dst);
         assert!(differ.is_empty(), "point {point}: {differ:?}");
     }
