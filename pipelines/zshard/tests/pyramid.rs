@@ -769,6 +769,10 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_make
     assert!(ok, "finalize: {stderr}");
 }
 
+/// A pyramid made by workers: the source's shape, its chunks and dimensions, the options, the
+/// workers, and the first level `finalize` makes.
+type Case<'a> = (&'a [u64], &'a [u64], &'a [&'a str], &'a [&'a str], u32, &'a str);
+
 /// Issue 41: `--worker I/N` + `finalize` make the same pyramid as one run, file for file: each
 /// worker makes its level-0 shards and the lower shards they alone feed, and `finalize` the small
 /// levels whose shards several workers' regions feed (here levels 3 and 4 of `auto`, whose shards
@@ -776,8 +780,7 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_make
 #[test]
 fn workers_and_finalize_make_the_pyramid_of_one_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // (shape, source chunks, dimensions, options, workers, the first level finalize makes)
-    let cases: &[(&[u64], &[u64], &[&str], &[&str], u32, &str)] = &[
+    let cases: &[Case] = &[
         (
             &[256, 256],
             &[16, 16],
