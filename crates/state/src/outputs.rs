@@ -124,3 +124,20 @@ pub fn owner_below(
         .collect();
     zshard_core::linear_index(&base, base_grid)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_level_shard_belongs_to_the_level_0_shard_under_its_start() {
+        // Level 2 of a 256 x 200 image: shards of 16 x 16 on a 4 x 4 grid (64 x 50 elements); level
+        // 0's shards of 64 x 64 on a 4 x 4 grid. Level 2's shard (1, 3) starts at (16, 48), which is
+        // level 0's (64, 192): its shard (1, 3).
+        let owner = |index| owner_below(&[16, 16], &[4, 4], &[64, 64], &[4, 4], &[4, 4], index);
+        assert_eq!(owner(7), 7);
+        assert_eq!(owner(0), 0);
+        // Clamped to the grid: a start past level 0's last shard is in that shard.
+        assert_eq!(owner_below(&[32], &[2], &[64], &[1], &[2], 1), 0);
+    }
+}

@@ -771,7 +771,14 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_make
 
 /// A pyramid made by workers: the source's shape, its chunks and dimensions, the options, the
 /// workers, and the first level `finalize` makes.
-type Case<'a> = (&'a [u64], &'a [u64], &'a [&'a str], &'a [&'a str], u32, &'a str);
+type Case<'a> = (
+    &'a [u64],
+    &'a [u64],
+    &'a [&'a str],
+    &'a [&'a str],
+    u32,
+    &'a str,
+);
 
 /// Issue 41: `--worker I/N` + `finalize` make the same pyramid as one run, file for file: each
 /// worker makes its level-0 shards and the lower shards they alone feed, and `finalize` the small
