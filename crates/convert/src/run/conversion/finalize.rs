@@ -95,11 +95,12 @@ impl Conversion {
 impl Conversion {
     /// The levels of a pyramid that no worker makes ([`Owner::Finalize`]: those some shard of which
     /// is made from the regions of several workers): made in one pass over the last level the
-    /// workers made, read back from the output as they wrote it (the one read of the output; at
-    /// most a quarter of the image below level 0, with the shapes derived from level 0's much
-    /// less), exactly as a single run makes them from that level. Resumable like a run: the shards
-    /// are recorded as done, and a rerun makes only those that are not. Returns the last record
-    /// files, which go out with the metadata.
+    /// workers made, read back from the output as they wrote it, by the pipeline stage that makes
+    /// them in a single run (so the bytes are the same). That read is the only one of the output:
+    /// level `k` holds 1/4^k of the image (2-D), and with the shapes derived from level 0's the
+    /// workers make every level down to the one whose shard is one inner chunk. Resumable like a
+    /// run: the shards are recorded as done, and a rerun makes only those that are not. Returns
+    /// the last record files, which go out with the metadata.
     fn make_small_levels(
         &self,
         destination: &Store,
