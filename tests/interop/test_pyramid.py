@@ -307,3 +307,39 @@ def test_an_ome_zarr_0_4_image_of_one_level_gets_0_6_levels(zshard_bin, tmp_path
     assert multiscale["coordinateSystems"][0]["axes"] == axes
     assert _v06_transform(multiscale["datasets"][2]) == ([1.0, 2.0, 2.0], [0.0, 0.75, 0.75])
     _verify(zshard_bin, src, dst)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file below `root` but zshard's state, by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and ".zshard" not in p.parts}
+
+
+def test_workers_and_finalize_make_the_image_of_one_run(zshard_bin, tmp_path):
+    """`--worker I/N` + `finalize` (issue 41): 3 workers each make their level-0 shards and the lower
+    shards those alone feed, `finalize DST` the smallest levels (3 and 4 here, whose shards of one
+    inner chunk cover 2 level-0 shards) and the metadata: the same files as one run, an image that
+    validates and reads in ome-zarr-py and ngff-zarr, and verifies against the source."""
+    data = np.random.default_rng(43).integers(1, 60000, size=(301, 250), dtype=np.uint16)
+    data.flat[::89] = 0  # the fill value, which xarray masks: no part of the mean
+    src, one, dst = tmp_path / "src.zarr", tmp_path / "one.zarr", tmp_path / "dst.zarr"
+    _source(src, data, ["y", "x"], (64, 64))
+    args = ["--pyramid", "auto", "--shard-shape", "128,128", "--chunk-shape", "32,32"]
+    _convert(zshard_bin, src, one, *args)
+    for index in range(3):
+        _convert(zshard_bin, src, dst, "--worker", f"{index}/3", *args)
+    assert not (dst / "zarr.json").exists()
+    assert (dst / "2" / "c").is_dir() and not (dst / "3").exists(), "the workers make levels 0 to 2"
+    r = run_zshard(zshard_bin, ["finalize", dst])
+    assert r.returncode == 0, r.describe()
+    made, expected = _files(dst), _files(one)
+    assert sorted(made) == sorted(expected)
+    assert [k for k in made if made[k] != expected[k]] == []
+    levels = _levels(dst)
+    assert len(levels) == 5
+    np.testing.assert_array_equal(levels[0], data)
+    for k in range(1, len(levels)):
+        expected_level = np.where(np.isnan(e := _mean(levels[k - 1], [True, True], masked=0)), 0, e)
+        assert np.abs(levels[k].astype(np.float64) - expected_level).max() <= 1, f"level {k}"
+    _validated_and_read(dst, levels)
+    _verify(zshard_bin, src, dst)

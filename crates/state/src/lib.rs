@@ -125,7 +125,7 @@ pub use made_from::{
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,
 };
-pub use outputs::{OutputArray, Outputs};
+pub use outputs::{owner_below, OutputArray, Outputs, Owner};
 pub use overwrite::{clear, clear_state_file};
 pub use partition::Partition;
 pub use recorded::{check_plannable, recorded_conversion, RecordedArray, RecordedConversion};
@@ -175,6 +175,15 @@ pub struct Fingerprint(Bytes, TracksSources, std::sync::OnceLock<u64>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TracksSources(bool);
 
+/// How a claim records who makes an array's shards (see [`Owner`]); `None` for the global rule.
+fn owner_json(owner: &Owner) -> Option<Value> {
+    match owner {
+        Owner::Global => None,
+        Owner::Finalize => Some(json!("finalize")),
+        Owner::Below { level0, scale, .. } => Some(json!({"level0": level0, "scale": scale})),
+    }
+}
+
 impl Fingerprint {
     /// The fingerprint of converting the source `source_id` (its location) into `plan`.
     pub fn new(source_id: &str, plan: &Outputs) -> Result<Fingerprint> {
@@ -185,12 +194,16 @@ impl Fingerprint {
                 &self,
                 serializer: S,
             ) -> std::result::Result<S::Ok, S::Error> {
-                serializer.collect_seq(
-                    self.0
-                        .arrays
-                        .iter()
-                        .map(|a| json!({"path": a.path, "zarr.json": a.output.to_json()})),
-                )
+                serializer.collect_seq(self.0.arrays.iter().enumerate().map(|(i, a)| {
+                    let mut array = json!({"path": a.path, "zarr.json": a.output.to_json()});
+                    // Who makes a pyramid level's shards, for `status` (which reads no plan).
+                    if let (Some(owner), Value::Object(array)) =
+                        (owner_json(self.0.owner(i)), &mut array)
+                    {
+                        array.insert("owner".into(), owner);
+                    }
+                    array
+                }))
             }
         }
         // Members in the order a JSON value sorts them.

@@ -509,7 +509,7 @@ pub fn update_counts(
             }
         }
         for index in 0..array.geometry.shard_count() {
-            let owned = partition.owns(first_global + index);
+            let owned = plan.owns(partition, i, index, first_global);
             if !owned || done.get(i).is_some_and(|d| d.contains(&index)) {
                 continue;
             }

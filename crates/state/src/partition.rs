@@ -1,7 +1,9 @@
 //! Which shards this process converts: `--worker I/N`, or the array index that SLURM or a Kubernetes
 //! Indexed Job gives it. Shard `g` of the global enumeration (arrays in hierarchy order, shards in C
 //! order) belongs to worker `g mod N`, so parts are disjoint, cover everything, differ in size by at
-//! most one shard, and spread every region of every array over all workers.
+//! most one shard, and spread every region of every array over all workers. The lower levels of a
+//! pyramid made while converting follow their level-0 shards instead, or are made by `finalize`
+//! (see [`Owner`](crate::Owner) and [`Outputs::owns`](crate::Outputs::owns)).
 
 use zshard_core::Setting;
 

@@ -70,7 +70,7 @@ pub fn done_shards(
         let mut array_verdicts = Vec::with_capacity(listed.len());
         for shard in listed {
             let index = shard.index;
-            let owned = partition.owns(first_global + index);
+            let owned = plan.owns(partition, i, index, first_global);
             let verdict = verdict(written.of(i, index), shard);
             if owned && check_indexes {
                 // On local disk a shard whose version changed since its record (written again
@@ -128,7 +128,7 @@ pub fn done_shards(
         let listed = survey.shards.get(i).map_or(&[][..], Vec::as_slice);
         for (shard, verdict) in listed.iter().zip(&verdicts[i]) {
             let index = shard.index;
-            let owned = partition.owns(first_global + index);
+            let owned = plan.owns(partition, i, index, first_global);
             // The key is made only for the shards whose proof needed a read, or that are not done.
             let key = || shard_key(array.path, index, &grid);
             let proven = match verdict {
@@ -155,7 +155,7 @@ pub fn done_shards(
         }
         if alone {
             remove_staged_leftovers(dst, array.path, &grid, |index| {
-                partition.owns(first_global + index)
+                plan.owns(partition, i, index, first_global)
             })?;
         }
         first_global += array.geometry.shard_count();
@@ -368,7 +368,7 @@ pub(super) fn records(survey: &Survey, plan: &Outputs, dir: &str, digests: &Dige
             };
             if let Some(coord) = recorded_coord(coord, grid) {
                 let index = linear_index(&coord, grid);
-                if !writer.owns(first + index) {
+                if !plan.owns(writer, *i, index, *first) {
                     continue;
                 }
                 if let (Some(recorded), Some(now)) = (digest, digests.get(*i, index)) {

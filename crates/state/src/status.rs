@@ -187,6 +187,10 @@ pub struct Status {
     pub workers: Vec<WorkerStatus>,
     /// The workers whose shards are not all done, which `finalize` waits for (their tags).
     pub finalize_waits_for: Vec<String>,
+    /// Shards of the pyramid levels that no worker makes and `finalize` does (issue 41; counted in
+    /// the totals planned).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub finalize_makes: u64,
     /// Lines of record files that could not be read, each naming its key and line (not counted).
     pub unreadable: Vec<String>,
     /// The pace of the last [`RATE_WINDOW_MS`] and the time left at it (while in progress, with a
@@ -213,6 +217,7 @@ impl Status {
             totals: Totals::default(),
             workers: Vec::new(),
             finalize_waits_for: Vec::new(),
+            finalize_makes: 0,
             unreadable: Vec::new(),
             rate: None,
             finished: false,
@@ -229,12 +234,27 @@ impl Status {
             Phase::InProgress => {
                 self.rate.is_some()
                     && self.finalize_waits_for.is_empty()
-                    && self.totals.shards_done >= self.totals.shards_planned
+                    && self.totals.shards_done.saturating_add(self.finalize_left())
+                        >= self.totals.shards_planned
                     && !self.workers.iter().any(|w| w.live)
             }
             _ => true,
         }
     }
+
+    /// The shards left to `finalize` of a partitioned run ([`Status::finalize_makes`]); none
+    /// for an unpartitioned one, which makes them itself.
+    fn finalize_left(&self) -> u64 {
+        match self.workers.iter().any(|w| w.count > 1) {
+            true => self.finalize_makes,
+            false => 0,
+        }
+    }
+}
+
+/// Whether a count is zero (left out of the JSON).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The status of the conversion into `dst` (see the module's documentation).
@@ -397,6 +417,11 @@ pub fn read_status(dst: &Store) -> Result<Status> {
     let now_ms = crate::lease::now_millis();
     status.rate = Some(rate(&batches, now_ms, RATE_WINDOW_MS, remaining));
     status.workers = workers(dst, &read, &listed, &plan, &done, &mut status.unreadable)?;
+    status.finalize_makes = plan
+        .iter()
+        .filter(|p| p.owner == crate::Owner::Finalize)
+        .map(Planned::shards)
+        .sum();
     // An unpartitioned run writes the metadata itself: finalize waits for none of it.
     status.finalize_waits_for = status
         .workers
@@ -454,6 +479,10 @@ fn complete_arrays(dst: &Store, status: &mut Status) {
 struct Planned {
     path: String,
     grid: Vec<u64>,
+    /// Its shard shape.
+    shard: Vec<u64>,
+    /// Who makes its shards, as the claim records it (see [`Owner`]).
+    owner: crate::Owner,
 }
 
 impl Planned {
@@ -519,9 +548,30 @@ fn recorded_plan(
             )));
         };
         total = sum;
+        let owner = match &array["owner"] {
+            Value::Null => crate::Owner::Global,
+            Value::String(made) if made == "finalize" => crate::Owner::Finalize,
+            below => {
+                let level0 = below["level0"]
+                    .as_u64()
+                    .and_then(|l| usize::try_from(l).ok())
+                    .filter(|&l| l < plan.len())
+                    .ok_or_else(|| garbled(&format!("array {path:?} has no level 0 before it")))?;
+                let scale = numbers(&below["scale"])
+                    .filter(|s| s.len() == shape.len())
+                    .ok_or_else(|| garbled(&format!("array {path:?} has no scale")))?;
+                crate::Owner::Below {
+                    level0,
+                    level0_first: plan[..level0].iter().map(Planned::shards).sum(),
+                    scale,
+                }
+            }
+        };
         plan.push(Planned {
             path: path.to_string(),
             grid,
+            shard,
+            owner,
         });
     }
     Ok(Some(plan))
@@ -645,18 +695,59 @@ fn workers(
             Some(this)
         })
         .collect();
+    // A pyramid made by workers (issue 41): its lower levels' shards are their level-0 shard's
+    // owner's, and the smallest levels no worker's (`finalize` makes them).
+    let owner = |array: usize, shard: u64| -> Option<u64> {
+        let planned = &plan[array];
+        match &planned.owner {
+            crate::Owner::Global => Some(globals[array] + shard),
+            crate::Owner::Finalize => None,
+            crate::Owner::Below {
+                level0,
+                level0_first,
+                scale,
+            } => {
+                let base = &plan[*level0];
+                let number = crate::owner_below(
+                    &planned.shard,
+                    &planned.grid,
+                    &base.shard,
+                    &base.grid,
+                    scale,
+                    shard,
+                );
+                Some(level0_first + number)
+            }
+        }
+    };
+    let by_rule = plan.iter().all(|p| p.owner == crate::Owner::Global);
     let mut workers = Vec::new();
     for count in counts {
         let mut finished_by: HashMap<u64, u64> = HashMap::new();
         for (array, shards) in done.iter().enumerate() {
             for &shard in shards {
-                *finished_by
-                    .entry((globals[array] + shard) % count)
-                    .or_default() += 1;
+                // An unpartitioned run makes every shard.
+                if let Some(number) = owner(array, shard).or((count == 1).then_some(0)) {
+                    *finished_by.entry(number % count).or_default() += 1;
+                }
+            }
+        }
+        // Without a pyramid, worker I of N plans the shards I, I + N, ... (no pass over them).
+        let mut planned_by: HashMap<u64, u64> = HashMap::new();
+        if !by_rule {
+            for (array, planned) in plan.iter().enumerate() {
+                for shard in 0..planned.shards() {
+                    if let Some(number) = owner(array, shard).or((count == 1).then_some(0)) {
+                        *planned_by.entry(number % count).or_default() += 1;
+                    }
+                }
             }
         }
         for index in 0..count {
-            let planned = total.saturating_sub(index).div_ceil(count);
+            let planned = match by_rule {
+                true => total.saturating_sub(index).div_ceil(count),
+                false => planned_by.get(&index).copied().unwrap_or(0),
+            };
             let finished = finished_by.get(&index).copied().unwrap_or(0);
             let leases = leases.remove(&(index, count)).unwrap_or_default();
             workers.push(WorkerStatus {

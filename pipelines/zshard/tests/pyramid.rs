@@ -373,7 +373,6 @@ fn what_a_pyramid_cannot_be_made_with_is_refused() {
         &ramp(&[20, 20], |i| i as f64),
     );
     let cases: &[(&Path, &[&str], &str)] = &[
-        (&src, &["--pyramid", "3", "--worker", "0/2"], "--worker"),
         (&src, &["--downsample", "max"], "--pyramid"),
         (&src, &["--pyramid", "0"], "at least 1"),
         (&unnamed, &["--pyramid", "2"], "x, y or z"),
@@ -713,6 +712,307 @@ fn verify_checks_every_level_against_a_recomputation_from_the_source() {
         mismatches[0].contains("level 1") && mismatches[0].contains("dst/1/c/0/0"),
         "{stderr}"
     );
+}
+
+/// The files of `dst` that differ from `reference`'s (missing, extra, other bytes), a few of each.
+fn differences(reference: &std::collections::BTreeMap<String, Vec<u8>>, dst: &Path) -> Vec<String> {
+    let made = common::files(dst);
+    let mut differ: Vec<String> = reference
+        .iter()
+        .filter(|(k, v)| made.get(*k) != Some(*v))
+        .map(|(k, _)| format!("{k} (missing or other bytes)"))
+        .collect();
+    differ.extend(
+        made.keys()
+            .filter(|k| !reference.contains_key(*k))
+            .map(|k| format!("{k} (extra)")),
+    );
+    differ.truncate(8);
+    differ
+}
+
+/// Converts `src` into `dst` as `workers` workers (each with `args`), then finalizes; the workers
+/// write no shard of the level `finalize_makes` (`finalize` does), and `status` then says only
+/// `finalize` is left.
+fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_makes: &str) {
+    for index in 0..workers {
+        let worker = format!("{index}/{workers}");
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            dst.to_str().expect("utf-8"),
+            "--worker",
+            &worker,
+            "--quiet",
+        ];
+        all.extend_from_slice(args);
+        let (ok, stderr) = run(&all);
+        assert!(ok, "worker {worker}: {stderr}");
+        assert!(!dst.join("zarr.json").exists(), "a worker wrote metadata");
+    }
+    let above: u32 = finalize_makes.parse().expect("a level number");
+    assert!(
+        dst.join((above - 1).to_string()).join("c").exists(),
+        "the workers made level {}",
+        above - 1
+    );
+    assert!(
+        !dst.join(finalize_makes).exists(),
+        "a worker wrote level {finalize_makes}"
+    );
+    let out = zshard(&["status", dst.to_str().expect("utf-8"), "--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(status["finalize_waits_for"], json!([]), "{status}");
+    assert_eq!(status["finished"], true, "only finalize is left: {status}");
+    assert!(status["finalize_makes"].as_u64() > Some(0), "{status}");
+    let (ok, stderr) = run(&["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
+    assert!(ok, "finalize: {stderr}");
+}
+
+/// A pyramid made by workers: the source's shape, its chunks and dimensions, the options, the
+/// workers, and the first level `finalize` makes.
+type Case<'a> = (
+    &'a [u64],
+    &'a [u64],
+    &'a [&'a str],
+    &'a [&'a str],
+    u32,
+    &'a str,
+);
+
+/// Issue 41: `--worker I/N` + `finalize` make the same pyramid as one run, file for file: each
+/// worker makes its level-0 shards and the lower shards they alone feed, and `finalize` the small
+/// levels whose shards several workers' regions feed (here levels 3 and 4 of `auto`, whose shards
+/// of one inner chunk cover 2 x 2 level-0 shards, and the last levels of an odd-sized image).
+#[test]
+fn workers_and_finalize_make_the_pyramid_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: &[Case] = &[
+        (
+            &[256, 256],
+            &[16, 16],
+            &["y", "x"],
+            &[
+                "--pyramid",
+                "auto",
+                "--shard-shape",
+                "64,64",
+                "--chunk-shape",
+                "16,16",
+            ],
+            2,
+            "3",
+        ),
+        (
+            &[200, 300],
+            &[16, 16],
+            &["y", "x"],
+            &[
+                "--pyramid",
+                "5",
+                "--shard-shape",
+                "64,64",
+                "--chunk-shape",
+                "16,16",
+                "--keep-manifest",
+            ],
+            3,
+            "3",
+        ),
+        (
+            &[2, 64, 96, 80],
+            &[1, 16, 16, 16],
+            &["c", "z", "y", "x"],
+            &[
+                "--pyramid",
+                "4",
+                "--shard-shape",
+                "1,32,32,32",
+                "--chunk-shape",
+                "1,8,8,8",
+            ],
+            3,
+            "3",
+        ),
+    ];
+    for (i, (shape, chunks, names, args, workers, finalize_makes)) in cases.iter().enumerate() {
+        let src = dir.path().join(format!("src{i}"));
+        let values = ramp(shape, |e| 1.0 + ((e * 7919) % 60000) as f64);
+        source(&src, DataType::UInt16, shape, chunks, names, &values);
+        let one = dir.path().join(format!("one{i}"));
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            one.to_str().expect("utf-8"),
+            "--quiet",
+        ];
+        all.extend_from_slice(args);
+        let (ok, stderr) = run(&all);
+        assert!(ok, "case {i}: {stderr}");
+        let reference = common::files(&one);
+        let shared = dir.path().join(format!("shared{i}"));
+        by_workers(&src, &shared, args, *workers, finalize_makes);
+        let differ = differences(&reference, &shared);
+        assert!(differ.is_empty(), "case {i}: {differ:?}");
+        let (ok, stderr) = run(&[
+            "verify",
+            src.to_str().expect("utf-8"),
+            shared.to_str().expect("utf-8"),
+        ]);
+        assert!(ok, "case {i}: verify: {stderr}");
+        // The kept manifest names every level's shards, as one run's does.
+        let manifest = |dst: &Path| std::fs::read(dst.join(".zshard/manifest.tsv")).ok();
+        assert_eq!(manifest(&shared), manifest(&one), "case {i}: the manifests");
+        if !args.contains(&"--keep-manifest") {
+            assert!(
+                !shared.join(".zshard").exists(),
+                "case {i}: finalize left its state"
+            );
+        }
+    }
+}
+
+/// A worker of a pyramid killed with `kill -9` and run again, then `finalize` killed and run
+/// again: the same files as one uninterrupted run. `status` between the workers and `finalize`
+/// says every worker is done and `finalize` waits for none.
+#[test]
+fn a_killed_pyramid_worker_and_finalize_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    let shape = [1024, 1024];
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &[32, 32],
+        &["y", "x"],
+        &ramp(&shape, |i| 1.0 + (i % 65000) as f64),
+    );
+    let args = [
+        "--pyramid",
+        "auto",
+        "--shard-shape",
+        "128,128",
+        "--chunk-shape",
+        "16,16",
+        "--compressor",
+        "gzip:9",
+        "--threads",
+        "1",
+        "--checkpoint-interval",
+        "10ms",
+        "--quiet",
+    ];
+    let command = |dst: &Path, worker: Option<&str>| {
+        let mut c = std::process::Command::new(common::binary());
+        match worker {
+            Some(worker) => {
+                c.args([
+                    "convert",
+                    src.to_str().expect("utf-8"),
+                    dst.to_str().expect("utf-8"),
+                    "--worker",
+                    worker,
+                ])
+                .args(args);
+            }
+            None => {
+                c.args(["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
+            }
+        }
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let one = dir.path().join("one");
+    let mut all = vec![
+        "convert",
+        src.to_str().expect("utf-8"),
+        one.to_str().expect("utf-8"),
+    ];
+    all.extend_from_slice(&args);
+    let (ok, stderr) = run(&all);
+    assert!(ok, "{stderr}");
+    let reference = common::files(&one);
+    // How long worker 1 takes uninterrupted, to kill it midway.
+    let timed = dir.path().join("timed");
+    let started = std::time::Instant::now();
+    let out = command(&timed, Some("1/2")).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let duration = started.elapsed();
+    let out = command(&timed, Some("0/2")).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = std::time::Instant::now();
+    let out = command(&timed, None).output().expect("finalize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let finalizing = started.elapsed();
+    for point in 0..3u32 {
+        let dst = dir.path().join(format!("run{point}"));
+        let out = command(&dst, Some("0/2")).output().expect("worker 0");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut child = command(&dst, Some("1/2")).spawn().expect("spawn");
+        std::thread::sleep(duration.mul_f64(0.2 + 0.25 * f64::from(point)));
+        child.kill().ok(); // SIGKILL
+        child.wait().expect("reap");
+        let out = command(&dst, Some("1/2")).output().expect("rerun");
+        assert!(
+            out.status.success(),
+            "point {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Level 0's 8 x 8 shards alternate between the workers, and so do the 4 levels whose
+        // shards each level-0 shard alone feeds; levels 4 to 6 (16 + 4 + 1 shards) are
+        // finalize's. (A shard that a resume proved by its manifest record is not recorded as
+        // done again, so `shards_done` can fall short of what the workers made.)
+        let out = zshard(&["status", dst.to_str().expect("utf-8"), "--json"]);
+        let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let planned: Vec<&Value> = status["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|w| &w["shards_planned"])
+            .collect();
+        assert_eq!(
+            planned,
+            [&json!(128), &json!(128)],
+            "point {point}: {status}"
+        );
+        assert_eq!(status["totals"]["shards_planned"], 277, "{status}");
+        assert_eq!(status["finalize_makes"], 21, "{status}");
+        // finalize killed once on its way, then run again (unless it had finished).
+        if point == 1 {
+            let mut child = command(&dst, None).spawn().expect("spawn finalize");
+            std::thread::sleep(finalizing.mul_f64(0.6));
+            child.kill().ok();
+            child.wait().expect("reap");
+        }
+        if dst.join(".zshard/claim.json").exists() {
+            let out = command(&dst, None).output().expect("finalize");
+            assert!(
+                out.status.success(),
+                "point {point}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let differ = differences(&reference, &dst);
+        assert!(differ.is_empty(), "point {point}: {differ:?}");
+    }
 }
 
 /// A rerun after the source changed (issue 40) brings every level up to date, as it does a single

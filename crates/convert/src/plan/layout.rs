@@ -193,6 +193,11 @@ impl Plan {
                 })
                 .collect(),
             groups: self.groups.iter().map(|(path, _)| path).collect(),
+            owners: self
+                .pyramid
+                .as_ref()
+                .map(|made| made.owners.clone())
+                .unwrap_or_default(),
         }
     }
 }

@@ -101,6 +101,9 @@ pub(crate) struct Made {
     pub(crate) factors: Vec<u64>,
     /// The element `mean`, `min` and `max` leave out (the `_FillValue` xarray masks).
     pub(crate) masked: Option<Vec<u8>>,
+    /// Per array of the plan, which worker of a partitioned run makes its shards (see
+    /// [`owners`]); set once the plan has laid the levels out.
+    pub(crate) owners: Vec<zshard_state::Owner>,
 }
 
 /// What a pyramid is made from: one array, alone or as the one level of an OME-Zarr image.
@@ -425,6 +428,7 @@ pub(crate) fn make(
             reduction,
             factors,
             masked,
+            owners: Vec::new(),
         },
     ))
 }
@@ -502,9 +506,114 @@ impl Made {
                 });
             }
         }
-        plan.pyramid = Some(self.clone());
+        let mut made = self.clone();
+        made.owners = owners(plan, self);
+        plan.pyramid = Some(made);
         Ok(())
     }
+}
+
+/// Who makes each array's shards in a partitioned run (issue 41). Level 0's shards are shared as any
+/// array's (see `zshard_state::Partition`). A lower level each of whose shards is made from the
+/// blocks of one level-0 shard alone is made by that shard's worker, in the same pass
+/// ([`Owner::Below`]): with the shapes derived from level 0's, every level down to the one whose
+/// shard is one inner chunk. The levels below the first one some shard of which is fed by several
+/// level-0 shards are made by `finalize`, from the last level the workers made, as they wrote it
+/// ([`Owner::Finalize`]): the only read back of the output, a small part of the image.
+fn owners(plan: &Plan, made: &Made) -> Vec<zshard_state::Owner> {
+    use zshard_state::Owner;
+    let mut owners = vec![Owner::Global; plan.arrays.len()];
+    let position = |path: &String| plan.arrays.iter().position(|a| &a.path == path);
+    let Some(level0) = made.levels.first().and_then(position) else {
+        return owners;
+    };
+    let level0_first: u64 = plan.arrays[..level0]
+        .iter()
+        .map(|a| a.geometry.shard_count())
+        .sum();
+    // Per shard of the level above, the level-0 shard whose blocks alone make it.
+    let mut roots: Vec<u64> = (0..plan.arrays[level0].geometry.shard_count()).collect();
+    let mut above = level0;
+    let mut scale = vec![1u64; made.factors.len()];
+    let mut finalize = false;
+    for path in &made.levels[1..] {
+        let Some(index) = position(path) else {
+            continue;
+        };
+        scale = scale
+            .iter()
+            .zip(&made.factors)
+            .map(|(s, f)| s * f)
+            .collect();
+        let single = (!finalize)
+            .then(|| fed_by_one(plan, above, index, &made.factors, &roots))
+            .flatten();
+        match single {
+            Some(level_roots) => {
+                owners[index] = Owner::Below {
+                    level0,
+                    level0_first,
+                    scale: scale.clone(),
+                };
+                roots = level_roots;
+            }
+            None => {
+                finalize = true;
+                owners[index] = Owner::Finalize;
+            }
+        }
+        above = index;
+    }
+    owners
+}
+
+/// For each shard of array `below` (made from array `above` by `factors`), the one root (of
+/// `roots`, by shard of `above`) of every shard of `above` that feeds it; `None` when some shard
+/// is fed from shards of several roots.
+fn fed_by_one(
+    plan: &Plan,
+    above: usize,
+    below: usize,
+    factors: &[u64],
+    roots: &[u64],
+) -> Option<Vec<u64>> {
+    let up = &plan.arrays[above].geometry;
+    let up_grid = up.shard_grid();
+    let geometry = &plan.arrays[below].geometry;
+    let grid = geometry.shard_grid();
+    (0..geometry.shard_count())
+        .map(|linear| {
+            let shard = zshard_core::unravel_index(linear, &grid);
+            let region = geometry
+                .shard_region(&shard)
+                .intersect(&geometry.array_region())?;
+            let fed = zshard_core::Region {
+                start: region
+                    .start
+                    .iter()
+                    .zip(factors)
+                    .map(|(s, f)| s * f)
+                    .collect(),
+                shape: region
+                    .shape
+                    .iter()
+                    .zip(factors)
+                    .map(|(n, f)| n * f)
+                    .collect(),
+            }
+            .intersect(&up.array_region())?;
+            let mut feeding = fed
+                .chunks_overlapping(up.shard_shape())
+                .into_iter()
+                .map(|s| {
+                    roots
+                        .get(zshard_core::linear_index(&s, &up_grid) as usize)
+                        .copied()
+                });
+            let first = feeding.next()??;
+            feeding.all(|root| root == Some(first)).then_some(first)
+        })
+        .collect()
 }
 
 impl Plan {

@@ -352,18 +352,20 @@ impl Conversion {
             }
         }
         let done = &resume.done;
+        let outputs = plan.outputs();
         // What this worker did before: its own shards only (the others' are theirs to count).
         let mut first_global = 0u64;
         let skipped: Vec<u64> = plan
             .arrays
             .iter()
             .zip(done)
-            .map(|(array, done)| {
+            .enumerate()
+            .map(|(i, (array, done))| {
                 let first = first_global;
                 first_global = first_global.saturating_add(array.geometry.shard_count());
                 let owned = done
                     .iter()
-                    .filter(|&&shard| partition.owns(first.saturating_add(shard)));
+                    .filter(|&&shard| outputs.owns(partition, i, shard, first));
                 owned.count() as u64
             })
             .collect();
@@ -371,6 +373,15 @@ impl Conversion {
         // Shards are published without an fsync each (group commit): the shard log checkpoints
         // before each `done` record, and the run before its last records and the metadata.
         let mut jobs = plan.jobs(input, &destination.deferring_sync()?);
+        // A worker makes no level of a pyramid that `finalize` makes: the blocks its shards bring
+        // them are not kept, and no shard of its is converted again for them.
+        if !partition.is_all() {
+            for (i, job) in jobs.iter_mut().enumerate() {
+                if *outputs.owner(i) == zshard_state::Owner::Finalize {
+                    job.derived = None;
+                }
+            }
+        }
         // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
         if let Some(options) = &options_record {
             for job in &mut jobs {
@@ -386,16 +397,16 @@ impl Conversion {
         let jobs = jobs;
         // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
         // work ahead counts whole shards.
-        let tasks = to_run(&jobs, partition, done).map(|task| reuse.task(&jobs, task));
+        let tasks = to_run(&jobs, &outputs, partition, done).map(|task| reuse.task(&jobs, task));
         // This worker's whole share, so that progress starts from what earlier runs did (issue 44).
         let none_done = vec![HashSet::new(); jobs.len()];
         let whole = crate::run::progress::work_of(
             &jobs,
-            with_made(&jobs, to_run(&jobs, partition, &none_done)).into_iter(),
+            with_made(&jobs, to_run(&jobs, &outputs, partition, &none_done)).into_iter(),
         );
         let work = crate::run::progress::work_of(
             &jobs,
-            with_made(&jobs, to_run(&jobs, partition, done)).into_iter(),
+            with_made(&jobs, to_run(&jobs, &outputs, partition, done)).into_iter(),
         )
         .with_done_of(&whole);
         observer.started(work.shards);

@@ -42,12 +42,6 @@ fn below(jobs: &[ArrayJob], job: &ArrayJob) -> Option<(usize, Vec<u64>)> {
     None
 }
 
-/// The digests of every shard of `jobs` (one per array of the plan): one listing of each array's
-/// source chunks (or its references), no chunk read.
-pub(crate) fn of(jobs: &[ArrayJob]) -> Result<Digests> {
-    listed(jobs).map(|listed| listed.digests)
-}
-
 /// What one listing of the sources of a plan's arrays says: each shard's digest, and the versions
 /// themselves, from which the digests of a shard's inner chunks are made as it is recorded (see
 /// [`inner_digests`]).
@@ -72,8 +66,9 @@ impl Listed {
     }
 }
 
-/// [`of`], keeping the versions.
-fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
+/// The digests of every shard of `jobs` (one per array of the plan), with the versions: one
+/// listing of each array's source chunks (or its references), no chunk read.
+pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
     listed_with(jobs, Vec::new())
 }
 

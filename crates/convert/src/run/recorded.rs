@@ -33,8 +33,21 @@ impl Options {
             return Ok(self.clone());
         };
         let mut options = self.clone();
+        // A pyramid's source is recorded as `SRC (pyramid, REDUCTION)` (another reduction is
+        // another conversion); its levels are the arrays recorded.
+        let pyramid = recorded
+            .source
+            .strip_suffix(')')
+            .and_then(|s| s.rsplit_once(" (pyramid, "))
+            .and_then(|(source, reduction)| Some((source, reduction.parse().ok()?)));
+        let source = pyramid.map_or(recorded.source.as_str(), |(source, _)| source);
         if options.source.is_empty() {
-            options.source = recorded.source.clone();
+            options.source = source.to_string();
+        }
+        if let (Some((_, reduction)), None) = (pyramid, options.pyramid) {
+            let levels = u32::try_from(recorded.arrays.len()).unwrap_or(u32::MAX);
+            options.pyramid = Some(crate::PyramidLevels::Count(levels));
+            options.downsample = options.downsample.or(Some(reduction));
         }
         for array in &recorded.arrays {
             let Some(mut layout) = recorded_layout(&array.metadata) else {

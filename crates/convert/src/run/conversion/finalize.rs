@@ -1,6 +1,8 @@
 //! `finalize`: the metadata of a partitioned conversion once every worker's shards are done.
 
 use super::*;
+use crate::run::digests::Listed;
+use zshard_state::{Owner, Resume};
 
 impl Conversion {
     /// After a partitioned conversion: checks that every shard of every worker is done, then writes
@@ -17,6 +19,7 @@ impl Conversion {
     pub(crate) fn finalize_opened(&self, opened: Opened) -> Result<Finalized> {
         let destination = opened.destination(false)?;
         let fingerprint = opened.fingerprint()?;
+        let budget = self.budget(&opened)?;
         let Opened { plan, input, .. } = opened;
         let mut finalized = Finalized {
             destination: destination.url(""),
@@ -37,19 +40,23 @@ impl Conversion {
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
         let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
-        let digests = crate::run::digests::of(&plan.read_jobs(&input))?;
+        let listed = crate::run::digests::listed(&plan.read_jobs(&input))?;
+        let digests = &listed.digests;
         let fingerprint = fingerprint.tracking_sources(digests.all_known());
-        let done = zshard_state::done_shards(
+        let outputs = plan.outputs();
+        let resume = zshard_state::done_shards(
             &destination,
-            &plan.outputs(),
+            &outputs,
             Partition::ALL,
             lease.key(),
             &survey,
-            &digests,
-        )?
-        .done;
+            digests,
+        )?;
+        let done = &resume.done;
         let jobs = plan.jobs(&input, &destination);
-        let mut missing = pending(&jobs, Partition::ALL, &done);
+        // The levels of a pyramid no worker makes are made below.
+        let mut missing = pending(&jobs, &outputs, Partition::ALL, done)
+            .filter(|task| *outputs.owner(task.array) != Owner::Finalize);
         if let Some(first) = missing.next() {
             let count = 1 + missing.count() as u64;
             let array = &plan.arrays[first.array];
@@ -59,7 +66,10 @@ impl Conversion {
                 key: jobs[first.array].sink.shard_key(&first.shard),
             });
         }
+        drop(missing);
         zshard_state::abort_recorded_uploads(&destination)?;
+        let records =
+            self.make_small_levels(&destination, &plan, jobs, (&resume, &listed), &budget)?;
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
@@ -69,15 +79,147 @@ impl Conversion {
             &plan,
             self.consolidate,
             &self.cancel,
-            &[],
+            &records,
             lease,
             keep_manifest,
             MadeFrom {
-                digests: &digests,
+                digests,
                 fingerprint: &fingerprint,
                 survey: &survey,
             },
         )?;
         Ok(finalized)
+    }
+}
+
+impl Conversion {
+    /// The levels of a pyramid that no worker makes ([`Owner::Finalize`]: those some shard of which
+    /// is made from the regions of several workers): made in one pass over the last level the
+    /// workers made, read back from the output as they wrote it, by the pipeline stage that makes
+    /// them in a single run (so the bytes are the same). That read is the only one of the output:
+    /// level `k` holds 1/4^k of the image (2-D), and with the shapes derived from level 0's the
+    /// workers make every level down to the one whose shard is one inner chunk. Resumable like a
+    /// run: the shards are recorded as done, and a rerun makes only those that are not. Returns
+    /// the last record files, which go out with the metadata.
+    fn make_small_levels(
+        &self,
+        destination: &Store,
+        plan: &Plan,
+        mut jobs: Vec<ArrayJob>,
+        (resume, listed): (&Resume, &Listed),
+        budget: &Budget,
+    ) -> Result<Vec<(String, bytes::Bytes)>> {
+        let outputs = plan.outputs();
+        let first = (0..jobs.len()).find(|&i| *outputs.owner(i) == Owner::Finalize);
+        let Some(from) = first.and_then(|i| jobs[i].derived.as_ref().map(|d| d.from)) else {
+            return Ok(Vec::new());
+        };
+        let done = &resume.done;
+        let array = &plan.arrays[from];
+        let name = jobs[from].name.clone();
+        let unreadable = |source: Error| Error::OutputArray {
+            array: name.clone(),
+            source: Box::new(source),
+        };
+        // The level as its metadata will describe it, read by inner chunk.
+        let document = document_bytes(&array.output.to_json());
+        let parsed =
+            zshard_zarr::parse_v3_node(&super::finish::metadata_key(&array.path), &document)
+                .map_err(|e| unreadable(e.into()))?;
+        let zshard_core::NodeKind::Array(meta) = parsed.kind else {
+            return Err(unreadable(Error::Options {
+                reason: "its metadata is not an array's".into(),
+            }));
+        };
+        let meta = meta.read_by_inner_chunk();
+        let job = &mut jobs[from];
+        job.reader = zshard_zarr::array_chunk_reader(destination, &array.path, &meta);
+        job.source_chain = job.inner_chain.clone().ok_or_else(|| {
+            unreadable(Error::Options {
+                reason: "it has no inner codecs".into(),
+            })
+        })?;
+        job.layout.source_repr = job.layout.inner_repr.clone();
+        job.layout.source_grid = None;
+        job.layout.passthrough = false;
+        job.derived = None;
+        // The level read stays as the workers wrote it.
+        job.sink = Arc::new(Unchanged);
+        let jobs = jobs;
+        let tasks: Vec<ShardTask> = ShardTask::all(&jobs)
+            .filter(|task| task.array == from && feeds_undone(&jobs, done, task))
+            .collect();
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Recorded as an unpartitioned run's: every worker's records are trusted for the shards
+        // that worker makes, and these are made by none.
+        let conversion = Conversion {
+            partition: Partition::ALL,
+            ..self.clone()
+        };
+        let builder = Mutex::new(ReportBuilder::new(&conversion));
+        let recorder = Recorder::new(
+            &conversion,
+            destination,
+            plan,
+            &(),
+            &builder,
+            &resume.untrusted,
+            listed,
+        );
+        let names = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        let result = self.with_writeback(destination, || {
+            zshard_pipeline::run_observed(
+                &jobs,
+                tasks.into_iter(),
+                &zshard_pipeline::Options {
+                    cancel: self.cancel.clone(),
+                    ..budget.options()
+                },
+                &crate::run::progress::Relay {
+                    observer: &(),
+                    names,
+                    shard_done: &|outcome: &ShardOutcome| {
+                        if outcome.task.array != from {
+                            recorder.shard_done(outcome);
+                        }
+                    },
+                },
+            )
+        });
+        let checkpointed = destination.checkpoint();
+        let (records, log_error) = recorder.finish()?;
+        checkpointed?;
+        if let Err(e) = result {
+            // What was made is recorded, for the rerun.
+            destination.block_on(destination.put_many_async(&records))?;
+            return Err(e.into());
+        }
+        if let Some(e) = log_error {
+            return Err(Error::Record {
+                source: Box::new(e),
+            });
+        }
+        self.stop_if_cancelled()?;
+        Ok(records)
+    }
+}
+
+/// The sink of the level `finalize` reads back: it is already written, and stays so.
+#[derive(Debug)]
+struct Unchanged;
+
+impl zshard_core::ShardSink for Unchanged {
+    fn shard_key(&self, shard: &[u64]) -> String {
+        format!("{shard:?} (read back)")
+    }
+
+    fn write_shard(
+        &self,
+        _shard: &[u64],
+        _inner: &[Option<bytes::Bytes>],
+    ) -> zshard_core::Result<zshard_core::Stored> {
+        Ok(zshard_core::Stored::NOTHING)
     }
 }

@@ -122,27 +122,16 @@ impl Conversion {
         warnings
     }
 
-    /// Refuses what a pyramid cannot be made with yet: a share of the shards (`--worker`), whose
-    /// lower levels would need blocks from other workers, and an Icechunk output.
+    /// Refuses what a pyramid cannot be made with yet: an Icechunk output.
     pub(super) fn refuse_with_pyramid(&self) -> Result<()> {
-        let refused = if !self.partition.is_all() {
-            Some(format!(
-                "a share of the shards ({})",
-                zshard_core::Setting::Worker
-            ))
-        } else if self.icechunk_output().is_some() {
-            Some("an Icechunk output".to_string())
-        } else {
-            None
-        };
-        match refused {
-            Some(what) => Err(Error::Options {
+        if self.icechunk_output().is_some() {
+            return Err(Error::Options {
                 reason: format!(
-                    "{} is not made into {what} yet: convert in one run into a Zarr destination",
+                    "{} is not made into an Icechunk output yet: convert into a Zarr destination",
                     zshard_core::Setting::Pyramid
                 ),
-            }),
-            None => Ok(()),
+            });
         }
+        Ok(())
     }
 }

@@ -2,10 +2,12 @@
 //! pyramid's lower levels that they feed.
 
 use super::*;
+use zshard_state::Outputs;
 
 /// This worker's shards that are not done yet, in enumeration order.
 pub(super) fn pending<'a>(
     jobs: &'a [ArrayJob],
+    owners: &'a Outputs<'a>,
     partition: Partition,
     done: &'a [HashSet<u64>],
 ) -> impl Iterator<Item = ShardTask> + 'a {
@@ -13,9 +15,16 @@ pub(super) fn pending<'a>(
         .enumerate()
         .filter_map(move |(global, task)| {
             let grid = jobs[task.array].layout.geometry.shard_grid();
-            let owned = partition.owns(global as u64);
-            (owned && !done[task.array].contains(&linear_index(&task.shard, &grid))).then_some(task)
+            let index = linear_index(&task.shard, &grid);
+            let owned = owns(owners, partition, &task, index, global as u64);
+            (owned && !done[task.array].contains(&index)).then_some(task)
         })
+}
+
+/// Whether `partition` makes `task`'s shard (C-order `index` in its array, `global` in the global
+/// enumeration), by the rule of `owners` (see [`zshard_state::Owner`]).
+fn owns(owners: &Outputs, partition: Partition, task: &ShardTask, index: u64, global: u64) -> bool {
+    owners.owns(partition, task.array, index, global.saturating_sub(index))
 }
 
 /// The shards this run converts: those of `partition` not `done`, and, in a conversion that makes a
@@ -24,6 +33,7 @@ pub(super) fn pending<'a>(
 /// levels are never tasks: the pipeline makes them.
 pub(super) fn to_run<'a>(
     jobs: &'a [ArrayJob],
+    owners: &'a Outputs<'a>,
     partition: Partition,
     done: &'a [HashSet<u64>],
 ) -> impl Iterator<Item = ShardTask> + 'a {
@@ -31,11 +41,15 @@ pub(super) fn to_run<'a>(
         .enumerate()
         .filter_map(move |(global, task)| {
             let job = &jobs[task.array];
-            if job.derived.is_some() || !partition.owns(global as u64) {
+            if job.derived.is_some() {
                 return None;
             }
             let grid = job.layout.geometry.shard_grid();
-            let undone = !done[task.array].contains(&linear_index(&task.shard, &grid));
+            let index = linear_index(&task.shard, &grid);
+            if !owns(owners, partition, &task, index, global as u64) {
+                return None;
+            }
+            let undone = !done[task.array].contains(&index);
             (undone || feeds_undone(jobs, done, &task)).then_some(task)
         })
 }
