@@ -1101,3 +1101,91 @@ fn a_rerun_after_the_source_changed_brings_every_level_up_to_date() {
     );
     assert!(common::files(&dst) == before);
 }
+
+/// Issues 40 and 41 together: an update of a pyramid split over workers + `finalize` (one changed
+/// chunk, rows appended) ends as one run over the changed source makes it, file for file, and the
+/// workers rewrite only what the change reaches.
+#[test]
+fn workers_and_finalize_split_an_update_of_a_pyramid() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, shared) = (dir.path().join("src"), dir.path().join("shared"));
+    let (shape, chunks) = ([200u64, 260], [16u64, 16]);
+    let mut values = ramp(&shape, |e| 1.0 + ((e * 7919) % 60000) as f64);
+    source(
+        &src,
+        DataType::UInt16,
+        &shape,
+        &chunks,
+        &["y", "x"],
+        &values,
+    );
+    let args = [
+        "--pyramid",
+        "5",
+        "--shard-shape",
+        "64,64",
+        "--chunk-shape",
+        "16,16",
+    ];
+    by_workers(&src, &shared, &args, 2, "3");
+
+    // One element of chunk (2, 3), and 24 rows more.
+    values[(40 * 260 + 50) as usize] = 7.0;
+    let grown = [224u64, 260];
+    values.extend(ramp(&[24, 260], |e| 3.0 + (e % 500) as f64));
+    let data: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| (v as u16).to_le_bytes())
+        .collect();
+    let compressor = json!({"id": "zstd", "level": 1});
+    common::update_v2(&src, DataType::UInt16, &grown, &chunks, compressor, &data);
+
+    let mut written = 0;
+    for index in 0..2 {
+        let worker = format!("{index}/2");
+        let report = dir.path().join(format!("report{index}.json"));
+        let mut all = vec![
+            "convert",
+            src.to_str().expect("utf-8"),
+            shared.to_str().expect("utf-8"),
+            "--worker",
+            &worker,
+            "--quiet",
+            "--report",
+            report.to_str().expect("utf-8"),
+        ];
+        all.extend_from_slice(&args);
+        let (ok, stderr) = run(&all);
+        assert!(ok, "worker {worker}: {stderr}");
+        let report: Value =
+            serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+        assert_eq!(report["status"], "ok", "{report}");
+        written += report["totals"]["shards_written"].as_u64().expect("count");
+    }
+    let (ok, stderr) = run(&["finalize", shared.to_str().expect("utf-8"), "--quiet"]);
+    assert!(ok, "finalize: {stderr}");
+    // The workers make levels 0 to 2: 4 x 5, 2 x 3 and 1 x 2 shards (224 rows stay in 4 shard
+    // rows); an update rewrites the changed chunk's shard, the last row and the lower shards
+    // above them (with the level-0 shards that feed those), not all 28.
+    assert!(written < 28, "the workers wrote {written} shards");
+
+    let one = dir.path().join("one");
+    let mut all = vec![
+        "convert",
+        src.to_str().expect("utf-8"),
+        one.to_str().expect("utf-8"),
+        "--quiet",
+    ];
+    all.extend_from_slice(&args);
+    let (ok, stderr) = run(&all);
+    assert!(ok, "{stderr}");
+    let differ = differences(&common::files(&one), &shared);
+    assert!(differ.is_empty(), "{differ:?}");
+    assert_eq!(level(&shared.join("0")), (values, grown.to_vec()));
+    let (ok, stderr) = run(&[
+        "verify",
+        src.to_str().expect("utf-8"),
+        shared.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "verify: {stderr}");
+}
