@@ -394,3 +394,56 @@ def test_icechunk_destination_without_its_staging_is_converted_whole_not_taken_f
     repo = ic.Repository.open(ic.local_filesystem_storage(str(repo_dir)))
     got = zarr.open_array(repo.readonly_session(branch="main").store, mode="r")
     np.testing.assert_array_equal(got[...], a[...])
+
+
+def test_zip_source_written_anew_with_one_changed_chunk(zshard_bin, tmp_path):
+    """A Zarr hierarchy in a zip (zarr-python's `ZipStore`) written anew with one chunk changed:
+    only that chunk's shard is rewritten (members are told by their CRC-32 and sizes)."""
+    from zarr.storage import ZipStore
+
+    src, dst = tmp_path / "src.zip", tmp_path / "dst.zarr"
+    data = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+
+    def write(values):
+        store = ZipStore(str(src), mode="w")
+        a = zarr.create_array(store, shape=values.shape, chunks=(8, 8), dtype="u2", fill_value=0)
+        a[...] = values
+        store.close()
+
+    write(data)
+    _convert(zshard_bin, src, dst)
+    before = _files(dst)
+    data[44, 35] = 1
+    write(data)
+    report = _convert(zshard_bin, src, dst)
+    assert report["status"] == "ok"
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
+    assert _shards(_changed(before, _files(dst))) == {"c/1/1"}
+    _same(dst, data)
+    again = _convert(zshard_bin, src, dst)
+    assert again["status"] == "complete"
+
+
+def test_n5_source_one_changed_block(zshard_bin, tmp_path):
+    """An N5 dataset written by tensorstore's n5 driver, one block written again."""
+    ts = pytest.importorskip("tensorstore")
+    src, dst = tmp_path / "src.n5", tmp_path / "dst.zarr"
+    spec = {
+        "driver": "n5",
+        "kvstore": {"driver": "file", "path": str(src)},
+        "metadata": {"dimensions": [64, 64], "blockSize": [8, 8], "dataType": "uint16",
+                     "compression": {"type": "raw"}},
+    }
+    data = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    ts.open(spec, create=True).result()[...].write(data).result()
+    _convert(zshard_bin, src, dst)
+    before = _files(dst)
+    data[44, 35] = 1
+    ts.open(spec).result()[44, 35].write(1).result()
+    report = _convert(zshard_bin, src, dst)
+    assert report["status"] == "ok"
+    assert report["update"]["shards_rewritten"] == 1 and report["update"]["shards_added"] == 0
+    assert _shards(_changed(before, _files(dst))) == {"c/1/1"}
+    _same(dst, data)
+    again = _convert(zshard_bin, src, dst)
+    assert again["status"] == "complete"

@@ -631,10 +631,12 @@ pub fn auto_shard_shape_around(
 /// (`first_shard`, `first_inner`, as resolved for it) and the level's downsampling `factors` per
 /// dimension (how many first-level elements one element of this level spans; 2 for a level of half
 /// the resolution). A shard covers about the same region of the image at every level: its extent is
-/// the first level's divided by the factor, in whole inner chunks, at least one inner chunk and at
-/// most as many as fit in the level. Inner chunks keep the first level's shape (readers fetch the
-/// same amount per chunk at every level), but never extend past the level. Factors that are not
-/// positive numbers count as 1.
+/// the first level's divided by the factor, in whole inner chunks, at least one inner chunk. Inner
+/// chunks keep the first level's shape (readers fetch the same amount per chunk at every level).
+/// Neither is cut to the level's extent (Zarr lets a chunk reach past the array's end): the shapes
+/// stay the same when the level grows or shrinks, so a rerun over a grown source brings a pyramid
+/// up to date instead of finding its small levels laid out otherwise (issue 40). Factors that are
+/// not positive numbers count as 1.
 pub fn level_shapes(
     first_shard: &[u64],
     first_inner: &[u64],
@@ -646,8 +648,8 @@ pub fn level_shapes(
         .zip(first_inner)
         .zip(factors)
         .zip(level_shape);
-    dims.map(|(((&shard, &inner), &factor), &extent)| {
-        let inner = inner.min(extent).max(1);
+    dims.map(|(((&shard, &inner), &factor), _)| {
+        let inner = inner.max(1);
         let factor = if factor.is_finite() && factor > 0.0 {
             factor
         } else {
@@ -655,8 +657,7 @@ pub fn level_shapes(
         };
         // Rounded down, so that a level's shard never holds more elements than the first level's.
         let wanted = ((shard as f64 / factor) / inner as f64).floor() as u64;
-        let fit = (extent / inner).max(1);
-        (wanted.clamp(1, fit) * inner, inner)
+        (wanted.max(1) * inner, inner)
     })
     .unzip()
 }
@@ -712,14 +713,19 @@ mod tests {
             shapes(&[1.0, 8.0, 8.0], &[3, 512, 512]),
             (vec![1, 256, 256], vec![1, 256, 256])
         );
-        // Never larger than the level, inner chunks included.
+        // Whatever the level's extent: a level of 100 columns keeps inner chunks of 256, and one
+        // of 300 x 300 shards of 512 (the shapes stay when the level grows).
         assert_eq!(
             shapes(&[1.0, 16.0, 16.0], &[3, 256, 100]),
-            (vec![1, 256, 100], vec![1, 256, 100])
+            (vec![1, 256, 256], vec![1, 256, 256])
         );
         assert_eq!(
             shapes(&[1.0, 2.0, 2.0], &[3, 300, 300]),
-            (vec![1, 256, 256], vec![1, 256, 256])
+            (vec![1, 512, 512], vec![1, 256, 256])
+        );
+        assert_eq!(
+            shapes(&[1.0, 2.0, 2.0], &[3, 2048, 2048]),
+            shapes(&[1.0, 2.0, 2.0], &[3, 9, 10])
         );
         // A factor of 3 rounds down to whole inner chunks; a bad factor counts as 1.
         assert_eq!(

@@ -174,6 +174,24 @@ impl ChunkVersions {
         }
     }
 
+    /// The versions a listing of an array's folder names: of its `objects` (key relative to the
+    /// array, version as the store names it, size), those whose key is a chunk key of `encoding` on
+    /// a grid of `grid` chunks (metadata documents and anything else are left out).
+    pub fn listed<'a>(
+        encoding: crate::ChunkKeyEncoding,
+        grid: &[u64],
+        objects: impl IntoIterator<Item = (&'a str, &'a str, u64)>,
+    ) -> ChunkVersions {
+        let mut versions = ChunkVersions::builder(grid);
+        for (key, version, size) in objects {
+            if let Some(coord) = encoding.coordinates(key, grid.len()) {
+                versions.insert(coord, version);
+                versions.add_stored_bytes(size);
+            }
+        }
+        versions.build()
+    }
+
     /// Chunks are stored several to an object (a source stored in shards): `object_of` names the
     /// object's coordinate for a chunk's, and a chunk has its object's version.
     pub fn stored_in(

@@ -31,7 +31,31 @@ pub enum ChunkKeyEncoding {
     },
 }
 
+/// The keys an object store's listing returns per page (S3, GCS and Azure list 1,000 or 5,000).
+const LISTING_PAGE: u64 = 1000;
+
+/// The most segments a listing is cut into (see [`ChunkKeyEncoding::listing_splits`]).
+const MAX_LISTING_SEGMENTS: u64 = 1024;
+
 impl ChunkKeyEncoding {
+    /// The keys that cut the listing of an array's chunk keys (on an grid of `grid` chunks) into
+    /// segments of about [`LISTING_PAGE`] keys each, to be listed side by side: a uniform sample of the
+    /// grid's keys in C order, sorted as the store sorts keys. (Sampling keeps this cheap for any grid;
+    /// keys that are not stored only make a segment shorter.)
+    pub fn listing_splits(&self, grid: &[u64]) -> Vec<String> {
+        let total = crate::product(grid);
+        // At most MAX_LISTING_SEGMENTS segments: a sparse grid of 10^8 chunks would otherwise cost 10^5
+        // listing requests however few chunks are stored.
+        let step = LISTING_PAGE.max(total / MAX_LISTING_SEGMENTS);
+        let mut splits: Vec<String> = (step..total)
+            .step_by(usize::try_from(step).unwrap_or(usize::MAX))
+            .map(|index| self.key(&crate::unravel_index(index, grid)))
+            .collect();
+        splits.sort_unstable();
+        splits.dedup();
+        splits
+    }
+
     /// The store key (relative to the array) of the chunk at grid coordinate `coord`.
     pub fn key(&self, coord: &[u64]) -> String {
         let join = |sep: char| {
@@ -299,6 +323,46 @@ pub struct Node {
 mod tests {
     use super::*;
     use crate::Endian;
+
+    /// The segments the splits cut a full grid's keys into, as the store sorts keys.
+    fn segment_lengths(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<usize> {
+        let splits = encoding.listing_splits(grid);
+        assert!(splits.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
+        let mut keys: Vec<String> = (0..crate::product(grid))
+            .map(|i| encoding.key(&crate::unravel_index(i, grid)))
+            .collect();
+        keys.sort_unstable();
+        let mut lengths = vec![0usize; splits.len() + 1];
+        for key in &keys {
+            // Segment i holds the keys in (splits[i - 1], splits[i]].
+            let segment = splits.partition_point(|split| split < key);
+            lengths[segment] += 1;
+        }
+        lengths
+    }
+
+    #[test]
+    fn listing_splits_cut_the_keys_into_segments_of_about_a_page() {
+        for (encoding, grid) in [
+            (ChunkKeyEncoding::V2 { separator: '.' }, vec![400, 400]),
+            (
+                ChunkKeyEncoding::Default { separator: '/' },
+                vec![37, 50, 60],
+            ),
+        ] {
+            let lengths = segment_lengths(encoding, &grid);
+            let total = crate::product(&grid) as usize;
+            assert_eq!(lengths.iter().sum::<usize>(), total);
+            assert_eq!(lengths.len(), total.div_ceil(1000), "{grid:?}");
+            // A sample of the keys: no segment far longer than a page.
+            let longest = lengths.iter().copied().max().unwrap_or(0);
+            assert!(longest < 4 * 1000, "{grid:?}: {longest}");
+        }
+        // Fewer keys than a page: one listing.
+        assert!(ChunkKeyEncoding::V2 { separator: '.' }
+            .listing_splits(&[10, 10])
+            .is_empty());
+    }
 
     fn sharded(sharding: Value) -> ArrayMeta {
         ArrayMeta {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use zshard_core::{ArrayMeta, ChunkKeyEncoding, ChunkReader, Node, NodeKind};
+use zshard_core::{ArrayMeta, ChunkKeyEncoding, ChunkReader, ChunkVersions, Node, NodeKind};
 use zshard_store::Store;
 
 use crate::block::BlockDecoder;
@@ -203,6 +203,28 @@ impl N5ChunkReader {
 impl ChunkReader for N5ChunkReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
         self.store.url(&self.encoding.key(coord))
+    }
+
+    /// From one listing of the dataset's folder, as for a Zarr array: a local block file's inode,
+    /// modification time and size, an object's ETag.
+    fn chunk_versions(&self, grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
+        let splits = match self.store.location().is_remote() {
+            true => self.encoding.listing_splits(grid),
+            false => Vec::new(),
+        };
+        let folder = self.encoding.chunk_folder();
+        let listed = self
+            .store
+            .list_objects_split(folder, &splits)
+            .map_err(|e| self.read_error(folder, Error::from(e)))?;
+        let objects = listed
+            .iter()
+            .map(|o| (o.key.as_str(), o.version.as_str(), o.size));
+        Ok(Some(ChunkVersions::listed(self.encoding, grid, objects)))
+    }
+
+    fn names_versions(&self) -> bool {
+        true
     }
 
     /// `max_len` bounds the decoded block this reader returns; the stored block, which holds N5's

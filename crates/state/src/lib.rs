@@ -277,12 +277,16 @@ impl Fingerprint {
     }
 }
 
-/// A fingerprint without what an update may change: each array's shape and attributes.
+/// A fingerprint without what an update may change: each array's shape and attributes, and for a
+/// pyramid's levels who makes their shards (it follows the shapes, see [`Owner`]).
 fn without_contents(mut fingerprint: Value) -> Value {
     if let Some(arrays) = fingerprint.get_mut("arrays").and_then(Value::as_array_mut) {
         for array in arrays {
             if let Some(doc) = array.get_mut("zarr.json") {
                 *doc = without_shape_and_attributes(doc.take());
+            }
+            if let Some(fields) = array.as_object_mut() {
+                fields.remove("owner");
             }
         }
     }

@@ -441,7 +441,14 @@ impl ZipStore {
             location: Path::from(key),
             last_modified: member.modified,
             size: member.size,
-            e_tag: None,
+            // What tells a member written again (an update compares it, see zshard-core's
+            // `ChunkVersions`): its CRC-32 and sizes, from the directory. The modification time
+            // is in 2-second steps, and a rewrite often keeps the size; the member's place in the
+            // file is left out, since a zip written anew moves every member after a changed one.
+            e_tag: Some(format!(
+                "{:08x}-{}-{}",
+                member.crc32, member.size, member.compressed_size
+            )),
             version: None,
         }
     }

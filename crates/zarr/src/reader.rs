@@ -73,7 +73,7 @@ impl ChunkReader for ZarrChunkReader {
 
     fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
         let splits = match self.store.location().is_remote() {
-            true => listing_splits(self.encoding, grid),
+            true => self.encoding.listing_splits(grid),
             false => Vec::new(),
         };
         listed_versions(&self.store, self.encoding, grid, &splits).map(Some)
@@ -83,30 +83,6 @@ impl ChunkReader for ZarrChunkReader {
         true
     }
 }
-
-/// The keys that cut the listing of an array's chunk keys (on an grid of `grid` chunks) into
-/// segments of about [`LISTING_PAGE`] keys each, to be listed side by side: a uniform sample of the
-/// grid's keys in C order, sorted as the store sorts keys. (Sampling keeps this cheap for any grid;
-/// keys that are not stored only make a segment shorter.)
-fn listing_splits(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<String> {
-    let total = product(grid);
-    // At most MAX_LISTING_SEGMENTS segments: a sparse grid of 10^8 chunks would otherwise cost 10^5
-    // listing requests however few chunks are stored.
-    let step = LISTING_PAGE.max(total / MAX_LISTING_SEGMENTS);
-    let mut splits: Vec<String> = (step..total)
-        .step_by(usize::try_from(step).unwrap_or(usize::MAX))
-        .map(|index| encoding.key(&zshard_core::unravel_index(index, grid)))
-        .collect();
-    splits.sort_unstable();
-    splits.dedup();
-    splits
-}
-
-/// The keys an object store's listing returns per page (S3, GCS and Azure list 1,000 or 5,000).
-const LISTING_PAGE: u64 = 1000;
-
-/// The most segments a listing is cut into (see [`listing_splits`]).
-const MAX_LISTING_SEGMENTS: u64 = 1024;
 
 /// The version of every object of the array folder `store` that is a chunk key of `encoding`
 /// (metadata documents and anything else are left out), from one listing, in segments cut at
@@ -124,14 +100,10 @@ fn listed_versions(
             key: store.url(folder),
             source: Box::new(e),
         })?;
-    let mut versions = ChunkVersions::builder(grid);
-    for object in listed {
-        if let Some(coord) = encoding.coordinates(&object.key, grid.len()) {
-            versions.insert(coord, &object.version);
-            versions.add_stored_bytes(object.size);
-        }
-    }
-    Ok(versions.build())
+    let objects = listed
+        .iter()
+        .map(|o| (o.key.as_str(), o.version.as_str(), o.size));
+    Ok(ChunkVersions::listed(encoding, grid, objects))
 }
 
 /// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index
@@ -356,48 +328,5 @@ impl ChunkReader for ShardedChunkReader {
 
     fn names_versions(&self) -> bool {
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The segments the splits cut a full grid's keys into, as the store sorts keys.
-    fn segment_lengths(encoding: ChunkKeyEncoding, grid: &[u64]) -> Vec<usize> {
-        let splits = listing_splits(encoding, grid);
-        assert!(splits.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
-        let mut keys: Vec<String> = (0..product(grid))
-            .map(|i| encoding.key(&zshard_core::unravel_index(i, grid)))
-            .collect();
-        keys.sort_unstable();
-        let mut lengths = vec![0usize; splits.len() + 1];
-        for key in &keys {
-            // Segment i holds the keys in (splits[i - 1], splits[i]].
-            let segment = splits.partition_point(|split| split < key);
-            lengths[segment] += 1;
-        }
-        lengths
-    }
-
-    #[test]
-    fn listing_splits_cut_the_keys_into_segments_of_about_a_page() {
-        for (encoding, grid) in [
-            (ChunkKeyEncoding::V2 { separator: '.' }, vec![400, 400]),
-            (
-                ChunkKeyEncoding::Default { separator: '/' },
-                vec![37, 50, 60],
-            ),
-        ] {
-            let lengths = segment_lengths(encoding, &grid);
-            let total = product(&grid) as usize;
-            assert_eq!(lengths.iter().sum::<usize>(), total);
-            assert_eq!(lengths.len(), total.div_ceil(1000), "{grid:?}");
-            // A sample of the keys: no segment far longer than a page.
-            let longest = lengths.iter().copied().max().unwrap_or(0);
-            assert!(longest < 4 * 1000, "{grid:?}: {longest}");
-        }
-        // Fewer keys than a page: one listing.
-        assert!(listing_splits(ChunkKeyEncoding::V2 { separator: '.' }, &[10, 10]).is_empty());
     }
 }

@@ -19,7 +19,8 @@ impl Conversion {
     pub(crate) fn finalize_opened(&self, opened: Opened) -> Result<Finalized> {
         let destination = opened.destination(false)?;
         let fingerprint = opened.fingerprint()?;
-        let budget = self.budget(&opened)?;
+        // Needed only to make a pyramid's small levels (a refusal counts only then).
+        let budget = self.budget(&opened);
         let Opened { plan, input, .. } = opened;
         let mut finalized = Finalized {
             destination: destination.url(""),
@@ -69,7 +70,7 @@ impl Conversion {
         drop(missing);
         zshard_state::abort_recorded_uploads(&destination)?;
         let records =
-            self.make_small_levels(&destination, &plan, jobs, (&resume, &listed), &budget)?;
+            self.make_small_levels(&destination, &plan, jobs, (&resume, &listed), budget)?;
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
@@ -107,13 +108,14 @@ impl Conversion {
         plan: &Plan,
         mut jobs: Vec<ArrayJob>,
         (resume, listed): (&Resume, &Listed),
-        budget: &Budget,
+        budget: Result<Budget>,
     ) -> Result<Vec<(String, bytes::Bytes)>> {
         let outputs = plan.outputs();
         let first = (0..jobs.len()).find(|&i| *outputs.owner(i) == Owner::Finalize);
         let Some(from) = first.and_then(|i| jobs[i].derived.as_ref().map(|d| d.from)) else {
             return Ok(Vec::new());
         };
+        let budget = &budget?;
         let done = &resume.done;
         let array = &plan.arrays[from];
         let name = jobs[from].name.clone();
