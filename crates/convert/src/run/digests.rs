@@ -136,8 +136,12 @@ fn array_digests(
                 Some((root, factors)) => {
                     let root_array = root.layout.geometry.array_region();
                     let under = region.as_ref().and_then(|r| {
-                        let scaled =
-                            |v: &[u64]| v.iter().zip(factors).map(|(v, f)| v * f).collect();
+                        let scaled = |v: &[u64]| {
+                            v.iter()
+                                .zip(factors)
+                                .map(|(v, f)| v.saturating_mul(*f))
+                                .collect()
+                        };
                         Region {
                             start: scaled(&r.start),
                             shape: scaled(&r.shape),
