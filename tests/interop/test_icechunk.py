@@ -821,3 +821,34 @@ def test_a_pyramid_from_three_workers_and_finalize_is_one_commit(zshard_bin, tmp
     assert len(_commits(out)) == 2
     assert _staging_cleared(out)
     _check_levels(_committed_image(out)[1], data, 5)
+
+
+def test_a_destination_names_a_node_path_inside_a_repository(zshard_bin, tmp_path):
+    """Issue 41 item 6: `REPO#/PATH` puts a single array (and a pyramid's group) at /PATH of an
+    existing repository, whose other nodes and root attributes stay; the missing groups above it are
+    made; each is one commit, and a rerun commits nothing."""
+    src, data = _pyramid_source(tmp_path)
+    out = tmp_path / "repo"
+    repo = _create(out, None if ICECHUNK2 else 1)
+    session = repo.writable_session("main")
+    root = zarr.group(session.store, attributes={"title": "mine"})
+    root.create_array("other", shape=(4,), dtype="i1")[:] = 3
+    session.commit("mine")
+    single = _zshard(zshard_bin, *_into(src, f"{out}#/images/a", shards="128,128", message="single"))
+    assert "committed snapshot" in single.stderr, single.stderr
+    _zshard(zshard_bin, *_into(src, f"{out}#/images/b", *PYRAMID, shards="128,128", message="pyramid"))
+    assert _commits(out) == ["pyramid", "single", "mine", "Repository initialized"]
+    r = _zshard(zshard_bin, *_into(src, f"{out}#/images/a", shards="128,128", message="single"))
+    assert "already complete with these options; nothing to do" in r.stderr, r.stderr
+    assert len(_commits(out)) == 4
+    session = ic.Repository.open(ic.local_filesystem_storage(str(out))).readonly_session(branch="main")
+    root = zarr.open_group(session.store, mode="r")
+    assert root.attrs["title"] == "mine"
+    np.testing.assert_array_equal(root["other"][...], np.full(4, 3, dtype="i1"))
+    assert isinstance(root["images"], zarr.Group)
+    a = root["images/a"]
+    assert a.shards == (128, 128)
+    np.testing.assert_array_equal(a[...], data)
+    image = root["images/b"]
+    datasets = image.attrs.asdict()["ome"]["multiscales"][0]["datasets"]
+    _check_levels([np.asarray(image[d["path"]][...]) for d in datasets], data, 5)
