@@ -408,6 +408,9 @@ where
     Ok(published)
 }
 
+/// The chunk coordinates each array holds after an update, by array path (see [`Kept::written`]).
+type Written = HashMap<String, HashSet<Vec<u32>>>;
+
 /// An error of writing the session: what was being written, and why.
 type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 
@@ -423,7 +426,7 @@ fn write_session(
     store: &Store,
     staging: &Staging,
     (objects, stored): (&[ListedObject], &HashMap<String, StoredChunk>),
-    (node, written): (&str, Option<&HashMap<String, HashSet<Vec<u32>>>>),
+    (node, written): (&str, Option<&Written>),
     runtime: &IoRuntime,
 ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, WriteError> {
     let staged: Vec<String> = objects

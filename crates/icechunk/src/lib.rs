@@ -281,6 +281,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_node_path_follows_the_repository_after_its_separator() {
+        assert_eq!(split_node("repo"), ("repo", String::new()));
+        assert_eq!(split_node("repo#/"), ("repo", String::new()));
+        assert_eq!(
+            split_node("s3://b/r.icechunk#/images/a/"),
+            ("s3://b/r.icechunk", "images/a".to_string())
+        );
+        let staging = staging_location("/data/r#/images/a").expect("staging");
+        assert_eq!(staging, "/data/r/.zshard-staging/images/a");
+        assert_eq!(
+            staging_location("/data/r").expect("staging"),
+            "/data/r/.zshard-staging"
+        );
+    }
+
+    #[test]
     fn both_spec_versions_are_detected_from_their_folders() {
         let spec1 = ["refs", "snapshots", "manifests", "chunks"];
         let spec2 = ["snapshots", "transactions", "manifests", "chunks"];
