@@ -717,3 +717,138 @@ def test_killed_at_the_repository_object_rename_the_rerun_removes_its_staged_cop
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*#*"))
     assert left == [], left
     _assert_equal(_read_repo(out), {"big": data})
+
+
+# --- Pyramids (issue 41): every level and the OME-Zarr group in one commit ---------------------------
+
+
+def _pyramid_source(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A Zarr v2 yx uint16 image (xarray's `_ARRAY_DIMENSIONS`) whose fill value 0 is masked."""
+    from test_pyramid import _source
+
+    data = np.random.default_rng(41).integers(1, 60000, size=(301, 250), dtype=np.uint16)
+    data.flat[::89] = 0
+    src = tmp_path / "image.zarr"
+    _source(src, data, ["y", "x"], (64, 64))
+    return src, data
+
+
+# With `_into`, which gives the shard shape (128,128).
+PYRAMID = ["--pyramid", "auto", "--chunk-shape", "32,32"]
+
+
+def _committed_image(repo: Path) -> tuple[dict, list[np.ndarray]]:
+    """The root group's `ome` attributes and every level as icechunk + zarr-python read them from
+    main; the image validated by ome-zarr-models' 0.5 models."""
+    from ome_zarr_models.v05.image import Image
+
+    session = ic.Repository.open(ic.local_filesystem_storage(str(repo))).readonly_session(branch="main")
+    root = zarr.open_group(session.store, mode="r")
+    Image.from_zarr(root)
+    ome = root.attrs.asdict()["ome"]
+    levels = [np.asarray(root[d["path"]][...]) for d in ome["multiscales"][0]["datasets"]]
+    return ome, levels
+
+
+def _check_levels(levels: list[np.ndarray], data: np.ndarray, count: int) -> None:
+    """Level 0 is the source; each further level the masked 2x2 mean of the one above (within 1)."""
+    from test_pyramid import _mean
+
+    assert len(levels) == count
+    np.testing.assert_array_equal(levels[0], data)
+    for k in range(1, len(levels)):
+        expected = _mean(levels[k - 1], [True, True], masked=0)
+        expected = np.where(np.isnan(expected), 0, expected)
+        assert levels[k].shape == expected.shape and levels[k].dtype == np.uint16, f"level {k}"
+        assert np.abs(levels[k].astype(np.float64) - expected).max() <= 1, f"level {k}"
+
+
+def test_a_pyramid_into_a_repository_is_one_commit_of_every_level(zshard_bin, tmp_path):
+    """`--pyramid` into Icechunk (issue 41): `plan` shows every level (it was refused), `convert`
+    commits every level and the OME-Zarr group once, the same image as into plain Zarr, level by level
+    equal to a numpy recomputation; a rerun commits nothing."""
+    src, data = _pyramid_source(tmp_path)
+    plain, out = tmp_path / "plain.zarr", tmp_path / "out"
+    _zshard(zshard_bin, "convert", src, plain, "--threads", "2", "--shard-shape", "128,128", *PYRAMID)
+    r = _zshard(zshard_bin, "plan", src, out, "--output-format", "icechunk", "--shard-shape", "128,128",
+                *PYRAMID, *NEW)
+    assert "pyramid" in r.stdout + r.stderr, r.describe()
+    _zshard(zshard_bin, *_into(src, out, *PYRAMID, *NEW, shards="128,128", message="pyramid"))
+    assert _commits(out) == ["pyramid", "Repository initialized"]
+    assert _staging_cleared(out)
+    ome, levels = _committed_image(out)
+    assert ome == zarr.open_group(str(plain), mode="r").attrs.asdict()["ome"]
+    _check_levels(levels, data, 5)
+    for k, level in enumerate(levels):
+        np.testing.assert_array_equal(level, zarr.open_array(str(plain / str(k)), mode="r")[...])
+    chunks = _chunk_objects(out)
+    r = _zshard(zshard_bin, *_into(src, out, *PYRAMID, shards="128,128", message="pyramid"))
+    assert "already complete with these options; nothing to do" in r.stderr, r.stderr
+    assert _commits(out) == ["pyramid", "Repository initialized"] and _chunk_objects(out) == chunks
+
+
+def test_a_pyramid_into_a_repository_killed_mid_run_is_resumed_into_one_commit(zshard_bin, tmp_path):
+    """Killed as it writes a level-1 shard into the staging folder, nothing is on the branch; the
+    rerun resumes there and commits every level once."""
+    src, data = _pyramid_source(tmp_path)
+    out = tmp_path / "out"
+    argv = [zshard_bin, *_into(src, out, *PYRAMID, *NEW, "--quiet", shards="128,128", message="pyramid")]
+    _kill_at(out / ".zshard-staging" / "1" / "c" / "0" / "0#1", "openat", argv)
+    assert _commits(out) == ["Repository initialized"]
+    assert (out / ".zshard-staging" / ".zshard" / "claim.json").is_file()
+    _zshard(zshard_bin, *argv[1:])
+    assert _commits(out) == ["pyramid", "Repository initialized"]
+    assert _staging_cleared(out)
+    _check_levels(_committed_image(out)[1], data, 5)
+
+
+def test_a_pyramid_from_three_workers_and_finalize_is_one_commit(zshard_bin, tmp_path):
+    """Workers store their shards of the levels they make; `finalize REPO` (the command each worker
+    names: not the staging folder, whose finalize would commit nothing) makes the smallest levels
+    and commits the image once."""
+    src, data = _pyramid_source(tmp_path)
+    out = tmp_path / "out"
+    for i in range(3):
+        r = _zshard(zshard_bin, *_into(src, out, *PYRAMID, *NEW, "--worker", f"{i}/3", shards="128,128",
+                                       message="workers"))
+        assert f"run `zshard finalize {out}`" in r.stderr, r.stderr
+        assert _commits(out) == ["Repository initialized"]
+    r = _zshard(zshard_bin, "finalize", out / ".zshard-staging", ok=False)
+    assert f"run `zshard finalize {out}`" in r.stderr, r.stderr
+    assert not (out / ".zshard-staging" / "zarr.json").exists()
+    r = _zshard(zshard_bin, "finalize", out)
+    assert "committed snapshot" in r.stderr, r.stderr
+    assert len(_commits(out)) == 2
+    assert _staging_cleared(out)
+    _check_levels(_committed_image(out)[1], data, 5)
+
+
+def test_a_destination_names_a_node_path_inside_a_repository(zshard_bin, tmp_path):
+    """Issue 41 item 6: `REPO#/PATH` puts a single array (and a pyramid's group) at /PATH of an
+    existing repository, whose other nodes and root attributes stay; the missing groups above it are
+    made; each is one commit, and a rerun commits nothing."""
+    src, data = _pyramid_source(tmp_path)
+    out = tmp_path / "repo"
+    repo = _create(out, None if ICECHUNK2 else 1)
+    session = repo.writable_session("main")
+    root = zarr.group(session.store, attributes={"title": "mine"})
+    root.create_array("other", shape=(4,), dtype="i1")[:] = 3
+    session.commit("mine")
+    single = _zshard(zshard_bin, *_into(src, f"{out}#/images/a", shards="128,128", message="single"))
+    assert "committed snapshot" in single.stderr, single.stderr
+    _zshard(zshard_bin, *_into(src, f"{out}#/images/b", *PYRAMID, shards="128,128", message="pyramid"))
+    assert _commits(out) == ["pyramid", "single", "mine", "Repository initialized"]
+    r = _zshard(zshard_bin, *_into(src, f"{out}#/images/a", shards="128,128", message="single"))
+    assert "already complete with these options; nothing to do" in r.stderr, r.stderr
+    assert len(_commits(out)) == 4
+    session = ic.Repository.open(ic.local_filesystem_storage(str(out))).readonly_session(branch="main")
+    root = zarr.open_group(session.store, mode="r")
+    assert root.attrs["title"] == "mine"
+    np.testing.assert_array_equal(root["other"][...], np.full(4, 3, dtype="i1"))
+    assert isinstance(root["images"], zarr.Group)
+    a = root["images/a"]
+    assert a.shards == (128, 128)
+    np.testing.assert_array_equal(a[...], data)
+    image = root["images/b"]
+    datasets = image.attrs.asdict()["ome"]["multiscales"][0]["datasets"]
+    _check_levels([np.asarray(image[d["path"]][...]) for d in datasets], data, 5)

@@ -257,7 +257,7 @@ settings! {
               spatial extent fits one inner chunk. Every level is sharded (shapes from \
               --level-shapes, else derived from level 0's). With --worker, each worker makes \
               its level-0 shards and the lower shards they alone feed, and finalize the smallest \
-              levels. Not with an Icechunk output yet.",
+              levels. Into an Icechunk repository, one commit holds every level.",
         doc: "Make an OME-Zarr 0.5 (``ome='0.6'``: 0.6) multiscale image of this many levels \
              (level 0 is the source; each further level halves every spatial axis: dimensions \
              named x, y or z), in the same pass over the source; ``'auto'``: levels until the \

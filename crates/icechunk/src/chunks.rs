@@ -14,7 +14,7 @@ use icechunk::format::ChunkId;
 use serde::{Deserialize, Serialize};
 use zshard_store::{ListedObject, Store as Staging};
 
-use crate::{COMMIT_RECORD, STAGING};
+use crate::COMMIT_RECORD;
 
 /// The folder, inside the staging folder, of the records of stored chunks.
 pub(crate) const CHUNK_RECORDS: &str = ".zshard-chunks";
@@ -119,11 +119,11 @@ pub(crate) fn recorded(
 }
 
 /// Copies the staged shards `shards` into the chunk storage of the repository whose objects
-/// `repository` holds, and records them in the staging folder under names starting with `writer`,
-/// in batches.
+/// `repository` holds (where the staging folder is at `inside`), and records them in the staging
+/// folder under names starting with `writer`, in batches.
 pub(crate) fn store(
     staging: &Staging,
-    repository: &Staging,
+    (repository, inside): (&Staging, &str),
     shards: &[&ListedObject],
     writer: &str,
 ) -> zshard_store::Result<HashMap<String, StoredChunk>> {
@@ -137,7 +137,7 @@ pub(crate) fn store(
         let mut pairs = Vec::with_capacity(shards.len());
         for shard in shards {
             let id = ChunkId::random().to_string();
-            pairs.push((format!("{STAGING}/{}", shard.key), chunk_key(&id)));
+            pairs.push((format!("{inside}/{}", shard.key), chunk_key(&id)));
             let chunk = StoredChunk {
                 id,
                 length: shard.size,
@@ -277,6 +277,7 @@ pub(crate) fn chunk_coordinates(key: &str) -> Option<(String, Vec<u32>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::STAGING;
 
     #[test]
     fn shard_keys_give_the_node_and_coordinates() {
@@ -350,7 +351,7 @@ mod tests {
             .expect("put");
         let objects = staged_objects(&staging).expect("list");
         let shards: Vec<&ListedObject> = objects.iter().collect();
-        store(&staging, &repository, &shards, "w0of1").expect("store");
+        store(&staging, (&repository, STAGING), &shards, "w0of1").expect("store");
         (dir, staging, repository)
     }
 

@@ -32,6 +32,7 @@ pub fn create_if_missing(
     spec: Option<SpecVersion>,
     runtime: &Arc<IoRuntime>,
 ) -> Result<DestinationSpec> {
+    let location = crate::split_node(location).0;
     let storage = repo::storage(location, runtime)?;
     if let Some(found) = repo::detect(location, &storage, runtime)? {
         let existing = existing(location, found, spec)?;
@@ -197,6 +198,7 @@ pub fn destination_spec(
     spec: Option<SpecVersion>,
     runtime: &IoRuntime,
 ) -> Result<DestinationSpec> {
+    let location = crate::split_node(location).0;
     let storage = repo::storage(location, runtime)?;
     match repo::detect(location, &storage, runtime)? {
         Some(found) => existing(location, found, spec),
@@ -287,6 +289,7 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let (location, node) = crate::split_node(location);
     let write_error = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
         repo: location.to_string(),
         what: what.to_string(),
@@ -327,18 +330,37 @@ where
         None => write_token(&staging)
             .map_err(|e| write_error("recording the commit in the staging folder", boxed(e)))?,
     };
-    let stored = store_unstored(&staging, location, &objects, None, "commit", runtime)
-        .map_err(|e| write_error("storing the staged shards as chunks", boxed(e)))?;
+    let stored = store_unstored(
+        &staging,
+        (location, &node),
+        &objects,
+        None,
+        "commit",
+        runtime,
+    )
+    .map_err(|e| write_error("storing the staged shards as chunks", boxed(e)))?;
     published.stored_at_commit = stored.now;
     let session = runtime
         .block_on(repository.writable_session(branch))
         .map_err(|e| write_error(&format!("opening branch {branch:?}"), boxed(e.kind)))?;
     let store = runtime.block_on(Store::from_session(Arc::new(RwLock::new(session))));
+    // Inside the repository, the staged nodes are under `node` (a conversion into `REPO#/PATH`).
+    let written = kept.written.as_ref().map(|written| {
+        written
+            .iter()
+            .map(|(path, coords)| (under(&node, path), coords.clone()))
+            .collect::<HashMap<_, _>>()
+    });
+    let kept_records: HashMap<String, String> = kept
+        .records
+        .iter()
+        .map(|(path, digest)| (under(&node, path), digest.clone()))
+        .collect();
     let arrays = write_session(
         &store,
         &staging,
         (&objects, &stored.chunks),
-        kept.written.as_ref(),
+        (&node, written.as_ref()),
         runtime,
     )
     .map_err(|(what, e)| write_error(&what, e))?;
@@ -347,7 +369,7 @@ where
         "fingerprint": digest(conversion.to_string().as_bytes()),
         "arrays": arrays,
         "update": kept.update_id,
-        "kept": kept.records,
+        "kept": kept_records,
     });
     let properties = [
         (
@@ -386,6 +408,9 @@ where
     Ok(published)
 }
 
+/// The chunk coordinates each array holds after an update, by array path (see [`Kept::written`]).
+type Written = HashMap<String, HashSet<Vec<u32>>>;
+
 /// An error of writing the session: what was being written, and why.
 type WriteError = (String, Box<dyn std::error::Error + Send + Sync>);
 
@@ -401,22 +426,32 @@ fn write_session(
     store: &Store,
     staging: &Staging,
     (objects, stored): (&[ListedObject], &HashMap<String, StoredChunk>),
-    written: Option<&HashMap<String, HashSet<Vec<u32>>>>,
+    (node, written): (&str, Option<&Written>),
     runtime: &IoRuntime,
 ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, WriteError> {
-    let documents: Vec<String> = objects
+    let staged: Vec<String> = objects
         .iter()
         .filter(|o| is_metadata(&o.key))
         .map(|o| o.key.clone())
         .collect();
-    let mut bytes = Vec::with_capacity(documents.len());
-    for (key, read) in documents.iter().zip(staging.get_many(&documents)) {
+    let mut bytes = Vec::with_capacity(staged.len());
+    for (key, read) in staged.iter().zip(staging.get_many(&staged)) {
         match read {
             Ok(Some(read)) => bytes.push(read),
             Ok(None) => return Err((key.clone(), "the staged object vanished".into())),
             Err(e) => return Err((key.clone(), boxed(e))),
         }
     }
+    // The keys inside the repository: under `node`, whose missing ancestors become groups
+    // (first: parents before children).
+    let ancestors = ancestors(node);
+    let mut documents: Vec<String> = ancestors
+        .iter()
+        .map(|ancestor| under(ancestor, "zarr.json"))
+        .collect();
+    documents.extend(staged.iter().map(|key| under(node, key)));
+    let group = Bytes::from_static(br#"{"zarr_format":3,"node_type":"group","attributes":{}}"#);
+    bytes.splice(0..0, ancestors.iter().map(|_| group.clone()));
     let arrays = documents
         .iter()
         .zip(&bytes)
@@ -426,7 +461,7 @@ fn write_session(
     let references = objects
         .iter()
         .filter(|o| !is_metadata(&o.key))
-        .map(|o| reference(&o.key, stored))
+        .map(|o| reference(&o.key, node, stored))
         .collect::<std::result::Result<Vec<_>, WriteError>>()?;
     let nodes: Vec<(String, bool)> = documents
         .iter()
@@ -465,7 +500,11 @@ fn write_session(
                     .map_err(|e| (node.to_string(), boxed(e.kind)))?;
             }
         }
-        for (key, bytes) in documents.iter().zip(bytes) {
+        for (index, (key, bytes)) in documents.iter().zip(bytes).enumerate() {
+            // An ancestor that the branch holds already stays as it is.
+            if index < ancestors.len() && store.exists(key).await.unwrap_or(false) {
+                continue;
+            }
             let mut bytes = bytes;
             if !is_array_document(&bytes) {
                 if let Ok(node) = IcechunkPath::try_from(format!("/{}", node_of(key)).as_str()) {
@@ -578,6 +617,7 @@ pub fn check_nodes(
     groups: &[String],
     runtime: &Arc<IoRuntime>,
 ) -> Result<()> {
+    let (location, node) = crate::split_node(location);
     let storage = repo::storage(location, runtime)?;
     if repo::detect(location, &storage, runtime)?.is_none() {
         return Ok(());
@@ -585,8 +625,9 @@ pub fn check_nodes(
     let repository = repo::open(location, runtime)?;
     let nodes: Vec<(String, bool)> = arrays
         .iter()
-        .map(|p| (p.clone(), true))
-        .chain(groups.iter().map(|p| (p.clone(), false)))
+        .map(|p| (under(&node, p), true))
+        .chain(groups.iter().map(|p| (under(&node, p), false)))
+        .chain(ancestors(&node).into_iter().map(|p| (p, false)))
         .collect();
     let found = runtime
         .block_on(async {
@@ -637,6 +678,25 @@ fn merged_group(existing: &[u8], staged: &[u8]) -> Option<Bytes> {
     serde_json::to_vec(&staged).ok().map(Bytes::from)
 }
 
+/// `path` (a node path or key; the root's empty) under the node path `node`.
+fn under(node: &str, path: &str) -> String {
+    match (node.is_empty(), path.is_empty()) {
+        (true, _) => path.to_string(),
+        (false, true) => node.to_string(),
+        (false, false) => format!("{node}/{path}"),
+    }
+}
+
+/// The node paths above `node` (the root's empty first; none for the root itself): the groups a
+/// conversion into `REPO#/PATH` needs there.
+fn ancestors(node: &str) -> Vec<String> {
+    if node.is_empty() {
+        return Vec::new();
+    }
+    let parts: Vec<&str> = node.split('/').collect();
+    (0..parts.len()).map(|n| parts[..n].join("/")).collect()
+}
+
 /// The path of the node whose `zarr.json` is at `key` (the root's is empty).
 fn node_of(key: &str) -> &str {
     key.trim_end_matches("zarr.json").trim_end_matches('/')
@@ -657,10 +717,11 @@ type Reference = (String, IcechunkPath, Vec<u32>, ChunkPayload);
 /// The reference to the stored chunk of the shard `key`.
 fn reference(
     key: &str,
+    under_node: &str,
     stored: &HashMap<String, StoredChunk>,
 ) -> std::result::Result<Reference, WriteError> {
     let fail = |reason: &str| (key.to_string(), reason.to_string().into());
-    let (node, coords) = chunks::chunk_coordinates(key)
+    let (node, coords) = chunks::chunk_coordinates(&under(under_node, key))
         .ok_or_else(|| fail("not a chunk key of Zarr v3's default encoding"))?;
     let node = IcechunkPath::try_from(node.as_str()).map_err(|_| fail("not a node path"))?;
     let chunk = stored
@@ -684,7 +745,9 @@ struct Stored {
 /// Refuses a staging folder other than the repository's own: shards are copied into the
 /// repository's chunk storage from `STAGING/KEY` of its location.
 fn check_staging(staged: &str, location: &str) -> Result<()> {
-    if crate::staging_location(location)? == staged {
+    // A conversion into a node path (`REPO#/PATH`) stages in `STAGING/PATH`.
+    let staging = crate::staging_location(location)?;
+    if staged == staging || staged.starts_with(&format!("{staging}/")) {
         return Ok(());
     }
     Err(Error::Write {
@@ -698,7 +761,7 @@ fn check_staging(staged: &str, location: &str) -> Result<()> {
 /// repository at `location` (see `chunks.rs`), recording them under names starting with `writer`.
 fn store_unstored(
     staging: &Staging,
-    location: &str,
+    (location, node): (&str, &str),
     objects: &[ListedObject],
     keys: Option<&HashSet<String>>,
     writer: &str,
@@ -715,7 +778,14 @@ fn store_unstored(
     let mut recorded = chunks::recorded(staging, &repository, &staged)?;
     let unstored = chunks::unstored(objects, keys, &recorded);
     if !unstored.is_empty() {
-        recorded.extend(chunks::store(staging, &repository, &unstored, writer)?);
+        // The staging folder inside the repository (`STAGING/PATH` for `REPO#/PATH`).
+        let inside = under(STAGING, node);
+        recorded.extend(chunks::store(
+            staging,
+            (&repository, &inside),
+            &unstored,
+            writer,
+        )?);
     }
     Ok(Stored {
         chunks: recorded,
@@ -734,6 +804,7 @@ pub fn store_staged_shards(
     writer: &str,
     runtime: &Arc<IoRuntime>,
 ) -> Result<usize> {
+    let (location, node) = crate::split_node(location);
     let write_error = |e: zshard_store::Error| Error::Write {
         repo: location.to_string(),
         what: "storing the staged shards as chunks".to_string(),
@@ -742,8 +813,15 @@ pub fn store_staged_shards(
     check_staging(staged, location)?;
     let staging = Staging::open(staged, runtime.clone(), false).map_err(write_error)?;
     let objects = chunks::staged_objects_around(&staging, keys).map_err(write_error)?;
-    let stored = store_unstored(&staging, location, &objects, Some(keys), writer, runtime)
-        .map_err(write_error)?;
+    let stored = store_unstored(
+        &staging,
+        (location, &node),
+        &objects,
+        Some(keys),
+        writer,
+        runtime,
+    )
+    .map_err(write_error)?;
     Ok(stored.now)
 }
 
@@ -753,6 +831,7 @@ pub fn store_staged_shards(
 /// run killed after committing another conversion: this one must commit its own output, not find
 /// that commit and drop it).
 pub fn forget_stored_shards(staged: &str, location: &str, runtime: &Arc<IoRuntime>) -> Result<()> {
+    let location = crate::split_node(location).0;
     let forget = || {
         // A staging folder not made yet is made now, as the conversion is about to.
         let staging = Staging::open(staged, runtime.clone(), true)?;
@@ -825,6 +904,7 @@ pub fn earlier_commit(
     branch: &str,
     runtime: &Arc<IoRuntime>,
 ) -> Result<Option<String>> {
+    let location = crate::split_node(location).0;
     check_staging(staged, location)?;
     let read_error = |e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
         repo: location.to_string(),
@@ -874,8 +954,14 @@ pub fn on_branch(
     groups: &[String],
     runtime: &Arc<IoRuntime>,
 ) -> Result<OnBranch> {
+    let (location, node) = crate::split_node(location);
     let repository = repo::open(location, runtime)?;
     let ours = digest(conversion.to_string().as_bytes());
+    // The nodes inside the repository (under `node`, for `REPO#/PATH`); `kept` is returned by the
+    // conversion's own paths.
+    let (given, arrays): (&[String], Vec<String>) =
+        (arrays, arrays.iter().map(|p| under(&node, p)).collect());
+    let groups: Vec<String> = groups.iter().map(|p| under(&node, p)).collect();
     runtime
         .block_on(async {
             if !repository
@@ -913,7 +999,7 @@ pub fn on_branch(
             };
             // Per array: the commit of zshard whose document is still there.
             let mut writers = Vec::with_capacity(arrays.len());
-            for path in arrays {
+            for path in &arrays {
                 let Some(bytes) = document(path).await else {
                     writers.push(None);
                     continue;
@@ -943,7 +1029,7 @@ pub fn on_branch(
                 }
             }
             let mut groups_there = true;
-            for path in groups {
+            for path in &groups {
                 groups_there &= document(path).await.is_some();
             }
             let all_ours = writers.iter().all(Option::is_some);
@@ -970,11 +1056,12 @@ pub fn on_branch(
                     // Each array's kept records as the commit that wrote its document kept them.
                     let kept = arrays
                         .iter()
+                        .zip(given)
                         .zip(&writers)
-                        .filter_map(|(path, writer)| {
+                        .filter_map(|((path, own), writer)| {
                             let (_, record) = writer.as_ref()?;
                             let digest = record["kept"][path.as_str()].as_str()?;
-                            Some((path.clone(), digest.to_string()))
+                            Some((own.clone(), digest.to_string()))
                         })
                         .collect();
                     Ok(OnBranch::Same {
@@ -997,6 +1084,7 @@ pub fn on_branch(
 /// `location` (the recent history of each branch, newest first), `None` when there is no
 /// repository there or no branch holds such a commit: how `status` tells a conversion committed.
 pub fn zshard_commit(location: &str, runtime: &Arc<IoRuntime>) -> Result<Option<String>> {
+    let location = crate::split_node(location).0;
     let storage = repo::storage(location, runtime)?;
     if repo::detect(location, &storage, runtime)?.is_none() {
         return Ok(None);

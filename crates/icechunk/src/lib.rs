@@ -55,6 +55,32 @@ pub const COMMIT_RECORD: &str = ".zshard-commit.json";
 /// folder (or object prefix) [`STAGING`] beside the repository's own objects, which Icechunk never
 /// lists.
 pub fn staging_location(location: &str) -> Result<String> {
+    let (location, node) = split_node(location);
+    let staging = staging_of_repository(location)?;
+    // A conversion into a node path stages under its own folder: conversions into several node
+    // paths of one repository keep apart.
+    Ok(match node.is_empty() {
+        true => staging,
+        false => format!("{staging}/{node}"),
+    })
+}
+
+/// The separator between a repository's location and a node path inside it: `REPO#/PATH` names the
+/// node at `/PATH` of the repository at `REPO` as a conversion's destination.
+pub const NODE_SEPARATOR: &str = "#/";
+
+/// The repository's location and the node path (without leading or trailing `/`; the root's is
+/// empty) that a destination `REPO#/PATH` names (see [`NODE_SEPARATOR`]); a location without one
+/// names the root.
+pub fn split_node(location: &str) -> (&str, String) {
+    match location.rsplit_once(NODE_SEPARATOR) {
+        Some((repository, node)) => (repository, node.trim_matches('/').to_string()),
+        None => (location, String::new()),
+    }
+}
+
+/// [`staging_location`] of the repository itself.
+fn staging_of_repository(location: &str) -> Result<String> {
     let parsed = zshard_store::Location::parse(location).map_err(|e| Error::Open {
         repo: location.to_string(),
         source: boxed(e),
@@ -216,7 +242,7 @@ pub struct DestinationSpec {
 /// `snapshots/` of spec version 2, or the folders of spec version 1 (see
 /// [`has_repository_folders`]). Remote locations are not detected: name the format.
 pub fn is_repository(location: &str) -> bool {
-    let Ok(parsed) = Location::parse(location) else {
+    let Ok(parsed) = Location::parse(split_node(location).0) else {
         return false;
     };
     parsed.local_path().is_some_and(|path| {
@@ -253,6 +279,22 @@ pub fn has_repository_folders(has: impl Fn(&str) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_path_follows_the_repository_after_its_separator() {
+        assert_eq!(split_node("repo"), ("repo", String::new()));
+        assert_eq!(split_node("repo#/"), ("repo", String::new()));
+        assert_eq!(
+            split_node("s3://b/r.icechunk#/images/a/"),
+            ("s3://b/r.icechunk", "images/a".to_string())
+        );
+        let staging = staging_location("/data/r#/images/a").expect("staging");
+        assert_eq!(staging, "/data/r/.zshard-staging/images/a");
+        assert_eq!(
+            staging_location("/data/r").expect("staging"),
+            "/data/r/.zshard-staging"
+        );
+    }
 
     #[test]
     fn both_spec_versions_are_detected_from_their_folders() {

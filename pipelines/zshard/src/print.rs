@@ -58,9 +58,15 @@ pub fn convert(conversion: &Conversion, quiet: bool) -> anyhow::Result<()> {
         );
     }
     if report.worker.count > 1 {
+        // Into Icechunk the report names the staging folder, whose finalize would only finish the
+        // staged Zarr: the repository's finalize commits it.
+        let finalize = match report.stored_in_repository {
+            Some(_) => &conversion.destination,
+            None => &report.destination,
+        };
         eprintln!(
             "zshard: worker {}/{} done; once every worker is done, run `zshard finalize {}` (it reads the options from there)",
-            report.worker.index, report.worker.count, report.destination
+            report.worker.index, report.worker.count, finalize
         );
     }
     Ok(())

@@ -26,7 +26,12 @@ pub fn status_in_job(destination: &str, options: &StoreOptions) -> Result<Status
 /// The status of the conversion into `destination` (a path or URL), reached with `options`.
 pub fn status_of(destination: &str, options: &StoreOptions) -> Result<Status> {
     let runtime = IoRuntime::with_options(2, options.clone())?;
-    let store = Store::open(destination, runtime.clone(), false)?;
+    // `REPO#/PATH` (a conversion into a node path of an Icechunk repository) is shown from REPO.
+    let store = Store::open(
+        zshard_icechunk::split_node(destination).0,
+        runtime.clone(),
+        false,
+    )?;
     let mut shown = status(&store)?;
     if shown.phase != Phase::NotStarted {
         return Ok(shown);
@@ -77,7 +82,7 @@ fn icechunk_status(
         }
     }
     // Probing for a repository is best effort: a destination that is none shows as not started.
-    let local = zshard_store::Location::parse(destination)?
+    let local = zshard_store::Location::parse(zshard_icechunk::split_node(destination).0)?
         .local_path()
         .is_some();
     if local && !zshard_icechunk::is_repository(destination) {

@@ -12,7 +12,30 @@ impl Conversion {
         if let Some(output) = self.icechunk_output() {
             return self.finalize_into_icechunk(&output);
         }
+        self.refuse_a_repositorys_staging()?;
         self.finalize_opened(self.open()?)
+    }
+
+    /// Refuses to finalize the staging folder of an Icechunk repository as a Zarr destination: its
+    /// metadata would be written there and nothing committed; the repository's finalize commits.
+    fn refuse_a_repositorys_staging(&self) -> Result<()> {
+        let trimmed = self.destination.trim_end_matches('/');
+        let Some((repository, _)) = trimmed
+            .rsplit_once('/')
+            .filter(|(_, name)| *name == zshard_icechunk::STAGING)
+        else {
+            return Ok(());
+        };
+        if !zshard_icechunk::is_repository(repository) {
+            return Ok(());
+        }
+        Err(Error::Options {
+            reason: format!(
+                "{} is the staging folder of the Icechunk repository {repository}: run `zshard \
+                 finalize {repository}`, which commits what the workers staged",
+                self.destination
+            ),
+        })
     }
 
     /// [`Conversion::finalize`] into Zarr, with the source opened and planned.

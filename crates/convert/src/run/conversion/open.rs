@@ -21,7 +21,6 @@ impl Conversion {
         let files = input.ome_files(&nodes)?;
         let (mut nodes, made) = match &self.pyramid {
             Some(pyramid) => {
-                self.refuse_with_pyramid()?;
                 let (nodes, made) =
                     crate::plan::pyramid::make(nodes, pyramid, &self.layouts, &input.url())?;
                 (nodes, Some(made))
@@ -120,18 +119,5 @@ impl Conversion {
             ));
         }
         warnings
-    }
-
-    /// Refuses what a pyramid cannot be made with yet: an Icechunk output.
-    pub(super) fn refuse_with_pyramid(&self) -> Result<()> {
-        if self.icechunk_output().is_some() {
-            return Err(Error::Options {
-                reason: format!(
-                    "{} is not made into an Icechunk output yet: convert into a Zarr destination",
-                    zshard_core::Setting::Pyramid
-                ),
-            });
-        }
-        Ok(())
     }
 }
