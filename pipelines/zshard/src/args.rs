@@ -7,10 +7,13 @@
 //! of a flag than the setting does (`plan --threads`) writes its own. The flags of [`RunFlags`] are
 //! made from the settings alone: adding such a setting adds its flag.
 
+use std::marker::PhantomData;
+
 use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Map, Value};
 use zshard_convert::options::{CoalesceGap, Options};
 use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, Setting};
+use zshard_core::setting::Group;
 use zshard_core::IndexLocation;
 
 /// `cli` with every flag of a setting described as the setting is (its help and value name), unless
@@ -70,19 +73,85 @@ fn short_help(setting: Setting) -> &'static str {
     }
 }
 
-/// `convert`'s flags of how the run goes, made from the settings' definitions alone: each value is
-/// kept by the setting's key and read by the options model's serde, as a job file's is.
-#[derive(Debug, Clone, Default)]
-pub struct RunFlags(pub(crate) Map<String, Value>);
+/// A group of flags made from the settings' definitions alone (ripgrep's `Flag`): each value is
+/// kept by the setting's key and read by the options model's serde, as a job file's is, so adding
+/// a setting of the group adds its flag, its help and its lowering.
+pub trait FlagGroup {
+    /// Whether `setting`'s flag is one of the group's.
+    fn takes(setting: Setting) -> bool;
 
-/// The settings of [`RunFlags`], in their definitions' order: `convert`'s settings of the run but
-/// the threads and the worker's share, which other commands take too (with their own help).
-fn run_flags() -> impl Iterator<Item = Setting> {
-    Setting::ALL.iter().copied().filter(|s| {
-        s.group() == zshard_core::setting::Group::Run
+    /// The `--help` heading of the group's flags (`None`: the command's own).
+    const HEADING: Option<&'static str> = None;
+}
+
+/// The values of a [`FlagGroup`]'s flags that were given, by the settings' keys.
+#[derive(Debug, Clone)]
+pub struct SettingFlags<G>(pub(crate) Map<String, Value>, PhantomData<G>);
+
+impl<G> Default for SettingFlags<G> {
+    fn default() -> Self {
+        SettingFlags(Map::new(), PhantomData)
+    }
+}
+
+impl<G> SettingFlags<G> {
+    /// The part of the options model the flags give (`RunOptions`, `StorageOptions`). Each value
+    /// was read by the model as the flags were parsed.
+    pub(crate) fn model<T: serde::de::DeserializeOwned>(&self) -> zshard_convert::Result<T> {
+        serde_json::from_value(Value::Object(self.0.clone())).map_err(|e| {
+            zshard_convert::Error::Options {
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
+/// `convert`'s flags of how the run goes: its settings of the run but the threads and the
+/// worker's share, which other commands take too (with their own help).
+#[derive(Debug, Clone, Default)]
+pub struct Run;
+
+impl FlagGroup for Run {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Run
             && s.taken_by("convert")
             && !matches!(s, Setting::Threads | Setting::Worker | Setting::Workers)
-    })
+    }
+}
+
+/// `convert`'s flags of how the run goes.
+pub type RunFlags = SettingFlags<Run>;
+
+/// The `--help` heading of the storage flags: where everything else comes from.
+const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see docs/cloud.md)";
+
+/// The flags of reaching storage (both the source and the destination).
+///
+/// Everything else comes from each cloud's standard environment, and these flags override it:
+/// S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
+/// AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true for http://), AWS_VIRTUAL_HOSTED_STYLE_REQUEST;
+/// Azure: AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN,
+/// AZURE_STORAGE_ENDPOINT (with AZURE_ALLOW_HTTP=true), AZURE_STORAGE_USE_EMULATOR with
+/// AZURITE_BLOB_STORAGE_URL; GCS: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS,
+/// GOOGLE_BASE_URL, STORAGE_EMULATOR_HOST; all: HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
+/// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
+#[derive(Debug, Clone, Default)]
+pub struct Storage;
+
+impl FlagGroup for Storage {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Storage
+    }
+
+    const HEADING: Option<&'static str> = Some(STORAGE);
+}
+
+/// The storage flags, lowered to `StorageOptions`.
+pub type StorageFlags = SettingFlags<Storage>;
+
+/// The settings of the group `G`, in their definitions' order.
+fn flags_of<G: FlagGroup>() -> impl Iterator<Item = Setting> {
+    Setting::ALL.iter().copied().filter(|s| G::takes(*s))
 }
 
 /// The flag of `setting`: a switch, or a flag whose value the options model reads (so that a value
@@ -108,11 +177,16 @@ fn flag(setting: Setting) -> Arg {
 }
 
 /// `text` as the value of `setting` in the options model: as text, else as the number it reads as.
+/// A whole number (Python's `int`) is read as clap reads one, so that its error says the same.
 fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
     let read = |value: &Value| {
         let document = Value::Object(Map::from_iter([(setting.key().to_string(), value.clone())]));
         serde_json::from_value::<Options>(document).map(|_| ())
     };
+    if setting.python_type() == "int" {
+        let n = Value::from(text.parse::<u64>().map_err(|e| e.to_string())?);
+        return read(&n).map(|()| n).map_err(|e| e.to_string());
+    }
     let as_text = Value::String(text.to_string());
     let Err(e) = read(&as_text) else {
         return Ok(as_text);
@@ -123,9 +197,15 @@ fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
     }
 }
 
-impl clap::Args for RunFlags {
+impl<G: FlagGroup> clap::Args for SettingFlags<G> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        run_flags().fold(cmd, |cmd, s| cmd.arg(flag(s)))
+        flags_of::<G>().fold(cmd, |cmd, s| {
+            let arg = flag(s);
+            cmd.arg(match G::HEADING {
+                Some(heading) => arg.help_heading(heading),
+                None => arg,
+            })
+        })
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -133,10 +213,10 @@ impl clap::Args for RunFlags {
     }
 }
 
-impl clap::FromArgMatches for RunFlags {
+impl<G: FlagGroup> clap::FromArgMatches for SettingFlags<G> {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let mut values = Map::new();
-        for setting in run_flags() {
+        for setting in flags_of::<G>() {
             let key = setting.key();
             let value = match setting.value_name() {
                 // A switch turns its setting off when it is a `--no-` flag.
@@ -149,7 +229,7 @@ impl clap::FromArgMatches for RunFlags {
                 values.insert(key.to_string(), value);
             }
         }
-        Ok(RunFlags(values))
+        Ok(SettingFlags(values, PhantomData))
     }
 
     fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
@@ -220,7 +300,7 @@ pub struct LayoutArgs {
     #[command(flatten)]
     pub(crate) source: SourceArgs,
     #[command(flatten)]
-    pub(crate) storage: StorageArgs,
+    pub(crate) storage: StorageFlags,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -269,41 +349,6 @@ pub struct SourceArgs {
 
     #[arg(long)]
     pub(crate) on_unsupported: Option<String>,
-}
-
-/// The `--help` heading of the storage flags: where everything else comes from.
-const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see docs/cloud.md)";
-
-/// Options about reaching storage (both the source and the destination).
-///
-/// Everything else comes from each cloud's standard environment, and these flags override it:
-/// S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
-/// AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true for http://), AWS_VIRTUAL_HOSTED_STYLE_REQUEST;
-/// Azure: AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN,
-/// AZURE_STORAGE_ENDPOINT (with AZURE_ALLOW_HTTP=true), AZURE_STORAGE_USE_EMULATOR with
-/// AZURITE_BLOB_STORAGE_URL; GCS: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS,
-/// GOOGLE_BASE_URL, STORAGE_EMULATOR_HOST; all: HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
-/// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
-#[derive(clap::Args, Debug, Clone)]
-pub struct StorageArgs {
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_endpoint: Option<String>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_region: Option<String>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_path_style: bool,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) anonymous: bool,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) retries: Option<usize>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) retry_timeout: Option<u64>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) max_requests: Option<usize>,
-    #[arg(long, help_heading = STORAGE, value_parser = size)]
-    pub(crate) part_size: Option<u64>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) io_threads: Option<usize>,
 }
 
 #[cfg(test)]
@@ -398,7 +443,7 @@ mod tests {
         assert_eq!(run, job);
         assert_eq!(run.keep_manifest, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
-            .args(run_flags().map(flag))
+            .args(flags_of::<Run>().map(flag))
             .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
             .expect_err("out of range");
         assert!(

@@ -4,12 +4,12 @@
 //! written here: a flag not given stays `None`, and the library resolves it.
 
 use zshard_convert::options::{
-    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, Size, SourceOptions,
-    StorageOptions, VerifyOptions,
+    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, SourceOptions, StorageOptions,
+    VerifyOptions,
 };
 use zshard_convert::{Error, Partition, Result, Setting};
 
-use crate::args::{LayoutArgs, OutputArgs, SourceArgs, StorageArgs, WorkerArgs};
+use crate::args::{LayoutArgs, OutputArgs, SourceArgs, StorageFlags, WorkerArgs};
 
 /// The first error met while lowering; the settings that parse are lowered all the same, so that
 /// the report of the failure shows them.
@@ -70,19 +70,9 @@ pub(crate) fn source(args: &SourceArgs, first: &mut First) -> SourceOptions {
     }
 }
 
-/// The storage flags.
-pub(crate) fn storage(args: &StorageArgs) -> StorageOptions {
-    StorageOptions {
-        s3_endpoint: args.s3_endpoint.clone(),
-        s3_region: args.s3_region.clone(),
-        s3_path_style: args.s3_path_style.then_some(true),
-        anonymous: args.anonymous.then_some(true),
-        retries: args.retries,
-        retry_timeout: args.retry_timeout,
-        max_requests: args.max_requests,
-        part_size: args.part_size.map(Size),
-        io_threads: args.io_threads,
-    }
+/// The storage flags: made from the settings, read by the model (see [`StorageFlags`]).
+pub(crate) fn storage(flags: &StorageFlags) -> Result<StorageOptions> {
+    flags.model()
 }
 
 fn output(args: &OutputArgs) -> OutputOptions {
@@ -110,7 +100,7 @@ pub(crate) fn conversion(args: &LayoutArgs, dst: &str, first: &mut First) -> Opt
         pyramid: args.pyramid,
         downsample: args.downsample,
         input: source(&args.source, first),
-        storage: storage(&args.storage),
+        storage: first.take(storage(&args.storage)).unwrap_or_default(),
         output: output(&args.output),
         run: RunOptions::default(),
     }
@@ -165,10 +155,10 @@ pub(crate) fn verification(
     src: &str,
     dst: &str,
     source_args: &SourceArgs,
-    storage_args: &StorageArgs,
+    storage_args: &StorageFlags,
     first: &mut First,
 ) -> VerifyOptions {
-    let storage = storage(storage_args);
+    let storage = first.take(storage(storage_args)).unwrap_or_default();
     first.take(storage.check());
     VerifyOptions {
         source: src.to_string(),
