@@ -454,6 +454,78 @@ mod tests {
         );
     }
 
+    /// The storage flags are the storage settings' own, on every command that takes them, and give
+    /// the model what a job file's `[storage]` keys give it.
+    #[test]
+    fn storage_flags_are_the_storage_settings_and_read_as_the_job_keys() {
+        use clap::FromArgMatches;
+        let storage: Vec<Setting> = Setting::ALL
+            .iter()
+            .copied()
+            .filter(|s| s.group() == Group::Storage)
+            .collect();
+        let cli = crate::command();
+        for command in cli.get_subcommands() {
+            let name = command.get_name();
+            let flags: Vec<Setting> = command
+                .get_arguments()
+                .filter_map(|a| a.get_long().and_then(setting_of))
+                .filter(|s| s.group() == Group::Storage)
+                .collect();
+            let taken: Vec<Setting> = storage
+                .iter()
+                .copied()
+                .filter(|s| s.taken_by(name) || (name == "run" && s.taken_by("convert")))
+                .collect();
+            assert_eq!(flags, taken, "{name}");
+            for arg in command.get_arguments().filter(|a| {
+                a.get_long()
+                    .and_then(setting_of)
+                    .is_some_and(|s| s.group() == Group::Storage)
+            }) {
+                assert_eq!(arg.get_help_heading(), Some(STORAGE), "{name}");
+            }
+        }
+        let cli = <StorageFlags as clap::Args>::augment_args(clap::Command::new("t"));
+        let matches = cli
+            .try_get_matches_from([
+                "t",
+                "--s3-endpoint",
+                "http://127.0.0.1:9000",
+                "--anonymous",
+                "--retries",
+                "3",
+                "--part-size",
+                "8MiB",
+                "--io-threads",
+                "4",
+            ])
+            .expect("parses");
+        let flags = StorageFlags::from_arg_matches(&matches).expect("reads");
+        let options: zshard_convert::options::StorageOptions = flags.model().expect("reads");
+        let job: zshard_convert::options::StorageOptions = toml::from_str(
+            "s3_endpoint = \"http://127.0.0.1:9000\"\nanonymous = true\nretries = 3\n\
+             part_size = \"8MiB\"\nio_threads = 4\n",
+        )
+        .expect("a job's [storage]");
+        assert_eq!(options, job);
+        assert_eq!(
+            options.part_size,
+            Some(zshard_convert::options::Size(8 << 20))
+        );
+        assert_eq!(options.s3_path_style, None, "a switch not given is not set");
+        let refused = clap::Command::new("t")
+            .args(flags_of::<Storage>().map(flag))
+            .try_get_matches_from(["t", "--retries", "x"])
+            .expect_err("not a number");
+        assert!(
+            refused
+                .to_string()
+                .contains("invalid value 'x' for '--retries <N>': invalid digit found in string"),
+            "{refused}"
+        );
+    }
+
     /// `convert -h` fits one screen: one line per flag (issue 44, point 10); `--help` has each
     /// flag's whole text and the examples.
     #[test]
