@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 
 use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Map, Value};
-use zshard_convert::options::{CoalesceGap, Options};
+use zshard_convert::options::Options;
 use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, Setting};
 use zshard_core::setting::Group;
 use zshard_core::IndexLocation;
@@ -84,6 +84,10 @@ pub trait FlagGroup {
 
     /// The `--help` heading of the group's flags (`None`: the command's own).
     const HEADING: Option<&'static str> = None;
+
+    /// Whether a flag whose value is a location completes file names in the shells (`--report`;
+    /// `--ref-root` never has).
+    const COMPLETES_PATHS: bool = false;
 }
 
 /// The values of a [`FlagGroup`]'s flags that were given, by the settings' keys.
@@ -97,6 +101,11 @@ impl<G> Default for SettingFlags<G> {
 }
 
 impl<G> SettingFlags<G> {
+    /// Flags with these values, by the settings' keys.
+    pub(crate) fn of(values: Map<String, Value>) -> Self {
+        SettingFlags(values, PhantomData)
+    }
+
     /// The part of the options model the flags give (`RunOptions`, `StorageOptions`). Each value
     /// was read by the model as the flags were parsed.
     pub(crate) fn model<T: serde::de::DeserializeOwned>(&self) -> zshard_convert::Result<T> {
@@ -119,6 +128,8 @@ impl FlagGroup for Run {
             && s.taken_by("convert")
             && !matches!(s, Setting::Threads | Setting::Worker | Setting::Workers)
     }
+
+    const COMPLETES_PATHS: bool = true;
 }
 
 /// `convert`'s flags of how the run goes.
@@ -151,27 +162,62 @@ impl FlagGroup for Storage {
 /// The storage flags, lowered to `StorageOptions`.
 pub type StorageFlags = SettingFlags<Storage>;
 
+/// The flags of how the source is read.
+#[derive(Debug, Clone, Default)]
+pub struct Input;
+
+impl FlagGroup for Input {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Source
+    }
+}
+
+/// The source flags, lowered to `SourceOptions` (each one alone: see `lower::source`).
+pub type SourceFlags = SettingFlags<Input>;
+
+impl<G: FlagGroup> SettingFlags<G> {
+    /// The settings given, in their definitions' order.
+    pub(crate) fn given(&self) -> Vec<Setting> {
+        flags_of::<G>()
+            .filter(|s| self.0.contains_key(s.key()))
+            .collect()
+    }
+}
+
+/// Whether the value of `setting`'s flag is read by the library as it lowers, a conversion error
+/// (exit 1) rather than a usage error: the source's kind and `--on-unsupported`, as before.
+fn read_when_lowered(setting: Setting) -> bool {
+    matches!(setting, Setting::SourceFormat | Setting::OnUnsupported)
+}
+
 /// The settings of the group `G`, in their definitions' order.
-fn flags_of<G: FlagGroup>() -> impl Iterator<Item = Setting> {
+pub(crate) fn flags_of<G: FlagGroup>() -> impl Iterator<Item = Setting> {
     Setting::ALL.iter().copied().filter(|s| G::takes(*s))
 }
 
 /// The flag of `setting`: a switch, or a flag whose value the options model reads (so that a value
 /// it refuses is a usage error naming the flag, as clap's own parsers make).
-fn flag(setting: Setting) -> Arg {
+fn flag<G: FlagGroup>(setting: Setting) -> Arg {
     // clap takes a `'static` name (without its `string` feature); a few are made per command built.
     let long: &'static str = setting.flag().trim_start_matches('-').to_string().leak();
     let arg = described_by(Arg::new(setting.key()).long(long), setting);
     match setting.value_name() {
         None => arg.action(ArgAction::SetTrue),
         Some(value) => {
-            let arg = arg
-                .value_name(value)
-                .action(ArgAction::Set)
-                .value_parser(move |text: &str| model_value(setting, text));
+            let arg = arg.value_name(value).action(match setting.python_type() {
+                // A list: the flag is repeated.
+                "Strings" => ArgAction::Append,
+                _ => ArgAction::Set,
+            });
+            let arg = match read_when_lowered(setting) {
+                true => {
+                    arg.value_parser(|text: &str| Ok::<_, String>(Value::String(text.to_string())))
+                }
+                false => arg.value_parser(move |text: &str| model_value(setting, text)),
+            };
             // A path: shells complete file names.
             match setting.python_type() {
-                "Location" => arg.value_hint(clap::ValueHint::AnyPath),
+                "Location" if G::COMPLETES_PATHS => arg.value_hint(clap::ValueHint::AnyPath),
                 _ => arg,
             }
         }
@@ -185,6 +231,12 @@ fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
         let document = Value::Object(Map::from_iter([(setting.key().to_string(), value.clone())]));
         serde_json::from_value::<Options>(document).map(|_| ())
     };
+    if setting.python_type() == "Strings" {
+        let item = Value::String(text.to_string());
+        return read(&Value::Array(vec![item.clone()]))
+            .map(|()| item)
+            .map_err(|e| e.to_string());
+    }
     if setting.python_type() == "int" {
         let n = Value::from(text.parse::<u64>().map_err(|e| e.to_string())?);
         return read(&n).map(|()| n).map_err(|e| e.to_string());
@@ -202,7 +254,7 @@ fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
 impl<G: FlagGroup> clap::Args for SettingFlags<G> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
         flags_of::<G>().fold(cmd, |cmd, s| {
-            let arg = flag(s);
+            let arg = flag::<G>(s);
             cmd.arg(match G::HEADING {
                 Some(heading) => arg.help_heading(heading),
                 None => arg,
@@ -225,6 +277,10 @@ impl<G: FlagGroup> clap::FromArgMatches for SettingFlags<G> {
                 None => matches
                     .get_flag(key)
                     .then(|| Value::Bool(!setting.flag().starts_with("--no-"))),
+                // A list: every value given.
+                Some(_) if setting.python_type() == "Strings" => matches
+                    .get_many::<Value>(key)
+                    .map(|values| Value::Array(values.cloned().collect())),
                 Some(_) => matches.get_one::<Value>(key).cloned(),
             };
             if let Some(value) = value {
@@ -243,11 +299,6 @@ impl<G: FlagGroup> clap::FromArgMatches for SettingFlags<G> {
 /// A size flag (`512MiB`, `4G`, `2GB`).
 pub fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
-}
-
-/// `--ref-coalesce-gap`: a size, or `off` for one request per reference.
-fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
-    s.parse().map_err(|e: zshard_convert::Error| e.to_string())
 }
 
 /// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`, read as the library reads it.
@@ -300,7 +351,7 @@ pub struct LayoutArgs {
     #[arg(long)]
     pub(crate) downsample: Option<zshard_convert::Reduction>,
     #[command(flatten)]
-    pub(crate) source: SourceArgs,
+    pub(crate) source: SourceFlags,
     #[command(flatten)]
     pub(crate) storage: StorageFlags,
     #[command(flatten)]
@@ -329,33 +380,10 @@ pub struct WorkerArgs {
     pub(crate) workers: Option<u64>,
 }
 
-/// Options about the input.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct SourceArgs {
-    #[arg(long)]
-    pub(crate) source_format: Option<String>,
-    #[arg(long)]
-    pub(crate) ref_root: Option<String>,
-    #[arg(long = "allow-ref-prefix")]
-    pub(crate) allow_ref_prefix: Vec<String>,
-    #[arg(long, value_parser = coalesce_gap)]
-    pub(crate) ref_coalesce_gap: Option<CoalesceGap>,
-    #[arg(long)]
-    pub(crate) include: Vec<String>,
-    #[arg(long)]
-    pub(crate) exclude: Vec<String>,
-    #[arg(long)]
-    pub(crate) strict_refs: bool,
-    #[arg(long)]
-    pub(crate) source_ref: Option<String>,
-
-    #[arg(long)]
-    pub(crate) on_unsupported: Option<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zshard_convert::options::CoalesceGap;
 
     /// A flag's help is its setting's, except where a command says more of it (listed here).
     #[test]
@@ -445,7 +473,7 @@ mod tests {
         assert_eq!(run, job);
         assert_eq!(run.keep_manifest, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
-            .args(flags_of::<Run>().map(flag))
+            .args(flags_of::<Run>().map(flag::<Run>))
             .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
             .expect_err("out of range");
         assert!(
@@ -517,7 +545,7 @@ mod tests {
         );
         assert_eq!(options.s3_path_style, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
-            .args(flags_of::<Storage>().map(flag))
+            .args(flags_of::<Storage>().map(flag::<Storage>))
             .try_get_matches_from(["t", "--retries", "x"])
             .expect_err("not a number");
         assert!(
@@ -544,12 +572,20 @@ mod tests {
         assert!(long.contains("Examples:"), "{long}");
     }
 
+    /// `--ref-coalesce-gap` reads as the model reads the job key: a size, or `off`.
     #[test]
     fn coalesce_gap_values() {
-        assert_eq!(coalesce_gap("off"), Ok(CoalesceGap(None)));
-        assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
-        assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
-        assert!(coalesce_gap("lots").is_err());
+        let gap = |text: &str| {
+            let value = model_value(Setting::RefCoalesceGap, text)?;
+            let flags = SourceFlags::of(Map::from_iter([("ref_coalesce_gap".into(), value)]));
+            let options: zshard_convert::options::SourceOptions =
+                flags.model().map_err(|e| e.to_string())?;
+            Ok::<_, String>(options.ref_coalesce_gap)
+        };
+        assert_eq!(gap("off"), Ok(Some(CoalesceGap(None))));
+        assert_eq!(gap("64KiB"), Ok(Some(CoalesceGap(Some(65536)))));
+        assert_eq!(gap("0"), Ok(Some(CoalesceGap(Some(0)))));
+        assert!(gap("lots").is_err());
     }
 
     #[test]

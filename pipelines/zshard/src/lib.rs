@@ -22,7 +22,7 @@ mod progress;
 mod signals;
 mod status;
 
-use args::{LayoutArgs, SourceArgs, StorageFlags, WorkerArgs};
+use args::{LayoutArgs, SourceFlags, StorageFlags, WorkerArgs};
 use lower::First;
 use zshard_convert::options::{Options, RunOptions, Size, StatusOptions, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Verification};
@@ -144,7 +144,7 @@ enum Command {
         /// The sharded Zarr v3 output.
         dst: Option<String>,
         #[command(flatten)]
-        source: SourceArgs,
+        source: SourceFlags,
         #[command(flatten)]
         storage: StorageFlags,
         #[arg(long)]
@@ -172,7 +172,7 @@ enum Command {
         /// A Zarr v2 or v3 array or group, or a kerchunk reference set (a path or URL).
         src: String,
         #[command(flatten)]
-        source: SourceArgs,
+        source: SourceFlags,
         #[command(flatten)]
         storage: StorageFlags,
         /// Print JSON instead of text.
@@ -486,7 +486,7 @@ fn plan(
 fn manifest_options(
     src: String,
     dst: Option<String>,
-    source: &SourceArgs,
+    source: &SourceFlags,
     storage: &StorageFlags,
     sample: Option<f64>,
     threads: Option<usize>,
@@ -522,18 +522,13 @@ fn verify_manifest(options: &VerifyOptions, quiet: bool) -> anyhow::Result<()> {
 /// refused, as is a folder given for the job file.
 fn refuse_flags_beside_verify_job(
     src: &str,
-    source: &SourceArgs,
+    source: &SourceFlags,
     ome: Option<zshard_convert::OmeMetadata>,
 ) -> anyhow::Result<()> {
     if ome.is_some() {
         anyhow::bail!("job file {src}: --ome is the job file's `ome` key, not a flag beside it");
     }
-    if !lower::source(source, &mut First::default())
-        .given()
-        .is_empty()
-        || source.source_format.is_some()
-        || source.on_unsupported.is_some()
-    {
+    if !source.given().is_empty() {
         anyhow::bail!(
             "job file {src}: give the source options in the job file, not as flags beside it"
         );
