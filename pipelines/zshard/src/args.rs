@@ -5,9 +5,9 @@
 //! A flag's description and value name are its setting's ([`Setting::help`],
 //! [`Setting::value_name`]), set on the command by [`with_settings`]; only a command that says more
 //! of a flag than the setting does (`plan --threads`) writes its own. The flags of a [`FlagGroup`]
-//! ([`RunFlags`], [`StorageFlags`]) are made from the settings alone and read by the model's serde:
-//! adding such a setting adds its flag and its lowering. The layout, source, output and worker
-//! flags are still clap fields below, lowered by hand in `lower.rs`.
+//! ([`RunFlags`], [`StorageFlags`], [`SourceFlags`]) are made from the settings alone and read by
+//! the model's serde: adding such a setting adds its flag and its lowering. The layout, conversion,
+//! output and worker flags are still clap fields below, lowered by hand in `lower.rs`.
 
 use std::marker::PhantomData;
 
