@@ -365,19 +365,6 @@ settings! {
              with one request; ``'off'`` reads every reference with its own request. Default: 64 \
              KiB.",
     },
-    /// Missing kerchunk Parquet record files are errors.
-    StrictRefs {
-        key: "strict_refs",
-        group: Source,
-        commands: "convert plan finalize verify ls",
-        value: "",
-        python: "bool",
-        short: "Kerchunk Parquet: a missing refs.<i>.parq file is an error",
-        help: "Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default \
-              it reads as a record without references, as kerchunk writes no file for one).",
-        doc: "Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by \
-             default it reads as a record without references).",
-    },
     /// Arrays to convert.
     Include {
         key: "include",
@@ -406,6 +393,19 @@ settings! {
               even when included.",
         doc: "Leave out the arrays whose path (or a group above them) matches one of these globs, \
              even when included.",
+    },
+    /// Missing kerchunk Parquet record files are errors.
+    StrictRefs {
+        key: "strict_refs",
+        group: Source,
+        commands: "convert plan finalize verify ls",
+        value: "",
+        python: "bool",
+        short: "Kerchunk Parquet: a missing refs.<i>.parq file is an error",
+        help: "Kerchunk Parquet references: a missing refs.<i>.parq file is an error (by default \
+              it reads as a record without references, as kerchunk writes no file for one).",
+        doc: "Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by \
+             default it reads as a record without references).",
     },
     /// The Icechunk branch, tag or snapshot read.
     SourceRef {

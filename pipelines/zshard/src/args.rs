@@ -4,13 +4,18 @@
 //!
 //! A flag's description and value name are its setting's ([`Setting::help`],
 //! [`Setting::value_name`]), set on the command by [`with_settings`]; only a command that says more
-//! of a flag than the setting does (`plan --threads`) writes its own. The flags of [`RunFlags`] are
-//! made from the settings alone: adding such a setting adds its flag.
+//! of a flag than the setting does (`plan --threads`) writes its own. The flags of a [`FlagGroup`]
+//! ([`RunFlags`], [`StorageFlags`], [`SourceFlags`]) are made from the settings alone and read by
+//! the model's serde: adding such a setting adds its flag and its lowering. The layout, conversion,
+//! output and worker flags are still clap fields below, lowered by hand in `lower.rs`.
+
+use std::marker::PhantomData;
 
 use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Map, Value};
-use zshard_convert::options::{CoalesceGap, Options};
+use zshard_convert::options::Options;
 use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, Setting};
+use zshard_core::setting::Group;
 use zshard_core::IndexLocation;
 
 /// `cli` with every flag of a setting described as the setting is (its help and value name), unless
@@ -70,37 +75,149 @@ fn short_help(setting: Setting) -> &'static str {
     }
 }
 
-/// `convert`'s flags of how the run goes, made from the settings' definitions alone: each value is
-/// kept by the setting's key and read by the options model's serde, as a job file's is.
-#[derive(Debug, Clone, Default)]
-pub struct RunFlags(pub(crate) Map<String, Value>);
+/// A group of flags made from the settings' definitions alone (ripgrep's `Flag`): each value is
+/// kept by the setting's key and read by the options model's serde, as a job file's is, so adding
+/// a setting of the group adds its flag, its help and its lowering.
+pub trait FlagGroup {
+    /// Whether `setting`'s flag is one of the group's.
+    fn takes(setting: Setting) -> bool;
 
-/// The settings of [`RunFlags`], in their definitions' order: `convert`'s settings of the run but
-/// the threads and the worker's share, which other commands take too (with their own help).
-fn run_flags() -> impl Iterator<Item = Setting> {
-    Setting::ALL.iter().copied().filter(|s| {
-        s.group() == zshard_core::setting::Group::Run
+    /// The `--help` heading of the group's flags (`None`: the command's own).
+    const HEADING: Option<&'static str> = None;
+
+    /// Whether a flag whose value is a location completes file names in the shells (`--report`;
+    /// `--ref-root` never has).
+    const COMPLETES_PATHS: bool = false;
+}
+
+/// The values of a [`FlagGroup`]'s flags that were given, by the settings' keys.
+#[derive(Debug, Clone)]
+pub struct SettingFlags<G>(pub(crate) Map<String, Value>, PhantomData<G>);
+
+impl<G> Default for SettingFlags<G> {
+    fn default() -> Self {
+        SettingFlags(Map::new(), PhantomData)
+    }
+}
+
+impl<G> SettingFlags<G> {
+    /// Flags with these values, by the settings' keys.
+    pub(crate) fn of(values: Map<String, Value>) -> Self {
+        SettingFlags(values, PhantomData)
+    }
+
+    /// The part of the options model the flags give (`RunOptions`, `StorageOptions`). Each value
+    /// was read by the model as the flags were parsed.
+    pub(crate) fn model<T: serde::de::DeserializeOwned>(&self) -> zshard_convert::Result<T> {
+        serde_json::from_value(Value::Object(self.0.clone())).map_err(|e| {
+            zshard_convert::Error::Options {
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
+/// `convert`'s flags of how the run goes: its settings of the run but the threads and the
+/// worker's share, which other commands take too (with their own help).
+#[derive(Debug, Clone, Default)]
+pub struct Run;
+
+impl FlagGroup for Run {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Run
             && s.taken_by("convert")
             && !matches!(s, Setting::Threads | Setting::Worker | Setting::Workers)
-    })
+    }
+
+    const COMPLETES_PATHS: bool = true;
+}
+
+/// `convert`'s flags of how the run goes.
+pub type RunFlags = SettingFlags<Run>;
+
+/// The `--help` heading of the storage flags: where everything else comes from.
+const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see docs/cloud.md)";
+
+/// The flags of reaching storage (both the source and the destination).
+///
+/// Everything else comes from each cloud's standard environment, and these flags override it:
+/// S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
+/// AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true for http://), AWS_VIRTUAL_HOSTED_STYLE_REQUEST;
+/// Azure: AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN,
+/// AZURE_STORAGE_ENDPOINT (with AZURE_ALLOW_HTTP=true), AZURE_STORAGE_USE_EMULATOR with
+/// AZURITE_BLOB_STORAGE_URL; GCS: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS,
+/// GOOGLE_BASE_URL, STORAGE_EMULATOR_HOST; all: HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
+/// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
+#[derive(Debug, Clone, Default)]
+pub struct Storage;
+
+impl FlagGroup for Storage {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Storage
+    }
+
+    const HEADING: Option<&'static str> = Some(STORAGE);
+}
+
+/// The storage flags, lowered to `StorageOptions`.
+pub type StorageFlags = SettingFlags<Storage>;
+
+/// The flags of how the source is read.
+#[derive(Debug, Clone, Default)]
+pub struct Input;
+
+impl FlagGroup for Input {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Source
+    }
+}
+
+/// The source flags, lowered to `SourceOptions` (each one alone: see `lower::source`).
+pub type SourceFlags = SettingFlags<Input>;
+
+impl<G: FlagGroup> SettingFlags<G> {
+    /// The settings given, in their definitions' order.
+    pub(crate) fn given(&self) -> Vec<Setting> {
+        flags_of::<G>()
+            .filter(|s| self.0.contains_key(s.key()))
+            .collect()
+    }
+}
+
+/// Whether the value of `setting`'s flag is read by the library as it lowers, a conversion error
+/// (exit 1) rather than a usage error: the source's kind and `--on-unsupported`, as before.
+fn read_when_lowered(setting: Setting) -> bool {
+    matches!(setting, Setting::SourceFormat | Setting::OnUnsupported)
+}
+
+/// The settings of the group `G`, in their definitions' order.
+pub(crate) fn flags_of<G: FlagGroup>() -> impl Iterator<Item = Setting> {
+    Setting::ALL.iter().copied().filter(|s| G::takes(*s))
 }
 
 /// The flag of `setting`: a switch, or a flag whose value the options model reads (so that a value
 /// it refuses is a usage error naming the flag, as clap's own parsers make).
-fn flag(setting: Setting) -> Arg {
+fn flag<G: FlagGroup>(setting: Setting) -> Arg {
     // clap takes a `'static` name (without its `string` feature); a few are made per command built.
     let long: &'static str = setting.flag().trim_start_matches('-').to_string().leak();
     let arg = described_by(Arg::new(setting.key()).long(long), setting);
     match setting.value_name() {
         None => arg.action(ArgAction::SetTrue),
         Some(value) => {
-            let arg = arg
-                .value_name(value)
-                .action(ArgAction::Set)
-                .value_parser(move |text: &str| model_value(setting, text));
+            let arg = arg.value_name(value).action(match setting.python_type() {
+                // A list: the flag is repeated.
+                "Strings" => ArgAction::Append,
+                _ => ArgAction::Set,
+            });
+            let arg = match read_when_lowered(setting) {
+                true => {
+                    arg.value_parser(|text: &str| Ok::<_, String>(Value::String(text.to_string())))
+                }
+                false => arg.value_parser(move |text: &str| model_value(setting, text)),
+            };
             // A path: shells complete file names.
             match setting.python_type() {
-                "Location" => arg.value_hint(clap::ValueHint::AnyPath),
+                "Location" if G::COMPLETES_PATHS => arg.value_hint(clap::ValueHint::AnyPath),
                 _ => arg,
             }
         }
@@ -108,11 +225,22 @@ fn flag(setting: Setting) -> Arg {
 }
 
 /// `text` as the value of `setting` in the options model: as text, else as the number it reads as.
+/// A whole number (Python's `int`) is read as clap reads one, so that its error says the same.
 fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
     let read = |value: &Value| {
         let document = Value::Object(Map::from_iter([(setting.key().to_string(), value.clone())]));
         serde_json::from_value::<Options>(document).map(|_| ())
     };
+    if setting.python_type() == "Strings" {
+        let item = Value::String(text.to_string());
+        return read(&Value::Array(vec![item.clone()]))
+            .map(|()| item)
+            .map_err(|e| e.to_string());
+    }
+    if setting.python_type() == "int" {
+        let n = Value::from(text.parse::<u64>().map_err(|e| e.to_string())?);
+        return read(&n).map(|()| n).map_err(|e| e.to_string());
+    }
     let as_text = Value::String(text.to_string());
     let Err(e) = read(&as_text) else {
         return Ok(as_text);
@@ -123,9 +251,15 @@ fn model_value(setting: Setting, text: &str) -> Result<Value, String> {
     }
 }
 
-impl clap::Args for RunFlags {
+impl<G: FlagGroup> clap::Args for SettingFlags<G> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        run_flags().fold(cmd, |cmd, s| cmd.arg(flag(s)))
+        flags_of::<G>().fold(cmd, |cmd, s| {
+            let arg = flag::<G>(s);
+            cmd.arg(match G::HEADING {
+                Some(heading) => arg.help_heading(heading),
+                None => arg,
+            })
+        })
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -133,23 +267,27 @@ impl clap::Args for RunFlags {
     }
 }
 
-impl clap::FromArgMatches for RunFlags {
+impl<G: FlagGroup> clap::FromArgMatches for SettingFlags<G> {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let mut values = Map::new();
-        for setting in run_flags() {
+        for setting in flags_of::<G>() {
             let key = setting.key();
             let value = match setting.value_name() {
                 // A switch turns its setting off when it is a `--no-` flag.
                 None => matches
                     .get_flag(key)
                     .then(|| Value::Bool(!setting.flag().starts_with("--no-"))),
+                // A list: every value given.
+                Some(_) if setting.python_type() == "Strings" => matches
+                    .get_many::<Value>(key)
+                    .map(|values| Value::Array(values.cloned().collect())),
                 Some(_) => matches.get_one::<Value>(key).cloned(),
             };
             if let Some(value) = value {
                 values.insert(key.to_string(), value);
             }
         }
-        Ok(RunFlags(values))
+        Ok(SettingFlags(values, PhantomData))
     }
 
     fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
@@ -161,11 +299,6 @@ impl clap::FromArgMatches for RunFlags {
 /// A size flag (`512MiB`, `4G`, `2GB`).
 pub fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
-}
-
-/// `--ref-coalesce-gap`: a size, or `off` for one request per reference.
-fn coalesce_gap(s: &str) -> Result<CoalesceGap, String> {
-    s.parse().map_err(|e: zshard_convert::Error| e.to_string())
 }
 
 /// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`, read as the library reads it.
@@ -218,9 +351,9 @@ pub struct LayoutArgs {
     #[arg(long)]
     pub(crate) downsample: Option<zshard_convert::Reduction>,
     #[command(flatten)]
-    pub(crate) source: SourceArgs,
+    pub(crate) source: SourceFlags,
     #[command(flatten)]
-    pub(crate) storage: StorageArgs,
+    pub(crate) storage: StorageFlags,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -247,68 +380,10 @@ pub struct WorkerArgs {
     pub(crate) workers: Option<u64>,
 }
 
-/// Options about the input.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct SourceArgs {
-    #[arg(long)]
-    pub(crate) source_format: Option<String>,
-    #[arg(long)]
-    pub(crate) ref_root: Option<String>,
-    #[arg(long = "allow-ref-prefix")]
-    pub(crate) allow_ref_prefix: Vec<String>,
-    #[arg(long, value_parser = coalesce_gap)]
-    pub(crate) ref_coalesce_gap: Option<CoalesceGap>,
-    #[arg(long)]
-    pub(crate) include: Vec<String>,
-    #[arg(long)]
-    pub(crate) exclude: Vec<String>,
-    #[arg(long)]
-    pub(crate) strict_refs: bool,
-    #[arg(long)]
-    pub(crate) source_ref: Option<String>,
-
-    #[arg(long)]
-    pub(crate) on_unsupported: Option<String>,
-}
-
-/// The `--help` heading of the storage flags: where everything else comes from.
-const STORAGE: &str = "Storage (these flags override the environment: AWS_*, AZURE_*, GOOGLE_*, STORAGE_EMULATOR_HOST, HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE; see docs/cloud.md)";
-
-/// Options about reaching storage (both the source and the destination).
-///
-/// Everything else comes from each cloud's standard environment, and these flags override it:
-/// S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION,
-/// AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true for http://), AWS_VIRTUAL_HOSTED_STYLE_REQUEST;
-/// Azure: AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN,
-/// AZURE_STORAGE_ENDPOINT (with AZURE_ALLOW_HTTP=true), AZURE_STORAGE_USE_EMULATOR with
-/// AZURITE_BLOB_STORAGE_URL; GCS: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS,
-/// GOOGLE_BASE_URL, STORAGE_EMULATOR_HOST; all: HTTPS_PROXY, HTTP_PROXY, NO_PROXY, SSL_CERT_FILE
-/// (a CA bundle), and <PREFIX>_TIMEOUT / _CONNECT_TIMEOUT / _PROXY_URL (e.g. AWS_PROXY_URL).
-#[derive(clap::Args, Debug, Clone)]
-pub struct StorageArgs {
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_endpoint: Option<String>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_region: Option<String>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) s3_path_style: bool,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) anonymous: bool,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) retries: Option<usize>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) retry_timeout: Option<u64>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) max_requests: Option<usize>,
-    #[arg(long, help_heading = STORAGE, value_parser = size)]
-    pub(crate) part_size: Option<u64>,
-    #[arg(long, help_heading = STORAGE)]
-    pub(crate) io_threads: Option<usize>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zshard_convert::options::CoalesceGap;
 
     /// A flag's help is its setting's, except where a command says more of it (listed here).
     #[test]
@@ -398,13 +473,85 @@ mod tests {
         assert_eq!(run, job);
         assert_eq!(run.keep_manifest, None, "a switch not given is not set");
         let refused = clap::Command::new("t")
-            .args(run_flags().map(flag))
+            .args(flags_of::<Run>().map(flag::<Run>))
             .try_get_matches_from(["t", "--checkpoint-interval", "2h"])
             .expect_err("out of range");
         assert!(
             refused
                 .to_string()
                 .contains("is a duration from 10ms to 1h"),
+            "{refused}"
+        );
+    }
+
+    /// The storage flags are the storage settings' own, on every command that takes them, and give
+    /// the model what a job file's `[storage]` keys give it.
+    #[test]
+    fn storage_flags_are_the_storage_settings_and_read_as_the_job_keys() {
+        use clap::FromArgMatches;
+        let storage: Vec<Setting> = Setting::ALL
+            .iter()
+            .copied()
+            .filter(|s| s.group() == Group::Storage)
+            .collect();
+        let cli = crate::command();
+        for command in cli.get_subcommands() {
+            let name = command.get_name();
+            let flags: Vec<Setting> = command
+                .get_arguments()
+                .filter_map(|a| a.get_long().and_then(setting_of))
+                .filter(|s| s.group() == Group::Storage)
+                .collect();
+            let taken: Vec<Setting> = storage
+                .iter()
+                .copied()
+                .filter(|s| s.taken_by(name) || (name == "run" && s.taken_by("convert")))
+                .collect();
+            assert_eq!(flags, taken, "{name}");
+            for arg in command.get_arguments().filter(|a| {
+                a.get_long()
+                    .and_then(setting_of)
+                    .is_some_and(|s| s.group() == Group::Storage)
+            }) {
+                assert_eq!(arg.get_help_heading(), Some(STORAGE), "{name}");
+            }
+        }
+        let cli = <StorageFlags as clap::Args>::augment_args(clap::Command::new("t"));
+        let matches = cli
+            .try_get_matches_from([
+                "t",
+                "--s3-endpoint",
+                "http://127.0.0.1:9000",
+                "--anonymous",
+                "--retries",
+                "3",
+                "--part-size",
+                "8MiB",
+                "--io-threads",
+                "4",
+            ])
+            .expect("parses");
+        let flags = StorageFlags::from_arg_matches(&matches).expect("reads");
+        let options: zshard_convert::options::StorageOptions = flags.model().expect("reads");
+        let job: zshard_convert::options::StorageOptions = toml::from_str(
+            "s3_endpoint = \"http://127.0.0.1:9000\"\nanonymous = true\nretries = 3\n\
+             part_size = \"8MiB\"\nio_threads = 4\n",
+        )
+        .expect("a job's [storage]");
+        assert_eq!(options, job);
+        assert_eq!(
+            options.part_size,
+            Some(zshard_convert::options::Size(8 << 20))
+        );
+        assert_eq!(options.s3_path_style, None, "a switch not given is not set");
+        let refused = clap::Command::new("t")
+            .args(flags_of::<Storage>().map(flag::<Storage>))
+            .try_get_matches_from(["t", "--retries", "x"])
+            .expect_err("not a number");
+        assert!(
+            refused
+                .to_string()
+                .contains("invalid value 'x' for '--retries <N>': invalid digit found in string"),
             "{refused}"
         );
     }
@@ -425,12 +572,20 @@ mod tests {
         assert!(long.contains("Examples:"), "{long}");
     }
 
+    /// `--ref-coalesce-gap` reads as the model reads the job key: a size, or `off`.
     #[test]
     fn coalesce_gap_values() {
-        assert_eq!(coalesce_gap("off"), Ok(CoalesceGap(None)));
-        assert_eq!(coalesce_gap("64KiB"), Ok(CoalesceGap(Some(65536))));
-        assert_eq!(coalesce_gap("0"), Ok(CoalesceGap(Some(0))));
-        assert!(coalesce_gap("lots").is_err());
+        let gap = |text: &str| {
+            let value = model_value(Setting::RefCoalesceGap, text)?;
+            let flags = SourceFlags::of(Map::from_iter([("ref_coalesce_gap".into(), value)]));
+            let options: zshard_convert::options::SourceOptions =
+                flags.model().map_err(|e| e.to_string())?;
+            Ok::<_, String>(options.ref_coalesce_gap)
+        };
+        assert_eq!(gap("off"), Ok(Some(CoalesceGap(None))));
+        assert_eq!(gap("64KiB"), Ok(Some(CoalesceGap(Some(65536)))));
+        assert_eq!(gap("0"), Ok(Some(CoalesceGap(Some(0)))));
+        assert!(gap("lots").is_err());
     }
 
     #[test]

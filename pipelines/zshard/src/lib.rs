@@ -22,7 +22,7 @@ mod progress;
 mod signals;
 mod status;
 
-use args::{LayoutArgs, SourceArgs, StorageArgs, WorkerArgs};
+use args::{LayoutArgs, SourceFlags, StorageFlags, WorkerArgs};
 use lower::First;
 use zshard_convert::options::{Options, RunOptions, Size, StatusOptions, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Verification};
@@ -144,9 +144,9 @@ enum Command {
         /// The sharded Zarr v3 output.
         dst: Option<String>,
         #[command(flatten)]
-        source: SourceArgs,
+        source: SourceFlags,
         #[command(flatten)]
-        storage: StorageArgs,
+        storage: StorageFlags,
         #[arg(long)]
         sample: Option<f64>,
         /// Peak memory not to exceed, e.g. 512MiB or 4G: shards are compared in parts that fit, as
@@ -172,9 +172,9 @@ enum Command {
         /// A Zarr v2 or v3 array or group, or a kerchunk reference set (a path or URL).
         src: String,
         #[command(flatten)]
-        source: SourceArgs,
+        source: SourceFlags,
         #[command(flatten)]
-        storage: StorageArgs,
+        storage: StorageFlags,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -188,7 +188,7 @@ enum Command {
         #[command(flatten)]
         workers: WorkerArgs,
         #[command(flatten)]
-        storage: StorageArgs,
+        storage: StorageFlags,
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
@@ -214,7 +214,7 @@ enum Command {
         /// job file (JOB.toml): the destination of each of its conversions.
         dst: String,
         #[command(flatten)]
-        storage: StorageArgs,
+        storage: StorageFlags,
         #[arg(long, num_args = 0..=1, default_missing_value = "2")]
         watch: Option<zshard_convert::options::Interval>,
         /// Print JSON instead of text.
@@ -276,7 +276,7 @@ fn verification(options: &VerifyOptions) -> Verification {
 fn conversions(layout: &LayoutArgs) -> anyhow::Result<Vec<Options>> {
     let Some(dst) = &layout.dst else {
         refuse_options_beside_job(layout)?;
-        let storage = lower::storage(&layout.storage);
+        let storage = lower::storage(&layout.storage)?;
         return job::load(layout.src.as_ref(), &storage, None);
     };
     let mut first = First::default();
@@ -417,7 +417,7 @@ fn run_command(given: Command) -> anyhow::Result<()> {
             quiet,
         } => {
             let worker = lower::worker(&workers)?;
-            job::run(&job, worker, &lower::storage(&storage), quiet)
+            job::run(&job, worker, &lower::storage(&storage)?, quiet)
         }
         Command::Demo {
             dir,
@@ -486,8 +486,8 @@ fn plan(
 fn manifest_options(
     src: String,
     dst: Option<String>,
-    source: &SourceArgs,
-    storage: &StorageArgs,
+    source: &SourceFlags,
+    storage: &StorageFlags,
     sample: Option<f64>,
     threads: Option<usize>,
     ome: Option<zshard_convert::OmeMetadata>,
@@ -497,7 +497,7 @@ fn manifest_options(
         source: src,
         destination: dst.unwrap_or_default(),
         input: lower::source(source, &mut first),
-        storage: lower::storage(storage),
+        storage: lower::storage(storage)?,
         ome,
         threads,
         memory_limit: None,
@@ -522,18 +522,13 @@ fn verify_manifest(options: &VerifyOptions, quiet: bool) -> anyhow::Result<()> {
 /// refused, as is a folder given for the job file.
 fn refuse_flags_beside_verify_job(
     src: &str,
-    source: &SourceArgs,
+    source: &SourceFlags,
     ome: Option<zshard_convert::OmeMetadata>,
 ) -> anyhow::Result<()> {
     if ome.is_some() {
         anyhow::bail!("job file {src}: --ome is the job file's `ome` key, not a flag beside it");
     }
-    if !lower::source(source, &mut First::default())
-        .given()
-        .is_empty()
-        || source.source_format.is_some()
-        || source.on_unsupported.is_some()
-    {
+    if !source.given().is_empty() {
         anyhow::bail!(
             "job file {src}: give the source options in the job file, not as flags beside it"
         );
@@ -549,12 +544,12 @@ fn refuse_flags_beside_verify_job(
 /// `zshard verify JOB.toml`: every conversion of the job file verified against its source.
 fn verify_job(
     src: &str,
-    storage: &StorageArgs,
+    storage: &StorageFlags,
     sample: Option<f64>,
     threads: Option<usize>,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let verifications = job::verifications(src, &lower::storage(storage))?;
+    let verifications = job::verifications(src, &lower::storage(storage)?)?;
     signals::exit_on_signals()?;
     for mut options in verifications {
         // The flags win over the job file's settings.
@@ -571,11 +566,11 @@ fn verify_job(
 /// `zshard status DST` (or `JOB.toml`: each of its destinations), once or watched.
 fn status_command(
     dst: &str,
-    storage: &StorageArgs,
+    storage: &StorageFlags,
     watch: Option<zshard_convert::options::Interval>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let storage = lower::storage(storage);
+    let storage = lower::storage(storage)?;
     let watched = if dst.ends_with(".toml") {
         job::load(dst.as_ref(), &storage, None)?
             .into_iter()
@@ -761,12 +756,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
         } if layout.dst.is_some() => {
             let dst = layout.dst.as_deref().ok_or_else(missing_dst)?;
             // The values were read by the model as the flags were parsed.
-            let run = serde_json::from_value::<RunOptions>(serde_json::Value::Object(run.0))
-                .map_err(|e| {
-                    RequestError::Options(zshard_convert::Error::Options {
-                        reason: e.to_string(),
-                    })
-                })?;
+            let run: RunOptions = run.model().map_err(RequestError::Options)?;
             let run = RunOptions { threads, ..run };
             let conversion =
                 convert_conversion(&layout, dst, &workers, run).map_err(RequestError::Options)?;
@@ -844,7 +834,7 @@ fn one_request(command: Command) -> Result<Parsed, RequestError> {
         } => {
             let mut first = First::default();
             let options = lower::source(&source, &mut first);
-            let storage = lower::storage(&storage);
+            let storage = first.take(lower::storage(&storage)).unwrap_or_default();
             first.take(storage.check());
             first.result().map_err(RequestError::Options)?;
             let list = List {

@@ -4,12 +4,14 @@
 //! written here: a flag not given stays `None`, and the library resolves it.
 
 use zshard_convert::options::{
-    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, Size, SourceOptions,
-    StorageOptions, VerifyOptions,
+    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, SourceOptions, StorageOptions,
+    VerifyOptions,
 };
 use zshard_convert::{Error, Partition, Result, Setting};
 
-use crate::args::{LayoutArgs, OutputArgs, SourceArgs, StorageArgs, WorkerArgs};
+use serde_json::Map;
+
+use crate::args::{LayoutArgs, OutputArgs, SourceFlags, StorageFlags, WorkerArgs};
 
 /// The first error met while lowering; the settings that parse are lowered all the same, so that
 /// the report of the failure shows them.
@@ -48,41 +50,29 @@ fn layout(args: &LayoutArgs, first: &mut First) -> LayoutOptions {
     }
 }
 
-/// The source flags; the kind and `--on-unsupported` are parsed by the library (exit 1).
-pub(crate) fn source(args: &SourceArgs, first: &mut First) -> SourceOptions {
-    let listed = |values: &Vec<String>| (!values.is_empty()).then(|| values.clone());
-    SourceOptions {
-        source_format: args
-            .source_format
-            .as_deref()
-            .and_then(|f| first.take(f.parse())),
-        ref_root: args.ref_root.clone(),
-        allow_ref_prefix: listed(&args.allow_ref_prefix),
-        ref_coalesce_gap: args.ref_coalesce_gap,
-        strict_refs: args.strict_refs.then_some(true),
-        include: listed(&args.include),
-        exclude: listed(&args.exclude),
-        source_ref: args.source_ref.clone(),
-        on_unsupported: args
-            .on_unsupported
-            .as_deref()
-            .and_then(|o| first.take(o.parse())),
+/// The source flags, made from the settings. Each is read alone, so that one the library refuses
+/// (the kind, `--on-unsupported`, read only here: exit 1) is the first error and the others still
+/// lower.
+pub(crate) fn source(flags: &SourceFlags, first: &mut First) -> SourceOptions {
+    let mut read = Map::new();
+    for setting in flags.given() {
+        let key = setting.key();
+        let Some(value) = flags.0.get(key) else {
+            continue;
+        };
+        let one = SourceFlags::of(Map::from_iter([(key.to_string(), value.clone())]));
+        if first.take(one.model::<SourceOptions>()).is_some() {
+            read.insert(key.to_string(), value.clone());
+        }
     }
+    first
+        .take(SourceFlags::of(read).model())
+        .unwrap_or_default()
 }
 
-/// The storage flags.
-pub(crate) fn storage(args: &StorageArgs) -> StorageOptions {
-    StorageOptions {
-        s3_endpoint: args.s3_endpoint.clone(),
-        s3_region: args.s3_region.clone(),
-        s3_path_style: args.s3_path_style.then_some(true),
-        anonymous: args.anonymous.then_some(true),
-        retries: args.retries,
-        retry_timeout: args.retry_timeout,
-        max_requests: args.max_requests,
-        part_size: args.part_size.map(Size),
-        io_threads: args.io_threads,
-    }
+/// The storage flags: made from the settings, read by the model (see [`StorageFlags`]).
+pub(crate) fn storage(flags: &StorageFlags) -> Result<StorageOptions> {
+    flags.model()
 }
 
 fn output(args: &OutputArgs) -> OutputOptions {
@@ -110,7 +100,7 @@ pub(crate) fn conversion(args: &LayoutArgs, dst: &str, first: &mut First) -> Opt
         pyramid: args.pyramid,
         downsample: args.downsample,
         input: source(&args.source, first),
-        storage: storage(&args.storage),
+        storage: first.take(storage(&args.storage)).unwrap_or_default(),
         output: output(&args.output),
         run: RunOptions::default(),
     }
@@ -121,21 +111,9 @@ pub(crate) fn given_beside_job(args: &LayoutArgs) -> Vec<Setting> {
     let mut first = First::default();
     let options = conversion(args, "", &mut first);
     let mut given = options.layout.given();
-    given.extend(options.input.given());
+    given.extend(args.source.given());
     given.extend(options.output.given());
     // Flags whose library parse failed are given too.
-    given.extend(
-        args.source
-            .source_format
-            .is_some()
-            .then_some(Setting::SourceFormat),
-    );
-    given.extend(
-        args.source
-            .on_unsupported
-            .is_some()
-            .then_some(Setting::OnUnsupported),
-    );
     given.extend(args.shard_shape.is_some().then_some(Setting::ShardShape));
     given.extend(args.chunk_shape.is_some().then_some(Setting::ChunkShape));
     given.extend(options.consolidate.map(|_| Setting::Consolidate));
@@ -164,11 +142,11 @@ pub(crate) fn worker(args: &WorkerArgs) -> Result<Option<String>> {
 pub(crate) fn verification(
     src: &str,
     dst: &str,
-    source_args: &SourceArgs,
-    storage_args: &StorageArgs,
+    source_args: &SourceFlags,
+    storage_args: &StorageFlags,
     first: &mut First,
 ) -> VerifyOptions {
-    let storage = storage(storage_args);
+    let storage = first.take(storage(storage_args)).unwrap_or_default();
     first.take(storage.check());
     VerifyOptions {
         source: src.to_string(),
@@ -247,6 +225,26 @@ mod tests {
             "{e}"
         );
         assert_eq!(options.layout.shard_shape, Some(vec![4, 4].into()));
+    }
+
+    /// A list's flag is repeated; every value is kept, in order, and a switch not given is unset.
+    #[test]
+    fn repeated_list_flags_keep_every_value() {
+        let (options, result) = lowered(&[
+            "a.zarr",
+            "b.zarr",
+            "--include",
+            "x/*",
+            "--exclude",
+            "x/y",
+            "--include",
+            "z",
+        ]);
+        result.expect("lowers");
+        assert_eq!(options.input.include, Some(vec!["x/*".into(), "z".into()]));
+        assert_eq!(options.input.exclude, Some(vec!["x/y".into()]));
+        assert_eq!(options.input.allow_ref_prefix, None);
+        assert_eq!(options.input.strict_refs, None);
     }
 
     #[test]

@@ -44,9 +44,9 @@ def convert(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
-    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
+    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -146,9 +146,6 @@ def convert(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -156,6 +153,9 @@ def convert(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -265,9 +265,9 @@ def convert(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
-            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
+            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
@@ -315,9 +315,9 @@ def plan(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
-    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
+    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -409,9 +409,6 @@ def plan(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -419,6 +416,9 @@ def plan(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -507,9 +507,9 @@ def plan(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
-            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
+            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
@@ -551,9 +551,9 @@ def finalize(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
-    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
+    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -643,9 +643,6 @@ def finalize(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -653,6 +650,9 @@ def finalize(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -730,9 +730,9 @@ def finalize(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
-            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
+            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
@@ -763,9 +763,9 @@ def verify(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
-    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
+    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -819,9 +819,6 @@ def verify(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -829,6 +826,9 @@ def verify(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -896,9 +896,9 @@ def verify(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
-            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
+            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
@@ -1010,9 +1010,9 @@ def ls(
     ref_root: Location | None = None,
     allow_ref_prefix: Strings | None = None,
     ref_coalesce_gap: Size | None = None,
-    strict_refs: bool | None = None,
     include: Strings | None = None,
     exclude: Strings | None = None,
+    strict_refs: bool | None = None,
     source_ref: str | None = None,
     on_unsupported: OnUnsupported | None = None,
     s3_endpoint: str | None = None,
@@ -1049,9 +1049,6 @@ def ls(
     ref_coalesce_gap : int | str, optional
         Kerchunk references: byte ranges of one target file at most this far apart are read with one
         request; ``'off'`` reads every reference with its own request. Default: 64 KiB.
-    strict_refs : bool, optional
-        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
-        as a record without references).
     include : str | Sequence[str], optional
         Only the arrays whose path matches one of these globs, e.g. ``'climate/*'`` or ``'**/temp*'``
         (``*`` stays within one level, ``**`` crosses levels; a group's path selects everything below
@@ -1059,6 +1056,9 @@ def ls(
     exclude : str | Sequence[str], optional
         Leave out the arrays whose path (or a group above them) matches one of these globs, even when
         included.
+    strict_refs : bool, optional
+        Kerchunk Parquet references: a missing ``refs.<i>.parq`` file is an error (by default it reads
+        as a record without references).
     source_ref : str, optional
         Icechunk source: the branch, tag or snapshot id to read. Default: the branch ``main``.
     on_unsupported : {'refuse', 'skip'}, optional
@@ -1109,9 +1109,9 @@ def ls(
             "ref_root": ref_root,
             "allow_ref_prefix": allow_ref_prefix,
             "ref_coalesce_gap": ref_coalesce_gap,
-            "strict_refs": strict_refs,
             "include": include,
             "exclude": exclude,
+            "strict_refs": strict_refs,
             "source_ref": source_ref,
             "on_unsupported": on_unsupported,
             "s3_endpoint": s3_endpoint,
