@@ -1075,6 +1075,9 @@ class Status:
         order.
     finalize_waits_for : list[str]
         The workers whose shards are not all done, which ``finalize`` waits for (their tags).
+    finalize_makes : int
+        Shards of the pyramid levels that no worker makes and ``finalize`` does (issue 41; counted
+        in the totals planned).
     unreadable : list[str]
         Lines of record files that could not be read, each naming its key and line (not counted).
     rate : Rate | None
@@ -1094,6 +1097,7 @@ class Status:
     totals: StatusTotals
     workers: list[WorkerStatus]
     finalize_waits_for: list[str]
+    finalize_makes: int
     unreadable: list[str]
     rate: Rate | None
     finished: bool
@@ -1108,6 +1112,7 @@ class Status:
             totals=StatusTotals._from_dict(doc["totals"]),
             workers=[WorkerStatus._from_dict(x) for x in doc["workers"]],
             finalize_waits_for=doc["finalize_waits_for"],
+            finalize_makes=doc.get("finalize_makes"),
             unreadable=doc["unreadable"],
             rate=_optional(Rate._from_dict, doc.get("rate")),
             finished=doc["finished"],
