@@ -829,7 +829,7 @@ def test_a_destination_names_a_node_path_inside_a_repository(zshard_bin, tmp_pat
     made; each is one commit, and a rerun commits nothing."""
     src, data = _pyramid_source(tmp_path)
     out = tmp_path / "repo"
-    repo = _create(out, None if ICECHUNK2 else 1)
+    repo = _create(out)
     session = repo.writable_session("main")
     root = zarr.group(session.store, attributes={"title": "mine"})
     root.create_array("other", shape=(4,), dtype="i1")[:] = 3

@@ -308,8 +308,9 @@ impl fmt::Display for MemoryUse {
             ),
             MemoryUse::Source { bytes } => write!(
                 f,
-                "the source's references take {} for the whole run: split the reference set",
-                HumanBytes(bytes)
+                "what the run holds from start to end takes {} (the plan, a kerchunk set's references, the versions of the source's chunks and the destination's records an update compares): split the conversion (fewer arrays, a smaller reference set) or raise {}",
+                HumanBytes(bytes),
+                Setting::MemoryLimit
             ),
             MemoryUse::Uploads { bytes } => write!(
                 f,

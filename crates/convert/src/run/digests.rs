@@ -148,7 +148,16 @@ fn array_digests(
                         }
                         .intersect(&root_array)
                     });
-                    covered_digest(region.as_ref(), &root.layout, versions, under.as_ref())
+                    // The element that no mean, min or max counts (from the source's attributes,
+                    // which an update may change while level 0's data stays).
+                    let masked = job.derived.as_ref().and_then(|d| d.masked.as_deref());
+                    let salt = masked.map_or_else(Vec::new, |m| [b"masked:", m].concat());
+                    covered_digest(
+                        region.as_ref(),
+                        &root.layout,
+                        versions,
+                        (under.as_ref(), &salt),
+                    )
                 }
             }
         })
@@ -177,17 +186,18 @@ pub(crate) fn inner_digests(
 /// The digest of `region` (`None`: outside the array) of `job`'s array: its corner and shape, and
 /// each source chunk it covers with that chunk's version.
 fn region_digest(layout: &ArrayLayout, versions: &ChunkVersions, region: Option<Region>) -> u64 {
-    covered_digest(region.as_ref(), layout, versions, region.as_ref())
+    covered_digest(region.as_ref(), layout, versions, (region.as_ref(), &[]))
 }
 
 /// The digest of `region` (`None`: outside the array), made from the source chunks of `layout`
 /// that `covered` overlaps (the region itself, or for a pyramid's lower level the region of level 0
-/// under it), each with its version.
+/// under it), each with its version, and `salt` (what else a lower level's values follow; empty
+/// for level 0 and single arrays, whose digests stay as records made before name them).
 fn covered_digest(
     region: Option<&Region>,
     layout: &ArrayLayout,
     versions: &ChunkVersions,
-    covered: Option<&Region>,
+    (covered, salt): (Option<&Region>, &[u8]),
 ) -> u64 {
     let mut bytes: Vec<u8> = Vec::new();
     let (Some(region), Some(covered)) = (region, covered) else {
@@ -196,6 +206,7 @@ fn covered_digest(
     for n in region.start.iter().chain(&region.shape) {
         bytes.extend_from_slice(&n.to_le_bytes());
     }
+    bytes.extend_from_slice(salt);
     // Level 0's region under a lower level's: it grows at the array's end when level 0 grows by
     // an odd extent (the last element then stands for one more), while the level's region stays.
     if covered != region {
