@@ -189,7 +189,7 @@ pub struct Status {
     pub finalize_waits_for: Vec<String>,
     /// Shards of the pyramid levels that no worker makes and `finalize` does (issue 41; counted in
     /// the totals planned).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub finalize_makes: u64,
     /// Lines of record files that could not be read, each naming its key and line (not counted).
     pub unreadable: Vec<String>,
@@ -250,11 +250,6 @@ impl Status {
             false => 0,
         }
     }
-}
-
-/// Whether a count is zero (left out of the JSON).
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// The status of the conversion into `dst` (see the module's documentation).

@@ -1112,7 +1112,7 @@ class Status:
             totals=StatusTotals._from_dict(doc["totals"]),
             workers=[WorkerStatus._from_dict(x) for x in doc["workers"]],
             finalize_waits_for=doc["finalize_waits_for"],
-            finalize_makes=doc.get("finalize_makes"),
+            finalize_makes=doc.get("finalize_makes", 0),
             unreadable=doc["unreadable"],
             rate=_optional(Rate._from_dict, doc.get("rate")),
             finished=doc["finished"],
