@@ -65,6 +65,17 @@ def many_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndar
     return src, data
 
 
+@pytest.fixture(scope="session")
+def long_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2048x2048 float64 v2 array in 16x16 chunks (16,384 chunks, 4,096 shards of 32x32): a
+    conversion with ``MANY_OPTIONS`` of about a second here, long enough that a signal sent once it
+    has started arrives while it runs (``many_shards`` now converts in under a tenth of a second)."""
+    data = np.random.default_rng(23).standard_normal((2048, 2048))
+    src = tmp_path_factory.mktemp("long") / "long.zarr"
+    v2_array(src, data, (16, 16), fill_value=np.nan)
+    return src
+
+
 # gzip:9 keeps the one thread busy for a few hundred milliseconds: since shards are no longer
 # fsynced one by one, the run was over within two progress intervals (100 ms), too soon to watch.
 MANY_OPTIONS = {"shard_shape": (32, 32), "threads": 1, "io_threads": 1, "compressor": "gzip:9"}
