@@ -30,19 +30,11 @@ pub(crate) struct ConditionalCodec {
 }
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
-    let specs: Vec<CodecSpec> = match spec.get("codecs") {
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|item| serde_json::from_value(item.clone()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| invalid(NAME, format!("codecs is not a list of v3 codecs: {e}")))?,
-        _ => {
-            return Err(invalid(
-                NAME,
-                "missing codecs (a list of bytes-to-bytes codecs)",
-            ))
-        }
-    };
+    let specs = crate::registry::nested_specs(
+        spec,
+        NAME,
+        "missing codecs (a list of bytes-to-bytes codecs)",
+    )?;
     let mut codecs = Vec::with_capacity(specs.len());
     for nested in &specs {
         match build_codec(nested, repr)? {

@@ -31,14 +31,7 @@ pub(crate) struct N5DefaultCodec {
 }
 
 pub(crate) fn build(spec: &CodecSpec, repr: &ChunkRepr) -> crate::Result<Codec> {
-    let specs: Vec<CodecSpec> = match spec.get("codecs") {
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|item| serde_json::from_value(item.clone()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| invalid(NAME, format!("codecs is not a list of v3 codecs: {e}")))?,
-        _ => return Err(invalid(NAME, "missing codecs")),
-    };
+    let specs = crate::registry::nested_specs(spec, NAME, "missing codecs")?;
     let ndim = repr.shape.len();
     let reversed: Vec<usize> = (0..ndim).rev().collect();
     match specs.first() {

@@ -94,6 +94,22 @@ pub fn supported_codecs() -> Vec<&'static str> {
     REGISTRY.iter().map(|(name, _)| *name).collect()
 }
 
+/// The nested chain of a codec that holds one in its `codecs` member (`conditional`,
+/// `n5_default`), as the metadata gives it; `missing` says what that member should hold when it
+/// is absent.
+pub(crate) fn nested_specs(spec: &CodecSpec, codec: &str, missing: &str) -> Result<Vec<CodecSpec>> {
+    match spec.get("codecs") {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|item| serde_json::from_value(item.clone()))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| {
+                crate::error::invalid(codec, format!("codecs is not a list of v3 codecs: {e}"))
+            }),
+        _ => Err(crate::error::invalid(codec, missing)),
+    }
+}
+
 /// Builds one codec for chunks of representation `repr` (the representation it receives when encoding).
 pub fn build_codec(spec: &CodecSpec, repr: &ChunkRepr) -> Result<Codec> {
     let build = REGISTRY
