@@ -384,13 +384,15 @@ impl Plan {
     }
 }
 
-/// A sink of jobs that only read (a plan's cost estimate): nothing is ever handed to it.
+/// A sink of jobs that only read: nothing is ever written to it. Its text follows a shard's
+/// coordinate in messages (empty for a plan's cost estimate; finalize's " (read back)" for the
+/// pyramid level it reads back, already written).
 #[derive(Debug)]
-struct NoSink;
+pub(crate) struct NoSink(pub(crate) &'static str);
 
 impl zshard_core::ShardSink for NoSink {
     fn shard_key(&self, shard: &[u64]) -> String {
-        format!("{shard:?}")
+        format!("{shard:?}{}", self.0)
     }
 
     fn write_shard(
@@ -406,7 +408,7 @@ impl Plan {
     /// The pipeline jobs reading from `source`, writing nowhere: what a plan asks its readers
     /// about the reads a run would make.
     pub(crate) fn read_jobs(&self, source: &Input) -> Vec<ArrayJob> {
-        self.jobs_into(source, |_| Arc::new(NoSink))
+        self.jobs_into(source, |_| Arc::new(NoSink("")))
     }
 }
 

@@ -169,7 +169,8 @@ impl Conversion {
         job.layout.passthrough = false;
         job.derived = None;
         // The level read stays as the workers wrote it.
-        job.sink = Arc::new(Unchanged);
+        // Already written, and stays so.
+        job.sink = Arc::new(crate::plan::NoSink(" (read back)"));
         let jobs = jobs;
         let tasks: Vec<ShardTask> = ShardTask::all(&jobs)
             .filter(|task| task.array == from && feeds_undone(&jobs, done, task))
@@ -228,23 +229,5 @@ impl Conversion {
         }
         self.stop_if_cancelled()?;
         Ok(records)
-    }
-}
-
-/// The sink of the level `finalize` reads back: it is already written, and stays so.
-#[derive(Debug)]
-struct Unchanged;
-
-impl zshard_core::ShardSink for Unchanged {
-    fn shard_key(&self, shard: &[u64]) -> String {
-        format!("{shard:?} (read back)")
-    }
-
-    fn write_shard(
-        &self,
-        _shard: &[u64],
-        _inner: &[Option<bytes::Bytes>],
-    ) -> zshard_core::Result<zshard_core::Stored> {
-        Ok(zshard_core::Stored::NOTHING)
     }
 }
