@@ -198,8 +198,11 @@ pub struct Options {
     /// Layouts of single arrays, by path, over `layout`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub arrays: BTreeMap<String, LayoutOptions>,
-    /// Shapes of pyramid levels, by level.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// Shapes of pyramid levels, by level (a job file's table, or `LEVEL:SHARD[/CHUNK]` texts).
+    #[serde(
+        deserialize_with = "values::level_shapes::deserialize",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub level_shapes: BTreeMap<usize, LevelShapes>,
     /// Consolidate a hierarchy's metadata into its root.
     #[serde(skip_serializing_if = "Option::is_none")]

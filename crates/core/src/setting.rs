@@ -250,7 +250,7 @@ settings! {
         commands: "convert plan finalize",
         value: "N|auto",
         python: "Pyramid",
-        short: "make an OME-Zarr pyramid of N levels (auto: until one inner chunk)",
+        short: "Make an OME-Zarr pyramid of N levels (auto: until one inner chunk)",
         help: "Make an OME-Zarr 0.5 (--ome 0.6: 0.6) multiscale image of N levels (level 0 is the \
               source; each further level halves every spatial axis: dimensions named x, y or z, \
               never channel or time), in the same pass over the source; auto: levels until the \
@@ -271,7 +271,7 @@ settings! {
         commands: "convert plan finalize",
         value: "mean|mode|nearest|min|max",
         python: "Downsample",
-        short: "with --pyramid: how a level is reduced from the one above (default mean)",
+        short: "With --pyramid: how a level is reduced from the one above (default mean)",
         help: "With --pyramid: how each 2x2 (2x2x2) block of a level becomes one element of the \
               next (default mean, rounded to nearest for integers; mode for label images). NaN \
               and the _FillValue do not count in mean, min and max.",

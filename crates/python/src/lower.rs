@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyString};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
-use zshard_convert::options::{parse_level_shapes, Action};
+use zshard_convert::options::Action;
 use zshard_convert::Setting;
 
 use crate::python_error;
@@ -34,8 +34,6 @@ enum Kind {
     Path,
     /// A str, or a sequence of str.
     Strings,
-    /// `LEVEL:SHARD[/CHUNK]` strings.
-    LevelShapes,
     /// A number of pyramid levels (at least 1), or `'auto'`.
     Pyramid,
     /// One of these str (the Python `Literal`).
@@ -62,7 +60,6 @@ fn kind(setting: Setting) -> Option<Kind> {
     use Setting::*;
     Some(match setting {
         IndexLocation => Kind::Choice(&["start", "end"]),
-        LevelShapes => Kind::LevelShapes,
         Ome => Kind::Choice(&["upgrade", "keep", "0.6"]),
         Pyramid => Kind::Pyramid,
         Downsample => Kind::Choice(&["mean", "mode", "nearest", "min", "max"]),
@@ -221,17 +218,6 @@ fn check(py: Python<'_>, name: &str, kind: Kind, value: &Bound<'_, PyAny>) -> Py
                 .map(Value::String)
                 .collect(),
         )),
-        Kind::LevelShapes => {
-            let mut levels = Map::new();
-            for entry in strings(py, name, value)? {
-                let (level, shapes) = parse_level_shapes(&entry)
-                    .map_err(|e| python_error(py, "options", e.to_string(), None, None))?;
-                let shapes = serde_json::to_value(shapes)
-                    .map_err(|e| python_error(py, "internal", e.to_string(), None, None))?;
-                levels.insert(level.to_string(), shapes);
-            }
-            Ok(Value::Object(levels))
-        }
         Kind::Choice(allowed) => {
             let listed = allowed
                 .iter()

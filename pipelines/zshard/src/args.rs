@@ -5,18 +5,18 @@
 //! A flag's description and value name are its setting's ([`Setting::help`],
 //! [`Setting::value_name`]), set on the command by [`with_settings`]; only a command that says more
 //! of a flag than the setting does (`plan --threads`) writes its own. The flags of a [`FlagGroup`]
-//! ([`RunFlags`], [`StorageFlags`], [`SourceFlags`]) are made from the settings alone and read by
-//! the model's serde: adding such a setting adds its flag and its lowering. The layout, conversion,
-//! output and worker flags are still clap fields below, lowered by hand in `lower.rs`.
+//! ([`LayoutFlags`], [`WholeFlags`], [`SourceFlags`], [`StorageFlags`], [`OutputFlags`],
+//! [`RunFlags`], [`ShareFlags`]) are made from the settings alone and read by the model's serde:
+//! adding a setting adds its flag and its lowering. Only the flags a command describes itself
+//! (`plan --threads`, `verify --ome`, ...) are clap fields.
 
 use std::marker::PhantomData;
 
 use clap::{Arg, ArgAction, ArgMatches};
 use serde_json::{Map, Value};
 use zshard_convert::options::Options;
-use zshard_convert::{parse_size, Compressor, LevelShapes, OmeMetadata, Setting};
+use zshard_convert::{parse_size, Setting};
 use zshard_core::setting::Group;
-use zshard_core::IndexLocation;
 
 /// `cli` with every flag of a setting described as the setting is (its help and value name), unless
 /// the command describes it itself.
@@ -185,9 +185,18 @@ impl<G: FlagGroup> SettingFlags<G> {
 }
 
 /// Whether the value of `setting`'s flag is read by the library as it lowers, a conversion error
-/// (exit 1) rather than a usage error: the source's kind and `--on-unsupported`, as before.
+/// (exit 1) rather than a usage error: the source's kind and `--on-unsupported`, the shapes (whose
+/// dimension names are checked against the arrays) and the worker (checked with the environment's
+/// job array).
 fn read_when_lowered(setting: Setting) -> bool {
-    matches!(setting, Setting::SourceFormat | Setting::OnUnsupported)
+    matches!(
+        setting,
+        Setting::SourceFormat
+            | Setting::OnUnsupported
+            | Setting::ShardShape
+            | Setting::ChunkShape
+            | Setting::Worker
+    )
 }
 
 /// The settings of the group `G`, in their definitions' order.
@@ -301,19 +310,6 @@ pub fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-/// `--level-shapes LEVEL:SHARD[/CHUNK]`, e.g. `2:1,256,256/1,64,64`, read as the library reads it.
-fn level_shapes(s: &str) -> Result<(usize, LevelShapes), String> {
-    zshard_convert::options::parse_level_shapes(s).map_err(|e| zshard_convert::one_line(&e))
-}
-
-fn pyramid(s: &str) -> Result<zshard_convert::PyramidLevels, String> {
-    s.parse().map_err(|e| zshard_convert::one_line(&e))
-}
-
-fn index_location(s: &str) -> Result<IndexLocation, String> {
-    IndexLocation::parse(s).ok_or_else(|| format!("{s:?} is not start or end"))
-}
-
 /// Options that decide the output; `convert`, `plan` and `finalize` must be given the same ones.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LayoutArgs {
@@ -330,54 +326,95 @@ pub struct LayoutArgs {
     /// Destination of the sharded Zarr v3 array or group (a path or a file://, s3://, gs:// or
     /// az:// URL).
     pub(crate) dst: Option<String>,
-    #[arg(long)]
-    pub(crate) shard_shape: Option<String>,
-    #[arg(long)]
-    pub(crate) chunk_shape: Option<String>,
-    #[arg(long)]
-    pub(crate) compressor: Option<Compressor>,
-    #[arg(long, value_parser = index_location)]
-    pub(crate) index_location: Option<IndexLocation>,
-    #[arg(long)]
-    pub(crate) no_passthrough: bool,
-    #[arg(long)]
-    pub(crate) no_consolidate: bool,
-    #[arg(long, value_parser = level_shapes)]
-    pub(crate) level_shapes: Vec<(usize, LevelShapes)>,
-    #[arg(long)]
-    pub(crate) ome: Option<OmeMetadata>,
-    #[arg(long, value_parser = pyramid)]
-    pub(crate) pyramid: Option<zshard_convert::PyramidLevels>,
-    #[arg(long)]
-    pub(crate) downsample: Option<zshard_convert::Reduction>,
+    #[command(flatten)]
+    pub(crate) layout: LayoutFlags,
+    #[command(flatten)]
+    pub(crate) whole: WholeFlags,
     #[command(flatten)]
     pub(crate) source: SourceFlags,
     #[command(flatten)]
     pub(crate) storage: StorageFlags,
     #[command(flatten)]
-    pub(crate) output: OutputArgs,
+    pub(crate) output: OutputFlags,
 }
 
-/// What kind of output DST is.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct OutputArgs {
-    #[arg(long, value_parser = ["zarr", "icechunk"])]
-    pub(crate) output_format: Option<String>,
-    #[arg(long)]
-    pub(crate) branch: Option<String>,
-    #[arg(long)]
-    pub(crate) message: Option<String>,
-    #[arg(long)]
-    pub(crate) icechunk_spec: Option<zshard_convert::SpecVersion>,
+/// The flags of an array's layout (shapes, codecs, index, passthrough).
+#[derive(Debug, Clone, Default)]
+pub struct Layout;
+
+impl FlagGroup for Layout {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Layout
+    }
 }
 
-/// Which share of the shards this process converts.
-#[derive(clap::Args, Debug, Clone)]
-pub struct WorkerArgs {
-    #[arg(long)]
-    pub(crate) worker: Option<String>,
-    #[arg(long)]
-    pub(crate) workers: Option<u64>,
+/// The layout flags, lowered to `LayoutOptions`.
+pub type LayoutFlags = SettingFlags<Layout>;
+
+/// The flags of a whole conversion's output (pyramid levels, consolidation, OME metadata).
+#[derive(Debug, Clone, Default)]
+pub struct Whole;
+
+impl FlagGroup for Whole {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Conversion
+    }
+}
+
+/// The flags of a whole conversion's output.
+pub type WholeFlags = SettingFlags<Whole>;
+
+/// The flags of what kind of output DST is (a Zarr store, or an Icechunk commit).
+#[derive(Debug, Clone, Default)]
+pub struct Output;
+
+impl FlagGroup for Output {
+    fn takes(s: Setting) -> bool {
+        s.group() == Group::Output
+    }
+}
+
+/// The output flags, lowered to `OutputOptions`.
+pub type OutputFlags = SettingFlags<Output>;
+
+/// The flags of which share of the shards this process converts (`convert` and `run`).
+#[derive(Debug, Clone, Default)]
+pub struct Share;
+
+impl FlagGroup for Share {
+    fn takes(s: Setting) -> bool {
+        matches!(s, Setting::Worker | Setting::Workers)
+    }
+}
+
+/// `--worker` and `--workers`.
+pub type ShareFlags = SettingFlags<Share>;
+
+impl ShareFlags {
+    /// `--worker I/N` as given (checked as the partition is resolved).
+    pub(crate) fn worker(&self) -> Option<String> {
+        self.0
+            .get(Setting::Worker.key())
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// `--workers N`.
+    pub(crate) fn workers(&self) -> Option<u64> {
+        self.0.get(Setting::Workers.key()).and_then(Value::as_u64)
+    }
+
+    /// The flags `--worker worker --workers workers` would give.
+    pub(crate) fn of_share(worker: Option<String>, workers: Option<u64>) -> Self {
+        let mut values = Map::new();
+        if let Some(worker) = worker {
+            values.insert(Setting::Worker.key().into(), Value::String(worker));
+        }
+        if let Some(workers) = workers {
+            values.insert(Setting::Workers.key().into(), Value::from(workers));
+        }
+        SettingFlags::of(values)
+    }
 }
 
 #[cfg(test)]
@@ -586,20 +623,5 @@ mod tests {
         assert_eq!(gap("64KiB"), Ok(Some(CoalesceGap(Some(65536)))));
         assert_eq!(gap("0"), Ok(Some(CoalesceGap(Some(0)))));
         assert!(gap("lots").is_err());
-    }
-
-    #[test]
-    fn level_shape_values() {
-        let given = |shard: &[u64], chunk: Option<&[u64]>| LevelShapes {
-            shard_shape: shard.to_vec(),
-            chunk_shape: chunk.map(<[u64]>::to_vec),
-        };
-        assert_eq!(
-            level_shapes("2:1,256,256/1,64,64"),
-            Ok((2, given(&[1, 256, 256], Some(&[1, 64, 64]))))
-        );
-        assert_eq!(level_shapes("0:512,512"), Ok((0, given(&[512, 512], None))));
-        assert!(level_shapes("512,512").is_err());
-        assert!(level_shapes("x:512").is_err());
     }
 }

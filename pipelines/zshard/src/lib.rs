@@ -22,7 +22,7 @@ mod progress;
 mod signals;
 mod status;
 
-use args::{LayoutArgs, SourceFlags, StorageFlags, WorkerArgs};
+use args::{LayoutArgs, ShareFlags, SourceFlags, StorageFlags};
 use lower::First;
 use zshard_convert::options::{Options, RunOptions, Size, StatusOptions, VerifyOptions};
 use zshard_convert::{one_line, Conversion, Verification};
@@ -89,7 +89,7 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
         #[command(flatten)]
-        workers: WorkerArgs,
+        workers: ShareFlags,
         #[command(flatten)]
         run: args::RunFlags,
         /// No progress bar and no summary.
@@ -186,7 +186,7 @@ enum Command {
         /// The job file (TOML).
         job: PathBuf,
         #[command(flatten)]
-        workers: WorkerArgs,
+        workers: ShareFlags,
         #[command(flatten)]
         storage: StorageFlags,
         /// No progress bar and no summary.
@@ -603,14 +603,14 @@ fn command() -> clap::Command {
 fn convert_conversion(
     layout: &LayoutArgs,
     dst: &str,
-    workers: &WorkerArgs,
+    workers: &ShareFlags,
     run: RunOptions,
 ) -> zshard_convert::Result<Conversion> {
     let mut first = First::default();
     let mut options = lower::conversion(layout, dst, &mut first);
     options.run = RunOptions {
         worker: first.take(lower::worker(workers)).flatten(),
-        workers: workers.workers,
+        workers: workers.workers(),
         ..run
     };
     let (conversion, configured) = Conversion::configured(&options);
@@ -721,7 +721,8 @@ pub fn job_conversions(
     workers: Option<u64>,
 ) -> Result<Vec<Conversion>, RequestError> {
     let usage = |e: anyhow::Error| RequestError::Usage(one_line(e.as_ref()));
-    let worker = lower::worker(&WorkerArgs { worker, workers }).map_err(RequestError::Options)?;
+    let worker =
+        lower::worker(&ShareFlags::of_share(worker, workers)).map_err(RequestError::Options)?;
     let storage = zshard_convert::options::StorageOptions::default();
     job::conversions(job, worker, &storage).map_err(usage)
 }

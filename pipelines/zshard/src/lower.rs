@@ -3,15 +3,12 @@
 //! [`VerifyOptions`] the high level that builds the conversion or verification. No default is
 //! written here: a flag not given stays `None`, and the library resolves it.
 
-use zshard_convert::options::{
-    LayoutOptions, Options, OutputFormat, OutputOptions, RunOptions, SourceOptions, StorageOptions,
-    VerifyOptions,
-};
+use zshard_convert::options::{Options, RunOptions, SourceOptions, StorageOptions, VerifyOptions};
 use zshard_convert::{Error, Partition, Result, Setting};
 
 use serde_json::Map;
 
-use crate::args::{LayoutArgs, OutputArgs, SourceFlags, StorageFlags, WorkerArgs};
+use crate::args::{LayoutArgs, SettingFlags, ShareFlags, SourceFlags, StorageFlags};
 
 /// The first error met while lowering; the settings that parse are lowered all the same, so that
 /// the report of the failure shows them.
@@ -35,39 +32,35 @@ impl First {
     }
 }
 
-/// The layout flags. The shapes are parsed by the library (a conversion error, exit 1).
-fn layout(args: &LayoutArgs, first: &mut First) -> LayoutOptions {
-    let mut shape = |text: &Option<String>| {
-        text.as_deref()
-            .and_then(|t| first.take(t.parse::<zshard_convert::ShapeSpec>()))
-    };
-    LayoutOptions {
-        shard_shape: shape(&args.shard_shape),
-        chunk_shape: shape(&args.chunk_shape),
-        compressor: args.compressor.clone(),
-        index_location: args.index_location,
-        passthrough: args.no_passthrough.then_some(false),
-    }
-}
-
-/// The source flags, made from the settings. Each is read alone, so that one the library refuses
-/// (the kind, `--on-unsupported`, read only here: exit 1) is the first error and the others still
-/// lower.
-pub(crate) fn source(flags: &SourceFlags, first: &mut First) -> SourceOptions {
+/// The values of the flags `flags`, read by the options model each alone, so that one the library
+/// refuses as it lowers (the source's kind, `--on-unsupported`, a shape: exit 1) is the first error
+/// and the others still lower; then all of them together, as `T`.
+fn read_each<T: serde::de::DeserializeOwned + Default>(
+    flags: &Map<String, serde_json::Value>,
+    first: &mut First,
+) -> T {
     let mut read = Map::new();
-    for setting in flags.given() {
-        let key = setting.key();
-        let Some(value) = flags.0.get(key) else {
+    // In the settings' order, so that the first error is the first of them given.
+    for key in Setting::ALL.iter().map(|s| s.key()) {
+        let Some(value) = flags.get(key) else {
             continue;
         };
-        let one = SourceFlags::of(Map::from_iter([(key.to_string(), value.clone())]));
-        if first.take(one.model::<SourceOptions>()).is_some() {
+        let one = Map::from_iter([(key.to_string(), value.clone())]);
+        if first
+            .take(SettingFlags::<()>::of(one).model::<T>())
+            .is_some()
+        {
             read.insert(key.to_string(), value.clone());
         }
     }
     first
-        .take(SourceFlags::of(read).model())
+        .take(SettingFlags::<()>::of(read).model())
         .unwrap_or_default()
+}
+
+/// The source flags, made from the settings (each read alone: see [`read_each`]).
+pub(crate) fn source(flags: &SourceFlags, first: &mut First) -> SourceOptions {
+    read_each(&flags.0, first)
 }
 
 /// The storage flags: made from the settings, read by the model (see [`StorageFlags`]).
@@ -75,65 +68,40 @@ pub(crate) fn storage(flags: &StorageFlags) -> Result<StorageOptions> {
     flags.model()
 }
 
-fn output(args: &OutputArgs) -> OutputOptions {
-    OutputOptions {
-        output_format: args.output_format.as_deref().map(|f| match f {
-            "icechunk" => OutputFormat::Icechunk,
-            _ => OutputFormat::Zarr,
-        }),
-        branch: args.branch.clone(),
-        message: args.message.clone(),
-        icechunk_spec: args.icechunk_spec,
-    }
-}
-
-/// The conversion of SRC into `dst` that the layout, source, storage and output flags describe.
+/// The conversion of SRC into `dst` that the layout, conversion, source, storage and output flags
+/// describe.
 pub(crate) fn conversion(args: &LayoutArgs, dst: &str, first: &mut First) -> Options {
+    let mut flags = args.layout.0.clone();
+    flags.extend(args.whole.0.clone());
+    flags.extend(args.output.0.clone());
     Options {
         source: args.src.clone(),
         destination: dst.to_string(),
-        layout: layout(args, first),
-        arrays: Default::default(),
-        level_shapes: args.level_shapes.iter().cloned().collect(),
-        consolidate: args.no_consolidate.then_some(false),
-        ome: args.ome,
-        pyramid: args.pyramid,
-        downsample: args.downsample,
         input: source(&args.source, first),
         storage: first.take(storage(&args.storage)).unwrap_or_default(),
-        output: output(&args.output),
         run: RunOptions::default(),
+        ..read_each(&flags, first)
     }
 }
 
 /// The flags given beside a job file that the job file gives instead (only the storage flags apply).
 pub(crate) fn given_beside_job(args: &LayoutArgs) -> Vec<Setting> {
-    let mut first = First::default();
-    let options = conversion(args, "", &mut first);
-    let mut given = options.layout.given();
+    let mut given = args.layout.given();
+    given.extend(args.whole.given());
     given.extend(args.source.given());
-    given.extend(options.output.given());
-    // Flags whose library parse failed are given too.
-    given.extend(args.shard_shape.is_some().then_some(Setting::ShardShape));
-    given.extend(args.chunk_shape.is_some().then_some(Setting::ChunkShape));
-    given.extend(options.consolidate.map(|_| Setting::Consolidate));
-    given.extend(options.ome.map(|_| Setting::Ome));
-    given.extend(options.pyramid.map(|_| Setting::Pyramid));
-    given.extend(options.downsample.map(|_| Setting::Downsample));
-    given.extend((!options.level_shapes.is_empty()).then_some(Setting::LevelShapes));
+    given.extend(args.output.given());
     given.sort();
-    given.dedup();
     given
 }
 
 /// The share of the shards `convert` or `run` converts: `--worker`, else the SLURM job array or
 /// Kubernetes Indexed Job of the environment (`None`: all of them).
-pub(crate) fn worker(args: &WorkerArgs) -> Result<Option<String>> {
-    let partition = Partition::resolve(args.worker.as_deref(), args.workers, |k| {
-        std::env::var(k).ok()
-    })?;
-    Ok(match &args.worker {
-        Some(given) => Some(given.clone()),
+pub(crate) fn worker(flags: &ShareFlags) -> Result<Option<String>> {
+    let given = flags.worker();
+    let partition =
+        Partition::resolve(given.as_deref(), flags.workers(), |k| std::env::var(k).ok())?;
+    Ok(match given {
+        Some(given) => Some(given),
         None => (!partition.is_all()).then(|| partition.to_string()),
     })
 }
@@ -225,6 +193,38 @@ mod tests {
             "{e}"
         );
         assert_eq!(options.layout.shard_shape, Some(vec![4, 4].into()));
+    }
+
+    /// `--level-shapes` is repeated, one level each, read by the model as a job file's table is.
+    #[test]
+    fn level_shapes_flags_become_the_table_by_level() {
+        let (options, result) = lowered(&[
+            "a.zarr",
+            "b.zarr",
+            "--level-shapes",
+            "2:1,256,256/1,64,64",
+            "--level-shapes",
+            "0:512,512",
+        ]);
+        result.expect("lowers");
+        let level = |shard: &[u64], chunk: Option<&[u64]>| zshard_convert::LevelShapes {
+            shard_shape: shard.to_vec(),
+            chunk_shape: chunk.map(<[u64]>::to_vec),
+        };
+        assert_eq!(
+            options.level_shapes.into_iter().collect::<Vec<_>>(),
+            [
+                (0, level(&[512, 512], None)),
+                (2, level(&[1, 256, 256], Some(&[1, 64, 64])))
+            ]
+        );
+        for bad in ["512,512", "x:512", "1:x"] {
+            let e = Flags::try_parse_from(["zshard", "a", "b", "--level-shapes", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(e.contains("--level-shapes"), "{bad}: {e}");
+        }
     }
 
     /// A list's flag is repeated; every value is kept, in order, and a switch not given is unset.

@@ -246,6 +246,35 @@ pub fn parse_level_shapes(text: &str) -> Result<(usize, LevelShapes)> {
     ))
 }
 
+/// The `level_shapes` setting as a job file gives it (a table by level) or as the command line and
+/// Python give it (a list of `LEVEL:SHARD[/CHUNK]` texts, read by [`parse_level_shapes`]).
+pub(crate) mod level_shapes {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer};
+
+    use crate::plan::LevelShapes;
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<BTreeMap<usize, LevelShapes>, D::Error> {
+        use serde::de::Error as _;
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Array(texts) => texts
+                .iter()
+                .map(|text| match text {
+                    serde_json::Value::String(text) => {
+                        super::parse_level_shapes(text).map_err(|e| crate::one_line(&e))
+                    }
+                    other => Err(format!("expected a LEVEL:SHARD[/CHUNK] text, got {other}")),
+                })
+                .collect::<std::result::Result<_, _>>()
+                .map_err(D::Error::custom),
+            by_level => serde_json::from_value(by_level).map_err(D::Error::custom),
+        }
+    }
+}
+
 impl Serialize for Size {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
         serializer.serialize_u64(self.0)
