@@ -210,7 +210,13 @@ impl ArrayToBytesCodec for PackBitsExtCodec {
 
     fn decode(&self, encoded: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>> {
         let (components, packed_len, padding) = self.sizes(repr);
-        let expected = packed_len + self.padding.extra_bytes();
+        // zarrs (0.23) leaves the padding byte out where no bits are padded and the components are
+        // whole bytes (it writes them as the `bytes` codec does); the size tells which was written.
+        let padding_kind = match padding == 0 && encoded.len() == packed_len {
+            true => Padding::None,
+            false => self.padding,
+        };
+        let expected = packed_len + padding_kind.extra_bytes();
         if encoded.len() != expected {
             return Err(Error::codec(
                 NAME,
@@ -220,12 +226,12 @@ impl ArrayToBytesCodec for PackBitsExtCodec {
                 ),
             ));
         }
-        let packed = match self.padding {
+        let packed = match padding_kind {
             Padding::None => &encoded[..],
             Padding::FirstByte => &encoded[1..],
             Padding::LastByte => &encoded[..packed_len],
         };
-        let stated = match self.padding {
+        let stated = match padding_kind {
             Padding::None => padding,
             Padding::FirstByte => encoded[0],
             Padding::LastByte => encoded[packed_len],

@@ -2,7 +2,7 @@ use serde_json::Value;
 
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::minifloat::Unrepresentable;
+use crate::minifloat::{SmallFloat, Unrepresentable};
 
 /// The fill value of an array as the little-endian bytes of one element.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -315,9 +315,18 @@ impl FillValue {
                     b,
                 )
             }
-            DataType::SmallFloat(t) => {
+            // A number as tensorstore writes this type: tensorstore 0.1.86 reads and writes its
+            // numbers with another exponent bias than the registry's (0x7e, 0.5, as 9.2e18), and
+            // is the producer of these arrays; zarrs 0.23 reads only hex for it.
+            DataType::SmallFloat(t @ SmallFloat::E8M0FNU) => {
                 let v = t.to_f64(b[0]);
                 float_json(v, v.is_nan() && t.nan() != Some(b[0]), &b[..1])
+            }
+            // The bits in hex, the one form every reader of these types takes: zarrs 0.23 reads no
+            // other (neither numbers nor "NaN"), tensorstore reads it as the core spec says.
+            DataType::SmallFloat(t) => {
+                let mask = u8::MAX >> (8 - t.bits());
+                Value::String(format!("0x{:02x}", b[0] & mask))
             }
             DataType::Complex64
             | DataType::Complex128
@@ -589,12 +598,13 @@ mod tests {
         );
         assert_eq!(
             FillValue::from_bytes(vec![0xf1]).to_v3_json(d("float4_e2m1fn")),
-            json!(0.5)
+            json!("0x01")
         );
     }
 
     /// Registry fill values come back as the JSON they were read from (shortest float text, the
-    /// registry's NaN as "NaN", other NaN patterns in hex).
+    /// registry's NaN as "NaN", other NaN patterns in hex), but the 8-, 6- and 4-bit floats, whose
+    /// bits are written in hex (the form zarrs reads): the same bits either way.
     #[test]
     fn ml_type_fill_values_round_trip() {
         for (v, name) in [
@@ -622,7 +632,20 @@ mod tests {
         ] {
             let d = DataType::from_v3_name(name).expect("registered data type");
             let fill = FillValue::from_v3_json(&v, d).expect("valid fill value");
-            assert_eq!(fill.to_v3_json(d), v, "{name}");
+            let written = fill.to_v3_json(d);
+            match d {
+                DataType::SmallFloat(SmallFloat::E8M0FNU) => assert_eq!(written, v, "{name}"),
+                DataType::SmallFloat(_) => {
+                    assert_eq!(written, json!(format!("0x{:02x}", fill.bytes[0])), "{name}")
+                }
+                DataType::ComplexSmallFloat(t) if t != SmallFloat::E8M0FNU => {
+                    let hex = |b: u8| json!(format!("0x{b:02x}"));
+                    assert_eq!(written, json!([hex(fill.bytes[0]), hex(fill.bytes[1])]))
+                }
+                _ => assert_eq!(written, v, "{name}"),
+            }
+            let again = FillValue::from_v3_json(&written, d).expect("written form reads");
+            assert_eq!(again.bytes, fill.bytes, "{name}");
         }
     }
 

@@ -110,7 +110,10 @@ fn bad_shapes_are_rejected_before_writing() {
         ),
         (vec!["--shard-shape", "0,20"], "positive"),
         (vec!["--compressor", "lzma:3"], "unknown compressor"),
-        (vec!["--index-location", "middle"], "expected `start` or `end`"),
+        (
+            vec!["--index-location", "middle"],
+            "expected `start` or `end`",
+        ),
     ] {
         let dst = tmp.path().join("dst");
         let mut all = vec![
