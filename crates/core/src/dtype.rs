@@ -56,6 +56,9 @@ pub enum DataType {
     Complex128,
     /// numpy `S<n>`: fixed-length bytes, NUL-padded (zarr-python's v3 `null_terminated_bytes`).
     NullTerminatedBytes(u32),
+    /// `r<N>` (the core spec's raw bits, N a multiple of 8): N/8 bytes per element, moved as they
+    /// are (no byte order); this holds N/8.
+    RawBits(u32),
     /// numpy `U<n>`: `n` UTF-32 code units, NUL-padded (v3 `fixed_length_utf32`, `length_bytes` = 4n).
     FixedLengthUtf32(u32),
     /// numpy `M8[<scale><unit>]`: a signed 64-bit count of `scale` units since 1970; `i64::MIN` is NaT.
@@ -167,7 +170,7 @@ impl DataType {
 }
 
 /// The parametric v3 data types, for error messages.
-const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}, struct {fields}";
+const PARAMETRIC: &str = "null_terminated_bytes {length_bytes > 0}, fixed_length_utf32 {length_bytes, a multiple of 4}, numpy.datetime64 and numpy.timedelta64 {unit, scale_factor}, struct {fields}, r<N> (raw bits, N a multiple of 8)";
 
 const ALL: [DataType; 16] = [
     DataType::Bool,
@@ -226,7 +229,7 @@ impl DataType {
             DataType::Int32 | DataType::UInt32 | DataType::Float32 => 4,
             DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Complex64 => 8,
             DataType::Complex128 => 16,
-            DataType::NullTerminatedBytes(n) => n as usize,
+            DataType::NullTerminatedBytes(n) | DataType::RawBits(n) => n as usize,
             DataType::FixedLengthUtf32(n) => n as usize * 4,
             DataType::Struct(t) => t.size(),
             DataType::DateTime64(..)
@@ -258,7 +261,10 @@ impl DataType {
             DataType::Complex128 => 8,
             DataType::ComplexBFloat16 | DataType::ComplexFloat16 => 2,
             DataType::ComplexSmallFloat(_) => 1,
-            DataType::NullTerminatedBytes(_) | DataType::String | DataType::Bytes => 1,
+            DataType::NullTerminatedBytes(_)
+            | DataType::RawBits(_)
+            | DataType::String
+            | DataType::Bytes => 1,
             DataType::FixedLengthUtf32(_) => 4,
             // The widest field's: more than 1 when the byte order matters. Swap with
             // [`DataType::swap_bytes`], which goes field by field.
@@ -303,6 +309,7 @@ impl DataType {
             DataType::ComplexFloat16 => "complex_float16",
             DataType::ComplexSmallFloat(t) => t.complex_name(),
             DataType::NullTerminatedBytes(_) => "null_terminated_bytes",
+            DataType::RawBits(n) => raw_bits_name(n),
             DataType::FixedLengthUtf32(_) => "fixed_length_utf32",
             DataType::DateTime64(..) => "numpy.datetime64",
             DataType::TimeDelta64(..) => "numpy.timedelta64",
@@ -444,13 +451,13 @@ impl DataType {
             .copied()
             .chain(ml_types())
             .find(|d| d.v3_name() == name)
+            .or_else(|| raw_bits(name))
             .ok_or_else(|| Error::UnsupportedDataType {
                 name: name.to_string(),
                 supported: match name.strip_prefix('r') {
-                    // The registry's raw bits (`r8`, `r16`, ...): no producer here writes them yet.
                     Some(bits) if !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()) => {
                         format!(
-                            "{}; the raw bits r<N> of the zarr-extensions registry are not read yet",
+                            "{}; raw bits r<N> need N a positive multiple of 8",
                             Self::supported()
                         )
                     }
@@ -546,6 +553,8 @@ impl DataType {
             | DataType::ComplexFloat16
             | DataType::ComplexSmallFloat(_) => return self.v3_name().into(),
             DataType::NullTerminatedBytes(n) => return format!("|S{n}"),
+            // numpy's opaque record of that size, as zarrs names raw bits in v2.
+            DataType::RawBits(n) => return format!("|V{n}"),
             DataType::FixedLengthUtf32(n) => return format!("<U{n}"),
             DataType::String | DataType::Bytes => return "|O".into(),
             // numpy's opaque record of that size (a v2 structured type is a list, not a string).
@@ -557,6 +566,31 @@ impl DataType {
         };
         format!("<{code}")
     }
+}
+
+/// `r<N>` with N a positive multiple of 8 (`r8`, `r16`, ...).
+fn raw_bits(name: &str) -> Option<DataType> {
+    let bits = name.strip_prefix('r')?;
+    if !bits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let bits: u32 = bits.parse().ok()?;
+    (bits > 0 && bits % 8 == 0).then_some(DataType::RawBits(bits / 8))
+}
+
+/// The name `r<N>` of raw bits of `bytes` bytes, made once per size (names are `'static`).
+fn raw_bits_name(bytes: u32) -> &'static str {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<BTreeMap<u32, &'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    // A poisoned lock still holds whole names: nothing is half-inserted.
+    let mut names = names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    names
+        .entry(bytes)
+        .or_insert_with(|| Box::leak(format!("r{}", u64::from(bytes) * 8).into_boxed_str()))
 }
 
 impl std::fmt::Display for DataType {
@@ -791,17 +825,28 @@ mod tests {
     }
 
     #[test]
-    fn raw_bits_are_refused_naming_the_registry() {
-        let e = DataType::from_v3_name("r16")
-            .expect_err("raw bits")
-            .to_string();
-        assert!(
-            e.contains("\"r16\"") && e.contains("zarr-extensions registry"),
-            "{e}"
-        );
+    fn raw_bits_are_read_by_their_size_in_bits() {
+        for (name, bytes) in [("r8", 1), ("r16", 2), ("r24", 3), ("r1024", 128)] {
+            let d = DataType::from_v3_name(name).expect(name);
+            assert_eq!(d, DataType::RawBits(bytes), "{name}");
+            assert_eq!(
+                (d.size(), d.swap_unit(), d.v3_name()),
+                (bytes as usize, 1, name)
+            );
+            assert_eq!(d.to_v3_json(), serde_json::json!(name));
+        }
+        for bad in ["r12", "r0", "r", "r-8", "r+8"] {
+            let e = DataType::from_v3_name(bad).expect_err(bad).to_string();
+            assert!(
+                bad.len() == 1
+                    || !bad[1..].bytes().all(|b| b.is_ascii_digit())
+                    || e.contains("multiple of 8"),
+                "{bad}: {e}"
+            );
+        }
         let e = DataType::from_v3_name("rational")
             .expect_err("unknown")
             .to_string();
-        assert!(!e.contains("registry"), "{e}");
+        assert!(!e.contains("multiple of 8"), "{e}");
     }
 }

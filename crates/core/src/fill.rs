@@ -65,6 +65,11 @@ impl FillValue {
             return Self::bytes_from_json(value, n as usize)
                 .ok_or_else(|| invalid("expected base64-encoded bytes"));
         }
+        if let DataType::RawBits(n) = dtype {
+            return Self::raw_bits_from_json(value, n as usize).ok_or_else(|| {
+                invalid(&format!("expected a list of {n} bytes (integers 0 to 255)"))
+            });
+        }
         match dtype {
             DataType::Struct(t) => {
                 // An object with a value for every field, by name (nested structs nest).
@@ -223,6 +228,25 @@ impl FillValue {
         Some(FillValue { bytes })
     }
 
+    /// Raw bits: a list of `length` integers 0 to 255 (the core spec), or their base64 text (as
+    /// zarrs also reads).
+    fn raw_bits_from_json(value: &Value, length: usize) -> Option<Self> {
+        let bytes = match value {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| v.as_u64().and_then(|n| u8::try_from(n).ok()))
+                .collect::<Option<Vec<u8>>>()?,
+            Value::String(text) => {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .ok()?
+            }
+            _ => return None,
+        };
+        (bytes.len() == length).then_some(FillValue { bytes })
+    }
+
     /// numpy `U<n>` values are UTF-32 code units; a shorter string is NUL-padded, as numpy casts it.
     /// `0` is numpy's zero element, the empty string (zarr-python 2 wrote `0` for `U<n>` arrays).
     fn utf32_from_json(value: &Value, length: usize) -> Option<Self> {
@@ -248,6 +272,8 @@ impl FillValue {
             a
         };
         match dtype {
+            // A list of the bytes, as zarrs writes raw bits.
+            DataType::RawBits(_) => Value::Array(b.iter().map(|&byte| byte.into()).collect()),
             DataType::NullTerminatedBytes(_) => {
                 use base64::Engine;
                 // numpy drops trailing NULs from bytes scalars; zarr-python writes what numpy holds.
@@ -646,6 +672,30 @@ mod tests {
             }
             let again = FillValue::from_v3_json(&written, d).expect("written form reads");
             assert_eq!(again.bytes, fill.bytes, "{name}");
+        }
+    }
+
+    /// Raw bits: a list of the element's bytes (written so), or their base64 text; another length or
+    /// a byte beyond 255 is refused.
+    #[test]
+    fn raw_bits_fill_values() {
+        let r16 = DataType::RawBits(2);
+        let fill = FillValue::from_v3_json(&json!([1, 255]), r16).expect("a list of bytes");
+        assert_eq!(fill.bytes, vec![1, 255]);
+        assert_eq!(fill.to_v3_json(r16), json!([1, 255]));
+        let text = FillValue::from_v3_json(&json!("Af8="), r16).expect("base64");
+        assert_eq!(text.bytes, vec![1, 255]);
+        for bad in [
+            json!([1]),
+            json!([1, 2, 3]),
+            json!([1, 256]),
+            json!(7),
+            json!("Af8A"),
+        ] {
+            let e = FillValue::from_v3_json(&bad, r16)
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains("2 bytes"), "{bad}: {e}");
         }
     }
 

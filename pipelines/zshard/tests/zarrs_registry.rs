@@ -36,7 +36,7 @@ const fn t(name: &'static str, size: usize, bits: u8) -> (&'static str, usize, u
 /// (`float8_e4m3fn` and its complex type it has not; tensorstore writes the first in
 /// tests/interop/test_ml_dtypes.py). `float8_e8m0fnu` is left out: zarrs reads its fill value only
 /// in hex, and zshard writes it as a number, as tensorstore (its producer, tested there) does.
-const TYPES: [(&str, usize, u8); 24] = [
+const TYPES: [(&str, usize, u8); 26] = [
     t("bfloat16", 2, 8),
     t("float8_e3m4", 1, 8),
     t("float8_e4m3", 1, 8),
@@ -61,6 +61,8 @@ const TYPES: [(&str, usize, u8); 24] = [
     t("complex_float6_e2m3fn", 2, 6),
     t("complex_float6_e3m2fn", 2, 6),
     t("complex_float4_e2m1fn", 2, 4),
+    t("r8", 1, 8),
+    t("r24", 3, 8),
 ];
 
 fn types() -> Vec<Type> {
@@ -89,6 +91,8 @@ fn fill_value(name: &str) -> Value {
         "bfloat16" => json!("NaN"),
         "float16" | "float32" => json!(1.5),
         "float64" => json!("-Infinity"),
+        "r8" => json!([7]),
+        "r24" => json!([1, 2, 255]),
         small if small.starts_with("float8") => json!("0xa5"),
         small if small.starts_with("float6") => json!("0x25"),
         _ => json!("0x0b"),
@@ -131,6 +135,11 @@ fn mask(bits: u8) -> u8 {
 /// The codec chains zarrs writes each type with: `bytes` (big-endian where it matters) and
 /// `packbits`, each followed by a compressor as a producer would.
 fn chains(ty: &Type) -> Vec<(&'static str, Value)> {
+    let zstd = json!({"name": "zstd", "configuration": {"level": 1, "checksum": false}});
+    // Raw bits have no byte order, and no packing.
+    if ty.name.starts_with('r') {
+        return vec![("bytes", json!([{"name": "bytes"}, zstd]))];
+    }
     let bytes = match ty.size {
         1 => json!({"name": "bytes"}),
         _ => json!({"name": "bytes", "configuration": {"endian": "big"}}),
@@ -288,5 +297,6 @@ fn every_registered_type_and_codec_written_by_zarrs_reads_back_equal_in_zarrs() 
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(cases, 2 * TYPES.len() + 2);
+    // Two chains a type, one for raw bits, and the bitround and reshape ones.
+    assert_eq!(cases, 2 * (TYPES.len() - 2) + 2 + 2);
 }
