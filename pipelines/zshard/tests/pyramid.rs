@@ -765,6 +765,15 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_make
     assert_eq!(status["finalize_waits_for"], json!([]), "{status}");
     assert_eq!(status["finished"], true, "only finalize is left: {status}");
     assert!(status["finalize_makes"].as_u64() > Some(0), "{status}");
+    let table = String::from_utf8_lossy(&zshard(&["status", dst.to_str().expect("utf-8")]).stdout)
+        .into_owned();
+    let said = format!(
+        "every worker is done: run `zshard finalize {}`, which makes the {} shard(s) of the \
+         pyramid level(s) no worker makes, then the metadata",
+        dst.display(),
+        status["finalize_makes"]
+    );
+    assert!(table.contains(&said), "{table}");
     let (ok, stderr) = run(&["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
     assert!(ok, "finalize: {stderr}");
 }
