@@ -17,6 +17,10 @@
 # [--delay-ms 0,20] [--parts local,s3] [--runs 2]`; its default scale is small (10^4 shards, about a minute),
 # the full one (10^6) takes 15-20 minutes and about 5 GB of disk under --workdir (default target/bench).
 #
+# W12 (a 5-level OME-Zarr pyramid of W1's source made while sharding, against zarrs_ome and ngff-zarr 0.50)
+# runs through benches/w12.py: `benches/run.sh --workloads W12 [--runs 3] [--workdir DIR]`; it installs
+# zarrs_tools with its `ome` feature into target/peers.
+#
 # The cloud workloads W7-W9 (S3 on loopback behind a proxy with a delay per request) run through
 # benches/cloud.py instead: `benches/run.sh --workloads w7,w8,w9 --delay-ms 0,20,100 [--scale small]`
 # (see `benches/cloud.py --help`); they install the S3 server s3s-fs into target/peers (cargo install).
@@ -85,6 +89,24 @@ if [ "$w11" = 1 ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check sortedcontainers==2.4.0
     export PYTHONDONTWRITEBYTECODE=1
     exec "$VENV/bin/python" "$HERE/w11.py" --zshard "$REPO/target/release/zshard" "$@"
+fi
+
+# --- W12 (a 5-level OME-Zarr pyramid against zarrs_ome and ngff-zarr): benches/w12.py ---
+w12=0
+prev=""
+for a in "$@"; do
+    case "$prev=$a" in --workloads=*[Ww]12*) w12=1 ;; esac
+    case "$a" in --workloads=*[Ww]12*) w12=1 ;; esac
+    prev="$a"
+done
+if [ "$w12" = 1 ]; then
+    if [ ! -x "$PEERS/bin/zarrs_ome" ]; then
+        say "installing zarrs_tools $ZARRS_TOOLS_VERSION (zarrs_ome) into $PEERS"
+        cargo install zarrs_tools --version "$ZARRS_TOOLS_VERSION" --features ome --locked --root "$PEERS"
+    fi
+    export PYTHONDONTWRITEBYTECODE=1
+    exec "$VENV/bin/python" "$HERE/w12.py" --zshard "$REPO/target/release/zshard" \
+        --zarrs-ome "$PEERS/bin/zarrs_ome" "$@"
 fi
 
 # --- cloud workloads (W7-W9): benches/cloud.py with the S3 server s3s-fs ---

@@ -852,3 +852,59 @@ def test_a_destination_names_a_node_path_inside_a_repository(zshard_bin, tmp_pat
     image = root["images/b"]
     datasets = image.attrs.asdict()["ome"]["multiscales"][0]["datasets"]
     _check_levels([np.asarray(image[d["path"]][...]) for d in datasets], data, 5)
+
+
+def test_workers_into_a_node_path_status_message_and_staging(zshard_bin, tmp_path):
+    """Issue 41: a pyramid made by two workers into `REPO#/PATH`. Before `finalize`, `status` names
+    the destination as given and says what is left: `finalize`, which makes the levels no worker
+    makes and commits (not "rerun the conversion"); `finalize REPO#/PATH` commits with the workers'
+    `--message`; and a conversion refused there leaves no empty staging folders behind (only
+    zshard's: a file beside them stays)."""
+    import json
+
+    src, data = _pyramid_source(tmp_path)
+    out = tmp_path / "repo"
+    repo = _create(out)
+    session = repo.writable_session("main")
+    zarr.group(session.store, attributes={"title": "mine"})
+    session.commit("mine")
+    dst = f"{out}#/images/b"
+    for i in range(2):
+        _zshard(zshard_bin, *_into(src, dst, *PYRAMID, "--worker", f"{i}/2", shards="128,128",
+                                   message="two workers"))
+    table = _zshard(zshard_bin, "status", dst).stdout
+    assert table.startswith(f"{dst}: in progress\n"), table
+    assert "rerun the conversion" not in table, table
+    status = json.loads(_zshard(zshard_bin, "status", dst, "--json").stdout)
+    assert status["destination"] == dst, status
+    assert status["finished"] is True and status["finalize_waits_for"] == [], status
+    left = status["totals"]["shards_planned"] - status["totals"]["shards_done"]
+    assert left == status["finalize_makes"] > 0, status
+    assert (
+        f"every worker is done: run `zshard finalize {dst}`, which makes the {left} shard(s) of the "
+        "pyramid level(s) no worker makes" in table
+    ), table
+    note = (f"staged in {out}/.zshard-staging/images/b: the repository holds none of it until "
+            f"`zshard finalize {dst}` commits it")
+    assert status["note"] == note, status
+    assert f"note: {note}\n" in table, table
+    r = _zshard(zshard_bin, "finalize", dst)
+    assert "committed snapshot" in r.stderr, r.stderr
+    assert _commits(out) == ["two workers", "mine", "Repository initialized"]
+    session = ic.Repository.open(ic.local_filesystem_storage(str(out))).readonly_session(branch="main")
+    image = zarr.open_group(session.store, mode="r")["images/b"]
+    datasets = image.attrs.asdict()["ome"]["multiscales"][0]["datasets"]
+    _check_levels([np.asarray(image[d["path"]][...]) for d in datasets], data, 5)
+    # Refused (an array where it needs a group): no staging folder of it is left, down to the
+    # repository's own staging folder; a file zshard did not write stays, and so do its folders.
+    refused = [*_into(src, f"{out}#/images/b/0/deeper/x", *PYRAMID, shards="128,128")]
+    shutil_rmtree = __import__("shutil").rmtree
+    shutil_rmtree(out / ".zshard-staging")
+    r = _zshard(zshard_bin, *refused, ok=False)
+    assert "where this conversion writes a group" in r.stderr, r.stderr
+    assert not (out / ".zshard-staging").exists(), sorted(map(str, (out / ".zshard-staging").rglob("*")))
+    (out / ".zshard-staging" / "images").mkdir(parents=True)
+    (out / ".zshard-staging" / "images" / "mine.txt").write_text("not zshard's")
+    _zshard(zshard_bin, *refused, ok=False)
+    left_over = sorted(str(p.relative_to(out)) for p in (out / ".zshard-staging").rglob("*"))
+    assert left_over == [".zshard-staging/images", ".zshard-staging/images/mine.txt"], left_over

@@ -51,6 +51,11 @@ pub const STAGING: &str = ".zshard-staging";
 /// twice. Removed last, after everything else staged.
 pub const COMMIT_RECORD: &str = ".zshard-commit.json";
 
+/// The object, inside the staging folder, holding the commit message the workers of a partitioned
+/// conversion were given (`--message`): `finalize`, which makes the commit, uses it unless given
+/// one itself. Removed with the rest of the staging folder after the commit.
+pub const MESSAGE_RECORD: &str = ".zshard-message.txt";
+
 /// Where a conversion into the repository at `location` stages its output: the location of the
 /// folder (or object prefix) [`STAGING`] beside the repository's own objects, which Icechunk never
 /// lists.

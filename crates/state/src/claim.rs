@@ -250,10 +250,47 @@ pub(super) fn differences(recorded: &Value, ours: &Value) -> String {
             .map(|(field, _)| field.as_str())
             .collect();
         if !fields.is_empty() {
-            return format!("array {name}: {} differ", fields.join(", "));
+            let settings = settings_differing(other, doc);
+            let given = match settings.is_empty() {
+                true => String::new(),
+                false => format!(" ({}: not the conversion's)", settings.join(", ")),
+            };
+            return format!("array {name}: {} differ{given}", fields.join(", "));
         }
     }
     "other arrays".to_string()
+}
+
+/// The layout settings that make two output `zarr.json` documents of an array differ (the shard
+/// shape, and in the `sharding_indexed` codec the inner chunk shape, inner codecs and index
+/// location), named as the front end in use spells them.
+fn settings_differing(recorded: &Value, ours: &Value) -> Vec<String> {
+    let sharding = |doc: &Value| -> Value {
+        doc["codecs"]
+            .as_array()
+            .and_then(|codecs| codecs.iter().find(|c| c["name"] == "sharding_indexed"))
+            .map_or(Value::Null, |codec| codec["configuration"].clone())
+    };
+    let (theirs, mine) = (sharding(recorded), sharding(ours));
+    [
+        (
+            Setting::ShardShape,
+            recorded["chunk_grid"] != ours["chunk_grid"],
+        ),
+        (
+            Setting::ChunkShape,
+            theirs["chunk_shape"] != mine["chunk_shape"],
+        ),
+        (Setting::Compressor, theirs["codecs"] != mine["codecs"]),
+        (
+            Setting::IndexLocation,
+            theirs["index_location"] != mine["index_location"],
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, differs)| *differs)
+    .map(|(setting, _)| setting.to_string())
+    .collect()
 }
 
 /// Checks what the destination holds (`survey`, read after claiming it) against this conversion.

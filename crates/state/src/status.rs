@@ -201,8 +201,9 @@ pub struct Status {
     /// While an update is in progress: how far it has come (the totals count every shard of the
     /// arrays, most of them done before it started).
     pub update: Option<UpdateStatus>,
-    /// What else the destination shows, when it holds no conversion (Zarr v2 metadata: a source
-    /// given for DST, say).
+    /// What else the destination shows: when it holds no conversion, Zarr v2 metadata (a source
+    /// given for DST, say); for an Icechunk repository, where the conversion is staged and what
+    /// commits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -244,7 +245,7 @@ impl Status {
 
     /// The shards left to `finalize` of a partitioned run ([`Status::finalize_makes`]); none
     /// for an unpartitioned one, which makes them itself.
-    fn finalize_left(&self) -> u64 {
+    pub fn finalize_left(&self) -> u64 {
         match self.workers.iter().any(|w| w.count > 1) {
             true => self.finalize_makes,
             false => 0,

@@ -242,7 +242,9 @@ fn table(s: &Status) -> String {
             percent(update.shards_done, update.shards_to_update)
         );
     }
-    if s.finalize_waits_for.is_empty() && left > 0 {
+    // A partitioned pyramid's smallest levels are made by `finalize`, not by a worker.
+    let finalize_makes = s.finalize_left().min(left);
+    if s.finalize_waits_for.is_empty() && left > finalize_makes {
         // An unpartitioned run writes the metadata itself when it is done.
         let _ = if live {
             writeln!(out, "converting: {left} shard(s) left")
@@ -252,6 +254,13 @@ fn table(s: &Status) -> String {
                 "stopped with {left} shard(s) left: rerun the conversion to resume it"
             )
         };
+    } else if s.finalize_waits_for.is_empty() && finalize_makes > 0 {
+        let _ = writeln!(
+            out,
+            "every worker is done: run `zshard finalize {}`, which makes the {finalize_makes} \
+             shard(s) of the pyramid level(s) no worker makes, then the metadata",
+            s.destination
+        );
     } else if s.finalize_waits_for.is_empty() {
         let _ = writeln!(out, "every shard is recorded done: run `zshard finalize`");
     } else {

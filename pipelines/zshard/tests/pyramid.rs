@@ -765,6 +765,15 @@ fn by_workers(src: &Path, dst: &Path, args: &[&str], workers: u32, finalize_make
     assert_eq!(status["finalize_waits_for"], json!([]), "{status}");
     assert_eq!(status["finished"], true, "only finalize is left: {status}");
     assert!(status["finalize_makes"].as_u64() > Some(0), "{status}");
+    let table = String::from_utf8_lossy(&zshard(&["status", dst.to_str().expect("utf-8")]).stdout)
+        .into_owned();
+    let said = format!(
+        "every worker is done: run `zshard finalize {}`, which makes the {} shard(s) of the \
+         pyramid level(s) no worker makes, then the metadata",
+        dst.display(),
+        status["finalize_makes"]
+    );
+    assert!(table.contains(&said), "{table}");
     let (ok, stderr) = run(&["finalize", dst.to_str().expect("utf-8"), "--quiet"]);
     assert!(ok, "finalize: {stderr}");
 }
@@ -1188,4 +1197,71 @@ fn workers_and_finalize_split_an_update_of_a_pyramid() {
         shared.to_str().expect("utf-8"),
     ]);
     assert!(ok, "verify: {stderr}");
+}
+
+/// Issue 41: `finalize SRC DST` given the workers' options again (`--shard-shape`, `--chunk-shape`,
+/// `--compressor`) applies them as `convert` does, to level 0 alone (the levels below follow it),
+/// and makes the pyramid of one run; an option given otherwise than the workers' is refused naming
+/// it.
+#[test]
+fn finalize_given_the_workers_options_again_makes_the_pyramid_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_string();
+    let shape = [256, 256];
+    source(
+        &dir.path().join("src"),
+        DataType::UInt16,
+        &shape,
+        &[16, 16],
+        &["y", "x"],
+        &ramp(&shape, |e| 1.0 + ((e * 7919) % 60000) as f64),
+    );
+    let args = [
+        "--pyramid",
+        "auto",
+        "--shard-shape",
+        "64,64",
+        "--chunk-shape",
+        "16,16",
+        "--compressor",
+        "zstd:3",
+        "--quiet",
+    ];
+    let with = |first: &[&str]| -> Vec<String> {
+        first
+            .iter()
+            .chain(&args)
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let run_owned = |all: Vec<String>| run(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, stderr) = run_owned(with(&["convert", &path("src"), &path("one")]));
+    assert!(ok, "{stderr}");
+    for worker in ["0/2", "1/2"] {
+        let (ok, stderr) = run_owned(with(&[
+            "convert",
+            &path("src"),
+            &path("dst"),
+            "--worker",
+            worker,
+        ]));
+        assert!(ok, "worker {worker}: {stderr}");
+    }
+    // Other shapes than the workers' are refused, naming the option given otherwise.
+    for (option, other) in [("--shard-shape", "128,128"), ("--chunk-shape", "32,32")] {
+        let mut given = with(&["finalize", &path("src"), &path("dst")]);
+        let at = given.iter().position(|a| a == option).expect("given") + 1;
+        given[at] = other.to_string();
+        let (ok, stderr) = run_owned(given);
+        assert!(!ok, "{option} {other} was accepted");
+        assert!(stderr.contains(option), "{option}: {stderr}");
+        assert!(!dir.path().join("dst/zarr.json").exists(), "{stderr}");
+    }
+    let (ok, stderr) = run_owned(with(&["finalize", &path("src"), &path("dst")]));
+    assert!(ok, "finalize SRC DST with the workers' options: {stderr}");
+    let differ = differences(
+        &common::files(&dir.path().join("one")),
+        &dir.path().join("dst"),
+    );
+    assert!(differ.is_empty(), "{differ:?}");
 }

@@ -190,6 +190,15 @@ impl Conversion {
                 &writer,
                 &runtime,
             )?);
+            // The commit is `finalize`'s, which is not given the workers' options again.
+            if let Some(message) = &output.message {
+                let staging =
+                    zshard_store::Store::open(&staged.destination, runtime.clone(), false)?;
+                staging.put(
+                    zshard_icechunk::MESSAGE_RECORD,
+                    bytes::Bytes::from(message.clone()),
+                )?;
+            }
             return Ok(report);
         }
         let fingerprint = fingerprint.ok_or(Error::Poisoned {
@@ -230,6 +239,13 @@ impl Conversion {
         let staged = self.staged()?;
         // Only checks the spec version asked for: the repository was made by the conversion.
         let runtime = zshard_store::IoRuntime::with_options(2, self.store_options.clone())?;
+        let output = &IcechunkOutput {
+            message: match &output.message {
+                Some(message) => Some(message.clone()),
+                None => workers_message(&staged.destination, &runtime)?,
+            },
+            ..output.clone()
+        };
         zshard_icechunk::create_if_missing(&self.destination, output.spec, &runtime)?;
         self.remove_committed_staging(&staged, output, &runtime)?;
         let opened = staged.open()?;
@@ -386,6 +402,21 @@ impl Conversion {
 /// (`false`: only its update identity matches).
 type Held = (String, HashMap<String, String>, bool);
 
+/// The commit message the workers of a partitioned conversion staged at `location` were given
+/// (see [`zshard_icechunk::MESSAGE_RECORD`]), if any.
+fn workers_message(
+    location: &str,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<Option<String>> {
+    let parsed = zshard_store::Location::parse(location)?;
+    if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
+        return Ok(None);
+    }
+    let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
+    let message = staging.get(zshard_icechunk::MESSAGE_RECORD)?;
+    Ok(message.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+}
+
 /// Removes the local staging folder `location` when it is empty (a run refused before it staged
 /// anything leaves nothing behind); anything else stays.
 fn remove_if_empty(location: &str) {
@@ -394,7 +425,31 @@ fn remove_if_empty(location: &str) {
         .and_then(|parsed| parsed.local_path().map(std::path::Path::to_path_buf))
     {
         // Fails, and so keeps the folder, unless it is empty.
-        let _ = std::fs::remove_dir(folder);
+        if std::fs::remove_dir(&folder).is_ok() {
+            remove_empty_staging_parents(&folder);
+        }
+    }
+}
+
+/// After the staging folder of a node path (`.zshard-staging/PATH`, see
+/// [`zshard_icechunk::staging_location`]) was removed: removes the folders above it that zshard
+/// made for it and that are now empty, up to the repository's staging folder itself; the first
+/// one that is not empty (another node path's staging, or anything else) ends it.
+fn remove_empty_staging_parents(folder: &std::path::Path) {
+    let staging = std::ffi::OsStr::new(zshard_icechunk::STAGING);
+    let ancestors: Vec<&std::path::Path> = folder.ancestors().skip(1).collect();
+    // Only inside a repository's staging folder: a folder without one above it is the root's.
+    let Some(top) = ancestors
+        .iter()
+        .position(|a| a.file_name() == Some(staging))
+    else {
+        return;
+    };
+    for ancestor in &ancestors[..=top] {
+        // Fails, and so keeps the folder and those above it, unless it is empty.
+        if std::fs::remove_dir(ancestor).is_err() {
+            return;
+        }
     }
 }
 
@@ -651,7 +706,9 @@ fn remove_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Resu
         };
         removed.map_err(remove_error(path))?;
     }
-    std::fs::remove_dir_all(&folder).map_err(remove_error(folder.clone()))
+    std::fs::remove_dir_all(&folder).map_err(remove_error(folder.clone()))?;
+    remove_empty_staging_parents(&folder);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@ impl Options {
     /// source when none is given, and each recorded array's layout under the layout given (so given
     /// options win). Level shapes, when given, decide the shapes themselves; source options
     /// (`include`, `exclude`, reference and format options, `ome`) are not recorded and must be
-    /// given again. A destination that records no conversion leaves the options as they are, but
+    /// given again. For a pyramid made while converting, shapes given are level 0's, as `convert`
+    /// takes them. A destination that records no conversion leaves the options as they are, but
     /// without a source there is nothing to finalize: that is an error saying what to give.
     pub fn with_recorded(&self) -> Result<Options> {
         let recorded = self.recorded_conversion()?;
@@ -48,6 +49,25 @@ impl Options {
             let levels = u32::try_from(recorded.arrays.len()).unwrap_or(u32::MAX);
             options.pyramid = Some(crate::PyramidLevels::Count(levels));
             options.downsample = options.downsample.or(Some(reduction));
+        }
+        let shapes_given = options.layout.shard_shape.is_some()
+            || options.layout.chunk_shape.is_some()
+            || !options.level_shapes.is_empty();
+        if pyramid.is_some() && shapes_given {
+            // As `convert` applies them: given shapes are level 0's, and the levels below follow
+            // `--level-shapes` or level 0's (`zshard_core::level_shapes`). So level 0's recorded
+            // layout fills in what is not given, and no level gets recorded shapes that the given
+            // ones would override: shapes given otherwise than the workers' then make level 0
+            // differ from the claim, which names the option.
+            let level0 = recorded
+                .arrays
+                .iter()
+                .filter_map(|a| Some((elements(&a.metadata)?, recorded_layout(&a.metadata)?)))
+                .max_by_key(|(elements, _)| *elements);
+            if let Some((_, layout)) = level0 {
+                options.layout = options.layout.over(&layout);
+            }
+            return Ok(options);
         }
         for array in &recorded.arrays {
             let Some(mut layout) = recorded_layout(&array.metadata) else {
@@ -83,6 +103,14 @@ impl Options {
         let store = Store::open_location(&location, runtime, false)?;
         Ok(zshard_state::recorded_conversion(&store)?)
     }
+}
+
+/// The number of elements of the array an output `zarr.json` describes.
+fn elements(metadata: &Value) -> Option<u64> {
+    metadata["shape"]
+        .as_array()?
+        .iter()
+        .try_fold(1u64, |n, e| n.checked_mul(e.as_u64()?))
 }
 
 /// The layout an output `zarr.json` of zshard's records: its shard shape, and from its

@@ -70,7 +70,22 @@ fn icechunk_status(
         let kept = shown.phase == Phase::Complete
             && crate::run::icechunk_output::holds_kept_after_commit(&staging)?;
         if shown.phase != Phase::NotStarted && !kept {
-            shown.destination = store.url("");
+            // Named as given, node path included: the name `finalize` takes.
+            let node = zshard_icechunk::split_node(destination).1;
+            shown.destination = match node.is_empty() {
+                true => store.url(""),
+                false => format!("{}{}{node}", store.url(""), zshard_icechunk::NODE_SEPARATOR),
+            };
+            // Nothing staged is on a branch before the commit, which a partitioned run leaves to
+            // `finalize`.
+            let commits = match shown.workers.iter().any(|w| w.count > 1) {
+                true => format!("`zshard finalize {}` commits it", shown.destination),
+                false => "the run commits it (a rerun resumes it)".to_string(),
+            };
+            shown.note = Some(format!(
+                "staged in {}: the repository holds none of it until {commits}",
+                staging.url("")
+            ));
             shown.finished = shown.is_finished();
             if shown.phase == Phase::Complete {
                 // Staged whole but not committed: a run killed before its commit, which a rerun
