@@ -2,15 +2,19 @@
 //! that reads native chunks from the repository, inline chunks from its manifests, and virtual
 //! chunks through zshard's policy for untrusted targets ([`ExternalRanges`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use futures::future::join_all;
 use futures::StreamExt;
 use icechunk::format::manifest::{ChunkPayload, VirtualChunkRef};
-use icechunk::format::{ByteRange, ChunkIndices, Path};
+use icechunk::diff::Diff;
+use icechunk::format::{ByteRange, ChunkIndices, Path, SnapshotId};
+use icechunk::repository::VersionInfo;
 use icechunk::session::Session;
-use zshard_core::{ArrayMeta, ChunkReader, ChunkVersions, Node};
+use icechunk::Repository;
+use zshard_core::{ArrayMeta, ChunkReader, ChunkVersions, KnownVersions, Node, VersionsFrom};
 use zshard_kerchunk::{ExternalChunk, ExternalRanges, Options as ReferenceOptions};
 use zshard_store::IoRuntime;
 
@@ -27,15 +31,49 @@ pub struct Source {
     runtime: Arc<IoRuntime>,
     external: Arc<ExternalRanges>,
     nodes: Vec<Node>,
-    counts: ChunkCounts,
+    /// Counted (and every virtual chunk's target checked) once asked for: a rerun whose source
+    /// did not change reads no manifest.
+    counts: OnceLock<ChunkCounts>,
     spec_version: SpecVersion,
+    diffs: Arc<Diffs>,
+}
+
+/// The repository, for Icechunk's diff between the snapshot an earlier run listed and this one,
+/// made once per earlier snapshot and shared by every array's reader.
+struct Diffs {
+    repository: Repository,
+    made: Mutex<HashMap<String, std::result::Result<Arc<Diff>, String>>>,
+}
+
+impl std::fmt::Debug for Diffs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Diffs").finish_non_exhaustive()
+    }
 }
 
 impl Source {
     /// Opens the repository at `location` at `reference` (a branch, tag or snapshot id). Virtual
     /// chunk targets must lie under `references.ref_root` (default: the folder holding the
     /// repository) or an allowed prefix, and match one of the repository's virtual chunk containers.
+    ///
+    /// Every chunk's manifest entry is read, to count them and check every virtual chunk's target
+    /// before any is read; [`Source::open_unscanned`] leaves that for later.
     pub fn open(
+        location: &str,
+        reference: &str,
+        references: &ReferenceOptions,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Source> {
+        let source = Source::open_unscanned(location, reference, references, runtime)?;
+        source.scanned()?;
+        Ok(source)
+    }
+
+    /// [`Source::open`] reading no manifest: the nodes only. The chunks are counted (and virtual
+    /// targets checked) when [`Source::chunk_counts`] asks; a conversion checks the targets of
+    /// the chunks it lists or reads (see [`ChunkReader::chunk_versions`]), so that a rerun whose
+    /// source did not change reads no manifest at all.
+    pub fn open_unscanned(
         location: &str,
         reference: &str,
         references: &ReferenceOptions,
@@ -62,7 +100,6 @@ impl Source {
                 source: boxed(e),
             })?;
         let nodes = read_nodes(&session, location, &runtime)?;
-        let counts = scan(&session, location, &external, &runtime)?;
         Ok(Source {
             location: location.to_string(),
             reference: reference.to_string(),
@@ -70,8 +107,12 @@ impl Source {
             runtime,
             external: Arc::new(external),
             nodes,
-            counts,
+            counts: OnceLock::new(),
             spec_version,
+            diffs: Arc::new(Diffs {
+                repository,
+                made: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
@@ -96,9 +137,19 @@ impl Source {
         self.nodes.clone()
     }
 
-    /// How many chunks of each kind the version holds.
-    pub fn chunk_counts(&self) -> ChunkCounts {
-        self.counts
+    /// How many chunks of each kind the version holds (every manifest is read the first time,
+    /// and every virtual chunk's target checked).
+    pub fn chunk_counts(&self) -> Result<ChunkCounts> {
+        self.scanned()
+    }
+
+    /// The counts, scanning the manifests once.
+    fn scanned(&self) -> Result<ChunkCounts> {
+        if let Some(counts) = self.counts.get() {
+            return Ok(*counts);
+        }
+        let counts = scan(&self.session, &self.location, &self.external, &self.runtime)?;
+        Ok(*self.counts.get_or_init(|| counts))
     }
 
     /// The reads of virtual chunk targets made so far.
@@ -115,6 +166,7 @@ impl Source {
             session: self.session.clone(),
             runtime: self.runtime.clone(),
             external: self.external.clone(),
+            diffs: self.diffs.clone(),
         })
     }
 }
@@ -146,21 +198,9 @@ fn scan(
                 ChunkPayload::Inline(_) => counts.inline += 1,
                 ChunkPayload::Virtual(reference) => {
                     counts.virtual_ += 1;
-                    let coord: Vec<String> = info.coord.0.iter().map(u32::to_string).collect();
-                    let key = format!(
-                        "{}/c/{}",
-                        path.to_string().trim_start_matches('/'),
-                        coord.join("/")
-                    );
-                    let refused = |reason: String| Error::Virtual {
-                        repo: location.to_string(),
-                        key: key.clone(),
-                        reason,
-                    };
-                    let url = virtual_target(session, &reference).map_err(refused)?;
-                    external
-                        .check(&key, target_path(&url))
-                        .map_err(|e| refused(zshard_core::chain_text(&e)))?;
+                    let array = path.to_string();
+                    let key = virtual_key(&array, &info.coord);
+                    check_virtual(session, (location, &key), external, &reference)?;
                 }
                 // Newer kinds of reference are refused when their chunk is read.
                 _ => {}
@@ -168,6 +208,31 @@ fn scan(
         }
         Ok(counts)
     })
+}
+
+/// The key of the chunk at `coord` of the array at `path` (an Icechunk path), for messages.
+fn virtual_key(path: &str, coord: &ChunkIndices) -> String {
+    let coord: Vec<String> = coord.0.iter().map(u32::to_string).collect();
+    format!("{}/c/{}", path.trim_start_matches('/'), coord.join("/"))
+}
+
+/// Refuses a virtual chunk (`key` of the repository at `location`) whose target matches none of
+/// the repository's virtual chunk containers or that zshard's policy does not read.
+fn check_virtual(
+    session: &Session,
+    (location, key): (&str, &str),
+    external: &ExternalRanges,
+    reference: &VirtualChunkRef,
+) -> Result<()> {
+    let refused = |reason: String| Error::Virtual {
+        repo: location.to_string(),
+        key: key.to_string(),
+        reason,
+    };
+    let url = virtual_target(session, reference).map_err(refused)?;
+    external
+        .check(key, target_path(&url))
+        .map_err(|e| refused(zshard_core::chain_text(&e)))
 }
 
 /// The absolute URL of a virtual chunk's target, once it matches one of the repository's virtual
@@ -242,6 +307,7 @@ struct IcechunkReader {
     session: Arc<Session>,
     runtime: Arc<IoRuntime>,
     external: Arc<ExternalRanges>,
+    diffs: Arc<Diffs>,
 }
 
 /// What a chunk's manifest entry leads to, before reading.
@@ -260,6 +326,73 @@ impl IcechunkReader {
 
     fn array_path(&self) -> std::result::Result<Path, String> {
         Path::new(&format!("/{}", self.path)).map_err(|e| e.to_string())
+    }
+
+    /// Refuses a listed virtual chunk at `coord` whose target is not read (see [`check_virtual`]).
+    fn check_listed(&self, coord: &ChunkIndices, payload: &ChunkPayload) -> Result<()> {
+        match payload {
+            ChunkPayload::Virtual(reference) => {
+                let key = virtual_key(&format!("/{}", self.path), coord);
+                check_virtual(
+                    &self.session,
+                    (&self.location, &key),
+                    &self.external,
+                    reference,
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Icechunk's diff between snapshot `earlier` and this reader's (made once for every array);
+    /// why not when it cannot be trusted to name every change: `earlier` is no longer an ancestor
+    /// (expired, or the branch was reset), or snapshots between were expired (Icechunk then reads
+    /// the pruned transaction logs, which an Icechunk before 2.1 may have deleted).
+    fn diff_since(&self, earlier: &str) -> std::result::Result<Arc<Diff>, String> {
+        let mut made = self
+            .diffs
+            .made
+            .lock()
+            .map_err(|_| "a diff failed on another thread".to_string())?;
+        if let Some(diff) = made.get(earlier) {
+            return diff.clone();
+        }
+        let now = self.session.snapshot_id().clone();
+        let repository = &self.diffs.repository;
+        let diff = self.runtime.block_on(async {
+            let from = SnapshotId::try_from(earlier)
+                .map_err(|_| format!("{earlier:?} is not a snapshot id"))?;
+            let ancestry = repository
+                .ancestry(&VersionInfo::SnapshotId(now.clone()))
+                .await
+                .map_err(|e| e.kind.to_string())?;
+            let mut ancestry = std::pin::pin!(ancestry);
+            let mut found = false;
+            while let Some(info) = ancestry.next().await {
+                let info = info.map_err(|e| e.kind.to_string())?;
+                if info.id == from {
+                    found = true;
+                    break;
+                }
+                if !info.pruned_ancestor_tx_logs.is_empty() {
+                    return Err(format!(
+                        "snapshots between {earlier} and {now} were expired, and their changes may be missing from Icechunk's diff"
+                    ));
+                }
+            }
+            if !found {
+                return Err(format!(
+                    "snapshot {earlier} is no longer an ancestor of {now} (expired, or the branch was reset)"
+                ));
+            }
+            repository
+                .diff(&VersionInfo::SnapshotId(from), &VersionInfo::SnapshotId(now.clone()))
+                .await
+                .map(Arc::new)
+                .map_err(|e| format!("icechunk's diff from {earlier} to {now}: {}", e.kind))
+        });
+        made.insert(earlier.to_string(), diff.clone());
+        diff
     }
 
     /// What the manifest says about the chunk at `coord`; a native chunk whose manifest entry
@@ -385,7 +518,8 @@ impl ChunkReader for IcechunkReader {
 
     /// From the snapshot's manifests (no chunk is read): a native chunk by its object's id and
     /// range (a chunk written again gets a new id), a virtual one by its target, range and
-    /// checksum, an inline one by its bytes.
+    /// checksum, an inline one by its bytes. Every virtual chunk's target is checked as it is
+    /// listed, so that a conversion refuses one before reading any chunk.
     fn chunk_versions(&self, grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
         let path = self.array_path().map_err(|e| self.read_error(&[], e))?;
         self.runtime.block_on(async {
@@ -395,31 +529,11 @@ impl ChunkReader for IcechunkReader {
             while let Some(item) = stream.next().await {
                 let info = item.map_err(|e| self.read_error(&[], e.kind.to_string()))?;
                 let coord: Vec<u64> = info.coord.0.iter().map(|&c| u64::from(c)).collect();
-                let stored = match &info.payload {
-                    ChunkPayload::Inline(bytes) => bytes.len() as u64,
-                    ChunkPayload::Ref(chunk) => chunk.length,
-                    ChunkPayload::Virtual(reference) => reference.length,
-                    _ => 0,
-                };
-                let version = match &info.payload {
-                    ChunkPayload::Inline(bytes) => {
-                        zshard_core::stable_hash(bytes) ^ 0x696e_6c69_6e65
-                    }
-                    ChunkPayload::Ref(chunk) => zshard_core::stable_hash(
-                        format!("{}\t{}\t{}", chunk.id, chunk.offset, chunk.length).as_bytes(),
-                    ),
-                    ChunkPayload::Virtual(reference) => zshard_core::stable_hash(
-                        format!(
-                            "{:?}\t{}\t{}\t{:?}",
-                            reference.location,
-                            reference.offset,
-                            reference.length,
-                            reference.checksum
-                        )
-                        .as_bytes(),
-                    ),
-                    // A kind this zshard cannot read: refused when its chunk is read.
-                    _ => continue,
+                self.check_listed(&info.coord, &info.payload)
+                    .map_err(|e| self.read_error(&coord, e))?;
+                // A kind this zshard cannot read: refused when its chunk is read.
+                let Some((version, stored)) = payload_version(&info.payload) else {
+                    continue;
                 };
                 versions.insert_hashed(coord, version);
                 versions.add_stored_bytes(stored);
@@ -428,7 +542,107 @@ impl ChunkReader for IcechunkReader {
         })
     }
 
+    fn source_version(&self) -> Option<String> {
+        Some(self.session.snapshot_id().to_string())
+    }
+
+    /// The versions of `known` when this is the snapshot they were listed at (no manifest read);
+    /// else, when that snapshot is an ancestor of this one, `known` with the chunks that
+    /// Icechunk's diff between the two names looked up (the manifests holding them read); else,
+    /// or when the array's shape or metadata changed, listed whole.
+    fn chunk_versions_since(
+        &self,
+        grid: &[u64],
+        known: Option<&KnownVersions>,
+    ) -> zshard_core::Result<(Option<ChunkVersions>, VersionsFrom)> {
+        let listed = |why: Option<String>| -> zshard_core::Result<_> {
+            Ok((self.chunk_versions(grid)?, VersionsFrom::Listed { why }))
+        };
+        // Another shape: chunks beyond a shrink may have gone unnamed by the diff.
+        let Some(known) = known.filter(|known| known.versions.grid() == grid) else {
+            return listed(None);
+        };
+        if known.source_version == self.session.snapshot_id().to_string() {
+            return Ok((Some(known.versions.clone()), VersionsFrom::Unchanged));
+        }
+        let diff = match self.diff_since(&known.source_version) {
+            Ok(diff) => diff,
+            Err(why) => return listed(Some(why)),
+        };
+        let path = self.array_path().map_err(|e| self.read_error(&[], e))?;
+        // An array made again, moved, or whose metadata changed (a resize between the two
+        // snapshots drops chunks no diff names): listed whole.
+        let remade = !diff.moved_nodes.is_empty()
+            || diff.new_arrays.contains(&path)
+            || diff.deleted_arrays.contains(&path)
+            || diff.updated_arrays.contains(&path);
+        if remade {
+            return listed(None);
+        }
+        let changed: Vec<&ChunkIndices> = diff
+            .updated_chunks
+            .get(&path)
+            .map(|chunks| chunks.iter().collect())
+            .unwrap_or_default();
+        // Looked up one by one: past a quarter of the array, one listing costs less.
+        if changed.len() as u64 > zshard_core::product(grid) / 4 + 16 {
+            return listed(None);
+        }
+        let looked = self.runtime.block_on(join_all(
+            changed
+                .iter()
+                .map(|indices| self.session.get_chunk_ref(&path, indices)),
+        ));
+        let mut changes = Vec::with_capacity(changed.len());
+        for (indices, payload) in changed.iter().zip(looked) {
+            let coord: Vec<u64> = indices.0.iter().map(|&c| u64::from(c)).collect();
+            let payload = payload.map_err(|e| self.read_error(&coord, e.kind.to_string()))?;
+            let version = match &payload {
+                Some(payload) => {
+                    self.check_listed(indices, payload)
+                        .map_err(|e| self.read_error(&coord, e))?;
+                    payload_version(payload).map(|(version, _)| version)
+                }
+                None => None,
+            };
+            changes.push((coord, version));
+        }
+        let chunks = changes.len() as u64;
+        Ok((
+            Some(known.versions.clone().with_changes(changes)),
+            VersionsFrom::Changed { chunks },
+        ))
+    }
+
     fn names_versions(&self) -> bool {
         true
     }
+}
+
+/// A chunk's version (see [`ChunkReader::chunk_versions`]) and the bytes it is stored in; `None`
+/// for a kind of reference this zshard cannot read.
+fn payload_version(payload: &ChunkPayload) -> Option<(u64, u64)> {
+    Some(match payload {
+        ChunkPayload::Inline(bytes) => (
+            zshard_core::stable_hash(bytes) ^ 0x696e_6c69_6e65,
+            bytes.len() as u64,
+        ),
+        ChunkPayload::Ref(chunk) => (
+            zshard_core::stable_hash(
+                format!("{}\t{}\t{}", chunk.id, chunk.offset, chunk.length).as_bytes(),
+            ),
+            chunk.length,
+        ),
+        ChunkPayload::Virtual(reference) => (
+            zshard_core::stable_hash(
+                format!(
+                    "{:?}\t{}\t{}\t{:?}",
+                    reference.location, reference.offset, reference.length, reference.checksum
+                )
+                .as_bytes(),
+            ),
+            reference.length,
+        ),
+        _ => return None,
+    })
 }

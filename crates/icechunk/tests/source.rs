@@ -161,7 +161,7 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
         source.url()
     );
     assert_eq!(
-        source.chunk_counts(),
+        source.chunk_counts().expect("counted"),
         ChunkCounts {
             native: 1,
             inline: 1,

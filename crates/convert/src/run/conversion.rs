@@ -274,7 +274,8 @@ impl Conversion {
         // of its own while the destination is claimed and surveyed.
         let read_jobs = plan.read_jobs(input);
         let tracked = crate::run::digests::tracked(&read_jobs);
-        let listing = crate::run::digests::Pending::start(read_jobs);
+        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        let listing = crate::run::digests::Pending::start(read_jobs, destination.clone(), paths);
         let fingerprint = &opened.fingerprint()?.tracking_sources(tracked);
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
@@ -309,6 +310,10 @@ impl Conversion {
             return Ok((Status::Complete, input.reference_reads()));
         };
         let listed = listing.wait()?;
+        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        for warning in listed.warnings(&paths) {
+            observer.warning(&warning);
+        }
         // Sized again with what the survey and the listing hold (a few bytes per shard and per
         // source chunk: at 10^8 source chunks, 1.6 GB), now that their sizes are known.
         let budget = self.budget_holding(
@@ -451,6 +456,7 @@ impl Conversion {
             digests,
             fingerprint,
             survey: &survey,
+            source_versions: &listed.keep,
         };
         self.conclude(
             destination,

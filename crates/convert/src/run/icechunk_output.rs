@@ -514,7 +514,10 @@ fn forget_kept(location: &str, runtime: &Arc<zshard_store::IoRuntime>) -> Result
         .list_keys("")?
         .into_iter()
         .filter(|key| {
-            zshard_state::is_kept_records(key) || key == "zarr.json" || key.ends_with("/zarr.json")
+            zshard_state::is_kept_records(key)
+                || zshard_state::is_source_versions(key)
+                || key == "zarr.json"
+                || key.ends_with("/zarr.json")
         })
         .collect();
     staging.delete_many(&keys)?;
@@ -560,6 +563,7 @@ fn clear_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Resul
     let record = zshard_icechunk::COMMIT_RECORD;
     let kept = |key: &str| {
         zshard_state::is_kept_records(key)
+            || zshard_state::is_source_versions(key)
             || key == "zarr.json"
             || key.ends_with("/zarr.json")
             || key == KEPT_AFTER_COMMIT
