@@ -391,11 +391,14 @@ def test_icechunk_destination_one_commit_per_update(zshard_bin, tmp_path, spec):
     assert again["status"] == "complete" and again["totals"]["chunks_read"] == 0
     assert _icechunk_commits(ic, repo_dir) == commits and chunk_files() == stored
 
-    # One element: one commit, one new chunk object (shard (1, 1)), every other shard kept.
+    # One element: one commit, one new chunk object (shard (1, 1)), every other shard kept. The
+    # rewritten shard reads one source chunk and copies its 15 other inner chunks from the shard
+    # as zshard's commit holds it.
     a[44, 35] = -1
     data[44, 35] = -1
     report = _convert(zshard_bin, src, repo_dir)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
+    assert report["totals"]["chunks_read"] == 1
     assert len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
     assert len(chunk_files() - stored) == 1
     got = read()

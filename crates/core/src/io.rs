@@ -74,7 +74,10 @@ pub trait ChunkReader: Send + Sync + Debug {
         known: Option<&KnownVersions>,
     ) -> Result<(Option<ChunkVersions>, VersionsFrom)> {
         let _ = known;
-        Ok((self.chunk_versions(grid)?, VersionsFrom::Listed { why: None }))
+        Ok((
+            self.chunk_versions(grid)?,
+            VersionsFrom::Listed { why: None },
+        ))
     }
 }
 
@@ -355,7 +358,10 @@ impl ChunkVersions {
     /// These versions with the chunks at `changed` (coordinates in the grid) set to the version
     /// given, or removed (`None`: no longer stored); coordinates outside the grid are ignored. The
     /// stored bytes stay those listed (an estimate once chunks changed).
-    pub fn with_changes(mut self, changed: impl IntoIterator<Item = (Vec<u64>, Option<u64>)>) -> Self {
+    pub fn with_changes(
+        mut self,
+        changed: impl IntoIterator<Item = (Vec<u64>, Option<u64>)>,
+    ) -> Self {
         let changes: std::collections::HashMap<u64, Option<u64>> = changed
             .into_iter()
             .filter_map(|(coord, version)| Some((index_in(&coord, &self.grid)?, version)))
@@ -368,7 +374,11 @@ impl ChunkVersions {
             .iter()
             .filter(|(index, _)| !changes.contains_key(index))
             .copied()
-            .chain(changes.iter().filter_map(|(&index, v)| Some((index, (*v)?))))
+            .chain(
+                changes
+                    .iter()
+                    .filter_map(|(&index, v)| Some((index, (*v)?))),
+            )
             .collect();
         merged.sort_unstable_by_key(|&(index, _)| index);
         self.stored = merged;

@@ -8,13 +8,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use futures::future::join_all;
 use futures::StreamExt;
-use icechunk::format::manifest::{ChunkPayload, VirtualChunkRef};
 use icechunk::diff::Diff;
+use icechunk::format::manifest::{ChunkPayload, VirtualChunkRef};
 use icechunk::format::{ByteRange, ChunkIndices, Path, SnapshotId};
 use icechunk::repository::VersionInfo;
 use icechunk::session::Session;
 use icechunk::Repository;
-use zshard_core::{ArrayMeta, ChunkReader, ChunkVersions, KnownVersions, Node, VersionsFrom};
+use zshard_core::{
+    ArrayMeta, ChunkReader, ChunkVersions, IndexLocation, KnownVersions, Node, ShardIndex,
+    SourceShards, VersionsFrom,
+};
 use zshard_kerchunk::{ExternalChunk, ExternalRanges, Options as ReferenceOptions};
 use zshard_store::IoRuntime;
 
@@ -168,6 +171,53 @@ impl Source {
             external: self.external.clone(),
             diffs: self.diffs.clone(),
         })
+    }
+    /// The reader of the inner chunks of the shards of the array at `path` as zshard wrote them
+    /// (`meta`, an output `zarr.json` read by inner chunk, see [`ArrayMeta::read_by_inner_chunk`]):
+    /// an update of a conversion committed into this repository copies the inner chunks that did
+    /// not change from them. `None` for an array not stored in shards.
+    pub fn shard_reader(&self, path: &str, meta: &ArrayMeta) -> Option<Arc<dyn ChunkReader>> {
+        let shards = meta.sharded.clone()?;
+        Some(Arc::new(InnerChunkReader {
+            location: self.location.clone(),
+            path: path.to_string(),
+            encoding: meta.chunk_key_encoding,
+            session: self.session.clone(),
+            runtime: self.runtime.clone(),
+            shards,
+            inner_shape: meta.chunk_shape.clone(),
+        }))
+    }
+}
+
+/// The shards a conversion committed into a repository, at the snapshot of that commit (which
+/// holds them as its kept records describe them, whatever was committed since): an update copies
+/// the inner chunks that did not change from them (see [`Source::shard_reader`]).
+#[derive(Debug)]
+pub struct Committed {
+    source: Source,
+    /// The node the conversion wrote under (`REPO#/PATH`), empty for the root.
+    node: String,
+}
+
+impl Committed {
+    /// The repository of the destination `destination` (`REPO` or `REPO#/PATH`) at `snapshot`.
+    pub fn open(destination: &str, snapshot: &str, runtime: Arc<IoRuntime>) -> Result<Committed> {
+        let (location, node) = crate::split_node(destination);
+        let source =
+            Source::open_unscanned(location, snapshot, &ReferenceOptions::default(), runtime)?;
+        Ok(Committed { source, node })
+    }
+
+    /// The reader of the inner chunks of the shards of the conversion's array at `path` (see
+    /// [`Source::shard_reader`]).
+    pub fn shard_reader(&self, path: &str, meta: &ArrayMeta) -> Option<Arc<dyn ChunkReader>> {
+        let path = match (self.node.is_empty(), path.is_empty()) {
+            (true, _) => path.to_string(),
+            (false, true) => self.node.clone(),
+            (false, false) => format!("{}/{path}", self.node),
+        };
+        self.source.shard_reader(&path, meta)
     }
 }
 
@@ -645,4 +695,175 @@ fn payload_version(payload: &ChunkPayload) -> Option<(u64, u64)> {
         ),
         _ => return None,
     })
+}
+
+/// Reads the inner chunks of the shards zshard committed into a repository (a destination's
+/// output read back by an update that copies its unchanged inner chunks, see
+/// [`Source::shard_reader`]): per shard, its index (a ranged read), then the span of the inner
+/// chunks asked for (one more).
+#[derive(Debug)]
+struct InnerChunkReader {
+    location: String,
+    path: String,
+    encoding: zshard_core::ChunkKeyEncoding,
+    session: Arc<Session>,
+    runtime: Arc<IoRuntime>,
+    shards: SourceShards,
+    inner_shape: Vec<u64>,
+}
+
+impl InnerChunkReader {
+    fn read_error(&self, shard: &[u64], e: impl std::fmt::Display) -> zshard_core::Error {
+        zshard_core::Error::Read {
+            key: format!(
+                "{}: {}",
+                self.location,
+                self.encoding.key_under(&self.path, shard)
+            ),
+            source: e.to_string().into(),
+        }
+    }
+
+    /// Reads the inner chunks `members` (slot in the batch, index in the shard) of `shard`.
+    async fn read_shard(
+        &self,
+        path: &Path,
+        (shard, per_shard): (&[u64], &[u64]),
+        members: &[(usize, u64)],
+        max_len: u64,
+    ) -> std::result::Result<Vec<(usize, Option<Bytes>)>, String> {
+        let indices = shard
+            .iter()
+            .map(|&c| {
+                u32::try_from(c).map_err(|_| format!("shard index {c} beyond icechunk's range"))
+            })
+            .collect::<std::result::Result<Vec<u32>, String>>()?;
+        let indices = ChunkIndices(indices);
+        let chunks = zshard_core::product(per_shard) as usize;
+        let encoding = self.shards.index_encoding;
+        let index_len = encoding.byte_len(chunks) as u64;
+        let range = match self.shards.index_location {
+            IndexLocation::End => ByteRange::Last(index_len),
+            IndexLocation::Start => ByteRange::Bounded(0..index_len),
+        };
+        let read = |range: ByteRange| {
+            let indices = &indices;
+            async move {
+                match self
+                    .session
+                    .get_chunk_reader(path, indices, &range)
+                    .await
+                    .map_err(|e| e.kind.to_string())?
+                {
+                    None => Ok(None),
+                    Some(read) => read.await.map(Some).map_err(|e| e.kind.to_string()),
+                }
+            }
+        };
+        let Some(index) = read(range).await? else {
+            return Ok(members.iter().map(|&(slot, _)| (slot, None)).collect());
+        };
+        let index = ShardIndex::decode(&index, chunks, encoding).map_err(|e| e.to_string())?;
+        let mut wanted = Vec::with_capacity(members.len());
+        let mut out = Vec::with_capacity(members.len());
+        for &(slot, inner) in members {
+            match index.entries().get(inner as usize).copied().flatten() {
+                None => out.push((slot, None)),
+                Some(at) if at.nbytes > max_len => {
+                    return Err(format!(
+                        "inner chunk {inner}: its index states {} bytes, more than the {max_len} it can take",
+                        at.nbytes
+                    ))
+                }
+                Some(at) => {
+                    let end = at
+                        .offset
+                        .checked_add(at.nbytes)
+                        .ok_or_else(|| format!("inner chunk {inner}: its range overflows"))?;
+                    wanted.push((slot, at.offset..end));
+                }
+            }
+        }
+        let (Some(start), Some(end)) = (
+            wanted.iter().map(|(_, r)| r.start).min(),
+            wanted.iter().map(|(_, r)| r.end).max(),
+        ) else {
+            return Ok(out);
+        };
+        // One read of the span: the inner chunks an update copies are most of the shard.
+        let span = read(ByteRange::Bounded(start..end))
+            .await?
+            .ok_or_else(|| "the shard is gone from the repository".to_string())?;
+        for (slot, range) in wanted {
+            let (from, to) = ((range.start - start) as usize, (range.end - start) as usize);
+            if to > span.len() {
+                return Err("the shard is shorter than its index says".to_string());
+            }
+            out.push((slot, Some(span.slice(from..to))));
+        }
+        Ok(out)
+    }
+}
+
+impl ChunkReader for InnerChunkReader {
+    fn chunk_key(&self, coord: &[u64]) -> String {
+        match self.shards.locate(coord, &self.inner_shape) {
+            Some((shard, inner, _)) => format!(
+                "{}: {} (inner chunk {inner})",
+                self.location,
+                self.encoding.key_under(&self.path, &shard)
+            ),
+            None => format!("{}: {} (inner chunk {coord:?})", self.location, self.path),
+        }
+    }
+
+    fn read_chunks(
+        &self,
+        coords: &[Vec<u64>],
+        max_len: u64,
+    ) -> Vec<zshard_core::Result<Option<Bytes>>> {
+        let mut out: Vec<zshard_core::Result<Option<Bytes>>> =
+            coords.iter().map(|_| Ok(None)).collect();
+        let path = match Path::new(&format!("/{}", self.path)) {
+            Ok(p) => p,
+            Err(e) => {
+                return coords
+                    .iter()
+                    .map(|c| Err(self.read_error(c, e.to_string())))
+                    .collect()
+            }
+        };
+        // Shards in the order first needed, each with its chunks' slots and indexes.
+        let mut shards: Vec<(Vec<u64>, Vec<u64>, Vec<(usize, u64)>)> = Vec::new();
+        for (slot, coord) in coords.iter().enumerate() {
+            let Some((shard, inner, per_shard)) = self.shards.locate(coord, &self.inner_shape)
+            else {
+                continue;
+            };
+            match shards.iter_mut().find(|(s, _, _)| *s == shard) {
+                Some((_, _, members)) => members.push((slot, inner)),
+                None => shards.push((shard, per_shard, vec![(slot, inner)])),
+            }
+        }
+        let read = self.runtime.block_on(join_all(shards.iter().map(
+            |(shard, per_shard, members)| {
+                self.read_shard(&path, (shard, per_shard), members, max_len)
+            },
+        )));
+        for ((shard, _, members), result) in shards.iter().zip(read) {
+            match result {
+                Ok(chunks) => {
+                    for (slot, bytes) in chunks {
+                        out[slot] = Ok(bytes);
+                    }
+                }
+                Err(e) => {
+                    for &(slot, _) in members {
+                        out[slot] = Err(self.read_error(shard, &e));
+                    }
+                }
+            }
+        }
+        out
+    }
 }

@@ -173,3 +173,21 @@ pub fn on_branch(
 pub fn zshard_commit(_location: &str, _runtime: &Arc<IoRuntime>) -> Result<Option<String>> {
     Ok(None)
 }
+
+/// The shards a conversion committed into a repository: none can be opened in this build.
+#[derive(Debug)]
+pub enum Committed {}
+
+impl Committed {
+    /// Refuses: this build cannot read repositories.
+    pub fn open(destination: &str, _snapshot: &str, _runtime: Arc<IoRuntime>) -> Result<Committed> {
+        Err(Error::Unavailable {
+            repo: destination.to_string(),
+        })
+    }
+
+    /// The reader of one array's inner chunks.
+    pub fn shard_reader(&self, _path: &str, _meta: &ArrayMeta) -> Option<Arc<dyn ChunkReader>> {
+        match *self {}
+    }
+}

@@ -108,6 +108,11 @@ pub struct Conversion {
     /// staged beside the records while the shards are in the repository (`icechunk_output.rs`).
     /// Set once the repository's branch is found to hold them, before the records are read.
     pub(crate) kept_shards_elsewhere: Arc<std::sync::atomic::AtomicBool>,
+    /// Where those shards are as the kept records describe them: the Icechunk destination and the
+    /// snapshot of zshard's commit of them. An update copies the inner chunks that did not change
+    /// from there (`reuse.rs`). Set with [`Conversion::kept_shards_elsewhere`], when the staged
+    /// records are the ones that commit kept.
+    pub(crate) shards_committed: Arc<std::sync::Mutex<Option<(String, String)>>>,
 }
 
 /// How often a local destination's filesystem is synced while shards are written (see `run`).
@@ -142,6 +147,7 @@ impl Conversion {
             estimate_with: crate::Stated::default(),
             record_limits: zshard_state::RecordLimits::default(),
             kept_shards_elsewhere: Arc::default(),
+            shards_committed: Arc::default(),
         }
     }
 
@@ -398,7 +404,25 @@ impl Conversion {
             .kept_shards_elsewhere
             .load(std::sync::atomic::Ordering::SeqCst);
         let zarr_destination = (!elsewhere).then_some(destination);
-        let reuse = Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed);
+        let committed = match elsewhere {
+            true => self
+                .shards_committed
+                .lock()
+                .map_err(|_| Error::Poisoned { what: "the commit" })?
+                .clone(),
+            false => None,
+        };
+        let reuse = match committed {
+            Some((repository, snapshot)) => {
+                let committed = zshard_icechunk::Committed::open(
+                    &repository,
+                    &snapshot,
+                    opened.runtime.clone(),
+                )?;
+                Reuse::for_commit(&mut jobs, plan, &committed, &survey, listed)
+            }
+            None => Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed),
+        };
         let jobs = jobs;
         // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
         // work ahead counts whole shards.
