@@ -412,15 +412,20 @@ impl Conversion {
                 .clone(),
             false => None,
         };
-        let reuse = match committed {
-            Some((repository, snapshot)) => {
-                let committed = zshard_icechunk::Committed::open(
-                    &repository,
-                    &snapshot,
-                    opened.runtime.clone(),
-                )?;
-                Reuse::for_commit(&mut jobs, plan, &committed, &survey, listed)
-            }
+        // A commit that cannot be opened (its snapshot expired since): its shards are converted
+        // whole, as before copies were made.
+        let committed = committed.and_then(|(repository, snapshot)| {
+            zshard_icechunk::Committed::open(&repository, &snapshot, opened.runtime.clone())
+                .inspect_err(|e| {
+                    observer.warning(&format!(
+                        "the shards to rewrite are converted whole, none of their inner chunks copied: {}",
+                        crate::one_line(e)
+                    ))
+                })
+                .ok()
+        });
+        let reuse = match &committed {
+            Some(committed) => Reuse::for_commit(&mut jobs, plan, committed, &survey, listed),
             None => Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed),
         };
         let jobs = jobs;

@@ -80,7 +80,8 @@ impl Listed {
 
 impl Listed {
     /// The bytes this listing holds in memory (for the run's memory budget: it is kept until the
-    /// last shard is recorded): the versions, 16 bytes per source chunk, and 8 per shard.
+    /// last shard is recorded): the versions, 16 bytes per source chunk, and 8 per shard, and the
+    /// versions to keep (as many again, for a source with a version as a whole).
     pub(crate) fn memory_bytes(&self) -> u64 {
         let versions: u64 = self
             .versions
@@ -88,7 +89,10 @@ impl Listed {
             .flatten()
             .map(|v| v.memory_bytes())
             .sum();
-        versions.saturating_add(self.digests.memory_bytes())
+        let keep: u64 = self.keep.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+        versions
+            .saturating_add(self.digests.memory_bytes())
+            .saturating_add(keep)
     }
 }
 
