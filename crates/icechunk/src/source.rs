@@ -805,6 +805,10 @@ impl InnerChunkReader {
     }
 }
 
+/// A shard's coordinates, its inner chunks per dimension and the chunks of a batch in it: (slot in
+/// the batch, index in the shard).
+type ShardMembers = (Vec<u64>, Vec<u64>, Vec<(usize, u64)>);
+
 impl ChunkReader for InnerChunkReader {
     fn chunk_key(&self, coord: &[u64]) -> String {
         match self.shards.locate(coord, &self.inner_shape) {
@@ -834,7 +838,7 @@ impl ChunkReader for InnerChunkReader {
             }
         };
         // Shards in the order first needed, each with its chunks' slots and indexes.
-        let mut shards: Vec<(Vec<u64>, Vec<u64>, Vec<(usize, u64)>)> = Vec::new();
+        let mut shards: Vec<ShardMembers> = Vec::new();
         for (slot, coord) in coords.iter().enumerate() {
             let Some((shard, inner, per_shard)) = self.shards.locate(coord, &self.inner_shape)
             else {
