@@ -82,7 +82,7 @@ impl Source {
         references: &ReferenceOptions,
         runtime: Arc<IoRuntime>,
     ) -> Result<Source> {
-        let repository = repo::open(location, &runtime)?;
+        let repository = repo::open_reading(location, &runtime)?;
         let spec_version = repo::spec_version(repository.spec_version());
         let version = repo::version(&repository, location, reference, &runtime)?;
         let session = runtime
