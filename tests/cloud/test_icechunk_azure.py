@@ -71,9 +71,9 @@ def test_icechunk_on_azure_to_a_second_repository_and_to_plain_zarr(azure, tmp_p
     native = zarr.open_array(session.store, path="native", mode="r")
     assert type(native.metadata.codecs[0]).__name__ == "ShardingCodec"
     # Nothing of the staging is left beside the repository's objects but what the commit keeps for
-    # a later update (issue 40): the documents and kept records, no shard.
+    # a later update (issue 40): the documents, kept records and source versions, no shard.
     left = [b.name for b in client.get_container_client("icedst").list_blobs(name_starts_with="repo/")]
-    kept = ("zarr.json", ".zshard-records", ".zshard-kept-after-commit")
+    kept = ("zarr.json", ".zshard-records", ".zshard-source-versions", ".zshard-kept-after-commit")
     assert left and not [name for name in left if ".zshard" in name and not name.endswith(kept)], left
 
     # Into plain sharded Zarr on Azurite.

@@ -92,9 +92,10 @@ def test_icechunk_to_a_second_repository_and_to_plain_zarr(store, request, tmp_p
     native = zarr.open_array(session.store, path="native", mode="r")
     assert type(native.metadata.codecs[0]).__name__ == "ShardingCodec"
     # Nothing of the staging is left beside the repository's objects but what the commit keeps for
-    # a later update (issue 40): the documents and kept records, no shard.
+    # a later update (issue 40): the documents, kept records and the Icechunk source's chunk
+    # versions, no shard.
     left = list(dst.listed("repo"))
-    kept = ("zarr.json", ".zshard-records", ".zshard-kept-after-commit")
+    kept = ("zarr.json", ".zshard-records", ".zshard-source-versions", ".zshard-kept-after-commit")
     assert left and not [k for k in left if ".zshard" in k and not k.endswith(kept)], left
 
     # Into plain sharded Zarr; on S3 the endpoint from the environment this time.
@@ -139,7 +140,7 @@ def test_two_workers_store_their_shards_and_finalize_commits_once(store, request
     assert_same(read_repo(dst, "repo"), values)
     left = list(dst.listed("repo"))
     # Only what the commit keeps for a later update (issue 40) stays staged: no shard.
-    kept = ("zarr.json", ".zshard-records", ".zshard-kept-after-commit")
+    kept = ("zarr.json", ".zshard-records", ".zshard-source-versions", ".zshard-kept-after-commit")
     assert not [k for k in left if ".zshard" in k and not k.endswith(kept)], left
 
 

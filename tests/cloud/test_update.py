@@ -112,7 +112,8 @@ def test_an_update_into_an_icechunk_repository_is_one_commit(store, request, tmp
     first = [s.id for s in repository().ancestry(branch="main")]
     chunks_before = {k for k in keys() if k.startswith("chunks/")}
     staged = [k for k in keys() if k.startswith(".zshard-staging/")]
-    assert staged and all(k.endswith(("zarr.json", ".zshard-records", ".zshard-kept-after-commit")) for k in staged)
+    kept = ("zarr.json", ".zshard-records", ".zshard-source-versions", ".zshard-kept-after-commit")
+    assert staged and all(k.endswith(kept) for k in staged)
 
     run_zshard(*args, env=env)
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "complete"
@@ -122,7 +123,9 @@ def test_an_update_into_an_icechunk_repository_is_one_commit(store, request, tmp
     dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
     run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}, report
+    # The shard's three unchanged inner chunks are copied from it as zshard's commit holds it.
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 3}, report
+    assert report["totals"]["chunks_read"] == 1, report
     assert len(list(repository().ancestry(branch="main"))) == len(first) + 1
     chunks_after = {k for k in keys() if k.startswith("chunks/")}
     assert len(chunks_after - chunks_before) == 1

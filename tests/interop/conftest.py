@@ -354,8 +354,9 @@ def data_files(root: Path) -> set[str]:
         for f in files:
             rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
             # zarr.json, and the records a finished conversion keeps in an array's folder for the
-            # next run (`.zshard-records`, issue 40), which no reader sees.
-            if f in ("zarr.json", ".zshard-records"):
+            # next run (`.zshard-records`, and an Icechunk source's chunk versions,
+            # `.zshard-source-versions`; issue 40), which no reader sees.
+            if f in ("zarr.json", ".zshard-records", ".zshard-source-versions"):
                 continue
             out.add(rel)
     return out

@@ -435,11 +435,12 @@ def test_nothing_visible_before_the_commit_and_resume_after_kill(zshard_bin, tmp
 
 def _staging_cleared(repo: Path) -> bool:
     """Whether the staging folder of `repo` is gone, or holds only what a commit keeps for a later
-    update (issue 40): the documents, the kept records and the marker saying so, no shard."""
+    update (issue 40): the documents, the kept records, an Icechunk source's chunk versions and the
+    marker saying so, no shard."""
     staging = repo / ".zshard-staging"
     if not staging.exists():
         return True
-    kept = {"zarr.json", ".zshard-records", ".zshard-kept-after-commit"}
+    kept = {"zarr.json", ".zshard-records", ".zshard-source-versions", ".zshard-kept-after-commit"}
     left = [p for p in staging.rglob("*") if p.is_file() and p.name not in kept]
     return left == [] and (staging / ".zshard-kept-after-commit").is_file()
 

@@ -45,8 +45,9 @@ def _changed(before: dict, after: dict) -> set[str]:
 
 
 def _shards(changed: set[str]) -> set[str]:
-    """The shard keys among `changed` (no metadata document, no kept records)."""
-    return {k for k in changed if not k.endswith("zarr.json") and not k.endswith(".zshard-records")}
+    """The shard keys among `changed` (no metadata document, no kept records or source versions)."""
+    kept = ("zarr.json", ".zshard-records", ".zshard-source-versions")
+    return {k for k in changed if not k.endswith(kept)}
 
 
 def _same(dst: Path, want: np.ndarray, path: str = "") -> None:
@@ -243,6 +244,95 @@ def test_icechunk_new_snapshot(zshard_bin, tmp_path, spec):
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
+def _traced_convert(zshard_bin: Path, src: Path, dst: Path, trace: Path) -> tuple[dict, str, set[str]]:
+    """`zshard convert` under strace: its report, its stderr, and every file it opened below
+    `src/manifests` (the repository's manifests, by name)."""
+    import subprocess
+
+    report = dst.parent / f"{dst.name}.report.json"
+    argv = [str(zshard_bin), "convert", str(src), str(dst), "--quiet", "--threads", "2",
+            "--shard-shape", SHARDS, "--report", str(report)]
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *argv],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    manifests = str(src / "manifests") + "/"
+    opened = {line.split(manifests, 1)[1].split('"', 1)[0]
+              for line in trace.read_text().splitlines() if manifests in line}
+    return json.loads(report.read_text()), r.stderr, opened
+
+
+@pytest.mark.parametrize("spec", [1, 2])
+def test_icechunk_source_update_reads_only_what_the_snapshot_diff_names(zshard_bin, tmp_path, spec):
+    """An Icechunk source at the snapshot it was converted from: the rerun reads no manifest. At a
+    later snapshot that rewrote one chunk of array a: only the manifest holding a's chunks now is
+    read (array b's, unchanged, is not: Icechunk's diff says nothing changed there). A snapshot
+    the destination was made from that is no longer an ancestor (the branch was reset) is said,
+    and the versions listed whole. Values compared with icechunk's own read at every step."""
+    ic = pytest.importorskip("icechunk")
+    if not str(ic.__version__).startswith("2"):
+        pytest.skip("icechunk 2 makes the repository")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)), **_spec_kwargs(ic, spec))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    for name, start in (("a", 0.0), ("b", 1e6)):
+        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
+    first = session.commit("first")
+
+    def check() -> None:
+        session = repo.readonly_session(branch="main")
+        for name in ("a", "b"):
+            _same(dst, zarr.open_array(session.store, path=name, mode="r")[...], name)
+
+    def manifests() -> set[str]:
+        return {p.name for p in (repo_dir / "manifests").iterdir()}
+
+    report, _, _ = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t0")
+    assert report["status"] == "ok"
+    check()
+
+    # The same snapshot: nothing read from the manifests, nothing written.
+    before = _files(dst)
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t1")
+    assert report["status"] == "complete" and opened == set(), opened
+    assert _changed(before, _files(dst)) == set()
+
+    # One chunk of a rewritten: the new manifest of a only.
+    old = manifests()
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk of a")
+    new = manifests() - old
+    assert new, "the commit wrote a manifest for a"
+    report, stderr, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t2")
+    assert report["update"]["shards_rewritten"] == 1 and report["update"]["shards_added"] == 0
+    assert opened <= new and opened, (opened, new)
+    assert "listed again" not in stderr, stderr
+    assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
+    check()
+
+    # A resize of b (metadata changed): b's versions listed whole, the growth converted.
+    session = repo.writable_session("main")
+    b = zarr.open_array(session.store, path="b", mode="r+")
+    b.resize((80, 64))
+    b[64:, :] = 3.0
+    session.commit("b grows")
+    report, _, _ = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t3")
+    assert report["update"]["shards_added"] == 2, report["update"]
+    check()
+
+    # The branch reset under the recorded snapshot: said, listed whole, values right.
+    repo.reset_branch("main", first)
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="b", mode="r+")[0, 0] = -5.0
+    session.commit("another history")
+    report, stderr, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t4")
+    assert report["status"] == "ok"
+    assert "no longer an ancestor" in stderr, stderr
+    check()
+
+
 def _spec_kwargs(ic, spec: int) -> dict:
     """How to ask `ic` (icechunk 2.x or 1.x) for a repository of spec version `spec`; 1.x writes
     only version 1."""
@@ -301,11 +391,14 @@ def test_icechunk_destination_one_commit_per_update(zshard_bin, tmp_path, spec):
     assert again["status"] == "complete" and again["totals"]["chunks_read"] == 0
     assert _icechunk_commits(ic, repo_dir) == commits and chunk_files() == stored
 
-    # One element: one commit, one new chunk object (shard (1, 1)), every other shard kept.
+    # One element: one commit, one new chunk object (shard (1, 1)), every other shard kept. The
+    # rewritten shard reads one source chunk and copies its 15 other inner chunks from the shard
+    # as zshard's commit holds it.
     a[44, 35] = -1
     data[44, 35] = -1
     report = _convert(zshard_bin, src, repo_dir)
-    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 0}
+    assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 15}
+    assert report["totals"]["chunks_read"] == 1
     assert len(_icechunk_commits(ic, repo_dir)) == len(commits) + 1
     assert len(chunk_files() - stored) == 1
     got = read()

@@ -55,6 +55,132 @@ pub trait ChunkReader: Send + Sync + Debug {
     fn names_versions(&self) -> bool {
         false
     }
+
+    /// The version of the whole source that [`ChunkReader::chunk_versions`] lists (an Icechunk
+    /// snapshot id), when it has one: versions listed at it can be kept and handed back to
+    /// [`ChunkReader::chunk_versions_since`] by a later run. `None` by default.
+    fn source_version(&self) -> Option<String> {
+        None
+    }
+
+    /// [`ChunkReader::chunk_versions`], given the versions listed by an earlier run (`known`, at
+    /// [`KnownVersions::source_version`]): a source that can tell what changed since (Icechunk's
+    /// diff between two snapshots) reads only that, and none at all when its version is the same.
+    /// The versions are those a listing would give; [`VersionsFrom`] says how they were found.
+    /// The default lists.
+    fn chunk_versions_since(
+        &self,
+        grid: &[u64],
+        known: Option<&KnownVersions>,
+    ) -> Result<(Option<ChunkVersions>, VersionsFrom)> {
+        let _ = known;
+        Ok((
+            self.chunk_versions(grid)?,
+            VersionsFrom::Listed { why: None },
+        ))
+    }
+}
+
+/// How [`ChunkReader::chunk_versions_since`] found the versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionsFrom {
+    /// The source's version is the one known: the known versions, nothing read.
+    Unchanged,
+    /// From the known versions and what the source says changed since (`chunks` chunks looked up).
+    Changed {
+        /// The changed chunks of the array looked up.
+        chunks: u64,
+    },
+    /// Listed whole; `why`, when versions were known but could not be brought forward.
+    Listed {
+        /// Why the known versions were not used.
+        why: Option<String>,
+    },
+}
+
+/// Versions listed at one version of a whole source (see [`ChunkReader::source_version`]), as an
+/// earlier run kept them (see [`KnownVersions::to_bytes`]).
+#[derive(Debug, Clone)]
+pub struct KnownVersions {
+    /// The source's version they were listed at.
+    pub source_version: String,
+    /// The versions.
+    pub versions: ChunkVersions,
+}
+
+/// The first line of [`KnownVersions::to_bytes`].
+const KNOWN_VERSIONS_HEADER: &str = "zshard source versions 1";
+
+impl KnownVersions {
+    /// As kept: three text lines (a header, the source's version, the grid and stored bytes),
+    /// then 16 bytes a stored chunk (index and version, little-endian), then a checksum of all that
+    /// (8 bytes), so that a damaged file reads as none rather than as other versions.
+    pub fn to_bytes(&self) -> Bytes {
+        let grid: Vec<String> = self.versions.grid.iter().map(u64::to_string).collect();
+        let stored_bytes = self
+            .versions
+            .stored_bytes
+            .map_or("-".to_string(), |b| b.to_string());
+        let mut out = format!(
+            "{KNOWN_VERSIONS_HEADER}\n{}\n{}\t{stored_bytes}\n",
+            self.source_version,
+            grid.join(",")
+        )
+        .into_bytes();
+        for (index, version) in &self.versions.stored {
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+        let sum = stable_hash(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        Bytes::from(out)
+    }
+
+    /// What [`KnownVersions::to_bytes`] wrote; `None` for anything else or a damaged copy.
+    pub fn from_bytes(bytes: &[u8]) -> Option<KnownVersions> {
+        let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+        if stable_hash(body).to_le_bytes() != sum {
+            return None;
+        }
+        let mut lines = body.splitn(4, |&b| b == b'\n');
+        let header = std::str::from_utf8(lines.next()?).ok()?;
+        let source_version = std::str::from_utf8(lines.next()?).ok()?.to_string();
+        let shape = std::str::from_utf8(lines.next()?).ok()?;
+        let entries = lines.next()?;
+        if header != KNOWN_VERSIONS_HEADER || entries.len() % 16 != 0 {
+            return None;
+        }
+        let (grid, stored_bytes) = shape.split_once('\t')?;
+        let grid = match grid {
+            "" => Vec::new(),
+            grid => grid
+                .split(',')
+                .map(|n| n.parse().ok())
+                .collect::<Option<Vec<u64>>>()?,
+        };
+        let stored_bytes = match stored_bytes {
+            "-" => None,
+            n => Some(n.parse().ok()?),
+        };
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+        let stored: Vec<(u64, u64)> = entries
+            .chunks_exact(16)
+            .map(|e| (word(&e[..8]), word(&e[8..])))
+            .collect();
+        // Sorted by index, each once, as a listing builds them.
+        if stored.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return None;
+        }
+        Some(KnownVersions {
+            source_version,
+            versions: ChunkVersions {
+                stored,
+                grid,
+                object_of: None,
+                stored_bytes,
+            },
+        })
+    }
 }
 
 /// What the stored chunks of an array are (see [`ChunkReader::chunk_versions`]): by the coordinate
@@ -222,6 +348,41 @@ impl ChunkVersions {
             true => Some(self.stored_bytes.unwrap_or(0)),
             false => self.stored_bytes,
         }
+    }
+
+    /// The grid these versions index (chunks along each dimension).
+    pub fn grid(&self) -> &[u64] {
+        &self.grid
+    }
+
+    /// These versions with the chunks at `changed` (coordinates in the grid) set to the version
+    /// given, or removed (`None`: no longer stored); coordinates outside the grid are ignored. The
+    /// stored bytes stay those listed (an estimate once chunks changed).
+    pub fn with_changes(
+        mut self,
+        changed: impl IntoIterator<Item = (Vec<u64>, Option<u64>)>,
+    ) -> Self {
+        let changes: std::collections::HashMap<u64, Option<u64>> = changed
+            .into_iter()
+            .filter_map(|(coord, version)| Some((index_in(&coord, &self.grid)?, version)))
+            .collect();
+        if changes.is_empty() {
+            return self;
+        }
+        let mut merged: Vec<(u64, u64)> = self
+            .stored
+            .iter()
+            .filter(|(index, _)| !changes.contains_key(index))
+            .copied()
+            .chain(
+                changes
+                    .iter()
+                    .filter_map(|(&index, v)| Some((index, (*v)?))),
+            )
+            .collect();
+        merged.sort_unstable_by_key(|&(index, _)| index);
+        self.stored = merged;
+        self
     }
 
     /// How many stored objects were listed.
@@ -393,5 +554,41 @@ mod tests {
         assert_eq!(versions.of(&[2, 1]), Some(7));
         assert_eq!(versions.of(&[3, 0]), Some(7));
         assert_eq!(versions.of(&[1, 1]), None);
+    }
+
+    #[test]
+    fn known_versions_read_back_and_take_changes_as_a_listing_would_give_them() {
+        let mut listed = ChunkVersions::builder(&[3, 4]);
+        for (coord, version) in [([0u64, 1u64], 11u64), ([1, 0], 12), ([2, 3], 13)] {
+            listed.insert_hashed(coord.to_vec(), version);
+        }
+        listed.add_stored_bytes(300);
+        let known = KnownVersions {
+            source_version: "SNAP1".to_string(),
+            versions: listed.build(),
+        };
+        let bytes = known.to_bytes();
+        let back = KnownVersions::from_bytes(&bytes).expect("reads back");
+        assert_eq!(back.source_version, "SNAP1");
+        assert_eq!(back.versions.grid(), &[3, 4]);
+        assert_eq!(back.versions.stored_bytes(), Some(300));
+        assert_eq!(back.versions.of(&[2, 3]), Some(13));
+        // A damaged copy reads as none.
+        let mut damaged = bytes.to_vec();
+        damaged[30] ^= 1;
+        assert!(KnownVersions::from_bytes(&damaged).is_none());
+        assert!(KnownVersions::from_bytes(b"short").is_none());
+        // Changed, added, removed, and one outside the grid.
+        let changed = back.versions.with_changes([
+            (vec![1, 0], Some(99)),
+            (vec![0, 0], Some(5)),
+            (vec![2, 3], None),
+            (vec![7, 7], Some(1)),
+        ]);
+        assert_eq!(changed.len(), 3);
+        assert_eq!(changed.of(&[0, 0]), Some(5));
+        assert_eq!(changed.of(&[0, 1]), Some(11));
+        assert_eq!(changed.of(&[1, 0]), Some(99));
+        assert_eq!(changed.of(&[2, 3]), None);
     }
 }

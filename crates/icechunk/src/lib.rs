@@ -34,11 +34,11 @@ pub use destination::{
 };
 pub use error::{Error, Result};
 #[cfg(feature = "icechunk")]
-pub use source::Source;
+pub use source::{Committed, Source};
 #[cfg(not(feature = "icechunk"))]
 pub use unavailable::{
     check_nodes, create_if_missing, destination_spec, earlier_commit, forget_stored_shards,
-    on_branch, publish, store_staged_shards, zshard_commit, Source,
+    on_branch, publish, store_staged_shards, zshard_commit, Committed, Source,
 };
 
 use error::boxed;

@@ -219,6 +219,27 @@ pub(crate) fn open(location: &str, runtime: &IoRuntime) -> Result<Repository> {
         .map_err(|e| open_failure(location, e))
 }
 
+/// [`open`] for reading a version of the repository as a source: without Icechunk's preloading of
+/// manifests, which every session would start in the background (matching each array's manifests
+/// against its conditions, and reading those that match): zshard reads the manifests it needs, and
+/// none when a rerun finds the snapshot it converted (see `Source`).
+pub(crate) fn open_reading(location: &str, runtime: &IoRuntime) -> Result<Repository> {
+    let storage = storage(location, runtime)?;
+    let config = icechunk::RepositoryConfig {
+        manifest: Some(icechunk::config::ManifestConfig {
+            preload: Some(icechunk::config::ManifestPreloadConfig {
+                max_total_refs: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    runtime
+        .block_on(Repository::open(storage).config(config).execute())
+        .map_err(|e| open_failure(location, e))
+}
+
 /// The spec version of the repository at `location`, `None` when there is none.
 pub(crate) fn detect(
     location: &str,

@@ -28,6 +28,16 @@ impl Source {
         })
     }
 
+    /// Refuses: this build cannot read repositories.
+    pub fn open_unscanned(
+        location: &str,
+        reference: &str,
+        references: &ReferenceOptions,
+        runtime: Arc<IoRuntime>,
+    ) -> Result<Source> {
+        Source::open(location, reference, references, runtime)
+    }
+
     /// The repository and version, for messages.
     pub fn url(&self) -> String {
         match *self {}
@@ -39,7 +49,7 @@ impl Source {
     }
 
     /// How many chunks of each kind the version holds.
-    pub fn chunk_counts(&self) -> ChunkCounts {
+    pub fn chunk_counts(&self) -> Result<ChunkCounts> {
         match *self {}
     }
 
@@ -162,4 +172,22 @@ pub fn on_branch(
 /// Nothing: this build cannot read repositories (`status` reports what the destination shows).
 pub fn zshard_commit(_location: &str, _runtime: &Arc<IoRuntime>) -> Result<Option<String>> {
     Ok(None)
+}
+
+/// The shards a conversion committed into a repository: none can be opened in this build.
+#[derive(Debug)]
+pub enum Committed {}
+
+impl Committed {
+    /// Refuses: this build cannot read repositories.
+    pub fn open(destination: &str, _snapshot: &str, _runtime: Arc<IoRuntime>) -> Result<Committed> {
+        Err(Error::Unavailable {
+            repo: destination.to_string(),
+        })
+    }
+
+    /// The reader of one array's inner chunks.
+    pub fn shard_reader(&self, _path: &str, _meta: &ArrayMeta) -> Option<Arc<dyn ChunkReader>> {
+        match *self {}
+    }
 }

@@ -11,7 +11,7 @@ use icechunk::format::manifest::{VirtualChunkLocation, VirtualChunkRef};
 use icechunk::virtual_chunks::VirtualChunkContainer;
 use icechunk::{Repository, RepositoryConfig, Store};
 use tokio::sync::RwLock;
-use zshard_core::NodeKind;
+use zshard_core::{ChunkReader, KnownVersions, NodeKind, VersionsFrom};
 use zshard_icechunk::{ChunkCounts, Error, Source, SpecVersion};
 use zshard_kerchunk::Options;
 use zshard_store::IoRuntime;
@@ -161,7 +161,7 @@ fn native_inline_and_virtual_chunks_read_back_from(spec: SpecVersionBin, target:
         source.url()
     );
     assert_eq!(
-        source.chunk_counts(),
+        source.chunk_counts().expect("counted"),
         ChunkCounts {
             native: 1,
             inline: 1,
@@ -244,4 +244,117 @@ fn unknown_reference_names_branches_and_tags() {
             repo.display()
         )
     );
+}
+
+/// The reader of array `path` of the repository at `repo` on main.
+fn reader_of(repo: &Path, runtime: &Arc<IoRuntime>, path: &str) -> (Source, Arc<dyn ChunkReader>) {
+    let source = Source::open_unscanned(
+        repo.to_str().expect("utf-8"),
+        "main",
+        &Options::default(),
+        runtime.clone(),
+    )
+    .expect("open");
+    let node = source
+        .nodes()
+        .into_iter()
+        .find(|n| n.path == path)
+        .expect("array");
+    let NodeKind::Array(meta) = &node.kind else {
+        panic!("{path} is an array")
+    };
+    let reader = source.reader(path, meta);
+    (source, reader)
+}
+
+/// Commits `chunks` (key, bytes; `None` deletes) on main of the repository at `repo`.
+fn commit(repo: &Path, runtime: &IoRuntime, chunks: &[(&str, Option<&'static [u8]>)]) {
+    runtime.block_on(async {
+        let storage = icechunk::new_local_filesystem_storage(repo)
+            .await
+            .expect("storage");
+        let repo = Repository::open(storage).execute().await.expect("open");
+        let session = repo.writable_session("main").await.expect("session");
+        let store = Store::from_session(Arc::new(RwLock::new(session))).await;
+        for (key, bytes) in chunks {
+            match bytes {
+                Some(bytes) => store
+                    .set(key, Bytes::from_static(bytes))
+                    .await
+                    .expect("set"),
+                None => store.delete(key).await.expect("delete"),
+            }
+        }
+        let session = store.session();
+        let mut session = session.write().await;
+        session.commit("change").execute().await.expect("commit");
+    });
+}
+
+#[test]
+fn versions_since_a_known_snapshot_equal_a_listing() {
+    for spec in [SpecVersionBin::V1, SpecVersionBin::V2] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let runtime = Arc::new(IoRuntime::new(2).expect("runtime"));
+        make_repository(tmp.path(), &runtime, spec, Target::Absolute);
+        let repo = tmp.path().join("repo");
+        let (_source, x) = reader_of(&repo, &runtime, "x");
+        let (_source_y, y) = reader_of(&repo, &runtime, "y");
+        let grid = [3u64];
+        let listed = x.chunk_versions(&grid).expect("listed").expect("versions");
+        let y_listed = y.chunk_versions(&[1]).expect("listed").expect("versions");
+        let known = KnownVersions {
+            source_version: x.source_version().expect("a snapshot"),
+            versions: listed.clone(),
+        };
+        // The same snapshot: the known versions, nothing read.
+        let (same, how) = x.chunk_versions_since(&grid, Some(&known)).expect("since");
+        assert_eq!(how, VersionsFrom::Unchanged);
+        assert_eq!(same.expect("versions").len(), listed.len());
+
+        // Chunk 2 written, chunk 0 deleted, array y untouched: two chunks looked up for x, none
+        // for y, and the versions are a listing's.
+        commit(
+            &repo,
+            &runtime,
+            &[("x/c/2", Some(&[5u8; 1024])), ("x/c/0", None)],
+        );
+        let (_source, x) = reader_of(&repo, &runtime, "x");
+        let (since, how) = x.chunk_versions_since(&grid, Some(&known)).expect("since");
+        assert_eq!(how, VersionsFrom::Changed { chunks: 2 });
+        let since = since.expect("versions");
+        let now = x.chunk_versions(&grid).expect("listed").expect("versions");
+        for c in 0..3u64 {
+            assert_eq!(since.of(&[c]), now.of(&[c]), "chunk {c}");
+        }
+        assert_eq!(since.len(), 2);
+        assert_ne!(since.of(&[2]), listed.of(&[2]));
+        assert_eq!(since.of(&[0]), None);
+        let (_source, y) = reader_of(&repo, &runtime, "y");
+        let y_known = KnownVersions {
+            source_version: known.source_version.clone(),
+            versions: y_listed,
+        };
+        let (_, how) = y.chunk_versions_since(&[1], Some(&y_known)).expect("since");
+        assert_eq!(how, VersionsFrom::Changed { chunks: 0 });
+
+        // A snapshot that is no ancestor of main (another repository's): listed whole, saying why.
+        let other = tempfile::tempdir().expect("tempdir");
+        make_repository(other.path(), &runtime, spec, Target::Absolute);
+        let (_other, other_x) = reader_of(&other.path().join("repo"), &runtime, "x");
+        let stranger = KnownVersions {
+            source_version: other_x.source_version().expect("a snapshot"),
+            versions: listed.clone(),
+        };
+        let (again, how) = x
+            .chunk_versions_since(&grid, Some(&stranger))
+            .expect("since");
+        match how {
+            VersionsFrom::Listed { why: Some(why) } => {
+                assert!(why.contains("no longer an ancestor"), "{why}")
+            }
+            other => panic!("listed whole, saying why: {other:?}"),
+        }
+        assert_eq!(again.expect("versions").of(&[2]), now.of(&[2]));
+    }
 }

@@ -118,9 +118,10 @@ pub use error::{one_line, Error, Result};
 pub use events::{Observer, Work};
 pub use lease::{host_name, Lease, DEFAULT_LEASE_STALE_AFTER};
 pub use made_from::{
-    gather_kept, has_kept_records, is_kept_records, kept_current, kept_key, kept_records_intact,
-    kept_written, record_update, recorded_inner_digests, reusable_inner_digests, shards_to_update,
-    update_counts, ArrayChanges, Digests, Kept, RecordFiles, UpdateCounts,
+    gather_kept, has_kept_records, is_kept_records, is_source_versions, kept_current, kept_key,
+    kept_records_intact, kept_written, record_update, recorded_inner_digests,
+    reusable_inner_digests, shards_to_update, source_versions_key, update_counts, ArrayChanges,
+    Digests, Kept, RecordFiles, UpdateCounts,
 };
 pub use manifest::{
     add_document, merge, parse_into, read_records, to_text, ChunkHashes, Entry, Manifest,

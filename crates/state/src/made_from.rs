@@ -22,6 +22,22 @@ pub fn is_kept_records(key: &str) -> bool {
     key.rsplit('/').next() == Some(KEPT)
 }
 
+/// The file of an array's folder that keeps the versions of its source chunks as last listed, for
+/// a source that has a version as a whole (an Icechunk snapshot; see
+/// `zshard_core::KnownVersions`): a rerun at the same snapshot reads no manifest, and one at a
+/// later snapshot looks up only what Icechunk's diff says changed.
+pub(crate) const SOURCE_VERSIONS: &str = ".zshard-source-versions";
+
+/// The file keeping the source versions of the array at `array_path` (see [`SOURCE_VERSIONS`]).
+pub fn source_versions_key(array_path: &str) -> String {
+    join(array_path, SOURCE_VERSIONS)
+}
+
+/// Whether `key` is an array's source versions file (see [`source_versions_key`]).
+pub fn is_source_versions(key: &str) -> bool {
+    key.rsplit('/').next() == Some(SOURCE_VERSIONS)
+}
+
 /// Whether a kept records file (as stored, sealed) reads back intact.
 pub fn kept_records_intact(body: &Bytes) -> bool {
     sealed::unseal(body).is_some()

@@ -162,6 +162,10 @@ pub(crate) fn owned_keys(
         if keys.contains(&kept) {
             owned.insert(kept);
         }
+        let versions = crate::made_from::source_versions_key(path);
+        if keys.contains(&versions) {
+            owned.insert(versions);
+        }
     }
     owned
 }

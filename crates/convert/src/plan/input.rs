@@ -160,7 +160,9 @@ impl Input {
             None => zshard_icechunk::is_repository(location.as_str()),
         };
         if icechunk {
-            let source = zshard_icechunk::Source::open(
+            // No manifest is read yet: a rerun whose source is at the snapshot it was converted
+            // from reads none (see `ChunkReader::chunk_versions_since`).
+            let source = zshard_icechunk::Source::open_unscanned(
                 location.as_str(),
                 options.reference.as_deref().unwrap_or(DEFAULT_SOURCE_REF),
                 &options.references.clone().unwrap_or_default(),
@@ -385,10 +387,12 @@ impl Input {
     }
 
     /// The chunk counts by kind of an Icechunk repository (none for other inputs).
-    pub(crate) fn icechunk_chunks(&self) -> Option<zshard_icechunk::ChunkCounts> {
+    /// Reads every manifest of the repository the first time (and checks every virtual chunk's
+    /// target).
+    pub(crate) fn icechunk_chunks(&self) -> Result<Option<zshard_icechunk::ChunkCounts>> {
         match self {
-            Input::Icechunk(repo) => Some(repo.chunk_counts()),
-            _ => None,
+            Input::Icechunk(repo) => Ok(Some(repo.chunk_counts()?)),
+            _ => Ok(None),
         }
     }
 }

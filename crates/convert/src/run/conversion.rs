@@ -108,6 +108,11 @@ pub struct Conversion {
     /// staged beside the records while the shards are in the repository (`icechunk_output.rs`).
     /// Set once the repository's branch is found to hold them, before the records are read.
     pub(crate) kept_shards_elsewhere: Arc<std::sync::atomic::AtomicBool>,
+    /// Where those shards are as the kept records describe them: the Icechunk destination and the
+    /// snapshot of zshard's commit of them. An update copies the inner chunks that did not change
+    /// from there (`reuse.rs`). Set with [`Conversion::kept_shards_elsewhere`], when the staged
+    /// records are the ones that commit kept.
+    pub(crate) shards_committed: Arc<std::sync::Mutex<Option<(String, String)>>>,
 }
 
 /// How often a local destination's filesystem is synced while shards are written (see `run`).
@@ -142,6 +147,7 @@ impl Conversion {
             estimate_with: crate::Stated::default(),
             record_limits: zshard_state::RecordLimits::default(),
             kept_shards_elsewhere: Arc::default(),
+            shards_committed: Arc::default(),
         }
     }
 
@@ -274,7 +280,8 @@ impl Conversion {
         // of its own while the destination is claimed and surveyed.
         let read_jobs = plan.read_jobs(input);
         let tracked = crate::run::digests::tracked(&read_jobs);
-        let listing = crate::run::digests::Pending::start(read_jobs);
+        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        let listing = crate::run::digests::Pending::start(read_jobs, destination.clone(), paths);
         let fingerprint = &opened.fingerprint()?.tracking_sources(tracked);
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
@@ -309,6 +316,10 @@ impl Conversion {
             return Ok((Status::Complete, input.reference_reads()));
         };
         let listed = listing.wait()?;
+        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        for warning in listed.warnings(&paths) {
+            observer.warning(&warning);
+        }
         // Sized again with what the survey and the listing hold (a few bytes per shard and per
         // source chunk: at 10^8 source chunks, 1.6 GB), now that their sizes are known.
         let budget = self.budget_holding(
@@ -393,7 +404,30 @@ impl Conversion {
             .kept_shards_elsewhere
             .load(std::sync::atomic::Ordering::SeqCst);
         let zarr_destination = (!elsewhere).then_some(destination);
-        let reuse = Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed);
+        let committed = match elsewhere {
+            true => self
+                .shards_committed
+                .lock()
+                .map_err(|_| Error::Poisoned { what: "the commit" })?
+                .clone(),
+            false => None,
+        };
+        // A commit that cannot be opened (its snapshot expired since): its shards are converted
+        // whole, as before copies were made.
+        let committed = committed.and_then(|(repository, snapshot)| {
+            zshard_icechunk::Committed::open(&repository, &snapshot, opened.runtime.clone())
+                .inspect_err(|e| {
+                    observer.warning(&format!(
+                        "the shards to rewrite are converted whole, none of their inner chunks copied: {}",
+                        crate::one_line(e)
+                    ))
+                })
+                .ok()
+        });
+        let reuse = match &committed {
+            Some(committed) => Reuse::for_commit(&mut jobs, plan, committed, &survey, listed),
+            None => Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed),
+        };
         let jobs = jobs;
         // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
         // work ahead counts whole shards.
@@ -451,6 +485,7 @@ impl Conversion {
             digests,
             fingerprint,
             survey: &survey,
+            source_versions: &listed.keep,
         };
         self.conclude(
             destination,

@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use base64::Engine;
-use zshard_core::{stable_hash, ChunkVersions, Region};
+use bytes::Bytes;
+use zshard_core::{stable_hash, ChunkVersions, KnownVersions, Region, VersionsFrom};
 use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_state::Digests;
+use zshard_store::Store;
 
 use crate::error::{Error, Result};
 
@@ -50,11 +52,36 @@ pub(crate) struct Listed {
     pub(crate) digests: Digests,
     /// Per array, its source chunks' versions; `None` when its source names none.
     pub(crate) versions: Vec<Option<Arc<ChunkVersions>>>,
+    /// The versions to keep for the next run (key in the destination, contents; see
+    /// [`KnownVersions`]): of the arrays whose source has a version as a whole (an Icechunk
+    /// snapshot) other than the one kept.
+    pub(crate) keep: Vec<(String, Bytes)>,
+    /// How each array's versions were found, for arrays whose source has a version as a whole.
+    pub(crate) found: Vec<Option<VersionsFrom>>,
+}
+
+impl Listed {
+    /// What to tell the user of how the versions were found: the arrays whose kept versions could
+    /// not be brought forward, and why.
+    pub(crate) fn warnings(&self, paths: &[String]) -> Vec<String> {
+        self.found
+            .iter()
+            .zip(paths)
+            .filter_map(|(found, path)| match found {
+                Some(VersionsFrom::Listed { why: Some(why) }) => Some(format!(
+                    "array {}: every chunk's version listed again, not from what changed since the last run: {why}",
+                    if path.is_empty() { "/" } else { path }
+                )),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 impl Listed {
     /// The bytes this listing holds in memory (for the run's memory budget: it is kept until the
-    /// last shard is recorded): the versions, 16 bytes per source chunk, and 8 per shard.
+    /// last shard is recorded): the versions, 16 bytes per source chunk, and 8 per shard, and the
+    /// versions to keep (as many again, for a source with a version as a whole).
     pub(crate) fn memory_bytes(&self) -> u64 {
         let versions: u64 = self
             .versions
@@ -62,7 +89,10 @@ impl Listed {
             .flatten()
             .map(|v| v.memory_bytes())
             .sum();
-        versions.saturating_add(self.digests.memory_bytes())
+        let keep: u64 = self.keep.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+        versions
+            .saturating_add(self.digests.memory_bytes())
+            .saturating_add(keep)
     }
 }
 
@@ -86,9 +116,76 @@ pub(crate) fn listed_with(
                 Some(versions) => Some(versions),
                 None => job.reader.chunk_versions(&job.layout.source_chunk_grid())?,
             };
-            Ok(versions.map(Arc::new))
+            Ok(versions)
         })
         .collect::<Result<Vec<_>>>()?;
+    let found = vec![None; jobs.len()];
+    made(jobs, versions, found, Vec::new())
+}
+
+/// [`listed`] for a run into `destination`, where an earlier run kept the versions it listed of
+/// the arrays whose source has a version as a whole (at [`zshard_state::source_versions_key`] of
+/// each of `paths`, one per job): those are brought forward from what the source says changed
+/// since (Icechunk's diff), or taken as they are when its version is the same, rather than listed.
+pub(crate) fn listed_since(
+    jobs: &[ArrayJob],
+    destination: &Store,
+    paths: &[String],
+) -> Result<Listed> {
+    let versioned: Vec<Option<String>> = jobs.iter().map(|j| j.reader.source_version()).collect();
+    let keys: Vec<String> = paths
+        .iter()
+        .map(|path| zshard_state::source_versions_key(path))
+        .collect();
+    let wanted: Vec<String> = keys
+        .iter()
+        .zip(&versioned)
+        .filter(|(_, version)| version.is_some())
+        .map(|(key, _)| key.clone())
+        .collect();
+    // One round of reads; a file that is missing or damaged is listed again.
+    let mut read = destination.get_many(&wanted).into_iter();
+    let known: Vec<Option<KnownVersions>> = versioned
+        .iter()
+        .map(|version| {
+            version.as_ref()?;
+            let body = read.next()?.ok()??;
+            KnownVersions::from_bytes(&body)
+        })
+        .collect();
+    let mut versions = Vec::with_capacity(jobs.len());
+    let mut found = Vec::with_capacity(jobs.len());
+    let mut keep = Vec::new();
+    for (((job, version), known), key) in jobs.iter().zip(&versioned).zip(&known).zip(&keys) {
+        let grid = job.layout.source_chunk_grid();
+        let Some(version) = version else {
+            versions.push(job.reader.chunk_versions(&grid)?);
+            found.push(None);
+            continue;
+        };
+        let (listed, how) = job.reader.chunk_versions_since(&grid, known.as_ref())?;
+        if let (Some(listed), false) = (&listed, how == VersionsFrom::Unchanged) {
+            let kept = KnownVersions {
+                source_version: version.clone(),
+                versions: listed.clone(),
+            };
+            keep.push((key.clone(), kept.to_bytes()));
+        }
+        versions.push(listed);
+        found.push(Some(how));
+    }
+    made(jobs, versions, found, keep)
+}
+
+/// The digests of `jobs` from their source chunks' `versions`.
+fn made(
+    jobs: &[ArrayJob],
+    versions: Vec<Option<ChunkVersions>>,
+    found: Vec<Option<VersionsFrom>>,
+    keep: Vec<(String, Bytes)>,
+) -> Result<Listed> {
+    let versions: Vec<Option<Arc<ChunkVersions>>> =
+        versions.into_iter().map(|v| v.map(Arc::new)).collect();
     let digests = jobs
         .iter()
         .zip(&versions)
@@ -108,6 +205,8 @@ pub(crate) fn listed_with(
     Ok(Listed {
         digests: Digests::new(digests),
         versions,
+        keep,
+        found,
     })
 }
 
@@ -276,8 +375,9 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Starts listing the sources of `jobs`; digests of none when a source names no versions.
-    pub(crate) fn start(jobs: Vec<ArrayJob>) -> Pending {
+    /// Starts listing the sources of `jobs` (see [`listed_since`]: the arrays at `paths` of
+    /// `destination`); digests of none when a source names no versions.
+    pub(crate) fn start(jobs: Vec<ArrayJob>, destination: Store, paths: Vec<String>) -> Pending {
         let pending = Pending {
             listing: Mutex::new(None),
             listed: OnceLock::new(),
@@ -287,12 +387,14 @@ impl Pending {
             let _ = pending.listed.set(Listed {
                 digests: Digests::new(vec![None; jobs.len()]),
                 versions: vec![None; jobs.len()],
+                keep: Vec::new(),
+                found: vec![None; jobs.len()],
             });
             return pending;
         }
         let listing = std::thread::Builder::new()
             .name("zshard-source-listing".to_string())
-            .spawn(move || listed(&jobs));
+            .spawn(move || listed_since(&jobs, &destination, &paths));
         match listing {
             Ok(handle) => {
                 if let Ok(mut slot) = pending.listing.lock() {

@@ -114,6 +114,7 @@ impl Conversion {
             all && !self.overwrite && staging_holds_kept_after_commit(&staged, &runtime)?;
         let updating = Arc::new(AtomicBool::new(false));
         staged.kept_shards_elsewhere = updating.clone();
+        let shards_committed = staged.shards_committed.clone();
         let fingerprint = Mutex::new(None);
         let on_branch = Mutex::new(None);
         let committed = |plan: &Plan, conversion: &Fingerprint, running: bool| {
@@ -139,6 +140,16 @@ impl Conversion {
             match self.branch_holds(output, plan, conversion, &runtime)? {
                 // An update finds out in the staging folder what changed.
                 Some((snapshot, kept, _)) if after_commit => {
+                    // The staged records are those of that commit: its snapshot holds the shards
+                    // they describe, and the inner chunks that did not change are copied from it.
+                    let staged_records =
+                        kept_for_commit(&staged_kept(&staged.destination, &runtime)?, conversion);
+                    if staged_records.records == kept {
+                        *shards_committed
+                            .lock()
+                            .map_err(|_| Error::Poisoned { what: "the commit" })? =
+                            Some((self.destination.clone(), snapshot.clone()));
+                    }
                     *on_branch
                         .lock()
                         .map_err(|_| Error::Poisoned { what: "the commit" })? =
@@ -569,7 +580,10 @@ fn forget_kept(location: &str, runtime: &Arc<zshard_store::IoRuntime>) -> Result
         .list_keys("")?
         .into_iter()
         .filter(|key| {
-            zshard_state::is_kept_records(key) || key == "zarr.json" || key.ends_with("/zarr.json")
+            zshard_state::is_kept_records(key)
+                || zshard_state::is_source_versions(key)
+                || key == "zarr.json"
+                || key.ends_with("/zarr.json")
         })
         .collect();
     staging.delete_many(&keys)?;
@@ -615,6 +629,7 @@ fn clear_staging(location: &str, runtime: Arc<zshard_store::IoRuntime>) -> Resul
     let record = zshard_icechunk::COMMIT_RECORD;
     let kept = |key: &str| {
         zshard_state::is_kept_records(key)
+            || zshard_state::is_source_versions(key)
             || key == "zarr.json"
             || key.ends_with("/zarr.json")
             || key == KEPT_AFTER_COMMIT

@@ -6,8 +6,10 @@
 //! it again would write.
 //!
 //! Only into a Zarr destination whose shards stand as recorded (see
-//! [`zshard_state::reusable_inner_digests`]), read through the finished conversion's own
-//! `zarr.json` (metadata is written last, so it still describes the shards being rewritten), with
+//! [`zshard_state::reusable_inner_digests`]), or from an Icechunk destination's shards at the
+//! snapshot of zshard's commit of them (which holds them as recorded, see [`Reuse::for_commit`]),
+//! read through the finished conversion's own `zarr.json` (metadata is written last, so it still
+//! describes the shards being rewritten; an Icechunk destination's staging folder keeps it), with
 //! the same inner chunk shape, shard shape and data type. Not for pyramids (their lower levels are
 //! made from level 0's assembled chunks) nor for variable-size types.
 
@@ -65,6 +67,32 @@ impl Reuse {
                         &meta,
                     ))
                 }
+                None => *reused = None,
+            }
+        }
+        reuse
+    }
+
+    /// For an update of a conversion committed into an Icechunk repository (`committed`, at the
+    /// snapshot of zshard's commit, which holds the shards as the kept records in `survey`
+    /// describe them): gives each array whose shards can be copied the reader of those shards.
+    pub(crate) fn for_commit(
+        jobs: &mut [ArrayJob],
+        plan: &Plan,
+        committed: &zshard_icechunk::Committed,
+        survey: &Survey,
+        listed: &Listed,
+    ) -> Reuse {
+        let recorded =
+            zshard_state::recorded_inner_digests(survey, &plan.outputs(), &listed.digests);
+        let mut reuse = Reuse::of(jobs, listed, recorded);
+        for ((job, array), reused) in jobs.iter_mut().zip(&plan.arrays).zip(&mut reuse.arrays) {
+            let reader = reused
+                .as_ref()
+                .and_then(|_| previous_meta(survey, &array.path, job))
+                .and_then(|meta| committed.shard_reader(&array.path, &meta));
+            match reader {
+                Some(reader) => job.previous = Some(reader),
                 None => *reused = None,
             }
         }

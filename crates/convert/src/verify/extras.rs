@@ -113,7 +113,10 @@ pub(super) fn extra_objects(dst: &Store, nodes: &[Node]) -> Result<Extras> {
             }
             continue;
         }
-        if key == zshard_state::MANIFEST || zshard_state::is_kept_records(&key) {
+        if key == zshard_state::MANIFEST
+            || zshard_state::is_kept_records(&key)
+            || zshard_state::is_source_versions(&key)
+        {
             // Kept by `--keep-manifest`, and what each array's shards were made from (for the
             // next run to bring the output up to date).
             continue;

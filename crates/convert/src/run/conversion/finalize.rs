@@ -110,6 +110,7 @@ impl Conversion {
                 digests,
                 fingerprint: &fingerprint,
                 survey: &survey,
+                source_versions: &[],
             },
         )?;
         Ok(finalized)

@@ -29,6 +29,7 @@ pub(super) fn finish(
         digests,
         fingerprint,
         survey,
+        source_versions,
     } = made_from;
     let zshard_state::Kept {
         files: kept,
@@ -64,10 +65,16 @@ pub(super) fn finish(
         destination.put(zshard_state::MANIFEST, zshard_state::to_text(&merged))?;
     }
     // Staged files of an interrupted write of the kept records go first, as the documents' do.
-    for (key, _) in &kept {
+    // The source versions go only with the kept records (a conversion whose records are not kept
+    // is never brought up to date).
+    let source_versions = match kept.is_empty() {
+        true => &[][..],
+        false => source_versions,
+    };
+    for (key, _) in kept.iter().chain(source_versions) {
         destination.remove_staged_of(key)?;
     }
-    let alongside = [records, &kept[..]].concat();
+    let alongside = [records, &kept[..], source_versions].concat();
     let listed = write_metadata(destination, plan, consolidate, cancel, &alongside)?;
     // The array shrank: the shards zshard wrote beyond its extent now, once the metadata no longer
     // reaches them.
@@ -84,6 +91,8 @@ pub(crate) struct MadeFrom<'a> {
     pub(super) digests: &'a zshard_state::Digests,
     pub(super) fingerprint: &'a zshard_state::Fingerprint,
     pub(super) survey: &'a zshard_state::Survey,
+    /// The source versions to keep for the next run (see `digests::Listed::keep`).
+    pub(super) source_versions: &'a [(String, bytes::Bytes)],
 }
 
 /// Writes every array's and group's `zarr.json`, after all data: an output with metadata is complete.

@@ -32,7 +32,7 @@ impl Conversion {
             opened.input.reference_reads(),
         )
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
-        report.icechunk_chunks = opened.input.icechunk_chunks();
+        report.icechunk_chunks = opened.input.icechunk_chunks()?;
         report.cost = Some(cost);
         report.estimate = Some(estimate);
         report.update = update;
