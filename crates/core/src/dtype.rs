@@ -575,7 +575,7 @@ fn raw_bits(name: &str) -> Option<DataType> {
         return None;
     }
     let bits: u32 = bits.parse().ok()?;
-    (bits > 0 && bits % 8 == 0).then_some(DataType::RawBits(bits / 8))
+    (bits > 0 && bits.is_multiple_of(8)).then_some(DataType::RawBits(bits / 8))
 }
 
 /// The name `r<N>` of raw bits of `bytes` bytes, made once per size (names are `'static`).
