@@ -83,6 +83,8 @@ pub struct Budget {
     pub keep_source_chunks: bool,
     /// See [`Options::keep_across_slab`].
     pub keep_across_slab: bool,
+    /// See [`Options::keep_within_rows`].
+    pub keep_within_rows: bool,
     /// Part of `estimated_peak` that the source holds for the whole run (see
     /// [`BudgetRequest::resident`]).
     pub resident: u64,
@@ -98,6 +100,7 @@ impl Budget {
             part_bytes: self.part_bytes,
             keep_source_chunks: self.keep_source_chunks,
             keep_across_slab: self.keep_across_slab,
+            keep_within_rows: self.keep_within_rows,
             cancel: crate::Cancel::new(),
         }
     }
@@ -110,15 +113,21 @@ impl Budget {
     /// Whether a source chunk under several parts of a shard of `array` is read once (kept between
     /// them) rather than once per part.
     pub fn keeps_source_chunks(&self, array: &ArrayLayout) -> bool {
-        self.keep_source_chunks && array.can_keep_source_chunks()
+        // Kept within rows of parts, a chunk is read again for a part more than a row later.
+        self.keep_source_chunks && !self.keep_within_rows && array.can_keep_source_chunks()
     }
 
     /// What this budget keeps (see [`Keep`]).
     fn keep(&self) -> Keep {
-        match (self.keep_source_chunks, self.keep_across_slab) {
-            (false, _) => Keep::Nothing,
-            (true, false) => Keep::ForNext,
-            (true, true) => Keep::AcrossSlab,
+        match (
+            self.keep_source_chunks,
+            self.keep_across_slab,
+            self.keep_within_rows,
+        ) {
+            (false, _, _) => Keep::Nothing,
+            (true, _, true) => Keep::Rows,
+            (true, false, false) => Keep::ForNext,
+            (true, true, false) => Keep::AcrossSlab,
         }
     }
 
@@ -168,6 +177,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             io_threads,
             keep_source_chunks: keep != Keep::Nothing,
             keep_across_slab: keep == Keep::AcrossSlab,
+            keep_within_rows: keep == Keep::Rows,
             resident,
         }
     };
@@ -183,7 +193,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
     for threads in (1..=wanted.max(1)).rev() {
         // Keeping costs about a slab of source chunks per open shard; a source chunk read once
         // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
-        for keep in [Keep::AcrossSlab, Keep::ForNext, Keep::Nothing] {
+        for keep in [Keep::AcrossSlab, Keep::ForNext, Keep::Rows, Keep::Nothing] {
             let Some(mut part_bytes) = part_sizes
                 .iter()
                 .copied()
@@ -194,11 +204,12 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             // Smaller parts hold less memory at the same speed as long as no source chunk has to be
             // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
             // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds:
-            // always when straddling source chunks are kept, else while none straddles two parts.
+            // always when straddling source chunks are kept until their last part, else while none
+            // straddles two parts (kept within rows, a part's rows change with its size).
             while part_bytes / 2 >= SMALL_PART_BYTES
                 && peak_of(threads, part_bytes / 2, keep).0 <= limit
                 && arrays.iter().all(|a| {
-                    (keep != Keep::Nothing && a.can_keep_source_chunks())
+                    (matches!(keep, Keep::AcrossSlab | Keep::ForNext) && a.can_keep_source_chunks())
                         || reads_each_source_chunk_once(a, part_bytes / 2)
                 })
             {
@@ -375,6 +386,9 @@ enum Keep {
     /// Also those that shards up to one slab of the shard grid later need
     /// ([`Options::keep_across_slab`]).
     AcrossSlab,
+    /// Those that the next shard needs, and between the parts of a shard only those that a part
+    /// within one row ahead needs ([`Options::keep_within_rows`]).
+    Rows,
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
@@ -411,7 +425,10 @@ fn estimate(
     }) as u64;
     // The parts in flight are consecutive, so they span this many shards, each with its kept chunks
     // and, when it comes in several parts, its index entries.
-    let open_shards = |a: &ArrayLayout| in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
+    let open_shards = |a: &ArrayLayout| {
+        (in_flight.div_ceil(a.split(part_bytes).parts()) + 1)
+            .min(product(&a.geometry.shard_grid()).max(1))
+    };
     // The assembler starts a shard once the shard before it (of its array) is complete, so two faces of
     // source chunks at most are held for handing over: the one the open shard was handed, and the
     // one it gathers for the next.
@@ -423,8 +440,11 @@ fn estimate(
                 Keep::AcrossSlab => kept_across_slab_bytes(a),
                 _ => handed_bytes(a),
             };
-            kept_bytes(a, part_bytes)
-                .saturating_mul(open_shards(a))
+            let kept = match keep {
+                Keep::Rows => kept_in_rows_bytes(a, part_bytes),
+                _ => kept_bytes(a, part_bytes),
+            };
+            kept.saturating_mul(open_shards(a))
                 .saturating_add(handed.saturating_mul(2))
         })
         .max()
@@ -572,6 +592,21 @@ fn handed_bytes(array: &ArrayLayout) -> u64 {
         })
         .max()
         .unwrap_or(0)
+        .saturating_mul(array.element_size() as u64)
+}
+
+/// Bytes of the decoded source chunks one shard keeps between its parts when it keeps them only
+/// for a part within one row ahead (see [`Options::keep_within_rows`]). Each one kept after part
+/// `p` meets a part `x <= p` and a part `y > p` at most a row after `x`: if `x` lies in the row
+/// before `p`'s, `y` lies in `p`'s row. So every kept chunk meets `p`'s row: one row's footprint.
+fn kept_in_rows_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    let split = array.split(part_bytes);
+    if split.parts() < 2 || !array.can_keep_source_chunks() {
+        return 0;
+    }
+    let row = split.row_shape(&array.geometry);
+    array_footprint(array, &row)
+        .0
         .saturating_mul(array.element_size() as u64)
 }
 

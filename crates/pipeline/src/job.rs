@@ -241,6 +241,14 @@ pub struct Options {
     /// alone). It costs the memory of one face of source chunks across the whole array (see
     /// `budget.rs`); the budget turns it off when that does not fit.
     pub keep_across_slab: bool,
+    /// With [`Options::keep_source_chunks`]: whether a shard keeps a decoded source chunk between its
+    /// parts only while a part within one row of parts ahead needs it (see
+    /// `ShardSplit::parts_per_row`), rather than until the last part that needs it. It holds about
+    /// two rows of parts' source chunks instead of a slab of them, and reads a chunk again for a
+    /// part more than a row after the one before that needed it: where a slab does not fit the
+    /// limit (W6, one 4 GiB shard in 512 MiB: each source chunk is decoded twice instead of four
+    /// times without keeping).
+    pub keep_within_rows: bool,
     /// Stops the run from outside (see [`Cancel`]); a new handle by default.
     pub cancel: Cancel,
 }
@@ -267,6 +275,7 @@ impl Options {
             part_bytes: DEFAULT_PART_BYTES,
             keep_source_chunks: true,
             keep_across_slab: true,
+            keep_within_rows: false,
             cancel: Cancel::new(),
         }
     }

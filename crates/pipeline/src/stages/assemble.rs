@@ -262,10 +262,15 @@ fn assemble(
         } else {
             // What a later shard needs stays until this one is complete, whichever of its parts
             // needed it last.
+            for (coord, (last, _)) in kept.iter_mut() {
+                if *last <= index {
+                    *last = array.kept_until(shard, coord, index).unwrap_or(*last);
+                }
+            }
             kept.retain(|coord, (last, _)| *last > index || later_needs(coord));
             for (coord, data) in by_coord {
-                let last = array.parts_needing(shard, &coord).map(|(_, last)| last);
-                if last.is_some_and(|last| last > index) || later_needs(&coord) {
+                let last = array.kept_until(shard, &coord, index);
+                if last.is_some() || later_needs(&coord) {
                     kept.insert(coord, (last.unwrap_or(index), data));
                 }
             }

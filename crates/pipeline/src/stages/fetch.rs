@@ -107,11 +107,7 @@ fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
     }
     if array.keep {
         // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
-        coords.retain(|coord| {
-            array
-                .parts_needing(&part.task.shard, coord)
-                .is_none_or(|(first, _)| first == part.index)
-        });
+        coords.retain(|coord| array.part_reads(&part.task.shard, coord, part.index));
     }
     coords
 }

@@ -347,6 +347,10 @@ struct RunArray<'a> {
     /// Whether the parts of a shard share source chunks through the assembler: a source chunk that
     /// straddles two parts is then read and decoded once, not once per part.
     keep: bool,
+    /// With `keep`: how many parts ahead a part must need a source chunk for it to be kept
+    /// ([`Options::keep_within_rows`]: one row of parts); `None`: kept until the last part that needs
+    /// it.
+    keep_window: Option<u64>,
     /// Whether consecutive shards of the array in the run's order share source chunks through the
     /// assembler: a source chunk that straddles the boundary between a shard and the next one is
     /// then read and decoded once, not once per shard (issue 43: a rechunk to shards that source
@@ -372,6 +376,7 @@ impl<'a> RunArray<'a> {
         let split = job.layout.split(options.part_bytes);
         let keep =
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
+        let keep_window = options.keep_within_rows.then(|| split.parts_per_row());
         // The budget counts what a shard hands to the next with what it keeps (see `budget.rs`).
         let handoff = options.keep_source_chunks && job.layout.can_hand_over_source_chunks();
         let window = match handoff {
@@ -396,6 +401,7 @@ impl<'a> RunArray<'a> {
             job,
             split,
             keep,
+            keep_window,
             handoff,
             window,
             inner_chunk_bytes,
@@ -409,6 +415,45 @@ impl<'a> RunArray<'a> {
         let geometry = &self.job.layout.geometry;
         let chunk = self.job.layout.source_chunk_region(coord);
         self.split.parts_meeting(geometry, shard, &chunk)
+    }
+
+    /// Whether a part of `shard` among `parts` needs source chunk `coord`.
+    fn part_needs(&self, shard: &[u64], coord: &[u64], parts: std::ops::Range<u64>) -> bool {
+        let geometry = &self.job.layout.geometry;
+        let chunk = self.job.layout.source_chunk_region(coord);
+        parts.into_iter().any(|p| {
+            self.split
+                .region(geometry, shard, p)
+                .intersect(&chunk)
+                .is_some()
+        })
+    }
+
+    /// Whether part `index` of `shard` reads source chunk `coord` when the shard keeps source chunks
+    /// between its parts: the first part that needs it does, and with a window, a part that needs it
+    /// when none within the window before it did.
+    fn part_reads(&self, shard: &[u64], coord: &[u64], index: u64) -> bool {
+        match self.keep_window {
+            None => self
+                .parts_needing(shard, coord)
+                .is_none_or(|(first, _)| first == index),
+            Some(window) => !self.part_needs(shard, coord, index.saturating_sub(window)..index),
+        }
+    }
+
+    /// The part of `shard` after part `index` until which source chunk `coord` is kept between the
+    /// shard's parts (the last that needs it, or with a window the next within it), if any.
+    fn kept_until(&self, shard: &[u64], coord: &[u64], index: u64) -> Option<u64> {
+        match self.keep_window {
+            None => self
+                .parts_needing(shard, coord)
+                .map(|(_, last)| last)
+                .filter(|&last| last > index),
+            Some(window) => {
+                let end = index.saturating_add(window).min(self.split.parts() - 1);
+                (index + 1..=end).find(|&p| self.part_needs(shard, coord, p..p + 1))
+            }
+        }
     }
 }
 
