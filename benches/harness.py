@@ -19,8 +19,12 @@ Workloads (sizes of --scale full; --scale small shrinks each one so the whole se
       (CPU per GB of the largest size within 1.2x of W1's own size, or the smallest size without it) and
       flat memory (the largest size's peak RSS within 1.25x + 16 MiB of that size's)
 
+--scale medium: only W3 at 640x640x512 (100^3 -> 64^3 in 256^3 shards) and W6 at 1024x1024x512 (256^3
+chunks, 512MiB), issue 43's rechunks at a size that runs in seconds.
+
 For each workload and tool: median wall, CPU (user+sys) and peak RSS over --runs runs (/usr/bin/time
--v), throughput (raw MB / wall), wall relative to the best peer and to the codec floor. The codec floor
+-v), CPU per raw GB and over the codec CPU, throughput (raw MB / wall), wall relative to the best peer
+and to the codec floor. The codec floor
 is the single-thread CPU time (time.process_time) of decoding every source chunk and encoding every
 output inner chunk with numcodecs, divided by the thread count. Tables go to stdout and, with the
 machine and the versions, to WORKDIR/results.md and WORKDIR/results.json.
@@ -29,7 +33,7 @@ Sources are generated deterministically (fixed seeds) under WORKDIR/sources and 
 The exit status is 1 when a tool failed, an output did not read back equal to its source or a peer
 was missing; missed performance targets only change it with --strict (exit 2).
 
-Usage: harness.py [--scale full|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N]
+Usage: harness.py [--scale full|medium|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N]
                   [--workdir target/bench] [--zshard BIN] [--zarrs BIN] [--verify every|first]
                   [--w6-memory-limit SIZE] [--strict] [--regen] [--no-floor] [--timeout S]
                   [--growth FACTORS]
