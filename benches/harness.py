@@ -19,8 +19,12 @@ Workloads (sizes of --scale full; --scale small shrinks each one so the whole se
       (CPU per GB of the largest size within 1.2x of W1's own size, or the smallest size without it) and
       flat memory (the largest size's peak RSS within 1.25x + 16 MiB of that size's)
 
+--scale medium: only W3 at 640x640x512 (100^3 -> 64^3 in 256^3 shards) and W6 at 1024x1024x512 (256^3
+chunks, 512MiB), issue 43's rechunks at a size that runs in seconds.
+
 For each workload and tool: median wall, CPU (user+sys) and peak RSS over --runs runs (/usr/bin/time
--v), throughput (raw MB / wall), wall relative to the best peer and to the codec floor. The codec floor
+-v), CPU per raw GB and over the codec CPU, throughput (raw MB / wall), wall relative to the best peer
+and to the codec floor. The codec floor
 is the single-thread CPU time (time.process_time) of decoding every source chunk and encoding every
 output inner chunk with numcodecs, divided by the thread count. Tables go to stdout and, with the
 machine and the versions, to WORKDIR/results.md and WORKDIR/results.json.
@@ -29,7 +33,7 @@ Sources are generated deterministically (fixed seeds) under WORKDIR/sources and 
 The exit status is 1 when a tool failed, an output did not read back equal to its source or a peer
 was missing; missed performance targets only change it with --strict (exit 2).
 
-Usage: harness.py [--scale full|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N]
+Usage: harness.py [--scale full|medium|small] [--runs 3] [--workloads W1,W2,...|all] [--threads N]
                   [--workdir target/bench] [--zshard BIN] [--zarrs BIN] [--verify every|first]
                   [--w6-memory-limit SIZE] [--strict] [--regen] [--no-floor] [--timeout S]
                   [--growth FACTORS]
@@ -137,6 +141,19 @@ def workloads(scale):
     n1 = 4096 if small else 16384
     s1 = 1024 if small else 4096
     w6_shape = (512, 512, 256) if small else (2048, 2048, 1024)
+    if scale == "medium":
+        # Issue 43's rechunks between the two: W3 at 640x640x512 (100^3 -> 64^3 in 256^3 shards, the
+        # issue's W3-like array) and W6 at an eighth of its volume with its own chunk sizes and limit.
+        full = workloads("full")
+        w3, w6 = full["W3"], full["W6"]
+        return {
+            "W3": Workload("W3", w3.title, kind="v3", shape=(640, 640, 512), dtype="uint16", src_chunks=(100,) * 3,
+                           shard=(256,) * 3, inner=(64,) * 3, codec=Zstd3, peers=w3.peers, targets="peer",
+                           seed=3),
+            "W6": Workload("W6", w6.title, kind="v2", shape=(1024, 1024, 512), dtype="uint8",
+                           src_chunks=(256,) * 3, shard=(1024, 1024, 512), inner=(128,) * 3, codec=Zstd3, peers=[],
+                           targets="memory", index_locations=("end", "start"), memory_limit="512MiB", seed=6),
+        }
     return {
         "W1": Workload("W1", "2-D uint16, Zarr v2 blosc zstd 5 + shuffle -> sharded zstd 3", kind="v2",
                        shape=(n1, n1), dtype="uint16", src_chunks=(256, 256), shard=(s1, s1), inner=(256, 256),
@@ -928,7 +945,8 @@ def fmt(x, spec):
 
 
 def table_rows(w):
-    """Rows of the per-workload table (tool, status, wall, CPU, RSS, MB/s, /best peer, /floor, note)."""
+    """Rows of the per-workload table (tool, status, wall, CPU, CPU per raw GB, CPU over the codec CPU, RSS,
+    MB/s, /best peer, /floor, note)."""
     res = w["tools"]
     ok_peers = [v["wall"] for v in res.values() if v["kind"] == "peer" and v["ok"]]
     best = min(ok_peers) if ok_peers else None
@@ -946,14 +964,20 @@ def table_rows(w):
             note.append(f"{cp['wall'] / wall:.2f}× cp speed")
         if v["problems"]:
             note.append(v["problems"][0][:160])
-        rows.append([name, status, fmt(wall, ".2f"), fmt(v["cpu"], ".2f"), fmt(v["rss_mib"], ".0f"),
+        codec_cpu = w["floor_s"] * w["threads"] if w["floor_s"] else None
+        rows.append([name, status, fmt(wall, ".2f"), fmt(v["cpu"], ".2f"),
+                     fmt(v["cpu"] / (w["raw_bytes"] / 1e9) if v["ok"] else None, ".2f"),
+                     fmt(v["cpu"] / codec_cpu if codec_cpu and v["ok"] else None, ".2f"),
+                     fmt(v["rss_mib"], ".0f"),
                      fmt(w["raw_bytes"] / 1e6 / wall if v["ok"] else None, ".0f"),
                      fmt(wall / best if best and v["ok"] else None, ".2f"),
                      fmt(wall / w["floor_s"] if w["floor_s"] and v["ok"] else None, ".2f"), "; ".join(note)])
     return rows
 
 
-HEAD = ["tool", "status", "wall s", "CPU s", "RSS MiB", "MB/s", "/best peer", "/floor", "notes"]
+# CPU s/GB: CPU seconds per raw GB; CPU/codec: CPU over the codec floor's single-thread CPU (floor x threads).
+HEAD = ["tool", "status", "wall s", "CPU s", "CPU s/GB", "CPU/codec", "RSS MiB", "MB/s", "/best peer", "/floor",
+        "notes"]
 
 
 def print_table(w, runs, threads):
@@ -1011,13 +1035,13 @@ def write_markdown(path, report):
              "Versions: " + "; ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".", "",
              f"Scale {report['scale']}, {report['threads']} threads for every tool, medians of {report['runs']} "
              f"run(s). Wall is the process's (startup included); CPU is user + system; RSS is the peak resident "
-             f"set (`/usr/bin/time -v`). MB/s is raw (decoded) MB over wall. The codec floor is the single-thread "
-             f"CPU time of numcodecs decoding every source chunk and encoding every inner chunk, divided by "
-             f"the thread count.", "",
+             f"set (`/usr/bin/time -v`). MB/s is raw (decoded) MB over wall; CPU s/GB is CPU per raw GB. The "
+             f"codec floor is the single-thread CPU time of numcodecs decoding every source chunk and encoding every inner chunk, divided by "
+             f"the thread count; CPU/codec is a tool's CPU over that single-thread codec CPU.", "",
              "## Summary", "",
-             "| workload | zshard wall | best peer | zshard / best peer | codec floor | zshard / floor | "
-             "zshard RSS | lowest peer RSS | targets |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| workload | zshard wall | zshard CPU s/GB | best peer | zshard / best peer | codec floor | "
+             "zshard / floor | zshard CPU / codec CPU | zshard RSS | lowest peer RSS | targets |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for w in report["workloads"]:
         res = w["tools"]
         z = res.get("zshard") or next(v for v in res.values() if v["kind"] == "zshard")
@@ -1032,7 +1056,10 @@ def write_markdown(path, report):
         vs_best = fmt(z["wall"] / peers[best]["wall"] if best and z["ok"] else None, ".2f")
         floor_text = f"{w['floor_s']:.2f} s" if w["floor_s"] else "—"
         vs_floor = fmt(z["wall"] / w["floor_s"] if w["floor_s"] and z["ok"] else None, ".2f")
-        lines.append(f"| {w['name']} | {zwall} | {best_text} | {vs_best} | {floor_text} | {vs_floor} | "
+        per_gb = fmt(z["cpu"] / (w["raw_bytes"] / 1e9) if z["ok"] else None, ".2f")
+        vs_codec = fmt(z["cpu"] / (w["floor_s"] * w["threads"]) if w["floor_s"] and z["ok"] else None, ".2f")
+        lines.append(f"| {w['name']} | {zwall} | {per_gb} | {best_text} | {vs_best} | {floor_text} | {vs_floor} | "
+                     f"{vs_codec} | "
                      f"{fmt(z['rss_mib'], '.0f')}{' MiB' if z['ok'] else ''} | {low_text} | "
                      f"{f'{met} met, {missed} missed' if w['targets'] else 'none set'} |")
     growth = [w for w in report["workloads"] if w.get("targets_kind") == "growth"]
@@ -1056,7 +1083,8 @@ def write_markdown(path, report):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", choices=["full", "small"], default="full")
+    p.add_argument("--scale", choices=["full", "medium", "small"], default="full",
+                   help="medium: only W3 (640x640x512) and W6 (1024x1024x512, 512MiB), issue 43's rechunks")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--workloads", default=None,
                    help="comma-separated, or `all` (default: W1-W5, plus W6 at --scale full)")

@@ -423,6 +423,23 @@ impl ShardSplit {
         product(&self.chunks_per_shard[..self.dim]) * self.blocks_per_row
     }
 
+    /// Parts in one row: from a part to the one at the same place one step further along the last
+    /// dimension before the cut (all the parts when the first dimension is cut).
+    pub fn parts_per_row(&self) -> u64 {
+        self.blocks_per_row
+    }
+
+    /// The shape of one row of parts (see [`ShardSplit::parts_per_row`]): one inner chunk along
+    /// the dimensions before the cut, the whole shard along the others.
+    pub fn row_shape(&self, geometry: &ShardGeometry) -> Vec<u64> {
+        let inner = geometry.inner_shape();
+        let mut shape = geometry.shard_shape().to_vec();
+        for (d, extent) in shape.iter_mut().enumerate().take(self.dim) {
+            *extent = inner[d];
+        }
+        shape
+    }
+
     /// The C-order indices (within the shard) of part `part`'s inner chunks.
     pub fn inner_range(&self, part: u64) -> std::ops::Range<u64> {
         let (row, lo, hi) = self.row_block(part);

@@ -81,6 +81,10 @@ pub struct Budget {
     pub io_threads: usize,
     /// See [`Options::keep_source_chunks`].
     pub keep_source_chunks: bool,
+    /// See [`Options::keep_across_slab`].
+    pub keep_across_slab: bool,
+    /// See [`Options::keep_within_rows`].
+    pub keep_within_rows: bool,
     /// Part of `estimated_peak` that the source holds for the whole run (see
     /// [`BudgetRequest::resident`]).
     pub resident: u64,
@@ -95,6 +99,8 @@ impl Budget {
             io_threads: self.io_threads,
             part_bytes: self.part_bytes,
             keep_source_chunks: self.keep_source_chunks,
+            keep_across_slab: self.keep_across_slab,
+            keep_within_rows: self.keep_within_rows,
             cancel: crate::Cancel::new(),
         }
     }
@@ -107,7 +113,22 @@ impl Budget {
     /// Whether a source chunk under several parts of a shard of `array` is read once (kept between
     /// them) rather than once per part.
     pub fn keeps_source_chunks(&self, array: &ArrayLayout) -> bool {
-        self.keep_source_chunks && array.can_keep_source_chunks()
+        // Kept within rows of parts, a chunk is read again for a part more than a row later.
+        self.keep_source_chunks && !self.keep_within_rows && array.can_keep_source_chunks()
+    }
+
+    /// What this budget keeps (see [`Keep`]).
+    fn keep(&self) -> Keep {
+        match (
+            self.keep_source_chunks,
+            self.keep_across_slab,
+            self.keep_within_rows,
+        ) {
+            (false, _, _) => Keep::Nothing,
+            (true, _, true) => Keep::Rows,
+            (true, false, false) => Keep::ForNext,
+            (true, true, false) => Keep::AcrossSlab,
+        }
     }
 
     /// Estimated peak of converting `array` alone within this budget, upload buffers included.
@@ -117,7 +138,7 @@ impl Budget {
             self.threads,
             self.part_bytes,
             self.io_threads,
-            self.keep_source_chunks,
+            self.keep(),
         );
         estimate
             .peak()
@@ -144,7 +165,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
         let estimate = estimate(arrays, threads, part_bytes, io_threads, keep);
         (estimate.peak().saturating_add(outside), estimate.capacity)
     };
-    let budget_of = |threads, part_bytes, keep| {
+    let budget_of = |threads, part_bytes, keep: Keep| {
         let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep);
         Budget {
             threads,
@@ -154,19 +175,25 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             limit,
             upload_buffers,
             io_threads,
-            keep_source_chunks: keep,
+            keep_source_chunks: keep != Keep::Nothing,
+            keep_across_slab: keep == Keep::AcrossSlab,
+            keep_within_rows: keep == Keep::Rows,
             resident,
         }
     };
     let Some(limit) = limit else {
-        return Ok(budget_of(wanted.max(1), DEFAULT_PART_BYTES, true));
+        return Ok(budget_of(
+            wanted.max(1),
+            DEFAULT_PART_BYTES,
+            Keep::AcrossSlab,
+        ));
     };
     let part_sizes: Vec<u64> =
         std::iter::successors(Some(DEFAULT_PART_BYTES), |p| (*p > 1).then_some(p / 2)).collect();
     for threads in (1..=wanted.max(1)).rev() {
         // Keeping costs about a slab of source chunks per open shard; a source chunk read once
         // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
-        for keep in [true, false] {
+        for keep in [Keep::AcrossSlab, Keep::ForNext, Keep::Rows, Keep::Nothing] {
             let Some(mut part_bytes) = part_sizes
                 .iter()
                 .copied()
@@ -177,11 +204,12 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             // Smaller parts hold less memory at the same speed as long as no source chunk has to be
             // read for two parts (W1, 2 threads: 413 MiB with whole 32 MiB shards, 105 MiB with 4 MiB
             // parts, the same CPU time), so shrink them down to SMALL_PART_BYTES while that holds:
-            // always when straddling source chunks are kept, else while none straddles two parts.
+            // always when straddling source chunks are kept until their last part, else while none
+            // straddles two parts (kept within rows, a part's rows change with its size).
             while part_bytes / 2 >= SMALL_PART_BYTES
                 && peak_of(threads, part_bytes / 2, keep).0 <= limit
                 && arrays.iter().all(|a| {
-                    (keep && a.can_keep_source_chunks())
+                    (matches!(keep, Keep::AcrossSlab | Keep::ForNext) && a.can_keep_source_chunks())
                         || reads_each_source_chunk_once(a, part_bytes / 2)
                 })
             {
@@ -203,13 +231,14 @@ fn refusal(
     limit: u64,
 ) -> Error {
     let outside = upload_buffers.saturating_add(resident);
-    let smallest = |a: &ArrayLayout| estimate(std::slice::from_ref(a), 1, 1, io_threads, false);
+    let smallest =
+        |a: &ArrayLayout| estimate(std::slice::from_ref(a), 1, 1, io_threads, Keep::Nothing);
     let worst = arrays
         .iter()
         .enumerate()
         .map(|(i, a)| (i, smallest(a)))
         .max_by_key(|(_, e)| e.peak());
-    let needed = estimate(arrays, 1, 1, io_threads, false)
+    let needed = estimate(arrays, 1, 1, io_threads, Keep::Nothing)
         .peak()
         .saturating_add(outside);
     let (array, cause) = match worst {
@@ -347,14 +376,29 @@ impl Estimate {
     }
 }
 
+/// What a run keeps of the decoded source chunks that several parts or shards need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Nothing: such chunks are read for each part and each shard.
+    Nothing,
+    /// Those that later parts of the shard or the next shard need ([`Options::keep_source_chunks`]).
+    ForNext,
+    /// Also those that shards up to one slab of the shard grid later need
+    /// ([`Options::keep_across_slab`]).
+    AcrossSlab,
+    /// Those that the next shard needs, and between the parts of a shard only those that a part
+    /// within one row ahead needs ([`Options::keep_within_rows`]).
+    Rows,
+}
+
 /// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
-/// between parts with `keep`), and the channel capacity.
+/// between parts and shards as `keep` says), and the channel capacity.
 fn estimate(
     arrays: &[ArrayLayout],
     threads: usize,
     part_bytes: u64,
     io_threads: usize,
-    keep: bool,
+    keep: Keep,
 ) -> Estimate {
     let largest = |bytes: fn(&ArrayLayout, u64) -> (u64, u64)| {
         arrays
@@ -381,17 +425,27 @@ fn estimate(
     }) as u64;
     // The parts in flight are consecutive, so they span this many shards, each with its kept chunks
     // and, when it comes in several parts, its index entries.
-    let open_shards = |a: &ArrayLayout| in_flight.div_ceil(a.split(part_bytes).parts()) + 1;
+    let open_shards = |a: &ArrayLayout| {
+        (in_flight.div_ceil(a.split(part_bytes).parts()) + 1)
+            .min(product(&a.geometry.shard_grid()).max(1))
+    };
     // The assembler starts a shard once the shard before it (of its array) is complete, so two faces of
     // source chunks at most are held for handing over: the one the open shard was handed, and the
     // one it gathers for the next.
     let kept = arrays
         .iter()
-        .filter(|_| keep)
+        .filter(|_| keep != Keep::Nothing)
         .map(|a| {
-            kept_bytes(a, part_bytes)
-                .saturating_mul(open_shards(a))
-                .saturating_add(handed_bytes(a).saturating_mul(2))
+            let handed = match keep {
+                Keep::AcrossSlab => kept_across_slab_bytes(a),
+                _ => handed_bytes(a),
+            };
+            let kept = match keep {
+                Keep::Rows => kept_in_rows_bytes(a, part_bytes),
+                _ => kept_bytes(a, part_bytes),
+            };
+            kept.saturating_mul(open_shards(a))
+                .saturating_add(handed.saturating_mul(2))
         })
         .max()
         .unwrap_or(0);
@@ -538,6 +592,47 @@ fn handed_bytes(array: &ArrayLayout) -> u64 {
         })
         .max()
         .unwrap_or(0)
+        .saturating_mul(array.element_size() as u64)
+}
+
+/// Bytes of the decoded source chunks one shard keeps between its parts when it keeps them only
+/// for a part within one row ahead (see [`Options::keep_within_rows`]). Each one kept after part
+/// `p` meets a part `x <= p` and a part `y > p` at most a row after `x`: if `x` lies in the row
+/// before `p`'s, `y` lies in `p`'s row. So every kept chunk meets `p`'s row: one row's footprint.
+fn kept_in_rows_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    let split = array.split(part_bytes);
+    if split.parts() < 2 || !array.can_keep_source_chunks() {
+        return 0;
+    }
+    let row = split.row_shape(&array.geometry);
+    array_footprint(array, &row)
+        .0
+        .saturating_mul(array.element_size() as u64)
+}
+
+/// Decoded bytes of the source chunks that shards of `array` keep for the shards up to one slab of
+/// the shard grid after them (see [`Options::keep_across_slab`]): along each dimension that source
+/// chunks straddle, one face of source chunks across the rest of the array, as deep as a shard in
+/// the dimensions before it (in C order, the shards not yet converted beyond that face are those of
+/// the current slab, row, ...).
+fn kept_across_slab_bytes(array: &ArrayLayout) -> u64 {
+    if !array.can_hand_over_source_chunks() || array.slab_window() < 2 {
+        return handed_bytes(array);
+    }
+    let (shard, whole) = (array.geometry.shard_shape(), array.geometry.array_shape());
+    (0..shard.len())
+        .filter(|&d| array.source_chunks_straddle_shards(d))
+        .map(|d| {
+            let face: Vec<u64> = (0..shard.len())
+                .map(|k| match k.cmp(&d) {
+                    std::cmp::Ordering::Less => shard[k].min(whole[k]),
+                    std::cmp::Ordering::Equal => 1,
+                    std::cmp::Ordering::Greater => whole[k],
+                })
+                .collect();
+            array_footprint(array, &face).0
+        })
+        .fold(0u64, u64::saturating_add)
         .saturating_mul(array.element_size() as u64)
 }
 

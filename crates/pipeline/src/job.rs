@@ -154,6 +154,23 @@ impl ArrayLayout {
         self.can_keep_source_chunks()
             && (0..self.geometry.shard_shape().len()).any(|d| self.source_chunks_straddle_shards(d))
     }
+
+    /// Shards in C order from a shard to its neighbour across the first dimension (one slab of the
+    /// shard grid), and one more: the window within which shards hand over the source chunks they
+    /// share with [`Options::keep_across_slab`]. Capped at [`MAX_SLAB_WINDOW`]: each part checks
+    /// its source chunks against every shard of the window; beyond the cap only the next shard
+    /// takes them.
+    pub(crate) fn slab_window(&self) -> usize {
+        let grid = self.geometry.shard_grid();
+        let slab = grid
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &n| a.saturating_mul(n.max(1)));
+        usize::try_from(slab.saturating_add(1))
+            .ok()
+            .filter(|&w| w <= MAX_SLAB_WINDOW)
+            .unwrap_or(1)
+    }
 }
 
 /// One unit of work: a shard of one of the jobs.
@@ -216,12 +233,31 @@ pub struct Options {
     /// shard (see `ShardSplit::slab_shape`) and one face of them between shards; without it, such
     /// chunks are read for each part and each shard.
     pub keep_source_chunks: bool,
+    /// With [`Options::keep_source_chunks`]: whether a shard keeps the decoded source chunks it shares
+    /// with any shard of its array up to one slab of the shard grid later in the run's order (the
+    /// shards after it in C order up to its neighbour across the first dimension), not only with the
+    /// next one, so that in a run in C order every source chunk is read and decoded once (issue 43:
+    /// a rechunk of 100³ chunks into 256³ shards decoded 468 chunks of 294 with the next shard
+    /// alone). It costs the memory of one face of source chunks across the whole array (see
+    /// `budget.rs`); the budget turns it off when that does not fit.
+    pub keep_across_slab: bool,
+    /// With [`Options::keep_source_chunks`]: whether a shard keeps a decoded source chunk between its
+    /// parts only while a part within one row of parts ahead needs it (see
+    /// `ShardSplit::parts_per_row`), rather than until the last part that needs it. It holds about
+    /// two rows of parts' source chunks instead of a slab of them, and reads a chunk again for a
+    /// part more than a row after the one before that needed it: where a slab does not fit the
+    /// limit (W6, one 4 GiB shard in 512 MiB: each source chunk is decoded twice instead of four
+    /// times without keeping).
+    pub keep_within_rows: bool,
     /// Stops the run from outside (see [`Cancel`]); a new handle by default.
     pub cancel: Cancel,
 }
 
 /// Fetch and write threads unless configured otherwise (local disks need few).
 pub const DEFAULT_IO_THREADS: usize = 2;
+
+/// The widest window of shards that hand source chunks over (see [`ArrayLayout::slab_window`]).
+pub(crate) const MAX_SLAB_WINDOW: usize = 64;
 
 /// Default of [`Options::part_bytes`]: the automatic shard size, so such shards are one message.
 pub(crate) const DEFAULT_PART_BYTES: u64 = 64 << 20;
@@ -238,6 +274,8 @@ impl Options {
             io_threads: DEFAULT_IO_THREADS,
             part_bytes: DEFAULT_PART_BYTES,
             keep_source_chunks: true,
+            keep_across_slab: true,
+            keep_within_rows: false,
             cancel: Cancel::new(),
         }
     }

@@ -250,7 +250,8 @@ fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
     group.assert_succeeded(&run, "convert");
     let (converted, _) = common::read_v3(&out);
     assert!(converted == data, "the output differs from the source");
-    // What cannot fit is refused up front, naming the array and what needs the memory.
+    // What cannot fit is refused up front, naming the array and what needs the memory (its one
+    // shard is the only one open at a time).
     let refused = group.run(&[
         "convert",
         s(&src),
@@ -267,7 +268,7 @@ fn a_run_of_one_element_chunks_stays_within_the_limit_under_a_cgroup() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!("array {}: the conversion needs about", s(&src)))
-            && stderr.contains("more than the memory limit of 128.00 MiB: the shard index takes 320.00 MiB (4194304 inner chunks per shard at 40 B each, 2 shards open at a time): use a smaller --shard-shape or a larger --chunk-shape; or use a --memory-limit of at least"),
+            && stderr.contains("more than the memory limit of 128.00 MiB: the shard index takes 160.00 MiB (4194304 inner chunks per shard at 40 B each, 1 shards open at a time): use a smaller --shard-shape or a larger --chunk-shape; or use a --memory-limit of at least"),
         "{stderr}"
     );
 }

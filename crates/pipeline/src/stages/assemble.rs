@@ -54,23 +54,35 @@ pub(super) fn stage(
 /// Decoded source chunks a shard keeps for its later parts, with the last part that needs each.
 type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
 
+/// Decoded source chunks that complete shards keep for shards after them, by grid position.
+type CachedChunks = HashMap<Vec<u64>, Option<Vec<u8>>>;
+
 /// The shards whose parts share source chunks and are being assembled, by (array, shard). Parts that
 /// arrive early wait; like the writer's, they are within the window of messages in flight, and the
-/// part they wait for holds a permit. So do the parts of a shard that waits for the shard before it
-/// to hand over the source chunks they share: that shard's parts were taken before its own.
+/// part they wait for holds a permit. So do the parts of a shard that waits for the shards before it
+/// (of its array, that hand source chunks over) to be complete: those shards' parts were taken
+/// before its own.
 #[derive(Default)]
 struct Assembler {
     open: HashMap<ShardKey, OpenAssembly>,
-    /// Source chunks a completed shard handed to the next shard of its array, by that shard, until
-    /// its first part is assembled.
-    handed: HashMap<ShardKey, KeptChunks>,
+    /// Per array, how many of its shards that hand source chunks over are complete: the next one of
+    /// them (see `ShardPart::chain`) may start.
+    complete: HashMap<usize, u64>,
+    /// Per array, the decoded source chunks that complete shards kept for the shards after them
+    /// within the array's window, until the last of those that needs each is complete.
+    kept: HashMap<usize, CachedChunks>,
+    /// The open shards that wait for the shards before them, by array and place in the chain.
+    waiting: HashMap<(usize, u64), ShardKey>,
 }
 
 #[derive(Default)]
 struct OpenAssembly {
     parts: InOrder<Decoded>,
     kept: KeptChunks,
-    /// Whether the chunks the shard before it hands over have arrived (or it needs none).
+    /// Its place in its array's chain (see `ShardPart::chain`).
+    chain: Option<u64>,
+    /// Whether the shards before it are complete (or it waits for none), so that what they kept for
+    /// it is in `Assembler::kept`.
     started: bool,
 }
 
@@ -81,16 +93,24 @@ impl Assembler {
         if !array.keep && !array.handoff {
             return vec![assemble(array, decoded, None).0];
         }
+        let index = decoded.part.task.array;
         let key = decoded.part.shard_key();
-        let started = decoded.part.prev.is_none();
-        let open = self
-            .open
+        let chain = decoded.part.chain;
+        let waiting = &mut self.waiting;
+        self.open
             .entry(key.clone())
-            .or_insert_with(|| OpenAssembly {
-                started,
-                ..OpenAssembly::default()
-            });
-        open.parts.insert(decoded.part.index, decoded);
+            .or_insert_with(|| {
+                if let Some(seq) = chain {
+                    waiting.insert((index, seq), key.clone());
+                }
+                OpenAssembly {
+                    chain,
+                    started: chain.is_none(),
+                    ..OpenAssembly::default()
+                }
+            })
+            .parts
+            .insert(decoded.part.index, decoded);
         let mut ready = Vec::new();
         let mut next_key = Some(key);
         while let Some(key) = next_key.take() {
@@ -98,23 +118,40 @@ impl Assembler {
                 break;
             };
             if !open.started {
-                let Some(handed) = self.handed.remove(&key) else {
+                let complete = self.complete.get(&index).copied().unwrap_or(0);
+                if open.chain != Some(complete) {
                     break;
-                };
-                open.kept = handed;
+                }
+                self.waiting.remove(&(index, complete));
+                // What the shards before it kept for it.
+                let cached = self.kept.entry(index).or_default();
+                let wanted: Vec<(Vec<u64>, u64)> = cached
+                    .keys()
+                    .filter_map(|coord| {
+                        let (_, last) = array.parts_needing(&key.1, coord)?;
+                        Some((coord.clone(), last))
+                    })
+                    .collect();
+                for (coord, last) in wanted {
+                    if let Some(data) = cached.remove(&coord) {
+                        open.kept.insert(coord, (last, data));
+                    }
+                }
                 open.started = true;
             }
+            let cached = self.kept.entry(index).or_default();
             let mut done = false;
+            let chain = open.chain;
             while let Some(decoded) = open.parts.pop_next() {
                 let last = decoded.part.is_last();
-                let next = decoded.part.next.clone();
                 let (assembled, handed) = assemble(array, decoded, Some(&mut open.kept));
                 ready.push(assembled);
                 if last {
-                    if let Some(next) = next {
-                        let next = (key.0, next);
-                        self.handed.insert(next.clone(), handed.unwrap_or_default());
-                        next_key = Some(next);
+                    cached.extend(handed.unwrap_or_default());
+                    if let Some(seq) = chain {
+                        self.complete.insert(index, seq + 1);
+                        // The next shard of the chain may have parts waiting.
+                        next_key = self.waiting.get(&(index, seq + 1)).cloned();
                     }
                     done = true;
                     break;
@@ -130,16 +167,15 @@ impl Assembler {
 
 /// Cuts the shard's inner chunks out of the decoded source chunks. Values cross source chunk
 /// boundaries freely; what no source chunk covers keeps the fill value. Source chunks come from the
-/// message or, read for an earlier part of the shard (or handed over by the shard before), from
-/// `kept`; those of the message that a later part needs too go to `kept`, and those no later part
-/// needs leave it. After the last part of a shard followed by another of its array, the source chunks
-/// (of the message and `kept`) that the next shard needs are returned for it, with the last of its
-/// parts that needs each.
+/// message or, read for an earlier part of the shard (or kept by a shard before it), from `kept`;
+/// those of the message that a later part needs too go to `kept`, and those no later part needs
+/// leave it. After the last part of a shard, the source chunks (of the message and `kept`) that a
+/// shard after it within the window (`ShardPart::later`) needs are returned, to be kept for it.
 fn assemble(
     array: &RunArray<'_>,
     decoded: Decoded,
     kept: Option<&mut KeptChunks>,
-) -> (Assembled, Option<KeptChunks>) {
+) -> (Assembled, Option<CachedChunks>) {
     let job = array.job;
     let range = array.split.inner_range(decoded.part.index);
     if job.layout.passthrough {
@@ -208,36 +244,34 @@ fn assemble(
     let mut handed = None;
     if let Some(kept) = kept {
         let (shard, index) = (&decoded.part.task.shard, decoded.part.index);
-        match decoded
-            .part
-            .next
-            .as_ref()
-            .filter(|_| decoded.part.is_last())
-        {
-            Some(next) => {
-                let chunks = by_coord
-                    .into_iter()
-                    .chain(kept.drain().map(|(coord, (_, data))| (coord, data)));
-                let mut to_next = KeptChunks::new();
-                for (coord, data) in chunks {
-                    if let Some((_, last)) = array.parts_needing(next, &coord) {
-                        to_next.insert(coord, (last, data));
-                    }
+        let later = &decoded.part.later;
+        let later_needs = |coord: &[u64]| {
+            later
+                .iter()
+                .any(|shard| array.parts_needing(shard, coord).is_some())
+        };
+        if decoded.part.is_last() {
+            let chunks = by_coord
+                .into_iter()
+                .chain(kept.drain().map(|(coord, (_, data))| (coord, data)));
+            handed = Some(
+                chunks
+                    .filter(|(coord, _)| !later.is_empty() && later_needs(coord))
+                    .collect(),
+            );
+        } else {
+            // What a later shard needs stays until this one is complete, whichever of its parts
+            // needed it last.
+            for (coord, (last, _)) in kept.iter_mut() {
+                if *last <= index {
+                    *last = array.kept_until(shard, coord, index).unwrap_or(*last);
                 }
-                handed = Some(to_next);
             }
-            None => {
-                // What the next shard needs stays until this one is complete, whichever of its
-                // parts needed it last.
-                let next = decoded.part.next.as_ref();
-                let next_needs =
-                    |coord: &[u64]| next.is_some_and(|n| array.parts_needing(n, coord).is_some());
-                kept.retain(|coord, (last, _)| *last > index || next_needs(coord));
-                for (coord, data) in by_coord {
-                    let last = array.parts_needing(shard, &coord).map(|(_, last)| last);
-                    if last.is_some_and(|last| last > index) || next_needs(&coord) {
-                        kept.insert(coord, (last.unwrap_or(index), data));
-                    }
+            kept.retain(|coord, (last, _)| *last > index || later_needs(coord));
+            for (coord, data) in by_coord {
+                let last = array.kept_until(shard, &coord, index);
+                if last.is_some() || later_needs(&coord) {
+                    kept.insert(coord, (last.unwrap_or(index), data));
                 }
             }
         }

@@ -84,8 +84,8 @@ fn take_batch<I: Iterator<Item = ShardPart>>(
 }
 
 /// The source chunks `part` reads: those of its region; when the shard keeps source chunks, only
-/// those no earlier part of it needed; when it follows a shard that hands chunks over, only those
-/// that shard did not need.
+/// those no earlier part of it needed; when it follows shards that hand chunks over, only those
+/// none of them needed.
 fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
     let job = array.job;
     if !part.task.reuse.is_empty() {
@@ -96,18 +96,18 @@ fn chunks_of(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
         .region(&job.layout.geometry, &part.task.shard, part.index)
         .intersect(&job.layout.geometry.array_region());
     let mut coords = region.map_or_else(Vec::new, |r| job.layout.source_chunks_overlapping(&r));
-    if let Some(prev) = &part.prev {
-        // Source chunks that the shard before this one needed too come from the assembler, handed
-        // over by that shard.
-        coords.retain(|coord| array.parts_needing(prev, coord).is_none());
+    if !part.earlier.is_empty() {
+        // Source chunks that a shard before this one within the window needed too come from the
+        // assembler, kept by that shard.
+        coords.retain(|coord| {
+            part.earlier
+                .iter()
+                .all(|earlier| array.parts_needing(earlier, coord).is_none())
+        });
     }
     if array.keep {
         // Source chunks that an earlier part of the shard needed too come from the assembler's keep.
-        coords.retain(|coord| {
-            array
-                .parts_needing(&part.task.shard, coord)
-                .is_none_or(|(first, _)| first == part.index)
-        });
+        coords.retain(|coord| array.part_reads(&part.task.shard, coord, part.index));
     }
     coords
 }

@@ -4,6 +4,8 @@
 //!
 //! [`ShardSplit`]: zshard_core::ShardSplit
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use zshard_core::StringTable;
 
@@ -23,13 +25,18 @@ pub(super) struct ShardPart {
     pub(super) task: ShardTask,
     pub(super) index: u64,
     pub(super) count: u64,
-    /// The shard of the same array just before this one in the run's order, when the array hands
-    /// source chunks from shard to shard (see `RunArray::handoff`): the source chunks that shard
-    /// needs too are not read again but handed over by the assembler.
-    pub(super) prev: Option<Vec<u64>>,
-    /// The shard of the same array just after this one, likewise: the one this shard hands the
-    /// source chunks they share to.
-    pub(super) next: Option<Vec<u64>>,
+    /// The shards of the same array before this one in the run's order, at most the array's
+    /// window of shards back (see `RunArray::window`), when the array hands source chunks from
+    /// shard to shard (see `RunArray::handoff`), in the run's order: the source chunks that any of
+    /// them needs too are not read again but kept for it by the assembler.
+    pub(super) earlier: Arc<[Vec<u64>]>,
+    /// The shards of the same array after this one within the window, likewise, in the run's order:
+    /// the decoded source chunks any of them needs are kept for them when this shard is complete.
+    pub(super) later: Arc<[Vec<u64>]>,
+    /// When the array hands source chunks over, the shard's place among those of its array that do
+    /// (all but those that copy inner chunks), counted from 0 in the run's order: the assembler
+    /// takes these shards one after another, so that a shard finds what the shards before it kept.
+    pub(super) chain: Option<u64>,
     /// This message's place in the window of messages in flight (see `window.rs`).
     pub(super) permit: Option<Permit>,
 }

@@ -17,6 +17,7 @@ mod message;
 mod pyramid;
 mod write;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -130,37 +131,67 @@ pub fn run_observed(
     context.finish()
 }
 
-/// The parts of the shards of `tasks`, in order, each naming the shards of its array just before and
-/// after its own when the array hands source chunks from shard to shard.
+/// The parts of the shards of `tasks`, in order, each naming the shards of its array within its
+/// window before and after its own when the array hands source chunks from shard to shard.
 fn parts_of<'c>(
     ctx: &'c RunContext<'_>,
     tasks: impl Iterator<Item = ShardTask> + 'c,
 ) -> impl Iterator<Item = ShardPart> + 'c {
-    let mut tasks = tasks.peekable();
-    let mut prev: Option<ShardTask> = None;
+    let window = ctx.arrays.iter().map(|a| a.window).max().unwrap_or(0);
+    let mut tasks = tasks.fuse();
+    // The tasks after the current one (up to the widest window) and the ones before it, with their
+    // positions in the run's order.
+    let mut ahead: VecDeque<(u64, ShardTask)> = VecDeque::new();
+    let mut behind: VecDeque<(u64, ShardTask)> = VecDeque::new();
+    let mut position = 0u64;
+    let mut chains = vec![0u64; ctx.arrays.len()];
     std::iter::from_fn(move || {
-        let task = tasks.next()?;
-        let handoff = ctx.array(task.array).handoff;
+        while ahead.len() <= window {
+            let Some(task) = tasks.next() else { break };
+            ahead.push_back((position, task));
+            position += 1;
+        }
+        let (at, task) = ahead.pop_front()?;
+        let array = ctx.array(task.array);
         // A shard that copies inner chunks reads only the source chunks of the others: it neither
         // hands source chunks over nor takes them.
-        let neighbour = |other: Option<&ShardTask>| {
-            other
-                .filter(|other| handoff && other.array == task.array)
-                .filter(|other| other.reuse.is_empty() && task.reuse.is_empty())
-                .map(|other| other.shard.clone())
+        let linked = |(other_at, other): &(u64, ShardTask)| {
+            array.handoff
+                && other.array == task.array
+                && other.reuse.is_empty()
+                && task.reuse.is_empty()
+                && other_at.abs_diff(at) <= array.window as u64
         };
-        let (before, after) = (neighbour(prev.as_ref()), neighbour(tasks.peek()));
-        prev = Some(task.clone());
-        Some((task, before, after))
+        let earlier: Arc<[Vec<u64>]> = behind
+            .iter()
+            .filter(|t| linked(t))
+            .map(|(_, t)| t.shard.clone())
+            .collect();
+        let later: Arc<[Vec<u64>]> = ahead
+            .iter()
+            .filter(|t| linked(t))
+            .map(|(_, t)| t.shard.clone())
+            .collect();
+        let chain = (array.handoff && task.reuse.is_empty()).then(|| {
+            let seq = &mut chains[task.array];
+            *seq += 1;
+            *seq - 1
+        });
+        behind.push_back((at, task.clone()));
+        if behind.len() > window {
+            behind.pop_front();
+        }
+        Some((task, earlier, later, chain))
     })
-    .flat_map(|(task, prev, next)| {
+    .flat_map(|(task, earlier, later, chain)| {
         let count = ctx.array(task.array).split.parts();
         (0..count).map(move |index| ShardPart {
             task: task.clone(),
             index,
             count,
-            prev: prev.clone(),
-            next: next.clone(),
+            earlier: Arc::clone(&earlier),
+            later: Arc::clone(&later),
+            chain,
             permit: None,
         })
     })
@@ -316,11 +347,19 @@ struct RunArray<'a> {
     /// Whether the parts of a shard share source chunks through the assembler: a source chunk that
     /// straddles two parts is then read and decoded once, not once per part.
     keep: bool,
+    /// With `keep`: how many parts ahead a part must need a source chunk for it to be kept
+    /// ([`Options::keep_within_rows`]: one row of parts); `None`: kept until the last part that needs
+    /// it.
+    keep_window: Option<u64>,
     /// Whether consecutive shards of the array in the run's order share source chunks through the
     /// assembler: a source chunk that straddles the boundary between a shard and the next one is
     /// then read and decoded once, not once per shard (issue 43: a rechunk to shards that source
     /// chunks straddle decoded up to twice as many chunks as the source holds).
     handoff: bool,
+    /// With `handoff`: how many shards later in the run's order (of any array) a shard of this
+    /// array may hand source chunks to, and how many earlier it may take them from (see
+    /// [`Options::keep_across_slab`]): one slab of the shard grid and one more, or 1.
+    window: usize,
     /// Raw bytes of one inner chunk, for progress by bytes.
     inner_chunk_bytes: u64,
     /// The most bytes a stored source chunk can take (the source chain's bound for a chunk of
@@ -337,8 +376,14 @@ impl<'a> RunArray<'a> {
         let split = job.layout.split(options.part_bytes);
         let keep =
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
+        let keep_window = options.keep_within_rows.then(|| split.parts_per_row());
         // The budget counts what a shard hands to the next with what it keeps (see `budget.rs`).
         let handoff = options.keep_source_chunks && job.layout.can_hand_over_source_chunks();
+        let window = match handoff {
+            false => 0,
+            true if options.keep_across_slab => job.layout.slab_window(),
+            true => 1,
+        };
         let inner_chunk_bytes = zshard_core::product(job.layout.geometry.inner_shape())
             * job.layout.element_size() as u64;
         // A chain whose bound cannot be computed cannot decode either; its reads go unbounded and
@@ -356,7 +401,9 @@ impl<'a> RunArray<'a> {
             job,
             split,
             keep,
+            keep_window,
             handoff,
+            window,
             inner_chunk_bytes,
             max_chunk_len,
             max_inner_len,
@@ -368,6 +415,45 @@ impl<'a> RunArray<'a> {
         let geometry = &self.job.layout.geometry;
         let chunk = self.job.layout.source_chunk_region(coord);
         self.split.parts_meeting(geometry, shard, &chunk)
+    }
+
+    /// Whether a part of `shard` among `parts` needs source chunk `coord`.
+    fn part_needs(&self, shard: &[u64], coord: &[u64], parts: std::ops::Range<u64>) -> bool {
+        let geometry = &self.job.layout.geometry;
+        let chunk = self.job.layout.source_chunk_region(coord);
+        parts.into_iter().any(|p| {
+            self.split
+                .region(geometry, shard, p)
+                .intersect(&chunk)
+                .is_some()
+        })
+    }
+
+    /// Whether part `index` of `shard` reads source chunk `coord` when the shard keeps source chunks
+    /// between its parts: the first part that needs it does, and with a window, a part that needs it
+    /// when none within the window before it did.
+    fn part_reads(&self, shard: &[u64], coord: &[u64], index: u64) -> bool {
+        match self.keep_window {
+            None => self
+                .parts_needing(shard, coord)
+                .is_none_or(|(first, _)| first == index),
+            Some(window) => !self.part_needs(shard, coord, index.saturating_sub(window)..index),
+        }
+    }
+
+    /// The part of `shard` after part `index` until which source chunk `coord` is kept between the
+    /// shard's parts (the last that needs it, or with a window the next within it), if any.
+    fn kept_until(&self, shard: &[u64], coord: &[u64], index: u64) -> Option<u64> {
+        match self.keep_window {
+            None => self
+                .parts_needing(shard, coord)
+                .map(|(_, last)| last)
+                .filter(|&last| last > index),
+            Some(window) => {
+                let end = index.saturating_add(window).min(self.split.parts() - 1);
+                (index + 1..=end).find(|&p| self.part_needs(shard, coord, p..p + 1))
+            }
+        }
     }
 }
 

@@ -180,8 +180,9 @@ impl Pyramid {
                     index,
                     count: parts,
                     // Made from the level above, not from source chunks: nothing to hand over.
-                    prev: None,
-                    next: None,
+                    earlier: Vec::new().into(),
+                    later: Vec::new().into(),
+                    chain: None,
                     permit: None,
                 },
                 first_inner: range.start,
