@@ -5,10 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use zshard_codecs::build_chain;
-use zshard_core::{
-    auto_shard_shape_around, ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, Setting,
-    ShardGeometry,
-};
+use zshard_core::{ArrayMeta, ChunkRepr, IndexLocation, Node, NodeKind, Setting, ShardGeometry};
 use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_store::Store;
 use zshard_writer::{ShardWriter, ShardedArrayMetadata};
@@ -16,7 +13,9 @@ use zshard_writer::{ShardWriter, ShardedArrayMetadata};
 use crate::compressor::Compressor;
 use crate::error::{one_line, Error, Result};
 use crate::plan::input::{Input, OnUnsupported, SkippedArray};
-use crate::plan::shape::{check_names_known, ShapeSpec};
+use crate::plan::shape::{
+    check_names_known, given_extents, inner_shape_of, shard_shape_of, ShapeSpec,
+};
 
 /// Options that shape the output of an array.
 #[derive(Debug, Clone, PartialEq)]
@@ -454,101 +453,6 @@ pub(crate) fn first_level_inner(layouts: &Layouts, meta: &ArrayMeta) -> Result<V
     inner_shape_of(layout.chunk_shape.as_ref(), meta)
 }
 
-/// The inner chunk shape of an already sharded source, which is the natural default for the output.
-fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
-    meta.sharding()?.ok().map(|config| config.chunk_shape)
-}
-
-/// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
-fn by_name_hint(what: Setting, meta: &ArrayMeta) -> String {
-    let named = crate::plan::shape::dimension_names(meta)
-        .and_then(|names| names.iter().flatten().next())
-        .zip(meta.chunk_shape.first());
-    named.map_or_else(String::new, |(name, extent)| {
-        // In the syntax of the front end in use: a flag's `time=48`, a Python dict, a TOML table.
-        let example = match zshard_core::setting::spelling() {
-            zshard_core::setting::Spelling::Keyword => format!("{{{name:?}: {extent}}}"),
-            zshard_core::setting::Spelling::Flag => format!("{name}={extent}"),
-            _ => format!("{{ {name} = {extent} }}"),
-        };
-        format!(
-            "; arrays of different ranks take extents by dimension name, e.g. {}",
-            what.given(example)
-        )
-    })
-}
-
-/// Checks a shape given for an array (`what` names the setting): one positive extent per dimension.
-/// Every front end (flags, job files, the library) goes through here, before any geometry divides by
-/// an extent.
-fn check_shape(what: Setting, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
-    if shape.len() != meta.shape.len() {
-        return Err(Error::Layout {
-            reason: format!(
-                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?}){}",
-                shape.len(),
-                meta.shape.len(),
-                meta.shape,
-                by_name_hint(what, meta)
-            ),
-        });
-    }
-    if let Some(d) = shape.iter().position(|&n| n == 0) {
-        return Err(Error::Layout {
-            reason: format!(
-                "{what} {shape:?} has a zero extent (dimension {d}): every extent must be at least 1"
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The extent `spec` (of the setting `what`) gives each dimension of `meta`, `None` where the default
-/// rule applies; extents by position must give every dimension.
-fn given_extents(
-    what: Setting,
-    spec: Option<&ShapeSpec>,
-    meta: &ArrayMeta,
-) -> Result<Vec<Option<u64>>> {
-    match spec {
-        None => Ok(vec![None; meta.shape.len()]),
-        Some(spec) => {
-            if let ShapeSpec::Positional(shape) = spec {
-                check_shape(what, shape, meta)?;
-            }
-            Ok(spec.extents(meta))
-        }
-    }
-}
-
-/// The inner chunk shape: the extents given, else the source's chunk (or inner chunk) extent.
-fn inner_shape_of(spec: Option<&ShapeSpec>, meta: &ArrayMeta) -> Result<Vec<u64>> {
-    let source = source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone());
-    let given = given_extents(Setting::ChunkShape, spec, meta)?;
-    let shape: Vec<u64> = given
-        .iter()
-        .zip(&source)
-        .map(|(given, &source)| given.unwrap_or(source))
-        .collect();
-    check_shape(Setting::ChunkShape, &shape, meta)?;
-    Ok(shape)
-}
-
-/// The shard shape: the extents given, the others chosen around them (see
-/// [`auto_shard_shape_around`]).
-fn shard_shape_of(
-    spec: Option<&ShapeSpec>,
-    meta: &ArrayMeta,
-    inner_shape: &[u64],
-    auto_max_chunks: u64,
-) -> Result<Vec<u64>> {
-    let given = given_extents(Setting::ShardShape, spec, meta)?;
-    let size = meta.data_type.size();
-    let shape = auto_shard_shape_around(&meta.shape, inner_shape, size, &given, auto_max_chunks);
-    check_shape(Setting::ShardShape, &shape, meta)?;
-    Ok(shape)
-}
-
 /// The layout of every level of every multiscale pyramid of `nodes`, by array path, with where it
 /// sits: an array's own layout, else its level's shapes from [`Layouts::per_level`], else (above the
 /// first level) shapes derived from the first level's through the level's downsampling factors.
@@ -808,6 +712,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::shape::check_shape;
     use serde_json::json;
     use zshard_core::{ChunkKeyEncoding, CodecSpec, DataType, FillValue};
 

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
-use zshard_core::{ArrayMeta, Setting};
+use zshard_core::{auto_shard_shape_around, ArrayMeta, Setting};
 
 use crate::error::{Error, Result};
 
@@ -218,6 +218,103 @@ pub(crate) fn check_names_known<'a>(
         known,
         scope: scope.to_string(),
     })
+}
+
+// The shapes an array is given, resolved against its metadata (moved from layout.rs).
+
+/// The inner chunk shape of an already sharded source, which is the natural default for the output.
+fn source_inner_shape(meta: &ArrayMeta) -> Option<Vec<u64>> {
+    meta.sharding()?.ok().map(|config| config.chunk_shape)
+}
+
+/// For an array whose dimensions have names, how to give a shape that fits arrays of any rank.
+fn by_name_hint(what: Setting, meta: &ArrayMeta) -> String {
+    let named = dimension_names(meta)
+        .and_then(|names| names.iter().flatten().next())
+        .zip(meta.chunk_shape.first());
+    named.map_or_else(String::new, |(name, extent)| {
+        // In the syntax of the front end in use: a flag's `time=48`, a Python dict, a TOML table.
+        let example = match zshard_core::setting::spelling() {
+            zshard_core::setting::Spelling::Keyword => format!("{{{name:?}: {extent}}}"),
+            zshard_core::setting::Spelling::Flag => format!("{name}={extent}"),
+            _ => format!("{{ {name} = {extent} }}"),
+        };
+        format!(
+            "; arrays of different ranks take extents by dimension name, e.g. {}",
+            what.given(example)
+        )
+    })
+}
+
+/// Checks a shape given for an array (`what` names the setting): one positive extent per dimension.
+/// Every front end (flags, job files, the library) goes through here, before any geometry divides by
+/// an extent.
+pub(crate) fn check_shape(what: Setting, shape: &[u64], meta: &ArrayMeta) -> Result<()> {
+    if shape.len() != meta.shape.len() {
+        return Err(Error::Layout {
+            reason: format!(
+                "{what} {shape:?} has {} dimensions, but the array has {} (shape {:?}){}",
+                shape.len(),
+                meta.shape.len(),
+                meta.shape,
+                by_name_hint(what, meta)
+            ),
+        });
+    }
+    if let Some(d) = shape.iter().position(|&n| n == 0) {
+        return Err(Error::Layout {
+            reason: format!(
+                "{what} {shape:?} has a zero extent (dimension {d}): every extent must be at least 1"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The extent `spec` (of the setting `what`) gives each dimension of `meta`, `None` where the default
+/// rule applies; extents by position must give every dimension.
+pub(crate) fn given_extents(
+    what: Setting,
+    spec: Option<&ShapeSpec>,
+    meta: &ArrayMeta,
+) -> Result<Vec<Option<u64>>> {
+    match spec {
+        None => Ok(vec![None; meta.shape.len()]),
+        Some(spec) => {
+            if let ShapeSpec::Positional(shape) = spec {
+                check_shape(what, shape, meta)?;
+            }
+            Ok(spec.extents(meta))
+        }
+    }
+}
+
+/// The inner chunk shape: the extents given, else the source's chunk (or inner chunk) extent.
+pub(crate) fn inner_shape_of(spec: Option<&ShapeSpec>, meta: &ArrayMeta) -> Result<Vec<u64>> {
+    let source = source_inner_shape(meta).unwrap_or_else(|| meta.chunk_shape.clone());
+    let given = given_extents(Setting::ChunkShape, spec, meta)?;
+    let shape: Vec<u64> = given
+        .iter()
+        .zip(&source)
+        .map(|(given, &source)| given.unwrap_or(source))
+        .collect();
+    check_shape(Setting::ChunkShape, &shape, meta)?;
+    Ok(shape)
+}
+
+/// The shard shape: the extents given, the others chosen around them (see
+/// [`auto_shard_shape_around`]).
+pub(crate) fn shard_shape_of(
+    spec: Option<&ShapeSpec>,
+    meta: &ArrayMeta,
+    inner_shape: &[u64],
+    auto_max_chunks: u64,
+) -> Result<Vec<u64>> {
+    let given = given_extents(Setting::ShardShape, spec, meta)?;
+    let size = meta.data_type.size();
+    let shape = auto_shard_shape_around(&meta.shape, inner_shape, size, &given, auto_max_chunks);
+    check_shape(Setting::ShardShape, &shape, meta)?;
+    Ok(shape)
 }
 
 #[cfg(test)]
