@@ -245,6 +245,28 @@ impl ChunkVersionsBuilder {
         self.insert_hashed(coord, version_hash(version));
     }
 
+    /// Records the object that a listing of an array's folder names `key` (relative to the array)
+    /// with the version `version` and `size` bytes, when `key` is the chunk key of `encoding` of a
+    /// chunk of the grid (see [`ChunkKeyEncoding::coordinates`](crate::ChunkKeyEncoding::coordinates):
+    /// a key spelled otherwise, as `00.0` beside `0.0`, is no chunk, and neither hides nor replaces
+    /// the chunk's version); metadata documents and anything else are left out.
+    pub fn insert_listed(
+        &mut self,
+        encoding: crate::ChunkKeyEncoding,
+        key: &str,
+        version: &str,
+        size: u64,
+    ) {
+        let grid = &self.versions.grid;
+        let index = encoding
+            .coordinates(key, grid.len())
+            .and_then(|coord| index_in(&coord, grid));
+        if let Some(index) = index {
+            self.versions.stored.push((index, version_hash(version)));
+            self.add_stored_bytes(size);
+        }
+    }
+
     /// Records the object at `coord` with an already hashed version (see [`stable_hash`]). An
     /// object outside the grid (a chunk left beyond a shrunk array's end) holds no chunk of the
     /// array and is left out.
@@ -310,10 +332,7 @@ impl ChunkVersions {
     ) -> ChunkVersions {
         let mut versions = ChunkVersions::builder(grid);
         for (key, version, size) in objects {
-            if let Some(coord) = encoding.coordinates(key, grid.len()) {
-                versions.insert(coord, version);
-                versions.add_stored_bytes(size);
-            }
+            versions.insert_listed(encoding, key, version, size);
         }
         versions.build()
     }
@@ -401,6 +420,18 @@ impl ChunkVersions {
         let entry = std::mem::size_of::<(u64, u64)>() as u64;
         (self.stored.capacity() as u64).saturating_mul(entry)
     }
+}
+
+/// The bytes a hash table of std's (`HashMap`, `HashSet`: a SwissTable) takes for `capacity`
+/// entries (its `capacity()`) of `entry` bytes each, about, for memory budgets: its buckets are a
+/// power of two, at most 7/8 of them used, each the entry and one control byte. What the entries
+/// point to (a `String`'s text, a `Vec`'s elements) is not counted.
+pub fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = (capacity as u64).saturating_mul(8).div_ceil(7).next_power_of_two();
+    buckets.saturating_mul(entry as u64 + 1)
 }
 
 /// The hash of an object's version (ETag) as compared between a record and a listing: without the
@@ -542,6 +573,45 @@ mod tests {
         assert_eq!(versions.of(&[1, 4]), None);
         assert_eq!(versions.of(&[4, 0]), None);
         assert_eq!(versions.memory_bytes(), 4 * 16);
+    }
+
+    #[test]
+    fn a_key_not_spelled_as_zarr_spells_it_neither_hides_nor_replaces_the_chunk() {
+        let v2 = crate::ChunkKeyEncoding::V2 { separator: '.' };
+        let default = crate::ChunkKeyEncoding::Default { separator: '/' };
+        for (encoding, real, strays) in [
+            (v2, "0.1", ["00.1", "0.01", "000.1"]),
+            (default, "c/0/1", ["c/00/1", "c/0/01", "c/0/001"]),
+        ] {
+            // The strays listed before and after the real chunk: the store's key order puts
+            // `00.1` first, a listing in segments may bring it last.
+            let mut objects = vec![(strays[0], "stray-a", 1000)];
+            objects.push((real, "real", 10));
+            objects.extend(strays[1..].iter().map(|&key| (key, "stray-b", 1000)));
+            let versions = ChunkVersions::listed(encoding, &[2, 2], objects.iter().copied());
+            assert_eq!(versions.len(), 1, "{encoding:?}");
+            assert_eq!(versions.of(&[0, 1]), Some(version_hash("real")));
+            assert_eq!(versions.stored_bytes(), Some(10));
+            // Only strays: no chunk stored.
+            let strays = ChunkVersions::listed(encoding, &[2, 2], objects[2..].iter().copied());
+            assert_eq!(strays.of(&[0, 1]), None);
+            assert_eq!(strays.stored_bytes(), Some(0));
+        }
+    }
+
+    #[test]
+    fn a_hash_tables_bytes_grow_with_its_entries() {
+        assert_eq!(hash_table_bytes(0, 8), 0);
+        let mut set = std::collections::HashSet::new();
+        let mut last = 0;
+        for n in [1u64, 10, 100, 10_000] {
+            set.extend(0..n);
+            let bytes = hash_table_bytes(set.capacity(), 8);
+            // At least the entries and their control bytes, at most twice that and a little more.
+            assert!(bytes >= n * 9 && bytes <= (n * 9 * 16).div_ceil(7) + 144, "{n}: {bytes}");
+            assert!(bytes > last);
+            last = bytes;
+        }
     }
 
     #[test]

@@ -51,8 +51,8 @@ pub use geometry::{
 pub use grid::RectilinearGrid;
 pub use human::HumanBytes;
 pub use io::{
-    stable_hash, version_hash, ChunkReader, ChunkVersions, ChunkVersionsBuilder, KnownVersions,
-    PlannedReads, ShardSink, ShardStream, Stored, VersionsFrom,
+    hash_table_bytes, stable_hash, version_hash, ChunkReader, ChunkVersions, ChunkVersionsBuilder,
+    KnownVersions, PlannedReads, ShardSink, ShardStream, Stored, VersionsFrom,
 };
 pub use meta::{ArrayMeta, ChunkKeyEncoding, Node, NodeKind, SourceShards};
 pub use minifloat::SmallFloat;

@@ -94,8 +94,11 @@ impl ChunkKeyEncoding {
     }
 
     /// The grid coordinates that `key` names for an array of `ndim` dimensions: the inverse of
-    /// [`key`](Self::key), except that coordinates with leading zeros are read too; `None` for a key of
-    /// another shape.
+    /// [`key`](Self::key); `None` for a key of another shape, and for one whose numbers are not
+    /// written as [`key`](Self::key) writes them (`00.0`, `c/01/0`, `+1.0`). Zarr readers read a chunk
+    /// only under the key its coordinates make, so an object under another spelling is no chunk:
+    /// read as one, a stray `00.0` beside `0.0` would hide or replace the real chunk in a listing
+    /// (its version, its size), and a destination would take it for a shard of its own.
     pub fn coordinates(&self, key: &str, ndim: usize) -> Option<Vec<u64>> {
         let (coords, separator) = match *self {
             ChunkKeyEncoding::Default { .. } if ndim == 0 => return (key == "c").then(Vec::new),
@@ -110,8 +113,10 @@ impl ChunkKeyEncoding {
         let coord = coords
             .split(separator)
             .map(|part| {
+                // Digits only, and no leading zero but in `0` itself.
                 let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-                digits.then(|| part.parse().ok()).flatten()
+                let canonical = digits && (part == "0" || !part.starts_with('0'));
+                canonical.then(|| part.parse().ok()).flatten()
             })
             .collect::<Option<Vec<u64>>>()?;
         (coord.len() == ndim).then_some(coord)
@@ -517,6 +522,29 @@ mod tests {
         assert_eq!(draft.coordinates("3/0", 2), None);
         assert_eq!(draft.coordinates("c", 0), Some(vec![]));
         assert_eq!(draft.coordinates("c", 1), None);
+    }
+
+    #[test]
+    fn keys_not_written_as_zarr_writes_them_name_no_chunk() {
+        let d = ChunkKeyEncoding::Default { separator: '/' };
+        assert_eq!(d.coordinates("c/0/10", 2), Some(vec![0, 10]));
+        assert_eq!(d.coordinates("c/01/0", 2), None);
+        assert_eq!(d.coordinates("c/00/0", 2), None);
+        assert_eq!(d.coordinates("c/+1/0", 2), None);
+        let v2 = ChunkKeyEncoding::V2 { separator: '.' };
+        assert_eq!(v2.coordinates("0.0", 2), Some(vec![0, 0]));
+        assert_eq!(v2.coordinates("00.0", 2), None);
+        assert_eq!(v2.coordinates("0.007", 2), None);
+        let draft = ChunkKeyEncoding::Draft { separator: '/' };
+        assert_eq!(draft.coordinates("c03/0", 2), None);
+        for encoding in [d, v2, draft] {
+            for coord in [[0u64, 0], [10, 7], [100, 1000]] {
+                assert_eq!(
+                    encoding.coordinates(&encoding.key(&coord), 2),
+                    Some(coord.to_vec())
+                );
+            }
+        }
     }
 
     #[test]

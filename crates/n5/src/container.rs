@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use zshard_core::{ArrayMeta, ChunkKeyEncoding, ChunkReader, ChunkVersions, Node, NodeKind};
-use zshard_store::Store;
+use zshard_store::{Store, Visit};
 
 use crate::block::BlockDecoder;
 use crate::error::{Error, Result};
@@ -213,14 +213,16 @@ impl ChunkReader for N5ChunkReader {
             false => Vec::new(),
         };
         let folder = self.encoding.chunk_folder();
-        let listed = self
-            .store
-            .list_objects_split(folder, &splits)
+        // Page by page into the table, as for a Zarr array: the listing is never held whole.
+        let mut versions = ChunkVersions::builder(grid);
+        let encoding = self.encoding;
+        self.store
+            .visit_objects_split(folder, &splits, &mut |visit| match visit {
+                Visit::Object(o) => versions.insert_listed(encoding, &o.key, &o.version, o.size),
+                Visit::StartOver => versions = ChunkVersions::builder(grid),
+            })
             .map_err(|e| self.read_error(folder, Error::from(e)))?;
-        let objects = listed
-            .iter()
-            .map(|o| (o.key.as_str(), o.version.as_str(), o.size));
-        Ok(Some(ChunkVersions::listed(self.encoding, grid, objects)))
+        Ok(Some(versions.build()))
     }
 
     fn names_versions(&self) -> bool {

@@ -16,6 +16,24 @@ pub struct Resume {
     pub untrusted: HashMap<(usize, u64), String>,
 }
 
+impl Resume {
+    /// The bytes this holds in memory, about (for the run's memory budget: it is kept until the
+    /// last shard is recorded): the done sets' hash tables, about 9 to 18 bytes per done shard
+    /// (an update that rewrites few shards of a million holds a million done), and the untrusted
+    /// shards' keys.
+    pub fn memory_bytes(&self) -> u64 {
+        let done: u64 = self
+            .done
+            .iter()
+            .map(|set| zshard_core::hash_table_bytes(set.capacity(), std::mem::size_of::<u64>()))
+            .sum();
+        let entry = std::mem::size_of::<((usize, u64), String)>();
+        let keys: usize = self.untrusted.values().map(String::capacity).sum();
+        done.saturating_add(zshard_core::hash_table_bytes(self.untrusted.capacity(), entry))
+            .saturating_add(keys as u64)
+    }
+}
+
 /// What is done (see [`Resume`]), from the survey's listing of each array's shards and zshard's
 /// records (no request per shard). Leftover temporary files of interrupted local writes of
 /// `partition`'s shards are removed, unless a run other than the one holding the lease `own_lease`

@@ -173,6 +173,27 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether the store answered that it does not allow or does not have this request (a
+    /// permission refused, credentials not taken, an operation it does not implement), or the
+    /// guard of an HTTP(S) store refused it, rather than failed to answer: asking again gets the
+    /// same answer.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Error::Refused { .. } => true,
+            Error::Request { source, .. } => {
+                matches!(
+                    **source,
+                    object_store::Error::PermissionDenied { .. }
+                        | object_store::Error::Unauthenticated { .. }
+                        | object_store::Error::NotImplemented { .. }
+                ) || crate::guard::refusal_in(Some(source.as_ref() as &(dyn std::error::Error + 'static))).is_some()
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The result type of this crate, [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

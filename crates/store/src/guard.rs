@@ -34,7 +34,7 @@ pub trait HttpGuard: std::fmt::Debug + Send + Sync + 'static {
 }
 
 /// The first refusal of a guard in an error's chain of causes.
-fn refusal_in<'a>(
+pub(crate) fn refusal_in<'a>(
     mut error: Option<&'a (dyn std::error::Error + 'static)>,
 ) -> Option<(&'a str, &'a str)> {
     while let Some(e) = error {

@@ -40,6 +40,6 @@ pub use guard::HttpGuard;
 pub use location::{Bucket, Location, Overlap};
 pub use options::StoreOptions;
 pub use runtime::IoRuntime;
-pub use store::{staged_base, ListedObject, PutNew, Store};
+pub use store::{staged_base, ListedObject, PutNew, Store, Visit};
 pub use upload::Upload;
 pub use zip::ZipDirectory;

@@ -22,11 +22,32 @@ use crate::store::ListedObject;
 /// The objects below `prefix` (a key) of the local store whose folder is `base`, sorted by key;
 /// `None` when this listing does not apply (see the module's comment). `parallel` subfolders are
 /// walked at a time.
+#[cfg(test)]
 pub(crate) async fn list(
     base: PathBuf,
     prefix: &str,
     parallel: usize,
 ) -> Option<Vec<ListedObject>> {
+    let mut files = Vec::new();
+    visit(base, prefix, parallel, &mut |object| files.push(object)).await?;
+    files.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    Some(files)
+}
+
+/// Files handed from a folder's walk to the visitor at a time (see [`visit`]).
+const BATCH: usize = 1024;
+
+/// Hands `visit` the objects below `prefix` (a key) of the local store whose folder is `base`, in
+/// no particular order, as the walks find them: only the batches in flight are held (at most
+/// [`BATCH`] files per walk and two batches per walk waiting), not the whole listing. `None` when
+/// this listing does not apply (see the module's comment), possibly after some objects were
+/// handed over. `parallel` subfolders are walked at a time.
+pub(crate) async fn visit(
+    base: PathBuf,
+    prefix: &str,
+    parallel: usize,
+    visit: &mut dyn FnMut(ListedObject),
+) -> Option<()> {
     let prefix = prefix.trim_matches('/').to_string();
     if !prefix
         .split('/')
@@ -39,50 +60,95 @@ pub(crate) async fn list(
     } else {
         base.join(&prefix)
     };
-    // The listed folder's own files here, its subfolders each walked whole by one blocking task.
-    let top = {
-        let (dir, prefix) = (dir.clone(), prefix.clone());
-        tokio::task::spawn_blocking(move || read_folder(&dir, &prefix))
+    let parallel = parallel.max(1);
+    let (sender, mut batches) = tokio::sync::mpsc::channel::<Vec<ListedObject>>(2 * parallel);
+    // The listed folder's own files first, its subfolders then each walked whole by one blocking
+    // task, all sending their files in batches to the visitor below.
+    let walks = async move {
+        let top = {
+            let sender = sender.clone();
+            tokio::task::spawn_blocking(move || read_folder(&dir, &prefix, &mut Batches::new(sender)))
+                .await
+                .ok()??
+        };
+        let walks = top.into_iter().map(|(path, key)| {
+            let sender = sender.clone();
+            async move {
+                let walked = tokio::task::spawn_blocking(move || {
+                    walk(&path, &key, &mut Batches::new(sender))
+                })
+                .await;
+                match walked {
+                    Ok(Some(())) => Ok(()),
+                    _ => Err(()),
+                }
+            }
+        });
+        futures::stream::iter(walks)
+            .buffer_unordered(parallel)
+            .try_collect::<()>()
             .await
-            .ok()??
+            .ok()
     };
-    let Folder { mut files, folders } = top;
-    let walks = folders.into_iter().map(|(path, key)| async move {
-        let walked = tokio::task::spawn_blocking(move || {
-            let mut files = Vec::new();
-            walk(&path, &key, &mut files).map(|()| files)
-        })
-        .await;
-        match walked {
-            Ok(Some(files)) => Ok(files),
-            _ => Err(()),
+    let handed = async {
+        while let Some(batch) = batches.recv().await {
+            batch.into_iter().for_each(&mut *visit);
         }
-    });
-    let nested: Vec<Vec<ListedObject>> = futures::stream::iter(walks)
-        .buffer_unordered(parallel.max(1))
-        .try_collect()
-        .await
-        .ok()?;
-    files.extend(nested.into_iter().flatten());
-    files.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    Some(files)
+    };
+    let (walked, ()) = futures::join!(walks, handed);
+    walked
 }
 
-/// The entries of one folder: its files as objects, its subfolders (path and key).
-#[derive(Default)]
-struct Folder {
-    files: Vec<ListedObject>,
-    folders: Vec<(PathBuf, String)>,
+/// A walk's files on their way to the visitor, [`BATCH`] at a time.
+struct Batches {
+    sender: tokio::sync::mpsc::Sender<Vec<ListedObject>>,
+    batch: Vec<ListedObject>,
 }
 
-/// Reads the folder `dir` whose key is `key`; `None` when this listing does not apply.
-fn read_folder(dir: &Path, key: &str) -> Option<Folder> {
-    let mut folder = Folder::default();
+impl Batches {
+    fn new(sender: tokio::sync::mpsc::Sender<Vec<ListedObject>>) -> Batches {
+        Batches {
+            sender,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Adds a file; `None` when the visitor is gone (the listing gave up elsewhere).
+    fn push(&mut self, object: ListedObject) -> Option<()> {
+        self.batch.push(object);
+        if self.batch.len() >= BATCH {
+            self.send()?;
+        }
+        Some(())
+    }
+
+    /// Sends the files gathered (on a blocking thread: it waits while the visitor is behind).
+    fn send(&mut self) -> Option<()> {
+        if self.batch.is_empty() {
+            return Some(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.sender.blocking_send(batch).ok()
+    }
+}
+
+impl Drop for Batches {
+    fn drop(&mut self) {
+        // The last files of a walk. (Of one that gave up too: the listing then starts over with
+        // the object store, and its visitor is told to forget all it was handed.)
+        let _ = self.send();
+    }
+}
+
+/// Reads the folder `dir` whose key is `key`, its files into `files`; returns its subfolders
+/// (path and key). `None` when this listing does not apply.
+fn read_folder(dir: &Path, key: &str, files: &mut Batches) -> Option<Vec<(PathBuf, String)>> {
+    let mut folders = Vec::new();
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         // Nothing listed there (as the object store's listing of a missing prefix, or of a file).
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-            return Some(folder)
+            return Some(folders)
         }
         Err(_) => return None,
     };
@@ -101,10 +167,10 @@ fn read_folder(dir: &Path, key: &str) -> Option<Folder> {
             Err(_) => return None,
         };
         if kind.is_dir() {
-            folder.folders.push((entry.path(), child));
+            folders.push((entry.path(), child));
         } else if kind.is_file() {
             match entry.metadata() {
-                Ok(metadata) => folder.files.push(object(child, &metadata)),
+                Ok(metadata) => files.push(object(child, &metadata))?,
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
                 Err(_) => return None,
             }
@@ -113,15 +179,13 @@ fn read_folder(dir: &Path, key: &str) -> Option<Folder> {
         }
         // Anything else (a FIFO, a socket) is no object, as in the object store's listing.
     }
-    Some(folder)
+    Some(folders)
 }
 
-/// Every file below `dir` (key `key`) into `out`; `None` when this listing does not apply.
-fn walk(dir: &Path, key: &str, out: &mut Vec<ListedObject>) -> Option<()> {
-    let Folder { files, folders } = read_folder(dir, key)?;
-    out.extend(files);
-    for (path, key) in folders {
-        walk(&path, &key, out)?;
+/// Every file below `dir` (key `key`) into `files`; `None` when this listing does not apply.
+fn walk(dir: &Path, key: &str, files: &mut Batches) -> Option<()> {
+    for (path, key) in read_folder(dir, key, files)? {
+        walk(&path, &key, files)?;
     }
     Some(())
 }

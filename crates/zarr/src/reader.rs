@@ -9,7 +9,7 @@ use zshard_core::{
     chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, ChunkVersions, Error,
     IndexLocation, Result, ShardIndex, SourceShards,
 };
-use zshard_store::{coalesce, Store, COALESCE_GAP, MAX_REQUEST};
+use zshard_store::{coalesce, Store, Visit, COALESCE_GAP, MAX_REQUEST};
 
 /// The reader of an array's chunks as `meta` describes them: by inner chunk for an array stored in
 /// shards (`meta.sharded`, see [`ArrayMeta::read_by_inner_chunk`]), else one stored chunk per key.
@@ -94,16 +94,19 @@ fn listed_versions(
     splits: &[String],
 ) -> Result<ChunkVersions> {
     let folder = encoding.chunk_folder();
-    let listed = store
-        .list_objects_split(folder, splits)
+    // Page by page into the table (16 bytes per chunk): the listing's keys and versions, some 100
+    // bytes per object, are never held all at once.
+    let mut versions = ChunkVersions::builder(grid);
+    store
+        .visit_objects_split(folder, splits, &mut |visit| match visit {
+            Visit::Object(o) => versions.insert_listed(encoding, &o.key, &o.version, o.size),
+            Visit::StartOver => versions = ChunkVersions::builder(grid),
+        })
         .map_err(|e| Error::Read {
             key: store.url(folder),
             source: Box::new(e),
         })?;
-    let objects = listed
-        .iter()
-        .map(|o| (o.key.as_str(), o.version.as_str(), o.size));
-    Ok(ChunkVersions::listed(encoding, grid, objects))
+    Ok(versions.build())
 }
 
 /// Indexes of source shards kept for the next reads of the same shards (a few MiB at most: an index

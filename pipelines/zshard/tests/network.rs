@@ -21,6 +21,8 @@ enum Answer {
     Body(Vec<u8>),
     /// 302 to this URL.
     Redirect(String),
+    /// As `Body` to a GET; 500 to a HEAD.
+    FailingHead(Vec<u8>),
 }
 
 /// A server on 127.0.0.1 answering `GET` by the routes it is given later; counts requests.
@@ -52,10 +54,9 @@ impl Server {
     }
 
     fn route(&self, path: &str, answer: Answer) {
-        self.routes
-            .lock()
-            .expect("routes")
-            .push((path.to_string(), answer));
+        let mut routes = self.routes.lock().expect("routes");
+        routes.retain(|(p, _)| p != path);
+        routes.push((path.to_string(), answer));
     }
 
     fn requests(&self) -> usize {
@@ -70,6 +71,7 @@ fn answer(mut stream: std::net::TcpStream, routes: &[(String, Answer)]) {
     if reader.read_line(&mut line).is_err() {
         return;
     }
+    let head = line.starts_with("HEAD ");
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut range = None;
     loop {
@@ -87,7 +89,11 @@ fn answer(mut stream: std::net::TcpStream, routes: &[(String, Answer)]) {
         }
     }
     let response = match routes.iter().find(|(p, _)| *p == path).map(|(_, a)| a) {
-        Some(Answer::Body(body)) => match range {
+        Some(Answer::FailingHead(_)) if head => {
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                .to_vec()
+        }
+        Some(Answer::Body(body) | Answer::FailingHead(body)) => match range {
             Some((a, b)) => {
                 let b = b.min(body.len() - 1);
                 let mut head = format!(
@@ -281,4 +287,42 @@ fn a_remote_zip_that_does_not_exist_is_named_as_missing() {
     );
     assert!(server.requests() > 0);
     assert!(!dst.exists());
+}
+
+/// Issue 40: a target file whose version (its HEAD) cannot be read, after the retries, fails the
+/// update naming its URL, instead of rewriting every shard that reads from it (and recording them
+/// without a version, to be rewritten again the next night). A target that answers again brings
+/// back the run with nothing to do.
+#[test]
+fn a_target_whose_version_cannot_be_read_fails_the_update_naming_it() {
+    let server = Server::start();
+    let base = format!("http://127.0.0.1:{}", server.port);
+    server.route("/data.bin", Answer::Body(DATA.to_vec()));
+    let prefix = format!("{base}/");
+    let allow = ["--allow-ref-prefix", prefix.as_str(), "--retries", "1"];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = refs(tmp.path(), &format!("{base}/data.bin"));
+    let dst = tmp.path().join("out.zarr");
+    let out = convert(&src, &dst, &allow);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shard = dst.join("x/c/0");
+    let written = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+
+    server.route("/data.bin", Answer::FailingHead(DATA.to_vec()));
+    let out = convert(&src, &dst, &allow);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&format!("cannot read the version of {base}/data.bin")),
+        "{e}"
+    );
+    let now = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+    assert_eq!(now, written, "the shard is not rewritten");
+
+    server.route("/data.bin", Answer::Body(DATA.to_vec()));
+    let out = convert(&src, &dst, &allow);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let now = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+    assert_eq!(now, written, "nothing changed: the shard is not rewritten");
+    assert_eq!(read_v3(&dst.join("x")).0, DATA);
 }

@@ -659,3 +659,44 @@ fn a_shard_replaced_since_it_was_recorded_is_converted_whole() {
     assert_eq!(copied(&report), 0);
     assert_eq!(read_v3(&dst).0, data);
 }
+
+/// A key that is not the chunk key of its grid position as Zarr writes it (`00.0` beside `0.0`) is
+/// no chunk: Zarr readers never read it. It neither replaces the real chunk's version (a stray
+/// file appearing rewrites nothing) nor hides it (the real chunk changing is still seen), and a
+/// stray beside the shards of the destination is left alone.
+#[test]
+fn a_stray_key_spelled_otherwise_neither_replaces_nor_hides_a_chunk() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut data = expected(DataType::UInt16, &SHAPE, 0);
+    let src = source(tmp.path(), &SHAPE, &data);
+    let dst = tmp.path().join("dst.zarr");
+    convert(&src, &dst, &[]);
+
+    // Listed after `0.0` in key order (`.` sorts before `0`), so the last listed under the old
+    // parsing; and one in the destination that reads as shard (0, 1) when leading zeros are read.
+    std::fs::write(src.join("00.0"), b"not a chunk").expect("stray");
+    std::fs::write(dst.join("c/0/01"), b"not a shard either").expect("stray");
+    let before = identities(&dst);
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "complete", "{report}");
+    assert_eq!(report["totals"]["chunks_read"], 0);
+    assert_eq!(
+        changed_files(&before, &identities(&dst)),
+        Vec::<String>::new()
+    );
+
+    // The real chunk (0, 0) changes, the stray does not: shard (0, 0) is rewritten.
+    data[0..2].copy_from_slice(&4242u16.to_le_bytes());
+    let written = update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    assert_eq!(written, vec!["0.0".to_string()]);
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(report["status"], "ok", "{report}");
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(report["totals"]["chunks_read"], 1);
+    assert_eq!(read_v3(&dst).0, data, "the output holds the changed value");
+    assert_eq!(
+        std::fs::read(dst.join("c/0/01")).expect("the stray is left"),
+        b"not a shard either"
+    );
+    assert!(src.join("00.0").exists());
+}

@@ -24,6 +24,7 @@ use zshard_pipeline::{Budget, Cancel};
 use zshard_state::{Lease, Observer, Partition, Prepared};
 
 mod budget;
+use budget::held;
 mod finalize;
 mod finish;
 mod open;
@@ -320,9 +321,10 @@ impl Conversion {
         for warning in listed.warnings(&paths) {
             observer.warning(&warning);
         }
-        // Sized again with what the survey and the listing hold (a few bytes per shard and per
-        // source chunk: at 10^8 source chunks, 1.6 GB), now that their sizes are known.
-        let budget = self.budget_holding(
+        // Refused with what the survey and the listing hold (a few bytes per shard and per source
+        // chunk: at 10^8 source chunks, 1.6 GB) before anything is removed or recorded; sized below
+        // once what else the run holds is known.
+        self.budget_holding(
             &opened,
             survey.memory_bytes().saturating_add(listed.memory_bytes()),
         )?;
@@ -429,6 +431,9 @@ impl Conversion {
             None => Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed),
         };
         let jobs = jobs;
+        // Sized with everything the run holds beside the pipeline until its end, now known.
+        let budget =
+            self.budget_holding(&opened, held(&survey, listed, &resume, Some(&reuse)))?;
         // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
         // work ahead counts whole shards.
         let tasks = to_run(&jobs, &outputs, partition, done).map(|task| reuse.task(&jobs, task));

@@ -145,6 +145,34 @@ impl Reuse {
         Reuse { arrays }
     }
 
+    /// The bytes this holds in memory, about (for the run's memory budget: it is kept until the
+    /// pipeline ends): per shard the update may rewrite, its inner chunks' recorded digests,
+    /// decoded (8 bytes per inner chunk: 128 KiB for a shard of 16,384), in a hash table entry. The
+    /// versions are the listing's, counted with it.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let entry = std::mem::size_of::<(u64, Vec<u64>)>();
+        self.arrays
+            .iter()
+            .flatten()
+            .map(|array| {
+                let digests: usize = array.recorded.values().map(Vec::capacity).sum();
+                zshard_core::hash_table_bytes(array.recorded.capacity(), entry)
+                    .saturating_add((digests * std::mem::size_of::<u64>()) as u64)
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    /// One array whose shards `recorded` (C-order index) have these inner digests.
+    #[cfg(test)]
+    pub(crate) fn with_recorded(recorded: HashMap<u64, Vec<u64>>) -> Reuse {
+        Reuse {
+            arrays: vec![Some(ArrayReuse {
+                recorded,
+                versions: Arc::new(ChunkVersions::default()),
+            })],
+        }
+    }
+
     /// `task` with the inner chunks its shard copies: those whose digest now is the recorded one.
     pub(crate) fn task(&self, jobs: &[ArrayJob], mut task: ShardTask) -> ShardTask {
         task.reuse = self.inner_to_copy(jobs, task.array, &task.shard);

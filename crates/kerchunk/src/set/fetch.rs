@@ -86,9 +86,20 @@ impl Want {
 
 /// Adds to `known` the version of every target `wants` read that it does not hold yet (by the
 /// target's display name), one HEAD request (a `stat` locally) per target file, side by side per
-/// store: once per file however many chunks it holds. A target that cannot be asked has no version
-/// (its chunks are then compared by their ranges alone).
-pub(super) fn target_versions(wants: &[Want], known: &mut HashMap<String, Option<String>>) {
+/// store: once per file however many chunks it holds. Each request is retried as any other (see
+/// `zshard_store`'s retries).
+///
+/// A target that is gone has no version (reading its chunks fails, naming it), and so has one
+/// whose store refuses to tell (403 for a presigned URL signed for GET only, 401): it refuses on
+/// every run alike, so its chunks are compared by their ranges alone.
+/// Any other failure (the server unreachable, 5xx, after the retries) fails, naming the URL: the
+/// version would be missing this time only, and every shard reading from that file would be
+/// converted again (and its records would then name no version, so the next run would rewrite
+/// them once more), which for a nightly update is a silent full re-conversion, not a fallback.
+pub(super) fn target_versions(
+    wants: &[Want],
+    known: &mut HashMap<String, Option<String>>,
+) -> zshard_core::Result<()> {
     let mut by_store: HashMap<&str, (&Store, Vec<&Resolved>)> = HashMap::new();
     for target in wants.iter().filter_map(Want::target) {
         if known.contains_key(&target.display) {
@@ -104,9 +115,24 @@ pub(super) fn target_versions(wants: &[Want], known: &mut HashMap<String, Option
     for (_, (store, targets)) in by_store {
         let keys: Vec<String> = targets.iter().map(|t| t.key.clone()).collect();
         for (target, version) in targets.iter().zip(store.versions_many(&keys)) {
-            known.insert(target.display.clone(), version.ok().flatten());
+            let version = match version {
+                Ok(version) => version,
+                Err(e) if e.is_refusal() => None,
+                Err(e) => {
+                    return Err(zshard_core::Error::Read {
+                        key: format!(
+                            "the version of {} (a HEAD request, which tells whether the chunks \
+                             it holds changed)",
+                            target.display
+                        ),
+                        source: Box::new(e),
+                    })
+                }
+            };
+            known.insert(target.display.clone(), version);
         }
     }
+    Ok(())
 }
 
 impl Want {

@@ -78,9 +78,14 @@ impl ArrayCommon {
         grid_len(&self.grid).is_some_and(|n| n <= MAX_VERSIONED_CHUNKS)
     }
 
-    fn versions(&self, wants: impl Fn(&[Vec<u64>]) -> Vec<Want>) -> Option<ChunkVersions> {
+    fn versions(
+        &self,
+        wants: impl Fn(&[Vec<u64>]) -> Vec<Want>,
+    ) -> zshard_core::Result<Option<ChunkVersions>> {
         const BATCH: u64 = 4096;
-        let total = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS)?;
+        let Some(total) = grid_len(&self.grid).filter(|&n| n <= MAX_VERSIONED_CHUNKS) else {
+            return Ok(None);
+        };
         let mut versions = ChunkVersions::builder(&self.grid);
         let mut targets = std::collections::HashMap::new();
         let mut start = 0;
@@ -89,7 +94,7 @@ impl ArrayCommon {
             let coords: Vec<Vec<u64>> =
                 (start..end).map(|i| unravel_index(i, &self.grid)).collect();
             let batch = wants(&coords);
-            super::fetch::target_versions(&batch, &mut targets);
+            super::fetch::target_versions(&batch, &mut targets)?;
             for (coord, want) in coords.into_iter().zip(batch) {
                 if let Some(version) = want.version(&targets) {
                     versions.insert_hashed(coord, version);
@@ -97,7 +102,7 @@ impl ArrayCommon {
             }
             start = end;
         }
-        Some(versions.build())
+        Ok(Some(versions.build()))
     }
 
     fn position(&self, coord: &[u64]) -> Option<u64> {
@@ -141,7 +146,7 @@ impl ChunkReader for JsonReader {
     }
 
     fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
-        Ok(self.common.versions(|coords| self.wants(coords)))
+        self.common.versions(|coords| self.wants(coords))
     }
 
     fn names_versions(&self) -> bool {
@@ -287,7 +292,7 @@ impl ChunkReader for ParquetReader {
     }
 
     fn chunk_versions(&self, _grid: &[u64]) -> zshard_core::Result<Option<ChunkVersions>> {
-        Ok(self.chunk_versions_of())
+        self.chunk_versions_of()
     }
 
     fn names_versions(&self) -> bool {
@@ -318,7 +323,7 @@ impl ChunkReader for ParquetReader {
 impl ParquetReader {
     /// What reading the chunks at `coords` takes, one entry per chunk, and whether every reference
     /// file they need could be read.
-    fn chunk_versions_of(&self) -> Option<ChunkVersions> {
+    fn chunk_versions_of(&self) -> zshard_core::Result<Option<ChunkVersions>> {
         self.common.versions(|coords| self.wants(coords).0)
     }
 

@@ -82,17 +82,61 @@ impl Store {
     }
 
     /// The objects below `prefix` with their sizes and versions, sorted by key; the listing cut at
-    /// `splits` as [`Store::list_sizes_split`] cuts it.
+    /// `splits` as [`Store::list_sizes_split`] cuts it. Holds every object listed (some 100 bytes
+    /// each, key and version): a listing of many objects that keeps a little of each is better
+    /// visited page by page ([`Store::visit_objects_split`]).
     pub async fn list_objects_split_async(
         &self,
         prefix: &str,
         splits: &[String],
     ) -> Result<Vec<ListedObject>> {
+        let mut objects: Vec<ListedObject> = Vec::new();
+        self.visit_objects_split_async(prefix, splits, &mut |visit| match visit {
+            Visit::Object(object) => objects.push(object.clone()),
+            Visit::StartOver => objects.clear(),
+        })
+        .await?;
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        objects.dedup_by(|a, b| a.key == b.key);
+        Ok(objects)
+    }
+
+    /// Lists the objects below `prefix` as [`Store::list_objects_split`] does, handing each to
+    /// `visit` as it comes instead of holding them all: only the pages in flight are held (a page
+    /// of an object store's listing per segment, a few thousand files of a local folder), so that
+    /// a listing of 10^8 objects costs what the caller keeps of them, not 10 GB of keys and
+    /// versions. Objects come in no particular order, each once; when the listing has to start
+    /// again from scratch (a local folder's direct listing gives up on a name it cannot spell, and
+    /// the object store lists the folder instead), `visit` is told [`Visit::StartOver`] first and
+    /// is to forget what it was handed before.
+    pub fn visit_objects_split(
+        &self,
+        prefix: &str,
+        splits: &[String],
+        visit: &mut dyn FnMut(Visit<'_>),
+    ) -> Result<()> {
+        self.runtime
+            .block_on(self.visit_objects_split_async(prefix, splits, visit))
+    }
+
+    /// [`Store::visit_objects_split`] as a future on the store's I/O runtime (see
+    /// [`Store::block_on`]).
+    pub async fn visit_objects_split_async(
+        &self,
+        prefix: &str,
+        splits: &[String],
+        visit: &mut dyn FnMut(Visit<'_>),
+    ) -> Result<()> {
         let path = self.path(prefix)?;
         // A local folder: one file system call per file, subfolders side by side (local_list.rs).
         if let Some(base) = self.local_path("").filter(|_| !self.location.is_remote()) {
-            if let Some(objects) = crate::local_list::list(base, prefix, self.concurrency).await {
-                return Ok(objects);
+            let listed = {
+                let mut object = |object: ListedObject| visit(Visit::Object(&object));
+                crate::local_list::visit(base, prefix, self.concurrency, &mut object).await
+            };
+            match listed {
+                Some(()) => return Ok(()),
+                None => visit(Visit::StartOver),
             }
         }
         let mut bounds: Vec<Path> = Vec::new();
@@ -106,43 +150,21 @@ impl Store {
         }
         bounds.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
         bounds.dedup();
-        let listed = {
-            // Segment i holds the keys in (bounds[i - 1], bounds[i]]: the first has no lower bound,
-            // the last no upper one.
-            let path = &path;
-            let bounds = &bounds;
-            let segments = (0..=bounds.len()).map(|i| {
-                let after = i.checked_sub(1).map(|j| &bounds[j]);
-                let until = bounds.get(i);
-                self.retrying(move || self.list_segment(path, after, until))
-            });
-            futures::stream::iter(segments)
-                .buffer_unordered(self.concurrency.max(1))
-                .try_concat()
-                .await
-        };
-        let metas = listed.map_err(|source| self.list_error(prefix, source))?;
-        let mut objects: Vec<ListedObject> = metas
-            .into_iter()
-            .filter_map(|m| {
-                Some(ListedObject {
-                    key: self.key_of(&m.location)?,
-                    size: m.size,
-                    modified_ms: u64::try_from(m.last_modified.timestamp_millis()).unwrap_or(0),
-                    version: m.e_tag.unwrap_or_else(|| {
-                        m.last_modified
-                            .timestamp_nanos_opt()
-                            .unwrap_or(0)
-                            .to_string()
-                    }),
-                })
-            })
-            .collect();
-        // Segments do not overlap (offsets are exclusive); a key listed twice, rewritten while it was
-        // being listed, is one object.
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
-        objects.dedup_by(|a, b| a.key == b.key);
-        Ok(objects)
+        // Segment i holds the keys in (bounds[i - 1], bounds[i]]: the first has no lower bound,
+        // the last no upper one. They are polled side by side on this one task, so `visit` is
+        // called by one at a time.
+        let visit = std::cell::RefCell::new(visit);
+        let (path, bounds, visit) = (&path, &bounds, &visit);
+        let segments = (0..=bounds.len()).map(|i| {
+            let after = i.checked_sub(1).map(|j| &bounds[j]);
+            let until = bounds.get(i);
+            self.visit_segment(path, after, until, visit)
+        });
+        futures::stream::iter(segments)
+            .buffer_unordered(self.concurrency.max(1))
+            .try_collect::<()>()
+            .await
+            .map_err(|source| self.list_error(prefix, source))
     }
 
     /// The key (relative to this store) of an object path of the inner store; `None` outside it.
@@ -171,32 +193,87 @@ impl Store {
             .block_on(self.list_objects_split_async(prefix, splits))
     }
 
-    /// The objects below `path` after the key `after` (if any) up to and including `until` (if
-    /// any); the listing stops at the first page past `until`.
-    pub(super) async fn list_segment(
+    /// Hands `visit` the objects below `path` after the key `after` (if any) up to and including
+    /// `until` (if any), page by page as they come; the listing stops at the first page past
+    /// `until`. A transient failure is retried from after the last key handed over (an object
+    /// store lists in key order), so that no object is handed twice; a local folder's listing,
+    /// which is in no order, starts over instead (see [`Visit::StartOver`]).
+    async fn visit_segment(
         &self,
         path: &Path,
         after: Option<&Path>,
         until: Option<&Path>,
-    ) -> object_store::Result<Vec<object_store::ObjectMeta>> {
-        let mut stream = match after {
-            Some(after) => self.inner.list_with_offset(Some(path), after),
-            None => self.inner.list(Some(path)),
+        visit: &std::cell::RefCell<&mut dyn FnMut(Visit<'_>)>,
+    ) -> object_store::Result<()> {
+        let ordered = self.location.is_remote();
+        // The last key handed over, and whether anything was (for a start over).
+        let last: std::cell::RefCell<Option<Path>> = std::cell::RefCell::new(None);
+        let handed = std::cell::Cell::new(false);
+        let (last, handed) = (&last, &handed);
+        let hand = |what: Visit<'_>| {
+            let mut visit = visit.borrow_mut();
+            (*visit)(what)
         };
-        let mut out = Vec::new();
-        while let Some(meta) = stream.try_next().await? {
-            if until.is_some_and(|u| meta.location.as_ref() > u.as_ref()) {
-                break;
+        let hand = &hand;
+        self.retrying(move || async move {
+            let from = match ordered {
+                true => last.borrow().clone().or_else(|| after.cloned()),
+                false => {
+                    if handed.replace(false) {
+                        hand(Visit::StartOver);
+                    }
+                    after.cloned()
+                }
+            };
+            let mut stream = match &from {
+                Some(from) => self.inner.list_with_offset(Some(path), from),
+                None => self.inner.list(Some(path)),
+            };
+            while let Some(meta) = stream.try_next().await? {
+                if until.is_some_and(|u| meta.location.as_ref() > u.as_ref()) {
+                    break;
+                }
+                // The segment's last key: asking for the next page would only find the next
+                // segment's.
+                let end = until.is_some_and(|u| meta.location.as_ref() == u.as_ref());
+                if let Some(object) = self.listed_object(&meta) {
+                    hand(Visit::Object(&object));
+                    handed.set(true);
+                }
+                *last.borrow_mut() = Some(meta.location);
+                if end {
+                    break;
+                }
             }
-            // The segment's last key: asking for the next page would only find the next segment's.
-            let last = until.is_some_and(|u| meta.location.as_ref() == u.as_ref());
-            out.push(meta);
-            if last {
-                break;
-            }
-        }
-        Ok(out)
+            Ok(())
+        })
+        .await
     }
+
+    /// An object of the inner store's listing as this store names it; `None` outside the store.
+    fn listed_object(&self, meta: &object_store::ObjectMeta) -> Option<ListedObject> {
+        Some(ListedObject {
+            key: self.key_of(&meta.location)?,
+            size: meta.size,
+            modified_ms: u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
+            version: meta.e_tag.clone().unwrap_or_else(|| {
+                meta.last_modified
+                    .timestamp_nanos_opt()
+                    .unwrap_or(0)
+                    .to_string()
+            }),
+        })
+    }
+}
+
+/// What a listing visited object by object ([`Store::visit_objects_split`]) hands its visitor.
+#[derive(Debug)]
+pub enum Visit<'a> {
+    /// An object listed.
+    Object(&'a ListedObject),
+    /// The listing starts again from scratch: every object handed before is to be forgotten (it
+    /// will be handed again if it is still there).
+    StartOver,
 }
 
 #[cfg(test)]
@@ -246,5 +323,64 @@ mod split_listing_tests {
             whole.iter().find(|(k, _)| k == "c/10/28"),
             Some(&("c/10/28".to_string(), 38))
         );
+    }
+
+    /// Visited page by page, in segments side by side, each object is handed once; a local
+    /// folder's listing that gives up (a staged file's name) starts over with the object store,
+    /// and what the visitor keeps after it is the whole listing.
+    #[test]
+    fn a_visited_listing_hands_every_object_once() {
+        use super::super::Visit;
+        let visited = |store: &crate::Store, splits: &[String]| {
+            let (mut keys, mut starts) = (Vec::new(), 0);
+            store
+                .visit_objects_split("c", splits, &mut |visit| match visit {
+                    Visit::Object(o) => keys.push((o.key.clone(), o.size)),
+                    Visit::StartOver => {
+                        keys.clear();
+                        starts += 1;
+                    }
+                })
+                .expect("visit");
+            keys.sort();
+            (keys, starts)
+        };
+        let store = remote_in_memory();
+        for i in 0..23u64 {
+            for j in 0..19u64 {
+                store
+                    .put(&format!("c/{i}/{j}"), Bytes::from(vec![0u8; j as usize]))
+                    .expect("put");
+            }
+        }
+        let whole = store.list_sizes("c").expect("list");
+        assert_eq!(whole.len(), 23 * 19);
+        let splits: Vec<String> = ["c/3/0", "c/11/18", "c/7/x"].map(String::from).to_vec();
+        assert_eq!(visited(&store, &splits), (whole.clone(), 0));
+        assert_eq!(visited(&store, &[]), (whole, 0));
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = crate::Store::open(
+            dir.path().to_str().expect("utf-8"),
+            crate::IoRuntime::new(2).expect("runtime"),
+            false,
+        )
+        .expect("open");
+        // More files than a batch in one folder, and a folder of its own per row.
+        for i in 0..3u64 {
+            for j in 0..1500u64 {
+                local
+                    .put(&format!("c/{i}/{j}"), Bytes::from(vec![1u8; 3]))
+                    .expect("put");
+            }
+        }
+        let whole = local.list_sizes("c").expect("list");
+        assert_eq!(whole.len(), 4500);
+        assert_eq!(visited(&local, &[]), (whole.clone(), 0));
+        // A staged file of an interrupted write: the object store spells and hides it otherwise.
+        std::fs::write(dir.path().join("c/1/7#zshard-1-2"), b"x").expect("staged");
+        let (keys, starts) = visited(&local, &[]);
+        assert_eq!(starts, 1);
+        assert_eq!(keys, whole);
     }
 }

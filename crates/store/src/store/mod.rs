@@ -37,6 +37,7 @@ mod object;
 mod read_ahead;
 mod zip;
 
+pub use list::Visit;
 pub use local::staged_base;
 
 /// Which backend a [`Store`] is (see the module documentation): what differs between them beyond

@@ -41,6 +41,25 @@ pub(super) const REMOTE_IO_THREADS_MAX: usize = 32;
 /// Raw shard bytes that the extra threads of a remote run may hold (see [`default_io_threads`]).
 pub(super) const REMOTE_SMALL_SHARDS_IN_FLIGHT: u64 = 64 << 20;
 
+/// What a run holds beside its pipeline from when it knows its shards done to its end (counted by
+/// [`Conversion::budget_holding`]): the destination's survey (its record files and listed shards),
+/// the source's listing (16 bytes per source chunk, 8 per shard), the sets of shards done (a hash
+/// table entry per shard: an update that rewrites a few shards of a million holds a million), and
+/// for an update, the decoded inner digests of the shards it may rewrite (8 bytes per inner chunk:
+/// up to 128 KiB per shard).
+pub(crate) fn held(
+    survey: &zshard_state::Survey,
+    listed: &crate::run::digests::Listed,
+    resume: &zshard_state::Resume,
+    reuse: Option<&crate::run::reuse::Reuse>,
+) -> u64 {
+    survey
+        .memory_bytes()
+        .saturating_add(listed.memory_bytes())
+        .saturating_add(resume.memory_bytes())
+        .saturating_add(reuse.map_or(0, crate::run::reuse::Reuse::memory_bytes))
+}
+
 impl Conversion {
     /// The pipeline's budget for `opened` under the memory limit.
     pub(super) fn budget(&self, opened: &Opened) -> Result<Budget> {
@@ -110,6 +129,34 @@ impl Conversion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_run_holds_counts_its_done_shards_and_the_inner_digests_it_decoded() {
+        let survey = zshard_state::Survey::default();
+        let listed = crate::run::digests::Listed {
+            digests: zshard_state::Digests::new(vec![Some(vec![0; 1000])]),
+            versions: vec![None],
+        };
+        let mut resume = zshard_state::Resume::default();
+        let listing_only = held(&survey, &listed, &resume, None);
+        assert_eq!(listing_only, 8000, "8 bytes per shard digest");
+        // An update of a million-shard array that rewrites one: a million shards done.
+        resume.done = vec![(0..1_000_000u64).collect()];
+        let with_done = held(&survey, &listed, &resume, None);
+        assert!(
+            with_done >= listing_only + 9_000_000 && with_done <= listing_only + 20_000_000,
+            "{with_done}"
+        );
+        // 100 shards to rewrite, 16,384 inner chunks each: 128 KiB of digests each.
+        let recorded = (0..100u64).map(|i| (i, vec![7u64; 16_384])).collect();
+        let reuse = crate::run::reuse::Reuse::with_recorded(recorded);
+        let with_reuse = held(&survey, &listed, &resume, Some(&reuse));
+        assert!(
+            with_reuse >= with_done + 100 * (128 << 10),
+            "{with_reuse} {with_done}"
+        );
+        assert!(with_reuse <= with_done + 100 * (128 << 10) + (16 << 10));
+    }
 
     #[test]
     fn remote_runs_of_small_shards_get_more_io_threads_and_big_ones_keep_eight() {

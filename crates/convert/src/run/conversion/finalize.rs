@@ -1,6 +1,7 @@
 //! `finalize`: the metadata of a partitioned conversion once every worker's shards are done.
 
 use super::*;
+use crate::run::conversion::budget::held;
 use crate::run::digests::Listed;
 use zshard_state::{Owner, Resume};
 
@@ -42,9 +43,7 @@ impl Conversion {
     pub(crate) fn finalize_opened(&self, opened: Opened) -> Result<Finalized> {
         let destination = opened.destination(false)?;
         let fingerprint = opened.fingerprint()?;
-        // Needed only to make a pyramid's small levels (a refusal counts only then).
-        let budget = self.budget(&opened);
-        let Opened { plan, input, .. } = opened;
+        let (plan, input) = (&opened.plan, &opened.input);
         let mut finalized = Finalized {
             destination: destination.url(""),
             arrays: plan.arrays.len(),
@@ -76,8 +75,11 @@ impl Conversion {
             &survey,
             digests,
         )?;
+        // Needed only to make a pyramid's small levels (a refusal counts only then), with what is
+        // held beside their pipeline: the survey, the listing and the done shards.
+        let budget = self.budget_holding(&opened, held(&survey, &listed, &resume, None));
         let done = &resume.done;
-        let jobs = plan.jobs(&input, &destination);
+        let jobs = plan.jobs(input, &destination);
         // The levels of a pyramid no worker makes are made below.
         let mut missing = pending(&jobs, &outputs, Partition::ALL, done)
             .filter(|task| *outputs.owner(task.array) != Owner::Finalize);
