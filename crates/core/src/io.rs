@@ -430,7 +430,10 @@ pub fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
     if capacity == 0 {
         return 0;
     }
-    let buckets = (capacity as u64).saturating_mul(8).div_ceil(7).next_power_of_two();
+    let buckets = (capacity as u64)
+        .saturating_mul(8)
+        .div_ceil(7)
+        .next_power_of_two();
     buckets.saturating_mul(entry as u64 + 1)
 }
 
@@ -608,7 +611,10 @@ mod tests {
             set.extend(0..n);
             let bytes = hash_table_bytes(set.capacity(), 8);
             // At least the entries and their control bytes, at most twice that and a little more.
-            assert!(bytes >= n * 9 && bytes <= (n * 9 * 16).div_ceil(7) + 144, "{n}: {bytes}");
+            assert!(
+                bytes >= n * 9 && bytes <= (n * 9 * 16).div_ceil(7) + 144,
+                "{n}: {bytes}"
+            );
             assert!(bytes > last);
             last = bytes;
         }

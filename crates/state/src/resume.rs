@@ -29,8 +29,11 @@ impl Resume {
             .sum();
         let entry = std::mem::size_of::<((usize, u64), String)>();
         let keys: usize = self.untrusted.values().map(String::capacity).sum();
-        done.saturating_add(zshard_core::hash_table_bytes(self.untrusted.capacity(), entry))
-            .saturating_add(keys as u64)
+        done.saturating_add(zshard_core::hash_table_bytes(
+            self.untrusted.capacity(),
+            entry,
+        ))
+        .saturating_add(keys as u64)
     }
 }
 

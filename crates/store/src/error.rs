@@ -187,7 +187,10 @@ impl Error {
                     object_store::Error::PermissionDenied { .. }
                         | object_store::Error::Unauthenticated { .. }
                         | object_store::Error::NotImplemented { .. }
-                ) || crate::guard::refusal_in(Some(source.as_ref() as &(dyn std::error::Error + 'static))).is_some()
+                ) || crate::guard::refusal_in(Some(
+                    source.as_ref() as &(dyn std::error::Error + 'static)
+                ))
+                .is_some()
             }
             _ => false,
         }

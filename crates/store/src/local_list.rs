@@ -67,9 +67,11 @@ pub(crate) async fn visit(
     let walks = async move {
         let top = {
             let sender = sender.clone();
-            tokio::task::spawn_blocking(move || read_folder(&dir, &prefix, &mut Batches::new(sender)))
-                .await
-                .ok()??
+            tokio::task::spawn_blocking(move || {
+                read_folder(&dir, &prefix, &mut Batches::new(sender))
+            })
+            .await
+            .ok()??
         };
         let walks = top.into_iter().map(|(path, key)| {
             let sender = sender.clone();

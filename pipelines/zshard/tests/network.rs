@@ -306,7 +306,10 @@ fn a_target_whose_version_cannot_be_read_fails_the_update_naming_it() {
     let out = convert(&src, &dst, &allow);
     assert!(out.status.success(), "{}", stderr(&out));
     let shard = dst.join("x/c/0");
-    let written = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+    let written = std::fs::metadata(&shard)
+        .expect("shard")
+        .modified()
+        .expect("mtime");
 
     server.route("/data.bin", Answer::FailingHead(DATA.to_vec()));
     let out = convert(&src, &dst, &allow);
@@ -316,13 +319,19 @@ fn a_target_whose_version_cannot_be_read_fails_the_update_naming_it() {
         e.contains(&format!("cannot read the version of {base}/data.bin")),
         "{e}"
     );
-    let now = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+    let now = std::fs::metadata(&shard)
+        .expect("shard")
+        .modified()
+        .expect("mtime");
     assert_eq!(now, written, "the shard is not rewritten");
 
     server.route("/data.bin", Answer::Body(DATA.to_vec()));
     let out = convert(&src, &dst, &allow);
     assert!(out.status.success(), "{}", stderr(&out));
-    let now = std::fs::metadata(&shard).expect("shard").modified().expect("mtime");
+    let now = std::fs::metadata(&shard)
+        .expect("shard")
+        .modified()
+        .expect("mtime");
     assert_eq!(now, written, "nothing changed: the shard is not rewritten");
     assert_eq!(read_v3(&dst.join("x")).0, DATA);
 }

@@ -432,8 +432,7 @@ impl Conversion {
         };
         let jobs = jobs;
         // Sized with everything the run holds beside the pipeline until its end, now known.
-        let budget =
-            self.budget_holding(&opened, held(&survey, listed, &resume, Some(&reuse)))?;
+        let budget = self.budget_holding(&opened, held(&survey, listed, &resume, Some(&reuse)))?;
         // The inner chunks a shard copies are found once, as the pipeline takes its tasks: the
         // work ahead counts whole shards.
         let tasks = to_run(&jobs, &outputs, partition, done).map(|task| reuse.task(&jobs, task));

@@ -377,10 +377,12 @@ mod split_listing_tests {
         let whole = local.list_sizes("c").expect("list");
         assert_eq!(whole.len(), 4500);
         assert_eq!(visited(&local, &[]), (whole.clone(), 0));
-        // A staged file of an interrupted write: the object store spells and hides it otherwise.
+        // A staged file of an interrupted write: a name the direct listing leaves to the object
+        // store, which lists the folder again from scratch.
         std::fs::write(dir.path().join("c/1/7#zshard-1-2"), b"x").expect("staged");
         let (keys, starts) = visited(&local, &[]);
         assert_eq!(starts, 1);
-        assert_eq!(keys, whole);
+        assert_eq!(keys, local.list_sizes("c").expect("list"));
+        assert!(keys.len() >= whole.len(), "{}", keys.len());
     }
 }
