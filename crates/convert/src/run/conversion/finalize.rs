@@ -63,7 +63,7 @@ impl Conversion {
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
         let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
-        let listed = crate::run::digests::listed(&plan.read_jobs(&input))?;
+        let listed = crate::run::digests::listed(&plan.read_jobs(input))?;
         let digests = &listed.digests;
         let fingerprint = fingerprint.tracking_sources(digests.all_known());
         let outputs = plan.outputs();
@@ -95,14 +95,14 @@ impl Conversion {
         drop(missing);
         zshard_state::abort_recorded_uploads(&destination)?;
         let records =
-            self.make_small_levels(&destination, &plan, jobs, (&resume, &listed), budget)?;
+            self.make_small_levels(&destination, plan, jobs, (&resume, &listed), budget)?;
         // Shards that the workers' runs wrote after their last checkpoint (trusted above by their
         // manifest's checksum) reach the disk before the metadata says the output is complete.
         destination.checkpoint()?;
         let keep_manifest = self.keep_manifest || survey.asks_to_keep_the_manifest();
         finish(
             &destination,
-            &plan,
+            plan,
             self.consolidate,
             &self.cancel,
             &records,
