@@ -136,6 +136,8 @@ mod tests {
         let listed = crate::run::digests::Listed {
             digests: zshard_state::Digests::new(vec![Some(vec![0; 1000])]),
             versions: vec![None],
+            keep: Vec::new(),
+            found: vec![None],
         };
         let mut resume = zshard_state::Resume::default();
         let listing_only = held(&survey, &listed, &resume, None);
