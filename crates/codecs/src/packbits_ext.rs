@@ -210,9 +210,10 @@ impl ArrayToBytesCodec for PackBitsExtCodec {
 
     fn decode(&self, encoded: Vec<u8>, repr: &ChunkRepr) -> Result<Vec<u8>> {
         let (components, packed_len, padding) = self.sizes(repr);
-        // zarrs (0.23) leaves the padding byte out where no bits are padded and the components are
-        // whole bytes (it writes them as the `bytes` codec does); the size tells which was written.
-        let padding_kind = match padding == 0 && encoded.len() == packed_len {
+        // zarrs (0.23) leaves the padding byte out where the components are whole bytes kept whole
+        // (it writes them as the `bytes` codec does); the size tells which was written.
+        let whole_bytes = self.kept() == self.layout.bits && self.layout.bits.is_multiple_of(8);
+        let padding_kind = match whole_bytes && encoded.len() == packed_len {
             true => Padding::None,
             false => self.padding,
         };
