@@ -137,13 +137,13 @@ pub fn downsample(
         });
     }
     let masked = masked.filter(|m| m.len() == size);
-    if reduction == Reduction::Mean && masked.is_none() {
+    if reduction == Reduction::Mean {
         let fast = match data_type {
             DataType::Bool | DataType::UInt8 => {
-                mean_2x2_unsigned::<1>(source, shape, valid, factors)
+                mean_2x2_unsigned::<1>(source, shape, valid, factors, masked)
             }
-            DataType::UInt16 => mean_2x2_unsigned::<2>(source, shape, valid, factors),
-            DataType::UInt32 => mean_2x2_unsigned::<4>(source, shape, valid, factors),
+            DataType::UInt16 => mean_2x2_unsigned::<2>(source, shape, valid, factors, masked),
+            DataType::UInt32 => mean_2x2_unsigned::<4>(source, shape, valid, factors, masked),
             _ => None,
         };
         if let Some(out) = fast {
@@ -347,17 +347,19 @@ impl Element for F16 {
     }
 }
 
-/// The mean of whole 2 x 2 blocks of an unsigned integer type of `N` bytes (at most 4) with no
-/// masked value, straight from the little-endian bytes: the case of an image pyramid (issue 41),
-/// and a third of its extra CPU time when it went through [`run`] (a typed copy of the input and
-/// a push per output element). The same values as [`run`]: `(2 * sum + 4) / 8`, which for a
-/// non-negative sum is `(sum + 2) >> 2`. `None` unless only the last two dimensions shrink and
-/// `valid` is even along both (then [`run`] handles the edges).
+/// The mean of whole 2 x 2 blocks of an unsigned integer type of `N` bytes (at most 4), straight
+/// from the little-endian bytes: the case of an image pyramid (issue 41), and a third of its extra
+/// CPU time when it went through [`run`] (a typed copy of the input and a push per output
+/// element). The same values as [`run`]: `(2 * sum + 4) / 8`, which for a non-negative sum is
+/// `(sum + 2) >> 2`, and for a block holding the `masked` value the mean of the others (the masked
+/// value when all are). `None` unless only the last two dimensions shrink and `valid` is even
+/// along both (then [`run`] handles the edges).
 fn mean_2x2_unsigned<const N: usize>(
     source: &[u8],
     shape: &[u64],
     valid: &[u64],
     factors: &[u64],
+    masked: Option<&[u8]>,
 ) -> Option<Vec<u8>> {
     let rank = shape.len();
     if rank < 2
@@ -367,6 +369,8 @@ fn mean_2x2_unsigned<const N: usize>(
     {
         return None;
     }
+    // A value no element has when nothing is masked: elements are below 2^32.
+    let masked = masked.map_or(u64::MAX, le_u64::<N>);
     let strides = crate::strides(shape, N);
     let (rows, width) = (valid[rank - 2] as usize / 2, valid[rank - 1] as usize);
     let outer = &valid[..rank - 2];
@@ -397,11 +401,23 @@ fn mean_2x2_unsigned<const N: usize>(
                 .zip(lower.chunks_exact(2 * N))
                 .zip(dst.chunks_exact_mut(N))
             {
-                let sum = le_u64::<N>(&a[..N])
-                    + le_u64::<N>(&a[N..])
-                    + le_u64::<N>(&b[..N])
-                    + le_u64::<N>(&b[N..]);
-                o.copy_from_slice(&((sum + 2) >> 2).to_le_bytes()[..N]);
+                let v = [
+                    le_u64::<N>(&a[..N]),
+                    le_u64::<N>(&a[N..]),
+                    le_u64::<N>(&b[..N]),
+                    le_u64::<N>(&b[N..]),
+                ];
+                let mean = if v.contains(&masked) {
+                    let kept = v.iter().filter(|&&x| x != masked);
+                    let n = kept.clone().count() as u64;
+                    match n {
+                        0 => masked,
+                        _ => (2 * kept.sum::<u64>() + n) / (2 * n),
+                    }
+                } else {
+                    (v[0] + v[1] + v[2] + v[3] + 2) >> 2
+                };
+                o.copy_from_slice(&mean.to_le_bytes()[..N]);
             }
             written += row_bytes;
         }
@@ -657,16 +673,23 @@ mod tests {
             (DataType::UInt16, 2),
             (DataType::UInt32, 4),
         ] {
-            for (shape, valid, factors) in cases {
+            let masks: [Option<Vec<u8>>; 3] = [None, Some(vec![0xff; size]), Some(vec![0; size])];
+            for ((shape, valid, factors), masked) in cases
+                .iter()
+                .flat_map(|case| masks.iter().map(move |m| (case, m.as_deref())))
+            {
+                let (shape, valid, factors) = (*shape, *valid, *factors);
                 let elements = crate::product(shape) as usize;
                 let source: Vec<u8> = (0..elements * size)
                     .map(|i| match i % 5 {
                         // Runs of the largest value, where a sum in the element type would wrap.
                         0 | 1 => 0xff,
+                        // Zeros: a masked value in some blocks, every element of others.
+                        2 if i % 3 == 0 => 0,
                         _ => next() as u8,
                     })
                     .collect();
-                let fast = mean_2x2_unsigned_for(data_type, &source, shape, valid, factors)
+                let fast = mean_2x2_unsigned_for(data_type, &source, shape, valid, factors, masked)
                     .expect("whole blocks take the fast path");
                 let general = match size {
                     1 => run::<u8>(
@@ -675,7 +698,7 @@ mod tests {
                         shape,
                         valid,
                         factors,
-                        None,
+                        masked,
                         false,
                         1,
                     ),
@@ -685,7 +708,7 @@ mod tests {
                         shape,
                         valid,
                         factors,
-                        None,
+                        masked,
                         false,
                         2,
                     ),
@@ -695,14 +718,14 @@ mod tests {
                         shape,
                         valid,
                         factors,
-                        None,
+                        masked,
                         false,
                         4,
                     ),
                 };
                 assert_eq!(
                     fast, general,
-                    "{data_type:?} {shape:?} {valid:?} {factors:?}"
+                    "{data_type:?} {shape:?} {valid:?} {factors:?} {masked:?}"
                 );
                 let via = downsample(
                     data_type,
@@ -711,7 +734,7 @@ mod tests {
                     shape,
                     valid,
                     factors,
-                    None,
+                    masked,
                 )
                 .expect("downsamples");
                 assert_eq!(via, general);
@@ -719,8 +742,8 @@ mod tests {
         }
         // Odd extents and blocks along other axes go to the general path.
         let source = vec![0u8; 2 * 5 * 4];
-        assert!(mean_2x2_unsigned::<2>(&source, &[5, 4], &[5, 4], &[2, 2]).is_none());
-        assert!(mean_2x2_unsigned::<2>(&source, &[5, 4], &[5, 4], &[1, 2]).is_none());
+        assert!(mean_2x2_unsigned::<2>(&source, &[5, 4], &[5, 4], &[2, 2], None).is_none());
+        assert!(mean_2x2_unsigned::<2>(&source, &[5, 4], &[5, 4], &[1, 2], None).is_none());
     }
 
     fn mean_2x2_unsigned_for(
@@ -729,11 +752,12 @@ mod tests {
         shape: &[u64],
         valid: &[u64],
         factors: &[u64],
+        masked: Option<&[u8]>,
     ) -> Option<Vec<u8>> {
         match data_type {
-            DataType::UInt8 => mean_2x2_unsigned::<1>(source, shape, valid, factors),
-            DataType::UInt16 => mean_2x2_unsigned::<2>(source, shape, valid, factors),
-            _ => mean_2x2_unsigned::<4>(source, shape, valid, factors),
+            DataType::UInt8 => mean_2x2_unsigned::<1>(source, shape, valid, factors, masked),
+            DataType::UInt16 => mean_2x2_unsigned::<2>(source, shape, valid, factors, masked),
+            _ => mean_2x2_unsigned::<4>(source, shape, valid, factors, masked),
         }
     }
 
