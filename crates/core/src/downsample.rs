@@ -396,28 +396,24 @@ fn mean_2x2_unsigned<const N: usize>(
                 &source[lower..lower + width * N],
             );
             let dst = &mut out[written..written + row_bytes];
-            for ((a, b), o) in upper
-                .chunks_exact(2 * N)
-                .zip(lower.chunks_exact(2 * N))
-                .zip(dst.chunks_exact_mut(N))
-            {
-                let v = [
-                    le_u64::<N>(&a[..N]),
-                    le_u64::<N>(&a[N..]),
-                    le_u64::<N>(&b[..N]),
-                    le_u64::<N>(&b[N..]),
-                ];
-                let mean = if v.contains(&masked) {
+            // The whole row as if nothing were masked, without a branch per block (so that it
+            // vectorises); again block by block in the rare row that holds the masked value.
+            let mut hit = false;
+            for (v, o) in blocks::<N>(upper, lower, &mut *dst) {
+                hit |= (v[0] == masked) | (v[1] == masked) | (v[2] == masked) | (v[3] == masked);
+                let mean = (v[0] + v[1] + v[2] + v[3] + 2) >> 2;
+                o.copy_from_slice(&mean.to_le_bytes()[..N]);
+            }
+            if hit {
+                for (v, o) in blocks::<N>(upper, lower, &mut *dst) {
                     let kept = v.iter().filter(|&&x| x != masked);
                     let n = kept.clone().count() as u64;
-                    match n {
+                    let mean = match n {
                         0 => masked,
                         _ => (2 * kept.sum::<u64>() + n) / (2 * n),
-                    }
-                } else {
-                    (v[0] + v[1] + v[2] + v[3] + 2) >> 2
-                };
-                o.copy_from_slice(&mean.to_le_bytes()[..N]);
+                    };
+                    o.copy_from_slice(&mean.to_le_bytes()[..N]);
+                }
             }
             written += row_bytes;
         }
@@ -431,6 +427,28 @@ fn mean_2x2_unsigned<const N: usize>(
         }
     }
     Some(out)
+}
+
+/// The 2 x 2 blocks of a row pair (`upper`, `lower`) of unsigned integers of `N` bytes, with the
+/// output element of each in `dst`.
+fn blocks<'a, const N: usize>(
+    upper: &'a [u8],
+    lower: &'a [u8],
+    dst: &'a mut [u8],
+) -> impl Iterator<Item = ([u64; 4], &'a mut [u8])> + 'a {
+    upper
+        .chunks_exact(2 * N)
+        .zip(lower.chunks_exact(2 * N))
+        .zip(dst.chunks_exact_mut(N))
+        .map(|((a, b), o)| {
+            let v = [
+                le_u64::<N>(&a[..N]),
+                le_u64::<N>(&a[N..]),
+                le_u64::<N>(&b[..N]),
+                le_u64::<N>(&b[N..]),
+            ];
+            (v, o)
+        })
 }
 
 /// The unsigned little-endian integer of `N` (at most 8) bytes at the start of `bytes`.
