@@ -365,7 +365,7 @@ fn mean_2x2_unsigned<const N: usize>(
     if rank < 2
         || factors[rank - 2..] != [2, 2]
         || factors[..rank - 2].iter().any(|&f| f != 1)
-        || valid[rank - 2..].iter().any(|v| v % 2 != 0)
+        || valid[rank - 2..].iter().any(|v| !v.is_multiple_of(2))
     {
         return None;
     }
