@@ -635,7 +635,9 @@ impl ChunkReader for IcechunkReader {
             .map(|chunks| chunks.iter().collect())
             .unwrap_or_default();
         // Looked up one by one: past a quarter of the array, one listing costs less.
-        let chunks = grid.iter().fold(1u64, |n, &extent| n.saturating_mul(extent));
+        let chunks = grid
+            .iter()
+            .fold(1u64, |n, &extent| n.saturating_mul(extent));
         if changed.len() as u64 > chunks / 4 + 16 {
             return listed(None);
         }
