@@ -155,6 +155,18 @@ pub(super) fn remove_owned(
     )?;
     let owned: Vec<String> = owned.into_iter().filter(|k| k != OVERWRITING).collect();
     dst.delete_many(&owned)?;
+    // A run killed while writing a shard locally leaves it staged as `KEY#N`, which listings hide:
+    // those of the keys the old and this conversion own go too (a shard of the old grid may lie
+    // outside this one's), and no other.
+    let staged = dst.staged_keys("")?;
+    let bases: BTreeSet<String> = staged
+        .iter()
+        .filter_map(|key| zshard_store::staged_base(key))
+        .map(str::to_string)
+        .collect();
+    for base in owned_keys(&bases, &roots, &arrays, &document) {
+        dst.remove_staged_of(&base)?;
+    }
     Ok(Marker::Remove)
 }
 

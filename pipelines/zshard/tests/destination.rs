@@ -553,6 +553,10 @@ fn overwrite_replaces_a_killed_run_with_other_options() {
     let src = big_source(tmp.path());
     let dst = tmp.path().join("dst");
     killed_run(&src, &dst);
+    // A kill while a shard was written leaves it staged (`KEY#N`); this one is of a shard of the
+    // killed run's grid outside this run's, which --overwrite must remove too (it once stayed).
+    std::fs::create_dir_all(dst.join("c/0")).expect("mkdir");
+    std::fs::write(dst.join("c/0/4#7"), b"half a shard").expect("staged");
     // Until the killed run's lease is stale, --overwrite refuses (see tests/lease.rs).
     std::thread::sleep(Duration::from_millis(1200));
     let mut options = B.to_vec();
