@@ -55,6 +55,19 @@ pub enum Error {
         source: Box<zshard_core::Error>,
     },
 
+    /// A source chunk an inner chunk needs was neither read for its shard nor kept for it by an
+    /// earlier one: the read and reassembly plans disagree (a defect of zshard, never of the data),
+    /// and the inner chunk is not written as fill in its place.
+    #[error("array {array}: shard {key}: source chunk {chunk} was neither read nor kept for it (a zshard defect: please report it)")]
+    Reassembly {
+        /// The array's name ([`ArrayJob::name`](crate::ArrayJob::name)).
+        array: String,
+        /// The shard's key as the sink names it.
+        key: String,
+        /// The source chunk's grid position.
+        chunk: String,
+    },
+
     /// A region of a pyramid level did not reduce into the level below it.
     #[error("array {array}: cannot downsample the region {region} of the level above")]
     Downsample {
@@ -104,7 +117,7 @@ pub enum Error {
 
 impl Error {
     /// What kind of failure this is: `read`, `decode`, `encode`, `downsample`, `write`, `memory`,
-    /// `cancelled` or `system` (threads that could not be started).
+    /// `cancelled` or `system` (threads that could not be started, or a defect of zshard).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Read { .. } => "read",
@@ -114,7 +127,9 @@ impl Error {
             Error::Write { .. } => "write",
             Error::MemoryLimit { .. } => "memory",
             Error::Cancelled => "cancelled",
-            Error::SpawnThread { .. } | Error::ThreadPool { .. } => "system",
+            Error::SpawnThread { .. } | Error::ThreadPool { .. } | Error::Reassembly { .. } => {
+                "system"
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use super::in_order::InOrder;
 use super::message::{Assembled, Decoded, Msg, ShardKey};
 use super::pyramid::Pyramid;
 use super::{RunArray, RunContext};
+use crate::error::{Error, Result};
 
 /// Assembles the messages of `input` until it closes, the run is cancelled or the encoder has stopped.
 pub(super) fn stage(
@@ -29,6 +30,13 @@ pub(super) fn stage(
                 let array = ctx.array(decoded.part.task.array);
                 let mut out = Vec::new();
                 for part in assembler.accept(array, decoded) {
+                    let part = match part {
+                        Ok(part) => part,
+                        Err(e) => {
+                            out.push(Err(e));
+                            continue;
+                        }
+                    };
                     // The levels below are made from the part's inner chunks before they go on.
                     let below = match pyramid.feeds(part.part.task.array) {
                         true => pyramid.feed(ctx, &part),
@@ -89,7 +97,7 @@ struct OpenAssembly {
 impl Assembler {
     /// Assembles `decoded` and the parts (of its shard and the shards after it) that waited for it;
     /// none while it waits itself.
-    fn accept(&mut self, array: &RunArray<'_>, decoded: Decoded) -> Vec<Assembled> {
+    fn accept(&mut self, array: &RunArray<'_>, decoded: Decoded) -> Vec<Result<Assembled>> {
         if !array.keep && !array.handoff {
             return vec![assemble(array, decoded, None).0];
         }
@@ -175,11 +183,11 @@ fn assemble(
     array: &RunArray<'_>,
     decoded: Decoded,
     kept: Option<&mut KeptChunks>,
-) -> (Assembled, Option<CachedChunks>) {
+) -> (Result<Assembled>, Option<CachedChunks>) {
     let job = array.job;
     let range = array.split.inner_range(decoded.part.index);
     if job.layout.passthrough {
-        return (place_encoded(array, range, decoded), None);
+        return (Ok(place_encoded(array, range, decoded)), None);
     }
     let geometry = &job.layout.geometry;
     let source_shape = &job.layout.source_repr.shape;
@@ -198,6 +206,8 @@ fn assemble(
         job.layout.source_grid.is_none() && source_shape.as_slice() == geometry.inner_shape();
     let array_region = geometry.array_region();
     let first_inner = range.start;
+    // A source chunk neither in the message nor kept: the read and the keeping plans disagree.
+    let mut missing: Option<Vec<u64>> = None;
     let inner = range
         .map(|i| {
             if decoded.part.task.reuses(i) {
@@ -217,7 +227,10 @@ fn assemble(
                     Some(data) => data,
                     None => match kept.as_deref().and_then(|k| k.get(&coord)) {
                         Some((_, data)) => data,
-                        None => continue,
+                        None => {
+                            missing.get_or_insert(coord);
+                            continue;
+                        }
                     },
                 };
                 let Some(data) = data else {
@@ -276,6 +289,14 @@ fn assemble(
             }
         }
     }
+    if let Some(coord) = missing {
+        let error = Error::Reassembly {
+            array: job.name.clone(),
+            key: job.sink.shard_key(&decoded.part.task.shard),
+            chunk: format!("{coord:?}"),
+        };
+        return (Err(error), handed);
+    }
     let assembled = Assembled {
         part: decoded.part,
         first_inner,
@@ -284,7 +305,7 @@ fn assemble(
         strings: decoded.strings,
         read: decoded.read,
     };
-    (assembled, handed)
+    (Ok(assembled), handed)
 }
 
 /// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the
