@@ -2,7 +2,8 @@
 """W11 (issue 40): a nightly update against a full conversion.
 
 A uint16 Zarr v2 source of 6400 x 6400 in 16 x 16 zstd chunks (160,000 chunks) becomes 10^4 shards of
-64 x 64 (16 inner chunks each). Then the source changes as a scheduled ETL's does: 0.1 % of its chunks are
+64 x 64 (16 inner chunks each). `--chunk 64` makes the chunks 64 x 64 (8 KiB instead of 512 B; the array
+25600 x 25600, the shards 256 x 256, still 10^4 of 16 inner chunks). Then the source changes as a scheduled ETL's does: 0.1 % of its chunks are
 written again by zarr-python (160 chunks at seeded random places) and 1 % rows are appended (64 rows: 1,600
 new chunks, a new row of 100 shards). The same `zshard convert` runs again: the update. Last, a run with
 nothing changed.
@@ -18,6 +19,7 @@ sample of the others; --verify full reads everything).
 
 Usage: benches/run.sh --workloads W11 [the options below]   (builds zshard first)
        w11.py --zshard BIN [--parts local,s3] [--delay-ms 20] [--workdir DIR] [--verify sample|full]
+              [--chunk 16]
 """
 import argparse
 import json
@@ -35,8 +37,17 @@ import zarr
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-N, CHUNK, SHARD, GROW = 6400, 16, 64, 64
-CHANGED = (N // CHUNK) ** 2 // 1000  # 0.1 % of the source chunks
+N, CHUNK, SHARD, GROW, CHANGED = 0, 0, 0, 0, 0
+
+
+def configure(chunk):
+    """The array for chunks of `chunk` x `chunk`: always 10^4 shards (100 x 100) of 4 x 4 inner chunks
+    (160,000 chunks); 1 % rows appended, 0.1 % of the chunks written again."""
+    global N, CHUNK, SHARD, GROW, CHANGED
+    CHUNK, SHARD = chunk, 4 * chunk
+    N = 100 * SHARD
+    GROW = N // 100
+    CHANGED = (N // CHUNK) ** 2 // 1000
 S3_ENV = {"AWS_ACCESS_KEY_ID": "w11", "AWS_SECRET_ACCESS_KEY": "w11-secret", "AWS_REGION": "us-east-1",
           "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
 
@@ -58,8 +69,9 @@ def make_source(path):
     log(f"writing the source ({(N // CHUNK) ** 2} chunks) with zarr-python")
     a = zarr.create_array(path, shape=(N, N), chunks=(CHUNK, CHUNK), dtype="uint16", zarr_format=2,
                           compressors=numcodecs.Zstd(level=1), fill_value=0)
-    for r in range(0, N, 640):
-        a[r:r + 640, :] = values(640, N, r)
+    rows = 10 * SHARD
+    for r in range(0, N, rows):
+        a[r:r + rows, :] = values(rows, N, r)
 
 
 def change_source(path):
@@ -203,9 +215,13 @@ def main():
                    help="more flags for the S3 runs (the Python server resets connections beyond about 16)")
     p.add_argument("--workdir", default=os.path.join(HERE, "..", "target", "bench-w11"))
     p.add_argument("--verify", choices=["sample", "full"], default="sample")
+    p.add_argument("--chunk", type=int, default=16,
+                   help="the source's chunks are CHUNK x CHUNK (16: 512 B each; 64: 8 KiB, 1.3 GB in all)")
     p.add_argument("--workloads", help="ignored (benches/run.sh passes it on)")
     args = p.parse_args()
-    pristine = os.path.join(args.workdir, "sources", "src.zarr")
+    configure(args.chunk)
+    name = "src.zarr" if args.chunk == 16 else f"src-{args.chunk}.zarr"
+    pristine = os.path.join(args.workdir, "sources", name)
     os.makedirs(os.path.dirname(pristine), exist_ok=True)
     make_source(pristine)
     results = []
