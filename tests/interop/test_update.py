@@ -244,21 +244,28 @@ def test_icechunk_new_snapshot(zshard_bin, tmp_path, spec):
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
-def _traced_convert(zshard_bin: Path, src: Path, dst: Path, trace: Path) -> tuple[dict, str, set[str]]:
-    """`zshard convert` under strace: its report, its stderr, and every file it opened below
-    `src/manifests` (the repository's manifests, by name)."""
+def _traced_convert(zshard_bin: Path, src: Path, dst: Path, trace: Path, *extra) -> tuple[dict, str, set[str]]:
+    """`zshard convert` (with `extra` options) under strace: its report, its stderr, and every
+    file it opened below `src/manifests` (the repository's manifests, by name)."""
+    report = dst.parent / f"{dst.name}.report.json"
+    argv = ["convert", str(src), str(dst), "--quiet", "--threads", "2",
+            "--shard-shape", SHARDS, "--report", str(report), *map(str, extra)]
+    stderr, opened = _traced(zshard_bin, src, trace, argv)
+    return json.loads(report.read_text()), stderr, opened
+
+
+def _traced(zshard_bin: Path, src: Path, trace: Path, args: list[str]) -> tuple[str, set[str]]:
+    """`zshard ARGS` under strace: its stderr, and the manifests of the repository `src` it
+    opened (by name)."""
     import subprocess
 
-    report = dst.parent / f"{dst.name}.report.json"
-    argv = [str(zshard_bin), "convert", str(src), str(dst), "--quiet", "--threads", "2",
-            "--shard-shape", SHARDS, "--report", str(report)]
-    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *argv],
-                       capture_output=True, text=True)
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace),
+                        str(zshard_bin), *args], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     manifests = str(src / "manifests") + "/"
     opened = {line.split(manifests, 1)[1].split('"', 1)[0]
               for line in trace.read_text().splitlines() if manifests in line}
-    return json.loads(report.read_text()), r.stderr, opened
+    return r.stderr, opened
 
 
 @pytest.mark.parametrize("spec", [1, 2])
@@ -331,6 +338,68 @@ def test_icechunk_source_update_reads_only_what_the_snapshot_diff_names(zshard_b
     assert report["status"] == "ok"
     assert "no longer an ancestor" in stderr, stderr
     check()
+
+
+def test_icechunk_source_versions_of_another_array_or_source_are_not_trusted(zshard_bin, tmp_path):
+    """The kept source versions name the repository and the array they were listed from: a file
+    that describes another array (here b's, at a's path: the same repository and snapshot, the
+    same grid) is ignored and a's versions listed whole, so a later diff that deletes a chunk of a
+    (which b never stored) rewrites its shard. Trusted, b's versions would have hidden that: the
+    shard would keep a's old values."""
+    ic = pytest.importorskip("icechunk")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    a = root.create_array("a", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    a[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + 1
+    b = root.create_array("b", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    b[32:, 32:] = 7.0  # b stores the chunks of one quarter only
+    session.commit("first")
+
+    def check() -> None:
+        session = repo.readonly_session(branch="main")
+        for name in ("a", "b"):
+            _same(dst, zarr.open_array(session.store, path=name, mode="r")[...], name)
+
+    assert _convert(zshard_bin, repo_dir, dst)["status"] == "ok"
+    kept = dst / "a" / ".zshard-source-versions"
+    assert kept.read_bytes() != (dst / "b" / ".zshard-source-versions").read_bytes()
+    kept.write_bytes((dst / "b" / ".zshard-source-versions").read_bytes())
+    # At the same snapshot: b's versions are not taken for a's (a's shards made from what a's
+    # listing names, as recorded: nothing to rewrite), and a's own are kept again.
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t1")
+    assert report["status"] in ("complete", "ok") and (report["update"] or {}).get("shards_rewritten", 0) == 0, report
+    assert opened, "a's manifest is listed"
+    check()
+
+    # A chunk of a back to the fill value (Icechunk deletes it): its shard is rewritten.
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[0:8, 0:8] = 0.0
+    session.commit("a chunk of a gone")
+    report = _convert(zshard_bin, repo_dir, dst)
+    assert report["update"]["shards_rewritten"] == 1, report["update"]
+    check()
+
+
+def test_icechunk_overwrite_keeps_the_source_versions_of_its_own_run(zshard_bin, tmp_path):
+    """`--overwrite` at the same snapshot replaces the kept source versions (it removed the old
+    ones and kept none: the next run listed every manifest again); the next run then reads none."""
+    ic = pytest.importorskip("icechunk")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    a = zarr.create_array(session.store, name="a", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    a[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64)
+    session.commit("first")
+    _convert(zshard_bin, repo_dir, dst)
+    report = _convert(zshard_bin, repo_dir, dst, "--overwrite")
+    assert report["status"] == "ok"
+    assert (dst / "a" / ".zshard-source-versions").is_file()
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t1")
+    assert report["status"] == "complete" and opened == set(), opened
+    session = repo.readonly_session(branch="main")
+    _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
 def _spec_kwargs(ic, spec: int) -> dict:
