@@ -402,6 +402,68 @@ def test_icechunk_overwrite_keeps_the_source_versions_of_its_own_run(zshard_bin,
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
+def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshard_bin, tmp_path):
+    """A conversion split with `--worker I/N` + `finalize` keeps the source versions an unsplit run
+    keeps (finalize lists at the snapshot it checks every worker's shards against), so the next
+    nightly split run reads only the manifests Icechunk's diff names: each worker and finalize
+    open only the new manifest of the array that changed, and finalize lists nothing whole. Values
+    compared with icechunk's own read."""
+    ic = pytest.importorskip("icechunk")
+    if not str(ic.__version__).startswith("2"):
+        pytest.skip("icechunk 2 makes the repository")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    for name, start in (("a", 0.0), ("b", 1e6)):
+        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
+    session.commit("first")
+
+    def split(step: str) -> tuple[list[dict], set[str], str]:
+        """Two workers then finalize, traced: the workers' reports, every manifest opened, and
+        finalize's stderr."""
+        reports, opened = [], set()
+        for i in range(2):
+            report = tmp_path / f"{step}-w{i}.json"
+            _, seen = _traced(zshard_bin, repo_dir, tmp_path / f"{step}-w{i}.trace",
+                              ["convert", str(repo_dir), str(dst), "--quiet", "--threads", "2",
+                               "--shard-shape", SHARDS, "--worker", f"{i}/2", "--report", str(report)])
+            reports.append(json.loads(report.read_text()))
+            opened |= seen
+        stderr, seen = _traced(zshard_bin, repo_dir, tmp_path / f"{step}-f.trace", ["finalize", str(dst)])
+        return reports, opened | seen, stderr
+
+    def check() -> None:
+        session = repo.readonly_session(branch="main")
+        for name in ("a", "b"):
+            _same(dst, zarr.open_array(session.store, path=name, mode="r")[...], name)
+
+    split("first")
+    check()
+    for name in ("a", "b"):
+        assert (dst / name / ".zshard-source-versions").is_file(), name
+
+    old = {p.name for p in (repo_dir / "manifests").iterdir()}
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk of a")
+    new = {p.name for p in (repo_dir / "manifests").iterdir()} - old
+    before = _files(dst)
+    reports, opened, stderr = split("update")
+    assert sum(r["update"]["shards_rewritten"] for r in reports if r["update"]) == 1, reports
+    assert opened and opened <= new, (opened, new)
+    assert "listed again" not in stderr, stderr
+    assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
+    check()
+
+    # The next unsplit run at the same snapshot: nothing read from the manifests, nothing written.
+    before = _files(dst)
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t-after")
+    assert report["status"] == "complete" and opened == set(), opened
+    assert _changed(before, _files(dst)) == set()
+
+
 def _spec_kwargs(ic, spec: int) -> dict:
     """How to ask `ic` (icechunk 2.x or 1.x) for a repository of spec version `spec`; 1.x writes
     only version 1."""
