@@ -97,13 +97,9 @@ impl Listed {
 }
 
 /// The digests of every shard of `jobs` (one per array of the plan), with the versions: one
-/// listing of each array's source chunks (or its references), no chunk read.
-pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
-    listed_with(jobs, Vec::new())
-}
-
-/// [`listed`], with the versions of the arrays `already` listed (one per job; `None` for those to
-/// list here), so that a plan lists each source once.
+/// listing of each array's source chunks (or its references), no chunk read; the versions of the
+/// arrays `already` listed (one per job; `None` for those to list here) are taken as they are, so
+/// that a plan lists each source once.
 pub(crate) fn listed_with(
     jobs: &[ArrayJob],
     already: Vec<Option<ChunkVersions>>,
@@ -139,7 +135,7 @@ pub(crate) struct KeptSources {
     pub(crate) ignored: bool,
 }
 
-/// [`listed`] for a run into `destination`, where an earlier run kept the versions it listed of
+/// [`listed_with`] for a run into `destination`, where an earlier run kept the versions it listed of
 /// the arrays whose source has a version as a whole (at [`zshard_state::source_versions_key`] of
 /// each array's path in `kept`): those are brought forward from what the source says changed
 /// since (Icechunk's diff), or taken as they are when its version is the same, rather than listed.
