@@ -464,6 +464,59 @@ def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshar
     assert _changed(before, _files(dst)) == set()
 
 
+def test_icechunk_source_plan_of_an_update_reads_only_what_the_snapshot_diff_names(zshard_bin, tmp_path):
+    """`zshard plan` on a finished destination takes the versions as the update would: at the
+    snapshot the destination was made from it reads no manifest, at a later one only the manifest
+    Icechunk's diff names (array b's, unchanged, is not read), and says which shard an update
+    rewrites."""
+    ic = pytest.importorskip("icechunk")
+    if not str(ic.__version__).startswith("2"):
+        pytest.skip("icechunk 2 makes the repository")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    for name, start in (("a", 0.0), ("b", 1e6)):
+        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
+    session.commit("first")
+    _convert(zshard_bin, repo_dir, dst)
+
+    import subprocess
+
+    def plan(step: str) -> set[str]:
+        """The manifests `zshard plan` opens."""
+        _, opened = _traced(zshard_bin, repo_dir, tmp_path / f"{step}.trace",
+                            ["plan", str(repo_dir), str(dst), "--shard-shape", SHARDS, "--json"])
+        return opened
+
+    def plan_json() -> dict:
+        r = subprocess.run([str(zshard_bin), "plan", str(repo_dir), str(dst), "--shard-shape", SHARDS, "--json"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    opened = plan("same")
+    assert opened == set(), opened
+    update = {a["path"]: a for a in plan_json()["update"]["arrays"]}
+    assert update["a"]["shards_to_rewrite"] == 0 and update["b"]["shards_to_rewrite"] == 0
+
+    old = {p.name for p in (repo_dir / "manifests").iterdir()}
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk of a")
+    new = {p.name for p in (repo_dir / "manifests").iterdir()} - old
+    opened = plan("changed")
+    assert opened and opened <= new, (opened, new)
+    update = {a["path"]: a for a in plan_json()["update"]["arrays"]}
+    assert update["a"]["shards_to_rewrite"] == 1 and update["b"]["shards_to_rewrite"] == 0, update
+    # And the update the plan described, with the values icechunk reads.
+    report = _convert(zshard_bin, repo_dir, dst)
+    assert report["update"]["shards_rewritten"] == 1
+    session = repo.readonly_session(branch="main")
+    _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
+
+
 def _spec_kwargs(ic, spec: int) -> dict:
     """How to ask `ic` (icechunk 2.x or 1.x) for a repository of spec version `spec`; 1.x writes
     only version 1."""

@@ -152,26 +152,7 @@ pub(crate) fn listed_since(
         .iter()
         .map(|path| zshard_state::source_versions_key(path))
         .collect();
-    let wanted: Vec<String> = match kept.ignored {
-        true => Vec::new(),
-        false => keys
-            .iter()
-            .zip(&versioned)
-            .filter(|(_, version)| version.is_some())
-            .map(|(key, _)| key.clone())
-            .collect(),
-    };
-    // One round of reads; a file that is missing or damaged is listed again.
-    let mut read = destination.get_many(&wanted).into_iter();
-    let known: Vec<Option<KnownVersions>> = versioned
-        .iter()
-        .zip(&kept.arrays)
-        .map(|(version, array)| {
-            version.as_ref()?;
-            let body = read.next()?.ok()??;
-            KnownVersions::from_bytes(&body).filter(|known| known.describe(&kept.location, array))
-        })
-        .collect();
+    let known = kept_versions(jobs, destination, kept);
     let mut versions = Vec::with_capacity(jobs.len());
     let mut found = Vec::with_capacity(jobs.len());
     let mut keep = Vec::new();
@@ -199,6 +180,41 @@ pub(crate) fn listed_since(
         found.push(Some(how));
     }
     made(jobs, versions, found, keep)
+}
+
+/// Per job, the versions an earlier run kept in `destination` for its array (see
+/// [`listed_since`]): of the arrays whose source has a version as a whole, those whose file is
+/// there, intact, and names this source and array. One round of reads; none when `kept` says
+/// they are ignored.
+pub(crate) fn kept_versions(
+    jobs: &[ArrayJob],
+    destination: &Store,
+    kept: &KeptSources,
+) -> Vec<Option<KnownVersions>> {
+    let versioned: Vec<bool> = jobs
+        .iter()
+        .map(|j| !kept.ignored && j.reader.source_version().is_some())
+        .collect();
+    let wanted: Vec<String> = kept
+        .paths
+        .iter()
+        .zip(&versioned)
+        .filter(|(_, versioned)| **versioned)
+        .map(|(path, _)| zshard_state::source_versions_key(path))
+        .collect();
+    // A file that is missing or damaged is listed again.
+    let mut read = destination.get_many(&wanted).into_iter();
+    versioned
+        .iter()
+        .zip(&kept.arrays)
+        .map(|(versioned, array)| {
+            if !versioned {
+                return None;
+            }
+            let body = read.next()?.ok()??;
+            KnownVersions::from_bytes(&body).filter(|known| known.describe(&kept.location, array))
+        })
+        .collect()
 }
 
 /// The digests of `jobs` from their source chunks' `versions`.
