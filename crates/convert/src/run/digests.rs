@@ -157,8 +157,12 @@ pub(crate) fn listed_since(
     let mut found = Vec::with_capacity(jobs.len());
     let mut keep = Vec::new();
     let arrays = kept.arrays.iter();
-    for ((((job, version), known), key), array) in
-        jobs.iter().zip(&versioned).zip(&known).zip(&keys).zip(arrays)
+    for ((((job, version), known), key), array) in jobs
+        .iter()
+        .zip(&versioned)
+        .zip(&known)
+        .zip(&keys)
+        .zip(arrays)
     {
         let grid = job.layout.source_chunk_grid();
         let Some(version) = version else {

@@ -128,7 +128,7 @@ impl Conversion {
         };
         let fingerprint = opened.fingerprint()?;
         let outputs = opened.plan.outputs();
-        let survey = match zshard_state::survey_finished(&destination, &outputs, &fingerprint) {
+        let survey = match zshard_state::survey_finished(destination, &outputs, &fingerprint) {
             Ok(survey) => survey,
             Err(e) => {
                 tracing::debug!("no update to plan: {}", zshard_state::one_line(&e));
@@ -179,13 +179,14 @@ fn list_sources(
         let job = &jobs[i];
         let grid = job.layout.source_chunk_grid();
         let listing = match known.get(i).and_then(Option::as_ref) {
-            Some(known) => job
-                .reader
-                .chunk_versions_since(&grid, Some(known))
-                .map(|(versions, how)| {
-                    let forward = !matches!(how, zshard_core::VersionsFrom::Listed { .. });
-                    (versions, forward)
-                }),
+            Some(known) => {
+                job.reader
+                    .chunk_versions_since(&grid, Some(known))
+                    .map(|(versions, how)| {
+                        let forward = !matches!(how, zshard_core::VersionsFrom::Listed { .. });
+                        (versions, forward)
+                    })
+            }
             None => job.reader.chunk_versions(&grid).map(|v| (v, false)),
         };
         match listing {
