@@ -340,7 +340,7 @@ def test_icechunk_source_update_reads_only_what_the_snapshot_diff_names(zshard_b
     check()
 
 
-def test_icechunk_source_versions_of_another_array_or_source_are_not_trusted(zshard_bin, tmp_path):
+def test_icechunk_source_versions_of_another_array_are_not_trusted(zshard_bin, tmp_path):
     """The kept source versions name the repository and the array they were listed from: a file
     that describes another array (here b's, at a's path: the same repository and snapshot, the
     same grid) is ignored and a's versions listed whole, so a later diff that deletes a chunk of a
