@@ -380,6 +380,9 @@ def test_icechunk_source_versions_of_another_array_are_not_trusted(zshard_bin, t
     report = _convert(zshard_bin, repo_dir, dst)
     assert report["update"]["shards_rewritten"] == 1, report["update"]
     check()
+    # The run that wrote kept a's own: its header names the repository and a.
+    header = kept.read_bytes().split(b"\n")[:3]
+    assert header[1:] == [json.dumps(str(repo_dir.resolve())).encode(), b'"a"'], header
 
 
 def test_icechunk_overwrite_keeps_the_source_versions_of_its_own_run(zshard_bin, tmp_path):
