@@ -92,9 +92,6 @@ impl Conversion {
         Ok(())
     }
 
-    /// What a run would bring up to date in a destination that holds this conversion finished
-    /// (see [`crate::UpdatePlan`]); `None` for any other destination (none yet, or an Icechunk
-    /// repository).
     /// The destination as `plan` reads it (see [`Conversion::plan_update`]): without retries, as a
     /// destination that cannot be read (none yet, an endpoint that does not answer) has no update
     /// to plan, and must not hold up the plan. `None` for an Icechunk repository, or a destination
