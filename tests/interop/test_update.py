@@ -244,21 +244,28 @@ def test_icechunk_new_snapshot(zshard_bin, tmp_path, spec):
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
-def _traced_convert(zshard_bin: Path, src: Path, dst: Path, trace: Path) -> tuple[dict, str, set[str]]:
-    """`zshard convert` under strace: its report, its stderr, and every file it opened below
-    `src/manifests` (the repository's manifests, by name)."""
+def _traced_convert(zshard_bin: Path, src: Path, dst: Path, trace: Path, *extra) -> tuple[dict, str, set[str]]:
+    """`zshard convert` (with `extra` options) under strace: its report, its stderr, and every
+    file it opened below `src/manifests` (the repository's manifests, by name)."""
+    report = dst.parent / f"{dst.name}.report.json"
+    argv = ["convert", str(src), str(dst), "--quiet", "--threads", "2",
+            "--shard-shape", SHARDS, "--report", str(report), *map(str, extra)]
+    stderr, opened = _traced(zshard_bin, src, trace, argv)
+    return json.loads(report.read_text()), stderr, opened
+
+
+def _traced(zshard_bin: Path, src: Path, trace: Path, args: list[str]) -> tuple[str, set[str]]:
+    """`zshard ARGS` under strace: its stderr, and the manifests of the repository `src` it
+    opened (by name)."""
     import subprocess
 
-    report = dst.parent / f"{dst.name}.report.json"
-    argv = [str(zshard_bin), "convert", str(src), str(dst), "--quiet", "--threads", "2",
-            "--shard-shape", SHARDS, "--report", str(report)]
-    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *argv],
-                       capture_output=True, text=True)
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace),
+                        str(zshard_bin), *args], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     manifests = str(src / "manifests") + "/"
     opened = {line.split(manifests, 1)[1].split('"', 1)[0]
               for line in trace.read_text().splitlines() if manifests in line}
-    return json.loads(report.read_text()), r.stderr, opened
+    return r.stderr, opened
 
 
 @pytest.mark.parametrize("spec", [1, 2])
@@ -331,6 +338,186 @@ def test_icechunk_source_update_reads_only_what_the_snapshot_diff_names(zshard_b
     assert report["status"] == "ok"
     assert "no longer an ancestor" in stderr, stderr
     check()
+
+
+def test_icechunk_source_versions_of_another_array_are_not_trusted(zshard_bin, tmp_path):
+    """The kept source versions name the repository and the array they were listed from: a file
+    that describes another array (here b's, at a's path: the same repository and snapshot, the
+    same grid) is ignored and a's versions listed whole, so a later diff that deletes a chunk of a
+    (which b never stored) rewrites its shard. Trusted, b's versions would have hidden that: the
+    shard would keep a's old values."""
+    ic = pytest.importorskip("icechunk")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    a = root.create_array("a", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    a[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + 1
+    b = root.create_array("b", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    b[32:, 32:] = 7.0  # b stores the chunks of one quarter only
+    session.commit("first")
+
+    def check() -> None:
+        session = repo.readonly_session(branch="main")
+        for name in ("a", "b"):
+            _same(dst, zarr.open_array(session.store, path=name, mode="r")[...], name)
+
+    assert _convert(zshard_bin, repo_dir, dst)["status"] == "ok"
+    kept = dst / "a" / ".zshard-source-versions"
+    assert kept.read_bytes() != (dst / "b" / ".zshard-source-versions").read_bytes()
+    kept.write_bytes((dst / "b" / ".zshard-source-versions").read_bytes())
+    # At the same snapshot: b's versions are not taken for a's (a's shards made from what a's
+    # listing names, as recorded: nothing to rewrite), and a's own are kept again.
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t1")
+    assert report["status"] in ("complete", "ok") and (report["update"] or {}).get("shards_rewritten", 0) == 0, report
+    assert opened, "a's manifest is listed"
+    check()
+
+    # A chunk of a back to the fill value (Icechunk deletes it): its shard is rewritten.
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[0:8, 0:8] = 0.0
+    session.commit("a chunk of a gone")
+    report = _convert(zshard_bin, repo_dir, dst)
+    assert report["update"]["shards_rewritten"] == 1, report["update"]
+    check()
+    # The run that wrote kept a's own: its header names the repository and a.
+    header = kept.read_bytes().split(b"\n")[:3]
+    assert header[1:] == [json.dumps(str(repo_dir.resolve())).encode(), b'"a"'], header
+
+
+def test_icechunk_overwrite_keeps_the_source_versions_of_its_own_run(zshard_bin, tmp_path):
+    """`--overwrite` at the same snapshot replaces the kept source versions (it removed the old
+    ones and kept none: the next run listed every manifest again); the next run then reads none."""
+    ic = pytest.importorskip("icechunk")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    a = zarr.create_array(session.store, name="a", shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+    a[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64)
+    session.commit("first")
+    _convert(zshard_bin, repo_dir, dst)
+    report = _convert(zshard_bin, repo_dir, dst, "--overwrite")
+    assert report["status"] == "ok"
+    assert (dst / "a" / ".zshard-source-versions").is_file()
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t1")
+    assert report["status"] == "complete" and opened == set(), opened
+    session = repo.readonly_session(branch="main")
+    _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
+
+
+def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshard_bin, tmp_path):
+    """A conversion split with `--worker I/N` + `finalize` keeps the source versions an unsplit run
+    keeps (finalize lists at the snapshot it checks every worker's shards against), so the next
+    nightly split run reads only the manifests Icechunk's diff names: each worker and finalize
+    open only the new manifest of the array that changed, and finalize lists nothing whole. Values
+    compared with icechunk's own read."""
+    ic = pytest.importorskip("icechunk")
+    if not str(ic.__version__).startswith("2"):
+        pytest.skip("icechunk 2 makes the repository")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    for name, start in (("a", 0.0), ("b", 1e6)):
+        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
+    session.commit("first")
+
+    def split(step: str) -> tuple[list[dict], set[str], str]:
+        """Two workers then finalize, traced: the workers' reports, every manifest opened, and
+        finalize's stderr."""
+        reports, opened = [], set()
+        for i in range(2):
+            report = tmp_path / f"{step}-w{i}.json"
+            _, seen = _traced(zshard_bin, repo_dir, tmp_path / f"{step}-w{i}.trace",
+                              ["convert", str(repo_dir), str(dst), "--quiet", "--threads", "2",
+                               "--shard-shape", SHARDS, "--worker", f"{i}/2", "--report", str(report)])
+            reports.append(json.loads(report.read_text()))
+            opened |= seen
+        stderr, seen = _traced(zshard_bin, repo_dir, tmp_path / f"{step}-f.trace", ["finalize", str(dst)])
+        return reports, opened | seen, stderr
+
+    def check() -> None:
+        session = repo.readonly_session(branch="main")
+        for name in ("a", "b"):
+            _same(dst, zarr.open_array(session.store, path=name, mode="r")[...], name)
+
+    split("first")
+    check()
+    for name in ("a", "b"):
+        assert (dst / name / ".zshard-source-versions").is_file(), name
+
+    old = {p.name for p in (repo_dir / "manifests").iterdir()}
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk of a")
+    new = {p.name for p in (repo_dir / "manifests").iterdir()} - old
+    before = _files(dst)
+    reports, opened, stderr = split("update")
+    assert sum(r["update"]["shards_rewritten"] for r in reports if r["update"]) == 1, reports
+    assert opened and opened <= new, (opened, new)
+    assert "listed again" not in stderr, stderr
+    assert _shards(_changed(before, _files(dst))) == {"a/c/1/1"}
+    check()
+
+    # The next unsplit run at the same snapshot: nothing read from the manifests, nothing written.
+    before = _files(dst)
+    report, _, opened = _traced_convert(zshard_bin, repo_dir, dst, tmp_path / "t-after")
+    assert report["status"] == "complete" and opened == set(), opened
+    assert _changed(before, _files(dst)) == set()
+
+
+def test_icechunk_source_plan_of_an_update_reads_only_what_the_snapshot_diff_names(zshard_bin, tmp_path):
+    """`zshard plan` on a finished destination takes the versions as the update would: at the
+    snapshot the destination was made from it reads no manifest, at a later one only the manifest
+    Icechunk's diff names (array b's, unchanged, is not read), and says which shard an update
+    rewrites."""
+    ic = pytest.importorskip("icechunk")
+    if not str(ic.__version__).startswith("2"):
+        pytest.skip("icechunk 2 makes the repository")
+    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    for name, start in (("a", 0.0), ("b", 1e6)):
+        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
+        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
+    session.commit("first")
+    _convert(zshard_bin, repo_dir, dst)
+
+    import subprocess
+
+    def plan(step: str) -> set[str]:
+        """The manifests `zshard plan` opens."""
+        _, opened = _traced(zshard_bin, repo_dir, tmp_path / f"{step}.trace",
+                            ["plan", str(repo_dir), str(dst), "--shard-shape", SHARDS, "--json"])
+        return opened
+
+    def plan_json() -> dict:
+        r = subprocess.run([str(zshard_bin), "plan", str(repo_dir), str(dst), "--shard-shape", SHARDS, "--json"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    opened = plan("same")
+    assert opened == set(), opened
+    update = {a["path"]: a for a in plan_json()["update"]["arrays"]}
+    assert update["a"]["shards_to_rewrite"] == 0 and update["b"]["shards_to_rewrite"] == 0
+
+    old = {p.name for p in (repo_dir / "manifests").iterdir()}
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[40, 40] = -1.0
+    session.commit("one chunk of a")
+    new = {p.name for p in (repo_dir / "manifests").iterdir()} - old
+    opened = plan("changed")
+    assert opened and opened <= new, (opened, new)
+    update = {a["path"]: a for a in plan_json()["update"]["arrays"]}
+    assert update["a"]["shards_to_rewrite"] == 1 and update["b"]["shards_to_rewrite"] == 0, update
+    # And the update the plan described, with the values icechunk reads.
+    report = _convert(zshard_bin, repo_dir, dst)
+    assert report["update"]["shards_rewritten"] == 1
+    session = repo.readonly_session(branch="main")
+    _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
 def _spec_kwargs(ic, spec: int) -> dict:

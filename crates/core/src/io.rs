@@ -102,27 +102,43 @@ pub enum VersionsFrom {
 /// earlier run kept them (see [`KnownVersions::to_bytes`]).
 #[derive(Debug, Clone)]
 pub struct KnownVersions {
+    /// The source they were listed from (a repository's location as a conversion records it):
+    /// versions kept for another source are none of this one's, whatever its version.
+    pub location: String,
+    /// The array of that source they are the versions of (its path in the source).
+    pub array: String,
     /// The source's version they were listed at.
     pub source_version: String,
     /// The versions.
     pub versions: ChunkVersions,
 }
 
-/// The first line of [`KnownVersions::to_bytes`].
-const KNOWN_VERSIONS_HEADER: &str = "zshard source versions 1";
+/// The first line of [`KnownVersions::to_bytes`]. Files of version 1 named no source: read as
+/// none (the next run lists, and keeps a file of this version).
+const KNOWN_VERSIONS_HEADER: &str = "zshard source versions 2";
 
 impl KnownVersions {
-    /// As kept: three text lines (a header, the source's version, the grid and stored bytes),
-    /// then 16 bytes a stored chunk (index and version, little-endian), then a checksum of all that
-    /// (8 bytes), so that a damaged file reads as none rather than as other versions.
+    /// Whether these versions were kept for the array `array` of the source at `location`.
+    pub fn describe(&self, location: &str, array: &str) -> bool {
+        self.location == location && self.array == array
+    }
+
+    /// As kept: five text lines (a header, the source's location and the array's path as JSON
+    /// strings, the source's version, the grid and stored bytes), then 16 bytes a stored chunk
+    /// (index and version, little-endian), then a checksum of all that (8 bytes), so that a
+    /// damaged file reads as none rather than as other versions.
     pub fn to_bytes(&self) -> Bytes {
         let grid: Vec<String> = self.versions.grid.iter().map(u64::to_string).collect();
         let stored_bytes = self
             .versions
             .stored_bytes
             .map_or("-".to_string(), |b| b.to_string());
+        // JSON strings: a location or path holding a line break stays on its line.
+        let quoted = |text: &str| serde_json::Value::from(text).to_string();
         let mut out = format!(
-            "{KNOWN_VERSIONS_HEADER}\n{}\n{}\t{stored_bytes}\n",
+            "{KNOWN_VERSIONS_HEADER}\n{}\n{}\n{}\n{}\t{stored_bytes}\n",
+            quoted(&self.location),
+            quoted(&self.array),
             self.source_version,
             grid.join(",")
         )
@@ -142,12 +158,17 @@ impl KnownVersions {
         if stable_hash(body).to_le_bytes() != sum {
             return None;
         }
-        let mut lines = body.splitn(4, |&b| b == b'\n');
+        let mut lines = body.splitn(6, |&b| b == b'\n');
         let header = std::str::from_utf8(lines.next()?).ok()?;
+        if header != KNOWN_VERSIONS_HEADER {
+            return None;
+        }
+        let location: String = serde_json::from_slice(lines.next()?).ok()?;
+        let array: String = serde_json::from_slice(lines.next()?).ok()?;
         let source_version = std::str::from_utf8(lines.next()?).ok()?.to_string();
         let shape = std::str::from_utf8(lines.next()?).ok()?;
         let entries = lines.next()?;
-        if header != KNOWN_VERSIONS_HEADER || entries.len() % 16 != 0 {
+        if entries.len() % 16 != 0 {
             return None;
         }
         let (grid, stored_bytes) = shape.split_once('\t')?;
@@ -172,6 +193,8 @@ impl KnownVersions {
             return None;
         }
         Some(KnownVersions {
+            location,
+            array,
             source_version,
             versions: ChunkVersions {
                 stored,
@@ -640,12 +663,17 @@ mod tests {
         }
         listed.add_stored_bytes(300);
         let known = KnownVersions {
+            location: "/data/repo\nwith a line break".to_string(),
+            array: "group/a".to_string(),
             source_version: "SNAP1".to_string(),
             versions: listed.build(),
         };
         let bytes = known.to_bytes();
         let back = KnownVersions::from_bytes(&bytes).expect("reads back");
         assert_eq!(back.source_version, "SNAP1");
+        assert!(back.describe("/data/repo\nwith a line break", "group/a"));
+        assert!(!back.describe("/data/repo\nwith a line break", "group/b"));
+        assert!(!back.describe("/data/other", "group/a"));
         assert_eq!(back.versions.grid(), &[3, 4]);
         assert_eq!(back.versions.stored_bytes(), Some(300));
         assert_eq!(back.versions.of(&[2, 3]), Some(13));

@@ -304,6 +304,8 @@ fn versions_since_a_known_snapshot_equal_a_listing() {
         let listed = x.chunk_versions(&grid).expect("listed").expect("versions");
         let y_listed = y.chunk_versions(&[1]).expect("listed").expect("versions");
         let known = KnownVersions {
+            location: "repo".to_string(),
+            array: "x".to_string(),
             source_version: x.source_version().expect("a snapshot"),
             versions: listed.clone(),
         };
@@ -332,6 +334,8 @@ fn versions_since_a_known_snapshot_equal_a_listing() {
         assert_eq!(since.of(&[0]), None);
         let (_source, y) = reader_of(&repo, &runtime, "y");
         let y_known = KnownVersions {
+            location: "repo".to_string(),
+            array: "y".to_string(),
             source_version: known.source_version.clone(),
             versions: y_listed,
         };
@@ -343,6 +347,8 @@ fn versions_since_a_known_snapshot_equal_a_listing() {
         make_repository(other.path(), &runtime, spec, Target::Absolute);
         let (_other, other_x) = reader_of(&other.path().join("repo"), &runtime, "x");
         let stranger = KnownVersions {
+            location: "repo".to_string(),
+            array: "x".to_string(),
             source_version: other_x.source_version().expect("a snapshot"),
             versions: listed.clone(),
         };

@@ -113,6 +113,9 @@ fn summary(report: &Report) -> String {
 
 /// `zshard finalize`.
 pub fn finalized(finalized: &Finalized, quiet: bool) {
+    for warning in &finalized.warnings {
+        eprintln!("zshard: warning: {warning}");
+    }
     if quiet {
         return;
     }

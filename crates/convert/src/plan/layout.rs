@@ -352,6 +352,15 @@ impl Plan {
             .collect()
     }
 
+    /// The path in the source that `array` is read from: its own, but a pyramid's level 0's is
+    /// the array the pyramid is made from.
+    pub(crate) fn source_path<'a>(&'a self, array: &'a PlannedArray) -> &'a str {
+        match &self.pyramid {
+            Some(made) if made.levels.first() == Some(&array.path) => &made.source_path,
+            _ => &array.path,
+        }
+    }
+
     /// Where the array's chunks come from: its source's reader, or, for a level of a pyramid this
     /// conversion makes, the level above (and a reader that is never asked).
     fn reader(

@@ -281,8 +281,8 @@ impl Conversion {
         // of its own while the destination is claimed and surveyed.
         let read_jobs = plan.read_jobs(input);
         let tracked = crate::run::digests::tracked(&read_jobs);
-        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
-        let listing = crate::run::digests::Pending::start(read_jobs, destination.clone(), paths);
+        let kept = opened.kept_sources(self.overwrite);
+        let listing = crate::run::digests::Pending::start(read_jobs, destination.clone(), kept);
         let fingerprint = &opened.fingerprint()?.tracking_sources(tracked);
         let planned = |skipped: &[u64]| -> Result<()> {
             builder
@@ -667,6 +667,10 @@ pub struct Finalized {
     /// The commit made into an Icechunk repository (logged, not in the document).
     #[serde(skip)]
     pub published: Option<crate::Published>,
+    /// What to tell the user (arrays whose kept source versions could not be brought forward,
+    /// and why; printed, not in the document).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Asked by a conversion into an Icechunk repository, with the plan, the conversion's fingerprint
@@ -702,6 +706,22 @@ impl Opened {
     pub(crate) fn tracked_fingerprint(&self) -> Result<zshard_state::Fingerprint> {
         let tracked = crate::run::digests::tracked(&self.plan.read_jobs(&self.input));
         Ok(self.fingerprint()?.tracking_sources(tracked))
+    }
+
+    /// Which source versions files of the destination describe this conversion's arrays (see
+    /// `digests::listed_since`); with `overwrite`, none is read.
+    pub(crate) fn kept_sources(&self, overwrite: bool) -> crate::run::digests::KeptSources {
+        let plan = &self.plan;
+        crate::run::digests::KeptSources {
+            paths: plan.arrays.iter().map(|a| a.path.clone()).collect(),
+            location: self.source_id.clone(),
+            arrays: plan
+                .arrays
+                .iter()
+                .map(|a| plan.source_path(a).to_string())
+                .collect(),
+            ignored: overwrite,
+        }
     }
 
     /// Opens the destination (creating a local folder with `create`).

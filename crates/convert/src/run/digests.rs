@@ -97,13 +97,9 @@ impl Listed {
 }
 
 /// The digests of every shard of `jobs` (one per array of the plan), with the versions: one
-/// listing of each array's source chunks (or its references), no chunk read.
-pub(crate) fn listed(jobs: &[ArrayJob]) -> Result<Listed> {
-    listed_with(jobs, Vec::new())
-}
-
-/// [`listed`], with the versions of the arrays `already` listed (one per job; `None` for those to
-/// list here), so that a plan lists each source once.
+/// listing of each array's source chunks (or its references), no chunk read; the versions of the
+/// arrays `already` listed (one per job; `None` for those to list here) are taken as they are, so
+/// that a plan lists each source once.
 pub(crate) fn listed_with(
     jobs: &[ArrayJob],
     already: Vec<Option<ChunkVersions>>,
@@ -123,40 +119,51 @@ pub(crate) fn listed_with(
     made(jobs, versions, found, Vec::new())
 }
 
-/// [`listed`] for a run into `destination`, where an earlier run kept the versions it listed of
+/// Which source versions files of a destination describe the arrays of this conversion (see
+/// [`listed_since`]).
+#[derive(Debug, Clone)]
+pub(crate) struct KeptSources {
+    /// Per job, the array's path in the destination (its versions file is there).
+    pub(crate) paths: Vec<String>,
+    /// The source as the conversion records it (a local path absolute): a file kept for another
+    /// is not this source's.
+    pub(crate) location: String,
+    /// Per job, the path in the source the array is read from.
+    pub(crate) arrays: Vec<String>,
+    /// The files are not read (`--overwrite`: what an earlier conversion kept is replaced, and a
+    /// run at the same snapshot keeps its own rather than none).
+    pub(crate) ignored: bool,
+}
+
+/// [`listed_with`] for a run into `destination`, where an earlier run kept the versions it listed of
 /// the arrays whose source has a version as a whole (at [`zshard_state::source_versions_key`] of
-/// each of `paths`, one per job): those are brought forward from what the source says changed
+/// each array's path in `kept`): those are brought forward from what the source says changed
 /// since (Icechunk's diff), or taken as they are when its version is the same, rather than listed.
+/// A file that names another source or array than the one the job reads (see
+/// [`KnownVersions::describe`]) is ignored as a missing one is: the array is listed whole.
 pub(crate) fn listed_since(
     jobs: &[ArrayJob],
     destination: &Store,
-    paths: &[String],
+    kept: &KeptSources,
 ) -> Result<Listed> {
     let versioned: Vec<Option<String>> = jobs.iter().map(|j| j.reader.source_version()).collect();
-    let keys: Vec<String> = paths
+    let keys: Vec<String> = kept
+        .paths
         .iter()
         .map(|path| zshard_state::source_versions_key(path))
         .collect();
-    let wanted: Vec<String> = keys
-        .iter()
-        .zip(&versioned)
-        .filter(|(_, version)| version.is_some())
-        .map(|(key, _)| key.clone())
-        .collect();
-    // One round of reads; a file that is missing or damaged is listed again.
-    let mut read = destination.get_many(&wanted).into_iter();
-    let known: Vec<Option<KnownVersions>> = versioned
-        .iter()
-        .map(|version| {
-            version.as_ref()?;
-            let body = read.next()?.ok()??;
-            KnownVersions::from_bytes(&body)
-        })
-        .collect();
+    let known = kept_versions(jobs, destination, kept);
     let mut versions = Vec::with_capacity(jobs.len());
     let mut found = Vec::with_capacity(jobs.len());
     let mut keep = Vec::new();
-    for (((job, version), known), key) in jobs.iter().zip(&versioned).zip(&known).zip(&keys) {
+    let arrays = kept.arrays.iter();
+    for ((((job, version), known), key), array) in jobs
+        .iter()
+        .zip(&versioned)
+        .zip(&known)
+        .zip(&keys)
+        .zip(arrays)
+    {
         let grid = job.layout.source_chunk_grid();
         let Some(version) = version else {
             versions.push(job.reader.chunk_versions(&grid)?);
@@ -166,6 +173,8 @@ pub(crate) fn listed_since(
         let (listed, how) = job.reader.chunk_versions_since(&grid, known.as_ref())?;
         if let (Some(listed), false) = (&listed, how == VersionsFrom::Unchanged) {
             let kept = KnownVersions {
+                location: kept.location.clone(),
+                array: array.clone(),
                 source_version: version.clone(),
                 versions: listed.clone(),
             };
@@ -175,6 +184,41 @@ pub(crate) fn listed_since(
         found.push(Some(how));
     }
     made(jobs, versions, found, keep)
+}
+
+/// Per job, the versions an earlier run kept in `destination` for its array (see
+/// [`listed_since`]): of the arrays whose source has a version as a whole, those whose file is
+/// there, intact, and names this source and array. One round of reads; none when `kept` says
+/// they are ignored.
+pub(crate) fn kept_versions(
+    jobs: &[ArrayJob],
+    destination: &Store,
+    kept: &KeptSources,
+) -> Vec<Option<KnownVersions>> {
+    let versioned: Vec<bool> = jobs
+        .iter()
+        .map(|j| !kept.ignored && j.reader.source_version().is_some())
+        .collect();
+    let wanted: Vec<String> = kept
+        .paths
+        .iter()
+        .zip(&versioned)
+        .filter(|(_, versioned)| **versioned)
+        .map(|(path, _)| zshard_state::source_versions_key(path))
+        .collect();
+    // A file that is missing or damaged is listed again.
+    let mut read = destination.get_many(&wanted).into_iter();
+    versioned
+        .iter()
+        .zip(&kept.arrays)
+        .map(|(versioned, array)| {
+            if !versioned {
+                return None;
+            }
+            let body = read.next()?.ok()??;
+            KnownVersions::from_bytes(&body).filter(|known| known.describe(&kept.location, array))
+        })
+        .collect()
 }
 
 /// The digests of `jobs` from their source chunks' `versions`.
@@ -375,9 +419,9 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Starts listing the sources of `jobs` (see [`listed_since`]: the arrays at `paths` of
+    /// Starts listing the sources of `jobs` (see [`listed_since`]: with the versions `kept` in
     /// `destination`); digests of none when a source names no versions.
-    pub(crate) fn start(jobs: Vec<ArrayJob>, destination: Store, paths: Vec<String>) -> Pending {
+    pub(crate) fn start(jobs: Vec<ArrayJob>, destination: Store, kept: KeptSources) -> Pending {
         let pending = Pending {
             listing: Mutex::new(None),
             listed: OnceLock::new(),
@@ -394,7 +438,7 @@ impl Pending {
         }
         let listing = std::thread::Builder::new()
             .name("zshard-source-listing".to_string())
-            .spawn(move || listed_since(&jobs, &destination, &paths));
+            .spawn(move || listed_since(&jobs, &destination, &kept));
         match listing {
             Ok(handle) => {
                 if let Ok(mut slot) = pending.listing.lock() {

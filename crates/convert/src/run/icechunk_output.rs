@@ -287,6 +287,7 @@ impl Conversion {
                             groups: opened.plan.groups.len(),
                             already_finalized: false,
                             published: Some(published),
+                            warnings: Vec::new(),
                         });
                     }
                 } else if !exact {
@@ -306,6 +307,7 @@ impl Conversion {
                     groups: opened.plan.groups.len(),
                     already_finalized: true,
                     published: Some(already_committed(output, snapshot)),
+                    warnings: Vec::new(),
                 });
             }
             if missing {

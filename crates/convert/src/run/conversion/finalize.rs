@@ -50,6 +50,7 @@ impl Conversion {
             groups: plan.groups.len(),
             already_finalized: false,
             published: None,
+            warnings: Vec::new(),
         };
         let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
         if let Prepared::Complete =
@@ -63,7 +64,17 @@ impl Conversion {
         let lease = Lease::acquire(&destination, Partition::ALL, self.lease_stale_after)?;
         // Read again under the lease: what it shows cannot be cleared by an --overwrite meanwhile.
         let survey = zshard_state::survey(&destination, &plan.outputs(), true, &fingerprint)?;
-        let listed = crate::run::digests::listed(&plan.read_jobs(input))?;
+        // As an unsplit run lists: from the versions an earlier finished run kept, brought forward
+        // by the source's own diff (Icechunk), else whole. Every worker's shard counts below only
+        // when its record's digest is the one these versions give, so they are the versions the
+        // output is made from, and are kept for the next run as an unsplit run keeps its own.
+        let listed = crate::run::digests::listed_since(
+            &plan.read_jobs(input),
+            &destination,
+            &opened.kept_sources(false),
+        )?;
+        let paths: Vec<String> = plan.arrays.iter().map(|a| a.path.clone()).collect();
+        finalized.warnings = listed.warnings(&paths);
         let digests = &listed.digests;
         let fingerprint = fingerprint.tracking_sources(digests.all_known());
         let outputs = plan.outputs();
@@ -112,7 +123,7 @@ impl Conversion {
                 digests,
                 fingerprint: &fingerprint,
                 survey: &survey,
-                source_versions: &[],
+                source_versions: &listed.keep,
             },
         )?;
         Ok(finalized)

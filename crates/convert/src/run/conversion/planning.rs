@@ -20,9 +20,24 @@ impl Conversion {
             self.store_options.part_size as u64,
             multipart,
         );
-        let listed = list_sources(&opened.plan, &jobs, &reads, self.store_options.max_requests);
+        let destination = self.probed_destination()?;
+        // As the update would take them: from the versions a finished conversion kept (an Icechunk
+        // snapshot's), brought forward by the source's own diff, rather than listed.
+        let known = match &destination {
+            Some(destination) => {
+                crate::run::digests::kept_versions(&jobs, destination, &opened.kept_sources(false))
+            }
+            None => Vec::new(),
+        };
+        let (listed, brought_forward) = list_sources(
+            &opened.plan,
+            &jobs,
+            &reads,
+            self.store_options.max_requests,
+            &known,
+        );
         let estimate = self.count_requests(&opened, &jobs, &reads, &listed, &mut cost);
-        let update = self.plan_update(&opened, &jobs, listed)?;
+        let update = self.plan_update(&opened, destination.as_ref(), &jobs, listed)?;
         drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
@@ -32,7 +47,11 @@ impl Conversion {
             opened.input.reference_reads(),
         )
         .with_memory_limit_source(memory::limit_origin(self.memory_limit));
-        report.icechunk_chunks = opened.input.icechunk_chunks()?;
+        // Counting an Icechunk source's chunks reads every manifest: not when every array's
+        // versions came from what the destination kept (the plan of an update reads what it does).
+        if !brought_forward {
+            report.icechunk_chunks = opened.input.icechunk_chunks()?;
+        }
         report.cost = Some(cost);
         report.estimate = Some(estimate);
         report.update = update;
@@ -73,32 +92,40 @@ impl Conversion {
         Ok(())
     }
 
-    /// What a run would bring up to date in a destination that holds this conversion finished
-    /// (see [`crate::UpdatePlan`]); `None` for any other destination (none yet, or an Icechunk
-    /// repository).
-    pub(super) fn plan_update(
-        &self,
-        opened: &Opened,
-        jobs: &[zshard_pipeline::ArrayJob],
-        listed: Vec<Option<zshard_core::ChunkVersions>>,
-    ) -> Result<Option<crate::UpdatePlan>> {
+    /// The destination as `plan` reads it (see [`Conversion::plan_update`]): without retries, as a
+    /// destination that cannot be read (none yet, an endpoint that does not answer) has no update
+    /// to plan, and must not hold up the plan. `None` for an Icechunk repository, or a destination
+    /// that cannot be opened.
+    fn probed_destination(&self) -> Result<Option<Store>> {
         if self.icechunk_output().is_some() {
             return Ok(None);
         }
-        // One round of reads, without retries: a destination that cannot be read (none yet, an
-        // endpoint that does not answer) has no update to plan, and must not hold up the plan.
         let probe = StoreOptions {
             retries: Some(0),
             ..self.store_options.clone()
         };
         let runtime = IoRuntime::with_options(2, probe)?;
         let location = Location::parse(&self.destination)?;
-        let Ok(destination) = Store::open_location(&location, runtime, false) else {
+        Ok(Store::open_location(&location, runtime, false).ok())
+    }
+
+    /// What a run would bring up to date in `destination` (see
+    /// [`Conversion::probed_destination`]) when it holds this conversion finished (see
+    /// [`crate::UpdatePlan`]); `None` for any other destination (none yet, or an Icechunk
+    /// repository).
+    pub(super) fn plan_update(
+        &self,
+        opened: &Opened,
+        destination: Option<&Store>,
+        jobs: &[zshard_pipeline::ArrayJob],
+        listed: Vec<Option<zshard_core::ChunkVersions>>,
+    ) -> Result<Option<crate::UpdatePlan>> {
+        let Some(destination) = destination else {
             return Ok(None);
         };
         let fingerprint = opened.fingerprint()?;
         let outputs = opened.plan.outputs();
-        let survey = match zshard_state::survey_finished(&destination, &outputs, &fingerprint) {
+        let survey = match zshard_state::survey_finished(destination, &outputs, &fingerprint) {
             Ok(survey) => survey,
             Err(e) => {
                 tracing::debug!("no update to plan: {}", zshard_state::one_line(&e));
@@ -126,12 +153,18 @@ impl Conversion {
 /// for a source that cannot be listed (an HTTP server): its stored bytes are then unknown. Arrays
 /// are listed `in_flight` at a time (`--max-requests`, at most [`MAX_LISTINGS_IN_FLIGHT`]): a
 /// hierarchy of many arrays on an object store would otherwise wait for each listing in turn.
+/// An array with versions `known` (per job: kept by a finished conversion, see
+/// `digests::kept_versions`) has them brought forward as the update would (see
+/// [`zshard_core::ChunkReader::chunk_versions_since`]); also whether every array whose source has
+/// a version as a whole (an Icechunk snapshot) had, so that no manifest was listed (`false`
+/// without one).
 fn list_sources(
     plan: &crate::Plan,
     jobs: &[zshard_pipeline::ArrayJob],
     reads: &[Option<zshard_core::PlannedReads>],
     in_flight: usize,
-) -> Vec<Option<zshard_core::ChunkVersions>> {
+    known: &[Option<zshard_core::KnownVersions>],
+) -> (Vec<Option<zshard_core::ChunkVersions>>, bool) {
     let wanted: Vec<usize> = (0..plan.arrays.len().min(jobs.len()))
         .filter(|&i| {
             reads.get(i).copied().flatten().is_none()
@@ -139,22 +172,35 @@ fn list_sources(
                 && jobs[i].reader.names_versions()
         })
         .collect();
-    let list = |i: usize| {
+    let list = |i: usize| -> (Option<zshard_core::ChunkVersions>, bool) {
         let job = &jobs[i];
-        match job.reader.chunk_versions(&job.layout.source_chunk_grid()) {
-            Ok(versions) => versions,
+        let grid = job.layout.source_chunk_grid();
+        let listing = match known.get(i).and_then(Option::as_ref) {
+            Some(known) => {
+                job.reader
+                    .chunk_versions_since(&grid, Some(known))
+                    .map(|(versions, how)| {
+                        let forward = !matches!(how, zshard_core::VersionsFrom::Listed { .. });
+                        (versions, forward)
+                    })
+            }
+            None => job.reader.chunk_versions(&grid).map(|v| (v, false)),
+        };
+        match listing {
+            Ok(listing) => listing,
             Err(e) => {
                 tracing::debug!(
                     "cannot list the chunks of {}: {}",
                     plan.arrays[i].path,
                     zshard_core::chain_text(&e)
                 );
-                None
+                (None, false)
             }
         }
     };
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let listed: Vec<(usize, Option<zshard_core::ChunkVersions>)> = std::thread::scope(|scope| {
+    type Listing = (usize, (Option<zshard_core::ChunkVersions>, bool));
+    let listed: Vec<Listing> = std::thread::scope(|scope| {
         let threads = in_flight.clamp(1, MAX_LISTINGS_IN_FLIGHT).min(wanted.len());
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -176,10 +222,16 @@ fn list_sources(
             .collect()
     });
     let mut out: Vec<Option<zshard_core::ChunkVersions>> = vec![None; jobs.len()];
-    for (i, versions) in listed {
+    let mut forward = vec![false; jobs.len()];
+    for (i, (versions, brought_forward)) in listed {
         out[i] = versions;
+        forward[i] = brought_forward;
     }
-    out
+    let versioned: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].reader.source_version().is_some())
+        .collect();
+    let all_forward = !versioned.is_empty() && versioned.iter().all(|&i| forward[i]);
+    (out, all_forward)
 }
 
 /// The most arrays whose chunks `plan` lists side by side (a thread each).
