@@ -68,7 +68,7 @@ pub(crate) async fn visit(
         let top = {
             let sender = sender.clone();
             tokio::task::spawn_blocking(move || {
-                read_folder(&dir, &prefix, &mut Batches::new(sender))
+                read_folder(&dir, &prefix, &mut Batches::new(sender), parallel)
             })
             .await
             .ok()??
@@ -77,7 +77,7 @@ pub(crate) async fn visit(
             let sender = sender.clone();
             async move {
                 let walked = tokio::task::spawn_blocking(move || {
-                    walk(&path, &key, &mut Batches::new(sender))
+                    walk(&path, &key, &mut Batches::new(sender), parallel)
                 })
                 .await;
                 match walked {
@@ -142,9 +142,24 @@ impl Drop for Batches {
     }
 }
 
+/// Files of one folder whose metadata is read on the thread that reads the folder: a larger folder
+/// (a Zarr v2 array's chunks, 10^5 files in one folder) has its files' metadata read by `parallel`
+/// threads, since a `statx` is most of a listing's cost (a round trip to the metadata server on
+/// Lustre or NFS; on a local disk, 0.2 s of CPU for 160,000 files).
+const STAT_INLINE: usize = 1024;
+
+/// Files handed to a metadata-reading thread at a time.
+const STAT_BATCH: usize = 256;
+
 /// Reads the folder `dir` whose key is `key`, its files into `files`; returns its subfolders
-/// (path and key). `None` when this listing does not apply.
-fn read_folder(dir: &Path, key: &str, files: &mut Batches) -> Option<Vec<(PathBuf, String)>> {
+/// (path and key). `None` when this listing does not apply. A large folder's files are read by
+/// `parallel` threads (see [`STAT_INLINE`]).
+fn read_folder(
+    dir: &Path,
+    key: &str,
+    files: &mut Batches,
+    parallel: usize,
+) -> Option<Vec<(PathBuf, String)>> {
     let mut folders = Vec::new();
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -154,6 +169,62 @@ fn read_folder(dir: &Path, key: &str, files: &mut Batches) -> Option<Vec<(PathBu
         }
         Err(_) => return None,
     };
+    let mut entries = entries;
+    let mut inline = Vec::new();
+    while inline.len() < STAT_INLINE {
+        let Some(file) = next_file(&mut entries, key, &mut folders)? else {
+            return stat_all(inline, files).map(|()| folders);
+        };
+        inline.push(file);
+    }
+    stat_all(inline, files)?;
+    let stat_threads = parallel.max(1);
+    std::thread::scope(|scope| {
+        let (sender, receiver) =
+            crossbeam_channel::bounded::<Vec<(String, fs::DirEntry)>>(stat_threads);
+        let workers: Vec<_> = (0..stat_threads)
+            .map(|_| {
+                let receiver = receiver.clone();
+                let mut out = Batches::new(files.sender.clone());
+                scope.spawn(move || {
+                    receiver
+                        .iter()
+                        .try_for_each(|batch| stat_all(batch, &mut out))
+                })
+            })
+            .collect();
+        drop(receiver);
+        let read = (|| -> Option<()> {
+            let mut batch = Vec::with_capacity(STAT_BATCH);
+            while let Some(file) = next_file(&mut entries, key, &mut folders)? {
+                batch.push(file);
+                if batch.len() == STAT_BATCH {
+                    // A worker that gave up has dropped its receiver; the send fails once all have.
+                    sender.send(std::mem::take(&mut batch)).ok()?;
+                }
+            }
+            if !batch.is_empty() {
+                sender.send(batch).ok()?;
+            }
+            Some(())
+        })();
+        drop(sender);
+        let statted = workers
+            .into_iter()
+            .map(|worker| worker.join().ok().flatten())
+            .collect::<Option<Vec<()>>>();
+        read.and(statted)
+    })?;
+    Some(folders)
+}
+
+/// The next file of a folder's `entries` (its key and entry), its subfolders put into `folders` on
+/// the way; `Some(None)` at the folder's end, `None` when this listing does not apply.
+fn next_file(
+    entries: &mut impl Iterator<Item = std::io::Result<fs::DirEntry>>,
+    key: &str,
+    folders: &mut Vec<(PathBuf, String)>,
+) -> Option<Option<(String, fs::DirEntry)>> {
     for entry in entries {
         let entry = entry.ok()?;
         let name = entry.file_name();
@@ -171,23 +242,32 @@ fn read_folder(dir: &Path, key: &str, files: &mut Batches) -> Option<Vec<(PathBu
         if kind.is_dir() {
             folders.push((entry.path(), child));
         } else if kind.is_file() {
-            match entry.metadata() {
-                Ok(metadata) => files.push(object(child, &metadata))?,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(_) => return None,
-            }
+            return Some(Some((child, entry)));
         } else if kind.is_symlink() {
             return None;
         }
         // Anything else (a FIFO, a socket) is no object, as in the object store's listing.
     }
-    Some(folders)
+    Some(None)
+}
+
+/// Reads the metadata of `batch`'s files into `files`; a file gone meanwhile is left out. `None`
+/// when this listing does not apply (or the visitor is gone).
+fn stat_all(batch: Vec<(String, fs::DirEntry)>, files: &mut Batches) -> Option<()> {
+    for (key, entry) in batch {
+        match entry.metadata() {
+            Ok(metadata) => files.push(object(key, &metadata))?,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(_) => return None,
+        }
+    }
+    Some(())
 }
 
 /// Every file below `dir` (key `key`) into `files`; `None` when this listing does not apply.
-fn walk(dir: &Path, key: &str, files: &mut Batches) -> Option<()> {
-    for (path, key) in read_folder(dir, key, files)? {
-        walk(&path, &key, files)?;
+fn walk(dir: &Path, key: &str, files: &mut Batches, parallel: usize) -> Option<()> {
+    for (path, key) in read_folder(dir, key, files, parallel)? {
+        walk(&path, &key, files, parallel)?;
     }
     Some(())
 }
@@ -271,9 +351,23 @@ mod tests {
                         .collect::<Vec<_>>()
                 })
         };
-        for prefix in ["", "a", "a/c", "a/c/0", "missing"] {
+        // A folder too large for one thread's reads (see STAT_INLINE): its files' metadata is read
+        // by several threads, and none is lost or named twice.
+        for i in 0..(2 * STAT_INLINE + 300) {
+            std::fs::write(dir.path().join(format!("b2/{i}.0")), i.to_string())
+                .or_else(|_| {
+                    std::fs::create_dir_all(dir.path().join("b2"))?;
+                    std::fs::write(dir.path().join(format!("b2/{i}.0")), i.to_string())
+                })
+                .expect("test");
+        }
+        for prefix in ["", "a", "a/c", "a/c/0", "b2", "missing"] {
             assert_eq!(fast(prefix), Some(slow(prefix)), "{prefix}");
         }
+        assert_eq!(
+            fast("b2").map(|objects| objects.len()),
+            Some(2 * STAT_INLINE + 300)
+        );
         // A staged file of an interrupted write: the object store spells its key otherwise.
         std::fs::write(dir.path().join("a/c/0/0#zshard-1-2"), b"x").expect("test");
         assert_eq!(fast("a/c"), None);
