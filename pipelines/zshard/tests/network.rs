@@ -21,8 +21,10 @@ enum Answer {
     Body(Vec<u8>),
     /// 302 to this URL.
     Redirect(String),
-    /// As `Body` to a GET; 500 to a HEAD.
-    FailingHead(Vec<u8>),
+    /// As `Body` to a GET, with this ETag; 405 to a HEAD (a server that does not allow HEAD).
+    NoHead(Vec<u8>, &'static str),
+    /// 500 to every request.
+    Failing,
 }
 
 /// A server on 127.0.0.1 answering `GET` by the routes it is given later; counts requests.
@@ -89,15 +91,23 @@ fn answer(mut stream: std::net::TcpStream, routes: &[(String, Answer)]) {
         }
     }
     let response = match routes.iter().find(|(p, _)| *p == path).map(|(_, a)| a) {
-        Some(Answer::FailingHead(_)) if head => {
+        Some(Answer::Failing) => {
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                 .to_vec()
         }
-        Some(Answer::Body(body) | Answer::FailingHead(body)) => match range {
+        Some(Answer::NoHead(..)) if head => {
+            b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                .to_vec()
+        }
+        Some(Answer::Body(body) | Answer::NoHead(body, _)) => match range {
             Some((a, b)) => {
                 let b = b.min(body.len() - 1);
+                let etag = match routes.iter().find(|(p, _)| *p == path).map(|(_, a)| a) {
+                    Some(Answer::NoHead(_, etag)) => format!("ETag: \"{etag}\"\r\n"),
+                    _ => String::new(),
+                };
                 let mut head = format!(
-                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "HTTP/1.1 206 Partial Content\r\n{etag}Content-Range: bytes {a}-{b}/{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len(),
                     b + 1 - a
                 )
@@ -311,7 +321,7 @@ fn a_target_whose_version_cannot_be_read_fails_the_update_naming_it() {
         .modified()
         .expect("mtime");
 
-    server.route("/data.bin", Answer::FailingHead(DATA.to_vec()));
+    server.route("/data.bin", Answer::Failing);
     let out = convert(&src, &dst, &allow);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let e = stderr(&out);
@@ -334,4 +344,40 @@ fn a_target_whose_version_cannot_be_read_fails_the_update_naming_it() {
         .expect("mtime");
     assert_eq!(now, written, "nothing changed: the shard is not rewritten");
     assert_eq!(read_v3(&dst.join("x")).0, DATA);
+}
+
+/// Issue 40: a server that does not allow HEAD (405) still gives each target's version, from the
+/// answer to a GET of its first byte: a rerun with nothing changed rewrites nothing, and a new
+/// ETag rewrites the shards reading from that file.
+#[test]
+fn a_target_whose_server_refuses_head_is_versioned_by_a_get() {
+    let server = Server::start();
+    let base = format!("http://127.0.0.1:{}", server.port);
+    server.route("/data.bin", Answer::NoHead(DATA.to_vec(), "v1"));
+    let prefix = format!("{base}/");
+    let allow = ["--allow-ref-prefix", prefix.as_str(), "--retries", "1"];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = refs(tmp.path(), &format!("{base}/data.bin"));
+    let dst = tmp.path().join("out.zarr");
+    let out = convert(&src, &dst, &allow);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shard = dst.join("x/c/0");
+    let mtime = |path: &Path| {
+        std::fs::metadata(path)
+            .expect("shard")
+            .modified()
+            .expect("mtime")
+    };
+    let written = mtime(&shard);
+
+    let out = convert(&src, &dst, &allow);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(mtime(&shard), written, "nothing changed: not rewritten");
+
+    let changed: Vec<u8> = DATA.iter().map(|b| b.wrapping_mul(3)).collect();
+    server.route("/data.bin", Answer::NoHead(changed.clone(), "v2"));
+    let out = convert(&src, &dst, &allow);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(mtime(&shard), written, "a new ETag: rewritten");
+    assert_eq!(read_v3(&dst.join("x")).0, changed);
 }

@@ -422,23 +422,49 @@ impl Store {
     /// ([`ListedObject::version`](crate::ListedObject::version): its
     /// ETag, else its modification time), `None` when it does not exist, in the order of `keys`:
     /// one HEAD request each (a `stat` for a local file), up to the configured number in flight.
+    ///
+    /// Some HTTP servers refuse HEAD (405 Method Not Allowed, which object_store's HTTP store
+    /// takes for "not found"; 501) or fail it where a GET works (a URL presigned for GET alone): a
+    /// HEAD that fails or finds nothing is followed by a GET of the first byte, whose answer
+    /// carries the same ETag and modification time. When that fails too, the HEAD's error (or
+    /// "not found") is the answer. (Taking a refused HEAD for a missing file made a changed target
+    /// look unchanged: no version then, no version before.)
     pub fn versions_many(&self, keys: &[String]) -> Vec<Result<Option<String>>> {
+        let version = |meta: object_store::ObjectMeta| {
+            meta.e_tag.unwrap_or_else(|| {
+                meta.last_modified
+                    .timestamp_nanos_opt()
+                    .unwrap_or(0)
+                    .to_string()
+            })
+        };
         self.runtime.block_on(
             futures::stream::iter(keys.iter().map(|key| async move {
                 let path = self.path(key)?;
-                match self.retrying(|| self.inner.head(&path)).await {
-                    Ok(meta) => Ok(Some(meta.e_tag.unwrap_or_else(|| {
-                        meta.last_modified
-                            .timestamp_nanos_opt()
-                            .unwrap_or(0)
-                            .to_string()
-                    }))),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
-                    Err(source) => Err(Error::Request {
-                        operation: "cannot read",
-                        location: self.url(key),
-                        source: Box::new(source),
-                    }),
+                let fail = |source| Error::Request {
+                    operation: "cannot read",
+                    location: self.url(key),
+                    source: Box::new(source),
+                };
+                let head = match self.retrying(|| self.inner.head(&path)).await {
+                    Ok(meta) => return Ok(Some(version(meta))),
+                    // The guard's refusal (see `guard.rs`) would refuse the GET too.
+                    Err(head) if crate::guard::refusal_in(Some(&head)).is_some() => {
+                        return Err(fail(head))
+                    }
+                    Err(head) => head,
+                };
+                let first_byte = || {
+                    let options = object_store::GetOptions {
+                        range: Some(object_store::GetRange::Bounded(0..1)),
+                        ..Default::default()
+                    };
+                    self.inner.get_opts(&path, options)
+                };
+                match self.retrying(first_byte).await {
+                    Ok(got) => Ok(Some(version(got.meta))),
+                    Err(_) if matches!(head, object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(_) => Err(fail(head)),
                 }
             }))
             .buffered(self.concurrency.max(1))
