@@ -120,6 +120,13 @@ impl Budget {
         self.keep_source_chunks && !self.keep_within_rows && array.can_keep_source_chunks()
     }
 
+    /// Whether a source chunk under several parts of a shard of `array` is kept only between parts
+    /// within one row of parts (see [`Options::keep_within_rows`]): it is read again for a part more
+    /// than a row after the last that needed it (W6 at full scale: twice).
+    pub fn keeps_source_chunks_within_rows(&self, array: &ArrayLayout) -> bool {
+        self.keep_source_chunks && self.keep_within_rows && array.can_keep_source_chunks()
+    }
+
     /// What this budget keeps (see [`Keep`]).
     fn keep(&self) -> Keep {
         match (

@@ -1258,3 +1258,53 @@ fn a_shard_bigger_than_the_limit_reads_each_source_chunk_once() {
     let (values, _) = common::read_v3(&dst);
     assert!(values == data, "the shard holds the source's values");
 }
+
+/// Issue 43: W6 at full scale (one 2048²x1024 uint8 shard of 128³ inner chunks from 256³ source
+/// chunks, 512 MiB) keeps source chunks within one row of parts, so each is read twice, not once
+/// per part: the plan said "read for each".
+#[test]
+fn the_plan_says_when_source_chunks_are_kept_within_rows_of_parts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let zarray = json!({"zarr_format": 2, "shape": [2048, 2048, 1024], "chunks": [256, 256, 256],
+        "dtype": "|u1", "fill_value": 0, "order": "C", "filters": null,
+        "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}});
+    std::fs::write(src.join(".zarray"), zarray.to_string()).expect(".zarray");
+    let dst = tmp.path().join("dst");
+    let args = [
+        "plan",
+        s(&src),
+        s(&dst),
+        "--shard-shape",
+        "2048,2048,1024",
+        "--chunk-shape",
+        "128,128,128",
+        "--threads",
+        "2",
+        "--memory-limit",
+        "512MiB",
+    ];
+    let text = zshard(&args);
+    assert!(text.status.success(), "{:?}", failure(&text));
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.contains(
+            "a source chunk under several parts is read again for parts more than a row of parts apart"
+        ),
+        "{shown}"
+    );
+    let doc = zshard(&[&args[..], &["--json"]].concat());
+    let plan: serde_json::Value = serde_json::from_slice(&doc.stdout).expect("plan json");
+    let array = &plan["arrays"][0];
+    assert_eq!(
+        array["source_chunks_kept_between_parts"],
+        json!(false),
+        "{array}"
+    );
+    assert_eq!(
+        array["source_chunks_kept_within_rows"],
+        json!(true),
+        "{array}"
+    );
+}
