@@ -244,9 +244,7 @@ fn assemble(
                     .flatten()?;
                 return (!fill.fills(&data)).then_some(data);
             }
-            // The pieces of the source chunks the inner chunk covers, each in its buffer.
-            let mut pieces: Vec<Piece<'_>> = Vec::new();
-            let mut whole = covered == region;
+            let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
             for coord in job.layout.source_chunks_overlapping(&covered) {
                 let (data, cut) = match by_coord.get(&coord) {
                     Some(data) => (data, None),
@@ -254,61 +252,42 @@ fn assemble(
                         Some(k) => (&k.data, k.cut.as_ref()),
                         None => {
                             missing.get_or_insert(coord);
-                            whole = false;
                             continue;
                         }
                     },
                 };
                 let Some(data) = data else {
-                    // A missing chunk: the fill value.
-                    whole = false;
                     continue;
                 };
                 let source = job.layout.source_chunk_region(&coord);
                 let Some(overlap) = covered.intersect(&source) else {
                     continue;
                 };
+                let repr;
                 let (shape, origin) = match cut {
                     // Cut down to what the parts after the one that cut it need, which this one
                     // is: the overlap lies inside the box, else the keeping plan is wrong.
                     Some(cut) if overlap.intersect(cut).as_ref() != Some(&overlap) => {
                         missing.get_or_insert(coord);
-                        whole = false;
                         continue;
                     }
-                    Some(cut) => (cut.shape.clone(), cut.start.clone()),
-                    None => (
-                        job.layout.source_chunk_repr(&coord).shape.clone(),
-                        source.start,
-                    ),
+                    Some(cut) => (&cut.shape, &cut.start),
+                    None => {
+                        repr = job.layout.source_chunk_repr(&coord);
+                        (&repr.shape, &source.start)
+                    }
                 };
-                pieces.push(Piece {
-                    overlap,
+                copy_region(
                     data,
                     shape,
                     origin,
-                });
+                    &mut buffer,
+                    &region.shape,
+                    &region.start,
+                    &overlap,
+                    element,
+                );
             }
-            // Source chunks that cover the whole inner chunk write every element of it: gathered
-            // row by row, its buffer is never filled first (issue 43: the fill was 1-2 % of W6's
-            // CPU).
-            let gathered = whole.then(|| gather(&region, &pieces, element)).flatten();
-            let buffer = gathered.unwrap_or_else(|| {
-                let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
-                for piece in &pieces {
-                    copy_region(
-                        piece.data,
-                        &piece.shape,
-                        &piece.origin,
-                        &mut buffer,
-                        &region.shape,
-                        &region.start,
-                        &piece.overlap,
-                        element,
-                    );
-                }
-                buffer
-            });
             (!fill.fills(&buffer)).then_some(buffer)
         })
         .collect();
@@ -381,106 +360,6 @@ fn assemble(
         read: decoded.read,
     };
     (Ok(assembled), handed)
-}
-
-/// The part of one decoded source chunk that an inner chunk covers: `overlap` (array
-/// coordinates) of `data`, a C-order buffer of `shape` whose first element is at `origin`.
-struct Piece<'a> {
-    overlap: Region,
-    data: &'a [u8],
-    shape: Vec<u64>,
-    origin: Vec<u64>,
-}
-
-/// `region`'s elements in C order, gathered row by row from `pieces` when they tile it exactly (a
-/// grid of boxes, each element in one): the buffer is written once, never filled first. `None`
-/// when they do not tile it or a piece's buffer is shorter than its shape says; the caller then
-/// fills and copies.
-fn gather(region: &Region, pieces: &[Piece<'_>], element: usize) -> Option<Vec<u8>> {
-    let n = region.shape.len();
-    let last = n.checked_sub(1)?;
-    // Per dimension, where the pieces start: the grid's lines.
-    let starts: Vec<Vec<u64>> = (0..n)
-        .map(|d| {
-            let mut at: Vec<u64> = pieces.iter().map(|p| p.overlap.start[d]).collect();
-            at.sort_unstable();
-            at.dedup();
-            at
-        })
-        .collect();
-    let counts: Vec<u64> = starts.iter().map(|s| s.len() as u64).collect();
-    if product(&counts) != pieces.len() as u64 {
-        return None;
-    }
-    // Each piece in its cell of the grid, as deep as its cell along every dimension.
-    let end = region.end();
-    let mut grid: Vec<Option<usize>> = vec![None; pieces.len()];
-    for (i, piece) in pieces.iter().enumerate() {
-        let mut cell = Vec::with_capacity(n);
-        for d in 0..n {
-            let k = starts[d].binary_search(&piece.overlap.start[d]).ok()?;
-            let next = starts[d].get(k + 1).copied().unwrap_or(end[d]);
-            if piece.overlap.start[d] + piece.overlap.shape[d] != next {
-                return None;
-            }
-            cell.push(k as u64);
-        }
-        let slot = grid.get_mut(zshard_core::linear_index(&cell, &counts) as usize)?;
-        if slot.replace(i).is_some() {
-            return None;
-        }
-    }
-    if (0..n).any(|d| starts[d].first() != Some(&region.start[d])) {
-        return None;
-    }
-    let strides: Vec<Vec<usize>> = pieces
-        .iter()
-        .map(|p| zshard_core::strides(&p.shape, element))
-        .collect();
-    let mut buffer = Vec::with_capacity(product(&region.shape) as usize * element);
-    // Odometer over the rows (every dimension but the last), with each one's grid line.
-    let mut at = region.start[..last].to_vec();
-    let mut line = vec![0usize; last];
-    loop {
-        let row = line
-            .iter()
-            .zip(&counts)
-            .fold(0u64, |i, (&l, &c)| i * c + l as u64)
-            * counts[last];
-        for j in 0..counts[last] {
-            let i = grid[(row + j) as usize]?;
-            let piece = &pieces[i];
-            let offset: usize = (0..n)
-                .map(|d| {
-                    let x = if d < last {
-                        at[d]
-                    } else {
-                        piece.overlap.start[d]
-                    };
-                    (x - piece.origin[d]) as usize * strides[i][d]
-                })
-                .sum();
-            let len = piece.overlap.shape[last] as usize * element;
-            buffer.extend_from_slice(piece.data.get(offset..offset + len)?);
-        }
-        // The next row.
-        let mut d = last;
-        loop {
-            if d == 0 {
-                return Some(buffer);
-            }
-            d -= 1;
-            at[d] += 1;
-            if at[d] < end[d] {
-                if starts[d].get(line[d] + 1) == Some(&at[d]) {
-                    line[d] += 1;
-                }
-                break;
-            }
-            at[d] = region.start[d];
-            line[d] = 0;
-        }
-    }
 }
 
 /// Cuts kept source chunk `coord` down to the box that the parts of `shard` after part `index`
