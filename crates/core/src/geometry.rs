@@ -423,6 +423,12 @@ impl ShardSplit {
         product(&self.chunks_per_shard[..self.dim]) * self.blocks_per_row
     }
 
+    /// The dimension cut into blocks of inner chunks: a part is one inner chunk deep along the
+    /// dimensions before it and whole along those after it.
+    pub fn cut_dimension(&self) -> usize {
+        self.dim
+    }
+
     /// Parts in one row: from a part to the one at the same place one step further along the last
     /// dimension before the cut (all the parts when the first dimension is cut).
     pub fn parts_per_row(&self) -> u64 {
@@ -506,6 +512,49 @@ impl ShardSplit {
             last = last * steps + hi;
         }
         Some((first, last))
+    }
+
+    /// Every part of `shard` that meets `region` (array coordinates), ascending: the parts form a
+    /// grid, and those meeting a box are a box of it, so this lists a handful for a source chunk
+    /// rather than testing every part of the shard.
+    pub fn parts_meeting_each(
+        &self,
+        geometry: &ShardGeometry,
+        shard: &[u64],
+        region: &Region,
+    ) -> Vec<u64> {
+        let shard_region = geometry.shard_region(shard);
+        let Some(overlap) = region.intersect(&shard_region) else {
+            return Vec::new();
+        };
+        let inner = geometry.inner_shape();
+        if inner.is_empty() {
+            return vec![0];
+        }
+        // Per dimension of the part grid: the first index met, how many, and the grid's extent.
+        let ranges: Vec<(u64, u64, u64)> = inner
+            .iter()
+            .enumerate()
+            .take(self.dim + 1)
+            .map(|(d, &size)| {
+                let offset = overlap.start[d] - shard_region.start[d];
+                let (lo, hi) = (offset / size, (offset + overlap.shape[d] - 1) / size);
+                if d < self.dim {
+                    (lo, hi - lo + 1, self.chunks_per_shard[d])
+                } else {
+                    let (lo, hi) = (lo / self.block, hi / self.block);
+                    (lo, hi - lo + 1, self.blocks_per_row)
+                }
+            })
+            .collect();
+        let counts: Vec<u64> = ranges.iter().map(|r| r.1).collect();
+        c_order(&counts)
+            .map(|at| {
+                at.iter()
+                    .zip(&ranges)
+                    .fold(0, |index, (i, (lo, _, steps))| index * steps + lo + i)
+            })
+            .collect()
     }
 
     /// The extent of one step of the part grid along the first dimension, whole along the others:
@@ -768,6 +817,11 @@ mod tests {
                 assert_eq!(
                     split.parts_meeting(&g, &shard, &chunk),
                     expected,
+                    "max {max} {coord:?}"
+                );
+                assert_eq!(
+                    split.parts_meeting_each(&g, &shard, &chunk),
+                    meets,
                     "max {max} {coord:?}"
                 );
                 // Kept between parts `p` and `p + 1`: it meets the slab holding the end of part `p`.

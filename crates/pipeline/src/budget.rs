@@ -85,6 +85,8 @@ pub struct Budget {
     pub keep_across_slab: bool,
     /// See [`Options::keep_within_rows`].
     pub keep_within_rows: bool,
+    /// See [`Options::trim_kept`].
+    pub trim_kept: bool,
     /// Part of `estimated_peak` that the source holds for the whole run (see
     /// [`BudgetRequest::resident`]).
     pub resident: u64,
@@ -101,6 +103,7 @@ impl Budget {
             keep_source_chunks: self.keep_source_chunks,
             keep_across_slab: self.keep_across_slab,
             keep_within_rows: self.keep_within_rows,
+            trim_kept: self.trim_kept,
             cancel: crate::Cancel::new(),
         }
     }
@@ -117,17 +120,26 @@ impl Budget {
         self.keep_source_chunks && !self.keep_within_rows && array.can_keep_source_chunks()
     }
 
+    /// Whether a source chunk under several parts of a shard of `array` is kept only between parts
+    /// within one row of parts (see [`Options::keep_within_rows`]): it is read again for a part more
+    /// than a row after the last that needed it (W6 at full scale: twice).
+    pub fn keeps_source_chunks_within_rows(&self, array: &ArrayLayout) -> bool {
+        self.keep_source_chunks && self.keep_within_rows && array.can_keep_source_chunks()
+    }
+
     /// What this budget keeps (see [`Keep`]).
     fn keep(&self) -> Keep {
         match (
             self.keep_source_chunks,
             self.keep_across_slab,
             self.keep_within_rows,
+            self.trim_kept,
         ) {
-            (false, _, _) => Keep::Nothing,
-            (true, _, true) => Keep::Rows,
-            (true, false, false) => Keep::ForNext,
-            (true, true, false) => Keep::AcrossSlab,
+            (false, _, _, _) => Keep::Nothing,
+            (true, _, true, _) => Keep::Rows,
+            (true, false, false, true) => Keep::Bands,
+            (true, false, false, false) => Keep::ForNext,
+            (true, true, false, _) => Keep::AcrossSlab,
         }
     }
 
@@ -178,6 +190,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             keep_source_chunks: keep != Keep::Nothing,
             keep_across_slab: keep == Keep::AcrossSlab,
             keep_within_rows: keep == Keep::Rows,
+            trim_kept: keep == Keep::Bands,
             resident,
         }
     };
@@ -193,7 +206,13 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
     for threads in (1..=wanted.max(1)).rev() {
         // Keeping costs about a slab of source chunks per open shard; a source chunk read once
         // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
-        for keep in [Keep::AcrossSlab, Keep::ForNext, Keep::Rows, Keep::Nothing] {
+        for keep in [
+            Keep::AcrossSlab,
+            Keep::ForNext,
+            Keep::Bands,
+            Keep::Rows,
+            Keep::Nothing,
+        ] {
             let Some(mut part_bytes) = part_sizes
                 .iter()
                 .copied()
@@ -209,7 +228,8 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             while part_bytes / 2 >= SMALL_PART_BYTES
                 && peak_of(threads, part_bytes / 2, keep).0 <= limit
                 && arrays.iter().all(|a| {
-                    (matches!(keep, Keep::AcrossSlab | Keep::ForNext) && a.can_keep_source_chunks())
+                    (matches!(keep, Keep::AcrossSlab | Keep::ForNext | Keep::Bands)
+                        && a.can_keep_source_chunks())
                         || reads_each_source_chunk_once(a, part_bytes / 2)
                 })
             {
@@ -386,6 +406,9 @@ enum Keep {
     /// Also those that shards up to one slab of the shard grid later need
     /// ([`Options::keep_across_slab`]).
     AcrossSlab,
+    /// Those that later parts of the shard or the next shard need, each cut down after every part
+    /// to what the later parts need ([`Options::trim_kept`]).
+    Bands,
     /// Those that the next shard needs, and between the parts of a shard only those that a part
     /// within one row ahead needs ([`Options::keep_within_rows`]).
     Rows,
@@ -442,6 +465,7 @@ fn estimate(
             };
             let kept = match keep {
                 Keep::Rows => kept_in_rows_bytes(a, part_bytes),
+                Keep::Bands => kept_in_bands_bytes(a, part_bytes),
                 _ => kept_bytes(a, part_bytes),
             };
             kept.saturating_mul(open_shards(a))
@@ -608,6 +632,51 @@ fn kept_in_rows_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
     array_footprint(array, &row)
         .0
         .saturating_mul(array.element_size() as u64)
+}
+
+/// Bytes of the decoded source chunks one shard keeps between its parts when each is cut down
+/// after every part to the box later parts need (see [`Options::trim_kept`]), on a regular grid
+/// whose shards are cut along one of their first three dimensions (otherwise, as much as kept
+/// whole: [`kept_bytes`]).
+///
+/// After part `p`, a kept chunk meets a part done and a part to come. If both lie in `p`'s row of
+/// parts (the same inner chunk along every dimension before the cut but the last), it meets that
+/// row: at most one row's footprint, whole. Otherwise, with the cut along the second or third
+/// dimension, it straddles the boundary before or after `p`'s band (one inner chunk deep along the
+/// first dimension), and what parts to come need of it lies past that boundary; cut along the
+/// first, it straddles the boundary after `p`. Source chunks start a multiple of `g` (the gcd of
+/// the inner chunk, the shard and the source chunk along the first dimension) before such a
+/// boundary, so at most `c - g` of a chunk's `c` rows lie past it, and no two of these chunks
+/// share a place across the shard's face. W6 (one shard of 128³ inner chunks from 256³ source
+/// chunks): one row of 256³ chunks, and 128 rows of the face instead of a slab of 256.
+fn kept_in_bands_bytes(array: &ArrayLayout, part_bytes: u64) -> u64 {
+    let whole = kept_bytes(array, part_bytes);
+    let split = array.split(part_bytes);
+    if whole == 0 || array.source_grid.is_some() || split.cut_dimension() > 2 {
+        return whole;
+    }
+    let geometry = &array.geometry;
+    let (shard, inner, chunk) = (
+        geometry.shard_shape(),
+        geometry.inner_shape(),
+        &array.source_repr.shape,
+    );
+    let (Some(&i0), Some(&s0), Some(&c0)) = (inner.first(), shard.first(), chunk.first()) else {
+        return whole;
+    };
+    let c0 = c0.max(1);
+    let depth = c0 - gcd(gcd(i0, s0), c0);
+    let mut face = shard.to_vec();
+    face[0] = 1;
+    // Along the first dimension, a face one element deep meets one chunk: `c0` of its footprint.
+    let across = (array_footprint(array, &face).0 / c0).saturating_mul(depth);
+    let row = match split.cut_dimension() {
+        0 => 0,
+        _ => array_footprint(array, &split.row_shape(geometry)).0,
+    };
+    row.saturating_add(across)
+        .saturating_mul(array.element_size() as u64)
+        .min(whole)
 }
 
 /// Decoded bytes of the source chunks that shards of `array` keep for the shards up to one slab of
@@ -797,6 +866,105 @@ mod tests {
                 && message.contains("--memory-limit"),
             "{message}"
         );
+    }
+
+    /// A uint8 array as [`layout`] makes a float32 one.
+    fn layout_u8(shape: &[u64], shard: &[u64], inner: &[u64], source: &[u64]) -> ArrayLayout {
+        ArrayLayout {
+            source_repr: repr(source, DataType::UInt8),
+            inner_repr: repr(inner, DataType::UInt8),
+            ..layout(shape, shard, inner, source)
+        }
+    }
+
+    #[test]
+    fn one_shard_over_the_limit_keeps_the_next_bands_rows_and_reads_each_chunk_once() {
+        // W6 at --scale medium (issue 43): 1024²x512 uint8 in one shard of 128³ inner chunks from
+        // 256³ source chunks, 512 MiB. A slab of source chunks (256 MiB) does not fit beside the
+        // messages; kept within rows, each chunk was read twice. Cut down to what later parts
+        // need, one row of chunks (256x256x512) and 128 rows of the face (128x1024x512) are kept.
+        let w6m = layout_u8(&[1024, 1024, 512], &[1024, 1024, 512], &[128; 3], &[256; 3]);
+        let arrays = std::slice::from_ref(&w6m);
+        let fitted = budget(arrays, &request(2, Some(512 << 20))).expect("budget");
+        assert!(fitted.trim_kept && !fitted.keep_within_rows, "{fitted:?}");
+        assert!(fitted.keeps_source_chunks(&w6m));
+        assert!(fitted.estimated_peak <= 512 << 20, "{fitted:?}");
+        assert_eq!(
+            kept_in_bands_bytes(&w6m, fitted.part_bytes),
+            (256 * 256 * 512) + (128 * 1024 * 512)
+        );
+        assert!(kept_in_bands_bytes(&w6m, fitted.part_bytes) < kept_bytes(&w6m, fitted.part_bytes));
+        // W6 at full scale (2048²x1024) still reads within rows: its face of 128 rows (256 MiB)
+        // and the messages as the model counts them (21 of 16 MiB) exceed 512 MiB.
+        let w6 = layout_u8(
+            &[2048, 2048, 1024],
+            &[2048, 2048, 1024],
+            &[128; 3],
+            &[256; 3],
+        );
+        let full = budget(std::slice::from_ref(&w6), &request(2, Some(512 << 20))).expect("budget");
+        assert!(full.keep_within_rows && !full.trim_kept, "{full:?}");
+    }
+
+    /// What a shard keeps cut down (the boxes of kept chunks that later parts need) never exceeds
+    /// `kept_in_bands_bytes`, after any part, for parts cut along each of the first three
+    /// dimensions and source chunks larger, smaller and not aligned with the inner chunks.
+    #[test]
+    fn what_is_kept_cut_down_stays_within_its_estimate() {
+        let cases: [([u64; 3], [u64; 3], [u64; 3]); 5] = [
+            ([16, 16, 8], [2, 2, 2], [4, 4, 4]),
+            ([16, 16, 8], [2, 2, 2], [3, 5, 4]),
+            ([12, 12, 12], [4, 4, 4], [3, 3, 3]),
+            ([20, 12, 12], [2, 3, 4], [6, 5, 7]),
+            ([18, 9, 10], [3, 3, 2], [4, 2, 10]),
+        ];
+        for (shard, inner, chunk) in cases {
+            let array = layout_u8(&shard, &shard, &inner, &chunk);
+            let geometry = &array.geometry;
+            let origin = [0u64; 3];
+            let inner_chunks: u64 = geometry.chunks_per_shard().iter().product();
+            for max in [1, 2, 3, 4, 7, inner_chunks / 2] {
+                let part_bytes = max * product(&inner);
+                let split = array.split(part_bytes);
+                let bound = kept_in_bands_bytes(&array, part_bytes);
+                let chunks = geometry
+                    .array_region()
+                    .chunks_overlapping(&array.source_repr.shape);
+                for p in 0..split.parts() {
+                    let kept: u64 = chunks
+                        .iter()
+                        .map(|coord| {
+                            let region = array.source_chunk_region(coord);
+                            let parts = split.parts_meeting_each(geometry, &origin, &region);
+                            if !parts.iter().any(|&q| q <= p) {
+                                return 0;
+                            }
+                            let after: Vec<zshard_core::Region> = parts
+                                .iter()
+                                .filter(|&&q| q > p)
+                                .filter_map(|&q| {
+                                    split.region(geometry, &origin, q).intersect(&region)
+                                })
+                                .collect();
+                            if after.is_empty() {
+                                return 0;
+                            }
+                            (0..3)
+                                .map(|d| {
+                                    let lo = after.iter().map(|r| r.start[d]).min().unwrap_or(0);
+                                    let hi = after.iter().map(|r| r.end()[d]).max().unwrap_or(0);
+                                    hi - lo
+                                })
+                                .product::<u64>()
+                        })
+                        .sum();
+                    assert!(
+                        kept <= bound,
+                        "{shard:?} {inner:?} {chunk:?}, parts of {max}: {kept} > {bound} after part {p}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -249,6 +249,15 @@ pub struct Options {
     /// limit (W6, one 4 GiB shard in 512 MiB: each source chunk is decoded twice instead of four
     /// times without keeping).
     pub keep_within_rows: bool,
+    /// With [`Options::keep_source_chunks`] (and not [`Options::keep_within_rows`]): whether a
+    /// decoded source chunk kept between the parts of a shard is cut down, after each part, to the
+    /// box of it that the shard's later parts still need (unless a later shard needs it whole).
+    /// Where parts step one inner chunk at a time across source chunks (W6, one 4 GiB shard in
+    /// 512 MiB: 128³ inner chunks in 256³ source chunks), a chunk is needed by two bands of parts a
+    /// whole plane of parts apart; kept whole it costs a slab of source chunks, cut down it costs
+    /// only the rows the next band needs, and each chunk is still decoded once (issue 43: kept
+    /// within rows, twice).
+    pub trim_kept: bool,
     /// Stops the run from outside (see [`Cancel`]); a new handle by default.
     pub cancel: Cancel,
 }
@@ -276,6 +285,7 @@ impl Options {
             keep_source_chunks: true,
             keep_across_slab: true,
             keep_within_rows: false,
+            trim_kept: false,
             cancel: Cancel::new(),
         }
     }

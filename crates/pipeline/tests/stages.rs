@@ -466,7 +466,17 @@ fn source_chunks_straddling_shards_are_read_once_and_handed_over() {
 
 /// One 8x8x4 uint16 shard (`value3(z, y, x)`) of 2x2x2 inner chunks, from 4x4x4 source chunks.
 fn job_3d() -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
-    let (shape, chunk, inner) = ([8u64, 8, 4], [4u64, 4, 4], [2u64, 2, 2]);
+    job_3d_with([8, 8, 4], [8, 8, 4], [4, 4, 4], [2, 2, 2])
+}
+
+/// A uint16 array of `shape` (`value3(z, y, x)`) in shards of `shard` and inner chunks of `inner`,
+/// from source chunks of `chunk`.
+fn job_3d_with(
+    shape: [u64; 3],
+    shard: [u64; 3],
+    chunk: [u64; 3],
+    inner: [u64; 3],
+) -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
     let codecs: Vec<CodecSpec> = serde_json::from_value(json!([
         {"name": "bytes", "configuration": {"endian": "little"}},
         {"name": "zstd", "configuration": {"level": 1}}
@@ -500,7 +510,7 @@ fn job_3d() -> (ArrayJob, Arc<MemoryReader>, Arc<MemorySink>) {
         source_chain: chain,
         inner_chain: Some(build_chain(&codecs, &inner_repr).expect("chain")),
         layout: ArrayLayout {
-            geometry: ShardGeometry::new(&shape, &shape, &inner).expect("geometry"),
+            geometry: ShardGeometry::new(&shape, &shard, &inner).expect("geometry"),
             source_repr: source,
             source_grid: None,
             inner_repr,
@@ -519,28 +529,71 @@ fn value3(z: u64, y: u64, x: u64) -> u16 {
 }
 
 #[test]
+fn source_chunks_cut_down_to_what_later_parts_need_give_the_same_shards() {
+    // Kept chunks cut down after each part (issue 43, W6 under its limit) must give the shards of
+    // a run that keeps nothing, and read each chunk as often as keeping them whole does: with
+    // source chunks larger than inner chunks (W6), smaller, straddling shards (handed whole to
+    // the next shard) and not, for parts of one inner chunk up to several rows.
+    let cases = [
+        ([8, 8, 4], [8, 8, 4], [4, 4, 4], [2, 2, 2]),
+        ([9, 10, 7], [6, 8, 6], [4, 3, 5], [2, 2, 3]),
+        ([12, 12, 8], [12, 12, 8], [3, 3, 3], [4, 4, 4]),
+        ([10, 12, 12], [10, 12, 12], [6, 5, 12], [2, 3, 4]),
+    ];
+    for (shape, shard, chunk, inner) in cases {
+        let inner_bytes = inner.iter().product::<u64>() * 2;
+        for parts_of in [1, 2, 3, 5, 8] {
+            let run_with = |keep_source_chunks, trim_kept| {
+                let options = Options {
+                    part_bytes: inner_bytes * parts_of,
+                    keep_source_chunks,
+                    keep_across_slab: false,
+                    trim_kept,
+                    ..Options::with_threads(2)
+                };
+                let (result, shards, _) =
+                    run_job_with(job_3d_with(shape, shard, chunk, inner), &options);
+                (result.expect("run").chunks_read, shards)
+            };
+            let case = format!("{shape:?} {shard:?} {chunk:?} {inner:?}, {parts_of} per part");
+            let (_, expected) = run_with(false, false);
+            let (whole, shards_whole) = run_with(true, false);
+            let (cut, shards_cut) = run_with(true, true);
+            assert!(shards_whole == expected, "{case}: kept whole");
+            assert!(shards_cut == expected, "{case}: cut down");
+            assert_eq!(cut, whole, "{case}");
+        }
+    }
+}
+
+#[test]
 fn source_chunks_kept_within_rows_of_parts_are_read_again_only_past_a_row() {
     // Parts of one inner chunk: rows (z, y) of the 4x4 grid of 2x2x2 inner chunks, two parts (x)
     // each. Source chunk (a, b, 0) meets inner chunks z in 2a..2a+2, y in 2b..2b+2, x in 0..2:
     // parts p..p+4 and p+8..p+12 (p = 16a + 4b). Kept until its last part, each chunk is read once;
     // kept for a part within one row ahead only (issue 43, W6 under its limit), twice (part p+8 is
     // more than a row after part p+3); not kept, once per part (eight times).
-    let run_with = |keep_source_chunks, keep_within_rows| {
+    let run_with = |keep_source_chunks, keep_within_rows, trim_kept| {
         let options = Options {
             part_bytes: 16,
             keep_source_chunks,
             keep_within_rows,
+            trim_kept,
             ..Options::with_threads(2)
         };
         let (result, shards, _) = run_job_with(job_3d(), &options);
         (result.expect("run").chunks_read, shards)
     };
-    let (once, expected) = run_with(true, false);
-    let (rows, shards_rows) = run_with(true, true);
-    let (each, shards_each) = run_with(false, false);
-    assert_eq!((once, rows, each), (4, 8, 32));
+    let (once, expected) = run_with(true, false, false);
+    let (rows, shards_rows) = run_with(true, true, false);
+    let (each, shards_each) = run_with(false, false, false);
+    // Cut down after each part to what later parts need (the mode that replaces rows under W6's
+    // limit), each chunk is read once again.
+    let (cut, shards_cut) = run_with(true, false, true);
+    assert_eq!((once, rows, each, cut), (4, 8, 32, 4));
     assert_eq!(shards_rows, expected);
     assert_eq!(shards_each, expected);
+    assert_eq!(shards_cut, expected);
     let (job, _, _) = job_3d();
     let chain = job.inner_chain.as_ref().expect("chain");
     let inner = repr(&[2, 2, 2]);

@@ -660,6 +660,9 @@ fn arrays_text(
                 memory_limit,
                 if a["source_chunks_kept_between_parts"].as_bool() == Some(true) {
                     "once"
+                } else if a["source_chunks_kept_within_rows"].as_bool() == Some(true) {
+                    // Kept within a row of parts: read again for the next band of rows it meets.
+                    "again for parts more than a row of parts apart"
                 } else {
                     "for each"
                 }

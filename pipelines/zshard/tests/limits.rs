@@ -1200,3 +1200,111 @@ fn a_limit_below_the_process_itself_says_so() {
     );
     assert!(!stderr.contains("--chunk-shape"), "{stderr}");
 }
+
+/// Issue 43, W6 in small: one shard of 16³ inner chunks from 32³ source chunks, under a limit that
+/// fits no slab of source chunks between the shard's parts. Each source chunk meets two bands of
+/// parts a plane of parts apart; kept within one row of parts it was read and decoded twice (2,048
+/// reads of the 1,024 chunks). Cut down after each part to the rows the next band needs, it is kept
+/// for that band and read once, and the values are the source's.
+#[test]
+fn a_shard_bigger_than_the_limit_reads_each_source_chunk_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (shape, chunks) = ([64u64, 1024, 512], [32u64, 32, 32]);
+    let src = tmp.path().join("src");
+    let data = expected(DataType::UInt8, &shape, 0);
+    let lz4 = json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0});
+    write_v2(&src, DataType::UInt8, &shape, &chunks, lz4, &data);
+    let (dst, report) = (tmp.path().join("dst"), tmp.path().join("report.json"));
+    let limit = "62MiB";
+    let args = ["--shard-shape", "64,1024,512", "--chunk-shape", "16,16,16"];
+    let plan = zshard(
+        &[
+            &["plan", s(&src), s(&dst), "--memory-limit", limit],
+            &args[..],
+        ]
+        .concat(),
+    );
+    let (code, text) = failure(&plan);
+    assert_eq!(code, Some(0), "{text}");
+    let shown = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        shown.contains("a source chunk under several parts is read once"),
+        "{shown}"
+    );
+    let run = zshard(
+        &[
+            &[
+                "convert",
+                s(&src),
+                s(&dst),
+                "--memory-limit",
+                limit,
+                "--threads",
+                "2",
+            ],
+            &args[..],
+            &["--report", s(&report), "--quiet"],
+        ]
+        .concat(),
+    );
+    assert!(run.status.success(), "{:?}", failure(&run));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("report json");
+    assert_eq!(
+        report["totals"]["chunks_read"],
+        json!(2 * 32 * 16),
+        "{report}"
+    );
+    let (values, _) = common::read_v3(&dst);
+    assert!(values == data, "the shard holds the source's values");
+}
+
+/// Issue 43: W6 at full scale (one 2048²x1024 uint8 shard of 128³ inner chunks from 256³ source
+/// chunks, 512 MiB) keeps source chunks within one row of parts, so each is read twice, not once
+/// per part: the plan said "read for each".
+#[test]
+fn the_plan_says_when_source_chunks_are_kept_within_rows_of_parts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let zarray = json!({"zarr_format": 2, "shape": [2048, 2048, 1024], "chunks": [256, 256, 256],
+        "dtype": "|u1", "fill_value": 0, "order": "C", "filters": null,
+        "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}});
+    std::fs::write(src.join(".zarray"), zarray.to_string()).expect(".zarray");
+    let dst = tmp.path().join("dst");
+    let args = [
+        "plan",
+        s(&src),
+        s(&dst),
+        "--shard-shape",
+        "2048,2048,1024",
+        "--chunk-shape",
+        "128,128,128",
+        "--threads",
+        "2",
+        "--memory-limit",
+        "512MiB",
+    ];
+    let text = zshard(&args);
+    assert!(text.status.success(), "{:?}", failure(&text));
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.contains(
+            "a source chunk under several parts is read again for parts more than a row of parts apart"
+        ),
+        "{shown}"
+    );
+    let doc = zshard(&[&args[..], &["--json"]].concat());
+    let plan: serde_json::Value = serde_json::from_slice(&doc.stdout).expect("plan json");
+    let array = &plan["arrays"][0];
+    assert_eq!(
+        array["source_chunks_kept_between_parts"],
+        json!(false),
+        "{array}"
+    );
+    assert_eq!(
+        array["source_chunks_kept_within_rows"],
+        json!(true),
+        "{array}"
+    );
+}

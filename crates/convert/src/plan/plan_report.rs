@@ -539,6 +539,10 @@ pub struct ArrayPlan {
     pub parts_per_shard: u64,
     /// A source chunk under several parts of a shard is read once (kept between them).
     pub source_chunks_kept_between_parts: bool,
+    /// A source chunk under several parts of a shard is kept between them only within one row of
+    /// parts (the memory limit fits no more): it is read again for a part more than a row of parts
+    /// after the last that needed it.
+    pub source_chunks_kept_within_rows: bool,
     /// Bytes a worker needs at most for this array.
     pub estimated_peak_memory_per_worker: u64,
     /// What readers will see differently.
@@ -631,6 +635,7 @@ fn describe(a: &PlannedArray, name: &str, budget: &Budget, plan: &Plan) -> Array
         estimated_bytes_out: raw,
         parts_per_shard: budget.parts_per_shard(&layout),
         source_chunks_kept_between_parts: budget.keeps_source_chunks(&layout),
+        source_chunks_kept_within_rows: budget.keeps_source_chunks_within_rows(&layout),
         estimated_peak_memory_per_worker: budget.array_peak(&layout),
         warnings: a.source.warnings.clone(),
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crossbeam_channel::{Receiver, Sender};
-use zshard_core::{copy_region, FillValue, StringHandle};
+use zshard_core::{copy_region, product, FillValue, Region, StringHandle};
 
 use super::in_order::InOrder;
 use super::message::{Assembled, Decoded, Msg, ShardKey};
@@ -59,8 +59,31 @@ pub(super) fn stage(
     }
 }
 
-/// Decoded source chunks a shard keeps for its later parts, with the last part that needs each.
-type KeptChunks = HashMap<Vec<u64>, (u64, Option<Vec<u8>>)>;
+/// Decoded source chunks a shard keeps for its later parts, by grid position.
+type KeptChunks = HashMap<Vec<u64>, Kept>;
+
+/// A decoded source chunk a shard keeps for its later parts.
+struct Kept {
+    /// The last part of the shard that needs it.
+    last: u64,
+    /// Its values (`None`: a missing chunk, the fill value).
+    data: Option<Vec<u8>>,
+    /// When it was cut down to what later parts need ([`Options::trim_kept`]): the box (array
+    /// coordinates) that `data` holds, in C order; `None`: the whole chunk.
+    ///
+    /// [`Options::trim_kept`]: crate::Options::trim_kept
+    cut: Option<Region>,
+}
+
+impl Kept {
+    fn whole(last: u64, data: Option<Vec<u8>>) -> Kept {
+        Kept {
+            last,
+            data,
+            cut: None,
+        }
+    }
+}
 
 /// Decoded source chunks that complete shards keep for shards after them, by grid position.
 type CachedChunks = HashMap<Vec<u64>, Option<Vec<u8>>>;
@@ -142,7 +165,7 @@ impl Assembler {
                     .collect();
                 for (coord, last) in wanted {
                     if let Some(data) = cached.remove(&coord) {
-                        open.kept.insert(coord, (last, data));
+                        open.kept.insert(coord, Kept::whole(last, data));
                     }
                 }
                 open.started = true;
@@ -223,10 +246,10 @@ fn assemble(
             }
             let mut buffer = fill.repeat(job.layout.inner_repr.elements() as usize);
             for coord in job.layout.source_chunks_overlapping(&covered) {
-                let data = match by_coord.get(&coord) {
-                    Some(data) => data,
+                let (data, cut) = match by_coord.get(&coord) {
+                    Some(data) => (data, None),
                     None => match kept.as_deref().and_then(|k| k.get(&coord)) {
-                        Some((_, data)) => data,
+                        Some(k) => (&k.data, k.cut.as_ref()),
                         None => {
                             missing.get_or_insert(coord);
                             continue;
@@ -240,10 +263,24 @@ fn assemble(
                 let Some(overlap) = covered.intersect(&source) else {
                     continue;
                 };
+                let repr;
+                let (shape, origin) = match cut {
+                    // Cut down to what the parts after the one that cut it need, which this one
+                    // is: the overlap lies inside the box, else the keeping plan is wrong.
+                    Some(cut) if overlap.intersect(cut).as_ref() != Some(&overlap) => {
+                        missing.get_or_insert(coord);
+                        continue;
+                    }
+                    Some(cut) => (&cut.shape, &cut.start),
+                    None => {
+                        repr = job.layout.source_chunk_repr(&coord);
+                        (&repr.shape, &source.start)
+                    }
+                };
                 copy_region(
                     data,
-                    &job.layout.source_chunk_repr(&coord).shape,
-                    &source.start,
+                    shape,
+                    origin,
                     &mut buffer,
                     &region.shape,
                     &region.start,
@@ -264,9 +301,10 @@ fn assemble(
                 .any(|shard| array.parts_needing(shard, coord).is_some())
         };
         if decoded.part.is_last() {
+            // A chunk a later shard needs was never cut (see below).
             let chunks = by_coord
                 .into_iter()
-                .chain(kept.drain().map(|(coord, (_, data))| (coord, data)));
+                .chain(kept.drain().map(|(coord, k)| (coord, k.data)));
             handed = Some(
                 chunks
                     .filter(|(coord, _)| !later.is_empty() && later_needs(coord))
@@ -275,16 +313,32 @@ fn assemble(
         } else {
             // What a later shard needs stays until this one is complete, whichever of its parts
             // needed it last.
-            for (coord, (last, _)) in kept.iter_mut() {
-                if *last <= index {
-                    *last = array.kept_until(shard, coord, index).unwrap_or(*last);
+            for (coord, k) in kept.iter_mut() {
+                if k.last <= index {
+                    k.last = array.kept_until(shard, coord, index).unwrap_or(k.last);
                 }
             }
-            kept.retain(|coord, (last, _)| *last > index || later_needs(coord));
+            kept.retain(|coord, k| k.last > index || later_needs(coord));
             for (coord, data) in by_coord {
                 let last = array.kept_until(shard, &coord, index);
                 if last.is_some() || later_needs(&coord) {
-                    kept.insert(coord, (last.unwrap_or(index), data));
+                    kept.insert(coord, Kept::whole(last.unwrap_or(index), data));
+                }
+            }
+            if array.trim {
+                let part = array.split.region(geometry, shard, index);
+                for (coord, k) in kept.iter_mut() {
+                    // Only what this part met needs less now; what a later shard needs stays whole.
+                    if k.data.is_some()
+                        && job
+                            .layout
+                            .source_chunk_region(coord)
+                            .intersect(&part)
+                            .is_some()
+                        && !later_needs(coord)
+                    {
+                        cut_down(array, shard, coord, index, k);
+                    }
                 }
             }
         }
@@ -306,6 +360,60 @@ fn assemble(
         read: decoded.read,
     };
     (Ok(assembled), handed)
+}
+
+/// Cuts kept source chunk `coord` down to the box that the parts of `shard` after part `index`
+/// need, when that is smaller than what it holds (issue 43: W6 keeps only the rows of each chunk
+/// that the next band of parts needs, instead of reading the chunk again for it).
+fn cut_down(array: &RunArray<'_>, shard: &[u64], coord: &[u64], index: u64, kept: &mut Kept) {
+    let layout = &array.job.layout;
+    let Some(data) = &kept.data else {
+        return;
+    };
+    let Some(needed) = array.needed_after(shard, coord, index) else {
+        return;
+    };
+    let repr;
+    let (shape, origin) = match &kept.cut {
+        Some(cut) => (&cut.shape, &cut.start),
+        None => {
+            repr = layout.source_chunk_repr(coord);
+            (&repr.shape, &layout.source_chunk_region(coord).start)
+        }
+    };
+    if product(&needed.shape) >= product(shape) {
+        return;
+    }
+    let element = layout.inner_repr.data_type.size();
+    let len = product(&needed.shape) as usize * element;
+    let buffer = if !needed.shape.is_empty()
+        && needed.shape[1..] == shape[1..]
+        && needed.start[1..] == origin[1..]
+    {
+        // Whole along every dimension but the first (W6's next band of rows): one run of bytes.
+        let from =
+            (needed.start[0] - origin[0]) as usize * (product(&shape[1..]) as usize * element);
+        // A buffer shorter than its shape says is left whole rather than cut (no panic here).
+        let Some(run) = data.get(from..from + len) else {
+            return;
+        };
+        run.to_vec()
+    } else {
+        let mut buffer = vec![0u8; len];
+        copy_region(
+            data,
+            shape,
+            origin,
+            &mut buffer,
+            &needed.shape,
+            &needed.start,
+            &needed,
+            element,
+        );
+        buffer
+    };
+    kept.data = Some(buffer);
+    kept.cut = Some(needed);
 }
 
 /// Passthrough: each source chunk is one inner chunk, already encoded; it goes to its place in the

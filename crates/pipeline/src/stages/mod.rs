@@ -24,7 +24,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::iter::{ParallelBridge, ParallelIterator};
-use zshard_core::ShardSplit;
+use zshard_core::{Region, ShardSplit};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -351,6 +351,9 @@ struct RunArray<'a> {
     /// ([`Options::keep_within_rows`]: one row of parts); `None`: kept until the last part that needs
     /// it.
     keep_window: Option<u64>,
+    /// With `keep` and no `keep_window`: whether kept source chunks are cut down to what later parts
+    /// need ([`Options::trim_kept`]).
+    trim: bool,
     /// Whether consecutive shards of the array in the run's order share source chunks through the
     /// assembler: a source chunk that straddles the boundary between a shard and the next one is
     /// then read and decoded once, not once per shard (issue 43: a rechunk to shards that source
@@ -377,6 +380,7 @@ impl<'a> RunArray<'a> {
         let keep =
             options.keep_source_chunks && split.parts() > 1 && job.layout.can_keep_source_chunks();
         let keep_window = options.keep_within_rows.then(|| split.parts_per_row());
+        let trim = keep && options.trim_kept && keep_window.is_none();
         // The budget counts what a shard hands to the next with what it keeps (see `budget.rs`).
         let handoff = options.keep_source_chunks && job.layout.can_hand_over_source_chunks();
         let window = match handoff {
@@ -402,6 +406,7 @@ impl<'a> RunArray<'a> {
             split,
             keep,
             keep_window,
+            trim,
             handoff,
             window,
             inner_chunk_bytes,
@@ -439,6 +444,30 @@ impl<'a> RunArray<'a> {
                 .is_none_or(|(first, _)| first == index),
             Some(window) => !self.part_needs(shard, coord, index.saturating_sub(window)..index),
         }
+    }
+
+    /// The box of source chunk `coord` (array coordinates, within the array) that the parts of
+    /// `shard` after part `index` need: the smallest box holding each such part's overlap with it.
+    /// `None` when none needs it.
+    fn needed_after(&self, shard: &[u64], coord: &[u64], index: u64) -> Option<Region> {
+        let geometry = &self.job.layout.geometry;
+        let chunk = self.job.layout.source_chunk_region(coord);
+        self.split
+            .parts_meeting_each(geometry, shard, &chunk)
+            .into_iter()
+            .filter(|&p| p > index)
+            .filter_map(|p| self.split.region(geometry, shard, p).intersect(&chunk))
+            .reduce(|a, b| {
+                let (start, end): (Vec<u64>, Vec<u64>) = a
+                    .start
+                    .iter()
+                    .zip(a.end())
+                    .zip(b.start.iter().zip(b.end()))
+                    .map(|((&s0, e0), (&s1, e1))| (s0.min(s1), e0.max(e1)))
+                    .unzip();
+                let shape = end.iter().zip(&start).map(|(e, s)| e - s).collect();
+                Region { start, shape }
+            })
     }
 
     /// The part of `shard` after part `index` until which source chunk `coord` is kept between the

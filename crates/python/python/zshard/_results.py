@@ -324,6 +324,10 @@ class PlannedArray:
         Parts a shard is processed and written in under the memory limit.
     source_chunks_kept_between_parts : bool
         A source chunk under several parts of a shard is read once (kept between them).
+    source_chunks_kept_within_rows : bool
+        A source chunk under several parts of a shard is kept between them only within one row of
+        parts (the memory limit fits no more): it is read again for a part more than a row of parts
+        after the last that needed it.
     estimated_peak_memory_per_worker : int
         Bytes a worker needs at most for this array.
     warnings : list[str]
@@ -355,6 +359,7 @@ class PlannedArray:
     estimated_bytes_out: int
     parts_per_shard: int
     source_chunks_kept_between_parts: bool
+    source_chunks_kept_within_rows: bool
     estimated_peak_memory_per_worker: int
     warnings: list[str]
 
@@ -386,6 +391,7 @@ class PlannedArray:
             estimated_bytes_out=doc["estimated_bytes_out"],
             parts_per_shard=doc["parts_per_shard"],
             source_chunks_kept_between_parts=doc["source_chunks_kept_between_parts"],
+            source_chunks_kept_within_rows=doc["source_chunks_kept_within_rows"],
             estimated_peak_memory_per_worker=doc["estimated_peak_memory_per_worker"],
             warnings=doc["warnings"],
         )
