@@ -324,3 +324,83 @@ fn converting_into_an_existing_repository_keeps_the_root_groups_attributes() {
     );
     assert!(back.join("a/zarr.json").is_file() && back.join("b/zarr.json").is_file());
 }
+
+/// Issue 41: the workers of one conversion into a repository are given one commit message, kept in
+/// the staging folder for `finalize`. A worker given another one, or none where one is kept (a
+/// rerun without `--message`), or one where the first worker was given none, is refused before it
+/// converts anything, naming both; what was kept stays for `finalize`.
+#[test]
+fn workers_given_another_commit_message_are_refused_naming_both() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst = tmp.path().join("repo");
+    let kept = tmp
+        .path()
+        .join("repo/.zshard-staging")
+        .join(".zshard-message.txt");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "0/2", "--message", "first"],
+        )),
+        "worker 0",
+    );
+    let refused = |extra: &[&str], says: &[&str]| {
+        let out = run(&into_repo(&src, &dst, extra));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        for needle in says {
+            assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+        }
+    };
+    let done = status(&dst)["totals"]["shards_done"].clone();
+    refused(
+        &["--worker", "1/2", "--message", "second"],
+        &["--message \"first\"", "--message \"second\""],
+    );
+    assert_eq!(
+        status(&dst)["totals"]["shards_done"],
+        15,
+        "worker 1 converted"
+    );
+    refused(
+        &["--worker", "0/2"],
+        &["--message \"first\"", "no --message"],
+    );
+    assert_eq!(std::fs::read_to_string(&kept).expect("kept"), "first");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "1/2", "--message", "first"],
+        )),
+        "worker 1",
+    );
+    let mut finalize = into_repo(&src, &dst, &[]);
+    finalize[0] = "finalize".into();
+    // (The commit's message is read back in tests/interop/test_icechunk.py.)
+    ok(&run(&finalize), "finalize");
+
+    // The first worker given none: a later one given a message is refused as well.
+    let other = tmp.path().join("other");
+    ok(
+        &run(&into_repo(&src, &other, &["--worker", "0/2"])),
+        "worker 0",
+    );
+    let out = run(&into_repo(
+        &src,
+        &other,
+        &["--worker", "1/2", "--message", "late"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a message after none was accepted");
+    assert!(
+        stderr.contains("no --message") && stderr.contains("--message \"late\""),
+        "{stderr}"
+    );
+    ok(
+        &run(&into_repo(&src, &other, &["--worker", "1/2"])),
+        "worker 1",
+    );
+}
