@@ -1272,3 +1272,101 @@ fn finalize_given_the_workers_options_again_makes_the_pyramid_of_one_run() {
     );
     assert!(differ.is_empty(), "{differ:?}");
 }
+
+/// An OME-Zarr 0.4 pyramid of three levels at `dir`, made by 2x2 means of `base` (square, uint16).
+fn ome_pyramid(dir: &Path, base: u64) {
+    let mut values = ramp(&[base, base], |e| 1.0 + ((e * 7919) % 60000) as f64);
+    let mut datasets = Vec::new();
+    for level in 0..3u32 {
+        let side = base >> level;
+        source(
+            &dir.join(level.to_string()),
+            DataType::UInt16,
+            &[side, side],
+            &[16, 16],
+            &["y", "x"],
+            &values,
+        );
+        let scale = f64::from(1u32 << level);
+        datasets.push(json!({"path": level.to_string(),
+            "coordinateTransformations": [{"type": "scale", "scale": [scale, scale]}]}));
+        let next = side / 2;
+        values = (0..next * next)
+            .map(|i| {
+                let (y, x) = (i / next * 2, i % next * 2);
+                let at = |y: u64, x: u64| values[(y * side + x) as usize];
+                ((at(y, x) + at(y, x + 1) + at(y + 1, x) + at(y + 1, x + 1)) / 4.0).round()
+            })
+            .collect();
+    }
+    std::fs::write(dir.join(".zgroup"), r#"{"zarr_format": 2}"#).expect("zgroup");
+    let attributes = json!({"multiscales": [{"version": "0.4", "name": "image",
+        "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+        "datasets": datasets}]});
+    std::fs::write(dir.join(".zattrs"), attributes.to_string()).expect("zattrs");
+}
+
+/// Issue 41: an existing OME-Zarr pyramid converted by workers, then `finalize SRC DST` given the
+/// workers' shapes again: as `convert` applies them, they are level 0's and the levels below follow
+/// it (not every level's), so finalize makes the output of one run; shapes given otherwise than
+/// the workers' are refused naming the option.
+#[test]
+fn finalize_of_an_ome_pyramid_given_the_workers_shapes_again_makes_the_output_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_string();
+    ome_pyramid(&dir.path().join("src"), 256);
+    let args = [
+        "--shard-shape",
+        "64,64",
+        "--chunk-shape",
+        "16,16",
+        "--compressor",
+        "zstd:3",
+        "--quiet",
+    ];
+    let with = |first: &[&str]| -> Vec<String> {
+        first
+            .iter()
+            .chain(&args)
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let run_owned = |all: Vec<String>| run(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, stderr) = run_owned(with(&["convert", &path("src"), &path("one")]));
+    assert!(ok, "{stderr}");
+    // The levels below level 0 have shapes of their own, derived from level 0's.
+    let level2: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("one/2/zarr.json")).expect("read"))
+            .expect("json");
+    assert_ne!(
+        level2["chunk_grid"]["configuration"]["chunk_shape"],
+        json!([64, 64]),
+        "{level2}"
+    );
+    for worker in ["0/2", "1/2"] {
+        let (ok, stderr) = run_owned(with(&[
+            "convert",
+            &path("src"),
+            &path("dst"),
+            "--worker",
+            worker,
+        ]));
+        assert!(ok, "worker {worker}: {stderr}");
+    }
+    for (option, other) in [("--shard-shape", "128,128"), ("--chunk-shape", "32,32")] {
+        let mut given = with(&["finalize", &path("src"), &path("dst")]);
+        let at = given.iter().position(|a| a == option).expect("given") + 1;
+        given[at] = other.to_string();
+        let (ok, stderr) = run_owned(given);
+        assert!(!ok, "{option} {other} was accepted");
+        assert!(stderr.contains(option), "{option}: {stderr}");
+        assert!(!dir.path().join("dst/zarr.json").exists(), "{stderr}");
+    }
+    let (ok, stderr) = run_owned(with(&["finalize", &path("src"), &path("dst")]));
+    assert!(ok, "finalize SRC DST with the workers' shapes: {stderr}");
+    let differ = differences(
+        &common::files(&dir.path().join("one")),
+        &dir.path().join("dst"),
+    );
+    assert!(differ.is_empty(), "{differ:?}");
+}
