@@ -1309,7 +1309,7 @@ fn ome_pyramid(dir: &Path, base: u64) {
 /// Issue 41: an existing OME-Zarr pyramid converted by workers, then `finalize SRC DST` given the
 /// workers' shapes again: as `convert` applies them, they are level 0's and the levels below follow
 /// it (not every level's), so finalize makes the output of one run; shapes given otherwise than
-/// the workers' are refused naming the option.
+/// the workers' are refused naming the option. The same with `--level-shapes`.
 #[test]
 fn finalize_of_an_ome_pyramid_given_the_workers_shapes_again_makes_the_output_of_one_run() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1367,6 +1367,44 @@ fn finalize_of_an_ome_pyramid_given_the_workers_shapes_again_makes_the_output_of
     let differ = differences(
         &common::files(&dir.path().join("one")),
         &dir.path().join("dst"),
+    );
+    assert!(differ.is_empty(), "{differ:?}");
+
+    // The same with `--level-shapes` for levels 0 and 1 (level 2 derives its shapes from level 0's).
+    let levels = [
+        "--level-shapes",
+        "0:64,64/16,16",
+        "--level-shapes",
+        "1:64,64/32,32",
+        "--quiet",
+    ];
+    let with = |first: &[&str]| -> Vec<String> {
+        first
+            .iter()
+            .chain(&levels)
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let (ok, stderr) = run_owned(with(&["convert", &path("src"), &path("one-levels")]));
+    assert!(ok, "{stderr}");
+    for worker in ["0/2", "1/2"] {
+        let (ok, stderr) = run_owned(with(&[
+            "convert",
+            &path("src"),
+            &path("dst-levels"),
+            "--worker",
+            worker,
+        ]));
+        assert!(ok, "worker {worker}: {stderr}");
+    }
+    let (ok, stderr) = run_owned(with(&["finalize", &path("src"), &path("dst-levels")]));
+    assert!(
+        ok,
+        "finalize SRC DST with the workers' level shapes: {stderr}"
+    );
+    let differ = differences(
+        &common::files(&dir.path().join("one-levels")),
+        &dir.path().join("dst-levels"),
     );
     assert!(differ.is_empty(), "{differ:?}");
 }
