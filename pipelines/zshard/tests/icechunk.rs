@@ -405,3 +405,34 @@ fn workers_given_another_commit_message_are_refused_naming_both() {
         "worker 1",
     );
 }
+
+/// Issue 41: an `--overwrite` run replaces the conversion that workers staged, and with it the
+/// commit message they were given: killed before its commit, it leaves nothing of that message for
+/// the workers of the conversion that replaced it to be refused by.
+#[test]
+fn an_overwrite_killed_before_its_commit_keeps_no_message_of_the_workers_it_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst = tmp.path().join("repo");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "0/2", "--message", "old"],
+        )),
+        "worker of the first conversion",
+    );
+    let other = ["--compressor", "zstd:5"];
+    let overwrite = into_repo(&src, &dst, &[&other[..], &["--overwrite"]].concat());
+    killed_at(
+        &dst.join(".zshard-staging/c/5/4"),
+        &overwrite,
+        &tmp.path().join("trace"),
+    );
+    for worker in ["0/2", "1/2"] {
+        let given = [&other[..], &["--worker", worker, "--message", "new"]].concat();
+        ok(&run(&into_repo(&src, &dst, &given)), worker);
+    }
+    let kept = dst.join(".zshard-staging/.zshard-message.txt");
+    assert_eq!(std::fs::read_to_string(kept).expect("kept"), "new");
+}
