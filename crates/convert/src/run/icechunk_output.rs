@@ -427,7 +427,6 @@ fn workers_message(
 /// What the first worker of a partitioned conversion staged at `location` recorded of its commit
 /// message (see [`zshard_icechunk::MESSAGE_RECORD`]): the record's URL, and the message (`None`:
 /// the worker was given none, an empty record); `None` when no worker recorded one yet.
-#[allow(clippy::type_complexity)]
 fn workers_message_record(
     location: &str,
     runtime: &Arc<zshard_store::IoRuntime>,
