@@ -228,6 +228,13 @@ pub struct Options {
     /// How the run goes.
     #[serde(flatten)]
     pub run: RunOptions,
+    /// The arrays of `arrays` whose shapes are those given for the whole conversion, filled in
+    /// there by [`Options::with_recorded`] (over each array's recorded layout): not shapes of
+    /// their own, so a lower level of a multiscale pyramid derives its shapes from its first
+    /// level's instead, as `convert` does (see [`Layouts::shapes_given_to_all`]). Not an option:
+    /// no front end gives it.
+    #[serde(skip)]
+    pub shapes_given_to_all: std::collections::BTreeSet<String>,
 }
 
 /// What `verify` takes.
@@ -556,6 +563,7 @@ impl Options {
             storage: self.storage.over(&base.storage),
             output: self.output.over(&base.output),
             run: self.run.over(&base.run),
+            shapes_given_to_all: self.shapes_given_to_all.clone(),
         }
     }
 
@@ -595,6 +603,7 @@ impl Options {
                 .map(|(path, own)| (path.clone(), own.over(&self.layout).resolve()))
                 .collect(),
             per_level: self.level_shapes.clone(),
+            shapes_given_to_all: self.shapes_given_to_all.clone(),
         }
     }
 }

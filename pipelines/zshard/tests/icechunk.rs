@@ -324,3 +324,115 @@ fn converting_into_an_existing_repository_keeps_the_root_groups_attributes() {
     );
     assert!(back.join("a/zarr.json").is_file() && back.join("b/zarr.json").is_file());
 }
+
+/// Issue 41: the workers of one conversion into a repository are given one commit message, kept in
+/// the staging folder for `finalize`. A worker given another one, or none where one is kept (a
+/// rerun without `--message`), or one where the first worker was given none, is refused before it
+/// converts anything, naming both; what was kept stays for `finalize`.
+#[test]
+fn workers_given_another_commit_message_are_refused_naming_both() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst = tmp.path().join("repo");
+    let kept = tmp
+        .path()
+        .join("repo/.zshard-staging")
+        .join(".zshard-message.txt");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "0/2", "--message", "first"],
+        )),
+        "worker 0",
+    );
+    let refused = |extra: &[&str], says: &[&str]| {
+        let out = run(&into_repo(&src, &dst, extra));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        for needle in says {
+            assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+        }
+    };
+    let done = status(&dst)["totals"]["shards_done"].clone();
+    refused(
+        &["--worker", "1/2", "--message", "second"],
+        &["--message \"first\"", "--message \"second\""],
+    );
+    assert_eq!(
+        status(&dst)["totals"]["shards_done"],
+        done,
+        "the refused worker converted"
+    );
+    refused(
+        &["--worker", "0/2"],
+        &["--message \"first\"", "no --message"],
+    );
+    assert_eq!(std::fs::read_to_string(&kept).expect("kept"), "first");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "1/2", "--message", "first"],
+        )),
+        "worker 1",
+    );
+    let mut finalize = into_repo(&src, &dst, &[]);
+    finalize[0] = "finalize".into();
+    finalize.retain(|a| a != "--threads" && a != "1");
+    // (The commit's message is read back in tests/interop/test_icechunk.py.)
+    ok(&run(&finalize), "finalize");
+
+    // The first worker given none: a later one given a message is refused as well.
+    let other = tmp.path().join("other");
+    ok(
+        &run(&into_repo(&src, &other, &["--worker", "0/2"])),
+        "worker 0",
+    );
+    let out = run(&into_repo(
+        &src,
+        &other,
+        &["--worker", "1/2", "--message", "late"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a message after none was accepted");
+    assert!(
+        stderr.contains("no --message") && stderr.contains("--message \"late\""),
+        "{stderr}"
+    );
+    ok(
+        &run(&into_repo(&src, &other, &["--worker", "1/2"])),
+        "worker 1",
+    );
+}
+
+/// Issue 41: an `--overwrite` run replaces the conversion that workers staged, and with it the
+/// commit message they were given: killed before its commit, it leaves nothing of that message for
+/// the workers of the conversion that replaced it to be refused by.
+#[test]
+fn an_overwrite_killed_before_its_commit_keeps_no_message_of_the_workers_it_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = banded_source(tmp.path());
+    let dst = tmp.path().join("repo");
+    ok(
+        &run(&into_repo(
+            &src,
+            &dst,
+            &["--worker", "0/2", "--message", "old"],
+        )),
+        "worker of the first conversion",
+    );
+    let other = ["--compressor", "zstd:5"];
+    let overwrite = into_repo(&src, &dst, &[&other[..], &["--overwrite"]].concat());
+    killed_at(
+        &dst.join(".zshard-staging/c/5/4"),
+        &overwrite,
+        &tmp.path().join("trace"),
+    );
+    for worker in ["0/2", "1/2"] {
+        let given = [&other[..], &["--worker", worker, "--message", "new"]].concat();
+        ok(&run(&into_repo(&src, &dst, &given)), worker);
+    }
+    let kept = dst.join(".zshard-staging/.zshard-message.txt");
+    assert_eq!(std::fs::read_to_string(kept).expect("kept"), "new");
+}

@@ -58,6 +58,11 @@ pub struct Layouts {
     /// every pyramid of the hierarchy. Levels without their own get shapes derived from the first
     /// level's (see [`zshard_core::level_shapes`]); an array's own layout in `per_array` wins.
     pub per_level: std::collections::BTreeMap<usize, LevelShapes>,
+    /// Arrays of `per_array` whose shapes there are the ones given for the whole conversion (as
+    /// `finalize` completes the options given with each array's recorded layout), not their own:
+    /// as in `default`, `--level-shapes` and the derivation from the first level decide a pyramid
+    /// level's shapes; the rest of its layout (compressor, index location) stays its own.
+    pub shapes_given_to_all: std::collections::BTreeSet<String>,
 }
 
 /// The shapes of one pyramid level (the `level_shapes` setting).
@@ -83,6 +88,11 @@ impl From<Layout> for Layouts {
 impl Layouts {
     fn for_array(&self, path: &str) -> &Layout {
         self.per_array.get(path).unwrap_or(&self.default)
+    }
+
+    /// Whether the array at `path` has shapes of its own (see [`Layouts::shapes_given_to_all`]).
+    fn own_shapes(&self, path: &str) -> bool {
+        self.per_array.contains_key(path) && !self.shapes_given_to_all.contains(path)
     }
 
     /// Refuses shapes by dimension name that name a dimension no array they apply to has: the
@@ -515,7 +525,7 @@ fn level_layouts(
                 continue;
             };
             let mut layout = level_layout(layouts, &level.path, index);
-            let own = layouts.per_array.contains_key(&level.path);
+            let own = layouts.own_shapes(&level.path);
             if index > 0 && !own && meta.shape.len() == first_meta.shape.len() {
                 let factors = downsampling(first, first_meta, level, meta);
                 let (shard, inner) =
@@ -540,12 +550,12 @@ fn level_layouts(
 }
 
 /// The layout of level `index` of a pyramid at `path` before any derivation: the array's own, else
-/// the default with the level's shapes from `--level-shapes`.
+/// (or when its shapes are those given to all) with the level's shapes from `--level-shapes`.
 fn level_layout(layouts: &Layouts, path: &str, index: usize) -> Layout {
-    if let Some(own) = layouts.per_array.get(path) {
-        return own.clone();
+    let mut layout = layouts.for_array(path).clone();
+    if layouts.own_shapes(path) {
+        return layout;
     }
-    let mut layout = layouts.default.clone();
     if let Some(given) = layouts.per_level.get(&index) {
         layout.shard_shape = Some(given.shard_shape.clone().into());
         layout.chunk_shape = given.chunk_shape.clone().map(Into::into);

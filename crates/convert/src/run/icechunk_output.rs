@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use zshard_core::Setting;
 use zshard_icechunk::OnBranch;
 
 use crate::error::{Error, Result};
@@ -98,6 +99,8 @@ impl Conversion {
         }
         // (An --overwrite worker is refused by the conversion itself.)
         if self.overwrite && all {
+            // The message the workers of the conversion replaced were given is not this one's.
+            forget_workers_message(&staged.destination, &runtime)?;
             // The staged shards are about to be replaced: copies stored ahead would be stale, and
             // an earlier run's commit token names another conversion.
             zshard_icechunk::forget_stored_shards(
@@ -178,6 +181,12 @@ impl Conversion {
                 }
             }
         };
+        // The workers of a conversion commit with one message (`finalize` uses it): a worker given
+        // another one than an earlier worker is refused before it converts anything.
+        if !all {
+            let kept = workers_message_record(&staged.destination, &runtime)?;
+            check_workers_message(&staged.destination, kept, output.message.as_deref())?;
+        }
         let converted = staged.convert_checked(observer, Some(&committed));
         let mut report = converted.inspect_err(|_| remove_if_empty(&staged.destination))?;
         if !matches!(report.status, Status::Ok | Status::Complete) {
@@ -202,14 +211,7 @@ impl Conversion {
                 &runtime,
             )?);
             // The commit is `finalize`'s, which is not given the workers' options again.
-            if let Some(message) = &output.message {
-                let staging =
-                    zshard_store::Store::open(&staged.destination, runtime.clone(), false)?;
-                staging.put(
-                    zshard_icechunk::MESSAGE_RECORD,
-                    bytes::Bytes::from(message.clone()),
-                )?;
-            }
+            record_workers_message(&staged.destination, output.message.as_deref(), &runtime)?;
             return Ok(report);
         }
         let fingerprint = fingerprint.ok_or(Error::Poisoned {
@@ -421,13 +423,96 @@ fn workers_message(
     location: &str,
     runtime: &Arc<zshard_store::IoRuntime>,
 ) -> Result<Option<String>> {
+    Ok(workers_message_record(location, runtime)?.and_then(|(_, message)| message))
+}
+
+/// What the first worker of a partitioned conversion staged at `location` recorded of its commit
+/// message (see [`zshard_icechunk::MESSAGE_RECORD`]): the record's URL, and the message (`None`:
+/// the worker was given none, an empty record); `None` when no worker recorded one yet.
+fn workers_message_record(
+    location: &str,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<Option<(String, Option<String>)>> {
     let parsed = zshard_store::Location::parse(location)?;
     if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
         return Ok(None);
     }
     let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
-    let message = staging.get(zshard_icechunk::MESSAGE_RECORD)?;
-    Ok(message.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+    let key = zshard_icechunk::MESSAGE_RECORD;
+    Ok(staging
+        .get(key)?
+        .map(|bytes| (staging.url(key), message_of_record(&bytes))))
+}
+
+/// The message a record of [`zshard_icechunk::MESSAGE_RECORD`] holds (`None`: empty, none given).
+fn message_of_record(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// Refuses a worker `given` another commit message than the one `kept` for the conversion staged at
+/// `location` (see [`workers_message_record`]), naming both.
+fn check_workers_message(
+    location: &str,
+    kept: Option<(String, Option<String>)>,
+    given: Option<&str>,
+) -> Result<()> {
+    let Some((record, kept)) = kept else {
+        return Ok(());
+    };
+    if kept.as_deref() == given {
+        return Ok(());
+    }
+    let name = |message: Option<&str>| match message {
+        Some(message) => format!("{} {message:?}", Setting::Message),
+        None => format!("no {}", Setting::Message),
+    };
+    Err(Error::Destination {
+        reason: format!(
+            "the workers of the conversion staged at {location} were given {} (kept in {record}); \
+             this worker was given {}: give every worker the same (finalize {} MESSAGE commits \
+             with another)",
+            name(kept.as_deref()),
+            name(given),
+            Setting::Message,
+        ),
+    })
+}
+
+/// Records the commit message this worker was `given` for the conversion staged at `location`
+/// (`finalize` commits with it unless given one itself): the first worker's record stays, and a
+/// worker given another one (one racing the first) is refused, naming both. An empty record says
+/// that the workers were given none.
+fn record_workers_message(
+    location: &str,
+    given: Option<&str>,
+    runtime: &Arc<zshard_store::IoRuntime>,
+) -> Result<()> {
+    let staging = zshard_store::Store::open(location, runtime.clone(), false)?;
+    let key = zshard_icechunk::MESSAGE_RECORD;
+    let bytes = bytes::Bytes::from(given.unwrap_or_default().to_string());
+    let kept = match staging.put_new(key, bytes.clone())? {
+        zshard_store::PutNew::Created => return Ok(()),
+        zshard_store::PutNew::Exists => staging.get(key)?,
+        // A store without conditional writes: read, then written when missing.
+        zshard_store::PutNew::Unsupported => match staging.get(key)? {
+            Some(kept) => Some(kept),
+            None => return Ok(staging.put(key, bytes)?),
+        },
+    };
+    let kept = kept.map(|kept| (staging.url(key), message_of_record(&kept)));
+    check_workers_message(location, kept, given)
+}
+
+/// Removes the commit message recorded by the workers of a conversion staged at `location` that an
+/// `--overwrite` run replaces.
+fn forget_workers_message(location: &str, runtime: &Arc<zshard_store::IoRuntime>) -> Result<()> {
+    let parsed = zshard_store::Location::parse(location)?;
+    if parsed.local_path().is_some_and(|folder| !folder.is_dir()) {
+        return Ok(());
+    }
+    let staging = zshard_store::Store::open_location(&parsed, runtime.clone(), false)?;
+    staging.remove_staged_of(zshard_icechunk::MESSAGE_RECORD)?;
+    Ok(staging.delete(zshard_icechunk::MESSAGE_RECORD)?)
 }
 
 /// Removes the local staging folder `location` when it is empty (a run refused before it staged

@@ -78,6 +78,12 @@ impl Options {
                 layout.chunk_shape = None;
             }
             let own = options.arrays.get(&array.path).cloned().unwrap_or_default();
+            // Shapes given for the whole conversion are a pyramid's first level's, as `convert`
+            // applies them: a lower level of an OME-Zarr pyramid in the source (which only the plan
+            // tells) derives its own from them, and keeps only the rest of its recorded layout.
+            if shapes_given && own.shard_shape.is_none() && own.chunk_shape.is_none() {
+                options.shapes_given_to_all.insert(array.path.clone());
+            }
             let given = own.over(&options.layout);
             options
                 .arrays
