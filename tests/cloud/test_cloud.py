@@ -957,6 +957,43 @@ def test_a_resume_of_ten_thousand_shards_on_s3_costs_listing_pages_not_requests_
     assert got.dtype == values.dtype and np.array_equal(got, values)
 
 
+def test_a_sharded_source_on_s3_is_listed_in_segments_side_by_side(tmp_path, s3, moto, fault_proxy):
+    """Issue 40: a nothing-changed rerun over an already-sharded Zarr v3 source of 10,000 shards (20,000 inner
+    chunks) on S3 lists the source's shard keys in segments cut on the shard grid, listed side by side, as a
+    chunk-per-object source's are; it was one listing of 10 pages in series. (Counts, not timings: moto pages
+    listings at 1,000 keys as S3 does.)"""
+    rows, cols = 100, 200
+    src = tmp_path / "plain.zarr"
+    src.mkdir()
+    (src / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [rows, cols], "chunks": [rows, cols], "dtype": "|u1", "compressor": None,
+        "fill_value": 0, "order": "C", "filters": None}))
+    values = ((np.arange(rows * cols) % 251) + 1).astype("uint8").reshape(rows, cols)
+    (src / "0.0").write_bytes(values.tobytes())
+    create_buckets(s3, "src11", "dst11")
+    shards = ["--shard-shape", "1,2", "--chunk-shape", "1,1", "--compressor", "none"]
+    s3_args = ["--s3-endpoint", moto, "--s3-path-style", "--quiet"]
+    run_zshard("convert", str(src), "s3://src11/sharded.zarr", *s3_args, *shards, env=S3_ENV, timeout=600)
+    convert = ["convert", "s3://src11/sharded.zarr", "s3://dst11/out.zarr", *s3_args, *shards]
+    run_zshard(*convert, env=S3_ENV, timeout=600)
+    proxy = fault_proxy(latency=0.05)
+    rerun = run_zshard(*[c if c != moto else proxy.endpoint for c in convert], env=S3_ENV, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    listings = [r for r in proxy.requests
+                if "/src11" in r.path and r.kind == "LIST" and "prefix=sharded.zarr%2Fc%2F" in r.path]
+    # 10 pages of shard keys: about 12 segments of under a page, each maybe followed by an empty page.
+    assert 10 <= len(listings) <= 30, [r.path for r in listings]
+    # Side by side (one segment and its follow-up in series, one of slack for a loaded machine); one
+    # listing took 10 in series.
+    assert serial_round_trips(listings) <= 3, timeline(listings)
+    # Nothing changed: no shard or metadata written (the lease and claim are), no source chunk read.
+    assert [r.path for r in proxy.requests if r.method == "PUT"
+            and ("/dst11/out.zarr/c/" in r.path or r.path.endswith("zarr.json"))] == []
+    assert [r.path for r in proxy.requests if r.method == "GET" and "/src11/sharded.zarr/c/" in r.path] == []
+    got = read_back_from_s3(moto, "dst11", "out.zarr")
+    assert got.dtype == values.dtype and np.array_equal(got, values)
+
+
 @pytest.mark.parametrize("store", ["s3", "gcs"])
 def test_status_with_two_stale_workers_and_a_live_one(store, request, tmp_path):
     """`zshard status` of a partitioned conversion into S3 (moto) or GCS, from the bucket alone: the shards

@@ -221,6 +221,36 @@ impl SourceShards {
             .collect()
     }
 
+    /// The grid of shards holding an inner chunk grid of `inner_grid` (inner chunks of
+    /// `inner_shape`): one past the shard of its last inner chunk, on a regular or rectilinear shard
+    /// grid alike. Empty along any dimension the array is empty in.
+    pub fn shard_grid(&self, inner_grid: &[u64], inner_shape: &[u64]) -> Vec<u64> {
+        if inner_grid.contains(&0) {
+            return vec![0; inner_grid.len()];
+        }
+        let last: Vec<u64> = inner_grid.iter().map(|n| n - 1).collect();
+        match self.locate(&last, inner_shape) {
+            Some((shard, _, _)) => shard.iter().map(|s| s + 1).collect(),
+            // Past the rectilinear grid's extent (the array's shape disagrees with it): the inner
+            // grid bounds the shard grid, as a shard's coordinate is never past its first chunk's.
+            None => inner_grid.to_vec(),
+        }
+    }
+
+    /// The keys that cut the listing of the shards (keyed by `encoding`) holding an inner chunk grid
+    /// of `inner_grid` into segments of about a listing page, to be listed side by side: as
+    /// [`ChunkKeyEncoding::listing_splits`] cuts a chunk-per-object array's, on the shard grid (the
+    /// keys stored are shard keys; splits on the inner chunk grid would sample keys of which all but
+    /// a few name no object, and cut the listing into segments of many pages).
+    pub fn listing_splits(
+        &self,
+        encoding: ChunkKeyEncoding,
+        inner_grid: &[u64],
+        inner_shape: &[u64],
+    ) -> Vec<String> {
+        encoding.listing_splits(&self.shard_grid(inner_grid, inner_shape))
+    }
+
     /// The shard that holds the inner chunk `coord` (of inner chunks of `inner_shape`), the chunk's
     /// C-order index within it and the shard's inner chunks along each dimension; `None` for a
     /// coordinate outside the shard grid.
@@ -387,6 +417,39 @@ mod tests {
         // Fewer keys than a page: one listing.
         assert!(ChunkKeyEncoding::V2 { separator: '.' }
             .listing_splits(&[10, 10])
+            .is_empty());
+    }
+
+    #[test]
+    fn a_sharded_array_s_listing_is_cut_on_its_shard_grid() {
+        let shards = SourceShards {
+            shard_shape: vec![4, 4],
+            rectilinear: None,
+            index_encoding: IndexEncoding::default(),
+            index_location: IndexLocation::End,
+        };
+        let encoding = ChunkKeyEncoding::Default { separator: '/' };
+        // 402 x 399 inner chunks of 1 x 1 in shards of 4 x 4: 101 x 100 shards, the last partial.
+        let (inner_grid, inner_shape) = ([402, 399], [1, 1]);
+        assert_eq!(shards.shard_grid(&inner_grid, &inner_shape), vec![101, 100]);
+        let splits = shards.listing_splits(encoding, &inner_grid, &inner_shape);
+        assert_eq!(splits, encoding.listing_splits(&[101, 100]));
+        // 10,100 shard keys, every segment within a page.
+        assert_eq!(
+            segment_lengths(encoding, &[101, 100]).len(),
+            10_100_usize.div_ceil(900)
+        );
+        // Every split is a shard key of the grid.
+        for split in &splits {
+            let coord = encoding.coordinates(split, 2).expect("a chunk key");
+            assert!(coord[0] < 101 && coord[1] < 100, "{split}");
+        }
+        // Under a page of shards: one listing, however many inner chunks.
+        assert!(shards
+            .listing_splits(encoding, &[120, 120], &[1, 1])
+            .is_empty());
+        assert!(shards
+            .listing_splits(encoding, &[0, 120], &[1, 1])
             .is_empty());
     }
 

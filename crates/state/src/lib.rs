@@ -76,7 +76,7 @@ use serde_json::{json, Value};
 use zshard_core::{
     linear_index, ChunkKeyEncoding, IndexEncoding, IndexLocation, Setting, ShardIndex,
 };
-use zshard_store::{PutNew, Store};
+use zshard_store::{PutNew, Store, Visit};
 
 use crate::owned::{owned_keys, ChunkKeys};
 
@@ -563,5 +563,47 @@ mod tests {
             Verdict::Unrecorded
         );
         assert_eq!(of(&[]), Verdict::Unrecorded);
+    }
+
+    #[test]
+    fn the_listed_shards_are_held_in_24_bytes_each_in_c_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dst = store(dir.path());
+        // 2 x 1500 shards: keys sort as c/0/0, c/0/1, c/0/10, ... (not C order), and the count
+        // is no power of two (a table grown by doubling keeps spare room).
+        let grid = [2u64, 1500];
+        let mut puts = Vec::new();
+        for i in 0..grid[0] {
+            for j in 0..grid[1] {
+                let size = ((i * grid[1] + j) % 7 + 1) as usize;
+                puts.push((format!("a/c/{i}/{j}"), bytes::Bytes::from(vec![0u8; size])));
+            }
+        }
+        // Neither is a shard of the grid: left out.
+        puts.push(("a/c/2/0".into(), bytes::Bytes::from_static(b"x")));
+        puts.push(("a/c/0/01".into(), bytes::Bytes::from_static(b"x")));
+        puts.push(("a/zarr.json".into(), bytes::Bytes::from_static(b"{}")));
+        for (key, body) in puts {
+            dst.put(&key, body).expect("put");
+        }
+        let listed = dst
+            .block_on(super::shard_keys(&dst, "a", &grid))
+            .expect("listed");
+        assert_eq!(listed.len(), 3000);
+        let misplaced = listed.iter().zip(0u64..).find(|(s, i)| s.index != *i);
+        assert_eq!(misplaced, None, "the first shard out of C order");
+        for shard in &listed {
+            assert_eq!(shard.size, shard.index % 7 + 1, "{shard:?}");
+        }
+        // What the survey counts in the run's memory budget: the entries, no spare room.
+        let survey = super::Survey {
+            shards: vec![listed],
+            ..Default::default()
+        };
+        assert_eq!(
+            survey.memory_bytes(),
+            3000 * std::mem::size_of::<ListedShard>() as u64
+        );
+        assert_eq!(std::mem::size_of::<ListedShard>(), 24);
     }
 }

@@ -304,26 +304,74 @@ fn record_order(key: &str) -> (u128, u64) {
 /// holds now: nothing to update.
 pub(crate) fn up_to_date(survey: &Survey, plan: &Outputs, digests: &Digests) -> bool {
     plan.arrays.iter().enumerate().all(|(i, array)| {
-        let Some(kept) = kept_shards(survey, array) else {
+        let Some(kept) = kept_shards(survey, array, |index| digests.get(i, index)) else {
             return false;
         };
-        (0..array.geometry.shard_count()).all(|index| {
-            let recorded = kept.get(&index).copied().flatten();
-            recorded.is_some() && recorded == digests.get(i, index)
-        })
+        (0..array.geometry.shard_count()).all(|index| kept.current.holds(index))
     })
 }
 
-/// The shards of `array` (C-order indices in its grid now) that its kept records (as the survey
-/// read them) name, each with the digest it was made from; `None` without kept records.
-fn kept_shards(survey: &Survey, array: &OutputArray) -> Option<HashMap<u64, Option<u64>>> {
+/// One bit per shard of an array's grid (C-order index).
+struct ShardBits(Vec<u64>);
+
+impl ShardBits {
+    fn holds(&self, index: u64) -> bool {
+        usize::try_from(index / 64)
+            .ok()
+            .and_then(|word| self.0.get(word))
+            .is_some_and(|word| word & (1 << (index % 64)) != 0)
+    }
+
+    fn set(&mut self, index: u64, value: bool) {
+        let word = usize::try_from(index / 64)
+            .ok()
+            .and_then(|word| self.0.get_mut(word));
+        if let Some(word) = word {
+            match value {
+                true => *word |= 1 << (index % 64),
+                false => *word &= !(1 << (index % 64)),
+            }
+        }
+    }
+
+    fn indexes(&self) -> impl Iterator<Item = u64> + '_ {
+        (0u64..).zip(&self.0).flat_map(|(w, &word)| {
+            (0..64)
+                .filter(move |b| word & (1 << b) != 0)
+                .map(move |b| w * 64 + b)
+        })
+    }
+}
+
+/// The shards (C-order indices in its grid now) that the kept records of `array` (as the survey
+/// read them) name, and those of them whose record (a later line for a shard wins) was made from
+/// what their source holds now (`now`, a shard's digest now); `None` without kept records.
+struct KeptShards {
+    named: ShardBits,
+    current: ShardBits,
+}
+
+/// See [`KeptShards`]. A bit per shard, not a table of the records: at 10^8 shards a hash table of
+/// them took some 6 GB for a moment, the bits take 25 MB.
+fn kept_shards(
+    survey: &Survey,
+    array: &OutputArray,
+    now: impl Fn(u64) -> Option<u64>,
+) -> Option<KeptShards> {
     let body = survey.records.get(&kept_key(array.path))?;
     let grid = array.geometry.shard_grid();
-    let mut kept = HashMap::new();
+    let words = usize::try_from(array.geometry.shard_count().div_ceil(64)).ok()?;
+    let mut kept = KeptShards {
+        named: ShardBits(vec![0; words]),
+        current: ShardBits(vec![0; words]),
+    };
     for line in String::from_utf8_lossy(body).lines() {
         let (fields, digest) = split_digest(line);
         if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
-            kept.insert(linear_index(&coord, &grid), digest);
+            let index = linear_index(&coord, &grid);
+            kept.named.set(index, true);
+            kept.current
+                .set(index, digest.is_some() && digest == now(index));
         }
     }
     Some(kept)
@@ -337,14 +385,9 @@ pub fn kept_current(survey: &Survey, plan: &Outputs, digests: &Digests) -> Vec<H
         .iter()
         .enumerate()
         .map(|(i, array)| {
-            kept_shards(survey, array)
+            kept_shards(survey, array, |index| digests.get(i, index))
+                .map(|kept| kept.current.indexes().collect())
                 .unwrap_or_default()
-                .into_iter()
-                .filter(|(index, recorded)| {
-                    recorded.is_some() && *recorded == digests.get(i, *index)
-                })
-                .map(|(index, _)| index)
-                .collect()
         })
         .collect()
 }
@@ -518,7 +561,7 @@ pub fn update_counts(
     let mut update = UpdateCounts::default();
     let mut first_global = 0u64;
     for (i, array) in plan.arrays.iter().enumerate() {
-        let kept = kept_shards(survey, array).unwrap_or_default();
+        let kept = kept_shards(survey, array, |_| None);
         if partition == Partition::ALL {
             if let Some(body) = survey.records.get(&kept_key(array.path)) {
                 update.shards_removed += beyond_extent(array, body).len() as u64;
@@ -529,7 +572,7 @@ pub fn update_counts(
             if !owned || done.get(i).is_some_and(|d| d.contains(&index)) {
                 continue;
             }
-            match kept.contains_key(&index) {
+            match kept.as_ref().is_some_and(|kept| kept.named.holds(index)) {
                 true => update.shards_rewritten += 1,
                 false => update.shards_added += 1,
             }
@@ -561,7 +604,7 @@ pub fn shards_to_update(survey: &Survey, plan: &Outputs, digests: &Digests) -> V
         .iter()
         .enumerate()
         .map(|(i, array)| {
-            let kept = kept_shards(survey, array).unwrap_or_default();
+            let kept = kept_shards(survey, array, |index| digests.get(i, index));
             let mut changes = ArrayChanges::default();
             if let Some(body) = survey.records.get(&kept_key(array.path)) {
                 changes.remove = beyond_extent(array, body).len() as u64;
@@ -578,10 +621,13 @@ pub fn shards_to_update(survey: &Survey, plan: &Outputs, digests: &Digests) -> V
             changes.shape_changed = differs("shape");
             changes.attributes_changed = differs("attributes");
             for index in 0..array.geometry.shard_count() {
-                match kept.get(&index) {
-                    Some(recorded) if recorded.is_some() && *recorded == digests.get(i, index) => {}
-                    Some(_) => changes.rewrite.push(index),
-                    None => changes.add.push(index),
+                let (named, current) = kept.as_ref().map_or((false, false), |kept| {
+                    (kept.named.holds(index), kept.current.holds(index))
+                });
+                match (named, current) {
+                    (true, true) => {}
+                    (true, false) => changes.rewrite.push(index),
+                    (false, _) => changes.add.push(index),
                 }
             }
             changes
@@ -608,6 +654,20 @@ mod tests {
         assert_eq!(digest, Some(255));
         assert_eq!(inner_digests_of(line), Some("AAAAAAAAAAA"));
         assert_eq!(inner_digests_of("a\t0,1\t12"), None);
+    }
+
+    #[test]
+    fn shard_bits_hold_the_last_value_set_of_each_shard() {
+        let mut bits = ShardBits(vec![0; 3]);
+        for index in [0, 63, 64, 130, 191] {
+            bits.set(index, true);
+        }
+        // A later record of a shard wins, as a later line did in the table of them.
+        bits.set(64, false);
+        // Outside the grid: neither held nor set.
+        bits.set(192, true);
+        assert_eq!(bits.indexes().collect::<Vec<_>>(), vec![0, 63, 130, 191]);
+        assert!(bits.holds(130) && !bits.holds(64) && !bits.holds(192));
     }
 
     #[test]

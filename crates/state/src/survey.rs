@@ -236,26 +236,39 @@ pub(super) fn shard_key(array_path: &str, index: u64, grid: &[u64]) -> String {
 /// How the shards of every output array are keyed (the writer's encoding).
 pub(super) const SHARD_KEYS: ChunkKeyEncoding = zshard_writer::OUTPUT_KEY_ENCODING;
 
-/// The objects of the array at `array_path` that are shards of `grid`, in key order.
+/// The objects of the array at `array_path` that are shards of `grid`, in C order of their
+/// indexes, each once.
+///
+/// The listing is visited page by page into the 24-byte entries: its keys and versions (some 150
+/// bytes a shard) are never held all at once, which at 10^8 shards would be some 15 GB.
 pub(super) async fn shard_keys(
     dst: &Store,
     array_path: &str,
     grid: &[u64],
 ) -> Result<Vec<ListedShard>> {
     let folder = join(array_path, SHARD_KEYS.chunk_folder());
-    Ok(dst
-        .list_objects_split_async(&folder, &listing_splits(array_path, grid))
-        .await?
-        .into_iter()
-        .filter_map(|object| {
-            let coord = shard_coord(array_path, &object.key, grid)?;
-            Some(ListedShard {
-                index: linear_index(&coord, grid),
-                size: object.size,
-                version: version_id(&object.version),
-            })
-        })
-        .collect())
+    let mut shards: Vec<ListedShard> = Vec::new();
+    dst.visit_objects_split_async(&folder, &listing_splits(array_path, grid), &mut |visit| {
+        match visit {
+            Visit::Object(object) => {
+                if let Some(coord) = shard_coord(array_path, &object.key, grid) {
+                    shards.push(ListedShard {
+                        index: linear_index(&coord, grid),
+                        size: object.size,
+                        version: version_id(&object.version),
+                    });
+                }
+            }
+            Visit::StartOver => shards.clear(),
+        }
+    })
+    .await?;
+    shards.sort_unstable_by_key(|shard| shard.index);
+    // A key names one shard: two entries of one index would be one object listed twice.
+    shards.dedup_by_key(|shard| shard.index);
+    // The table is kept for the whole run: not the spare half its growth may have left.
+    shards.shrink_to_fit();
+    Ok(shards)
 }
 
 /// The coordinate in `grid` of the shard that `key` (relative to the destination) names for the

@@ -320,7 +320,14 @@ impl ChunkReader for ShardedChunkReader {
     /// upstream changes every chunk in it.
     fn chunk_versions(&self, grid: &[u64]) -> Result<Option<ChunkVersions>> {
         // A shard's coordinate is never past its first chunk's: the chunk grid indexes the shards too.
-        let versions = listed_versions(&self.store, self.encoding, grid, &[])?;
+        // The listing is cut on the shard grid, as a chunk-per-object array's is on its chunk grid.
+        let splits = match self.store.location().is_remote() {
+            true => self
+                .shards
+                .listing_splits(self.encoding, grid, &self.inner_shape),
+            false => Vec::new(),
+        };
+        let versions = listed_versions(&self.store, self.encoding, grid, &splits)?;
         let (shards, inner_shape) = (self.shards.clone(), self.inner_shape.clone());
         Ok(Some(versions.stored_in(move |coord| {
             shards
