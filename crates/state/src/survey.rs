@@ -299,20 +299,13 @@ pub(super) fn inside(coord: &[u64], grid: &[u64]) -> bool {
     coord.iter().zip(grid).all(|(c, g)| c < g)
 }
 
-/// Shard keys about a listing page apart (S3 lists 1000 keys a page), where the listing of an
-/// array's shards is cut so that its pages are fetched side by side (see
-/// [`Store::list_sizes_split`]): every `LIST_PAGE`-th shard in C order, so at most one key per page
-/// of shards is held here however large the grid.
+/// The keys where the listing of an array's shards is cut so that its pages are fetched side by
+/// side: the shard keys' own cuts ([`ChunkKeyEncoding::listing_splits`], about a page each, sorted
+/// as the store sorts keys), under the array's folder.
 pub(super) fn listing_splits(array_path: &str, grid: &[u64]) -> Vec<String> {
-    const LIST_PAGE: u64 = 1000;
-    let count = zshard_core::product(grid);
-    (LIST_PAGE..count)
-        .step_by(LIST_PAGE as usize)
-        .map(|index| {
-            join(
-                array_path,
-                &SHARD_KEYS.key(&zshard_core::unravel_index(index, grid)),
-            )
-        })
+    SHARD_KEYS
+        .listing_splits(grid)
+        .iter()
+        .map(|key| join(array_path, key))
         .collect()
 }
