@@ -77,7 +77,7 @@ pub(crate) async fn visit(
             let sender = sender.clone();
             async move {
                 let walked = tokio::task::spawn_blocking(move || {
-                    walk(&path, &key, &mut Batches::new(sender), parallel)
+                    walk(&path, &key, &mut Batches::new(sender))
                 })
                 .await;
                 match walked {
@@ -142,10 +142,11 @@ impl Drop for Batches {
     }
 }
 
-/// Files of one folder whose metadata is read on the thread that reads the folder: a larger folder
-/// (a Zarr v2 array's chunks, 10^5 files in one folder) has its files' metadata read by `parallel`
-/// threads, since a `statx` is most of a listing's cost (a round trip to the metadata server on
-/// Lustre or NFS; on a local disk, 0.2 s of CPU for 160,000 files).
+/// Files of one folder whose metadata is read on the thread that reads the folder: a larger listed
+/// folder (a Zarr v2 array's chunks, 10^5 files in one folder) has its files' metadata read by
+/// `parallel` threads (its subfolders' walks do not: they run side by side already), since a
+/// `statx` is most of a listing's cost (a round trip to the metadata server on Lustre or NFS; on a
+/// local disk, 0.2 s of CPU for 160,000 files).
 const STAT_INLINE: usize = 1024;
 
 /// Files handed to a metadata-reading thread at a time.
@@ -178,7 +179,13 @@ fn read_folder(
         inline.push(file);
     }
     stat_all(inline, files)?;
-    let stat_threads = parallel.max(1);
+    if parallel <= 1 {
+        while let Some(file) = next_file(&mut entries, key, &mut folders)? {
+            stat_all(vec![file], files)?;
+        }
+        return Some(folders);
+    }
+    let stat_threads = parallel;
     std::thread::scope(|scope| {
         let (sender, receiver) =
             crossbeam_channel::bounded::<Vec<(String, fs::DirEntry)>>(stat_threads);
@@ -264,10 +271,12 @@ fn stat_all(batch: Vec<(String, fs::DirEntry)>, files: &mut Batches) -> Option<(
     Some(())
 }
 
-/// Every file below `dir` (key `key`) into `files`; `None` when this listing does not apply.
-fn walk(dir: &Path, key: &str, files: &mut Batches, parallel: usize) -> Option<()> {
-    for (path, key) in read_folder(dir, key, files, parallel)? {
-        walk(&path, &key, files, parallel)?;
+/// Every file below `dir` (key `key`) into `files`; `None` when this listing does not apply. A
+/// subfolder's files are read on the walk's own thread: `parallel` walks already run side by side,
+/// and threads of their own for each would multiply (32 walks x 32 threads on a metadata server).
+fn walk(dir: &Path, key: &str, files: &mut Batches) -> Option<()> {
+    for (path, key) in read_folder(dir, key, files, 1)? {
+        walk(&path, &key, files)?;
     }
     Some(())
 }

@@ -25,6 +25,8 @@ enum Answer {
     NoHead(Vec<u8>, &'static str),
     /// 500 to every request.
     Failing,
+    /// 405 to a HEAD, 500 to a GET.
+    NoHeadFailing,
 }
 
 /// A server on 127.0.0.1 answering `GET` by the routes it is given later; counts requests.
@@ -91,7 +93,11 @@ fn answer(mut stream: std::net::TcpStream, routes: &[(String, Answer)]) {
         }
     }
     let response = match routes.iter().find(|(p, _)| *p == path).map(|(_, a)| a) {
-        Some(Answer::Failing) => {
+        Some(Answer::NoHeadFailing) if head => {
+            b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                .to_vec()
+        }
+        Some(Answer::Failing | Answer::NoHeadFailing) => {
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                 .to_vec()
         }
@@ -380,4 +386,17 @@ fn a_target_whose_server_refuses_head_is_versioned_by_a_get() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_ne!(mtime(&shard), written, "a new ETag: rewritten");
     assert_eq!(read_v3(&dst.join("x")).0, changed);
+
+    // HEAD refused (which object_store takes for "not found") and the GET failing: no version to
+    // compare, so the update fails naming the file rather than take it for missing (unchanged).
+    let rewritten = mtime(&shard);
+    server.route("/data.bin", Answer::NoHeadFailing);
+    let out = convert(&src, &dst, &allow);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("cannot read the version of {base}/data.bin")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(mtime(&shard), rewritten);
 }

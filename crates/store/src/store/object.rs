@@ -461,9 +461,14 @@ impl Store {
                     };
                     self.inner.get_opts(&path, options)
                 };
+                // Missing only when both say so: a GET that fails otherwise after a HEAD taken for
+                // "not found" (405) must fail the run, or a changed file would read as unchanged.
+                let not_found =
+                    |e: &object_store::Error| matches!(e, object_store::Error::NotFound { .. });
                 match self.retrying(first_byte).await {
                     Ok(got) => Ok(Some(version(got.meta))),
-                    Err(_) if matches!(head, object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(get) if not_found(&head) && not_found(&get) => Ok(None),
+                    Err(get) if not_found(&head) => Err(fail(get)),
                     Err(_) => Err(fail(head)),
                 }
             }))
