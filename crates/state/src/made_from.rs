@@ -311,35 +311,24 @@ pub(crate) fn up_to_date(survey: &Survey, plan: &Outputs, digests: &Digests) -> 
     })
 }
 
-/// One bit per shard of an array's grid (C-order index).
-struct ShardBits(Vec<u64>);
+/// One bit per shard of an array's grid (C-order index); an index beyond the grid holds nothing.
+struct ShardBits(fixedbitset::FixedBitSet);
 
 impl ShardBits {
     fn holds(&self, index: u64) -> bool {
-        usize::try_from(index / 64)
-            .ok()
-            .and_then(|word| self.0.get(word))
-            .is_some_and(|word| word & (1 << (index % 64)) != 0)
+        usize::try_from(index).is_ok_and(|index| self.0.contains(index))
     }
 
     fn set(&mut self, index: u64, value: bool) {
-        let word = usize::try_from(index / 64)
-            .ok()
-            .and_then(|word| self.0.get_mut(word));
-        if let Some(word) = word {
-            match value {
-                true => *word |= 1 << (index % 64),
-                false => *word &= !(1 << (index % 64)),
+        if let Ok(index) = usize::try_from(index) {
+            if index < self.0.len() {
+                self.0.set(index, value);
             }
         }
     }
 
     fn indexes(&self) -> impl Iterator<Item = u64> + '_ {
-        (0u64..).zip(&self.0).flat_map(|(w, &word)| {
-            (0..64)
-                .filter(move |b| word & (1 << b) != 0)
-                .map(move |b| w * 64 + b)
-        })
+        self.0.ones().map(|index| index as u64)
     }
 }
 
@@ -360,10 +349,10 @@ fn kept_shards(
 ) -> Option<KeptShards> {
     let body = survey.records.get(&kept_key(array.path))?;
     let grid = array.geometry.shard_grid();
-    let words = usize::try_from(array.geometry.shard_count().div_ceil(64)).ok()?;
+    let shards = usize::try_from(array.geometry.shard_count()).ok()?;
     let mut kept = KeptShards {
-        named: ShardBits(vec![0; words]),
-        current: ShardBits(vec![0; words]),
+        named: ShardBits(fixedbitset::FixedBitSet::with_capacity(shards)),
+        current: ShardBits(fixedbitset::FixedBitSet::with_capacity(shards)),
     };
     for line in String::from_utf8_lossy(body).lines() {
         let (fields, digest) = split_digest(line);
@@ -658,7 +647,7 @@ mod tests {
 
     #[test]
     fn shard_bits_hold_the_last_value_set_of_each_shard() {
-        let mut bits = ShardBits(vec![0; 3]);
+        let mut bits = ShardBits(fixedbitset::FixedBitSet::with_capacity(192));
         for index in [0, 63, 64, 130, 191] {
             bits.set(index, true);
         }
