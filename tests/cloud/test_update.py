@@ -29,14 +29,20 @@ def changed(before, after):
 
 
 @pytest.mark.parametrize("store", ["s3", "gcs"])
-def test_one_changed_chunk_rewrites_exactly_its_shard(store, request, tmp_path):
+def test_one_changed_chunk_rewrites_exactly_its_shard(store, request, tmp_path, fault_proxy):
+    """On S3 the update goes through the proxy, which shows that the rewritten shard's three copied inner
+    chunks came with its index in one request (a suffix range that held the whole shard)."""
     local = tmp_path / "src.zarr"
     a = make_source(local)
     dst = destination(request, store, f"upd-{store}")
     dst.upload_dir(local, "in.zarr")
     flags, env = dst.options(dst.upstream)
-    args = ["convert", dst.url("in.zarr"), dst.url("out.zarr"), *flags, "--quiet", *OPTS,
-            "--report", tmp_path / "r.json"]
+
+    def args_through(flags):
+        return ["convert", dst.url("in.zarr"), dst.url("out.zarr"), *flags, "--quiet", *OPTS,
+                "--report", tmp_path / "r.json"]
+
+    args = args_through(flags)
 
     def etags():
         return {k[len("out.zarr/"):]: etag for k, (_, etag) in dst.listed("out.zarr").items()}
@@ -52,7 +58,14 @@ def test_one_changed_chunk_rewrites_exactly_its_shard(store, request, tmp_path):
     # Rows 120..125 of column 100: chunk (2, 2), output shard (1, 1); the producer uploads that chunk only.
     a[120:125, 100] = 1000.0
     dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
-    run_zshard(*args, env=env)
+    proxy = fault_proxy() if store == "s3" else None
+    if proxy:
+        run_zshard(*args_through(dst.options(proxy.endpoint)[0]), env=env)
+        old_shard = [r for r in proxy.requests
+                     if r.method == "GET" and r.path.split("?")[0] == dst.request_path("out.zarr/c/1/1")]
+        assert [r.kind for r in old_shard] == ["range GET"], old_shard
+    else:
+        run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 3}, report
     # The shard's three unchanged inner chunks were read from the shard as it stood, not converted.
@@ -121,7 +134,14 @@ def test_an_update_into_an_icechunk_repository_is_one_commit(store, request, tmp
 
     a[120:125, 100] = 1000.0
     dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
-    run_zshard(*args, env=env)
+    proxy = fault_proxy() if store == "s3" else None
+    if proxy:
+        run_zshard(*args_through(dst.options(proxy.endpoint)[0]), env=env)
+        old_shard = [r for r in proxy.requests
+                     if r.method == "GET" and r.path.split("?")[0] == dst.request_path("out.zarr/c/1/1")]
+        assert [r.kind for r in old_shard] == ["range GET"], old_shard
+    else:
+        run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
     # The shard's three unchanged inner chunks are copied from it as zshard's commit holds it.
     assert report["update"] == {"shards_rewritten": 1, "shards_added": 0, "shards_removed": 0, "inner_chunks_copied": 3}, report

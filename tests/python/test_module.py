@@ -288,7 +288,10 @@ def test_ctrl_c_stops_a_conversion_in_a_python_process_and_a_rerun_resumes(long_
     dst = tmp_path / "out.zarr"
     script = textwrap.dedent(
         f"""
-        import sys, zshard
+        import signal, sys, zshard
+        # Python leaves Ctrl-C ignored when it started ignored (a test run launched in the background
+        # by a shell without job control); a user's interactive session has the default handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         def started(p):
             if p.shards_done:
                 print("started", flush=True)

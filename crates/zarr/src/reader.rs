@@ -113,6 +113,25 @@ fn listed_versions(
 /// is 16 bytes per inner chunk, and the parts being read span few shards at a time).
 const KEPT_INDEXES: usize = 64;
 
+/// The most a shard's index read takes beyond the index (see [`ShardedChunkReader::edge_len`]).
+const EDGE_MAX: u64 = 16 << 20;
+
+/// Bytes of a shard read with its index: those from `start` on.
+#[derive(Debug)]
+struct ShardEdge {
+    start: u64,
+    bytes: Bytes,
+}
+
+impl ShardEdge {
+    /// The bytes `range` of the shard, when this edge holds all of them.
+    fn slice(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+        let from = range.start.checked_sub(self.start)?;
+        let to = range.end.checked_sub(self.start)?;
+        (to <= self.bytes.len() as u64).then(|| self.bytes.slice(from as usize..to as usize))
+    }
+}
+
 /// Reads the inner chunks of an array stored in shards (`sharding_indexed`, see
 /// [`ArrayMeta::read_by_inner_chunk`]) by their grid position: the shard's index first (kept for the
 /// shard's later reads), then only the byte ranges of the inner chunks asked for, neighbours in one
@@ -149,30 +168,51 @@ impl ShardedChunkReader {
         self.shards.locate(coord, &self.inner_shape)
     }
 
-    /// The index of `shard`, `None` when the shard does not exist.
-    fn index(&self, shard: &[u64], per_shard: &[u64]) -> Result<Arc<Option<ShardIndex>>> {
+    /// The index of `shard`, `None` when the shard does not exist. When the index is not kept
+    /// already and `edge` is longer than the index, the read takes up to `edge` bytes at the
+    /// index's end of the shard, which come back beside the index (see [`ShardEdge`]).
+    fn index(
+        &self,
+        shard: &[u64],
+        per_shard: &[u64],
+        edge: u64,
+    ) -> Result<(Arc<Option<ShardIndex>>, Option<ShardEdge>)> {
         let kept = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(index) = kept.get(shard) {
-            return Ok(Arc::clone(index));
+            return Ok((Arc::clone(index), None));
         }
         drop(kept);
         let chunks = product(per_shard) as usize;
         let encoding = self.shards.index_encoding;
+        let index_len = encoding.byte_len(chunks);
         let key = self.encoding.key(shard);
         let error = |source: BoxError| Error::Read {
             key: format!("{} (shard index)", self.store.url(&key)),
             source,
         };
         let at_end = self.shards.index_location == IndexLocation::End;
-        let bytes = self
+        let read = self
             .store
-            .get_edge(&key, encoding.byte_len(chunks) as u64, at_end)
+            .get_edge_sized(&key, edge.max(index_len as u64), at_end)
             .map_err(|e| error(Box::new(e)))?;
-        let index = match bytes {
-            Some(bytes) => {
-                Some(ShardIndex::decode(&bytes, chunks, encoding).map_err(|e| error(Box::new(e)))?)
+        let (index, edge) = match read {
+            Some((bytes, size)) => {
+                // A shard shorter than its index gives the decoder all it has, which it refuses.
+                let index_bytes = match (bytes.len().checked_sub(index_len), at_end) {
+                    (Some(start), true) => bytes.slice(start..),
+                    (Some(_), false) => bytes.slice(..index_len),
+                    (None, _) => bytes.clone(),
+                };
+                let index = ShardIndex::decode(&index_bytes, chunks, encoding)
+                    .map_err(|e| error(Box::new(e)))?;
+                let start = if at_end {
+                    size.saturating_sub(bytes.len() as u64)
+                } else {
+                    0
+                };
+                (Some(index), Some(ShardEdge { start, bytes }))
             }
-            None => None,
+            None => (None, None),
         };
         let index = Arc::new(index);
         let mut kept = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
@@ -180,7 +220,21 @@ impl ShardedChunkReader {
             kept.clear();
         }
         kept.insert(shard.to_vec(), Arc::clone(&index));
-        Ok(index)
+        Ok((index, edge))
+    }
+
+    /// How many bytes the index read of a shard takes when `members` of its `chunks` inner chunks
+    /// are wanted, each of at most `max_len` bytes. On an object store, where every request is a
+    /// round trip, a shard of which at least half the inner chunks are wanted is read from its index's
+    /// end up to what those chunks may take: a shard of compressed chunks then comes in that one
+    /// request (an update copying all but the changed chunks of the shard it rewrites, a part that
+    /// reads a source shard whole). The bytes held are no more than the chunks asked for may hold.
+    fn edge_len(&self, members: usize, chunks: u64, max_len: u64) -> u64 {
+        let mostly_wanted = (members as u64).saturating_mul(2) >= chunks;
+        if !self.store.location().is_remote() || !mostly_wanted {
+            return 0;
+        }
+        (members as u64).saturating_mul(max_len).min(EDGE_MAX)
     }
 
     /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard; an
@@ -192,8 +246,9 @@ impl ShardedChunkReader {
         max_len: u64,
         out: &mut [Result<Option<Bytes>>],
     ) {
-        let index = match self.index(shard, per_shard) {
-            Ok(index) => index,
+        let edge = self.edge_len(members.len(), product(per_shard), max_len);
+        let (index, edge) = match self.index(shard, per_shard, edge) {
+            Ok(read) => read,
             Err(e) => {
                 // Every chunk of the shard fails with the index; the first error carries its cause.
                 let text = match &e {
@@ -235,7 +290,10 @@ impl ShardedChunkReader {
                     })
                 }
                 Some(at) => match at.offset.checked_add(at.nbytes) {
-                    Some(end) => wanted.push((slot, at.offset..end)),
+                    Some(end) => match edge.as_ref().and_then(|e| e.slice(&(at.offset..end))) {
+                        Some(bytes) => out[slot] = Ok(Some(bytes)),
+                        None => wanted.push((slot, at.offset..end)),
+                    },
                     None => {
                         out[slot] = Err(Error::Read {
                             key: self.store.url(&self.encoding.key(shard)),
@@ -248,6 +306,9 @@ impl ShardedChunkReader {
                     }
                 },
             }
+        }
+        if wanted.is_empty() {
+            return;
         }
         let ranges: Vec<std::ops::Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
         let requests = coalesce(&ranges, Some(COALESCE_GAP), MAX_REQUEST);

@@ -141,11 +141,8 @@ fn chunks_converted(array: &RunArray<'_>, part: &ShardPart) -> Vec<Vec<u64>> {
 
 /// Reads the inner chunks of `part` that its shard copies from the previous output (see
 /// `ShardTask::reuse`), encoded, adding their bytes to `read`.
-fn copy_previous(
-    array: &RunArray<'_>,
-    part: &ShardPart,
-    read: &mut ReadCounts,
-) -> Result<Copied, Error> {
+fn copy_previous(array: &RunArray<'_>, part: &ShardPart) -> Result<(Copied, ReadCounts), Error> {
+    let mut read = ReadCounts::default();
     let job = array.job;
     let range = array.split.inner_range(part.index);
     let inner: Vec<u64> = part
@@ -156,7 +153,7 @@ fn copy_previous(
         .filter(|i| range.contains(i))
         .collect();
     if inner.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), read));
     }
     let Some(previous) = &job.previous else {
         return Err(Error::Read {
@@ -209,7 +206,18 @@ fn copy_previous(
         read.bytes += bytes.as_ref().map_or(0, |b| b.len() as u64);
         copied.push((i, bytes));
     }
-    Ok(copied)
+    Ok((copied, read))
+}
+
+/// [`copy_previous`] of every part of `batch`, in order.
+fn copy_previous_all(
+    array: &RunArray<'_>,
+    batch: &[ShardPart],
+) -> Vec<Result<(Copied, ReadCounts), Error>> {
+    batch
+        .iter()
+        .map(|part| copy_previous(array, part))
+        .collect()
 }
 
 /// The chunks of every part of `batch`, each once, and for each part the positions of its chunks
@@ -239,11 +247,28 @@ fn union_of(array: &RunArray<'_>, batch: &[ShardPart]) -> (Vec<Vec<u64>>, Vec<Ve
 fn fetch(array: &RunArray<'_>, batch: Vec<ShardPart>) -> Vec<Msg<Fetched>> {
     let job = array.job;
     let (coords, positions) = union_of(array, &batch);
-    let mut results = job.reader.read_chunks(&coords, array.max_chunk_len);
+    // The inner chunks a rewritten shard copies come from the previous output, beside the source
+    // chunks it converts: on an object store each is a chain of round trips (the old shard's
+    // index, then its byte ranges), which would otherwise follow the source's.
+    let copies_beside = batch.iter().any(|part| !part.task.reuse.is_empty()) && !coords.is_empty();
+    let (mut results, copies) = if copies_beside {
+        std::thread::scope(|scope| {
+            let copies = scope.spawn(|| copy_previous_all(array, &batch));
+            let results = job.reader.read_chunks(&coords, array.max_chunk_len);
+            let copies = copies
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (results, copies)
+        })
+    } else {
+        let results = job.reader.read_chunks(&coords, array.max_chunk_len);
+        (results, copy_previous_all(array, &batch))
+    };
     batch
         .into_iter()
         .zip(positions)
-        .map(|(part, positions)| {
+        .zip(copies)
+        .map(|((part, positions), copies)| {
             let mut chunks = Vec::with_capacity(positions.len());
             let mut read = ReadCounts::default();
             for at in positions {
@@ -287,7 +312,8 @@ fn fetch(array: &RunArray<'_>, batch: Vec<ShardPart>) -> Vec<Msg<Fetched>> {
                 }
                 chunks.push((coord.clone(), bytes));
             }
-            let copied = copy_previous(array, &part, &mut read)?;
+            let (copied, copy_read) = copies?;
+            read += copy_read;
             Ok(Fetched {
                 part,
                 chunks,
