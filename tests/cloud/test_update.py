@@ -58,6 +58,9 @@ def test_one_changed_chunk_rewrites_exactly_its_shard(store, request, tmp_path, 
     # Rows 120..125 of column 100: chunk (2, 2), output shard (1, 1); the producer uploads that chunk only.
     a[120:125, 100] = 1000.0
     dst.put("in.zarr/2.2", (local / "2.2").read_bytes())
+    planned = json.loads(run_zshard("plan", *args[1:3], *flags, *OPTS, "--json", env=env).stdout)
+    # The changed source chunk, and the old shard with its three copied inner chunks: one request.
+    assert planned["update"]["cost"]["get_requests"] == 2, planned["update"]
     proxy = fault_proxy() if store == "s3" else None
     if proxy:
         run_zshard(*args_through(dst.options(proxy.endpoint)[0]), env=env)

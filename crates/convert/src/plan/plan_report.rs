@@ -75,14 +75,17 @@ pub struct ArrayUpdate {
 impl UpdatePlan {
     /// The update of `plan` that `changes` (per array, from the destination's kept records) call
     /// for, and its cost: one GET per source chunk of the inner chunks each shard to write converts,
-    /// two for a shard that copies some (its index, then their bytes in ranges coalesced), one PUT
-    /// per shard, per metadata document and per array's kept records. `copies` names the inner
+    /// two for a shard that copies some (its index, then their bytes in ranges coalesced), one for
+    /// a shard that copies at least half of them from a `remote` destination (read with its index,
+    /// see `zshard_zarr`'s sharded reader), one PUT per shard, per metadata document and per
+    /// array's kept records. `copies` names the inner
     /// chunks a shard copies (array, shard coordinate).
     pub(crate) fn of(
         plan: &Plan,
         jobs: &[zshard_pipeline::ArrayJob],
         changes: &[zshard_state::ArrayChanges],
         copies: &dyn Fn(usize, &[u64]) -> Vec<u64>,
+        remote: bool,
     ) -> UpdatePlan {
         let mut update = UpdatePlan::default();
         for (i, ((array, job), change)) in plan.arrays.iter().zip(jobs).zip(changes).enumerate() {
@@ -91,11 +94,12 @@ impl UpdatePlan {
                 product(&array.output.shard_shape) * array.output.data_type.size() as u64;
             let inside = array.geometry.array_region();
             let (mut convert, mut copy) = (0, 0);
+            let per_shard: u64 = array.geometry.chunks_per_shard().iter().product();
             for &index in change.rewrite.iter().chain(&change.add) {
                 let shard = zshard_core::unravel_index(index, &grid);
                 let copied = copies(i, &shard);
                 let mut sources = std::collections::HashSet::new();
-                for inner in 0..array.geometry.chunks_per_shard().iter().product::<u64>() {
+                for inner in 0..per_shard {
                     let region = array
                         .geometry
                         .inner_region(&shard, inner)
@@ -110,7 +114,8 @@ impl UpdatePlan {
                 copy += copied.len() as u64;
                 update.cost.get_requests += sources.len() as u64;
                 if !copied.is_empty() {
-                    update.cost.get_requests += 2;
+                    let with_index = remote && copied.len() as u64 * 2 >= per_shard;
+                    update.cost.get_requests += if with_index { 1 } else { 2 };
                 }
                 update.cost.get_bytes += shard_raw;
                 update.cost.put_requests += 1;

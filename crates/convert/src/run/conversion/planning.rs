@@ -143,6 +143,7 @@ impl Conversion {
             jobs,
             &changes,
             &|array, shard| reuse.inner_to_copy(jobs, array, shard),
+            destination.location().is_remote(),
         )))
     }
 }
