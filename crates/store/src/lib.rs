@@ -22,6 +22,7 @@
 
 mod cloud;
 mod coalesce;
+mod drop_behind;
 mod error;
 mod guard;
 mod local_list;

@@ -57,6 +57,7 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime: runtime.clone(),
             read_ahead: Default::default(),
+            drop_behind: Default::default(),
             deferred_sync: false,
         }))
     }
