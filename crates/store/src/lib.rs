@@ -22,7 +22,6 @@
 
 mod cloud;
 mod coalesce;
-mod drop_behind;
 mod error;
 mod guard;
 mod local_list;

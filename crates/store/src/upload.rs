@@ -197,7 +197,6 @@ impl Upload {
                     // The file's last write is done: its version is what listings will show.
                     let version = local_version(&file.metadata()?);
                     std::fs::rename(&staging, &dest)?;
-                    self.store.drop_behind.written(file, size);
                     Ok(version)
                 })();
                 match published {

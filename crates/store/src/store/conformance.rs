@@ -34,7 +34,6 @@ fn remote(inner: Arc<dyn ObjectStore>) -> Store {
         concurrency: 4,
         runtime,
         read_ahead: Default::default(),
-        drop_behind: Default::default(),
         deferred_sync: false,
     }
 }

@@ -92,9 +92,6 @@ pub struct Store {
     read_ahead: Arc<Mutex<HashMap<String, Option<Bytes>>>>,
     /// Local writes skip the fsync before their rename (see [`Store::deferring_sync`]).
     pub(crate) deferred_sync: bool,
-    /// Local files written in pieces whose pages leave the page cache once written back (see
-    /// `drop_behind.rs`); shared by the store's clones and children.
-    pub(crate) drop_behind: Arc<crate::drop_behind::DropBehind>,
 }
 
 impl std::fmt::Debug for Store {
@@ -160,7 +157,6 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime,
             read_ahead: Default::default(),
-            drop_behind: Default::default(),
             deferred_sync: false,
         })
     }
@@ -186,7 +182,6 @@ impl Store {
                     multipart: None,
                     records: None,
                     read_ahead: Default::default(),
-                    drop_behind: Default::default(),
                     deferred_sync: false,
                 })
             }

@@ -57,7 +57,6 @@ impl Store {
             concurrency: runtime.options().max_requests,
             runtime: runtime.clone(),
             read_ahead: Default::default(),
-            drop_behind: Default::default(),
             deferred_sync: false,
         }))
     }
