@@ -231,12 +231,13 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             (Keep::Rows, false),
             (Keep::Nothing, false),
         ];
+        // Narrowed only where parts share source chunks that it keeps: elsewhere a narrower
+        // window would only buy threads or part size at the pipeline's depth.
+        let shares = |p: u64| arrays.iter().any(|a| kept_in_bands_bytes(a, p) > 0);
         for (keep, narrow) in tries {
-            let Some(mut part_bytes) = part_sizes
-                .iter()
-                .copied()
-                .find(|&p| peak_of(threads, p, keep, narrow).0 <= limit)
-            else {
+            let fits =
+                |p: u64| (!narrow || shares(p)) && peak_of(threads, p, keep, narrow).0 <= limit;
+            let Some(mut part_bytes) = part_sizes.iter().copied().find(|&p| fits(p)) else {
                 continue;
             };
             // Smaller parts hold less memory at the same speed as long as no source chunk has to be
@@ -245,7 +246,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             // always when straddling source chunks are kept until their last part, else while none
             // straddles two parts (kept within rows, a part's rows change with its size).
             while part_bytes / 2 >= SMALL_PART_BYTES
-                && peak_of(threads, part_bytes / 2, keep, narrow).0 <= limit
+                && fits(part_bytes / 2)
                 && arrays.iter().all(|a| {
                     (matches!(keep, Keep::AcrossSlab | Keep::ForNext | Keep::Bands)
                         && a.can_keep_source_chunks())
