@@ -17,7 +17,7 @@ use zshard_core::{product, Setting, ShardGeometry};
 
 use crate::error::{Error, Result};
 use crate::job::{ArrayLayout, Options, DEFAULT_PART_BYTES};
-use crate::stages::messages_in_flight;
+use crate::stages::{messages_in_flight, narrow_window};
 
 /// What the process holds whatever the data: code, runtimes, I/O and allocator slack (measured: a
 /// conversion of a tiny array peaks near 30 MiB).
@@ -87,6 +87,9 @@ pub struct Budget {
     pub keep_within_rows: bool,
     /// See [`Options::trim_kept`].
     pub trim_kept: bool,
+    /// See [`Options::max_in_flight`]: set only with [`Budget::trim_kept`], when the messages that
+    /// the channels and stages hold do not fit beside what the shard keeps cut down.
+    pub max_in_flight: Option<usize>,
     /// Part of `estimated_peak` that the source holds for the whole run (see
     /// [`BudgetRequest::resident`]).
     pub resident: u64,
@@ -104,6 +107,7 @@ impl Budget {
             keep_across_slab: self.keep_across_slab,
             keep_within_rows: self.keep_within_rows,
             trim_kept: self.trim_kept,
+            max_in_flight: self.max_in_flight,
             cancel: crate::Cancel::new(),
         }
     }
@@ -151,6 +155,7 @@ impl Budget {
             self.part_bytes,
             self.io_threads,
             self.keep(),
+            self.max_in_flight.is_some(),
         );
         estimate
             .peak()
@@ -173,12 +178,12 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
         resident,
     } = *request;
     let outside = upload_buffers.saturating_add(resident);
-    let peak_of = |threads, part_bytes, keep| {
-        let estimate = estimate(arrays, threads, part_bytes, io_threads, keep);
+    let peak_of = |threads, part_bytes, keep, narrow| {
+        let estimate = estimate(arrays, threads, part_bytes, io_threads, keep, narrow);
         (estimate.peak().saturating_add(outside), estimate.capacity)
     };
-    let budget_of = |threads, part_bytes, keep: Keep| {
-        let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep);
+    let budget_of = |threads, part_bytes, keep: Keep, narrow: bool| {
+        let (estimated_peak, channel_capacity) = peak_of(threads, part_bytes, keep, narrow);
         Budget {
             threads,
             part_bytes,
@@ -191,6 +196,12 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             keep_across_slab: keep == Keep::AcrossSlab,
             keep_within_rows: keep == Keep::Rows,
             trim_kept: keep == Keep::Bands,
+            max_in_flight: narrow.then(|| {
+                narrow_window(&Options {
+                    io_threads,
+                    ..Options::with_threads(threads)
+                })
+            }),
             resident,
         }
     };
@@ -199,6 +210,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             wanted.max(1),
             DEFAULT_PART_BYTES,
             Keep::AcrossSlab,
+            false,
         ));
     };
     let part_sizes: Vec<u64> =
@@ -206,18 +218,26 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
     for threads in (1..=wanted.max(1)).rev() {
         // Keeping costs about a slab of source chunks per open shard; a source chunk read once
         // instead of once per part is worth it (W3: 2.5 s and 0.2 GiB against 3.7 s and 1.35 GiB).
-        for keep in [
-            Keep::AcrossSlab,
-            Keep::ForNext,
-            Keep::Bands,
-            Keep::Rows,
-            Keep::Nothing,
-        ] {
-            let Some(mut part_bytes) = part_sizes
-                .iter()
-                .copied()
-                .find(|&p| peak_of(threads, p, keep).0 <= limit)
-            else {
+        // Cut-down keeping holds few decoded source chunks in flight (parts after a chunk's first
+        // read none), so when the messages that fill the channels do not fit beside what it keeps,
+        // it is tried with the fewest messages in flight that keep every thread busy before
+        // keeping within rows, which reads chunks again (W6 at full scale: 8 messages instead of
+        // 21, each chunk decoded once instead of twice).
+        let tries = [
+            (Keep::AcrossSlab, false),
+            (Keep::ForNext, false),
+            (Keep::Bands, false),
+            (Keep::Bands, true),
+            (Keep::Rows, false),
+            (Keep::Nothing, false),
+        ];
+        // Narrowed only where parts share source chunks that it keeps: elsewhere a narrower
+        // window would only buy threads or part size at the pipeline's depth.
+        let shares = |p: u64| arrays.iter().any(|a| kept_in_bands_bytes(a, p) > 0);
+        for (keep, narrow) in tries {
+            let fits =
+                |p: u64| (!narrow || shares(p)) && peak_of(threads, p, keep, narrow).0 <= limit;
+            let Some(mut part_bytes) = part_sizes.iter().copied().find(|&p| fits(p)) else {
                 continue;
             };
             // Smaller parts hold less memory at the same speed as long as no source chunk has to be
@@ -226,7 +246,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             // always when straddling source chunks are kept until their last part, else while none
             // straddles two parts (kept within rows, a part's rows change with its size).
             while part_bytes / 2 >= SMALL_PART_BYTES
-                && peak_of(threads, part_bytes / 2, keep).0 <= limit
+                && fits(part_bytes / 2)
                 && arrays.iter().all(|a| {
                     (matches!(keep, Keep::AcrossSlab | Keep::ForNext | Keep::Bands)
                         && a.can_keep_source_chunks())
@@ -235,7 +255,7 @@ pub fn budget(arrays: &[ArrayLayout], request: &BudgetRequest) -> Result<Budget>
             {
                 part_bytes /= 2;
             }
-            return Ok(budget_of(threads, part_bytes, keep));
+            return Ok(budget_of(threads, part_bytes, keep, narrow));
         }
     }
     Err(refusal(arrays, io_threads, upload_buffers, resident, limit))
@@ -251,14 +271,22 @@ fn refusal(
     limit: u64,
 ) -> Error {
     let outside = upload_buffers.saturating_add(resident);
-    let smallest =
-        |a: &ArrayLayout| estimate(std::slice::from_ref(a), 1, 1, io_threads, Keep::Nothing);
+    let smallest = |a: &ArrayLayout| {
+        estimate(
+            std::slice::from_ref(a),
+            1,
+            1,
+            io_threads,
+            Keep::Nothing,
+            false,
+        )
+    };
     let worst = arrays
         .iter()
         .enumerate()
         .map(|(i, a)| (i, smallest(a)))
         .max_by_key(|(_, e)| e.peak());
-    let needed = estimate(arrays, 1, 1, io_threads, Keep::Nothing)
+    let needed = estimate(arrays, 1, 1, io_threads, Keep::Nothing, false)
         .peak()
         .saturating_add(outside);
     let (array, cause) = match worst {
@@ -415,13 +443,15 @@ enum Keep {
 }
 
 /// Estimated peak of `threads` workers with parts of at most `part_bytes` (keeping source chunks
-/// between parts and shards as `keep` says), and the channel capacity.
+/// between parts and shards as `keep` says, with the fewest messages in flight when `narrow`, see
+/// [`Options::max_in_flight`]), and the channel capacity.
 fn estimate(
     arrays: &[ArrayLayout],
     threads: usize,
     part_bytes: u64,
     io_threads: usize,
     keep: Keep,
+    narrow: bool,
 ) -> Estimate {
     let largest = |bytes: fn(&ArrayLayout, u64) -> (u64, u64)| {
         arrays
@@ -441,10 +471,14 @@ fn estimate(
         })
         .max()
         .unwrap_or(0);
-    let in_flight = messages_in_flight(&Options {
+    let options = Options {
         channel_capacity: capacity,
         io_threads,
         ..Options::with_threads(threads)
+    };
+    let in_flight = messages_in_flight(&Options {
+        max_in_flight: narrow.then(|| narrow_window(&options)),
+        ..options
     }) as u64;
     // The parts in flight are consecutive, so they span this many shards, each with its kept chunks
     // and, when it comes in several parts, its index entries.
@@ -887,6 +921,8 @@ mod tests {
         let arrays = std::slice::from_ref(&w6m);
         let fitted = budget(arrays, &request(2, Some(512 << 20))).expect("budget");
         assert!(fitted.trim_kept && !fitted.keep_within_rows, "{fitted:?}");
+        // Beside 96 MiB kept, the messages that fill the channels fit: the window is not narrowed.
+        assert_eq!(fitted.max_in_flight, None, "{fitted:?}");
         assert!(fitted.keeps_source_chunks(&w6m));
         assert!(fitted.estimated_peak <= 512 << 20, "{fitted:?}");
         assert_eq!(
@@ -894,8 +930,10 @@ mod tests {
             (256 * 256 * 512) + (128 * 1024 * 512)
         );
         assert!(kept_in_bands_bytes(&w6m, fitted.part_bytes) < kept_bytes(&w6m, fitted.part_bytes));
-        // W6 at full scale (2048²x1024) still reads within rows: its face of 128 rows (256 MiB)
-        // and the messages as the model counts them (21 of 16 MiB) exceed 512 MiB.
+        // W6 at full scale (2048²x1024): its face of 128 rows (256 MiB) and the messages that fill
+        // the channels (21 of 16 MiB) exceed 512 MiB; with the fewest messages in flight that keep
+        // every thread busy (8 with 2 threads and 2 I/O threads) they fit, and each chunk is read
+        // once instead of once per row of bands (within rows).
         let w6 = layout_u8(
             &[2048, 2048, 1024],
             &[2048, 2048, 1024],
@@ -903,7 +941,28 @@ mod tests {
             &[256; 3],
         );
         let full = budget(std::slice::from_ref(&w6), &request(2, Some(512 << 20))).expect("budget");
-        assert!(full.keep_within_rows && !full.trim_kept, "{full:?}");
+        assert!(full.trim_kept && !full.keep_within_rows, "{full:?}");
+        assert!(full.keeps_source_chunks(&w6));
+        assert_eq!(full.max_in_flight, Some(2 * 2 + 2 * 2), "{full:?}");
+        assert!(full.estimated_peak <= 512 << 20, "{full:?}");
+        assert_eq!(messages_in_flight(&full.options()), 8);
+        // Without narrowing, the same keeping would not fit.
+        let wide = estimate(
+            std::slice::from_ref(&w6),
+            2,
+            full.part_bytes,
+            2,
+            Keep::Bands,
+            false,
+        );
+        assert!(wide.peak() > 512 << 20, "{wide:?}");
+        // Under a limit that fits neither, the window is not narrowed for less keeping.
+        let tight =
+            budget(std::slice::from_ref(&w6), &request(2, Some(400 << 20))).expect("budget");
+        assert!(
+            !tight.trim_kept && tight.max_in_flight.is_none(),
+            "{tight:?}"
+        );
     }
 
     /// What a shard keeps cut down (the boxes of kept chunks that later parts need) never exceeds

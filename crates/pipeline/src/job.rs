@@ -258,6 +258,12 @@ pub struct Options {
     /// only the rows the next band needs, and each chunk is still decoded once (issue 43: kept
     /// within rows, twice).
     pub trim_kept: bool,
+    /// Messages in flight at most (the window between the fetchers and the writer, see
+    /// `window.rs`); `None`: what the channels and stages hold when full. A budget narrows it where
+    /// that is what lets each source chunk be decoded once under the limit: the decoded source
+    /// chunks in flight are what the peak counts per message (issue 43: W6 at full scale, one 4 GiB
+    /// shard in 512 MiB, fits cut-down keeping with 8 messages of 16 MiB, not with 21).
+    pub max_in_flight: Option<usize>,
     /// Stops the run from outside (see [`Cancel`]); a new handle by default.
     pub cancel: Cancel,
 }
@@ -286,6 +292,7 @@ impl Options {
             keep_across_slab: true,
             keep_within_rows: false,
             trim_kept: false,
+            max_in_flight: None,
             cancel: Cancel::new(),
         }
     }

@@ -630,7 +630,42 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
     // One shard of 4000 one-chunk parts. The first part's read stalls: the writer must wait for it
     // before writing the rest of the shard, and the fetchers must not read on meanwhile (the parts
     // would pile up at the writer).
-    let (mut job, fast, _) = job(4000, None);
+    let (ahead, options) = read_while_the_first_part_stalls(None);
+    // The window is 4 channels + 2 per worker of each pool + 2 per I/O thread + 1 = 17 messages of
+    // one source chunk each (the crate's `messages_in_flight`, whose unit test pins it for these
+    // options).
+    let window =
+        (4 * options.channel_capacity + 4 * options.threads + 2 * options.io_threads + 1) as u64;
+    assert_eq!(window, 17);
+    assert!(
+        ahead <= window,
+        "{ahead} chunks read while one part stalled (window {window})"
+    );
+}
+
+/// Issue 43: a narrowed window (`Options::max_in_flight`, what a budget sets for cut-down keeping
+/// under a tight limit) holds the fetchers closer: while the first part stalls, the other fetcher
+/// reads no more than the narrowed window's other places, where the full window lets it read on.
+#[test]
+fn a_narrowed_window_lets_fewer_parts_run_ahead() {
+    let (full, _) = read_while_the_first_part_stalls(None);
+    let (narrowed, _) = read_while_the_first_part_stalls(Some(9));
+    assert!(
+        narrowed <= 8,
+        "{narrowed} chunks read ahead in a window of 9"
+    );
+    assert!(
+        full > 9,
+        "{full} chunks read ahead in the full window of 17: the stall did not fill it"
+    );
+}
+
+/// Runs one shard of 4000 one-chunk parts whose first read stalls for 300 ms, with the window
+/// narrowed to `max_in_flight`; returns how many chunks the other reads got meanwhile, and the
+/// options.
+fn read_while_the_first_part_stalls(max_in_flight: Option<usize>) -> (u64, Options) {
+    // Source chunks of one inner chunk each: every part reads one.
+    let (mut job, fast, _) = job_with_source_chunks(4000, [2, 4], None);
     job.layout.geometry = ShardGeometry::new(&[4000, 8], &[4000, 8], &[2, 4]).expect("geometry");
     let reader = Arc::new(MemoryReader {
         chunks: fast.chunks.clone(),
@@ -646,20 +681,11 @@ fn a_slow_part_does_not_let_the_fetchers_run_ahead() {
         channel_capacity: 1,
         io_threads: 2,
         part_bytes: 16,
+        max_in_flight,
         ..Options::with_threads(2)
     };
     run(&jobs, ShardTask::all(&jobs), &options, &|_| {}).expect("run");
-    let ahead = reader.read_while_slow.load(Ordering::SeqCst);
-    // The window is 4 channels + 2 per worker of each pool + 2 per I/O thread + 1 = 17 messages of
-    // one source chunk each (the crate's `messages_in_flight`, whose unit test pins it for these
-    // options).
-    let window =
-        (4 * options.channel_capacity + 4 * options.threads + 2 * options.io_threads + 1) as u64;
-    assert_eq!(window, 17);
-    assert!(
-        ahead <= window,
-        "{ahead} chunks read while one part stalled (window {window})"
-    );
+    (reader.read_while_slow.load(Ordering::SeqCst), options)
 }
 
 /// Issue 15, point 9: a run cancelled from outside (here from the progress callback, as a signal

@@ -1260,8 +1260,10 @@ fn a_shard_bigger_than_the_limit_reads_each_source_chunk_once() {
 }
 
 /// Issue 43: W6 at full scale (one 2048²x1024 uint8 shard of 128³ inner chunks from 256³ source
-/// chunks, 512 MiB) keeps source chunks within one row of parts, so each is read twice, not once
-/// per part: the plan said "read for each".
+/// chunks) under 512 MiB keeps each source chunk, cut down to what later parts need, with the
+/// fewest messages in flight, so each is read once; under 480 MiB that does not fit either, and it
+/// keeps source chunks within one row of parts, so each is read twice, not once per part: the plan
+/// said "read for each".
 #[test]
 fn the_plan_says_when_source_chunks_are_kept_within_rows_of_parts() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1272,39 +1274,49 @@ fn the_plan_says_when_source_chunks_are_kept_within_rows_of_parts() {
         "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}});
     std::fs::write(src.join(".zarray"), zarray.to_string()).expect(".zarray");
     let dst = tmp.path().join("dst");
-    let args = [
-        "plan",
-        s(&src),
-        s(&dst),
-        "--shard-shape",
-        "2048,2048,1024",
-        "--chunk-shape",
-        "128,128,128",
-        "--threads",
-        "2",
-        "--memory-limit",
-        "512MiB",
-    ];
-    let text = zshard(&args);
-    assert!(text.status.success(), "{:?}", failure(&text));
-    let shown = String::from_utf8_lossy(&text.stdout);
-    assert!(
-        shown.contains(
-            "a source chunk under several parts is read again for parts more than a row of parts apart"
+    for (limit, said, between, within) in [
+        (
+            "512MiB",
+            "a source chunk under several parts is read once",
+            true,
+            false,
         ),
-        "{shown}"
-    );
-    let doc = zshard(&[&args[..], &["--json"]].concat());
-    let plan: serde_json::Value = serde_json::from_slice(&doc.stdout).expect("plan json");
-    let array = &plan["arrays"][0];
-    assert_eq!(
-        array["source_chunks_kept_between_parts"],
-        json!(false),
-        "{array}"
-    );
-    assert_eq!(
-        array["source_chunks_kept_within_rows"],
-        json!(true),
-        "{array}"
-    );
+        (
+            "480MiB",
+            "a source chunk under several parts is read again for parts more than a row of parts apart",
+            false,
+            true,
+        ),
+    ] {
+        let args = [
+            "plan",
+            s(&src),
+            s(&dst),
+            "--shard-shape",
+            "2048,2048,1024",
+            "--chunk-shape",
+            "128,128,128",
+            "--threads",
+            "2",
+            "--memory-limit",
+            limit,
+        ];
+        let text = zshard(&args);
+        assert!(text.status.success(), "{:?}", failure(&text));
+        let shown = String::from_utf8_lossy(&text.stdout);
+        assert!(shown.contains(said), "{limit}: {shown}");
+        let doc = zshard(&[&args[..], &["--json"]].concat());
+        let plan: serde_json::Value = serde_json::from_slice(&doc.stdout).expect("plan json");
+        let array = &plan["arrays"][0];
+        assert_eq!(
+            array["source_chunks_kept_between_parts"],
+            json!(between),
+            "{limit}: {array}"
+        );
+        assert_eq!(
+            array["source_chunks_kept_within_rows"],
+            json!(within),
+            "{limit}: {array}"
+        );
+    }
 }

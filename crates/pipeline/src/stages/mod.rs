@@ -488,12 +488,24 @@ impl<'a> RunArray<'a> {
 
 /// Messages allowed between the fetchers and the writer: what the channels and stages hold when full
 /// (four channels, an input and an output per worker of each pool, the fetch, assemble and write
-/// threads), so the window only binds when the writer keeps parts waiting for a predecessor.
+/// threads), so the window only binds when the writer keeps parts waiting for a predecessor; or
+/// fewer, down to [`narrow_window`], when [`Options::max_in_flight`] says so.
 pub(crate) fn messages_in_flight(options: &Options) -> usize {
-    4 * options.channel_capacity.max(1)
+    let full = 4 * options.channel_capacity.max(1)
         + 4 * options.threads.max(1)
         + 2 * options.io_threads.max(1)
-        + 1
+        + 1;
+    match options.max_in_flight {
+        Some(at_most) => at_most.clamp(narrow_window(options).min(full), full),
+        None => full,
+    }
+}
+
+/// The fewest messages in flight that keep every thread of the stages busy: one per fetch and write
+/// thread and per worker of each pool. Fewer would leave a stage idle while the oldest part waits;
+/// the window, whatever its size, never deadlocks (see `window.rs`).
+pub(crate) fn narrow_window(options: &Options) -> usize {
+    2 * options.threads.max(1) + 2 * options.io_threads.max(1)
 }
 
 /// Tells the other stages to stop when the thread holding it unwinds from a panic, so that a bug in
@@ -544,5 +556,14 @@ mod tests {
         };
         assert_eq!(messages_in_flight(&options), 4 + 2 * 2 * 2 + 2 * 2 + 1);
         assert_eq!(messages_in_flight(&options), 17);
+        // Narrowed, never below one message per thread of the stages nor above the full window.
+        let at_most = |n| Options {
+            max_in_flight: Some(n),
+            ..options.clone()
+        };
+        assert_eq!(narrow_window(&options), 2 * 2 + 2 * 2);
+        assert_eq!(messages_in_flight(&at_most(10)), 10);
+        assert_eq!(messages_in_flight(&at_most(1)), 8);
+        assert_eq!(messages_in_flight(&at_most(100)), 17);
     }
 }
