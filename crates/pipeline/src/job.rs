@@ -34,6 +34,17 @@ pub struct ArrayJob {
     pub previous: Option<Arc<dyn ChunkReader>>,
 }
 
+impl ArrayJob {
+    /// The most bytes one of its inner chunks can take stored (`u64::MAX` when its codecs do not
+    /// bound it): what a read of its stored inner chunks may be refused beyond.
+    pub fn max_inner_len(&self) -> u64 {
+        self.inner_chain
+            .as_ref()
+            .and_then(|chain| chain.max_stored_len(&self.layout.inner_repr).ok())
+            .unwrap_or(u64::MAX)
+    }
+}
+
 /// How a level of a multiscale pyramid is made from the level above (issue 41): each inner chunk of
 /// the level above, as the run assembles it, is reduced block by block into this level's shards,
 /// and a shard of this level is encoded and written once every block of it is in. No level is read

@@ -35,7 +35,9 @@ pub use hierarchy::{
     open_hierarchy, open_hierarchy_skipping, open_hierarchy_skipping_within, open_hierarchy_within,
     SkippedArray,
 };
-pub use reader::{array_chunk_reader, chunk_reader, ShardedChunkReader, ZarrChunkReader};
+pub use reader::{
+    array_chunk_reader, chunk_reader, reads_shard_with_index, ShardedChunkReader, ZarrChunkReader,
+};
 pub use v2::{
     parse_array as parse_v2_array, parse_attributes as parse_v2_attributes, V2_COMPRESSORS,
     V2_FILTERS,

@@ -9,7 +9,7 @@ use zshard_core::{
     chain_text, product, ArrayMeta, BoxError, ChunkKeyEncoding, ChunkReader, ChunkVersions, Error,
     IndexLocation, Result, ShardIndex, SourceShards,
 };
-use zshard_store::{coalesce, Store, Visit, COALESCE_GAP, MAX_REQUEST};
+use zshard_store::{coalesce, RangeRequest, Store, Visit, COALESCE_GAP, MAX_REQUEST};
 
 /// The reader of an array's chunks as `meta` describes them: by inner chunk for an array stored in
 /// shards (`meta.sharded`, see [`ArrayMeta::read_by_inner_chunk`]), else one stored chunk per key.
@@ -113,22 +113,34 @@ fn listed_versions(
 /// is 16 bytes per inner chunk, and the parts being read span few shards at a time).
 const KEPT_INDEXES: usize = 64;
 
-/// The most a shard's index read takes beyond the index (see [`ShardedChunkReader::edge_len`]).
+/// The most a shard's index read takes beside the index (see [`ShardedChunkReader::edge_len`]).
 const EDGE_MAX: u64 = 16 << 20;
 
-/// Bytes of a shard read with its index: those from `start` on.
+/// Whether `wanted` of a shard's `chunks` inner chunks are enough of it to read it with its index.
+fn mostly_wanted(wanted: u64, chunks: u64) -> bool {
+    wanted.saturating_mul(2) >= chunks
+}
+
+/// Whether a read of `wanted` of the `chunks` inner chunks of one shard on an object store, each of
+/// at most `max_len` bytes, comes with the shard's index in one request (the read takes up to what
+/// all its inner chunks may take, see [`ShardedChunkReader`]); else the index and the chunks'
+/// ranges are two requests or more. For an estimate of the requests (`zshard plan`).
+pub fn reads_shard_with_index(wanted: u64, chunks: u64, max_len: u64) -> bool {
+    mostly_wanted(wanted, chunks) && chunks.saturating_mul(max_len) <= EDGE_MAX
+}
+
+/// Bytes of a shard read with its index: `read`'s range, as one request of them.
 #[derive(Debug)]
 struct ShardEdge {
-    start: u64,
+    read: RangeRequest,
     bytes: Bytes,
 }
 
 impl ShardEdge {
     /// The bytes `range` of the shard, when this edge holds all of them.
     fn slice(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
-        let from = range.start.checked_sub(self.start)?;
-        let to = range.end.checked_sub(self.start)?;
-        (to <= self.bytes.len() as u64).then(|| self.bytes.slice(from as usize..to as usize))
+        let inside = self.read.range.start <= range.start && range.end <= self.read.range.end;
+        inside.then(|| self.read.slice(&self.bytes, range, "").ok())?
     }
 }
 
@@ -169,8 +181,8 @@ impl ShardedChunkReader {
     }
 
     /// The index of `shard`, `None` when the shard does not exist. When the index is not kept
-    /// already and `edge` is longer than the index, the read takes up to `edge` bytes at the
-    /// index's end of the shard, which come back beside the index (see [`ShardEdge`]).
+    /// already, the read takes up to `edge` bytes more at the index's end of the shard, which come
+    /// back beside the index (see [`ShardEdge`]).
     fn index(
         &self,
         shard: &[u64],
@@ -193,7 +205,7 @@ impl ShardedChunkReader {
         let at_end = self.shards.index_location == IndexLocation::End;
         let read = self
             .store
-            .get_edge_sized(&key, edge.max(index_len as u64), at_end)
+            .get_edge_sized(&key, edge.saturating_add(index_len as u64), at_end)
             .map_err(|e| error(Box::new(e)))?;
         let (index, edge) = match read {
             Some((bytes, size)) => {
@@ -205,12 +217,17 @@ impl ShardedChunkReader {
                 };
                 let index = ShardIndex::decode(&index_bytes, chunks, encoding)
                     .map_err(|e| error(Box::new(e)))?;
+                // Suffix bytes end at the object's end (a read of another version fails).
                 let start = if at_end {
                     size.saturating_sub(bytes.len() as u64)
                 } else {
                     0
                 };
-                (Some(index), Some(ShardEdge { start, bytes }))
+                let read = RangeRequest {
+                    range: start..start.saturating_add(bytes.len() as u64),
+                    members: Vec::new(),
+                };
+                (Some(index), Some(ShardEdge { read, bytes }))
             }
             None => (None, None),
         };
@@ -223,18 +240,17 @@ impl ShardedChunkReader {
         Ok((index, edge))
     }
 
-    /// How many bytes the index read of a shard takes when `members` of its `chunks` inner chunks
-    /// are wanted, each of at most `max_len` bytes. On an object store, where every request is a
-    /// round trip, a shard of which at least half the inner chunks are wanted is read from its index's
-    /// end up to what those chunks may take: a shard of compressed chunks then comes in that one
-    /// request (an update copying all but the changed chunks of the shard it rewrites, a part that
-    /// reads a source shard whole). The bytes held are no more than the chunks asked for may hold.
+    /// How many bytes the index read of a shard takes beside its index when `members` of its
+    /// `chunks` inner chunks are wanted, each of at most `max_len` bytes (see
+    /// [`reads_shard_with_index`]): on an object store, where every request is a round trip, a
+    /// shard of which at least half the inner chunks are wanted is read from its index's end up to
+    /// what all its inner chunks may take, at most [`EDGE_MAX`]. The bytes held are at most twice
+    /// what the chunks asked for may hold.
     fn edge_len(&self, members: usize, chunks: u64, max_len: u64) -> u64 {
-        let mostly_wanted = (members as u64).saturating_mul(2) >= chunks;
-        if !self.store.location().is_remote() || !mostly_wanted {
+        if !self.store.location().is_remote() || !mostly_wanted(members as u64, chunks) {
             return 0;
         }
-        (members as u64).saturating_mul(max_len).min(EDGE_MAX)
+        chunks.saturating_mul(max_len).min(EDGE_MAX)
     }
 
     /// Reads the inner chunks `members` (slot in the batch, index in the shard) of one shard; an

@@ -76,15 +76,16 @@ impl UpdatePlan {
     /// The update of `plan` that `changes` (per array, from the destination's kept records) call
     /// for, and its cost: one GET per source chunk of the inner chunks each shard to write converts,
     /// two for a shard that copies some (its index, then their bytes in ranges coalesced), one for
-    /// a shard that copies at least half of them from a `remote` destination (read with its index,
-    /// see `zshard_zarr`'s sharded reader), one PUT per shard, per metadata document and per
-    /// array's kept records. `copies` names the inner
+    /// a shard of one part (`parts`, per array) from a `remote` destination that copies enough of
+    /// them to be read with its index ([`zshard_zarr::reads_shard_with_index`]), one PUT per shard,
+    /// per metadata document and per array's kept records. `copies` names the inner
     /// chunks a shard copies (array, shard coordinate).
     pub(crate) fn of(
         plan: &Plan,
         jobs: &[zshard_pipeline::ArrayJob],
         changes: &[zshard_state::ArrayChanges],
         copies: &dyn Fn(usize, &[u64]) -> Vec<u64>,
+        parts: &dyn Fn(usize) -> u64,
         remote: bool,
     ) -> UpdatePlan {
         let mut update = UpdatePlan::default();
@@ -95,6 +96,8 @@ impl UpdatePlan {
             let inside = array.geometry.array_region();
             let (mut convert, mut copy) = (0, 0);
             let per_shard: u64 = array.geometry.chunks_per_shard().iter().product();
+            let one_part = parts(i) == 1;
+            let max_inner_len = job.max_inner_len();
             for &index in change.rewrite.iter().chain(&change.add) {
                 let shard = zshard_core::unravel_index(index, &grid);
                 let copied = copies(i, &shard);
@@ -114,7 +117,13 @@ impl UpdatePlan {
                 copy += copied.len() as u64;
                 update.cost.get_requests += sources.len() as u64;
                 if !copied.is_empty() {
-                    let with_index = remote && copied.len() as u64 * 2 >= per_shard;
+                    let with_index = remote
+                        && one_part
+                        && zshard_zarr::reads_shard_with_index(
+                            copied.len() as u64,
+                            per_shard,
+                            max_inner_len,
+                        );
                     update.cost.get_requests += if with_index { 1 } else { 2 };
                 }
                 update.cost.get_bytes += shard_raw;

@@ -396,11 +396,7 @@ impl<'a> RunArray<'a> {
             .source_chain
             .max_stored_len(&job.layout.source_repr)
             .unwrap_or(u64::MAX);
-        let max_inner_len = job
-            .inner_chain
-            .as_ref()
-            .and_then(|chain| chain.max_stored_len(&job.layout.inner_repr).ok())
-            .unwrap_or(u64::MAX);
+        let max_inner_len = job.max_inner_len();
         RunArray {
             job,
             split,

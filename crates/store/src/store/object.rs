@@ -137,10 +137,11 @@ impl Store {
             object_store::GetRange::Bounded(0..len)
         };
         let path = &path;
-        let get = |range: object_store::GetRange| {
+        let get = |range: object_store::GetRange, if_match: Option<String>| {
             self.retrying(move || {
                 let options = object_store::GetOptions {
                     range: Some(range.clone()),
+                    if_match: if_match.clone(),
                     ..Default::default()
                 };
                 async move {
@@ -151,13 +152,17 @@ impl Store {
             })
         };
         let read = self.runtime.block_on(async {
-            match get(range).await {
-                // Azure has no suffix ranges: the size first, then the range.
+            match get(range, None).await {
+                // Azure has no suffix ranges: the size first, then the range, of that very version
+                // (an object replaced in between fails the read rather than giving bytes that do
+                // not end where its new size says).
                 Err(object_store::Error::NotSupported { .. }) if from_end => {
-                    let size = self.retrying(|| self.inner.head(path)).await?.size;
-                    get(object_store::GetRange::Bounded(
-                        size.saturating_sub(len)..size,
-                    ))
+                    let head = self.retrying(|| self.inner.head(path)).await?;
+                    let size = head.size;
+                    get(
+                        object_store::GetRange::Bounded(size.saturating_sub(len)..size),
+                        head.e_tag,
+                    )
                     .await
                 }
                 other => other,

@@ -37,7 +37,7 @@ impl Conversion {
             &known,
         );
         let estimate = self.count_requests(&opened, &jobs, &reads, &listed, &mut cost);
-        let update = self.plan_update(&opened, destination.as_ref(), &jobs, listed)?;
+        let update = self.plan_update(&opened, destination.as_ref(), &jobs, listed, &budget)?;
         drop(jobs);
         let mut report = crate::PlanReport::new(
             opened.plan,
@@ -119,6 +119,7 @@ impl Conversion {
         destination: Option<&Store>,
         jobs: &[zshard_pipeline::ArrayJob],
         listed: Vec<Option<zshard_core::ChunkVersions>>,
+        budget: &zshard_pipeline::Budget,
     ) -> Result<Option<crate::UpdatePlan>> {
         let Some(destination) = destination else {
             return Ok(None);
@@ -143,6 +144,10 @@ impl Conversion {
             jobs,
             &changes,
             &|array, shard| reuse.inner_to_copy(jobs, array, shard),
+            &|array| {
+                jobs.get(array)
+                    .map_or(0, |job| budget.parts_per_shard(&job.layout))
+            },
             destination.location().is_remote(),
         )))
     }
