@@ -216,7 +216,7 @@ def main():
     p.add_argument("--workdir", default=os.path.join(HERE, "..", "target", "bench-w11"))
     p.add_argument("--verify", choices=["sample", "full"], default="sample")
     p.add_argument("--chunk", type=int, default=16,
-                   help="the source's chunks are CHUNK x CHUNK (16: 512 B each; 64: 8 KiB, 1.3 GB in all)")
+                   help="the source's chunks are CHUNK x CHUNK (16: 512 B each; 64: 8 KiB, 1.3 GB in all; 128: 32 KiB, 4.5 GB)")
     p.add_argument("--workloads", help="ignored (benches/run.sh passes it on)")
     args = p.parse_args()
     configure(args.chunk)
