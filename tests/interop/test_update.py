@@ -405,12 +405,9 @@ def test_icechunk_overwrite_keeps_the_source_versions_of_its_own_run(zshard_bin,
     _same(dst, zarr.open_array(session.store, path="a", mode="r")[...], "a")
 
 
-def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshard_bin, tmp_path):
-    """A conversion split with `--worker I/N` + `finalize` keeps the source versions an unsplit run
-    keeps (finalize lists at the snapshot it checks every worker's shards against), so the next
-    nightly split run reads only the manifests Icechunk's diff names: each worker and finalize
-    open only the new manifest of the array that changed, and finalize lists nothing whole. Values
-    compared with icechunk's own read."""
+def _two_array_repository(tmp_path):
+    """An icechunk 2 repository (skipped without it) whose first commit holds arrays a and b, 64 x 64
+    float64 in 8 x 8 chunks; returns icechunk, the repository, its folder and a destination path."""
     ic = pytest.importorskip("icechunk")
     if not str(ic.__version__).startswith("2"):
         pytest.skip("icechunk 2 makes the repository")
@@ -422,6 +419,16 @@ def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshar
         arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
         arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
     session.commit("first")
+    return ic, repo, repo_dir, dst
+
+
+def test_icechunk_source_split_run_keeps_the_versions_an_unsplit_run_keeps(zshard_bin, tmp_path):
+    """A conversion split with `--worker I/N` + `finalize` keeps the source versions an unsplit run
+    keeps (finalize lists at the snapshot it checks every worker's shards against), so the next
+    nightly split run reads only the manifests Icechunk's diff names: each worker and finalize
+    open only the new manifest of the array that changed, and finalize lists nothing whole. Values
+    compared with icechunk's own read."""
+    ic, repo, repo_dir, dst = _two_array_repository(tmp_path)
 
     def split(step: str) -> tuple[list[dict], set[str], str]:
         """Two workers then finalize, traced: the workers' reports, every manifest opened, and
@@ -472,17 +479,7 @@ def test_icechunk_source_plan_of_an_update_reads_only_what_the_snapshot_diff_nam
     snapshot the destination was made from it reads no manifest, at a later one only the manifest
     Icechunk's diff names (array b's, unchanged, is not read), and says which shard an update
     rewrites."""
-    ic = pytest.importorskip("icechunk")
-    if not str(ic.__version__).startswith("2"):
-        pytest.skip("icechunk 2 makes the repository")
-    repo_dir, dst = tmp_path / "repo", tmp_path / "dst.zarr"
-    repo = ic.Repository.create(ic.local_filesystem_storage(str(repo_dir)))
-    session = repo.writable_session("main")
-    root = zarr.group(store=session.store)
-    for name, start in (("a", 0.0), ("b", 1e6)):
-        arr = root.create_array(name, shape=(64, 64), chunks=(8, 8), dtype="f8", fill_value=0.0)
-        arr[...] = np.arange(64 * 64, dtype="f8").reshape(64, 64) + start
-    session.commit("first")
+    ic, repo, repo_dir, dst = _two_array_repository(tmp_path)
     _convert(zshard_bin, repo_dir, dst)
 
     import subprocess
