@@ -215,9 +215,10 @@ fn a_second_sigint_exits_at_once_without_waiting_for_the_report() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = large_source(tmp.path());
     let (dst, report) = (tmp.path().join("dst"), tmp.path().join("report.json"));
-    // One 8 MiB shard of four 2 MiB inner chunks: stopping after the first signal waits for the
-    // inner chunk being encoded (gzip level 9, hundreds of milliseconds), the second signal does not.
-    let mut child = slow_convert(&src, &dst, &report, "2048,2048", "1024,1024")
+    // One 8 MiB shard that is one inner chunk: stopping after the first signal waits for that chunk's
+    // encoding (gzip level 9, a second or more), the second signal does not. (Four 2 MiB inner chunks
+    // were encoded before the second signal on a fast machine.)
+    let mut child = slow_convert(&src, &dst, &report, "2048,2048", "2048,2048")
         .spawn()
         .expect("spawn");
     wait_until(&mut child, "the conversion started", || {
@@ -226,7 +227,7 @@ fn a_second_sigint_exits_at_once_without_waiting_for_the_report() {
     std::thread::sleep(Duration::from_millis(300));
     signal(&child, "INT");
     // Past the 100 ms within which the same signal again is the same request.
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(150));
     signal(&child, "INT");
     let (status, stderr, took) = finish(child);
     eprintln!("second SIGINT to exit: {took:?}");
