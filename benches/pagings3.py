@@ -37,6 +37,13 @@ class Request:
         self.bytes_in, self.bytes_out, self.status, self.start, self.end = bytes_in, bytes_out, status, start, end
 
 
+class Server(http.server.ThreadingHTTPServer):
+    # listen()'s backlog: the default (5) dropped the connections of a burst of concurrent requests,
+    # and the client's SYN retries then stalled it for 1, 3, 7 ... s (`nstat`: TcpExtListenOverflows),
+    # which no S3 endpoint does. tests/cloud/proxy.py sets the same.
+    request_queue_size = 1024
+
+
 class PagingS3:
     def __init__(self, delay_s=0.0, page=1000):
         self.delay = delay_s
@@ -78,7 +85,7 @@ class PagingS3:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_one
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

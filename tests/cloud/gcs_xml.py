@@ -23,6 +23,8 @@ import xml.etree.ElementTree as ET
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 from xml.sax.saxutils import escape
 
+from proxy import Server
+
 
 def enc(name):
     return quote(name, safe="")
@@ -56,8 +58,8 @@ class GcsXmlFront:
             def do_DELETE(self):
                 front.handle(self, "DELETE")
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
+        # proxy.Server: a listen backlog that takes a burst of concurrent connections.
+        self.server = Server(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.endpoint = f"http://127.0.0.1:{port}"
