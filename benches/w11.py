@@ -218,6 +218,7 @@ def s3_part(args, pristine):
         # The bucket after the night's changes, before the update: restored (a copy of the table of
         # objects, whose contents are never changed in place) for each repetition.
         snapshot = SortedDict(server.buckets["w11"])
+        # Again: the destination's objects came after the first freeze.
         gc.freeze()
 
         def restore():
@@ -258,9 +259,11 @@ def main():
                    help="the source's chunks are CHUNK x CHUNK (16: 512 B each; 64: 8 KiB, 1.3 GB in all; 128: 32 KiB, 4.5 GB)")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of the update and of the nothing-changed rerun, each from the same changed state; "
-                        "the median is reported, every wall time beside it")
+                        "the median (the lower one for an even count) is reported, every wall time beside it")
     p.add_argument("--workloads", help="ignored (benches/run.sh passes it on)")
     args = p.parse_args()
+    if args.repeat < 1:
+        p.error(f"--repeat must be at least 1, got {args.repeat}")
     configure(args.chunk)
     name = "src.zarr" if args.chunk == 16 else f"src-{args.chunk}.zarr"
     pristine = os.path.join(args.workdir, "sources", name)

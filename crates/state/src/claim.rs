@@ -112,13 +112,7 @@ pub(super) async fn create_beside_read(
     let (write, read) = (dst.put_new_async(key, data), dst.get_async(key));
     futures::pin_mut!(write, read);
     match select(write, read).await {
-        // The read is not needed then, but is let finish (it went out with the write, so it ends
-        // about when the write did): a request dropped before its response closes its connection,
-        // and the next request pays for a new one (a TLS handshake on a real store).
-        Either::Left((Ok(PutNew::Created), read)) => {
-            let _unneeded = read.await;
-            (Ok(PutNew::Created), Ok(None))
-        }
+        Either::Left((Ok(PutNew::Created), _)) => (Ok(PutNew::Created), Ok(None)),
         Either::Left((created, read)) => (created, read.await),
         Either::Right((existing, write)) => (write.await, existing),
     }

@@ -227,7 +227,7 @@ fn a_second_sigint_exits_at_once_without_waiting_for_the_report() {
     std::thread::sleep(Duration::from_millis(300));
     signal(&child, "INT");
     // Past the 100 ms within which the same signal again is the same request.
-    std::thread::sleep(Duration::from_millis(150));
+    std::thread::sleep(Duration::from_millis(300));
     signal(&child, "INT");
     let (status, stderr, took) = finish(child);
     eprintln!("second SIGINT to exit: {took:?}");

@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 
 use base64::Engine;
 use bytes::Bytes;
-use rayon::iter::{IntoParallelIterator, ParallelIterator};
 use zshard_core::{stable_hash, ChunkVersions, KnownVersions, Region, VersionsFrom};
 use zshard_pipeline::{ArrayJob, ArrayLayout};
 use zshard_state::Digests;
@@ -271,10 +270,7 @@ fn array_digests(
     let geometry = &job.layout.geometry;
     let grid = geometry.shard_grid();
     let array = geometry.array_region();
-    // Side by side: at 10^4 shards of 16 source chunks this is 30 ms of one core, run between the
-    // end of the listing and the start of the conversion, when the other core has nothing to do.
     (0..zshard_core::product(&grid))
-        .into_par_iter()
         .map(|index| {
             let shard = zshard_core::unravel_index(index, &grid);
             let region = geometry.shard_region(&shard).intersect(&array);
