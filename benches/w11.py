@@ -228,6 +228,10 @@ def s3_part(args, pristine):
         def timed(name):
             server.reset()
             result = convert(args, src, dst, os.path.join(work, name), s3, S3_ENV)
+            # Each request's start and end (seconds from the run's start), for a timeline of the run.
+            with open(os.path.join(work, name.replace(".json", ".requests.json")), "w") as f:
+                json.dump([[r.method, r.path, r.kind, round(r.start, 4), round(r.end, 4)]
+                           for r in server.requests], f)
             result["requests"] = requests()
             return result
 

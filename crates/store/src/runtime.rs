@@ -49,6 +49,11 @@ impl IoRuntime {
         &self.options
     }
 
+    /// The runtime's handle, to spawn tasks on its worker threads.
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
     /// Runs a future to completion from a thread outside the runtime.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)

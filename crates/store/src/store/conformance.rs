@@ -22,7 +22,7 @@ use crate::runtime::IoRuntime;
 const STORED_ZIP: &[u8] = include_bytes!("../../../../fuzz/corpus/zip_directory/stored.zip");
 
 /// A store over an object store `inner` that passes for the remote `s3://bucket/out.zarr`.
-fn remote(inner: Arc<dyn ObjectStore>) -> Store {
+pub(super) fn remote(inner: Arc<dyn ObjectStore>) -> Store {
     let runtime = IoRuntime::new(1).expect("runtime");
     Store {
         inner,
