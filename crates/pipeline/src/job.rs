@@ -32,6 +32,10 @@ pub struct ArrayJob {
     /// position in the array's inner-chunk grid), encoded as this job encodes them. The inner
     /// chunks a task reuses ([`ShardTask::reuse`]) are copied from it rather than converted.
     pub previous: Option<Arc<dyn ChunkReader>>,
+    /// Whether the inner chunks copied from `previous` are decoded to hash their values for the
+    /// manifest ([`ShardOutcome::chunk_hashes`]), as converted ones are. Without (no manifest is
+    /// kept), a copy costs no decode, and the outcome of a shard that copies names no hashes.
+    pub hash_copied: bool,
 }
 
 impl ArrayJob {
@@ -336,7 +340,8 @@ pub struct ShardOutcome {
     pub version: Option<String>,
     /// Per inner chunk (C order), the crc32c of its decoded values as the writer got them, or of
     /// its stored bytes when the array is copied through ([`ArrayLayout::passthrough`]); `None`
-    /// for an empty chunk (only the fill value, or outside the array).
+    /// for an empty chunk (only the fill value, or outside the array). Empty, however many inner
+    /// chunks the shard has, when some were copied without a hash ([`ArrayJob::hash_copied`]).
     pub chunk_hashes: Vec<Option<u32>>,
 }
 

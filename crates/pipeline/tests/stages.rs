@@ -164,6 +164,7 @@ fn job_with_shape(
         sink: sink.clone(),
         derived: None,
         previous: None,
+        hash_copied: true,
     };
     (job, reader, sink)
 }
@@ -186,6 +187,62 @@ fn values_land_in_the_right_inner_chunks() {
     let last = &shards[&vec![2, 0]];
     assert!(last[4..].iter().all(Option::is_none));
     assert_values(&jobs[0], &shards, 20);
+}
+
+/// An update's copied inner chunks are decoded to hash their values only when the job asks
+/// (`hash_copied`: a manifest will be kept). Without, a copy is never decoded (these bytes would
+/// not decode) and lands as it stood, and its shard names no hashes; with, it is decoded, and
+/// bytes that do not decode stop the run with the shard's key.
+#[test]
+fn copied_inner_chunks_are_decoded_only_to_hash_them() {
+    let stood = Bytes::from_static(b"not zstd at all");
+    for hash_copied in [false, true] {
+        let (mut job, _, sink) = job(8, None);
+        // Shard (0, 0) of 8x8 holds 4x2 inner chunks of 2x4: its inner chunk 1 is at (0, 1).
+        job.previous = Some(Arc::new(MemoryReader {
+            chunks: HashMap::from([(vec![0, 1], stood.clone())]),
+            fail_at: None,
+            chunks_read: AtomicU64::new(0),
+            slow_at: None,
+            slowed: AtomicBool::new(false),
+            read_while_slow: AtomicU64::new(0),
+        }));
+        job.hash_copied = hash_copied;
+        let jobs = [job];
+        let mut task = ShardTask::new(0, vec![0, 0]);
+        task.reuse = vec![1];
+        let hashes = std::sync::Mutex::new(Vec::new());
+        let result = run(
+            &jobs,
+            std::iter::once(task),
+            &Options::with_threads(2),
+            &|outcome| {
+                if let Ok(mut hashes) = hashes.lock() {
+                    hashes.push(outcome.chunk_hashes.clone());
+                }
+            },
+        );
+        let shards = sink.shards.lock().expect("lock");
+        if hash_copied {
+            let error = result.expect_err("a copy that does not decode").to_string();
+            assert!(error.contains("inner chunk 1, as it stood"), "{error}");
+            assert!(shards.is_empty());
+            continue;
+        }
+        result.expect("run");
+        let shard = &shards[&vec![0, 0]];
+        assert_eq!(shard[1].as_ref(), Some(&stood));
+        // The others were converted: they hold the source's values.
+        let chain = jobs[0].inner_chain.as_ref().expect("encoding job");
+        let first = chain
+            .decode(shard[0].as_ref().expect("written"), &repr(&[2, 4]))
+            .expect("decode");
+        assert_eq!(&first[..2], &value(0, 0).to_le_bytes());
+        assert_eq!(
+            *hashes.lock().expect("lock"),
+            vec![Vec::<Option<u32>>::new()]
+        );
+    }
 }
 
 /// Every inner chunk inside the `rows`-row array is written and holds `value` (the fill value, 0,
@@ -520,6 +577,7 @@ fn job_3d_with(
         sink: sink.clone(),
         derived: None,
         previous: None,
+        hash_copied: true,
     };
     (job, reader, sink)
 }

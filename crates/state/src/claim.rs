@@ -79,6 +79,12 @@ impl Survey {
     pub fn asks_to_keep_the_manifest(&self) -> bool {
         self.state.iter().any(|key| key == KEEP_MANIFEST)
     }
+
+    /// Whether an earlier run kept a manifest ([`crate::MANIFEST`]), which this one brings up to
+    /// date when it finishes.
+    pub fn holds_a_kept_manifest(&self) -> bool {
+        self.state.iter().any(|key| key == crate::MANIFEST)
+    }
 }
 
 /// Whether the destination holds the recorded options of a conversion (one running, interrupted,

@@ -569,6 +569,38 @@ fn verify_and_the_kept_manifest_hold_after_an_update() {
     let manifest = std::fs::read_to_string(dst.join(".zshard/manifest.tsv")).expect("manifest");
     let shards = manifest.lines().filter(|l| !l.contains("\tm:")).count();
     assert_eq!(shards, 9, "{manifest}");
+    // The next update, without the flag, keeps the manifest up to date all the same: the inner
+    // chunks it copies are hashed for it (they are not when no manifest is kept).
+    let at = (50 * SHAPE[1] + 5) as usize * 2;
+    data[at..at + 2].copy_from_slice(&11u16.to_le_bytes());
+    update_v2(&src, DataType::UInt16, &SHAPE, &CHUNKS, compressor(), &data);
+    let report = convert(&src, &dst, &[]);
+    assert_eq!(update_counts(&report), (1, 0));
+    assert_eq!(copied(&report), 15);
+    let manifest = std::fs::read_to_string(dst.join(".zshard/manifest.tsv")).expect("manifest");
+    // Shard (1, 0): rows 32..64, columns 0..32, 16 inner chunks of 8 x 8, each hashed.
+    let line = manifest
+        .lines()
+        .find(|l| l.split('\t').nth(1) == Some("1,0"))
+        .expect("shard (1, 0) in the manifest");
+    // (Copied through, the array's manifest hashes stored bytes: `e:`.)
+    let hashes = line
+        .rsplit('\t')
+        .next()
+        .and_then(|field| field.split_once(':'))
+        .map(|(_, h)| h)
+        .unwrap_or_default();
+    assert_eq!(
+        hashes.split(',').filter(|h| h.len() == 8).count(),
+        16,
+        "{line}"
+    );
+    let out = zshard(&["verify", "--manifest", dst.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

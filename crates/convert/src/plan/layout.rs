@@ -357,6 +357,7 @@ impl Plan {
                     sink: sink(a),
                     derived,
                     previous: None,
+                    hash_copied: true,
                 }
             })
             .collect()

@@ -430,6 +430,18 @@ impl Conversion {
             Some(committed) => Reuse::for_commit(&mut jobs, plan, committed, &survey, listed),
             None => Reuse::for_run(&mut jobs, plan, zarr_destination, &survey, listed),
         };
+        // Inner chunks copied into a Zarr destination are decoded to hash their values only for a
+        // manifest that will be kept (an Icechunk destination's are hashed as before): the
+        // manifest's per-chunk hashes say which inner chunk of a damaged shard differs, and without
+        // one a copy costs no decode. A kept manifest then names no chunk hashes for the shards of a
+        // worker that ran before another asked to keep it; their size and crc32c are checked alike.
+        let hash_copied = committed.is_some()
+            || self.keep_manifest
+            || survey.holds_a_kept_manifest()
+            || survey.asks_to_keep_the_manifest();
+        for job in &mut jobs {
+            job.hash_copied = hash_copied;
+        }
         let jobs = jobs;
         // Sized with everything the run holds beside the pipeline until its end, now known.
         let budget = self.budget_holding(&opened, held(&survey, listed, &resume, Some(&reuse)))?;

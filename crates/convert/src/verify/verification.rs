@@ -502,6 +502,7 @@ fn compare_array(
         name,
         derived,
         previous: None,
+        hash_copied: true,
         source_chain,
         reader,
         sink: Arc::new(VerifySink {

@@ -52,14 +52,19 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
+    let unhashed = !job.hash_copied && !assembled.copied.is_empty();
     let inner = place_copied(array, assembled.first_inner, inner, assembled.copied, shard)?;
-    let (inner, hashes) = inner
+    let (inner, mut hashes): (Vec<_>, Vec<_>) = inner
         .into_iter()
         .map(|chunk| match chunk {
             Some((bytes, hash)) => (Some(bytes), Some(hash)),
             None => (None, None),
         })
         .unzip();
+    if unhashed {
+        // Fewer hashes than chunks: the writer names none for the shard.
+        hashes.clear();
+    }
     Ok(Encoded {
         part: assembled.part,
         inner,
@@ -72,8 +77,9 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
 type Hashed = Option<(Bytes, u32)>;
 
 /// Puts the inner chunks copied from the previous output (see `ShardTask::reuse`) in their places
-/// among `inner` (those of the part from `first_inner`). Each is hashed as a converted one is: its
-/// decoded values, or its stored bytes when the array is copied through.
+/// among `inner` (those of the part from `first_inner`). Each is hashed as a converted one is (its
+/// decoded values, or its stored bytes when the array is copied through) when the job hashes
+/// copies ([`ArrayJob::hash_copied`](crate::ArrayJob)); else its hash is left 0, unused.
 fn place_copied(
     array: &RunArray<'_>,
     first_inner: u64,
@@ -89,6 +95,7 @@ fn place_copied(
                 return Ok((i, None));
             };
             let hash = match &job.inner_chain {
+                _ if !job.hash_copied => 0,
                 Some(chain) if !job.layout.passthrough => {
                     let raw = chain
                         .decode(&bytes, &job.layout.inner_repr)

@@ -29,6 +29,8 @@ struct OpenShard<'a> {
     written: bool,
     failed: bool,
     hashes: Vec<Option<u32>>,
+    /// Some part came without hashes (see `ArrayJob::hash_copied`): the shard names none.
+    unhashed: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -85,7 +87,10 @@ impl<'a> Writer<'a> {
         }
         let stream = shard.stream.take();
         let (read, written) = (shard.read, shard.written);
-        let hashes = std::mem::take(&mut shard.hashes);
+        let hashes = match shard.unhashed {
+            true => Vec::new(),
+            false => std::mem::take(&mut shard.hashes),
+        };
         drop(shard);
         self.open
             .lock()
@@ -172,6 +177,7 @@ fn append_ready<'a>(
                 .map_err(|source| write_error(job, &task.shard, source))?;
         }
         ctx.part_done(&part.part, &part.inner, part.read);
+        shard.unhashed |= part.hashes.len() != part.inner.len();
         shard.hashes.extend_from_slice(&part.hashes);
         shard.read += part.read;
         shard.written |= part.inner.iter().any(Option::is_some);
