@@ -34,7 +34,8 @@ pub struct ArrayJob {
     pub previous: Option<Arc<dyn ChunkReader>>,
     /// Whether the inner chunks copied from `previous` are decoded to hash their values for the
     /// manifest ([`ShardOutcome::chunk_hashes`]), as converted ones are. Without (no manifest is
-    /// kept), a copy costs no decode, and the outcome of a shard that copies names no hashes.
+    /// kept), a copy costs no decode, and the outcome of a shard that copies names no hashes (a
+    /// copied-through array's copies are hashed all the same: their stored bytes are the hash's).
     pub hash_copied: bool,
 }
 

@@ -52,7 +52,11 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
                 }),
         })
         .collect::<Result<Vec<_>>>()?;
-    let unhashed = !job.hash_copied && !assembled.copied.is_empty();
+    // Only a copy that would be decoded goes unhashed: a copied-through array hashes stored bytes.
+    let unhashed = !job.hash_copied
+        && !job.layout.passthrough
+        && job.inner_chain.is_some()
+        && assembled.copied.iter().any(|(_, bytes)| bytes.is_some());
     let inner = place_copied(array, assembled.first_inner, inner, assembled.copied, shard)?;
     let (inner, mut hashes): (Vec<_>, Vec<_>) = inner
         .into_iter()
@@ -79,7 +83,8 @@ type Hashed = Option<(Bytes, u32)>;
 /// Puts the inner chunks copied from the previous output (see `ShardTask::reuse`) in their places
 /// among `inner` (those of the part from `first_inner`). Each is hashed as a converted one is (its
 /// decoded values, or its stored bytes when the array is copied through) when the job hashes
-/// copies ([`ArrayJob::hash_copied`](crate::ArrayJob)); else its hash is left 0, unused.
+/// copies ([`ArrayJob::hash_copied`](crate::ArrayJob)); else a copy that would be decoded is not,
+/// and its hash is left 0, unused.
 fn place_copied(
     array: &RunArray<'_>,
     first_inner: u64,
@@ -95,7 +100,7 @@ fn place_copied(
                 return Ok((i, None));
             };
             let hash = match &job.inner_chain {
-                _ if !job.hash_copied => 0,
+                Some(_) if !job.layout.passthrough && !job.hash_copied => 0,
                 Some(chain) if !job.layout.passthrough => {
                     let raw = chain
                         .decode(&bytes, &job.layout.inner_repr)
