@@ -1,7 +1,7 @@
-//! A state write sent ahead of the run: the options record goes out while the first source chunks
-//! are fetched (a round trip saved on an object store), and no shard is written before it has
-//! landed, which is the order resume needs (a shard is only ever found beside the options that made
-//! it).
+//! A state write sent ahead of the run: the options record (and an update's record of what it sets
+//! out to write) goes out while the first source chunks are fetched (a round trip saved on an
+//! object store), and no shard is written before it has landed, which is the order resume needs (a
+//! shard is only ever found beside the options that made it).
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -33,13 +33,33 @@ impl WriteAhead {
     /// Starts writing `data` at `key` of `store`.
     pub fn start(store: &Store, key: &str, data: Bytes) -> Result<WriteAhead> {
         let (store, owned_key) = (store.clone(), key.to_string());
+        Self::spawn(key, "the options record", move || {
+            store.put(&owned_key, data).map_err(Error::from)
+        })
+    }
+
+    /// Starts writing `data` at `key` of `store` unless an object is there already (which is kept:
+    /// the record of a run that this one resumes).
+    pub fn start_new(store: &Store, key: &str, data: Bytes) -> Result<WriteAhead> {
+        let (store, owned_key) = (store.clone(), key.to_string());
+        Self::spawn(key, "the update record", move || {
+            store
+                .put_new(&owned_key, data)
+                .map(|_| ())
+                .map_err(Error::from)
+        })
+    }
+
+    /// `write` (of `key`, which `what` names) on a thread of its own.
+    fn spawn(
+        key: &str,
+        what: &'static str,
+        write: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<WriteAhead> {
         let handle = std::thread::Builder::new()
-            .name("zshard-options".into())
-            .spawn(move || store.put(&owned_key, data).map_err(Error::from))
-            .map_err(|source| Error::Thread {
-                what: "the options record",
-                source,
-            })?;
+            .name("zshard-ahead".into())
+            .spawn(write)
+            .map_err(|source| Error::Thread { what, source })?;
         Ok(WriteAhead {
             key: key.to_string(),
             state: Mutex::new(State::InFlight(handle)),

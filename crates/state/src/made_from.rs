@@ -500,11 +500,12 @@ pub struct UpdateCounts {
 
 /// Records that this worker's run is an update setting out to write `shards` shards (those the
 /// kept records' sources changed for, and new ones), for `status` to show its progress: the first
-/// run of the update records it, and a resumed run keeps that (create-only write).
-pub fn record_update(dst: &Store, partition: Partition, shards: u64) -> Result<()> {
+/// run of the update records it, and a resumed run keeps that (create-only write). The write goes
+/// out beside the run's first reads: its shards wait for it ([`WriteAhead::before`]), so that no
+/// shard of an update is written before the record that counts it.
+pub fn record_update(dst: &Store, partition: Partition, shards: u64) -> Result<WriteAhead> {
     let key = join(UPDATE_DIR, &format!("{}.txt", partition.tag()));
-    dst.put_new(&key, sealed::seal_text(format!("shards\t{shards}\n")))?;
-    Ok(())
+    WriteAhead::start_new(dst, &key, sealed::seal_text(format!("shards\t{shards}\n")))
 }
 
 /// The shards an update's file (see [`record_update`], unsealed) says it set out to write.

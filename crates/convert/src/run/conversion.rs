@@ -347,13 +347,19 @@ impl Conversion {
                 done.extend(current);
             }
         }
+        let mut update_record = None;
         if let Some(update) =
             zshard_state::update_counts(&survey, &plan.outputs(), partition, &resume.done)
         {
-            // For `status`: what this update sets out to write (kept by a resumed run).
+            // For `status`: what this update sets out to write (kept by a resumed run). It goes
+            // out beside the first reads; shards wait for it, as for the options record.
             let shards = update.shards_rewritten + update.shards_added;
             if shards > 0 {
-                zshard_state::record_update(destination, partition, shards)?;
+                update_record = Some(Arc::new(zshard_state::record_update(
+                    destination,
+                    partition,
+                    shards,
+                )?));
             }
             if let Ok(mut b) = builder.lock() {
                 b.updated(Some(crate::Update {
@@ -396,9 +402,9 @@ impl Conversion {
             }
         }
         // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
-        if let Some(options) = &options_record {
+        for ahead in options_record.iter().chain(&update_record) {
             for job in &mut jobs {
-                job.sink = options.before(Arc::clone(&job.sink));
+                job.sink = ahead.before(Arc::clone(&job.sink));
             }
         }
         // An update copies the inner chunks that did not change from the shards it rewrites.
@@ -489,8 +495,8 @@ impl Conversion {
         });
         // Nothing is recorded before the options record has landed (a run without shards to write
         // never waited for it).
-        if let Some(options) = &options_record {
-            options.finish()?;
+        for ahead in options_record.iter().chain(&update_record) {
+            ahead.finish()?;
         }
         // The checkpoint that the last records (and the metadata) need: every shard written
         // reaches the disk first.
