@@ -241,4 +241,27 @@ mod tests {
             "{error}"
         );
     }
+    /// An update's record written ahead is create-only: a resumed run keeps the first run's
+    /// record, and its shards still wait for the write.
+    #[test]
+    fn a_create_only_write_keeps_what_is_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runtime = IoRuntime::new(1).expect("runtime");
+        let store = Store::open(dir.path().to_str().expect("utf-8"), runtime, true).expect("open");
+        let key = ".zshard/update/w0of1.txt";
+        let ahead =
+            Arc::new(WriteAhead::start_new(&store, key, Bytes::from("first")).expect("start"));
+        ahead.finish().expect("landed");
+        let again =
+            Arc::new(WriteAhead::start_new(&store, key, Bytes::from("second")).expect("start"));
+        let counting = Arc::new(Counting::default());
+        let sink = again.before(counting.clone());
+        sink.write_shard(&[0], &[]).expect("write");
+        again.finish().expect("landed");
+        assert_eq!(
+            std::fs::read(dir.path().join(key)).expect("record"),
+            b"first"
+        );
+        assert_eq!(counting.0.load(Ordering::SeqCst), 1);
+    }
 }
