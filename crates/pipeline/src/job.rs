@@ -40,6 +40,12 @@ pub struct ArrayJob {
 }
 
 impl ArrayJob {
+    /// Whether copied inner chunks go unhashed: they would be decoded to be hashed (an encoding,
+    /// not copied-through, array) and the job does not hash copies ([`ArrayJob::hash_copied`]).
+    pub(crate) fn copies_go_unhashed(&self) -> bool {
+        !self.hash_copied && !self.layout.passthrough && self.inner_chain.is_some()
+    }
+
     /// The most bytes one of its inner chunks can take stored (`u64::MAX` when its codecs do not
     /// bound it): what a read of its stored inner chunks may be refused beyond.
     pub fn max_inner_len(&self) -> u64 {

@@ -241,6 +241,7 @@ mod tests {
             "{error}"
         );
     }
+
     /// An update's record written ahead is create-only: a resumed run keeps the first run's
     /// record, and its shards still wait for the write.
     #[test]

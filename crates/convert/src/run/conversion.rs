@@ -401,7 +401,8 @@ impl Conversion {
                 }
             }
         }
-        // The options record is still in flight: chunks are fetched meanwhile, shards wait for it.
+        // The options record (and an update's record) is still in flight: chunks are fetched
+        // meanwhile, shards wait for it.
         for ahead in options_record.iter().chain(&update_record) {
             for job in &mut jobs {
                 job.sink = ahead.before(Arc::clone(&job.sink));
@@ -493,8 +494,8 @@ impl Conversion {
                 },
             )
         });
-        // Nothing is recorded before the options record has landed (a run without shards to write
-        // never waited for it).
+        // Nothing is recorded before the options record (and an update's record) has landed (a run
+        // without shards to write never waited for them).
         for ahead in options_record.iter().chain(&update_record) {
             ahead.finish()?;
         }

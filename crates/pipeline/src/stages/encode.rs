@@ -53,10 +53,8 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
         })
         .collect::<Result<Vec<_>>>()?;
     // Only a copy that would be decoded goes unhashed: a copied-through array hashes stored bytes.
-    let unhashed = !job.hash_copied
-        && !job.layout.passthrough
-        && job.inner_chain.is_some()
-        && assembled.copied.iter().any(|(_, bytes)| bytes.is_some());
+    let unhashed =
+        job.copies_go_unhashed() && assembled.copied.iter().any(|(_, bytes)| bytes.is_some());
     let inner = place_copied(array, assembled.first_inner, inner, assembled.copied, shard)?;
     let (inner, mut hashes): (Vec<_>, Vec<_>) = inner
         .into_iter()
@@ -100,7 +98,7 @@ fn place_copied(
                 return Ok((i, None));
             };
             let hash = match &job.inner_chain {
-                Some(_) if !job.layout.passthrough && !job.hash_copied => 0,
+                Some(_) if job.copies_go_unhashed() => 0,
                 Some(chain) if !job.layout.passthrough => {
                     let raw = chain
                         .decode(&bytes, &job.layout.inner_repr)
