@@ -322,7 +322,7 @@ pub fn in_dir(key: &str, dir: &str) -> bool {
 mod tests {
     use super::resume::{verdict, RecordedShard, Verdict};
     use super::{batch_stamps, in_dir, RecordLimits, ShardLog, DONE_DIR, EMPTY_DIR, MANIFEST_DIR};
-    use super::{recorded_coord, shard_coord, version_id, ListedShard};
+    use super::{recorded_index, shard_coord, version_id, ListedShard};
     use crate::manifest::{ChunkHashes, Entry};
     use crate::Partition;
     use std::collections::BTreeMap;
@@ -498,11 +498,20 @@ mod tests {
 
     #[test]
     fn recorded_coordinates() {
-        assert_eq!(recorded_coord("1,2", &[3, 3]), Some(vec![1, 2]));
-        assert_eq!(recorded_coord("", &[]), Some(vec![]));
-        assert_eq!(recorded_coord("3,0", &[3, 3]), None);
-        assert_eq!(recorded_coord("1", &[3, 3]), None);
-        assert_eq!(recorded_coord("1,x", &[3, 3]), None);
+        assert_eq!(recorded_index("1,2", &[3, 3]), Some(5));
+        assert_eq!(recorded_index("", &[]), Some(0));
+        assert_eq!(recorded_index("3,0", &[3, 3]), None);
+        assert_eq!(recorded_index("1", &[3, 3]), None);
+        assert_eq!(recorded_index("1,2,0", &[3, 3]), None);
+        assert_eq!(recorded_index("1,x", &[3, 3]), None);
+        assert_eq!(recorded_index(",1", &[3, 3]), None);
+        // C order, as `linear_index` gives it.
+        let grid = [3, 5, 2];
+        assert_eq!(
+            recorded_index("2,4,1", &grid),
+            Some(zshard_core::linear_index(&[2, 4, 1], &grid))
+        );
+        assert_eq!(recorded_index("2,4,1", &grid), Some(2 * 10 + 4 * 2 + 1));
     }
 
     #[test]

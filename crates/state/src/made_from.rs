@@ -116,21 +116,60 @@ pub(crate) fn inner_field(inner: &str) -> String {
     format!("{INNER_FIELD}{inner}")
 }
 
+/// The most positional fields a record line has that [`RecordFields`] holds (zshard writes five:
+/// path, coordinate, size, crc32c, version); further ones are left out.
+const MAX_FIELDS: usize = 8;
+
+/// The positional fields of a record line, its digest fields left out (see [`split_digest`]):
+/// held in place, without an allocation per line (an update reads each kept line several times,
+/// and a million-shard array keeps a million lines).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordFields<'a> {
+    fields: [&'a str; MAX_FIELDS],
+    count: usize,
+}
+
+impl<'a> RecordFields<'a> {
+    /// Positional field `i` (0: the array's path, 1: the shard's coordinate, ...).
+    pub(crate) fn get(&self, i: usize) -> Option<&'a str> {
+        self.fields[..self.count.min(MAX_FIELDS)].get(i).copied()
+    }
+
+    /// The positional fields in order (the first [`MAX_FIELDS`]).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.fields[..self.count.min(MAX_FIELDS)].iter().copied()
+    }
+}
+
 /// A record line's fields without its digest fields, and the shard's digest: the digests may stand
 /// anywhere after the coordinate, so that the positional fields read as they always have.
-pub(crate) fn split_digest(line: &str) -> (Vec<&str>, Option<u64>) {
+pub(crate) fn split_digest(line: &str) -> (RecordFields<'_>, Option<u64>) {
     let mut digest = None;
-    let fields = line
-        .split('\t')
-        .filter(|field| {
-            if let Some(hex) = field.strip_prefix(DIGEST_FIELD) {
-                digest = u64::from_str_radix(hex, 16).ok();
-                return false;
+    let mut fields = RecordFields {
+        fields: [""; MAX_FIELDS],
+        count: 0,
+    };
+    for field in line.split('\t') {
+        if let Some(hex) = field.strip_prefix(DIGEST_FIELD) {
+            digest = u64::from_str_radix(hex, 16).ok();
+        } else if !field.starts_with(INNER_FIELD) {
+            if let Some(slot) = fields.fields.get_mut(fields.count) {
+                *slot = field;
             }
-            !field.starts_with(INNER_FIELD)
-        })
-        .collect();
+            fields.count += 1;
+        }
+    }
     (fields, digest)
+}
+
+/// The text of a record file (or manifest): as it stands when it is UTF-8, as zshard writes it
+/// (checked at the speed of `str::from_utf8`, several times that of a lossy reading), else with
+/// each invalid sequence replaced, so that the lines around it still read.
+pub(crate) fn record_text(body: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(body) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(body),
+    }
 }
 
 /// The inner chunks' digests field of a record line (its text after `i:`), if it has one.
@@ -192,21 +231,20 @@ fn inner_digests_kept(
                 })
                 .unwrap_or_default();
             let mut reusable = HashMap::new();
-            for line in String::from_utf8_lossy(body).lines() {
+            for line in record_text(body).lines() {
                 let Some(inner) = inner_digests_of(line) else {
                     continue;
                 };
                 let (fields, recorded) = split_digest(line);
-                let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) else {
+                let Some(index) = fields.get(1).and_then(|c| recorded_index(c, &grid)) else {
                     continue;
                 };
-                let index = linear_index(&coord, &grid);
                 let now = digests.get(i, index);
                 if recorded.is_none() || now.is_none() || recorded == now {
                     continue;
                 }
                 let recorded_size = fields.get(2).and_then(|s| s.parse::<u64>().ok());
-                let recorded_version = fields.get(4).map(|v| version_id(v));
+                let recorded_version = fields.get(4).map(version_id);
                 let stands = match (recorded_size, listed.get(&index)) {
                     (Some(size), Some(&(listed_size, listed_version))) => {
                         // Without a recorded version a shard rewritten since at the same size
@@ -246,19 +284,18 @@ pub(crate) fn kept_records(
         .collect();
     let mut latest: Vec<HashMap<u64, String>> = vec![HashMap::new(); plan.arrays.len()];
     for (_, bytes) in ordered {
-        for line in String::from_utf8_lossy(bytes).lines() {
+        for line in record_text(bytes).lines() {
             let (fields, digest) = split_digest(line);
-            let (Some(path), Some(coord)) = (fields.first(), fields.get(1)) else {
+            let (Some(path), Some(coord)) = (fields.get(0), fields.get(1)) else {
                 continue;
             };
             let Some(&i) = arrays.get(path) else {
                 continue;
             };
             let grid = plan.arrays[i].geometry.shard_grid();
-            let Some(coord) = recorded_coord(coord, &grid) else {
+            let Some(index) = recorded_index(coord, &grid) else {
                 continue;
             };
-            let index = linear_index(&coord, &grid);
             match (digest, digests.get(i, index)) {
                 (Some(recorded), Some(now)) if recorded == now => {
                     latest[i].insert(index, line.to_string());
@@ -354,10 +391,9 @@ fn kept_shards(
         named: ShardBits(fixedbitset::FixedBitSet::with_capacity(shards)),
         current: ShardBits(fixedbitset::FixedBitSet::with_capacity(shards)),
     };
-    for line in String::from_utf8_lossy(body).lines() {
+    for line in record_text(body).lines() {
         let (fields, digest) = split_digest(line);
-        if let Some(coord) = fields.get(1).and_then(|c| recorded_coord(c, &grid)) {
-            let index = linear_index(&coord, &grid);
+        if let Some(index) = fields.get(1).and_then(|c| recorded_index(c, &grid)) {
             kept.named.set(index, true);
             kept.current
                 .set(index, digest.is_some() && digest == now(index));
@@ -465,9 +501,9 @@ pub struct Kept {
 fn beyond_extent(array: &OutputArray, body: &[u8]) -> Vec<String> {
     let grid = array.geometry.shard_grid();
     let mut keys = Vec::new();
-    for line in String::from_utf8_lossy(body).lines() {
+    for line in record_text(body).lines() {
         let (fields, _) = split_digest(line);
-        let (Some(path), Some(coord), Some(_size)) = (fields.first(), fields.get(1), fields.get(2))
+        let (Some(path), Some(coord), Some(_size)) = (fields.get(0), fields.get(1), fields.get(2))
         else {
             continue;
         };
@@ -524,10 +560,10 @@ pub fn kept_written(kept: &[(String, Bytes)]) -> HashSet<(String, String)> {
         let Some(body) = sealed::unseal(sealed_body) else {
             continue;
         };
-        for line in String::from_utf8_lossy(&body).lines() {
+        for line in record_text(&body).lines() {
             let (fields, _) = split_digest(line);
             if let (Some(path), Some(coord), Some(_size)) =
-                (fields.first(), fields.get(1), fields.get(2))
+                (fields.get(0), fields.get(1), fields.get(2))
             {
                 written.insert((path.to_string(), coord.to_string()));
             }
@@ -633,17 +669,49 @@ mod tests {
     fn a_digest_field_reads_anywhere_after_the_coordinate() {
         let line = "a\t0,1\t12\t0000abcd\tv1\ts:00000000000000ff";
         let (fields, digest) = split_digest(line);
-        assert_eq!(fields, vec!["a", "0,1", "12", "0000abcd", "v1"]);
+        assert_eq!(
+            fields.iter().collect::<Vec<_>>(),
+            vec!["a", "0,1", "12", "0000abcd", "v1"]
+        );
         assert_eq!(digest, Some(255));
         let (fields, digest) = split_digest("a\t0,1");
-        assert_eq!((fields.len(), digest), (2, None));
+        assert_eq!((fields.iter().count(), digest), (2, None));
+        // Past the most fields held: the first ones read, and nothing beyond.
+        let line = "a\t0,1\t2\t3\ts:00000000000000ff\t4\t5\t6\t7\t8\t9";
+        let (fields, digest) = split_digest(line);
+        assert_eq!(
+            fields.iter().collect::<Vec<_>>(),
+            vec!["a", "0,1", "2", "3", "4", "5", "6", "7"]
+        );
+        assert_eq!(
+            (fields.get(7), fields.get(8), digest),
+            (Some("7"), None, Some(255))
+        );
         // The inner chunks' digests are not a positional field either.
         let line = "a\t0,1\t12\t0000abcd\tv1\ts:00000000000000ff\ti:AAAAAAAAAAA";
         let (fields, digest) = split_digest(line);
-        assert_eq!(fields, vec!["a", "0,1", "12", "0000abcd", "v1"]);
+        assert_eq!(
+            fields.iter().collect::<Vec<_>>(),
+            vec!["a", "0,1", "12", "0000abcd", "v1"]
+        );
         assert_eq!(digest, Some(255));
         assert_eq!(inner_digests_of(line), Some("AAAAAAAAAAA"));
         assert_eq!(inner_digests_of("a\t0,1\t12"), None);
+    }
+
+    #[test]
+    fn a_record_file_with_a_bad_byte_still_reads_its_other_lines() {
+        let text = record_text(b"a\t0,1\t12\n\xff\xfe\na\t0,2\t13\n");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            (lines[0], lines[2], lines.len()),
+            ("a\t0,1\t12", "a\t0,2\t13", 3)
+        );
+        // Text as zshard writes it is read in place.
+        assert!(matches!(
+            record_text(b"a\t0,1\t12\n"),
+            std::borrow::Cow::Borrowed("a\t0,1\t12\n")
+        ));
     }
 
     #[test]

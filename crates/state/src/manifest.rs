@@ -155,7 +155,7 @@ pub fn merge(files: &[(String, Bytes)]) -> Manifest {
 /// Adds the records of a manifest file (or of the merged `manifest.tsv`) to `manifest`, a later
 /// line of a shard over an earlier; lines that do not parse are skipped.
 pub fn parse_into(bytes: &[u8], manifest: &mut Manifest) {
-    for line in String::from_utf8_lossy(bytes).lines() {
+    for line in crate::made_from::record_text(bytes).lines() {
         if let Some((path, coord, entry)) = Entry::parse_line(line) {
             manifest.insert((path, coord), entry);
         }

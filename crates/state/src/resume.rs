@@ -281,8 +281,8 @@ pub(super) fn uncheckpointed_entries(
             continue;
         };
         let grid = plan.arrays[i].geometry.shard_grid();
-        if let Some(coord) = recorded_coord(&coord, &grid) {
-            found.insert((i, linear_index(&coord, &grid), entry.size), entry.crc32c);
+        if let Some(index) = recorded_index(&coord, &grid) {
+            found.insert((i, index, entry.size), entry.crc32c);
         }
     }
     found
@@ -364,9 +364,9 @@ pub(super) fn records(survey: &Survey, plan: &Outputs, dir: &str, digests: &Dige
         })
         .collect();
     for (writer, bytes, kept) in files {
-        for line in String::from_utf8_lossy(bytes).lines() {
+        for line in record_text(bytes).lines() {
             let (fields, digest) = split_digest(line);
-            let mut fields = fields.into_iter();
+            let mut fields = fields.iter();
             let (Some(path), Some(coord)) = (fields.next(), fields.next()) else {
                 continue;
             };
@@ -387,8 +387,7 @@ pub(super) fn records(survey: &Survey, plan: &Outputs, dir: &str, digests: &Dige
             let Some((i, grid, first)) = arrays.get(path) else {
                 continue;
             };
-            if let Some(coord) = recorded_coord(coord, grid) {
-                let index = linear_index(&coord, grid);
+            if let Some(index) = recorded_index(coord, grid) {
                 if !plan.owns(writer, *i, index, *first) {
                     continue;
                 }

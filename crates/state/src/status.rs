@@ -336,7 +336,7 @@ pub fn read_status(dst: &Store) -> Result<Status> {
             shards: 0,
             bytes: 0,
         };
-        let text = String::from_utf8_lossy(bytes);
+        let text = crate::made_from::record_text(bytes);
         // A compacted file names the batches it holds, each flushed at its own time (its
         // modification time is the compaction's).
         let stamps = text.lines().next().and_then(crate::batch_stamps);
@@ -583,7 +583,7 @@ fn parse_record(
 ) -> Option<(usize, u64, Option<u64>)> {
     // What the shard was made from (`s:`, see `made_from.rs`) says nothing of progress.
     let (fields, _digest) = crate::made_from::split_digest(line);
-    let mut fields = fields.into_iter();
+    let mut fields = fields.iter();
     let (path, coord) = (fields.next()?, fields.next()?);
     let size = match fields.next() {
         Some(size) => Some(size.parse::<u64>().ok()?),

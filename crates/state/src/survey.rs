@@ -283,16 +283,23 @@ pub(super) fn shard_coord(array_path: &str, key: &str, grid: &[u64]) -> Option<V
         .filter(|coord| inside(coord, grid))
 }
 
-/// The coordinate of a record line (`i,j,...`, as [`ShardLog::record`] writes it) in `grid`.
-pub(super) fn recorded_coord(text: &str, grid: &[u64]) -> Option<Vec<u64>> {
-    let coord: Vec<u64> = if text.is_empty() {
-        Vec::new()
-    } else {
-        text.split(',')
-            .map(|p| p.parse().ok())
-            .collect::<Option<_>>()?
-    };
-    (coord.len() == grid.len() && inside(&coord, grid)).then_some(coord)
+/// The C-order index in `grid` of the shard a record line's coordinate (`i,j,...`, as
+/// [`ShardLog::record`] writes it) names, when it is inside the grid; without a vector per line
+/// (an update reads each kept line several times).
+pub(super) fn recorded_index(text: &str, grid: &[u64]) -> Option<u64> {
+    let mut parts = (!text.is_empty())
+        .then(|| text.split(','))
+        .into_iter()
+        .flatten();
+    let mut index = 0u64;
+    for &extent in grid {
+        let c: u64 = parts.next()?.parse().ok()?;
+        if c >= extent {
+            return None;
+        }
+        index = index * extent + c;
+    }
+    parts.next().is_none().then_some(index)
 }
 
 pub(super) fn inside(coord: &[u64], grid: &[u64]) -> bool {
