@@ -84,5 +84,5 @@ pub use zshard_pipeline::{Cancel, PartOutcome, ShardOutcome, Stats};
 pub use zshard_state::{
     Observer, Partition, Work, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_STALE_AFTER,
 };
-pub use zshard_store::StoreOptions;
+pub use zshard_store::{ListedCount, StoreOptions};
 pub use zshard_zarr::ome::OmeMetadata;

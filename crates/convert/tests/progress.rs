@@ -1,11 +1,12 @@
 //! What a conversion tells its `Observer` as it goes (issue 18, point 2): the work ahead, then every
 //! part of every shard as it is written (so a shard cut into parts advances part by part), before
-//! its shard; the parts add up to the work and the shards' outcomes.
+//! its shard; the parts add up to the work and the shards' outcomes. Before the work, the listing of
+//! the source, whose objects it counts as they are listed.
 
 use std::sync::Mutex;
 
 use serde_json::json;
-use zshard_convert::{Conversion, Layout, Observer, PartOutcome, ShardOutcome, Work};
+use zshard_convert::{Conversion, Layout, ListedCount, Observer, PartOutcome, ShardOutcome, Work};
 
 /// An uncompressed 2048 x 4096 uint16 Zarr v2 array (16 MiB) of 256 x 256 chunks (all present).
 fn write_source(dir: &std::path::Path) {
@@ -23,20 +24,29 @@ fn write_source(dir: &std::path::Path) {
     }
 }
 
-/// Every event in the order it came.
+/// Every event in the order it came, and the objects listed when the work was told.
 #[derive(Default)]
-struct Events(Mutex<Vec<Event>>);
+struct Events(Mutex<Vec<Event>>, Mutex<Option<u64>>);
 
 #[derive(Debug, Clone)]
 enum Event {
+    Listing(ListedCount),
     Work(Work),
     Part(String, PartOutcome),
     Shard(ShardOutcome),
 }
 
 impl Observer for Events {
+    fn listing(&self, listed: &ListedCount) {
+        let event = Event::Listing(listed.clone());
+        self.0.lock().expect("lock").push(event);
+    }
     fn work(&self, work: &Work) {
-        self.0.lock().expect("lock").push(Event::Work(work.clone()));
+        let mut events = self.0.lock().expect("lock");
+        if let Some(Event::Listing(listed)) = events.first() {
+            *self.1.lock().expect("lock") = Some(listed.get());
+        }
+        events.push(Event::Work(work.clone()));
     }
     fn part_done(&self, array: &str, part: &PartOutcome) {
         let event = Event::Part(array.to_string(), part.clone());
@@ -67,7 +77,22 @@ fn convert_observed(shard_shape: Vec<u64>) -> (u64, Vec<Event>, zshard_convert::
         .expect("parts");
     let events = Events::default();
     let report = conversion.convert(&events).expect("convert");
-    let events = events.0.into_inner().expect("events");
+    let listed_at_work = events.1.into_inner().expect("count");
+    let mut events = events.0.into_inner().expect("events");
+    // The listing comes first, and is told once; by the time the work is known it has counted every
+    // object of the source's array folder (the 128 chunks and `.zarray`) and those of the
+    // destination's state that its survey listed (the lease, the claim and, when it has landed, the
+    // options record).
+    let Some(Event::Listing(_)) = events.first() else {
+        panic!("the listing comes first: {events:?}");
+    };
+    events.remove(0);
+    let listed = listed_at_work.expect("a count when the work was told");
+    assert!(
+        (8 * 16 + 1..=8 * 16 + 1 + 3).contains(&listed),
+        "{listed} listed"
+    );
+    assert!(!events.iter().any(|e| matches!(e, Event::Listing(_))));
     (
         parts_per_shard,
         events,
@@ -112,7 +137,9 @@ fn parts_are_reported_before_their_shard_and_add_up_to_the_work() {
                 let seen = &parts_seen[&outcome.task.shard];
                 assert_eq!(seen, &(0..parts_per_shard).collect::<Vec<_>>());
             }
-            Event::Work(_) => panic!("the work is told once"),
+            Event::Work(_) | Event::Listing(_) => {
+                panic!("the work is told once, after the listing")
+            }
         }
     }
     assert_eq!(parts, 2 * parts_per_shard);

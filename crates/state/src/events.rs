@@ -4,6 +4,12 @@
 
 /// Told about a run as it goes (a progress bar, a log, a Python callback).
 pub trait Observer: Sync {
+    /// Before the run starts, its listing of the source (what each shard is made from now, to
+    /// compare with what a finished destination was made from) is under way, beside the survey of
+    /// the destination: `listed` counts the objects both have named so far, for a display to read
+    /// as often as it shows it until [`Observer::started`] (a source of many objects takes minutes
+    /// to list). Told once, and not for a run whose source names no versions.
+    fn listing(&self, _listed: &zshard_store::ListedCount) {}
     /// The run starts with this many shards to convert (those not done by an earlier run).
     fn started(&self, _pending_shards: u64) {}
     /// The work ahead, after [`Observer::started`]: shards, inner chunks and raw bytes.

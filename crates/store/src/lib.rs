@@ -39,7 +39,7 @@ pub use error::{Error, Result};
 pub use guard::HttpGuard;
 pub use location::{Bucket, Location, Overlap};
 pub use options::StoreOptions;
-pub use runtime::IoRuntime;
+pub use runtime::{IoRuntime, ListedCount};
 pub use store::{staged_base, ListedObject, PutNew, Store, Visit};
 pub use upload::Upload;
 pub use zip::ZipDirectory;

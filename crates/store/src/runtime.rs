@@ -11,6 +11,38 @@ pub struct IoRuntime {
     runtime: tokio::runtime::Runtime,
     options: StoreOptions,
     retries: std::sync::atomic::AtomicU64,
+    listed: ListedCount,
+}
+
+/// The objects the listings of a runtime's stores have named so far, object by object (see
+/// [`crate::Store::visit_objects_split`]): what a display shows while a run lists its source, before
+/// it has any other figure. Clones count together; [`ListedCount::since_now`] counts from a moment.
+#[derive(Debug, Clone, Default)]
+pub struct ListedCount {
+    listed: Arc<std::sync::atomic::AtomicU64>,
+    base: u64,
+}
+
+impl ListedCount {
+    /// Objects listed since this count was taken.
+    pub fn get(&self) -> u64 {
+        self.listed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(self.base)
+    }
+
+    /// This count from now on.
+    pub fn since_now(&self) -> ListedCount {
+        ListedCount {
+            listed: Arc::clone(&self.listed),
+            base: self.listed.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn add(&self, objects: u64) {
+        self.listed
+            .fetch_add(objects, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl IoRuntime {
@@ -31,6 +63,7 @@ impl IoRuntime {
             runtime,
             options,
             retries: Default::default(),
+            listed: ListedCount::default(),
         }))
     }
 
@@ -38,6 +71,15 @@ impl IoRuntime {
     /// retries of status codes are not seen here).
     pub fn retries(&self) -> u64 {
         self.retries.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The objects this runtime's listings name from now on (see [`ListedCount`]).
+    pub fn listed_count(&self) -> ListedCount {
+        self.listed.since_now()
+    }
+
+    pub(crate) fn listed(&self) -> &ListedCount {
+        &self.listed
     }
 
     pub(crate) fn retry_counter(&self) -> &std::sync::atomic::AtomicU64 {

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use zshard_convert::{Observer, PartOutcome, ShardOutcome, Work};
+use zshard_convert::{ListedCount, Observer, PartOutcome, ShardOutcome, Work};
 
 /// `--progress`: how a conversion shows its progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -182,6 +182,8 @@ pub struct Progress {
     started: AtomicBool,
     /// The thread printing log lines, and the sender that stops it.
     logger: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// The thread showing the source's listing before the work is known, and its stop.
+    lister: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
 impl Progress {
@@ -207,6 +209,7 @@ impl Progress {
             counts: Arc::new(Counts::default()),
             started: AtomicBool::new(false),
             logger: Mutex::new(None),
+            lister: Mutex::new(None),
         }
     }
 
@@ -217,6 +220,7 @@ impl Progress {
             status,
             zshard_convert::Status::Ok | zshard_convert::Status::Complete
         );
+        self.stop_listing();
         crate::signals::show_notices_above(None);
         let started = self.started.load(Ordering::Relaxed);
         match &self.display {
@@ -238,6 +242,15 @@ impl Progress {
                 }
             }
             Display::Hidden => {}
+        }
+    }
+
+    /// Stops showing the listing (the work is known, or the run ends).
+    fn stop_listing(&self) {
+        let lister = self.lister.lock().ok().and_then(|mut l| l.take());
+        if let Some((stop, thread)) = lister {
+            drop(stop);
+            let _ = thread.join();
         }
     }
 
@@ -266,17 +279,66 @@ impl Progress {
 /// The bar: raw bytes done of the total with rate and ETA, then the other figures.
 fn bar() -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, ETA {eta} | {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    bar.set_style(bar_style());
     bar
 }
 
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, ETA {eta} | {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// While the source is listed (and the destination surveyed): no bytes to count yet, the objects
+/// listed.
+fn listing_style() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+fn listing_message(objects: u64) -> String {
+    format!("listing the source and the destination: {objects} objects")
+}
+
 impl Observer for Progress {
+    /// A spinner with the objects listed so far, or a log line every `--log-interval` (a long
+    /// listing otherwise shows nothing for minutes), until the work is known.
+    fn listing(&self, listed: &ListedCount) {
+        let (every, bar) = match &self.display {
+            Display::Bar(bar) => (Duration::from_millis(200), Some(bar.clone())),
+            Display::Log(every) => (*every, None),
+            Display::Hidden => return,
+        };
+        if let Some(bar) = &bar {
+            bar.set_style(listing_style());
+            bar.set_message(listing_message(0));
+            bar.enable_steady_tick(every);
+        }
+        let (stop, stopped) = mpsc::channel::<()>();
+        let listed = listed.clone();
+        let start = Instant::now();
+        let thread = std::thread::Builder::new()
+            .name("zshard-listing".into())
+            .spawn(move || {
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    match &bar {
+                        Some(bar) => bar.set_message(listing_message(listed.get())),
+                        None => eprintln!(
+                            "zshard: listing elapsed={} objects={}",
+                            compact(Duration::from_secs(start.elapsed().as_secs())),
+                            listed.get()
+                        ),
+                    }
+                }
+            });
+        if let (Ok(thread), Ok(mut lister)) = (thread, self.lister.lock()) {
+            *lister = Some((stop, thread));
+        }
+    }
+
     fn started(&self, pending_shards: u64) {
+        self.stop_listing();
         self.started.store(true, Ordering::Relaxed);
         self.counts
             .shards_total
@@ -311,6 +373,7 @@ impl Observer for Progress {
         let _ = counts.start.set(Instant::now());
         match &self.display {
             Display::Bar(bar) => {
+                bar.set_style(bar_style());
                 bar.set_length(raw_total);
                 bar.set_position(work.done_raw_bytes);
                 // The rate and ETA from this run's progress, not the jump to what was done.

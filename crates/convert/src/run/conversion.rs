@@ -282,7 +282,11 @@ impl Conversion {
         let read_jobs = plan.read_jobs(input);
         let tracked = crate::run::digests::tracked(&read_jobs);
         let kept = opened.kept_sources(self.overwrite);
+        let listed_count = opened.runtime.listed_count();
         let listing = crate::run::digests::Pending::start(read_jobs, destination.clone(), kept);
+        if tracked {
+            observer.listing(&listed_count);
+        }
         let fingerprint = &opened.fingerprint()?.tracking_sources(tracked);
         let planned = |skipped: &[u64]| -> Result<()> {
             builder

@@ -127,6 +127,14 @@ impl Store {
         splits: &[String],
         visit: &mut dyn FnMut(Visit<'_>),
     ) -> Result<()> {
+        // Counted for a display of the run's progress while it lists (see `ListedCount`).
+        let listed = self.runtime.listed().clone();
+        let visit = &mut |visited: Visit<'_>| {
+            if let Visit::Object(_) = visited {
+                listed.add(1);
+            }
+            visit(visited)
+        };
         let path = self.path(prefix)?;
         // A local folder: one file system call per file, subfolders side by side (local_list.rs).
         if let Some(base) = self.local_path("").filter(|_| !self.location.is_remote()) {
