@@ -238,6 +238,11 @@ def test_progress_callback_gets_increasing_figures(many_shards, tmp_path):
     src, _ = many_shards
     seen: list[zshard.Progress] = []
     report = zshard.convert(src, tmp_path / "out.zarr", progress=seen.append, **MANY_OPTIONS)
+    # Calls while the source is listed (if any came) count its objects, before any shard.
+    listing = [p for p in seen if p.shards_total == 0]
+    assert seen[: len(listing)] == listing, seen
+    assert all(p.shards_done == p.bytes_read == 0 for p in listing), listing
+    seen = seen[len(listing) :]
     # At most one call per 100 ms and one at the end: at least one while it runs.
     assert len(seen) >= 2, seen
     for before, after in zip(seen, seen[1:]):
@@ -246,12 +251,18 @@ def test_progress_callback_gets_increasing_figures(many_shards, tmp_path):
         assert after.bytes_read > before.bytes_read
         assert after.bytes_written > before.bytes_written
     assert all(p.shards_total == 256 for p in seen)
+    # The source's 1,024 chunks and `.zarray` were listed, and a few objects of the destination's
+    # state (its lease and claim) by the survey beside it; the count stays as it stood then.
+    listed = seen[-1].objects_listed
+    assert 1024 < listed < 1024 + 8, listed
+    assert all(p.objects_listed == listed for p in seen)
     assert seen[-1] == zshard.Progress(
         shards_done=256,
         shards_total=256,
         chunks_read=1024,
         bytes_read=report.totals.bytes_read,
         bytes_written=report.totals.bytes_written,
+        objects_listed=listed,
     )
 
 
@@ -275,7 +286,9 @@ def test_keyboard_interrupt_from_the_callback_stops_and_a_rerun_resumes_to_the_s
     assert resumed.status == "ok"
     assert resumed.totals.shards_skipped >= 10
     assert resumed.totals.shards_skipped + resumed.totals.shards_written == 256
-    # Issue 44: the resumed run's progress counts the whole conversion from what was done, as status does.
+    # Issue 44: the resumed run's progress counts the whole conversion from what was done, as status
+    # does (after any calls while the source is listed).
+    seen = [p for p in seen if p.shards_total]
     assert all(p.shards_total == 256 for p in seen), seen
     assert seen[0].shards_done >= resumed.totals.shards_skipped, (seen[0], resumed.totals)
     assert seen[-1].shards_done == 256

@@ -38,6 +38,10 @@ struct Counters {
     chunks_read: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// The objects the listings have named, counted live until the work is known
+    /// ([`Observer::listing`]), then as they stood then (`objects_listed`).
+    listing: Mutex<Option<zshard_convert::ListedCount>>,
+    objects_listed: AtomicU64,
     /// Warnings not yet handed to Python.
     warnings: Mutex<Vec<String>>,
 }
@@ -50,11 +54,21 @@ struct Figures {
     chunks_read: u64,
     bytes_read: u64,
     bytes_written: u64,
+    objects_listed: u64,
 }
 
 impl Counters {
+    /// The objects listed so far, or when the work became known.
+    fn objects_listed(&self) -> u64 {
+        match self.listing.lock().ok().as_deref() {
+            Some(Some(listing)) => listing.get(),
+            _ => self.objects_listed.load(Ordering::Relaxed),
+        }
+    }
+
     fn figures(&self) -> Figures {
         Figures {
+            objects_listed: self.objects_listed(),
             shards_done: self.shards_done.load(Ordering::Relaxed),
             shards_total: self.shards_total.load(Ordering::Relaxed),
             chunks_read: self.chunks_read.load(Ordering::Relaxed),
@@ -72,7 +86,20 @@ impl Counters {
 }
 
 impl Observer for Counters {
+    fn listing(&self, listed: &zshard_convert::ListedCount) {
+        if let Ok(mut listing) = self.listing.lock() {
+            *listing = Some(listed.clone());
+        }
+    }
+
     fn started(&self, pending_shards: u64) {
+        // The listing is over: its count stays as it stands (later listings, of the destination's
+        // records at the end, are not the source's).
+        let listed = self.objects_listed();
+        self.objects_listed.store(listed, Ordering::Relaxed);
+        if let Ok(mut listing) = self.listing.lock() {
+            *listing = None;
+        }
         self.shards_total.store(pending_shards, Ordering::Relaxed);
     }
 
@@ -460,6 +487,7 @@ fn figures_dict(py: Python<'_>, f: Figures) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("chunks_read", f.chunks_read)?;
     dict.set_item("bytes_read", f.bytes_read)?;
     dict.set_item("bytes_written", f.bytes_written)?;
+    dict.set_item("objects_listed", f.objects_listed)?;
     Ok(dict)
 }
 

@@ -44,7 +44,10 @@ def _tqdm_bar() -> Iterator[Callable[[dict[str, int]], object] | None]:
     def update(figures: dict[str, int]) -> None:
         bar.total = figures["shards_total"]
         bar.n = figures["shards_done"]
-        bar.set_postfix_str(f"{figures['bytes_written'] / 2**20:.1f} MiB written", refresh=False)
+        if figures["shards_total"]:
+            bar.set_postfix_str(f"{figures['bytes_written'] / 2**20:.1f} MiB written", refresh=False)
+        else:
+            bar.set_postfix_str(f"listing: {figures['objects_listed']} objects", refresh=False)
         bar.refresh()
 
     try:

@@ -24,6 +24,10 @@ class Progress(NamedTuple):
         Bytes read from the source so far.
     bytes_written : int
         Bytes written to the destination so far.
+    objects_listed : int
+        Objects the run's listings named before its work was known: the source's (what each shard
+        is made from) and those of the destination's survey. A source of millions of chunks takes
+        minutes to list: the first calls may come meanwhile, with ``shards_total`` still 0.
     """
 
     shards_done: int
@@ -31,6 +35,7 @@ class Progress(NamedTuple):
     chunks_read: int
     bytes_read: int
     bytes_written: int
+    objects_listed: int = 0
 
 
 def _skipped(docs: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
