@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use zshard_core::linear_index;
 use zshard_store::Store;
 
 use crate::error::{Error, Result};
@@ -602,18 +601,7 @@ fn parse_record(
     }
     let array = plan.iter().position(|a| a.path == path)?;
     let grid = &plan[array].grid;
-    let coord: Vec<u64> = if coord.is_empty() {
-        Vec::new()
-    } else {
-        coord
-            .split(',')
-            .map(|c| c.parse().ok())
-            .collect::<Option<_>>()?
-    };
-    if coord.len() != grid.len() || coord.iter().zip(grid).any(|(c, g)| c >= g) {
-        return None;
-    }
-    Some((array, linear_index(&coord, grid), size))
+    Some((array, crate::survey::recorded_index(coord, grid)?, size))
 }
 
 /// `w<I>of<N>` as (I, N).
