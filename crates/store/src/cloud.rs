@@ -22,6 +22,7 @@ use url::Url;
 use crate::error::{Error, Result};
 use crate::guard::{GuardedConnector, HttpGuard};
 use crate::options::StoreOptions;
+use crate::s3_list::S3Lister;
 
 /// object_store's retries of failed requests (statuses 5xx and 429, connections refused or reset,
 /// timeouts): the same timing as zshard's own retry layer, so both span `--retry-timeout`.
@@ -67,9 +68,17 @@ fn client_defaults(
     .collect()
 }
 
-/// The store for `url` and the path of its location inside it, and the same store as a
-/// [`MultipartStore`] where it is one (so that upload ids can be recorded and aborted later).
-pub(crate) type Opened = (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>, Path);
+/// The store for `url` and what goes with it.
+pub(crate) struct Opened {
+    pub(crate) inner: Arc<dyn ObjectStore>,
+    /// The same store as a [`MultipartStore`] where it is one (so that upload ids can be recorded
+    /// and aborted later).
+    pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
+    /// The path of the location inside the store.
+    pub(crate) root: Path,
+    /// An S3 bucket's faster listing (see `crate::s3_list`).
+    pub(crate) s3_lister: Option<Arc<S3Lister>>,
+}
 
 fn client(o: &StoreOptions, allow_http: bool) -> ClientOptions {
     ClientOptions::new()
@@ -88,20 +97,42 @@ pub(crate) fn open(url: &Url, o: &StoreOptions) -> Result<Opened> {
     let path = |p: &str| Path::from_url_path(p).map_err(|e| invalid(e.to_string()));
     match url.scheme() {
         "s3" | "s3a" => {
-            let store = Arc::new(s3(url, o).build().map_err(build)?);
-            Ok((store.clone(), Some(store), path(url.path())?))
+            let builder = s3(url, o);
+            let store = Arc::new(builder.clone().build().map_err(build)?);
+            let s3_lister = S3Lister::new(url, &builder, store.clone()).map_err(build)?;
+            Ok(Opened {
+                inner: store.clone(),
+                multipart: Some(store),
+                root: path(url.path())?,
+                s3_lister: s3_lister.map(Arc::new),
+            })
         }
         "gs" => {
             let store = Arc::new(gcs(url, o, &Environment::process()).build().map_err(build)?);
-            Ok((store.clone(), Some(store), path(url.path())?))
+            Ok(Opened {
+                inner: store.clone(),
+                multipart: Some(store),
+                root: path(url.path())?,
+                s3_lister: None,
+            })
         }
         "az" | "azure" | "abfs" | "abfss" | "adl" => {
             let store = Arc::new(azure(url, o).build().map_err(build)?);
-            Ok((store.clone(), Some(store), path(url.path())?))
+            Ok(Opened {
+                inner: store.clone(),
+                multipart: Some(store),
+                root: path(url.path())?,
+                s3_lister: None,
+            })
         }
         "http" | "https" => {
-            let (store, path) = http(url, o, None)?;
-            Ok((store, None, path))
+            let (inner, root) = http(url, o, None)?;
+            Ok(Opened {
+                inner,
+                multipart: None,
+                root,
+                s3_lister: None,
+            })
         }
         other => Err(invalid(format!(
             "unsupported scheme {other}:// (use a local path, file://, s3://, gs://, az://, abfs:// or http(s)://)"

@@ -30,6 +30,7 @@ mod multipart;
 mod options;
 mod retry;
 mod runtime;
+mod s3_list;
 mod store;
 mod upload;
 mod zip;

@@ -35,6 +35,10 @@ pub(crate) fn is_transient(e: &object_store::Error) -> bool {
     let mut depth = 0;
     let mut below_http = false;
     while let Some(error) = link {
+        // zshard's own S3 listing (s3_list.rs) meets statuses outside object_store's retries.
+        if let Some(status) = error.downcast_ref::<crate::s3_list::ListStatus>() {
+            return status.is_transient();
+        }
         if error.downcast_ref::<HttpError>().is_some() {
             if depth < REQUEST_LOOP_DEPTH {
                 return true;

@@ -29,6 +29,7 @@ pub(super) fn remote(inner: Arc<dyn ObjectStore>) -> Store {
         multipart: None,
         records: None,
         root: Path::from("out.zarr"),
+        s3_lister: None,
         location: Location::parse("s3://bucket/out.zarr").expect("location"),
         backend: Backend::Object,
         concurrency: 4,

@@ -317,9 +317,10 @@ impl Store {
                 .ok()
                 .and_then(|last| last.clone())
                 .or_else(|| after.cloned());
-            let mut stream = match &from {
-                Some(from) => self.inner.list_with_offset(Some(path), from),
-                None => self.inner.list(Some(path)),
+            let mut stream = match (&self.s3_lister, &from) {
+                (Some(s3), from) => s3.list(path, from.as_ref()),
+                (None, Some(from)) => self.inner.list_with_offset(Some(path), from),
+                (None, None) => self.inner.list(Some(path)),
             };
             let mut batch = Vec::new();
             let mut through: Option<Path> = None;

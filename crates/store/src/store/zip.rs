@@ -51,6 +51,8 @@ impl Store {
             inner: Arc::new(zip),
             multipart: None,
             records: None,
+            // The zip's members are listed from its directory, never by the bucket's listing.
+            s3_lister: None,
             root: Path::default(),
             location: location.clone(),
             backend: Backend::Zip,
