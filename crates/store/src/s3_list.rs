@@ -237,12 +237,12 @@ enum Field {
     Other,
 }
 
-/// An object's fields as a page names them, before they are checked.
+/// An object's fields as a page names them, read as they come.
 #[derive(Debug, Default)]
 struct Contents {
     key: Option<String>,
-    size: Option<String>,
-    last_modified: Option<String>,
+    size: Option<u64>,
+    last_modified: Option<DateTime<Utc>>,
     e_tag: Option<String>,
 }
 
@@ -250,36 +250,51 @@ impl Contents {
     /// The object, with what object_store requires of it: a key that is a valid path, a size and
     /// a modification time.
     fn into_meta(self) -> object_store::Result<ObjectMeta> {
-        let missing = |field: &str| {
+        let Contents {
+            key,
+            size,
+            last_modified,
+            e_tag,
+        } = self;
+        let missing = |field: &str, key: Option<&str>| {
             generic(BadPage {
-                reason: format!("an object without {field}"),
+                reason: format!("an object ({key:?}) without {field}"),
             })
         };
-        let key = self.key.ok_or_else(|| missing("a Key"))?;
-        let size = self.size.ok_or_else(|| missing("a Size"))?;
-        let size = size.trim().parse::<u64>().map_err(|e| {
-            generic(BadPage {
-                reason: format!("the size {size:?} of {key:?}: {e}"),
-            })
-        })?;
-        let modified = self
-            .last_modified
-            .ok_or_else(|| missing("a LastModified"))?;
-        let last_modified = DateTime::parse_from_rfc3339(modified.trim())
-            .map_err(|e| {
-                generic(BadPage {
-                    reason: format!("the time {modified:?} of {key:?}: {e}"),
-                })
-            })?
-            .with_timezone(&Utc);
+        let Some(size) = size else {
+            return Err(missing("a Size", key.as_deref()));
+        };
+        let Some(last_modified) = last_modified else {
+            return Err(missing("a LastModified", key.as_deref()));
+        };
+        let Some(key) = key else {
+            return Err(missing("a Key", None));
+        };
         Ok(ObjectMeta {
             location: Path::parse(key)?,
             last_modified,
             size,
-            e_tag: self.e_tag,
+            e_tag,
             version: None,
         })
     }
+}
+
+fn parse_size(text: &str) -> object_store::Result<u64> {
+    text.trim().parse::<u64>().map_err(|e| {
+        generic(BadPage {
+            reason: format!("the size {text:?}: {e}"),
+        })
+    })
+}
+
+fn parse_time(text: &str) -> object_store::Result<DateTime<Utc>> {
+    let time = DateTime::parse_from_rfc3339(text.trim()).map_err(|e| {
+        generic(BadPage {
+            reason: format!("the time {text:?}: {e}"),
+        })
+    })?;
+    Ok(time.with_timezone(&Utc))
 }
 
 /// The objects and next page's token of a ListObjectsV2 answer. Element text is unescaped as
@@ -334,15 +349,18 @@ fn parse_page(body: &[u8]) -> object_store::Result<ListPage> {
                 text.push_str(&resolved);
             }
             Event::End(end) => {
-                let value = std::mem::take(&mut text);
+                // The text buffer is kept for the fields read in place (size, time).
                 match (field, contents.as_mut()) {
-                    (Field::NextToken, _) if !value.is_empty() => page.next_token = Some(value),
-                    (Field::Key, Some(c)) => c.key = Some(value),
-                    (Field::Size, Some(c)) => c.size = Some(value),
-                    (Field::LastModified, Some(c)) => c.last_modified = Some(value),
-                    (Field::ETag, Some(c)) => c.e_tag = Some(value),
+                    (Field::NextToken, _) if !text.is_empty() => {
+                        page.next_token = Some(std::mem::take(&mut text))
+                    }
+                    (Field::Key, Some(c)) => c.key = Some(text.clone()),
+                    (Field::Size, Some(c)) => c.size = Some(parse_size(&text)?),
+                    (Field::LastModified, Some(c)) => c.last_modified = Some(parse_time(&text)?),
+                    (Field::ETag, Some(c)) => c.e_tag = Some(text.clone()),
                     _ => {}
                 }
+                text.clear();
                 if depth == 2 && end.local_name().as_ref() == b"Contents" {
                     if let Some(c) = contents.take() {
                         page.objects.push(c.into_meta()?);

@@ -168,13 +168,17 @@ impl Store {
     }
 
     /// The key (relative to this store) of an object path of the inner store; `None` outside it.
+    /// (A path's text is its encoded parts joined by `/`: the key is what follows the root's parts,
+    /// taken from the text without a part-by-part copy, as every listed object's key is.)
     pub(super) fn key_of(&self, location: &Path) -> Option<String> {
-        location.prefix_match(&self.root).map(|parts| {
-            parts
-                .map(|p| p.as_ref().to_string())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
+        let (path, root) = (location.as_ref(), self.root.as_ref());
+        if root.is_empty() {
+            return Some(path.to_string());
+        }
+        match path.strip_prefix(root)? {
+            "" => Some(String::new()),
+            rest => rest.strip_prefix('/').map(str::to_string),
+        }
     }
 
     /// [`Store::list_objects`] as a future on the store's I/O runtime (see [`Store::block_on`]).
