@@ -94,7 +94,7 @@ impl S3Lister {
             (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
             (None, false) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
         };
-        let bucket_endpoint = Url::parse(&bucket_endpoint).map_err(|e| generic(e))?;
+        let bucket_endpoint = Url::parse(&bucket_endpoint).map_err(generic)?;
         let mut options = ClientOptions::new();
         for key in CLIENT_KEYS {
             if let Some(v) = value(AmazonS3ConfigKey::Client(key)) {

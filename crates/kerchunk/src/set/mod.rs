@@ -105,7 +105,8 @@ enum Layout {
         indexes: HashMap<String, Arc<ChunkIndex>>,
     },
     Parquet {
-        store: Store,
+        /// Boxed: a store is larger than the JSON layout's handles.
+        store: Box<Store>,
         record_size: u64,
         /// The real path of a local set's folder: its reference files must resolve inside it.
         real_root: Option<PathBuf>,

@@ -373,7 +373,7 @@ impl ReferenceSet {
         Ok(ReferenceSet {
             shared,
             layout: Layout::Parquet {
-                store,
+                store: Box::new(store),
                 record_size,
                 real_root,
             },
