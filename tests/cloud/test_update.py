@@ -183,6 +183,8 @@ def test_names_that_need_escaping_are_listed_and_updated_on_s3(request, tmp_path
     dst.put(f"in.zarr/{names[0]}/1.0", (local / names[0] / "1.0").read_bytes())
     run_zshard(*args, env=env)
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["update"]["shards_rewritten"] == 1, report
-    assert report["update"]["shards_added"] == 0 and report["update"]["shards_removed"] == 0, report
+    # No update at all (`null`) when the rerun did not see the changed chunk.
+    counts = report["update"] or {}
+    assert (counts.get("shards_rewritten"), counts.get("shards_added"), counts.get("shards_removed")) == (1, 0, 0), \
+        report
     check()
