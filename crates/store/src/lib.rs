@@ -2,7 +2,8 @@
 //! root) opened through [`object_store`], so local directories and cloud buckets have one API.
 //! Reads of local stores are plain file reads on the calling thread (cheaper than object_store's
 //! task per file); everything else is an object_store request on a dedicated [`IoRuntime`] that is
-//! separate from the CPU workers. Batched ranged reads are grouped by [`coalesce`], objects too big
+//! separate from the CPU workers (S3 listings are signed by object_store and read by zshard, which
+//! parses their pages several times faster). Batched ranged reads are grouped by [`coalesce`], objects too big
 //! for memory are written as an [`Upload`], and transient failures are retried by their error kind.
 //! A `.zip` or `.ozx` location opened as a source is the store of the zip's members, read by range
 //! (see [`ZipDirectory`]).

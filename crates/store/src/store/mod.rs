@@ -5,7 +5,8 @@
 //!   thread; staged leftovers, symbolic links and group commit (`deferring_sync`, `checkpoint`)
 //!   exist only here.
 //! - `Backend::Object` (`object.rs`, `list.rs`, `read_ahead.rs`): a bucket prefix or HTTP root.
-//!   Every request is an object_store request on the [`IoRuntime`], retried by error kind;
+//!   Every request is an object_store request on the [`IoRuntime`] (an S3 bucket's listing
+//!   excepted: zshard reads its pages, `crate::s3_list`, signed by object_store), retried by error kind;
 //!   big objects go up as multipart uploads (`crate::multipart`, `crate::upload`).
 //! - `Backend::Zip` (`zip.rs`, with the reader in `crate::zip`): the members of a `.zip`/`.ozx`
 //!   file, read only, through the store of the folder holding it.
