@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numcodecs
@@ -91,6 +93,44 @@ def test_parts_equal_whole_shards(index, threads, dtype, chunks, tmp_path, zshar
     data = make_source(src, dtype, chunks)
     dst, _ = convert_in_parts(zshard_bin, src, tmp_path, threads, index)
     assert_readback(dst, data)
+
+
+def cached_bytes(path: Path) -> int:
+    """Bytes of the file that the page cache holds (util-linux's fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+@pytest.mark.parametrize("index", ["end", "start"])
+def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path, zshard_bin):
+    """Shards written whole (1 MiB and more) and in parts go around the page cache where the filesystem
+    takes direct I/O: fincore finds none of their pages cached right after the conversion (a buffered
+    write leaves them all there). Values and bytes as usual: parts equal whole shards, zarr reads back."""
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is missing")
+    fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout
+    if fs.strip() == "tmpfs":
+        pytest.skip("tmpfs takes no direct I/O")
+    src = tmp_path / "noise.zarr"
+    shape, shard, inner = (1024, 2048), (1024, 1024), (64, 64)
+    data = np.random.default_rng(7).integers(0, 2**16, size=shape, dtype="<u2")
+    a = zarr.create_array(str(src), shape=shape, chunks=(100, 100), dtype="<u2",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0, zarr_format=2)
+    a[:] = data
+    opts = ["--shard-shape", shape_arg(shard), "--chunk-shape", shape_arg(inner), "--index-location", index]
+    whole, parted = tmp_path / "whole.zarr", tmp_path / "parted.zarr"
+    convert_ok(zshard_bin, src, whole, *opts, "--quiet")
+    convert_ok(zshard_bin, src, parted, *opts, "--memory-limit", LIMIT, "--quiet")
+    assert plan_parts(zshard_bin, src, tmp_path / "planned.zarr", *opts, "--memory-limit", LIMIT)[
+        "parts_per_shard"] > 1
+    shards = sorted((whole / "c").rglob("*"))
+    shards = [p for p in shards if p.is_file()]
+    assert len(shards) == 2 and all(p.stat().st_size > 2 * 1024 * 1024 for p in shards)
+    for p in shards + [p for p in (parted / "c").rglob("*") if p.is_file()]:
+        assert cached_bytes(p) == 0, f"{p}: {cached_bytes(p)} of {p.stat().st_size} bytes in the page cache"
+    assert shard_files(whole) == shard_files(parted)
+    assert_readback(whole, data)
 
 
 @pytest.mark.parametrize("index", ["end", "start"])

@@ -4,7 +4,9 @@
 //! task per file); everything else is an object_store request on a dedicated [`IoRuntime`] that is
 //! separate from the CPU workers (S3 listings are signed by object_store and read by zshard, which
 //! parses their pages several times faster). Batched ranged reads are grouped by [`coalesce`], objects too big
-//! for memory are written as an [`Upload`], and transient failures are retried by their error kind.
+//! for memory are written as an [`Upload`] (local ones, and every local object of 1 MiB or more, with direct
+//! I/O around the page cache where the filesystem takes it), and transient failures are retried by
+//! their error kind.
 //! A `.zip` or `.ozx` location opened as a source is the store of the zip's members, read by range
 //! (see [`ZipDirectory`]).
 //!
@@ -23,6 +25,7 @@
 
 mod cloud;
 mod coalesce;
+mod direct;
 mod error;
 mod guard;
 mod local_list;

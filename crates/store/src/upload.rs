@@ -3,14 +3,14 @@
 //! the upload finishes. An upload dropped before [`Upload::finish`] leaves nothing under the key.
 
 use std::fs::File;
-use std::io::{IoSlice, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use object_store::WriteMultipart;
 
+use crate::direct::{write_all_vectored, StagingFile};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -33,7 +33,7 @@ pub struct Upload {
 enum Target {
     /// A local staging file next to the destination, renamed into place when complete.
     Local {
-        file: File,
+        file: StagingFile,
         staging: PathBuf,
         dest: PathBuf,
     },
@@ -77,14 +77,8 @@ impl Store {
                 if let Some(parent) = dest.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| io_error("cannot create", e))?;
                 }
-                let seq = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
-                // `<key>#<suffix>` is the local backend's staging name; a resumed run removes leftovers.
-                let mut name = dest.file_name().unwrap_or_default().to_os_string();
-                name.push(format!("#zshard-{}-{seq}", std::process::id()));
-                let staging = dest.with_file_name(name);
-                let mut file = File::create(&staging).map_err(|e| io_error("cannot create", e))?;
-                file.seek(SeekFrom::Start(reserved))
-                    .map_err(|e| io_error("cannot write", e))?;
+                let (file, staging) = create_staging(&dest, reserved)
+                    .map_err(|e| io_error("cannot create", e))?;
                 Target::Local {
                     file,
                     staging,
@@ -117,7 +111,11 @@ impl Upload {
     pub fn append(&mut self, piece: &Bytes) -> Result<()> {
         let (store, key) = (&self.store, &self.key);
         match &mut self.target {
-            Target::Local { file, .. } | Target::Spool(file) => {
+            Target::Local { file, .. } => {
+                file.append(piece)
+                    .map_err(|source| io_error(store, key, "cannot write", source))?;
+            }
+            Target::Spool(file) => {
                 file.write_all(piece)
                     .map_err(|source| io_error(store, key, "cannot write", source))?;
             }
@@ -141,7 +139,13 @@ impl Upload {
     pub fn append_all(&mut self, pieces: &[Bytes]) -> Result<()> {
         let (store, key) = (&self.store, &self.key);
         match &mut self.target {
-            Target::Local { file, .. } | Target::Spool(file) => {
+            Target::Local { file, .. } => {
+                file.append_all(pieces)
+                    .map_err(|source| io_error(store, key, "cannot write", source))?;
+                self.written += pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+                Ok(())
+            }
+            Target::Spool(file) => {
                 write_all_vectored(file, pieces)
                     .map_err(|source| io_error(store, key, "cannot write", source))?;
                 self.written += pieces.iter().map(|p| p.len() as u64).sum::<u64>();
@@ -186,9 +190,7 @@ impl Upload {
                 dest,
             } => {
                 let published = (|| {
-                    if self.reserved > 0 {
-                        file.write_all_at(head, 0)?;
-                    }
+                    let file = file.finish(if self.reserved > 0 { head } else { &[] })?;
                     // As the local store does for every put: after a crash the key is complete or
                     // absent (unless syncing is deferred to a checkpoint, see `deferring_sync`).
                     if !self.store.deferred_sync {
@@ -249,6 +251,23 @@ impl Upload {
     }
 }
 
+/// Creates the staging file of `dest`, `<name>#<n>` with `n` decimal: the local backend's staging
+/// name (see [`crate::staged_base`]), which a rerun removes when a killed run leaves it behind. `n`
+/// starts from the process id, and a name that exists (another process's) is passed over.
+fn create_staging(dest: &std::path::Path, reserved: u64) -> std::io::Result<(StagingFile, PathBuf)> {
+    let base = u64::from(std::process::id()) * 1_000_000;
+    loop {
+        let seq = STAGING_SEQ.fetch_add(1, Ordering::Relaxed) % 1_000_000;
+        let mut name = dest.file_name().unwrap_or_default().to_os_string();
+        name.push(format!("#{}", base + seq));
+        let staging = dest.with_file_name(name);
+        match StagingFile::create_new(&staging, reserved) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            created => return created.map(|file| (file, staging)),
+        }
+    }
+}
+
 /// Starts the multipart upload of `key` with the pieces held so far.
 fn start_multipart(store: &Store, key: &str, pieces: &[Bytes]) -> Result<WriteMultipart> {
     let path = store.path(key)?;
@@ -277,25 +296,6 @@ fn send_piece(store: &Store, key: &str, writer: &mut WriteMultipart, piece: &Byt
             Ok(())
         })
         .map_err(|e| store.request_error("cannot write", key, e))
-}
-
-/// Writes every byte of `pieces`, resuming after short writes.
-fn write_all_vectored(file: &mut File, pieces: &[Bytes]) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = pieces
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
-        .collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        match file.write_vectored(rest) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut rest, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn io_error(store: &Store, key: &str, operation: &'static str, source: std::io::Error) -> Error {

@@ -9,6 +9,10 @@ use super::local::staged_file_vanished;
 use super::{PutNew, Store};
 use crate::error::{Error, Result};
 
+/// Local objects from this size on are written as an [`crate::Upload`] (directly, around the page
+/// cache, where the filesystem allows); smaller ones (metadata, records) through object_store.
+const DIRECT_PUT_MIN: usize = 1 << 20;
+
 impl Store {
     /// [`Store::get`] as a future on the store's I/O runtime (to run side by side with other
     /// requests inside [`Store::block_on`]).
@@ -282,6 +286,11 @@ impl Store {
         self.refuse_link(key)?;
         let part_size = self.part_size();
         let total: usize = parts.iter().map(Bytes::len).sum();
+        if total >= DIRECT_PUT_MIN && self.local_path(key).is_some() {
+            // A shard-sized local file: written around the page cache where the filesystem allows
+            // (see `Upload`), as a shard written in parts is.
+            return self.put_local_upload(key, &parts);
+        }
         // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
         // failed one was aborted).
         let result = if self.location.is_remote() && total > part_size {
@@ -297,6 +306,25 @@ impl Store {
                 location: self.url(key),
                 source: Box::new(source),
             })
+    }
+
+    /// A local object written as an [`crate::Upload`]. Like object_store's put, it is written again
+    /// (a bounded number of times) when its staging file vanished before the rename: another run
+    /// into the same destination removed it as a leftover.
+    fn put_local_upload(&self, key: &str, parts: &[Bytes]) -> Result<Option<String>> {
+        let mut attempts = 0;
+        loop {
+            let mut upload = self.upload(key, 0)?;
+            upload.append_all(parts)?;
+            match upload.finish_versioned(&Bytes::new()) {
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && attempts < 3 =>
+                {
+                    attempts += 1;
+                }
+                result => return result.map(|(_, version)| version),
+            }
+        }
     }
 
     /// Writes a small object (a record, a metadata document) with one PUT, as a future on the store's
