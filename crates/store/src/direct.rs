@@ -10,8 +10,8 @@
 //! padded with zeros and the file cut to its length. The reserved head (a shard index at the start)
 //! is kept in memory with the rest of its first block until it is known.
 //!
-//! Filesystems that refuse direct I/O (tmpfs, most FUSE filesystems) get the buffered writes
-//! zshard always made; a direct write refused later falls back to buffered for the rest of the
+//! Filesystems that refuse direct I/O (most FUSE filesystems) and those in memory (tmpfs, where
+//! it would buy nothing) get the buffered writes zshard always made; a direct write refused later falls back to buffered for the rest of the
 //! file.
 
 use std::fs::File;
@@ -36,8 +36,14 @@ impl StagingFile {
     /// Creates `path`, which must not exist, with `reserved` bytes at its start left for
     /// [`StagingFile::finish`]'s head.
     pub(crate) fn create_new(path: &std::path::Path, reserved: u64) -> std::io::Result<Self> {
-        let mut file = File::create_new(path)?;
-        let direct = match direct_alignment(&file) {
+        let file = File::create_new(path)?;
+        let align = direct_alignment(&file);
+        Self::new(file, reserved, align)
+    }
+
+    /// A staging file written directly with this alignment, or buffered for `None`.
+    fn new(mut file: File, reserved: u64, align: Option<usize>) -> std::io::Result<Self> {
+        let direct = match align {
             Some(align) => Some(Direct::new(align, reserved)?),
             None => {
                 file.seek(SeekFrom::Start(reserved))?;
@@ -89,6 +95,14 @@ impl StagingFile {
 #[cfg(target_os = "linux")]
 fn direct_alignment(file: &File) -> Option<usize> {
     use rustix::fs::{AtFlags, OFlags, StatxFlags};
+    // Memory filesystems hold every file in the page cache whatever the flag (tmpfs takes
+    // `O_DIRECT` since Linux 6.6): gathering into blocks would only add a copy.
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let kind = rustix::fs::fstatfs(file).ok()?.f_type as u64;
+    if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
+        return None;
+    }
     let statx = rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN).ok()?;
     let align = if statx.stx_mask & StatxFlags::DIOALIGN.bits() != 0 {
         // Linux 6.1 and later say what the filesystem needs; 0 means it takes no direct I/O.
@@ -278,25 +292,43 @@ pub(crate) fn write_all_vectored(file: &mut File, pieces: &[Bytes]) -> std::io::
 mod tests {
     use super::*;
 
-    /// Pieces of awkward sizes (empty, one byte, across blocks) with a head of `reserved` bytes.
-    fn write(dir: &std::path::Path, reserved: usize, sizes: &[usize]) -> (Vec<u8>, bool) {
-        let path = dir.join(format!("staged-{reserved}-{}", sizes.len()));
+    /// Pieces of awkward sizes (empty, one byte, across blocks) with a head of `reserved` bytes, written
+    /// directly where the temporary folder's filesystem takes it (`buffered`: never).
+    fn write(dir: &std::path::Path, reserved: usize, sizes: &[usize], buffered: bool) -> bool {
+        let path = dir.join(format!("staged-{reserved}-{}-{buffered}", sizes.len()));
         let mut expected = vec![0u8; reserved];
-        let mut file = StagingFile::create_new(&path, reserved as u64).expect("create");
+        let file = File::create_new(&path).expect("create");
+        let align = if buffered {
+            None
+        } else {
+            direct_alignment(&file)
+        };
+        let mut file = StagingFile::new(file, reserved as u64, align).expect("staging");
         let direct = file.is_direct();
         for (i, size) in sizes.iter().enumerate() {
             let piece: Vec<u8> = (0..*size).map(|j| (i * 31 + j * 7) as u8).collect();
             expected.extend_from_slice(&piece);
-            file.append_all(&[Bytes::from(piece), Bytes::new()]).expect("append");
+            match i % 2 {
+                0 => file.append_all(&[Bytes::from(piece), Bytes::new()]),
+                _ => file.append(&piece),
+            }
+            .expect("append");
         }
         let head: Vec<u8> = (0..reserved).map(|j| (j % 251) as u8 + 1).collect();
         expected[..reserved].copy_from_slice(&head);
         drop(file.finish(&head).expect("finish"));
-        assert_eq!(std::fs::read(&path).expect("read"), expected, "{reserved} {sizes:?}");
-        (expected, direct)
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            expected,
+            "{reserved} {sizes:?}"
+        );
+        direct
     }
 
-    fn cases(dir: &std::path::Path) -> Vec<bool> {
+    /// Every case, and whether each was written directly.
+    fn cases(buffered: bool) -> Vec<bool> {
+        // The temporary folder is on a disk filesystem on most machines (direct writes there).
+        let dir = tempfile::tempdir().expect("tempdir");
         let mut direct = Vec::new();
         for reserved in [0, 4, 8196, BLOCK - 3, BLOCK + 5000] {
             for sizes in [
@@ -306,26 +338,31 @@ mod tests {
                 vec![BLOCK - 1, 2, BLOCK, 3 * BLOCK + 11],
                 vec![5; 1000],
             ] {
-                direct.push(write(dir, reserved, &sizes).1);
+                direct.push(write(dir.path(), reserved, &sizes, buffered));
             }
         }
         direct
     }
 
     #[test]
-    fn files_hold_exactly_what_was_appended() {
-        // The temporary folder is on a disk filesystem on most machines (direct writes there).
-        let dir = tempfile::tempdir().expect("tempdir");
-        cases(dir.path());
+    fn direct_files_hold_exactly_what_was_appended() {
+        let direct = cases(false);
+        // Where the filesystem takes direct I/O, every file was written so.
+        assert!(direct.iter().all(|d| *d == direct[0]));
     }
 
     #[test]
-    fn filesystems_without_direct_io_are_written_buffered() {
+    fn buffered_files_hold_exactly_what_was_appended() {
+        assert!(cases(true).iter().all(|direct| !direct));
+    }
+
+    #[test]
+    fn memory_filesystems_are_written_buffered() {
         let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
             return;
         };
-        // tmpfs takes no direct I/O.
-        assert!(cases(dir.path()).iter().all(|direct| !direct));
+        let file = File::create_new(dir.path().join("f")).expect("create");
+        assert_eq!(direct_alignment(&file), None);
     }
 
     #[test]

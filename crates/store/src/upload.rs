@@ -77,8 +77,8 @@ impl Store {
                 if let Some(parent) = dest.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| io_error("cannot create", e))?;
                 }
-                let (file, staging) = create_staging(&dest, reserved)
-                    .map_err(|e| io_error("cannot create", e))?;
+                let (file, staging) =
+                    create_staging(&dest, reserved).map_err(|e| io_error("cannot create", e))?;
                 Target::Local {
                     file,
                     staging,
@@ -254,7 +254,10 @@ impl Upload {
 /// Creates the staging file of `dest`, `<name>#<n>` with `n` decimal: the local backend's staging
 /// name (see [`crate::staged_base`]), which a rerun removes when a killed run leaves it behind. `n`
 /// starts from the process id, and a name that exists (another process's) is passed over.
-fn create_staging(dest: &std::path::Path, reserved: u64) -> std::io::Result<(StagingFile, PathBuf)> {
+fn create_staging(
+    dest: &std::path::Path,
+    reserved: u64,
+) -> std::io::Result<(StagingFile, PathBuf)> {
     let base = u64::from(std::process::id()) * 1_000_000;
     loop {
         let seq = STAGING_SEQ.fetch_add(1, Ordering::Relaxed) % 1_000_000;
