@@ -364,7 +364,7 @@ pub(crate) fn local_version(metadata: &std::fs::Metadata) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::IoRuntime;
+    use crate::{staged_base, IoRuntime};
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("test");
@@ -447,5 +447,23 @@ mod tests {
         drop(upload);
         assert_eq!(store.get("a/c/2").expect("test"), None);
         assert_eq!(files(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_staging_file_of_a_killed_upload_is_one_a_rerun_removes() {
+        let (dir, store) = store();
+        let mut uploads: Vec<Upload> = (0..3)
+            .map(|_| store.upload("a/c/2", 16).expect("test"))
+            .collect();
+        for upload in &mut uploads {
+            upload.append(&Bytes::from(vec![7u8; 1000])).expect("test");
+        }
+        // A process killed here leaves the staging files behind (dropping would remove them).
+        let staged = store.staged_keys("").expect("test");
+        assert_eq!(staged.len(), 3, "{staged:?}");
+        assert!(staged.iter().all(|k| staged_base(k) == Some("a/c/2")));
+        store.remove_staged_of("a/c/2").expect("test");
+        assert_eq!(files(dir.path()), Vec::<String>::new());
+        uploads.clear();
     }
 }
