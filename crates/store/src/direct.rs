@@ -10,8 +10,9 @@
 //! padded with zeros and the file cut to its length. The reserved head (a shard index at the start)
 //! is kept in memory with the rest of its first block until it is known.
 //!
-//! Filesystems that refuse direct I/O (most FUSE filesystems) and those in memory (tmpfs, where
-//! it would buy nothing) get the buffered writes zshard always made; a direct write refused later falls back to buffered for the rest of the
+//! Only local disk filesystems (ext4, XFS, btrfs) are written so; those in memory (tmpfs) and
+//! network and cluster filesystems get the buffered writes zshard always made. A direct write the
+//! filesystem refuses (an alignment it did not announce) is made buffered, as is the rest of the
 //! file.
 
 use std::fs::File;
@@ -95,12 +96,15 @@ impl StagingFile {
 #[cfg(target_os = "linux")]
 fn direct_alignment(file: &File) -> Option<usize> {
     use rustix::fs::{AtFlags, OFlags, StatxFlags};
-    // Memory filesystems hold every file in the page cache whatever the flag (tmpfs takes
-    // `O_DIRECT` since Linux 6.6): gathering into blocks would only add a copy.
-    const TMPFS_MAGIC: u64 = 0x0102_1994;
-    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    // Only local disk filesystems: in memory (tmpfs takes `O_DIRECT` since Linux 6.6) the pages
+    // are the file, so the gathering would only add a copy; on network and cluster filesystems
+    // (NFS, Lustre, GPFS, CIFS, FUSE) a direct write can be a synchronous round trip of its own,
+    // and their clients manage their caches themselves.
+    const EXT4_SUPER_MAGIC: u64 = 0xef53;
+    const XFS_SUPER_MAGIC: u64 = 0x5846_5342;
+    const BTRFS_SUPER_MAGIC: u64 = 0x9123_683e;
     let kind = rustix::fs::fstatfs(file).ok()?.f_type as u64;
-    if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
+    if ![EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC].contains(&kind) {
         return None;
     }
     let statx = rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN).ok()?;
