@@ -398,12 +398,21 @@ fn mean_2x2_unsigned<const N: usize>(
             let dst = &mut out[written..written + row_bytes];
             // The whole row as if nothing were masked, without a branch per block (so that it
             // vectorises); again block by block in the rare row that holds the masked value.
-            let mut hit = false;
-            for (v, o) in blocks::<N>(upper, lower, &mut *dst) {
-                hit |= (v[0] == masked) | (v[1] == masked) | (v[2] == masked) | (v[3] == masked);
-                let mean = (v[0] + v[1] + v[2] + v[3] + 2) >> 2;
-                o.copy_from_slice(&mean.to_le_bytes()[..N]);
-            }
+            let hit = match N {
+                1 | 2 => mean_row_narrow::<N>(upper, lower, dst, masked),
+                _ => {
+                    let mut hit = false;
+                    for (v, o) in blocks::<N>(upper, lower, &mut *dst) {
+                        hit |= (v[0] == masked)
+                            | (v[1] == masked)
+                            | (v[2] == masked)
+                            | (v[3] == masked);
+                        let mean = (v[0] + v[1] + v[2] + v[3] + 2) >> 2;
+                        o.copy_from_slice(&mean.to_le_bytes()[..N]);
+                    }
+                    hit
+                }
+            };
             if hit {
                 for (v, o) in blocks::<N>(upper, lower, &mut *dst) {
                     let kept = v.iter().filter(|&&x| x != masked);
@@ -427,6 +436,37 @@ fn mean_2x2_unsigned<const N: usize>(
         }
     }
     Some(out)
+}
+
+/// One row of [`mean_2x2_unsigned`] for elements of one or two bytes, as if nothing were masked:
+/// four of them sum within a `u32`, and in 32-bit lanes the loop vectorises (a quarter of the time
+/// of the 64-bit one). Returns whether any element is `masked`.
+#[inline(always)]
+fn mean_row_narrow<const N: usize>(
+    upper: &[u8],
+    lower: &[u8],
+    dst: &mut [u8],
+    masked: u64,
+) -> bool {
+    // Elements are below 2^16: a masked value of more bytes matches none of them.
+    let masked = u32::try_from(masked).unwrap_or(u32::MAX);
+    let le = |b: &[u8]| -> u32 {
+        let mut v = [0u8; 4];
+        v[..N].copy_from_slice(&b[..N]);
+        u32::from_le_bytes(v)
+    };
+    let mut hit = false;
+    for ((a, b), o) in upper
+        .chunks_exact(2 * N)
+        .zip(lower.chunks_exact(2 * N))
+        .zip(dst.chunks_exact_mut(N))
+    {
+        let v = [le(&a[..N]), le(&a[N..]), le(&b[..N]), le(&b[N..])];
+        hit |= (v[0] == masked) | (v[1] == masked) | (v[2] == masked) | (v[3] == masked);
+        let mean = (v[0] + v[1] + v[2] + v[3] + 2) >> 2;
+        o.copy_from_slice(&mean.to_le_bytes()[..N]);
+    }
+    hit
 }
 
 /// The 2 x 2 blocks of a row pair (`upper`, `lower`) of unsigned integers of `N` bytes, with the
