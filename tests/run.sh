@@ -102,6 +102,12 @@ step "container build steps (pipelines/Dockerfile's build stage, outside a conta
 tests/container-build.sh
 
 step "interop tests (zarr-python, tensorstore)"
+# Shards written with direct I/O on XFS (4 KiB sectors) and btrfs loop devices
+# (tests/interop/test_direct_filesystems.py): their mkfs.
+if ! command -v mkfs.xfs >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing xfsprogs and btrfs-progs from Debian"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs btrfs-progs >/dev/null
+fi
 tests/interop/run.sh
 
 step "Python package (tests/python: pip install ./crates/python, then the zshard module and command)"
