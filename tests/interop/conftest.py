@@ -93,6 +93,25 @@ def shape_arg(shape: Iterable[int]) -> str:
     return ",".join(str(int(s)) for s in shape)
 
 
+def cached_bytes(path: Path) -> int:
+    """Bytes of the file that the page cache holds (util-linux's fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+def noise_source(path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], seed: int) -> np.ndarray:
+    """A Zarr v2 uint16 array of random values (zstd 1, which cannot shrink them), written by
+    zarr-python; returns the values."""
+    import numcodecs
+    import zarr
+    data = np.random.default_rng(seed).integers(0, 2**16, size=shape, dtype="<u2")
+    a = zarr.create_array(str(path), shape=shape, chunks=chunks, dtype="<u2",
+                          compressors=numcodecs.Zstd(level=1), fill_value=0, zarr_format=2)
+    a[:] = data
+    return data
+
+
 # --------------------------------------------------------------------------
 # CRC32C (Castagnoli), pure Python: index blobs are tiny
 # --------------------------------------------------------------------------

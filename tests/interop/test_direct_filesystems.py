@@ -18,12 +18,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import numcodecs
-import numpy as np
 import pytest
-import zarr
 
-from conftest import assert_readback, convert_ok, shape_arg
+from conftest import assert_readback, cached_bytes, convert_ok, noise_source, shape_arg
 
 SHAPE, SHARD, INNER = (1024, 2048), (1024, 1024), (64, 64)
 PAGE = 4096
@@ -61,10 +58,7 @@ def mounted(request, tmp_path):
 
 def test_shards_on_xfs_with_4k_sectors_and_btrfs(mounted: Path, tmp_path, zshard_bin):
     src = tmp_path / "noise.zarr"
-    data = np.random.default_rng(11).integers(0, 2**16, size=SHAPE, dtype="<u2")
-    a = zarr.create_array(str(src), shape=SHAPE, chunks=(100, 100), dtype="<u2",
-                          compressors=numcodecs.Zstd(level=1), fill_value=0, zarr_format=2)
-    a[:] = data
+    data = noise_source(src, SHAPE, (100, 100), seed=11)
     for index in ("end", "start"):
         for parts in ([], ["--memory-limit", "50MiB"]):
             opts = ["--shard-shape", shape_arg(SHARD), "--chunk-shape", shape_arg(INNER), "--index-location",
@@ -76,7 +70,7 @@ def test_shards_on_xfs_with_4k_sectors_and_btrfs(mounted: Path, tmp_path, zshard
             shards = sorted(p.relative_to(there) for p in (there / "c").rglob("*") if p.is_file())
             assert len(shards) == 2, shards
             for rel in shards:
-                cached = int(sh("fincore", "--bytes", "--noheadings", "--output", "RES", str(there / rel)))
+                cached = cached_bytes(there / rel)
                 assert cached <= PAGE, f"{name}/{rel}: {cached} bytes in the page cache"
                 assert (there / rel).read_bytes() == (here / rel).read_bytes(), f"{name}/{rel} differs"
             assert_readback(there, data)

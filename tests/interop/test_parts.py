@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import assert_readback, convert_ok, read_with_zarr, run_zshard, shape_arg
+from conftest import (assert_readback, cached_bytes, convert_ok, noise_source, read_with_zarr, run_zshard,
+                      shape_arg)
 
 SHAPE, SHARD, INNER = (640, 1040), (640, 520), (32, 40)
 # Leaves the data about 2 MiB above the fixed base: shards of these arrays need several parts.
@@ -95,13 +96,6 @@ def test_parts_equal_whole_shards(index, threads, dtype, chunks, tmp_path, zshar
     assert_readback(dst, data)
 
 
-def cached_bytes(path: Path) -> int:
-    """Bytes of the file that the page cache holds (util-linux's fincore)."""
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
-                         capture_output=True, text=True, check=True).stdout
-    return int(out.strip())
-
-
 @pytest.mark.parametrize("index", ["end", "start"])
 def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path, zshard_bin):
     """Shards written whole (1 MiB and more) and in parts go around the page cache where the filesystem
@@ -114,10 +108,7 @@ def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path,
         pytest.skip("tmpfs holds every file in the page cache")
     src = tmp_path / "noise.zarr"
     shape, shard, inner = (1024, 2048), (1024, 1024), (64, 64)
-    data = np.random.default_rng(7).integers(0, 2**16, size=shape, dtype="<u2")
-    a = zarr.create_array(str(src), shape=shape, chunks=(100, 100), dtype="<u2",
-                          compressors=numcodecs.Zstd(level=1), fill_value=0, zarr_format=2)
-    a[:] = data
+    data = noise_source(src, shape, (100, 100), seed=7)
     opts = ["--shard-shape", shape_arg(shard), "--chunk-shape", shape_arg(inner), "--index-location", index]
     whole, parted = tmp_path / "whole.zarr", tmp_path / "parted.zarr"
     convert_ok(zshard_bin, src, whole, *opts, "--quiet")

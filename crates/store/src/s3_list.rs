@@ -280,18 +280,20 @@ impl Contents {
     }
 }
 
-fn parse_size(text: &str) -> object_store::Result<u64> {
+/// The size of the object `key` (S3 writes the Key before the Size, so it is known here).
+fn parse_size(text: &str, key: Option<&str>) -> object_store::Result<u64> {
     text.trim().parse::<u64>().map_err(|e| {
         generic(BadPage {
-            reason: format!("the size {text:?}: {e}"),
+            reason: format!("the size {text:?} of {key:?}: {e}"),
         })
     })
 }
 
-fn parse_time(text: &str) -> object_store::Result<DateTime<Utc>> {
+/// The modification time of the object `key`.
+fn parse_time(text: &str, key: Option<&str>) -> object_store::Result<DateTime<Utc>> {
     let time = DateTime::parse_from_rfc3339(text.trim()).map_err(|e| {
         generic(BadPage {
-            reason: format!("the time {text:?}: {e}"),
+            reason: format!("the time {text:?} of {key:?}: {e}"),
         })
     })?;
     Ok(time.with_timezone(&Utc))
@@ -355,8 +357,10 @@ fn parse_page(body: &[u8]) -> object_store::Result<ListPage> {
                         page.next_token = Some(std::mem::take(&mut text))
                     }
                     (Field::Key, Some(c)) => c.key = Some(text.clone()),
-                    (Field::Size, Some(c)) => c.size = Some(parse_size(&text)?),
-                    (Field::LastModified, Some(c)) => c.last_modified = Some(parse_time(&text)?),
+                    (Field::Size, Some(c)) => c.size = Some(parse_size(&text, c.key.as_deref())?),
+                    (Field::LastModified, Some(c)) => {
+                        c.last_modified = Some(parse_time(&text, c.key.as_deref())?)
+                    }
                     (Field::ETag, Some(c)) => c.e_tag = Some(text.clone()),
                     _ => {}
                 }
@@ -458,6 +462,11 @@ mod tests {
         for case in cases {
             let error = parse_page(case.as_bytes()).expect_err(case);
             assert!(!error.to_string().is_empty(), "{case}");
+        }
+        // A bad field names the object it belongs to.
+        for case in &cases[..3] {
+            let error = parse_page(case.as_bytes()).expect_err(case).to_string();
+            assert!(error.contains("\"k\""), "{case}: {error}");
         }
     }
 

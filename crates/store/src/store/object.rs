@@ -283,14 +283,14 @@ impl Store {
     /// one.
     pub fn put_parts_versioned(&self, key: &str, parts: Vec<Bytes>) -> Result<Option<String>> {
         let path = self.path(key)?;
-        self.refuse_link(key)?;
-        let part_size = self.part_size();
         let total: usize = parts.iter().map(Bytes::len).sum();
         if total >= DIRECT_PUT_MIN && self.local_path(key).is_some() {
             // A shard-sized local file: written around the page cache where the filesystem allows
-            // (see `Upload`), as a shard written in parts is.
+            // (see `Upload`, which refuses a link on the way as below), as a shard written in parts is.
             return self.put_local_upload(key, &parts);
         }
+        self.refuse_link(key)?;
+        let part_size = self.part_size();
         // A retried PUT resends the whole object; a retried multipart upload starts a new upload (the
         // failed one was aborted).
         let result = if self.location.is_remote() && total > part_size {
