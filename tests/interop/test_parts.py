@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -122,6 +123,48 @@ def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path,
         assert cached_bytes(p) == 0, f"{p}: {cached_bytes(p)} of {p.stat().st_size} bytes in the page cache"
     assert shard_files(whole) == shard_files(parted)
     assert_readback(whole, data)
+
+
+def evict(path: Path) -> None:
+    """Drops a written file's pages from the page cache, as a source nobody has read lately is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_uncached_source_chunks_are_read_around_the_page_cache(tmp_path, zshard_bin):
+    """Issue 43: source chunk files of 256 KiB and more that are not in the page cache are read with
+    direct I/O where the filesystem takes it, so a conversion leaves at most the one page it probed of
+    each in the cache (a buffered read leaves them whole); a cached source is read from the cache as
+    before. The values read back exactly either way, and the shards are the same bytes."""
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is missing")
+    fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout
+    if fs.strip() not in ("ext2/ext3", "xfs", "btrfs"):
+        pytest.skip(f"direct reads are for local disk filesystems, not {fs.strip()}")
+    src = tmp_path / "noise.zarr"
+    data = noise_source(src, (1024, 2048), (512, 512), seed=11)
+    chunks = [p for p in sorted(src.rglob("*")) if p.is_file() and not p.name.startswith(".")]
+    assert len(chunks) == 8 and all(p.stat().st_size >= 256 * 1024 for p in chunks)
+    for p in chunks:
+        evict(p)
+    if any(cached_bytes(p) for p in chunks):
+        pytest.skip("the kernel kept the source's pages after POSIX_FADV_DONTNEED")
+    opts = ["--shard-shape", "1024,1024", "--chunk-shape", "256,256", "--quiet"]
+    cold, hot = tmp_path / "cold.zarr", tmp_path / "hot.zarr"
+    convert_ok(zshard_bin, src, cold, *opts)
+    for p in chunks:
+        assert cached_bytes(p) <= 4096, f"{p}: {cached_bytes(p)} of {p.stat().st_size} bytes in the page cache"
+    for p in chunks:
+        p.read_bytes()
+    convert_ok(zshard_bin, src, hot, *opts)
+    for p in chunks:
+        assert cached_bytes(p) >= p.stat().st_size, f"{p}: a cached source stays cached"
+    assert shard_files(cold) == shard_files(hot)
+    assert_readback(cold, data)
 
 
 @pytest.mark.parametrize("index", ["end", "start"])

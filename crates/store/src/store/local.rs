@@ -189,16 +189,19 @@ impl Store {
             if size > max {
                 return Ok(Err((size, false)));
             }
+            if let Some(read) = crate::direct::read_uncached(&f, size) {
+                return read.map(Ok);
+            }
             // Reserved at the stated size (at most `max`), so that reading does not grow the buffer.
             let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             f.take(max.saturating_add(1)).read_to_end(&mut data)?;
             if data.len() as u64 > max {
                 return Ok(Err((data.len() as u64, true)));
             }
-            Ok(Ok(data))
+            Ok(Ok(Bytes::from(data)))
         });
         match read {
-            Ok(Ok(data)) => Ok(Some(Bytes::from(data))),
+            Ok(Ok(data)) => Ok(Some(data)),
             Ok(Err((len, at_least))) => Err(Error::TooLarge {
                 location: self.url(key),
                 len,
