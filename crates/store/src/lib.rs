@@ -1,7 +1,8 @@
 //! Storage for zshard. A [`Store`] is a [`Location`] (a local directory, a bucket prefix, an HTTP
 //! root) opened through [`object_store`], so local directories and cloud buckets have one API.
 //! Reads of local stores are plain file reads on the calling thread (cheaper than object_store's
-//! task per file); everything else is an object_store request on a dedicated [`IoRuntime`] that is
+//! task per file; a whole file of 256 KiB or more that is not in the page cache is read around it);
+//! everything else is an object_store request on a dedicated [`IoRuntime`] that is
 //! separate from the CPU workers (S3 listings are signed by object_store and read by zshard, which
 //! parses their pages several times faster). Batched ranged reads are grouped by [`coalesce`], objects too big
 //! for memory are written as an [`Upload`] (local ones, and every local object of 1 MiB or more, with direct
