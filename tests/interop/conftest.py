@@ -100,6 +100,16 @@ def cached_bytes(path: Path) -> int:
     return int(out.strip())
 
 
+def evict(path: Path) -> None:
+    """Drops a written file's pages from the page cache, as a source nobody has read lately is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def noise_source(path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], seed: int) -> np.ndarray:
     """A Zarr v2 uint16 array of random values (zstd 1, which cannot shrink them), written by
     zarr-python; returns the values."""

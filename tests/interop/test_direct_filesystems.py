@@ -7,7 +7,9 @@ Each case converts a noise array (shards of more than 2 MiB) whole and in parts,
 end and at the start, onto the mounted filesystem and checks: the shard files are byte for byte those
 of the same conversion in the test's temporary folder, zarr-python reads the values back exactly, and
 util-linux's fincore finds at most one page of each shard cached (XFS zeroes the tail block of a
-truncated file through the cache). Needs root, losetup and mkfs.xfs / mkfs.btrfs (tests/run.sh installs
+truncated file through the cache). Source chunks of 256 KiB and more stored there and not cached are
+read directly too (issue 43): the values read back exactly and one probed page of each stays cached.
+Needs root, losetup and mkfs.xfs / mkfs.btrfs (tests/run.sh installs
 xfsprogs and btrfs-progs); skipped otherwise.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_readback, cached_bytes, convert_ok, noise_source, shape_arg
+from conftest import assert_readback, cached_bytes, convert_ok, evict, noise_source, shape_arg
 
 SHAPE, SHARD, INNER = (1024, 2048), (1024, 1024), (64, 64)
 PAGE = 4096
@@ -74,3 +76,16 @@ def test_shards_on_xfs_with_4k_sectors_and_btrfs(mounted: Path, tmp_path, zshard
                 assert cached <= PAGE, f"{name}/{rel}: {cached} bytes in the page cache"
                 assert (there / rel).read_bytes() == (here / rel).read_bytes(), f"{name}/{rel} differs"
             assert_readback(there, data)
+    # Issue 43: source chunks there that are not cached are read around the page cache, whole (their
+    # lengths are no multiple of the 4 KiB alignment), and only the probed page of each stays cached.
+    big = mounted / "big.zarr"
+    data = noise_source(big, SHAPE, (512, 512), seed=13)
+    chunks = [p for p in sorted(big.iterdir()) if p.is_file() and not p.name.startswith(".")]
+    for p in chunks:
+        evict(p)
+    out = tmp_path / "from-there.zarr"
+    convert_ok(zshard_bin, big, out, "--shard-shape", shape_arg(SHARD), "--chunk-shape", shape_arg(INNER),
+               "--quiet")
+    for p in chunks:
+        assert cached_bytes(p) <= PAGE, f"{p.name}: {cached_bytes(p)} bytes in the page cache"
+    assert_readback(out, data)

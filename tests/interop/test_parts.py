@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -25,8 +24,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import (assert_readback, cached_bytes, convert_ok, noise_source, read_with_zarr, run_zshard,
-                      shape_arg)
+from conftest import (assert_readback, cached_bytes, convert_ok, evict, noise_source, read_with_zarr,
+                      run_zshard, shape_arg)
 
 SHAPE, SHARD, INNER = (640, 1040), (640, 520), (32, 40)
 # Leaves the data about 2 MiB above the fixed base: shards of these arrays need several parts.
@@ -123,16 +122,6 @@ def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path,
         assert cached_bytes(p) == 0, f"{p}: {cached_bytes(p)} of {p.stat().st_size} bytes in the page cache"
     assert shard_files(whole) == shard_files(parted)
     assert_readback(whole, data)
-
-
-def evict(path: Path) -> None:
-    """Drops a written file's pages from the page cache, as a source nobody has read lately is."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def test_uncached_source_chunks_are_read_around_the_page_cache(tmp_path, zshard_bin):

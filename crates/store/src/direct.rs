@@ -353,12 +353,12 @@ fn is_cached(file: &File) -> bool {
         0,
         ReadWriteFlags::NOWAIT,
     );
-    let cached = !matches!(probe, Err(Errno::AGAIN));
-    if random && cached {
-        // Read as before, with readahead.
+    if random {
+        // A file read buffered after all (cached, or on a filesystem not read directly) is read
+        // as before, with readahead; a direct read has none.
         let _ = fadvise(file, 0, None, Advice::Normal);
     }
-    cached
+    !matches!(probe, Err(Errno::AGAIN))
 }
 
 #[cfg(not(target_os = "linux"))]
