@@ -100,6 +100,11 @@ def cached_bytes(path: Path) -> int:
     return int(out.strip())
 
 
+def filesystem(path: Path) -> str:
+    """The type of the filesystem `path` is on, as `stat -f` names it ("ext2/ext3" for ext4, "tmpfs", "xfs")."""
+    return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip()
+
+
 def evict(path: Path) -> None:
     """Drops a written file's pages from the page cache, as a source nobody has read lately is."""
     fd = os.open(path, os.O_RDONLY)

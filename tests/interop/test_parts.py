@@ -16,7 +16,6 @@ import json
 import math
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numcodecs
@@ -24,8 +23,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import (assert_readback, cached_bytes, convert_ok, evict, noise_source, read_with_zarr,
-                      run_zshard, shape_arg)
+from conftest import (assert_readback, cached_bytes, convert_ok, evict, filesystem, noise_source,
+                      read_with_zarr, run_zshard, shape_arg)
 
 SHAPE, SHARD, INNER = (640, 1040), (640, 520), (32, 40)
 # Leaves the data about 2 MiB above the fixed base: shards of these arrays need several parts.
@@ -103,8 +102,7 @@ def test_shards_on_local_disk_are_written_around_the_page_cache(index, tmp_path,
     write leaves them all there). Values and bytes as usual: parts equal whole shards, zarr reads back."""
     if shutil.which("fincore") is None:
         pytest.skip("fincore (util-linux) is missing")
-    fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout
-    if fs.strip() == "tmpfs":
+    if filesystem(tmp_path) == "tmpfs":
         pytest.skip("tmpfs holds every file in the page cache")
     src = tmp_path / "noise.zarr"
     shape, shard, inner = (1024, 2048), (1024, 1024), (64, 64)
@@ -131,9 +129,9 @@ def test_uncached_source_chunks_are_read_around_the_page_cache(tmp_path, zshard_
     before. The values read back exactly either way, and the shards are the same bytes."""
     if shutil.which("fincore") is None:
         pytest.skip("fincore (util-linux) is missing")
-    fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout
-    if fs.strip() not in ("ext2/ext3", "xfs", "btrfs"):
-        pytest.skip(f"direct reads are for local disk filesystems, not {fs.strip()}")
+    fs = filesystem(tmp_path)
+    if fs not in ("ext2/ext3", "xfs", "btrfs"):
+        pytest.skip(f"direct reads are for local disk filesystems, not {fs}")
     src = tmp_path / "noise.zarr"
     data = noise_source(src, (1024, 2048), (512, 512), seed=11)
     chunks = [p for p in sorted(src.rglob("*")) if p.is_file() and not p.name.startswith(".")]
