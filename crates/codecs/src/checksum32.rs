@@ -201,7 +201,7 @@ impl Checksum32Codec {
                 crc.sum()
             }
             Algorithm::Adler32 => adler32(data),
-            Algorithm::Crc32c => crc32c::crc32c(data),
+            Algorithm::Crc32c => zshard_core::crc32c(data),
             Algorithm::Fletcher32 => fletcher32(data),
             Algorithm::JenkinsLookup3(initval) => jenkins_lookup3(data, initval),
         }

@@ -18,7 +18,7 @@ impl BytesToBytesCodec for Crc32cCodec {
     fn encode(&self, decoded: &[u8]) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(decoded.len() + 4);
         out.extend_from_slice(decoded);
-        out.extend_from_slice(&crc32c::crc32c(decoded).to_le_bytes());
+        out.extend_from_slice(&zshard_core::crc32c(decoded).to_le_bytes());
         Ok(out)
     }
 
@@ -32,7 +32,7 @@ impl BytesToBytesCodec for Crc32cCodec {
         let (data, stored) = encoded.split_at(split);
         check_input_len(data, max_decoded_len, "crc32c")?;
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
-        let actual = crc32c::crc32c(data);
+        let actual = zshard_core::crc32c(data);
         if stored != actual {
             return Err(Error::codec(
                 "crc32c",

@@ -520,7 +520,7 @@ impl Stored {
     pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Stored {
         let mut stored = Stored::NOTHING;
         for part in parts {
-            stored.crc32c = crc32c::crc32c_append(stored.crc32c, part);
+            stored.crc32c = crate::crc32c_append(stored.crc32c, part);
             stored.bytes += part.len() as u64;
         }
         stored

@@ -19,6 +19,7 @@
 //! assert_eq!(reader.chunk(1), None);
 //! ```
 
+mod checksum;
 mod codec;
 pub mod downsample;
 mod dtype;
@@ -36,6 +37,7 @@ mod sharding;
 mod structs;
 mod vlen;
 
+pub use checksum::{crc32c, crc32c_append, crc32c_combine};
 pub use codec::{
     ArrayToArrayCodec, ArrayToBytesCodec, BytesToBytesCodec, ChunkRepr, CodecChain, CodecSpec,
 };

@@ -109,7 +109,7 @@ impl ShardIndex {
             }
         }
         if encoding.crc32c {
-            let sum = crc32c::crc32c(&out);
+            let sum = crate::crc32c(&out);
             out.extend_from_slice(&sum.to_le_bytes());
         }
         out
@@ -128,7 +128,7 @@ impl ShardIndex {
             let mut stored = [0u8; 4];
             stored.copy_from_slice(&bytes[chunks * 16..]);
             let stored = u32::from_le_bytes(stored);
-            let actual = crc32c::crc32c(body);
+            let actual = crate::crc32c(body);
             if stored != actual {
                 return Err(Error::ShardIndex {
                     reason: format!(
@@ -334,7 +334,7 @@ mod tests {
         // Empty entries are 2^64-1 twice, little endian.
         assert_eq!(&shard[8 + 16..8 + 32], &[0xff; 16]);
         // The checksum is crc32c of the 64 index bytes, little endian, at the very end.
-        let sum = crc32c::crc32c(&shard[8..8 + 64]).to_le_bytes();
+        let sum = crate::crc32c(&shard[8..8 + 64]).to_le_bytes();
         assert_eq!(&shard[shard.len() - 4..], &sum);
     }
 

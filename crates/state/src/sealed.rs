@@ -12,7 +12,7 @@ const SEAL: &str = "#crc32c\t";
 
 /// Ends `body` (whole lines) with its seal.
 pub(crate) fn seal(body: &mut Vec<u8>) {
-    let crc = crc32c::crc32c(body);
+    let crc = zshard_core::crc32c(body);
     body.extend_from_slice(format!("{SEAL}{crc:08x}\n").as_bytes());
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn unseal(file: &Bytes) -> Option<Bytes> {
         // As written: 8 lowercase digits (an upper-case digit is a flipped bit, not the same seal).
         .filter(|hex| hex.len() == 8 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
         .and_then(|hex| u32::from_str_radix(hex, 16).ok())?;
-    (crc32c::crc32c(&file[..line_start]) == recorded).then(|| file.slice(..line_start))
+    (zshard_core::crc32c(&file[..line_start]) == recorded).then(|| file.slice(..line_start))
 }
 
 #[cfg(test)]

@@ -154,7 +154,7 @@ impl ShardStream for StreamedShard<'_> {
         }
         let appended = upload.append_all(&pieces);
         for piece in &pieces {
-            self.crc32c = crc32c::crc32c_append(self.crc32c, piece);
+            self.crc32c = zshard_core::crc32c_append(self.crc32c, piece);
         }
         appended.map_err(|e| self.error(e))
     }
@@ -177,11 +177,11 @@ impl ShardStream for StreamedShard<'_> {
         let entries = std::mem::take(&mut self.entries);
         let index = ShardIndex::new(entries).encode(IndexEncoding::default());
         let crc32c = match self.writer.index_location {
-            IndexLocation::End => crc32c::crc32c_append(self.crc32c, &index),
-            IndexLocation::Start => crc32c::crc32c_combine(
-                crc32c::crc32c(&index),
+            IndexLocation::End => zshard_core::crc32c_append(self.crc32c, &index),
+            IndexLocation::Start => zshard_core::crc32c_combine(
+                zshard_core::crc32c(&index),
                 self.crc32c,
-                usize::try_from(upload.appended()).unwrap_or(usize::MAX),
+                upload.appended(),
             ),
         };
         let (bytes, version) = upload
@@ -281,7 +281,7 @@ mod tests {
             }
             assert_eq!(
                 whole.crc32c,
-                crc32c::crc32c(
+                zshard_core::crc32c(
                     &store
                         .get(&format!("{}/c/0/0", location.as_str()))
                         .expect("test")

@@ -94,7 +94,7 @@ impl ManifestVerification {
                     entry.size
                 )),
                 Some(bytes)
-                    if (bytes.len() as u64, crc32c::crc32c(&bytes))
+                    if (bytes.len() as u64, zshard_core::crc32c(&bytes))
                         != (entry.size, entry.crc32c) =>
                 {
                     mismatches.push(format!(
@@ -264,9 +264,9 @@ fn differing_chunks(meta: &zshard_core::ArrayMeta, entry: &Entry, bytes: &Bytes)
             None => None,
             Some(stored) => match entry.kind {
                 // (A document has no inner chunks: never here.)
-                ChunkHashes::Encoded | ChunkHashes::Document => Some(crc32c::crc32c(stored)),
+                ChunkHashes::Encoded | ChunkHashes::Document => Some(zshard_core::crc32c(stored)),
                 ChunkHashes::Decoded => match output.inner_chain.decode(stored, &repr) {
-                    Ok(values) => Some(crc32c::crc32c(&values)),
+                    Ok(values) => Some(zshard_core::crc32c(&values)),
                     Err(_) => Some(expected.map_or(0, |h| !h)),
                 },
             },

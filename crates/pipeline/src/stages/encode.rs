@@ -30,13 +30,13 @@ pub(super) fn encode(array: &RunArray<'_>, assembled: Assembled, cancel: &Cancel
             _ if cancel.is_cancelled() => Err(Error::Cancelled),
             None => Ok(None),
             Some(raw) if job.layout.passthrough => {
-                let hash = crc32c::crc32c(&raw);
+                let hash = zshard_core::crc32c(&raw);
                 Ok(Some((Bytes::from(raw), hash)))
             }
             Some(raw) => resolve(raw)
                 .and_then(|raw| {
                     // The decoded values' hash, for the manifest.
-                    let hash = crc32c::crc32c(&raw);
+                    let hash = zshard_core::crc32c(&raw);
                     match &job.inner_chain {
                         None => Ok(raw),
                         Some(chain) => chain.encode(raw, &job.layout.inner_repr),
@@ -110,9 +110,9 @@ fn place_copied(
                             ),
                             source: Box::new(source),
                         })?;
-                    crc32c::crc32c(&raw)
+                    zshard_core::crc32c(&raw)
                 }
-                _ => crc32c::crc32c(&bytes),
+                _ => zshard_core::crc32c(&bytes),
             };
             Ok((i, Some((bytes, hash))))
         })

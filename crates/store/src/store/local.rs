@@ -8,7 +8,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use super::{Backend, Store};
+use super::{crc32c_digest, crc32c_value, Backend, Store};
 use crate::error::{Error, Result};
 use crate::location::Location;
 
@@ -155,13 +155,13 @@ impl Store {
         };
         let read = open_regular(&file).and_then(|mut f| {
             let mut buffer = vec![0u8; 1 << 20];
-            let (mut size, mut crc) = (0u64, 0u32);
+            let (mut size, mut crc) = (0u64, crc32c_digest());
             loop {
                 match f.read(&mut buffer)? {
-                    0 => return Ok((size, crc)),
+                    0 => return Ok((size, crc32c_value(&crc))),
                     n => {
                         size += n as u64;
-                        crc = crc32c::crc32c_append(crc, &buffer[..n]);
+                        crc.update(&buffer[..n]);
                     }
                 }
             }

@@ -308,3 +308,14 @@ pub enum PutNew {
     /// The store cannot write conditionally; nothing was written.
     Unsupported,
 }
+
+/// A CRC-32C computed over pieces as they are read ([`Store::checksums`]), `crc-fast`'s like every
+/// other crc32c of zshard (the store does not depend on zshard-core, which wraps it for the rest).
+fn crc32c_digest() -> crc_fast::Digest {
+    crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)
+}
+
+/// The checksum of `digest`: a CRC-32 in the low half of the `u64` that `crc-fast` returns.
+fn crc32c_value(digest: &crc_fast::Digest) -> u32 {
+    (digest.finalize() & u64::from(u32::MAX)) as u32
+}

@@ -6,7 +6,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 
 use super::local::staged_file_vanished;
-use super::{PutNew, Store};
+use super::{crc32c_digest, crc32c_value, PutNew, Store};
 use crate::error::{Error, Result};
 
 /// Local objects from this size on are written as an [`crate::Upload`] (directly, around the page
@@ -243,13 +243,13 @@ impl Store {
         let read = self
             .retrying(|| async {
                 let mut parts = self.inner.get(&path).await?.into_stream();
-                let (mut size, mut crc) = (0u64, 0u32);
+                let (mut size, mut crc) = (0u64, crc32c_digest());
                 while let Some(part) = parts.next().await {
                     let part = part?;
                     size += part.len() as u64;
-                    crc = crc32c::crc32c_append(crc, &part);
+                    crc.update(&part);
                 }
-                Ok((size, crc))
+                Ok((size, crc32c_value(&crc)))
             })
             .await;
         match read {

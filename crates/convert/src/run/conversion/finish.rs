@@ -209,12 +209,16 @@ pub(super) fn document_checksums(plan: &Plan, consolidate: bool) -> Vec<(String,
         .iter()
         .map(|(key, doc)| {
             let bytes = doc();
-            (key.clone(), bytes.len() as u64, crc32c::crc32c(&bytes))
+            (key.clone(), bytes.len() as u64, zshard_core::crc32c(&bytes))
         })
         .collect();
     if let Some(attributes) = root {
         let bytes = root_document(plan, attributes, consolidate);
-        sums.push((metadata_key(""), bytes.len() as u64, crc32c::crc32c(&bytes)));
+        sums.push((
+            metadata_key(""),
+            bytes.len() as u64,
+            zshard_core::crc32c(&bytes),
+        ));
     }
     sums
 }
